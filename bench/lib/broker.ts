@@ -1,0 +1,66 @@
+/** The broker under test as a child process: `node --import tsx src/server.ts` on a port we pick. */
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdirSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { ROOT, exited, stopChild, track } from './child.ts'
+
+export interface BrokerProcess {
+  child: ChildProcess
+  pid: number
+  url: string
+  /** The last few KB of its stdout and stderr, for failure messages. */
+  output(): string
+}
+
+/** A port that was free a moment ago (bound to port 0 and closed again). */
+async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve, reject) => server.listen(0, '127.0.0.1', resolve).once('error', reject))
+  const { port } = server.address() as { port: number }
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+/**
+ * Starts the broker on `databaseUrl` and resolves once GET /healthz answers 200. The bench
+ * environment is passed through, so HOOKQ_* settings (HOOKQ_COMMIT_CONCURRENCY…) reach it.
+ * `cpuProfDir` adds --cpu-prof: V8 writes the profile there when the process exits.
+ */
+export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: string; timeoutMs: number }): Promise<BrokerProcess> {
+  const port = await freePort()
+  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn' }
+  delete env.HOOKQ_API_KEYS // the load sends no Authorization header
+  const nodeArgs = ['--import', 'tsx', 'src/server.ts']
+  if (opts.cpuProfDir !== undefined) {
+    mkdirSync(join(ROOT, opts.cpuProfDir), { recursive: true })
+    nodeArgs.unshift('--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir)
+  }
+  const child = track(spawn(process.execPath, nodeArgs, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] }))
+  let out = ''
+  const keep = (d: Buffer) => { out = (out + d.toString()).slice(-8000) }
+  child.stdout!.on('data', keep)
+  child.stderr!.on('data', keep)
+  const broker: BrokerProcess = { child, pid: child.pid!, url: `http://127.0.0.1:${port}`, output: () => out }
+
+  const deadline = Date.now() + opts.timeoutMs
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`the broker exited (${child.exitCode ?? child.signalCode}) before answering /healthz:\n${out}`)
+    }
+    try {
+      const res = await fetch(`${broker.url}/healthz`, { signal: AbortSignal.timeout(1000) })
+      if (res.status === 200) return broker
+    } catch { /* not listening yet */ }
+    await sleep(200)
+  }
+  await stopChild(child, 5000, 'SIGKILL')
+  throw new Error(`the broker did not answer /healthz within ${opts.timeoutMs} ms:\n${out}`)
+}
+
+/** SIGTERM (the broker finishes work in progress and exits; --cpu-prof writes its file then). */
+export async function stopBroker(broker: BrokerProcess, graceMs = 30_000): Promise<void> {
+  await stopChild(broker.child, graceMs)
+  await exited(broker.child)
+}

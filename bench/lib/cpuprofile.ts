@@ -1,0 +1,82 @@
+/**
+ * Reads a V8 .cpuprofile (node --cpu-prof) and sums self time by function and by module (npm
+ * package, project file, Node internal). Self time, not total: it points at where the CPU goes.
+ */
+import { readFileSync } from 'node:fs'
+
+interface ProfileNode {
+  id: number
+  callFrame: { functionName: string; url: string; lineNumber: number }
+  children?: number[]
+}
+interface Profile {
+  nodes: ProfileNode[]
+  startTime: number
+  endTime: number
+  samples: number[]
+  timeDeltas: number[]
+}
+
+export interface Row { name: string; ms: number; pct: number }
+export interface ProfileSummary { busyMs: number; idleMs: number; byFunction: Row[]; byModule: Row[] }
+
+/** Where a script lives, short: npm package (and file in it), project-relative path or node: module. */
+function locate(url: string, functionName: string): { module: string; file: string } {
+  if (url === '') {
+    const module = functionName.startsWith('(') ? functionName : '(native)'
+    return { module, file: module }
+  }
+  const path = url.replace(/^file:\/\//, '')
+  const nm = path.lastIndexOf('/node_modules/')
+  if (nm >= 0) {
+    const file = path.slice(nm + '/node_modules/'.length)
+    const parts = file.split('/')
+    return { module: parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!, file }
+  }
+  if (path.startsWith('node:')) return { module: path, file: path }
+  const src = path.search(/\/(src|bench|test|scripts)\//)
+  const file = src >= 0 ? path.slice(src + 1) : path
+  return { module: file, file }
+}
+
+export function summarizeProfile(file: string): ProfileSummary {
+  const profile = JSON.parse(readFileSync(file, 'utf8')) as Profile
+  const nodes = new Map(profile.nodes.map((n) => [n.id, n]))
+  // Sample i lasts until sample i+1: its self time is the next delta (the last one gets none).
+  const selfUs = new Map<number, number>()
+  for (let i = 0; i < profile.samples.length - 1; i++) {
+    const id = profile.samples[i]!
+    selfUs.set(id, (selfUs.get(id) ?? 0) + Math.max(0, profile.timeDeltas[i + 1]!))
+  }
+  const byFunction = new Map<string, number>()
+  const byModule = new Map<string, number>()
+  let busyUs = 0
+  let idleUs = 0
+  for (const [id, us] of selfUs) {
+    const { functionName, url, lineNumber } = nodes.get(id)!.callFrame
+    if (functionName === '(idle)') { idleUs += us; continue }
+    busyUs += us
+    const { module, file } = locate(url, functionName)
+    // Line numbers of project .ts files are those of tsx's output, not of the source.
+    const fn = url === '' ? (functionName || '(anonymous)') : `${functionName || '(anonymous)'}  ${file}:${lineNumber + 1}`
+    byFunction.set(fn, (byFunction.get(fn) ?? 0) + us)
+    byModule.set(module, (byModule.get(module) ?? 0) + us)
+  }
+  const rows = (m: Map<string, number>): Row[] => [...m]
+    .map(([name, us]) => ({ name, ms: us / 1000, pct: (100 * us) / Math.max(1, busyUs) }))
+    .sort((a, b) => b.ms - a.ms)
+  return { busyMs: busyUs / 1000, idleMs: idleUs / 1000, byFunction: rows(byFunction), byModule: rows(byModule) }
+}
+
+/** The summary as text: the top `n` functions and modules by self time. */
+export function formatSummary(s: ProfileSummary, n: number): string {
+  const table = (title: string, rows: Row[]) => [
+    title,
+    ...rows.slice(0, n).map((r) => `  ${r.pct.toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.name}`),
+  ].join('\n')
+  return [
+    `busy ${(s.busyMs / 1000).toFixed(1)} s, idle ${(s.idleMs / 1000).toFixed(1)} s (start-up included; % of busy time)`,
+    table('self time by module:', s.byModule),
+    table('self time by function:', s.byFunction),
+  ].join('\n')
+}

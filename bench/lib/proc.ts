@@ -1,0 +1,94 @@
+/**
+ * CPU accounting from /proc over a measurement window: the broker process, the PostgreSQL server
+ * processes, the measuring process itself and the whole host. On a shared 2-core machine the
+ * load generator and PostgreSQL compete with the broker, so all of them are needed to judge a result.
+ */
+import { execFileSync } from 'node:child_process'
+import { readdirSync, readFileSync } from 'node:fs'
+import { cpus } from 'node:os'
+
+/** Clock ticks per second of /proc times (USER_HZ): 100 on practically every Linux. */
+const HZ = (() => {
+  try { return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100 } catch { return 100 }
+})()
+
+/** utime + stime of a process in seconds; undefined when it is gone. */
+export function processCpuSeconds(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    // comm (field 2) may hold spaces or parentheses: split only after its closing ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    // fields[0] is field 3 (state), so utime (14) and stime (15) are fields[11] and fields[12].
+    return (Number(fields[11]) + Number(fields[12])) / HZ
+  } catch {
+    return undefined
+  }
+}
+
+/** CPU seconds of every process named postgres (server, backends, WAL writer…), by pid. */
+function postgresCpu(): Map<number, number> {
+  const byPid = new Map<number, number>()
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    try {
+      if (readFileSync(`/proc/${name}/comm`, 'utf8') !== 'postgres\n') continue
+    } catch { continue } // exited meanwhile
+    const s = processCpuSeconds(Number(name))
+    if (s !== undefined) byPid.set(Number(name), s)
+  }
+  return byPid
+}
+
+/** Busy and total jiffies of the whole host (first line of /proc/stat). */
+function hostJiffies(): { busy: number; total: number } {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = line.trim().split(/\s+/).slice(1, 9).map(Number) as number[]
+  const total = user! + nice! + system! + idle! + iowait! + irq! + softirq! + steal!
+  return { busy: total - idle! - iowait!, total }
+}
+
+export interface CpuSnapshot {
+  at: number
+  broker: number | undefined
+  self: number
+  pg: Map<number, number>
+  host: { busy: number; total: number }
+}
+
+/** CPU use over a window, in % of one core (the host figure in % of all its cores). */
+export interface CpuWindow {
+  seconds: number
+  brokerPct: number
+  postgresPct: number
+  selfPct: number
+  hostPct: number
+  cores: number
+}
+
+export function cpuSnapshot(brokerPid: number | undefined): CpuSnapshot {
+  const u = process.cpuUsage()
+  return {
+    at: performance.now(),
+    broker: brokerPid === undefined ? undefined : processCpuSeconds(brokerPid),
+    self: (u.user + u.system) / 1e6,
+    pg: postgresCpu(),
+    host: hostJiffies(),
+  }
+}
+
+export function cpuSince(start: CpuSnapshot, brokerPid: number | undefined): CpuWindow {
+  const end = cpuSnapshot(brokerPid)
+  const seconds = (end.at - start.at) / 1000
+  const pct = (cpuSeconds: number) => (100 * cpuSeconds) / seconds
+  let pg = 0
+  // A backend started inside the window counts from zero; one that exited is lost (pools keep theirs).
+  for (const [pid, s] of end.pg) pg += s - (start.pg.get(pid) ?? 0)
+  return {
+    seconds,
+    brokerPct: start.broker === undefined || end.broker === undefined ? NaN : pct(end.broker - start.broker),
+    postgresPct: pct(pg),
+    selfPct: pct(end.self - start.self),
+    hostPct: (100 * (end.host.busy - start.host.busy)) / Math.max(1, end.host.total - start.host.total),
+    cores: cpus().length,
+  }
+}

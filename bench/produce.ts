@@ -1,0 +1,214 @@
+/**
+ * Produce throughput and latency of hookq against the local PostgreSQL (`npm run bench:produce`).
+ *
+ * A fresh database, the broker as a child process on it, load from separate processes (autocannon
+ * in bench/load-worker.ts) at 1, 16 and 64 connections with batches of 1 and 100 messages, and a
+ * baseline of plain single-row INSERT autocommits (bench/baseline-worker.ts). Prints figures next
+ * to the goals; exits non-zero only when the run itself fails, never for a missed goal.
+ *
+ * Environment (all optional):
+ *   BENCH_SECONDS=5            measured seconds per scenario (after the warm-up)
+ *   BENCH_WARMUP_SECONDS=2     warm-up seconds per scenario, not counted
+ *   BENCH_SCENARIOS=...        connections x batch list, default 1x1,16x1,64x1,1x100,16x100,64x100
+ *   BENCH_PARTITIONS=8         partitions of the topic
+ *   BENCH_BASELINE=0           skip the INSERT baseline
+ *   BENCH_PG_WAITS=0           do not sample pg_stat_activity wait events during each scenario
+ *   BENCH_CPU_PROF=1           run the broker with --cpu-prof into bench/out and print its top self time
+ *   BENCH_DATABASE_URL=...     server to create the bench database on (default postgres@127.0.0.1:5432)
+ *   HOOKQ_*                    passed to the broker (e.g. HOOKQ_COMMIT_CONCURRENCY=4)
+ */
+import { readdirSync } from 'node:fs'
+import { cpus } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { startBroker, stopBroker, type BrokerProcess } from './lib/broker.ts'
+import { children, ROOT, runJsonWorker, stopChild } from './lib/child.ts'
+import { formatSummary, summarizeProfile } from './lib/cpuprofile.ts'
+import { sampleWaits, type WaitSampler } from './lib/pgwaits.ts'
+import { cpuSince, cpuSnapshot } from './lib/proc.ts'
+import { createBenchDatabase, serverSettings, type BenchDatabase } from './lib/db.ts'
+import type { Measured } from './lib/stats.ts'
+
+function envNumber(name: string, fallback: number): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  const n = Number(raw)
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number, got ${JSON.stringify(raw)}`)
+  return n
+}
+
+const MEASURE_S = envNumber('BENCH_SECONDS', 5)
+const WARMUP_S = envNumber('BENCH_WARMUP_SECONDS', 2)
+const PARTITIONS = envNumber('BENCH_PARTITIONS', 8)
+const MAX_REQUESTS = envNumber('BENCH_MAX_REQUESTS', 1_000_000) // per scenario: bounded in count too
+const BASELINE = process.env.BENCH_BASELINE !== '0'
+const PG_WAITS = process.env.BENCH_PG_WAITS !== '0'
+const CPU_PROF_DIR = process.env.BENCH_CPU_PROF === '1' ? 'bench/out' : undefined
+const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
+const SCENARIOS = (process.env.BENCH_SCENARIOS || '1x1,16x1,64x1,1x100,16x100,64x100').split(',').map((s) => {
+  const m = /^\s*(\d+)x(\d+)\s*$/.exec(s)
+  if (!m) throw new Error(`BENCH_SCENARIOS: "${s}" is not <connections>x<batch>`)
+  return { connections: Number(m[1]), batch: Number(m[2]) }
+})
+const TOPIC = 'bench'
+const GOALS = { singleMsgPerS: 15_000, vsBaseline: 1.2, singleP99Ms: 10, batchMsgPerS: 100_000 }
+
+interface Row { label: string; connections: number; batch: number; m: Measured }
+
+// ---- cleanup: the bench database and the processes this run started, also on failure and Ctrl-C
+
+let db: BenchDatabase | undefined
+let broker: BrokerProcess | undefined
+let interrupted = false
+let cleaning: Promise<void> | undefined
+
+function cleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    // Workers first (only ours, by pid), then the broker gracefully, then the database.
+    await Promise.all([...children].filter((c) => c !== broker?.child).map((c) => stopChild(c, 2000, 'SIGKILL')))
+    if (broker) await stopBroker(broker).catch((err: unknown) => console.error('stopping the broker:', err))
+    if (db) await db.drop().catch((err: unknown) => console.error(`dropping ${db!.name}:`, err))
+  })()
+  return cleaning
+}
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    if (interrupted) return
+    interrupted = true
+    console.error(`\n${signal}: stopping the load and the broker, dropping the bench database`)
+    void cleanup().finally(() => process.exit(130))
+  })
+}
+
+// ---- formatting
+
+const int = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '-')
+const fixed = (n: number, digits = 1) => (Number.isFinite(n) ? n.toFixed(digits) : '-')
+const codes = (m: Measured) => Object.entries(m.non201).map(([code, n]) => `${code}:${n}`).join(' ') || '0'
+// Host CPU not used by the broker, PostgreSQL or the load worker: other tenants of the machine.
+const otherPct = (m: Measured) => m.cpu.hostPct * m.cpu.cores - (Number.isFinite(m.cpu.brokerPct) ? m.cpu.brokerPct : 0) - m.cpu.postgresPct - m.cpu.selfPct
+const perS = (m: Measured) => ({ items: m.items / m.cpu.seconds, ops: m.ok / m.cpu.seconds })
+
+function table(rows: Row[]): string {
+  const head = ['scenario', 'msg/s', 'req/s', 'p50 ms', 'p99 ms', 'broker CPU%', 'pg CPU%', 'loadgen CPU%', 'other CPU%', 'non-201', 'errors']
+  const body = rows.map(({ label, m }) => {
+    const r = perS(m)
+    return [label, int(r.items), int(r.ops), fixed(m.latencyMs.p50, 2), fixed(m.latencyMs.p99, 2),
+      fixed(m.cpu.brokerPct, 0), fixed(m.cpu.postgresPct, 0), fixed(m.cpu.selfPct, 0), fixed(otherPct(m), 0), codes(m), String(m.errors)]
+  })
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((r) => r[i]!.length)))
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')
+  return [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n')
+}
+
+function goals(rows: Row[], baseline: Measured | undefined): string {
+  const find = (c: number, b: number) => rows.find((r) => r.connections === c && r.batch === b)?.m
+  const single = find(64, 1)
+  const batch = find(64, 100)
+  const ratio = single && baseline ? perS(single).items / perS(baseline).items : NaN
+  const lines: [string, string, string, boolean | undefined][] = [
+    ['single message, 64 clients: msg/s', single ? int(perS(single).items) : 'not run', `>= ${int(GOALS.singleMsgPerS)}`,
+      single && perS(single).items >= GOALS.singleMsgPerS],
+    ['single message, 64 clients / INSERT baseline', Number.isFinite(ratio) ? `${ratio.toFixed(2)}x` : 'not run', `>= ${GOALS.vsBaseline}x`,
+      Number.isFinite(ratio) ? ratio >= GOALS.vsBaseline : undefined],
+    ['single message, 64 clients: p99', single ? `${fixed(single.latencyMs.p99, 2)} ms` : 'not run', `<= ${GOALS.singleP99Ms} ms`,
+      single && single.latencyMs.p99 <= GOALS.singleP99Ms],
+    ['batches of 100, 64 clients: msg/s', batch ? int(perS(batch).items) : 'not run', `>= ${int(GOALS.batchMsgPerS)}`,
+      batch && perS(batch).items >= GOALS.batchMsgPerS],
+  ]
+  const w0 = Math.max(...lines.map((l) => l[0].length))
+  const w1 = Math.max(...lines.map((l) => l[1].length))
+  return ['goals:', ...lines.map(([what, got, goal, met]) =>
+    `  ${what.padEnd(w0)}  ${got.padStart(w1)}   goal ${goal.padEnd(10)}  ${met === undefined ? '' : met ? 'met' : 'MISSED'}`)].join('\n')
+}
+
+// ---- the run
+
+async function main(): Promise<void> {
+  const settings = await serverSettings(SERVER_URL)
+  // The machine is shared: say how busy it was before we added any load.
+  const idle = cpuSnapshot(undefined)
+  await sleep(1000)
+  const background = cpuSince(idle, undefined)
+  db = await createBenchDatabase(SERVER_URL)
+  const started = Date.now()
+  broker = await startBroker(db.url, { timeoutMs: 90_000, ...(CPU_PROF_DIR ? { cpuProfDir: CPU_PROF_DIR } : {}) })
+
+  const put = await fetch(`${broker.url}/v1/topics/${TOPIC}`, {
+    method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ partitions: PARTITIONS }),
+  })
+  if (put.status !== 201) throw new Error(`creating topic ${TOPIC}: HTTP ${put.status} ${await put.text()}`)
+
+  const brokerEnv = Object.entries(process.env).filter(([k]) => k.startsWith('HOOKQ_')).map(([k, v]) => `${k}=${v}`)
+  console.log(`hookq produce bench: database ${db.name}, topic ${TOPIC} with ${PARTITIONS} partitions, ` +
+    `${WARMUP_S} s warm-up + ${MEASURE_S} s measured per scenario`)
+  console.log(`broker pid ${broker.pid} at ${broker.url}; ${brokerEnv.length ? brokerEnv.join(' ') : 'no HOOKQ_* settings (broker defaults)'}` +
+    `${CPU_PROF_DIR ? `; --cpu-prof into ${CPU_PROF_DIR}` : ''}`)
+  console.log(`PostgreSQL ${settings.server_version}: fsync=${settings.fsync} synchronous_commit=${settings.synchronous_commit} ` +
+    `wal_sync_method=${settings.wal_sync_method} commit_delay=${settings.commit_delay}`)
+  console.log(`host: ${cpus().length} cores, ${fixed(background.hostPct * background.cores, 0)}% of one core busy before the run ` +
+    `(postgres ${fixed(background.postgresPct, 0)}%)\n`)
+
+  const workerTimeoutMs = (WARMUP_S + MEASURE_S + 60) * 1000
+  let baseline: Measured | undefined
+  if (BASELINE) {
+    // While the broker idles: the same server, disk and row shape, without HTTP or group commit.
+    baseline = await runJsonWorker<Measured>('bench/baseline-worker.ts',
+      { databaseUrl: db.url, poolSize: 8, concurrency: 64, warmupS: WARMUP_S, measureS: MEASURE_S, maxRows: MAX_REQUESTS }, workerTimeoutMs)
+    console.log(`baseline: ${int(perS(baseline).items)} rows/s, p99 ${fixed(baseline.latencyMs.p99, 2)} ms, errors ${baseline.errors}`)
+  }
+
+  const rows: Row[] = []
+  for (const { connections, batch } of SCENARIOS) {
+    const worker = runJsonWorker<Measured>('bench/load-worker.ts', {
+      url: `${broker.url}/v1/topics/${TOPIC}/messages`, connections, batch,
+      warmupS: WARMUP_S, measureS: MEASURE_S, maxRequests: MAX_REQUESTS, brokerPid: broker.pid,
+    }, workerTimeoutMs)
+    // Sample backend states over the measured part only (roughly: from the end of the warm-up).
+    // Diagnostics only: a sampler that fails must not fail the run.
+    let sampler: Promise<WaitSampler | undefined> = Promise.resolve(undefined)
+    const waitTimer = PG_WAITS ? setTimeout(() => { sampler = sampleWaits(SERVER_URL, db!.name).catch(() => undefined) }, WARMUP_S * 1000) : undefined
+    const m = await worker.finally(() => clearTimeout(waitTimer))
+    const waited = await (await sampler)?.stop().catch(() => undefined)
+    if (broker.child.exitCode !== null || broker.child.signalCode !== null) {
+      throw new Error(`the broker died during ${connections}x${batch}:\n${broker.output()}`)
+    }
+    const label = `${connections} conn x ${batch} msg`
+    rows.push({ label, connections, batch, m })
+    console.log(`${label}: ${int(perS(m).items)} msg/s, p99 ${fixed(m.latencyMs.p99, 2)} ms, non-201 ${codes(m)}, errors ${m.errors}`)
+    if (waited) {
+      console.log(`  pg backends, average count by state (${waited.samples} samples): ` +
+        waited.avg.filter(([, n]) => n >= 0.05).map(([what, n]) => `${what} ${n.toFixed(2)}`).join(', '))
+    }
+  }
+
+  const all = baseline ? [{ label: 'INSERT baseline (pool 8, 64 loops)', connections: 64, batch: 1, m: baseline }, ...rows] : rows
+  console.log(`\n${table(all)}\n`)
+  console.log(`(CPU in % of one core over the measured window, ${cpus().length} cores = ${cpus().length * 100}%; pg = all postgres ` +
+    `processes; loadgen = the worker process; other = the rest of the host's busy time, i.e. other tenants)\n`)
+  console.log(goals(rows, baseline))
+
+  const brokerPid = broker.pid
+  await stopBroker(broker)
+  if (broker.child.exitCode !== 0) console.error(`the broker exited with ${broker.child.exitCode ?? broker.child.signalCode}:\n${broker.output()}`)
+  if (CPU_PROF_DIR) {
+    // V8 names the file CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile; thread 0 is the main one
+    // (tsx's module loader thread writes its own, about start-up only).
+    const name = readdirSync(join(ROOT, CPU_PROF_DIR)).find((f) => f.includes(`.${brokerPid}.0.`) && f.endsWith('.cpuprofile'))
+    if (name === undefined) console.error(`no CPU profile of pid ${brokerPid} in ${CPU_PROF_DIR}`)
+    else console.log(`\nbroker CPU profile ${join(CPU_PROF_DIR, name)}\n${formatSummary(summarizeProfile(join(ROOT, CPU_PROF_DIR, name)), 20)}`)
+  }
+  console.log(`\nwhole run ${((Date.now() - started) / 1000).toFixed(0)} s`)
+}
+
+try {
+  await main()
+} catch (err) {
+  if (!interrupted) {
+    console.error('bench failed:', err instanceof Error ? err.message : err)
+    process.exitCode = 1
+  }
+} finally {
+  await cleanup()
+}

@@ -1,0 +1,74 @@
+/**
+ * buildApp: the HTTP surface, assembled in order (ecosystem plugins, validation, error handling,
+ * auth, routes). It never listens; server.ts does, and tests use inject() or listen on port 0.
+ */
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import swagger from '@fastify/swagger'
+import swaggerUi from '@fastify/swagger-ui'
+import type { Services } from './broker.ts'
+import { installAuth } from './http/auth.ts'
+import { installProblemHandlers } from './http/problem.ts'
+import { healthRoutes, healthSchemas } from './http/routes/health.ts'
+import { messageRoutes } from './http/routes/messages.ts'
+import { topicRoutes } from './http/routes/topics.ts'
+import { sharedSchemas } from './http/schemas/common.ts'
+import { messageSchemas } from './http/schemas/messages.ts'
+import { topicSchemas } from './http/schemas/topics.ts'
+import { validatorCompiler } from './http/validation.ts'
+
+export interface AppOptions {
+  services: Services
+  maxRequestBytes: number
+  apiKeys?: string[]
+  /** A pino logger; none means no request logs. */
+  logger?: FastifyBaseLogger
+}
+
+const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...healthSchemas]
+
+export const API_INFO = {
+  title: 'hookq',
+  version: '1.0.0',
+  description: 'HTTP message broker with webhook push delivery, on PostgreSQL.',
+}
+
+/** Builds the Fastify app with every route; call ready() or listen() on it. */
+export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
+    bodyLimit: opts.maxRequestBytes,
+    // Idle keep-alive sockets are closed at shutdown so close() does not wait on them.
+    forceCloseConnections: 'idle',
+    return503OnClosing: true,
+    routerOptions: { maxParamLength: 300 },
+  })
+
+  for (const schema of ALL_SCHEMAS) app.addSchema(schema)
+  app.setValidatorCompiler(validatorCompiler(ALL_SCHEMAS))
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: API_INFO,
+      tags: [
+        { name: 'topics', description: 'Partitioned topics' },
+        { name: 'messages', description: 'Produce and fetch' },
+        { name: 'operations', description: 'Health and documentation' },
+      ],
+      components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' } } },
+      security: [{ apiKey: [] }],
+    },
+    // Name components after the schemas' $id (Topic, Problem, ...) instead of def-0, def-1.
+    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (json.$id as string | undefined) ?? `def-${i}` },
+  })
+  await app.register(swaggerUi, { routePrefix: '/docs' })
+
+  installProblemHandlers(app)
+  installAuth(app, opts.apiKeys ?? [])
+
+  await app.register(healthRoutes(opts.services))
+  await app.register(topicRoutes(opts.services))
+  await app.register(messageRoutes(opts.services))
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
+  return app
+}

@@ -1,0 +1,77 @@
+/**
+ * One error handler for the whole API: HookqError, Fastify's own errors (validation, body size,
+ * content type, JSON syntax) and database outages become RFC 9457 problem details. Anything else is
+ * a 500 whose internals stay in the log.
+ */
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { ERRORS, HookqError, problemType, type ErrorCode } from '../errors.ts'
+import { isDatabaseUnavailable } from '../store/errors.ts'
+
+interface Problem {
+  type: string
+  title: string
+  status: number
+  detail: string
+  code: string
+  [extra: string]: unknown
+}
+
+function problemOf(code: ErrorCode, detail: string, extra?: Record<string, unknown>): Problem {
+  const { status, title } = ERRORS[code]
+  return { type: problemType(code), title, status, detail, code, ...extra }
+}
+
+/** Fastify's validation errors as {path, message} pairs a client can show next to a field. */
+function validationErrors(err: FastifyError): { path: string; message: string }[] {
+  return (err.validation ?? []).map((v) => ({
+    path: `${err.validationContext ?? 'body'}${v.instancePath || ''}`,
+    message: v.message ?? 'is invalid',
+  }))
+}
+
+function classify(err: FastifyError): { problem: Problem; retryAfterS?: number } {
+  if (err instanceof HookqError) {
+    return { problem: problemOf(err.code, err.message, err.extra), retryAfterS: err.retryAfterS }
+  }
+  if (err.validation) {
+    const errors = validationErrors(err)
+    const detail = errors.map((e) => `${e.path} ${e.message}`).join('; ')
+    return { problem: problemOf('invalid_request', detail, { errors }) }
+  }
+  switch (err.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return { problem: problemOf('body_too_large', err.message) }
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return { problem: problemOf('unsupported_media_type', 'send application/json') }
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return { problem: problemOf('invalid_json', 'the body is empty') }
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return { problem: problemOf('invalid_json', err.message) }
+  }
+  if (err instanceof SyntaxError || (err as { statusCode?: number }).statusCode === 400) {
+    return { problem: problemOf('invalid_json', err.message) }
+  }
+  if (isDatabaseUnavailable(err)) {
+    return { problem: problemOf('unavailable', 'the database is unavailable; retry later'), retryAfterS: 1 }
+  }
+  return { problem: problemOf('internal', 'an internal error occurred; it has been logged') }
+}
+
+/** Sends a problem document (pre-serialised, so no response schema can reshape it). */
+export function sendProblem(reply: FastifyReply, problem: Problem, retryAfterS?: number): FastifyReply {
+  if (retryAfterS !== undefined) reply.header('retry-after', String(retryAfterS))
+  return reply.code(problem.status).type('application/problem+json').send(JSON.stringify(problem))
+}
+
+/** Installs the error and not-found handlers. */
+export function installProblemHandlers(app: FastifyInstance): void {
+  app.setErrorHandler((err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+    const { problem, retryAfterS } = classify(err)
+    if (problem.status >= 500) request.log.error({ err }, 'request failed')
+    else request.log.info({ code: problem.code, detail: problem.detail }, 'request rejected')
+    return sendProblem(reply, problem, retryAfterS)
+  })
+  app.setNotFoundHandler((request, reply) =>
+    sendProblem(reply, problemOf('route_not_found', `no route ${request.method} ${request.url.split('?')[0]}`)))
+}

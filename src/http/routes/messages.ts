@@ -1,0 +1,33 @@
+/** Produce and fetch routes. */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { problems, ref } from '../schemas/common.ts'
+import { FetchQuery, FetchResponse, PartitionParams, ProduceRequest, ProduceResponse } from '../schemas/messages.ts'
+import { TopicParams } from '../schemas/topics.ts'
+import type { Services } from '../../broker.ts'
+
+const tags = ['messages']
+
+export function messageRoutes(services: Services): FastifyPluginAsyncTypebox {
+  return async (app) => {
+    app.post('/v1/topics/:topic/messages', {
+      schema: {
+        operationId: 'produce', tags,
+        summary: 'Produce messages; answered once they are durably committed, all or nothing',
+        params: TopicParams, body: ref(ProduceRequest),
+        response: { 201: ref(ProduceResponse), ...problems(400, 401, 404, 413, 415, 429, 503) },
+      },
+    }, async (req, reply) => {
+      const results = await services.produce.produce(req.params.topic, req.body.messages)
+      return reply.code(201).send({ results })
+    })
+
+    app.get('/v1/topics/:topic/partitions/:partition/messages', {
+      schema: {
+        operationId: 'fetchMessages', tags, summary: 'Read a partition in offset order',
+        params: PartitionParams, querystring: FetchQuery,
+        response: { 200: ref(FetchResponse), ...problems(400, 401, 404, 503) },
+      },
+    }, async (req) =>
+      services.read.fetch(req.params.topic, req.params.partition, req.query.fromOffset ?? 0, req.query.limit ?? 100))
+  }
+}

@@ -1,0 +1,53 @@
+/** Schemas shared by every resource: problem details, names, and the $ref helper. */
+import { Type, type Static, type TSchema } from 'typebox'
+
+/**
+ * A reference to a named component schema. Routes refer to named schemas (registered once with
+ * addSchema) so the OpenAPI document has components an SDK generator can name, not inline shapes.
+ */
+export function ref<T extends TSchema>(schema: T): T {
+  const id = (schema as { $id?: string }).$id
+  if (!id) throw new Error('ref() needs a schema with an $id')
+  return Type.Unsafe<Static<T>>({ $ref: `${id}#` }) as unknown as T
+}
+
+export const NAME_PATTERN = '^[A-Za-z0-9._-]{1,249}$'
+
+export const Problem = Type.Object({
+  type: Type.String({ description: 'URI naming the problem type' }),
+  title: Type.String(),
+  status: Type.Integer(),
+  detail: Type.String(),
+  code: Type.String({ description: 'Stable machine-readable error code, e.g. topic_not_found' }),
+  instance: Type.Optional(Type.String()),
+  errors: Type.Optional(Type.Array(Type.Object({
+    path: Type.String({ description: 'JSON pointer into the request part' }),
+    message: Type.String(),
+  }), { description: 'Each validation failure, for invalid_request' })),
+  index: Type.Optional(Type.Integer({ description: 'The offending message of a produce call' })),
+}, { $id: 'Problem', description: 'RFC 9457 problem details', additionalProperties: true })
+
+/** Response entries for error statuses, all answered as application/problem+json. */
+export function problems(...statuses: number[]): Record<number, unknown> {
+  const out: Record<number, unknown> = {}
+  for (const status of statuses) {
+    out[status] = {
+      description: PROBLEM_DESCRIPTIONS[status] ?? 'Error',
+      content: { 'application/problem+json': { schema: ref(Problem) } },
+    }
+  }
+  return out
+}
+
+const PROBLEM_DESCRIPTIONS: Record<number, string> = {
+  400: 'The request is not valid',
+  401: 'Authentication required',
+  404: 'Not found',
+  409: 'Conflict with the current state',
+  413: 'Too large',
+  415: 'Unsupported media type',
+  429: 'Too many requests; retry after the Retry-After header',
+  503: 'Overloaded or unavailable; retry after the Retry-After header',
+}
+
+export const sharedSchemas = [Problem]

@@ -1,0 +1,59 @@
+/** Schemas of produce and fetch. */
+import { Type } from 'typebox'
+import { NAME_PATTERN, ref } from './common.ts'
+
+// Postgres text cannot hold NUL, so keys, header names and idempotency keys may not contain it
+// (values can: they are stored as JSON text, where it is escaped).
+const NO_NUL = '^[^\\u0000]*$'
+
+export const ProduceMessage = Type.Object({
+  value: Type.Unknown({ description: 'Any JSON value; comes back deep-equal' }),
+  key: Type.Optional(Type.String({ maxLength: 4096, pattern: NO_NUL,
+    description: 'Messages with one key go to one partition (Kafka-compatible murmur2 hash)' })),
+  headers: Type.Optional(Type.Record(Type.String({ minLength: 1, maxLength: 256, pattern: NO_NUL }), Type.String())),
+  partition: Type.Optional(Type.Integer({ minimum: 0, description: 'Explicit partition; overrides the key' })),
+  delayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 2_147_483_647,
+    description: 'Not pushed before produce time plus this delay' })),
+  idempotencyKey: Type.Optional(Type.String({ minLength: 1, maxLength: 512, pattern: NO_NUL,
+    description: 'A repeat within the topic retention returns the original coordinates and stores nothing' })),
+}, { $id: 'ProduceMessage', additionalProperties: false })
+
+export const ProduceRequest = Type.Object({
+  messages: Type.Array(ref(ProduceMessage), { minItems: 1, maxItems: 1000 }),
+}, { $id: 'ProduceRequest', additionalProperties: false })
+
+export const ProduceResult = Type.Object({
+  partition: Type.Integer(),
+  offset: Type.Integer(),
+  duplicate: Type.Optional(Type.Boolean({ description: 'Present (true) when the idempotency key was seen before' })),
+}, { $id: 'ProduceResult' })
+
+export const ProduceResponse = Type.Object({
+  results: Type.Array(ref(ProduceResult), { description: 'One per message, in request order' }),
+}, { $id: 'ProduceResponse' })
+
+export const PartitionParams = Type.Object({
+  topic: Type.String({ pattern: NAME_PATTERN }),
+  partition: Type.Integer({ minimum: 0 }),
+})
+
+export const FetchQuery = Type.Object({
+  fromOffset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
+}, { additionalProperties: false })
+
+export const Message = Type.Object({
+  partition: Type.Integer(),
+  offset: Type.Integer(),
+  key: Type.Union([Type.String(), Type.Null()]),
+  value: Type.Unknown(),
+  headers: Type.Record(Type.String(), Type.String()),
+  timestamp: Type.String({ format: 'date-time' }),
+}, { $id: 'Message' })
+
+export const FetchResponse = Type.Object({
+  messages: Type.Array(ref(Message)),
+  nextOffset: Type.Integer({ description: 'The offset to fetch from next' }),
+}, { $id: 'FetchResponse' })
+
+export const messageSchemas = [ProduceMessage, ProduceRequest, ProduceResult, ProduceResponse, Message, FetchResponse]

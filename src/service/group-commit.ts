@@ -1,0 +1,123 @@
+/**
+ * Group commit: produce calls that arrive while a commit is running wait in a queue and are then
+ * written together in one transaction, so throughput grows with concurrency instead of paying one
+ * fsync per call. A call is never split across transactions (produce is all or nothing).
+ *
+ * States of a call: queued → committing → resolved | rejected.
+ * Bounded: past `maxPendingMessages` or `maxPendingBytes` queued, submit() refuses at once with
+ * 503 + Retry-After rather than letting the queue (and latency, and memory) grow without limit.
+ */
+import { HookqError } from '../errors.ts'
+
+export interface CommitLimits {
+  /** Messages one transaction takes at most (a single larger call still goes alone). */
+  maxBatchMessages: number
+  /** Transactions running at once; more overlap commits' fsyncs, fewer batch better. */
+  maxConcurrentCommits: number
+  maxPendingMessages: number
+  maxPendingBytes: number
+}
+
+interface Pending<E, R> {
+  entries: E[]
+  bytes: number
+  resolve(results: R[]): void
+  reject(err: unknown): void
+}
+
+export class GroupCommitter<E, R> {
+  private queue: Pending<E, R>[] = []
+  private head = 0
+  private pendingMessages = 0
+  private pendingBytes = 0
+  private running = 0
+  private closed = false
+  private idleWaiters: (() => void)[] = []
+
+  /** `commit` writes entries in one transaction and returns one result per entry, in order. */
+  constructor(
+    private readonly commit: (entries: E[]) => Promise<R[]>,
+    private readonly limits: CommitLimits,
+  ) {}
+
+  /** Queues the entries for the next commit; resolves with their results once committed. */
+  submit(entries: E[], bytes: number): Promise<R[]> {
+    if (this.closed) {
+      return Promise.reject(new HookqError('unavailable', 'the broker is shutting down', { retryAfterS: 1 }))
+    }
+    // An empty queue always takes the call, however large, so no call can be refused forever.
+    if (this.pendingMessages > 0 &&
+        (this.pendingMessages + entries.length > this.limits.maxPendingMessages ||
+         this.pendingBytes + bytes > this.limits.maxPendingBytes)) {
+      return Promise.reject(new HookqError('overloaded',
+        `produce backlog is full (${this.pendingMessages} messages, ${this.pendingBytes} bytes waiting for a commit)`,
+        { retryAfterS: 1 }))
+    }
+    return new Promise<R[]>((resolve, reject) => {
+      this.queue.push({ entries, bytes, resolve, reject })
+      this.pendingMessages += entries.length
+      this.pendingBytes += bytes
+      this.pump()
+    })
+  }
+
+  /** Messages waiting for a commit (not counting those being committed). */
+  get backlog(): number {
+    return this.pendingMessages
+  }
+
+  /** Stops taking new calls and resolves once every queued call has been committed or failed. */
+  async drain(): Promise<void> {
+    this.closed = true
+    if (this.running === 0 && this.head === this.queue.length) return
+    await new Promise<void>((resolve) => this.idleWaiters.push(resolve))
+  }
+
+  private pump(): void {
+    while (this.running < this.limits.maxConcurrentCommits && this.head < this.queue.length) {
+      const batch = this.takeBatch()
+      this.running++
+      void this.run(batch)
+    }
+  }
+
+  private takeBatch(): Pending<E, R>[] {
+    const batch: Pending<E, R>[] = []
+    let messages = 0
+    while (this.head < this.queue.length) {
+      const next = this.queue[this.head]!
+      if (batch.length > 0 && messages + next.entries.length > this.limits.maxBatchMessages) break
+      batch.push(next)
+      messages += next.entries.length
+      this.pendingMessages -= next.entries.length
+      this.pendingBytes -= next.bytes
+      this.head++
+    }
+    // Compact the array now and then instead of shift()ing, which is O(n) per call.
+    if (this.head > 1024 && this.head * 2 > this.queue.length) {
+      this.queue = this.queue.slice(this.head)
+      this.head = 0
+    }
+    return batch
+  }
+
+  private async run(batch: Pending<E, R>[]): Promise<void> {
+    try {
+      const entries = batch.length === 1 ? batch[0]!.entries : batch.flatMap((p) => p.entries)
+      const results = await this.commit(entries)
+      let at = 0
+      for (const p of batch) {
+        p.resolve(results.slice(at, at + p.entries.length))
+        at += p.entries.length
+      }
+    } catch (err) {
+      for (const p of batch) p.reject(err)
+    } finally {
+      this.running--
+      this.pump()
+      if (this.running === 0 && this.head === this.queue.length) {
+        for (const wake of this.idleWaiters.splice(0)) wake()
+      }
+    }
+  }
+}

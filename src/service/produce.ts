@@ -1,0 +1,104 @@
+/**
+ * The rules of produce: size limits, partition choice, idempotency, all-or-nothing durable commit.
+ * A call resolves only after its transaction has committed; then readers are woken directly
+ * (in-process), never by NOTIFY, whose global commit lock would serialise every committer.
+ */
+import { HookqError } from '../errors.ts'
+import type { AppendEntry, Coordinates, MessageStore } from '../store/messages.ts'
+import type { GroupCommitter } from './group-commit.ts'
+import { partitionForKey, RoundRobin } from './partitioner.ts'
+import type { TopicService } from './topics.ts'
+
+export interface ProduceMessage {
+  value: unknown
+  key?: string
+  headers?: Record<string, string>
+  partition?: number
+  delayMs?: number
+  idempotencyKey?: string
+}
+
+export interface ProduceResult {
+  partition: number
+  offset: number
+  duplicate?: true
+}
+
+/** Told after each commit which partitions grew (topic id, partition, new end offset). */
+export type AppendListener = (topicId: number, partition: number, endOffset: number) => void
+
+export class ProduceService {
+  private readonly spread = new RoundRobin()
+  private readonly listeners = new Set<AppendListener>()
+
+  constructor(
+    private readonly topics: TopicService,
+    private readonly committer: GroupCommitter<AppendEntry, Coordinates | null>,
+    private readonly maxMessageBytes: number,
+  ) {}
+
+  /** Registers a listener for appends; returns a function that removes it. */
+  onAppend(listener: AppendListener): () => void {
+    this.listeners.add(listener)
+    return () => this.listeners.delete(listener)
+  }
+
+  /** Durably appends the messages to the topic; results in request order. */
+  async produce(topicName: string, messages: ProduceMessage[]): Promise<ProduceResult[]> {
+    const topic = await this.topics.require(topicName)
+    const entries: AppendEntry[] = new Array(messages.length)
+    let bytes = 0
+    for (let i = 0; i < messages.length; i++) {
+      const m = messages[i]!
+      const value = JSON.stringify(m.value)
+      const headers = m.headers === undefined ? '{}' : JSON.stringify(m.headers)
+      const key = m.key ?? null
+      const size = Buffer.byteLength(value) + Buffer.byteLength(headers) + (key === null ? 0 : Buffer.byteLength(key))
+      if (size > this.maxMessageBytes) {
+        throw new HookqError('message_too_large',
+          `message ${i} is ${size} bytes; the limit is ${this.maxMessageBytes} bytes`, { extra: { index: i } })
+      }
+      let partition: number
+      if (m.partition !== undefined) {
+        if (m.partition >= topic.partitions) {
+          throw new HookqError('invalid_request',
+            `message ${i}: partition ${m.partition} does not exist; topic ${topic.name} has ${topic.partitions} (0 to ${topic.partitions - 1})`,
+            { extra: { index: i } })
+        }
+        partition = m.partition
+      } else if (key !== null) {
+        partition = partitionForKey(key, topic.partitions)
+      } else {
+        partition = this.spread.pick(topic.id, topic.partitions)
+      }
+      bytes += size
+      entries[i] = {
+        topicId: topic.id, partition, key, value, headers,
+        delayMs: m.delayMs ?? 0, idempotencyKey: m.idempotencyKey ?? null,
+      }
+    }
+
+    const coordinates = await this.committer.submit(entries, bytes)
+    if (coordinates.some((c) => c === null)) {
+      // The topic was deleted while the call waited; drop the stale cache entry.
+      this.topics.evict(topicName)
+      this.spread.forget(topic.id)
+      throw new HookqError('topic_not_found', `topic ${topicName} does not exist`)
+    }
+    const results = (coordinates as Coordinates[]).map((c) =>
+      c.duplicate ? { partition: c.partition, offset: c.offset, duplicate: true as const } : { partition: c.partition, offset: c.offset })
+    this.notify(topic.id, results)
+    return results
+  }
+
+  private notify(topicId: number, results: ProduceResult[]): void {
+    if (this.listeners.size === 0) return
+    const ends = new Map<number, number>()
+    for (const r of results) {
+      if (!r.duplicate) ends.set(r.partition, Math.max(ends.get(r.partition) ?? 0, r.offset + 1))
+    }
+    for (const [partition, endOffset] of ends) {
+      for (const listener of this.listeners) listener(topicId, partition, endOffset)
+    }
+  }
+}

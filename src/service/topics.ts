@@ -1,0 +1,86 @@
+/** The rules for topics: idempotent creation, lookups cached for the produce path, deletion. */
+import { HookqError } from '../errors.ts'
+import type { TopicRow, TopicStore } from '../store/topics.ts'
+
+export const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+export interface TopicView {
+  name: string
+  partitions: number
+  retentionMs: number
+  createdAt: string
+}
+
+export function topicView(t: TopicRow): TopicView {
+  return { name: t.name, partitions: t.partitions, retentionMs: t.retentionMs, createdAt: t.createdAt.toISOString() }
+}
+
+export class TopicService {
+  // name → row. Produce looks its topic up on every call; a topic's id and partition count never
+  // change, so a cached row can only be stale by the topic having been deleted, which the append
+  // notices (its partition rows are gone) and answers by evicting the entry.
+  private readonly cache = new Map<string, TopicRow>()
+
+  constructor(private readonly store: TopicStore) {}
+
+  /** Creates the topic, or confirms it exists with the same partition count (retention may change). */
+  async put(name: string, partitions: number, retentionMs = DEFAULT_RETENTION_MS): Promise<{ topic: TopicRow; created: boolean }> {
+    for (;;) {
+      const existing = await this.store.findByName(name)
+      if (existing) {
+        if (existing.partitions !== partitions) {
+          throw new HookqError('topic_conflict',
+            `topic ${name} exists with ${existing.partitions} partitions; the partition count of a topic cannot change`)
+        }
+        const topic = existing.retentionMs === retentionMs ? existing : await this.store.setRetention(existing.id, retentionMs)
+        this.cache.set(name, topic)
+        return { topic, created: false }
+      }
+      const created = await this.store.create(name, partitions, retentionMs)
+      if (created) {
+        this.cache.set(name, created)
+        return { topic: created, created: true }
+      }
+      // Lost a race with a concurrent creator: read theirs and compare.
+    }
+  }
+
+  /** The topic, or 404. Served from the cache when possible. */
+  async require(name: string): Promise<TopicRow> {
+    const cached = this.cache.get(name)
+    if (cached) return cached
+    const topic = await this.store.findByName(name)
+    if (!topic) throw new HookqError('topic_not_found', `topic ${name} does not exist`)
+    this.cache.set(name, topic)
+    return topic
+  }
+
+  /** Fresh from the database (never the cache), for reads that must see deletions at once. */
+  async requireFresh(name: string): Promise<TopicRow> {
+    this.cache.delete(name)
+    return this.require(name)
+  }
+
+  async list(): Promise<TopicRow[]> {
+    return this.store.list()
+  }
+
+  async describe(name: string): Promise<{ topic: TopicRow; partitionStats: { partition: number; endOffset: number }[] }> {
+    const topic = await this.requireFresh(name)
+    return { topic, partitionStats: await this.store.endOffsets(topic.id) }
+  }
+
+  /** Deletes the topic with its messages; 404 when it does not exist. */
+  async delete(name: string): Promise<void> {
+    const topic = await this.requireFresh(name)
+    this.cache.delete(name)
+    if (!(await this.store.delete(topic.id))) {
+      throw new HookqError('topic_not_found', `topic ${name} does not exist`)
+    }
+  }
+
+  /** Drops a cached row found stale by a writer. */
+  evict(name: string): void {
+    this.cache.delete(name)
+  }
+}

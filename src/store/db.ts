@@ -1,0 +1,49 @@
+/**
+ * The database handle: one pg pool shared by the Prisma client (through @prisma/adapter-pg) and the
+ * few raw statements Prisma cannot express (row locks, bulk inserts from arrays).
+ */
+import pg from 'pg'
+import { PrismaPg } from '@prisma/adapter-pg'
+import { PrismaClient } from '../generated/prisma/client.ts'
+
+// BIGINT columns (offsets) arrive as JS numbers: offsets stay far below 2^53 (a partition
+// written at 1 M messages/s would need 285 years to get there).
+pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v))
+
+export type Prisma = InstanceType<typeof PrismaClient>
+
+export interface Database {
+  prisma: Prisma
+  pool: pg.Pool
+  close(): Promise<void>
+}
+
+/** Opens a pool of `maxConnections` to `url` and a Prisma client over it. */
+export function openDatabase(url: string, maxConnections: number): Database {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: maxConnections,
+    // A stuck database must not hang requests forever: fail the checkout and answer 503.
+    connectionTimeoutMillis: 10_000,
+    idleTimeoutMillis: 30_000,
+    application_name: 'hookq',
+  })
+  // An idle client whose connection dies (server restart) emits 'error' on the pool; without a
+  // listener that would crash the process. The pool drops the client and opens a new one on demand.
+  pool.on('error', () => {})
+  // Likewise a checked-out client whose socket breaks mid-query: its query fails (and the caller
+  // answers 503), but the 'error' event itself must not become an uncaught exception.
+  pool.on('connect', (client) => { client.on('error', () => {}) })
+  const prisma = new PrismaClient({ adapter: new PrismaPg(pool) })
+  let closed = false
+  return {
+    prisma,
+    pool,
+    async close() {
+      if (closed) return
+      closed = true
+      await prisma.$disconnect()
+      if (!pool.ending) await pool.end()
+    },
+  }
+}

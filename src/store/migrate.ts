@@ -1,0 +1,89 @@
+/**
+ * Migrations at start-up: the files under prisma/migrations, applied by Prisma's own schema engine
+ * (as WebAssembly, see schema-engine.ts) and recorded in `_prisma_migrations` exactly as
+ * `prisma migrate deploy` records them, so the stock CLI keeps working on the same database.
+ */
+import { fileURLToPath } from 'node:url'
+import pg from 'pg'
+import { engineAdapterFactory, NO_FILTERS, readMigrations, withSchemaEngine } from './schema-engine.ts'
+
+/** prisma/migrations of this checkout, found from this file rather than from the working directory. */
+export const MIGRATIONS_DIR = fileURLToPath(new URL('../../prisma/migrations', import.meta.url))
+
+/**
+ * The session advisory lock applyMigrations holds around the engine. The engine takes Prisma's own
+ * lock (72707369) too, but gives up after 10 s, so a second broker would fail while the first runs a
+ * long migration; ours waits. It must differ from Prisma's: holding that one here would block the
+ * engine on its own connection.
+ */
+export const MIGRATE_LOCK_KEY = 0x686b714d // "hkqM"
+
+/** Options of applyMigrations. */
+export interface ApplyMigrationsOptions {
+  log?: (msg: string) => void
+  /**
+   * The server takes one connection at a time (the embedded PGlite server): skip the advisory lock,
+   * which would need a second connection, and give the engine a pool of one. Only one process opens
+   * an embedded data directory, so there is no one to serialise with.
+   */
+  singleConnection?: boolean
+  /** Defaults to MIGRATIONS_DIR; tests point it elsewhere. */
+  migrationsDir?: string
+}
+
+/**
+ * Applies the migrations not yet recorded in `_prisma_migrations` and returns their names (empty
+ * when the database was up to date). Safe when several processes start at once on one database:
+ * they take turns on a session advisory lock and the later ones find nothing to do.
+ */
+export async function applyMigrations(
+  connectionString: string,
+  opts: ApplyMigrationsOptions = {},
+): Promise<{ applied: string[] }> {
+  const log = opts.log ?? (() => {})
+  const migrations = await readMigrations(opts.migrationsDir ?? MIGRATIONS_DIR)
+  const apply = async () => {
+    const factory = engineAdapterFactory({ connectionString, maxConnections: 1 })
+    const out = await withSchemaEngine(factory, { log }, (engine) =>
+      engine.applyMigrations({ migrationsList: migrations, filters: NO_FILTERS }),
+    )
+    for (const name of out.appliedMigrationNames) log(`applied migration ${name}`)
+    return { applied: out.appliedMigrationNames }
+  }
+  if (opts.singleConnection) return apply()
+
+  const lock = new pg.Client({ connectionString, application_name: 'hookq-migrate-lock' })
+  lock.on('error', () => {}) // a dropped lock connection surfaces as a failed query below
+  await lock.connect()
+  try {
+    await lock.query('SELECT pg_advisory_lock($1)', [MIGRATE_LOCK_KEY])
+    return await apply()
+  } finally {
+    // Ending the session releases the lock even if the unlock itself fails.
+    await lock.query('SELECT pg_advisory_unlock($1)', [MIGRATE_LOCK_KEY]).catch(() => {})
+    await lock.end().catch(() => {})
+  }
+}
+
+/** Runs one SQL statement; `(sql) => pool.query(sql)` for a pg Pool or Client. */
+export type QueryFn = (sql: string) => Promise<{ rows: unknown[] }>
+
+/**
+ * Names of the migration directories not recorded as finished in `_prisma_migrations` (all of them
+ * when the table does not exist yet), in the order they would be applied. Backs GET /readyz.
+ */
+export async function pendingMigrations(query: QueryFn, migrationsDir = MIGRATIONS_DIR): Promise<string[]> {
+  const onDisk = (await readMigrations(migrationsDir)).migrationDirectories.map((d) => d.path)
+  let finished: Set<string>
+  try {
+    const { rows } = await query(
+      'SELECT migration_name FROM _prisma_migrations WHERE finished_at IS NOT NULL AND rolled_back_at IS NULL',
+    )
+    finished = new Set(rows.map((r) => (r as { migration_name: string }).migration_name))
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== '42P01') throw err // 42P01: undefined_table
+    finished = new Set()
+  }
+  return onDisk.filter((name) => !finished.has(name))
+}
+

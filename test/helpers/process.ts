@@ -1,0 +1,50 @@
+/** The real broker as a child process (`node --import tsx src/server.ts`), for tests about processes. */
+import { spawn, type ChildProcess } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+
+const root = fileURLToPath(new URL('../../', import.meta.url))
+
+export interface BrokerProcess {
+  child: ChildProcess
+  url: string
+  /** Resolves with the exit code (or signal name) when the process ends. */
+  exited: Promise<number | string>
+  output(): string
+}
+
+/** Starts the broker with `env` on a free port; resolves once it listens. */
+export async function spawnBroker(env: Record<string, string>, timeoutMs = 30_000): Promise<BrokerProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+    cwd: root,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let out = ''
+  child.stdout!.on('data', (d) => { out += d })
+  child.stderr!.on('data', (d) => { out += d })
+  const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)))
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`broker did not start in ${timeoutMs} ms:\n${out}`)) }, timeoutMs)
+    const check = () => {
+      const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)
+      if (m) { clearTimeout(timer); resolve(m[1]!) }
+    }
+    child.stdout!.on('data', check)
+    void exited.then((code) => { clearTimeout(timer); reject(new Error(`broker exited (${code}) before listening:\n${out}`)) })
+  })
+  return { child, url, exited, output: () => out }
+}
+
+/** Runs the broker to completion (for start-up failures); resolves with its exit code and output. */
+export async function runBrokerToExit(env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | string; output: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+    cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let output = ''
+  child.stdout.on('data', (d) => { output += d })
+  child.stderr.on('data', (d) => { output += d })
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
+  const code = await new Promise<number | string>((resolve) => child.on('exit', (c, s) => resolve(c ?? s ?? -1)))
+  clearTimeout(timer)
+  return { code, output }
+}

@@ -1,0 +1,70 @@
+import t from 'tap'
+import { startListeningBroker } from '../helpers/broker.ts'
+
+const { url } = await startListeningBroker(t)
+
+async function call(method: string, path: string, body?: unknown) {
+  const res = await fetch(url + path, {
+    method, headers: body ? { 'content-type': 'application/json' } : {}, body: body ? JSON.stringify(body) : undefined,
+  })
+  return { status: res.status, json: (await res.json()) as any }
+}
+
+t.test('50 concurrent producers on one partition: dense offsets, every acknowledged message exactly once, no reader sees a gap', async (t) => {
+  t.equal((await call('PUT', '/v1/topics/hot', { partitions: 1 })).status, 201)
+  const PRODUCERS = 50
+  const CALLS = 10
+  const PER_CALL = 3
+  const acked = new Map<number, string>() // offset → value
+  let done = false
+
+  // A reader polling the partition: whatever it sees must be offsets 0..n-1 with no hole, and
+  // n never shrinks: offset n+1 is never visible before n.
+  let readerViews = 0
+  const reader = (async () => {
+    let lastCount = 0
+    while (!done) {
+      const page = await call('GET', '/v1/topics/hot/partitions/0/messages?fromOffset=0&limit=1000')
+      const offsets = page.json.messages.map((m: { offset: number }) => m.offset)
+      offsets.forEach((o: number, i: number) => { if (o !== i) throw new Error(`reader saw offset ${o} at position ${i}`) })
+      if (offsets.length < lastCount) throw new Error('the visible log shrank')
+      lastCount = offsets.length
+      readerViews++
+    }
+  })()
+
+  await Promise.all(Array.from({ length: PRODUCERS }, async (_, p) => {
+    for (let c = 0; c < CALLS; c++) {
+      const values = Array.from({ length: PER_CALL }, (_, i) => `p${p}-c${c}-m${i}`)
+      const res = await call('POST', '/v1/topics/hot/messages', { messages: values.map((value) => ({ value })) })
+      if (res.status !== 201) throw new Error(`produce answered ${res.status}: ${JSON.stringify(res.json)}`)
+      const offsets = res.json.results.map((r: { offset: number }) => r.offset)
+      for (let i = 1; i < offsets.length; i++) {
+        if (offsets[i] !== offsets[i - 1] + 1) throw new Error('one call got non-contiguous offsets')
+      }
+      res.json.results.forEach((r: { partition: number; offset: number }, i: number) => {
+        if (acked.has(r.offset)) throw new Error(`offset ${r.offset} handed out twice`)
+        acked.set(r.offset, values[i]!)
+      })
+    }
+  }))
+  done = true
+  await reader
+  t.ok(readerViews > 0, 'the reader ran alongside')
+
+  const total = PRODUCERS * CALLS * PER_CALL
+  t.equal(acked.size, total)
+  const stored: { offset: number; value: string }[] = []
+  for (let from = 0; ;) {
+    const page = await call('GET', `/v1/topics/hot/partitions/0/messages?fromOffset=${from}&limit=1000`)
+    if (page.json.messages.length === 0) break
+    stored.push(...page.json.messages)
+    from = page.json.nextOffset
+  }
+  t.same(stored.map((m) => m.offset), Array.from({ length: total }, (_, i) => i), 'offsets 0..n-1, dense')
+  const mismatched = stored.filter((m) => acked.get(m.offset) !== m.value)
+  t.equal(mismatched.length, 0, 'each offset holds the message acknowledged with it')
+  t.equal(new Set(stored.map((m) => m.value)).size, total, 'each message exactly once')
+  const detail = await call('GET', '/v1/topics/hot')
+  t.same(detail.json.partitionStats, [{ partition: 0, endOffset: total }])
+})

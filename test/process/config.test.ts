@@ -1,0 +1,28 @@
+import t from 'tap'
+import { loadConfig, ConfigError } from '../../src/config.ts'
+import { runBrokerToExit } from '../helpers/process.ts'
+
+t.test('defaults', async (t) => {
+  const c = loadConfig({})
+  t.match(c, { host: '127.0.0.1', port: 8080, databaseUrl: undefined, dataDir: './data', maxMessageBytes: 1048576, maxRequestBytes: 10485760, apiKeys: [] })
+})
+
+t.test('bad values are refused with the variable named', async (t) => {
+  const bad: [Record<string, string>, RegExp][] = [
+    [{ PORT: 'eighty' }, /PORT must be a whole number from 0 to 65535, got "eighty"/],
+    [{ PORT: '70000' }, /PORT must be a whole number/],
+    [{ DATABASE_URL: 'mysql://x' }, /DATABASE_URL must be a postgresql:\/\/ URL/],
+    [{ LOG_LEVEL: 'loud' }, /LOG_LEVEL must be one of/],
+    [{ HOOKQ_MAX_MESSAGE_BYTES: '2000000', HOOKQ_MAX_REQUEST_BYTES: '1000000' }, /must not exceed HOOKQ_MAX_REQUEST_BYTES/],
+    [{ HOOKQ_DB_POOL_SIZE: '0' }, /HOOKQ_DB_POOL_SIZE/],
+  ]
+  for (const [env, message] of bad) t.throws(() => loadConfig(env), { name: 'ConfigError', message }, JSON.stringify(env))
+  t.ok(new ConfigError('x') instanceof Error)
+  t.same(loadConfig({ HOOKQ_API_KEYS: ' a, b ,,' }).apiKeys, ['a', 'b'])
+})
+
+t.test('the broker refuses to start on a bad value, saying why, with exit code 2', async (t) => {
+  const { code, output } = await runBrokerToExit({ PORT: 'eighty' })
+  t.equal(code, 2)
+  t.match(output, /hookq: configuration error: PORT must be a whole number from 0 to 65535, got "eighty"/)
+})
