@@ -1,13 +1,11 @@
 /**
  * Storage of messages: the append transaction behind group commit, and reads in offset order.
  *
- * Append is raw SQL on a pooled pg client: it is the hot path, and what it needs — locking the
- * partition rows in a fixed order, and inserting thousands of rows from arrays in one statement —
- * is beyond Prisma's query API. Reads go through Prisma.
+ * Append is raw SQL: it is the hot path, and what it needs — locking the partition rows in a fixed
+ * order and inserting thousands of rows from arrays, in one statement — is beyond Prisma's query
+ * API. Reads go through Prisma.
  */
-import type pg from 'pg'
 import type { Database } from './db.ts'
-import { isDatabaseUnavailable } from './errors.ts'
 
 /** One message to append; `value` and `headers` are JSON text. */
 export interface AppendEntry {
@@ -36,32 +34,46 @@ export interface StoredMessage {
   timestamp: Date
 }
 
-// Locks the partition rows in (topic, partition) order — two transactions touching the same
-// partitions can then never deadlock — and hands out one dense range of offsets per partition.
-// The lock is held until COMMIT, so a partition's transactions commit in offset order and no reader
-// ever sees offset n+1 before n.
-const ALLOCATE_OFFSETS = `
-WITH wanted AS (
-  SELECT * FROM unnest($1::int[], $2::int[], $3::int[]) AS w(topic_id, partition, n)
+// The whole append is this one statement, committed on its own: it locks the partition rows in
+// (topic, partition) order (so concurrent appends never deadlock), hands out one dense range of
+// offsets per partition, and inserts the messages. One round trip, so the partition locks are held
+// only for the statement and its commit; they are held until COMMIT, so a partition's appends
+// commit in offset order and no reader ever sees offset n+1 before n.
+// Values and headers arrive as one JSON array each and are split by json_array_elements, whose
+// elements keep their exact input text: no per-value array escaping on the way in.
+// clock_timestamp() is read after the locks are taken, so timestamps never go backwards along a
+// partition's offsets (now() would be the statement start, before waiting for the lock).
+const APPEND = `
+WITH input AS (
+  SELECT * FROM ROWS FROM (
+    unnest($1::int[]), unnest($2::int[]), json_array_elements_text($3::json),
+    json_array_elements($4::json), json_array_elements($5::json), unnest($6::int[]),
+    json_array_elements_text($7::json)
+  ) WITH ORDINALITY AS u(topic_id, partition, key, value, headers, delay_ms, idempotency_key, ord)
+), counts AS (
+  SELECT topic_id, partition, count(*) AS n FROM input GROUP BY topic_id, partition
 ), locked AS (
   SELECT p.topic_id, p.partition FROM topic_partitions p
-  JOIN wanted w ON w.topic_id = p.topic_id AND w.partition = p.partition
+  JOIN counts c ON c.topic_id = p.topic_id AND c.partition = p.partition
   ORDER BY p.topic_id, p.partition
   FOR UPDATE OF p
+), allocated AS (
+  UPDATE topic_partitions p SET next_offset = p.next_offset + c.n
+  FROM locked l JOIN counts c ON c.topic_id = l.topic_id AND c.partition = l.partition
+  WHERE p.topic_id = l.topic_id AND p.partition = l.partition
+  RETURNING p.topic_id, p.partition, p.next_offset - c.n AS first_offset
+), numbered AS (
+  SELECT i.*, a.first_offset + row_number() OVER (PARTITION BY i.topic_id, i.partition ORDER BY i.ord) - 1 AS "offset"
+  FROM input i JOIN allocated a ON a.topic_id = i.topic_id AND a.partition = i.partition
+), stamped AS (
+  SELECT clock_timestamp() AS at FROM allocated LIMIT 1
+), inserted AS (
+  INSERT INTO messages (topic_id, partition, "offset", key, value, headers, produced_at, available_at, idempotency_key)
+  SELECT n.topic_id, n.partition, n."offset", n.key, n.value::text, n.headers::text, s.at,
+         s.at + n.delay_ms * interval '1 millisecond', n.idempotency_key
+  FROM numbered n CROSS JOIN stamped s
 )
-UPDATE topic_partitions p SET next_offset = p.next_offset + w.n
-FROM locked l JOIN wanted w ON w.topic_id = l.topic_id AND w.partition = l.partition
-WHERE p.topic_id = l.topic_id AND p.partition = l.partition
-RETURNING p.topic_id, p.partition, p.next_offset - w.n AS first_offset`
-
-// clock_timestamp() is read after the partition locks are held, so produce timestamps never go
-// backwards along a partition's offsets (now() would be the earlier transaction start).
-const INSERT_MESSAGES = `
-WITH ts AS (SELECT clock_timestamp() AS at)
-INSERT INTO messages (topic_id, partition, "offset", key, value, headers, produced_at, available_at, idempotency_key)
-SELECT u.t, u.p, u.o, u.k, u.v, u.h, ts.at, ts.at + u.d * interval '1 millisecond', u.i
-FROM ts, unnest($1::int[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[])
-  AS u(t, p, o, k, v, h, d, i)`
+SELECT ord::int AS ord, partition, "offset" FROM numbered`
 
 const FIND_IDEMPOTENCY_KEYS = `
 SELECT m.topic_id, m.idempotency_key, m.partition, m."offset",
@@ -85,32 +97,23 @@ const RETRYABLE = new Set([
 const MAX_ATTEMPTS = 4
 
 const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
-const partKey = (topicId: number, partition: number) => `${topicId}:${partition}`
+/** An int[] literal: cheaper than letting pg escape every element of a JS array. */
+const intArray = (xs: number[]) => `{${xs.join(',')}}`
 
 export class MessageStore {
   constructor(private readonly db: Database) {}
 
   /**
-   * Appends the entries in one transaction, all or nothing, and returns each one's coordinates
-   * in input order; null for an entry whose topic no longer exists. Resolves only after COMMIT.
+   * Appends the entries atomically (all or nothing) and returns each one's coordinates in input
+   * order; null for an entry whose topic no longer exists. Resolves only after the commit.
    */
   async append(entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
     for (let attempt = 1; ; attempt++) {
-      const client = await this.db.pool.connect()
-      let broken = false
       try {
-        await client.query('BEGIN')
-        const result = await appendInTransaction(client, entries)
-        await client.query('COMMIT')
-        return result
+        return await this.appendOnce(entries)
       } catch (err) {
-        await client.query('ROLLBACK').catch(() => { broken = true })
-        if (isDatabaseUnavailable(err)) broken = true
         const code = (err as { code?: string }).code
         if (attempt >= MAX_ATTEMPTS || code === undefined || !RETRYABLE.has(code)) throw err
-      } finally {
-        // A client whose ROLLBACK failed has a dead connection: destroy it rather than reuse it.
-        client.release(broken)
       }
     }
   }
@@ -132,84 +135,72 @@ export class MessageStore {
       timestamp: r.producedAt,
     }))
   }
-}
 
-async function appendInTransaction(client: pg.PoolClient, entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
-  const result: (Coordinates | null)[] = new Array(entries.length).fill(null)
-  // Index of the entry that is the original for a duplicate within this batch.
-  const duplicateOf = new Map<number, number>()
-  const known = await findKnownKeys(client, entries)
-  const firstWithKey = new Map<string, number>()
-  const fresh: number[] = []
-  for (let i = 0; i < entries.length; i++) {
-    const e = entries[i]!
-    if (e.idempotencyKey !== null) {
-      const k = idKey(e.topicId, e.idempotencyKey)
-      const stored = known.get(k)
-      if (stored) { result[i] = { ...stored, duplicate: true }; continue }
-      const first = firstWithKey.get(k)
-      if (first !== undefined) { duplicateOf.set(i, first); continue }
-      firstWithKey.set(k, i)
+  private async appendOnce(entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
+    const result: (Coordinates | null)[] = new Array(entries.length).fill(null)
+    // Idempotency keys are looked up before the append, without locks. A concurrent writer that
+    // stores the same key in between makes the append fail on the unique index; the retry then
+    // finds the key here.
+    const known = await this.findKnownKeys(entries)
+    const duplicateOf = new Map<number, number>() // a repeat within this batch → the first
+    const firstWithKey = new Map<string, number>()
+    const fresh: AppendEntry[] = []
+    const freshIndex: number[] = []
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i]!
+      if (e.idempotencyKey !== null) {
+        const k = idKey(e.topicId, e.idempotencyKey)
+        const stored = known.get(k)
+        if (stored) { result[i] = { ...stored, duplicate: true }; continue }
+        const first = firstWithKey.get(k)
+        if (first !== undefined) { duplicateOf.set(i, first); continue }
+        firstWithKey.set(k, i)
+      }
+      fresh.push(e)
+      freshIndex.push(i)
     }
-    fresh.push(i)
+    if (fresh.length > 0) {
+      const res = await this.db.pool.query<{ ord: number; partition: number; offset: number }>(APPEND, [
+        intArray(fresh.map((e) => e.topicId)),
+        intArray(fresh.map((e) => e.partition)),
+        JSON.stringify(fresh.map((e) => e.key)),
+        `[${fresh.map((e) => e.value).join(',')}]`,
+        `[${fresh.map((e) => e.headers).join(',')}]`,
+        intArray(fresh.map((e) => e.delayMs)),
+        JSON.stringify(fresh.map((e) => e.idempotencyKey)),
+      ])
+      // Rows come back only for partitions that still exist; a deleted topic's entries stay null.
+      for (const row of res.rows) {
+        result[freshIndex[row.ord - 1]!] = { partition: row.partition, offset: row.offset, duplicate: false }
+      }
+    }
+    for (const [i, first] of duplicateOf) {
+      const original = result[first]
+      result[i] = original ? { ...original, duplicate: true } : null
+    }
+    return result
   }
 
-  // Count per partition, then allocate one range of offsets each.
-  const counts = new Map<string, { topicId: number; partition: number; n: number; next: number }>()
-  for (const i of fresh) {
-    const e = entries[i]!
-    const k = partKey(e.topicId, e.partition)
-    const c = counts.get(k)
-    if (c) c.n++
-    else counts.set(k, { topicId: e.topicId, partition: e.partition, n: 1, next: -1 })
+  /** Idempotency keys of this batch already stored within retention, with their coordinates. */
+  private async findKnownKeys(entries: AppendEntry[]): Promise<Map<string, Omit<Coordinates, 'duplicate'>>> {
+    const known = new Map<string, Omit<Coordinates, 'duplicate'>>()
+    const topicIds: number[] = []
+    const keys: string[] = []
+    for (const e of entries) {
+      if (e.idempotencyKey !== null) { topicIds.push(e.topicId); keys.push(e.idempotencyKey) }
+    }
+    if (keys.length === 0) return known
+    const found = await this.db.pool.query<{ topic_id: number; idempotency_key: string; partition: number; offset: number; expired: boolean }>(
+      FIND_IDEMPOTENCY_KEYS, [topicIds, keys])
+    const expired = found.rows.filter((r) => r.expired)
+    if (expired.length > 0) {
+      await this.db.pool.query(RELEASE_IDEMPOTENCY_KEYS, [expired.map((r) => r.topic_id), expired.map((r) => r.idempotency_key)])
+    }
+    for (const r of found.rows) {
+      if (!r.expired) known.set(idKey(r.topic_id, r.idempotency_key), { partition: r.partition, offset: r.offset })
+    }
+    return known
   }
-  if (counts.size > 0) {
-    const cs = [...counts.values()]
-    const allocated = await client.query<{ topic_id: number; partition: number; first_offset: number }>(
-      ALLOCATE_OFFSETS,
-      [cs.map((c) => c.topicId), cs.map((c) => c.partition), cs.map((c) => c.n)],
-    )
-    for (const row of allocated.rows) counts.get(partKey(row.topic_id, row.partition))!.next = row.first_offset
-  }
-
-  const cols: [number[], number[], number[], (string | null)[], string[], string[], number[], (string | null)[]] =
-    [[], [], [], [], [], [], [], []]
-  for (const i of fresh) {
-    const e = entries[i]!
-    const c = counts.get(partKey(e.topicId, e.partition))!
-    if (c.next < 0) continue // the topic was deleted meanwhile: result stays null
-    const offset = c.next++
-    result[i] = { partition: e.partition, offset, duplicate: false }
-    cols[0].push(e.topicId); cols[1].push(e.partition); cols[2].push(offset); cols[3].push(e.key)
-    cols[4].push(e.value); cols[5].push(e.headers); cols[6].push(e.delayMs); cols[7].push(e.idempotencyKey)
-  }
-  if (cols[0].length > 0) await client.query(INSERT_MESSAGES, cols)
-  for (const [i, first] of duplicateOf) {
-    const original = result[first]
-    result[i] = original ? { ...original, duplicate: true } : null
-  }
-  return result
-}
-
-/** Idempotency keys of this batch already stored within retention, with their coordinates. */
-async function findKnownKeys(client: pg.PoolClient, entries: AppendEntry[]): Promise<Map<string, Omit<Coordinates, 'duplicate'>>> {
-  const known = new Map<string, Omit<Coordinates, 'duplicate'>>()
-  const topicIds: number[] = []
-  const keys: string[] = []
-  for (const e of entries) {
-    if (e.idempotencyKey !== null) { topicIds.push(e.topicId); keys.push(e.idempotencyKey) }
-  }
-  if (keys.length === 0) return known
-  const found = await client.query<{ topic_id: number; idempotency_key: string; partition: number; offset: number; expired: boolean }>(
-    FIND_IDEMPOTENCY_KEYS, [topicIds, keys])
-  const expired = found.rows.filter((r) => r.expired)
-  if (expired.length > 0) {
-    await client.query(RELEASE_IDEMPOTENCY_KEYS, [expired.map((r) => r.topic_id), expired.map((r) => r.idempotency_key)])
-  }
-  for (const r of found.rows) {
-    if (!r.expired) known.set(idKey(r.topic_id, r.idempotency_key), { partition: r.partition, offset: r.offset })
-  }
-  return known
 }
 
 // Deletes one bounded slice of the expired messages of a topic, so a large backlog is removed in

@@ -11,10 +11,10 @@ import { engineAdapterFactory, NO_FILTERS, readMigrations, withSchemaEngine } fr
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../prisma/migrations', import.meta.url))
 
 /**
- * The session advisory lock applyMigrations holds around the engine. The engine takes Prisma's own
- * lock (72707369) too, but gives up after 10 s, so a second broker would fail while the first runs a
- * long migration; ours waits. It must differ from Prisma's: holding that one here would block the
- * engine on its own connection.
+ * The session advisory lock applyMigrations holds around the engine. The engine also takes Prisma's
+ * lock (72707369), but on whichever pooled connection the adapter hands it; ours is on a connection
+ * we own for the whole call. It must differ from Prisma's: holding that one here would block the
+ * engine, which waits for it without a timeout (observed: over 10 minutes).
  */
 export const MIGRATE_LOCK_KEY = 0x686b714d // "hkqM"
 

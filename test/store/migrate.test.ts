@@ -1,0 +1,146 @@
+import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import pg from 'pg'
+import t from 'tap'
+import { writeNextMigration } from '../../scripts/new-migration.ts'
+import { applyMigrations, MIGRATE_LOCK_KEY, MIGRATIONS_DIR, pendingMigrations } from '../../src/store/migrate.ts'
+import { readMigrations } from '../../src/store/schema-engine.ts'
+import { databaseServerUrl, needsServer, testDatabase, type TeardownHost } from '../helpers/db.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+const SCHEMA_PATH = fileURLToPath(new URL('../../prisma/schema.prisma', import.meta.url))
+const names = (await readMigrations(MIGRATIONS_DIR)).migrationDirectories.map((d) => d.path)
+
+/** One connection for the duration of `fn`: the embedded database takes only one at a time. */
+async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    return await fn(client)
+  } finally {
+    await client.end()
+  }
+}
+
+const recorded = (url: string) =>
+  withClient(url, async (c) => (await c.query('SELECT migration_name, finished_at FROM _prisma_migrations')).rows)
+
+async function tempDir(t: TeardownHost): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'hookq-migrate-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  return dir
+}
+
+t.test('the migrations folder holds the init migration in Prisma layout', async (t) => {
+  t.ok(names.length >= 1)
+  t.match(names[0], /^\d{14}_init$/)
+  t.match(await readFile(path.join(MIGRATIONS_DIR, 'migration_lock.toml'), 'utf8'), /provider = "postgresql"/)
+})
+
+t.test('applies to an empty database, then has nothing to do', async (t) => {
+  const db = await testDatabase(t, { empty: true })
+  const singleConnection = db.maxConnections === 1
+  t.same(await withClient(db.url, (c) => pendingMigrations((sql) => c.query(sql))), names, 'all pending before')
+
+  t.same(await applyMigrations(db.url, { singleConnection }), { applied: names })
+  const tables = await withClient(db.url, async (c) =>
+    (await c.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")).rows.map((r) => r.tablename),
+  )
+  t.same(tables, ['_prisma_migrations', 'messages', 'topic_partitions', 'topics'])
+  const rows = await recorded(db.url)
+  t.same(rows.map((r) => r.migration_name).sort(), names)
+  t.ok(rows.every((r) => r.finished_at instanceof Date), 'recorded as finished')
+  t.same(await withClient(db.url, (c) => pendingMigrations((sql) => c.query(sql))), [], 'none pending after')
+
+  t.same(await applyMigrations(db.url, { singleConnection }), { applied: [] }, 'second run is a no-op')
+  t.equal((await recorded(db.url)).length, names.length)
+})
+
+t.test('concurrent starts on one fresh database apply each migration once', { skip: needsServer }, async (t) => {
+  const db = await testDatabase(t, { empty: true })
+  const results = await Promise.all([1, 2, 3].map(() => applyMigrations(db.url)))
+  t.same(results.flatMap((r) => r.applied).sort(), names, 'one starter applied them, the others found nothing')
+  t.equal((await recorded(db.url)).length, names.length)
+})
+
+t.test('a second starter waits for the one holding the migration lock', { skip: needsServer }, async (t) => {
+  const db = await testDatabase(t, { empty: true })
+  await withClient(db.url, async (holder) => {
+    await holder.query('SELECT pg_advisory_lock($1)', [MIGRATE_LOCK_KEY])
+    const starting = applyMigrations(db.url)
+    await waitUntil(async () => {
+      const { rowCount } = await holder.query(
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted",
+        [MIGRATE_LOCK_KEY],
+      )
+      return rowCount === 1
+    }, 10_000, 'applyMigrations to queue on the advisory lock')
+    t.same(await pendingMigrations((sql) => holder.query(sql)), names, 'nothing applied while the lock is held')
+    await holder.query('SELECT pg_advisory_unlock($1)', [MIGRATE_LOCK_KEY])
+    t.same(await starting, { applied: names })
+  })
+})
+
+t.test('scripts run whole: $$ bodies and ";" in literals; pending lists the new one', async (t) => {
+  const db = await testDatabase(t)
+  const singleConnection = db.maxConnections === 1
+  const dir = await tempDir(t)
+  await cp(MIGRATIONS_DIR, dir, { recursive: true })
+  await mkdir(path.join(dir, '29990101000000_function'))
+  await writeFile(
+    path.join(dir, '29990101000000_function', 'migration.sql'),
+    "CREATE TABLE notes (body TEXT NOT NULL DEFAULT 'a;b');\n" +
+      'CREATE FUNCTION one() RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN 1; END $$;\n',
+  )
+  const pending = () => withClient(db.url, (c) => pendingMigrations((sql) => c.query(sql), dir))
+  t.same(await pending(), ['29990101000000_function'])
+  t.same(await applyMigrations(db.url, { singleConnection, migrationsDir: dir }), { applied: ['29990101000000_function'] })
+  t.same(await pending(), [])
+  const row = await withClient(db.url, async (c) => {
+    await c.query('INSERT INTO notes DEFAULT VALUES')
+    return (await c.query('SELECT one() AS one, body FROM notes')).rows[0]
+  })
+  t.same(row, { one: 1, body: 'a;b' })
+})
+
+t.test('a failing migration applies nothing and is recorded as failed', async (t) => {
+  const db = await testDatabase(t)
+  const singleConnection = db.maxConnections === 1
+  const dir = await tempDir(t)
+  await cp(MIGRATIONS_DIR, dir, { recursive: true })
+  await mkdir(path.join(dir, '29990101000000_broken'))
+  await writeFile(
+    path.join(dir, '29990101000000_broken', 'migration.sql'),
+    'CREATE TABLE half (id INT);\nCREATE TABLE broken (id no_such_type);\n',
+  )
+  await t.rejects(applyMigrations(db.url, { singleConnection, migrationsDir: dir }), /no_such_type/)
+  const half = await withClient(db.url, async (c) => (await c.query("SELECT to_regclass('half') AS t")).rows[0].t)
+  t.equal(half, null, 'the statements before the failing one were rolled back')
+  t.same(await withClient(db.url, (c) => pendingMigrations((sql) => c.query(sql), dir)), ['29990101000000_broken'])
+})
+
+t.test('db:migration writes nothing for an unchanged schema and the diff for a changed one', async (t) => {
+  const dir = await tempDir(t)
+  const migrationsDir = path.join(dir, 'migrations')
+  await cp(MIGRATIONS_DIR, migrationsDir, { recursive: true })
+  const schemaPath = path.join(dir, 'schema.prisma')
+  const schema = await readFile(SCHEMA_PATH, 'utf8')
+  await writeFile(schemaPath, schema)
+  const databaseUrl = databaseServerUrl
+
+  t.equal(await writeNextMigration({ name: 'nothing', schemaPath, migrationsDir, databaseUrl }), null)
+
+  await writeFile(schemaPath, schema.replace(/(model Topic \{\n)/, '$1  description String?\n'))
+  const file = await writeNextMigration({
+    name: 'topic_description', schemaPath, migrationsDir, databaseUrl, now: new Date('2999-01-02T03:04:05Z'),
+  })
+  t.equal(file, path.join(migrationsDir, '29990102030405_topic_description', 'migration.sql'))
+  t.match(await readFile(file!, 'utf8'), /ALTER TABLE "topics" ADD COLUMN\s+"description" TEXT/)
+
+  const db = await testDatabase(t, { empty: true })
+  const { applied } = await applyMigrations(db.url, { singleConnection: db.maxConnections === 1, migrationsDir })
+  t.same(applied, [...names, '29990102030405_topic_description'])
+  t.equal(await writeNextMigration({ name: 'again', schemaPath, migrationsDir, databaseUrl }), null, 'in sync again')
+})
