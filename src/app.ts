@@ -63,6 +63,12 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   })
   await app.register(swaggerUi, { routePrefix: '/docs' })
 
+  // At shutdown, idle keep-alive connections are closed at once (forceCloseConnections); busy ones
+  // get `connection: close` on their last response, or close() would wait out their keep-alive.
+  let closing = false
+  app.addHook('preClose', async () => { closing = true })
+  app.addHook('onSend', async (_req, reply) => { if (closing) reply.header('connection', 'close') })
+
   installProblemHandlers(app)
   installAuth(app, opts.apiKeys ?? [])
 
