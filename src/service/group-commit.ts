@@ -102,22 +102,26 @@ export class GroupCommitter<E, R> {
   }
 
   private async run(batch: Pending<E, R>[]): Promise<void> {
+    let results: R[] | undefined
+    let failure: unknown
     try {
       const entries = batch.length === 1 ? batch[0]!.entries : batch.flatMap((p) => p.entries)
-      const results = await this.commit(entries)
-      let at = 0
-      for (const p of batch) {
-        p.resolve(results.slice(at, at + p.entries.length))
-        at += p.entries.length
-      }
+      results = await this.commit(entries)
     } catch (err) {
-      for (const p of batch) p.reject(err)
-    } finally {
-      this.running--
-      this.pump()
-      if (this.running === 0 && this.head === this.queue.length) {
-        for (const wake of this.idleWaiters.splice(0)) wake()
-      }
+      failure = err
+    }
+    this.running--
+    // Start the next commit before waking this batch's callers: their responses take a while to
+    // write, and the database should not sit idle meanwhile.
+    this.pump()
+    let at = 0
+    for (const p of batch) {
+      if (results) p.resolve(results.slice(at, at + p.entries.length))
+      else p.reject(failure)
+      at += p.entries.length
+    }
+    if (this.running === 0 && this.head === this.queue.length) {
+      for (const wake of this.idleWaiters.splice(0)) wake()
     }
   }
 }

@@ -141,7 +141,8 @@ export class MessageStore {
     // Idempotency keys are looked up before the append, without locks. A concurrent writer that
     // stores the same key in between makes the append fail on the unique index; the retry then
     // finds the key here.
-    const known = await this.findKnownKeys(entries)
+    const hasKeys = entries.some((e) => e.idempotencyKey !== null)
+    const known = hasKeys ? await this.findKnownKeys(entries) : new Map<string, Omit<Coordinates, 'duplicate'>>()
     const duplicateOf = new Map<number, number>() // a repeat within this batch → the first
     const firstWithKey = new Map<string, number>()
     const fresh: AppendEntry[] = []

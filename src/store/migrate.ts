@@ -20,11 +20,12 @@ export const MIGRATE_LOCK_KEY = 0x686b714d // "hkqM"
 
 /** Options of applyMigrations. */
 export interface ApplyMigrationsOptions {
+  /** Engine log lines and the names of applied migrations. */
   log?: (msg: string) => void
   /**
    * The server takes one connection at a time (the embedded PGlite server): skip the advisory lock,
-   * which would need a second connection, and give the engine a pool of one. Only one process opens
-   * an embedded data directory, so there is no one to serialise with.
+   * which would need a second connection. Only one process opens an embedded data directory
+   * (startEmbedded's lock file sees to that), so there is no one to serialise with.
    */
   singleConnection?: boolean
   /** Defaults to MIGRATIONS_DIR; tests point it elsewhere. */
@@ -43,6 +44,7 @@ export async function applyMigrations(
   const log = opts.log ?? (() => {})
   const migrations = await readMigrations(opts.migrationsDir ?? MIGRATIONS_DIR)
   const apply = async () => {
+    // The engine runs one statement at a time; one connection also suits the embedded server.
     const factory = engineAdapterFactory({ connectionString, maxConnections: 1 })
     const out = await withSchemaEngine(factory, { log }, (engine) =>
       engine.applyMigrations({ migrationsList: migrations, filters: NO_FILTERS }),

@@ -52,11 +52,24 @@ export function schemaEngineModule(): Promise<WasmModule> {
   return compiled
 }
 
+// The engine arms a 10 s timer on each command and never clears it (no clearTimeout import), which
+// kept every process that ran migrations alive for 10 s after its work; unref'd, it no longer does.
+const glueImports = Object.fromEntries(
+  Object.entries(bg).map(([name, value]) => {
+    if (!name.startsWith('__wbg_setTimeout_')) return [name, value]
+    return [name, (...args: unknown[]) => {
+      const timer = (value as (...a: unknown[]) => NodeJS.Timeout)(...args)
+      timer.unref()
+      return timer
+    }]
+  }),
+)
+
 // The wasm-bindgen glue keeps the instance in a module-level variable, so a process has one
 // instance and every engine object lives inside it.
 function ensureInstance(): Promise<void> {
   instantiated ??= (async () => {
-    const instance = await WebAssembly.instantiate(await schemaEngineModule(), { './schema_engine_bg.js': bg })
+    const instance = await WebAssembly.instantiate(await schemaEngineModule(), { './schema_engine_bg.js': glueImports })
     bg.__wbg_set_wasm(instance.exports)
     ;(instance.exports.__wbindgen_start as () => void)()
   })()
@@ -66,7 +79,8 @@ function ensureInstance(): Promise<void> {
 
 // A Rust panic aborts as a wasm trap, usually inside a promise callback, where it becomes an
 // uncaught exception saying only "unreachable". The glue hands the panic message to this global
-// first (and throws without it), so print it: it is the only explanation the crash will have.
+// first (and throws a TypeError without it), so print it: it is the only explanation the crash will
+// have. The Prisma client installs its own registry, which throws the message; either will do.
 ;(globalThis as { PRISMA_WASM_PANIC_REGISTRY?: unknown }).PRISMA_WASM_PANIC_REGISTRY ??= {
   set_message(msg: string) {
     process.stderr.write(`prisma schema engine panicked: ${msg}\n`)

@@ -44,7 +44,8 @@ export async function testDatabase(t: TeardownHost, opts: { empty?: boolean } = 
   const name = `hookq_t_${randomBytes(6).toString('hex')}`
   await admin(databaseServerUrl, (c) => c.query(`CREATE DATABASE "${name}" TEMPLATE "${source}"`))
   t.teardown(() => admin(databaseServerUrl, (c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)))
-  return { url: withDatabase(databaseServerUrl, name), maxConnections: 20 }
+  // Test files run in parallel, each with a pool or a broker: stay well inside max_connections (100).
+  return { url: withDatabase(databaseServerUrl, name), maxConnections: 10 }
 }
 
 /** `url` pointing at database `name` on the same server. */

@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { testDatabase } from '../helpers/db.ts'
+import { databaseServerUrl, testDatabase } from '../helpers/db.ts'
 import { spawnBroker, type BrokerProcess } from '../helpers/process.ts'
 
 async function call(base: string, method: string, path: string, body?: unknown) {
@@ -75,10 +75,17 @@ function checkDense(t: Test, stored: { partition: number; offset: number }[], pa
   }
 }
 
-t.test('SIGKILL mid-produce loses no acknowledged message', { skip: process.env.DATABASE_URL ? false : 'needs a PostgreSQL server (DATABASE_URL): the embedded database lives inside the killed process' }, async (t) => {
-  const db = await testDatabase(t)
-  const env = { DATABASE_URL: db.url }
-  let broker: BrokerProcess = await spawnBroker(env)
+/** The child's database: a fresh one on the server, else an embedded data directory. */
+async function childDatabaseEnv(t: Test): Promise<Record<string, string>> {
+  if (databaseServerUrl) return { DATABASE_URL: (await testDatabase(t)).url }
+  const dataDir = await mkdtemp(join(tmpdir(), 'hookq-embedded-'))
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+  return { HOOKQ_DATA_DIR: dataDir }
+}
+
+t.test('SIGKILL mid-produce loses no acknowledged message (a server, or the embedded database)', async (t) => {
+  const env = await childDatabaseEnv(t)
+  let broker: BrokerProcess = await spawnBroker(env, 60_000)
   t.teardown(() => { broker.child.kill('SIGKILL') })
   t.equal((await call(broker.url, 'PUT', '/v1/topics/crash', { partitions: 3 })).status, 201)
 
@@ -90,7 +97,7 @@ t.test('SIGKILL mid-produce loses no acknowledged message', { skip: process.env.
   t.equal(await broker.exited, 'SIGKILL')
   await load.done
 
-  broker = await spawnBroker(env)
+  broker = await spawnBroker(env, 60_000)
   const stored = await readAll(broker.url, 'crash', 3)
   const ok = checkLog(t, load.calls, stored)
   t.ok(ok >= 300, `${ok} acknowledged calls checked`)
@@ -105,7 +112,7 @@ t.test('SIGKILL mid-produce loses no acknowledged message', { skip: process.env.
 t.test('SIGTERM finishes the calls in progress, exits 0, and the embedded database keeps them', async (t) => {
   const dataDir = await mkdtemp(join(tmpdir(), 'hookq-embedded-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
-  const env = { HOOKQ_DATA_DIR: dataDir }
+  const env = { HOOKQ_DATA_DIR: dataDir } // always embedded: its close-and-reopen is what is tested
   let broker = await spawnBroker(env, 60_000)
   t.teardown(() => { broker.child.kill('SIGKILL') })
   t.equal((await call(broker.url, 'PUT', '/v1/topics/graceful', { partitions: 2 })).status, 201)

@@ -1,0 +1,217 @@
+/**
+ * The in-flight tracker: which pushed messages are waiting for something, and until when.
+ *
+ * A pure data structure, an index over what PostgreSQL already holds (it can be rebuilt from the
+ * attempts table after a restart): a Map from delivery id to entry, plus a min-heap of the same
+ * entries by deadline. No I/O, no timers, no clock: methods that need the time take `nowMs`.
+ *
+ * States of an entry and the calls that move it (verbs as in the HTTP layer: acks → finish,
+ * nacks → requeue, extend → touch):
+ *
+ *   insert(kind 'in_flight')  ──touch──▶  in_flight (new ack deadline)
+ *   in_flight ──requeue──▶ retry_wait (deadline = when to push again)
+ *   in_flight | retry_wait ──finish / expireDue / removeWhere──▶ gone (the caller gets the entry)
+ *
+ * Both kinds share one heap, so the dispatcher arms a single timer for `nextDeadlineMs()`. When an
+ * in_flight entry expires (ack deadline passed) the dispatcher records the timeout and, to retry,
+ * inserts it again as retry_wait; when a retry_wait entry expires it pushes the next attempt under
+ * a new delivery id. `finish` accepts both kinds: a late ack still cancels the redelivery.
+ *
+ * Memory, measured by bench/tracker.ts at 1,000,000 entries on Node 20 (64-bit, no pointer
+ * compression): ≈136 bytes per entry for entry object + boxed deadline + Map slot + heap slot,
+ * not counting the delivery id string, which the caller allocates anyway (≈40 bytes for 22 chars).
+ */
+import { MinHeap, type HeapEntry } from './min-heap.ts'
+
+/** What an entry is waiting for: an ack (`in_flight`) or the end of its retry backoff (`retry_wait`). */
+export type DeliveryKind = 'in_flight' | 'retry_wait'
+
+/** The fields of a new entry. */
+export interface TrackerEntryInit {
+  deliveryId: string
+  groupId: number
+  partition: number
+  offset: number
+  attempt: number
+  deadlineMs: number
+  kind: DeliveryKind
+}
+
+/**
+ * One tracked delivery. A class with fixed fields so that a million of them share one hidden
+ * class and cost ~100 bytes each; an object literal per entry would cost more and vary in shape.
+ * `deadlineMs`, `kind` and `index` belong to the tracker: change them only through its methods
+ * while the entry is tracked.
+ */
+export class TrackerEntry implements HeapEntry {
+  readonly deliveryId: string
+  readonly groupId: number
+  readonly partition: number
+  readonly offset: number
+  /** The attempt this delivery id names (1 for the first push). */
+  readonly attempt: number
+  /** Epoch ms: the ack deadline (in_flight) or when to push again (retry_wait). */
+  deadlineMs: number
+  kind: DeliveryKind
+  /** Heap position, maintained by the heap; -1 when not tracked. */
+  index: number
+
+  constructor(init: TrackerEntryInit) {
+    this.deliveryId = init.deliveryId
+    this.groupId = init.groupId
+    this.partition = init.partition
+    this.offset = init.offset
+    this.attempt = init.attempt
+    this.deadlineMs = init.deadlineMs
+    this.kind = init.kind
+    this.index = -1
+  }
+}
+
+/** What {@link InFlightTracker.expireDue} returns. */
+export interface ExpireResult {
+  /** Removed entries whose deadline was ≤ nowMs, earliest first (ties in no particular order). */
+  due: TrackerEntry[]
+  /** The earliest deadline still tracked; undefined when empty. ≤ nowMs when `limit` cut the batch short. */
+  nextDeadlineMs: number | undefined
+}
+
+/** Map by delivery id plus min-heap by deadline; every operation by id is O(1) + O(log n). */
+export class InFlightTracker {
+  private readonly byId = new Map<string, TrackerEntry>()
+  private readonly heap = new MinHeap<TrackerEntry>()
+  private inFlight = 0
+
+  /** Entries tracked, both kinds. */
+  get size(): number {
+    return this.byId.size
+  }
+
+  /** Entries waiting for an ack. */
+  get inFlightCount(): number {
+    return this.inFlight
+  }
+
+  /** Entries waiting for their retry backoff. */
+  get retryWaitCount(): number {
+    return this.byId.size - this.inFlight
+  }
+
+  /** Starts tracking an entry and returns it; throws if its delivery id is tracked or the entry is in a heap. */
+  insert(entry: TrackerEntry): TrackerEntry {
+    if (this.byId.has(entry.deliveryId)) throw new Error(`delivery ${entry.deliveryId} is already tracked`)
+    this.heap.push(entry) // throws before the Map changes if the entry is tracked elsewhere
+    this.byId.set(entry.deliveryId, entry)
+    if (entry.kind === 'in_flight') this.inFlight++
+    return entry
+  }
+
+  /** The tracked entry for a delivery id, or undefined. */
+  get(deliveryId: string): TrackerEntry | undefined {
+    return this.byId.get(deliveryId)
+  }
+
+  /** True when the delivery id is tracked. */
+  has(deliveryId: string): boolean {
+    return this.byId.has(deliveryId)
+  }
+
+  /** Stops tracking a delivery of either kind (ack, dead-letter); returns the removed entry or undefined. */
+  finish(deliveryId: string): TrackerEntry | undefined {
+    const entry = this.byId.get(deliveryId)
+    if (entry === undefined) return undefined
+    this.forget(entry)
+    return entry
+  }
+
+  /**
+   * Moves an in_flight entry's ack deadline (extend). False for an unknown id and for a retry_wait
+   * entry: its attempt already ended (timed out, failed or nacked), so there is no deadline to extend.
+   */
+  touch(deliveryId: string, deadlineMs: number): boolean {
+    const entry = this.byId.get(deliveryId)
+    if (entry === undefined || entry.kind !== 'in_flight') return false
+    this.heap.update(entry, deadlineMs)
+    return true
+  }
+
+  /** Turns an in_flight entry into retry_wait until `retryAtMs` (nack); false for an unknown id or one already waiting. */
+  requeue(deliveryId: string, retryAtMs: number): boolean {
+    const entry = this.byId.get(deliveryId)
+    if (entry === undefined || entry.kind !== 'in_flight') return false
+    entry.kind = 'retry_wait'
+    this.inFlight--
+    this.heap.update(entry, retryAtMs)
+    return true
+  }
+
+  /**
+   * Removes and returns the entries whose deadline is ≤ nowMs, earliest first, at most `limit` of
+   * them (a bound on the work of one timer tick), and says when the next one falls due.
+   */
+  expireDue(nowMs: number, limit = Infinity): ExpireResult {
+    if (!(limit >= 0)) throw new RangeError(`limit must be ≥ 0, got ${limit}`)
+    const due: TrackerEntry[] = []
+    const heap = this.heap
+    let next = heap.peek()
+    while (next !== undefined && next.deadlineMs <= nowMs && due.length < limit) {
+      heap.pop()
+      this.byId.delete(next.deliveryId)
+      if (next.kind === 'in_flight') this.inFlight--
+      due.push(next)
+      next = heap.peek()
+    }
+    return { due, nextDeadlineMs: next?.deadlineMs }
+  }
+
+  /** The earliest deadline tracked, or undefined when empty: when the dispatcher's one timer should fire. */
+  nextDeadlineMs(): number | undefined {
+    return this.heap.peek()?.deadlineMs
+  }
+
+  /**
+   * Removes every entry the predicate selects and returns them (in no particular order). O(n) scan
+   * plus O(log n) per removal: meant for rebalancing and group changes, not for the hot path.
+   */
+  removeWhere(predicate: (entry: TrackerEntry) => boolean): TrackerEntry[] {
+    const removed: TrackerEntry[] = []
+    // Deleting the current key while iterating a Map is well defined: iteration continues.
+    for (const entry of this.byId.values()) {
+      if (!predicate(entry)) continue
+      this.forget(entry)
+      removed.push(entry)
+    }
+    return removed
+  }
+
+  /** Removes every entry of one partition of one group (it moved to another consumer); O(n), see removeWhere. */
+  removeGroupPartition(groupId: number, partition: number): TrackerEntry[] {
+    return this.removeWhere((entry) => entry.groupId === groupId && entry.partition === partition)
+  }
+
+  /** Removes every entry (dispatcher stop). */
+  clear(): void {
+    this.heap.clear()
+    this.byId.clear()
+    this.inFlight = 0
+  }
+
+  /** Throws when the Map, the heap and the counters disagree. O(n): for tests and debugging. */
+  checkInvariant(): void {
+    this.heap.checkInvariant()
+    if (this.heap.size !== this.byId.size) throw new Error(`heap has ${this.heap.size} entries, map ${this.byId.size}`)
+    let inFlight = 0
+    for (const [deliveryId, entry] of this.byId) {
+      if (entry.deliveryId !== deliveryId) throw new Error(`map key ${deliveryId} holds entry ${entry.deliveryId}`)
+      if (!this.heap.contains(entry)) throw new Error(`entry ${deliveryId} is not in the heap`)
+      if (entry.kind === 'in_flight') inFlight++
+    }
+    if (inFlight !== this.inFlight) throw new Error(`inFlightCount says ${this.inFlight}, counted ${inFlight}`)
+  }
+
+  private forget(entry: TrackerEntry): void {
+    this.heap.remove(entry)
+    this.byId.delete(entry.deliveryId)
+    if (entry.kind === 'in_flight') this.inFlight--
+  }
+}

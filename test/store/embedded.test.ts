@@ -1,0 +1,107 @@
+import { spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import pg from 'pg'
+import t from 'tap'
+import { startEmbedded } from '../../src/store/embedded.ts'
+import type { TeardownHost } from '../helpers/db.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+// The subtests are independent and mostly wait on WebAssembly start-up or a child process.
+t.jobs = 3
+
+const EMBEDDED_MODULE = new URL('../../src/store/embedded.ts', import.meta.url).href
+
+async function tempDir(t: TeardownHost): Promise<string> {
+  const dir = await mkdtemp(path.join(tmpdir(), 'hookq-embedded-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  return dir
+}
+
+async function query(url: string, sql: string): Promise<any[]> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    return (await client.query(sql)).rows
+  } finally {
+    await client.end()
+  }
+}
+
+t.test('data on disk survives close and reopen; the directory is locked while open', async (t) => {
+  const dataDir = path.join(await tempDir(t), 'data') // created by startEmbedded
+  const first = await startEmbedded({ dataDir })
+  t.equal(first.maxConnections, 1)
+  t.match(first.connectionString, /^postgresql:\/\/postgres@127\.0\.0\.1:\d+\/postgres$/)
+  await query(first.connectionString, "CREATE TABLE notes (id INT PRIMARY KEY, body TEXT); INSERT INTO notes VALUES (1, 'kept'), (2, 'too')")
+  await t.rejects(startEmbedded({ dataDir }), /in use by process/, 'a second open of the directory is refused')
+  await first.close()
+  await first.close() // idempotent
+  t.notOk(existsSync(path.join(dataDir, 'hookq.lock')), 'lock released')
+
+  const again = await startEmbedded({ dataDir })
+  t.teardown(() => again.close())
+  t.same(await query(again.connectionString, 'SELECT id, body FROM notes ORDER BY id'), [
+    { id: 1, body: 'kept' },
+    { id: 2, body: 'too' },
+  ])
+})
+
+t.test('one connection at a time: the next one waits instead of failing', async (t) => {
+  const db = await startEmbedded({ dataDir: 'memory' })
+  t.teardown(() => db.close())
+  const first = new pg.Client({ connectionString: db.connectionString })
+  await first.connect()
+  const second = new pg.Client({ connectionString: db.connectionString })
+  let secondConnected = false
+  const connecting = second.connect().then(() => (secondConnected = true))
+  for (let i = 0; i < 20; i++) await first.query('SELECT 1')
+  t.notOk(secondConnected, 'waits while the first is open')
+  await first.end()
+  await connecting
+  t.same((await second.query('SELECT 2 AS n')).rows, [{ n: 2 }])
+  await second.end()
+
+  // pg-pool drops its connection after a failed query and connects anew while the old socket closes.
+  const pool = new pg.Pool({ connectionString: db.connectionString, max: 1 })
+  t.teardown(() => pool.end())
+  for (let i = 0; i < 5; i++) {
+    await t.rejects(pool.query('SELECT * FROM no_such_table'), /does not exist/)
+    t.same((await pool.query('SELECT 3 AS n')).rows, [{ n: 3 }])
+  }
+})
+
+t.test('rows committed before a SIGKILL are there after reopening', async (t) => {
+  const dataDir = await tempDir(t)
+  // The child inserts one row per autocommitted statement and reports each after it returns.
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', `
+    import pg from 'pg'
+    import { startEmbedded } from ${JSON.stringify(EMBEDDED_MODULE)}
+    const db = await startEmbedded({ dataDir: ${JSON.stringify(dataDir)} })
+    const client = new pg.Client({ connectionString: db.connectionString })
+    await client.connect()
+    await client.query('CREATE TABLE rows (n INT PRIMARY KEY)')
+    for (let n = 1; ; n++) {
+      await client.query('INSERT INTO rows VALUES ($1)', [n])
+      process.stdout.write(n + '\\n')
+    }
+  `], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let out = ''
+  let err = ''
+  child.stdout.on('data', (d) => (out += d))
+  child.stderr.on('data', (d) => (err += d))
+  const exited = new Promise((resolve) => child.on('exit', resolve))
+  const acknowledged = () => Number(out.trim().split('\n').at(-1) || 0)
+  await waitUntil(() => acknowledged() >= 200 || child.exitCode !== null, 30_000, 'the child to commit 200 rows')
+  child.kill('SIGKILL')
+  t.equal(await exited, null, `killed, not exited by itself ${err}`)
+  const acked = acknowledged()
+
+  const db = await startEmbedded({ dataDir }) // also takes over the dead process's lock file
+  t.teardown(() => db.close())
+  const [row] = await query(db.connectionString, 'SELECT count(*)::int AS rows, max(n) AS max FROM rows')
+  t.ok(row.rows >= acked, `all ${acked} acknowledged rows survived (found ${row.rows})`)
+  t.equal(row.rows, row.max, 'no gaps')
+})
