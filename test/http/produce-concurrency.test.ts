@@ -95,3 +95,27 @@ t.test('two brokers on one database, each with concurrent appends, share a parti
     t.same(stored.sort(), acked.filter((a) => a.startsWith(`${partition}:`)).sort(), `partition ${partition} holds exactly what was acknowledged`)
   }
 })
+
+t.test('past the commit backlog, produce sheds with 503 + Retry-After and stores nothing of the shed calls', async (t) => {
+  const small = await startListeningBroker(t, { HOOKQ_COMMIT_MAX_PENDING_MESSAGES: '10' })
+  t.equal((await call('PUT', '/v1/topics/shed', { partitions: 1 }, small.url)).status, 201)
+  const answers = await Promise.all(Array.from({ length: 200 }, async (_, i) => {
+    const res = await fetch(`${small.url}/v1/topics/shed/messages`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ value: `m${i}` }, { value: `m${i}b` }] }),
+    })
+    return { i, status: res.status, retryAfter: res.headers.get('retry-after'), body: (await res.json()) as any }
+  }))
+  const shed = answers.filter((a) => a.status === 503)
+  const accepted = answers.filter((a) => a.status === 201)
+  t.equal(shed.length + accepted.length, 200, 'every call is either accepted or shed')
+  t.ok(shed.length > 0, `some calls were shed (${shed.length} of 200)`)
+  for (const s of shed) {
+    t.equal(s.retryAfter, '1')
+    t.equal(s.body.code, 'overloaded')
+  }
+  const stored = await call('GET', '/v1/topics/shed/partitions/0/messages?limit=1000', undefined, small.url)
+  const values = new Set(stored.json.messages.map((m: { value: string }) => m.value))
+  t.equal(values.size, accepted.length * 2, 'exactly the accepted calls are stored')
+  for (const s of shed) t.notOk(values.has(`m${s.i}`), `shed call ${s.i} stored nothing`)
+})
