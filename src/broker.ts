@@ -6,6 +6,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { buildApp } from './app.ts'
 import type { Config } from './config.ts'
 import { GroupCommitter } from './service/group-commit.ts'
+import { GroupService } from './service/groups.ts'
 import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
@@ -15,12 +16,14 @@ import { startEmbedded } from './store/embedded.ts'
 import { MessageStore, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { TopicStore } from './store/topics.ts'
+import { GroupStore } from './store/groups.ts'
 
 /** What the HTTP routes call. */
 export interface Services {
   topics: TopicService
   produce: ProduceService
   read: ReadService
+  groups: GroupService
   /** Named checks, each 'ok' or what is wrong. */
   readiness(): Promise<Record<string, string>>
 }
@@ -71,6 +74,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       topics,
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
       read: new ReadService(topics, messageStore),
+      groups: new GroupService(db, new GroupStore(db.prisma), topicStore),
       async readiness() {
         try {
           const pending = await pendingMigrations((sql) => database.pool.query(sql))

@@ -219,3 +219,17 @@ export async function deleteExpired(db: Database, topicId: number, retentionMs: 
   const res = await db.pool.query(DELETE_EXPIRED, [topicId, retentionMs, limit])
   return res.rowCount ?? 0
 }
+
+/** The oldest offset kept per partition (retention deletes from the front), or null when empty. */
+export async function firstOffsets(db: Database, topicId: number): Promise<Map<number, number>> {
+  const res = await db.pool.query<{ partition: number; first: number }>(
+    `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 GROUP BY partition`, [topicId])
+  return new Map(res.rows.map((r) => [r.partition, r.first]))
+}
+
+/** Per partition, the first offset produced at or after `at` (null: none yet). */
+export async function offsetsAtTime(db: Database, topicId: number, at: Date): Promise<Map<number, number>> {
+  const res = await db.pool.query<{ partition: number; first: number }>(
+    `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 AND produced_at >= $2 GROUP BY partition`, [topicId, at])
+  return new Map(res.rows.map((r) => [r.partition, r.first]))
+}

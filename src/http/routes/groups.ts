@@ -1,0 +1,72 @@
+/** Consumer group and consumer routes. */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { consumerView, groupView } from '../../service/groups.ts'
+import { problems, ref } from '../schemas/common.ts'
+import { Consumer, ConsumerCreate, ConsumerList, ConsumerParams, Group, GroupConfig, GroupList, GroupParams, GroupStatus } from '../schemas/groups.ts'
+import type { Services } from '../../broker.ts'
+
+const tags = ['groups']
+
+export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
+  return async (app) => {
+    app.put('/v1/groups/:group', {
+      schema: {
+        operationId: 'putGroup', tags, summary: 'Create or update a consumer group',
+        params: GroupParams, body: ref(GroupConfig),
+        response: { 200: ref(Group), 201: ref(Group), ...problems(400, 401, 404, 409, 415, 503) },
+      },
+    }, async (req, reply) => {
+      const { group, created } = await services.groups.put(req.params.group, req.body)
+      return reply.code(created ? 201 : 200).send(groupView(group))
+    })
+
+    app.get('/v1/groups', {
+      schema: { operationId: 'listGroups', tags, summary: 'List consumer groups', response: { 200: ref(GroupList), ...problems(401, 503) } },
+    }, async () => ({ groups: (await services.groups.list()).map(groupView) }))
+
+    app.get('/v1/groups/:group', {
+      schema: {
+        operationId: 'getGroup', tags, summary: 'A group with its per-partition offsets, lag and consumers',
+        params: GroupParams, response: { 200: ref(GroupStatus), ...problems(400, 401, 404, 503) },
+      },
+    }, async (req) => services.groups.status(req.params.group))
+
+    app.delete('/v1/groups/:group', {
+      schema: {
+        operationId: 'deleteGroup', tags, summary: 'Delete a group with its consumers, offsets and attempts',
+        params: GroupParams, response: { 204: { type: 'null', description: 'Deleted' }, ...problems(400, 401, 404, 503) },
+      },
+    }, async (req, reply) => {
+      await services.groups.delete(req.params.group)
+      return reply.code(204).send(null)
+    })
+
+    app.post('/v1/groups/:group/consumers', {
+      schema: {
+        operationId: 'addConsumer', tags, summary: 'Register a webhook consumer',
+        params: GroupParams, body: ref(ConsumerCreate),
+        response: { 201: ref(Consumer), ...problems(400, 401, 404, 415, 503) },
+      },
+    }, async (req, reply) => {
+      const consumer = await services.groups.addConsumer(req.params.group, req.body.url, req.body.secret)
+      return reply.code(201).send(consumerView(consumer))
+    })
+
+    app.get('/v1/groups/:group/consumers', {
+      schema: {
+        operationId: 'listConsumers', tags, summary: 'List a group\'s consumers',
+        params: GroupParams, response: { 200: ref(ConsumerList), ...problems(400, 401, 404, 503) },
+      },
+    }, async (req) => ({ consumers: (await services.groups.consumers(req.params.group)).map(consumerView) }))
+
+    app.delete('/v1/groups/:group/consumers/:id', {
+      schema: {
+        operationId: 'removeConsumer', tags, summary: 'Remove a consumer; its partitions move to the others',
+        params: ConsumerParams, response: { 204: { type: 'null', description: 'Removed' }, ...problems(400, 401, 404, 503) },
+      },
+    }, async (req, reply) => {
+      await services.groups.removeConsumer(req.params.group, req.params.id)
+      return reply.code(204).send(null)
+    })
+  }
+}

@@ -1,0 +1,98 @@
+/** Schemas of consumer groups and their consumers. */
+import { Type } from 'typebox'
+import { NAME_PATTERN, ref } from './common.ts'
+
+export const GroupParams = Type.Object({
+  group: Type.String({ pattern: NAME_PATTERN, description: 'Group name' }),
+})
+
+export const ConsumerParams = Type.Object({
+  group: Type.String({ pattern: NAME_PATTERN }),
+  id: Type.String({ minLength: 1, maxLength: 64 }),
+})
+
+export const RetryPolicy = Type.Object({
+  initialDelayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 86_400_000, default: 1000 })),
+  multiplier: Type.Optional(Type.Number({ minimum: 1, maximum: 100, default: 2 })),
+  maxDelayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 86_400_000, default: 60_000 })),
+  jitter: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: 0.1,
+    description: 'Spread of each delay, as a fraction: 0.1 is ±10%' })),
+}, { $id: 'RetryPolicy', additionalProperties: false,
+  description: 'Delay before attempt n+1: min(maxDelayMs, initialDelayMs × multiplier^(n-1)), ±jitter' })
+
+const groupFields = {
+  topic: Type.String({ pattern: NAME_PATTERN, description: 'The topic consumed; fixed once created' }),
+  ackMode: Type.Optional(Type.Union([Type.Literal('explicit'), Type.Literal('auto')], { default: 'explicit',
+    description: 'explicit: a 2xx means received, ack over HTTP; auto: a 2xx is the ack' })),
+  ackTimeoutMs: Type.Optional(Type.Integer({ minimum: 1000, maximum: 43_200_000, default: 30_000 })),
+  maxDeliveries: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 5 })),
+  retry: Type.Optional(ref(RetryPolicy)),
+  deadLetterTopic: Type.Optional(Type.Union([Type.String({ pattern: NAME_PATTERN }), Type.Null()])),
+  startAt: Type.Optional(Type.String({ default: 'earliest',
+    description: '"earliest", "latest", or an ISO-8601 timestamp: where a new group starts' })),
+  maxInFlight: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000, default: 100 })),
+  ordered: Type.Optional(Type.Boolean({ default: false, description: 'At most one message of a partition in flight' })),
+  pushTimeoutMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 600_000, default: 10_000 })),
+  pushFormat: Type.Optional(Type.Union([Type.Literal('envelope'), Type.Literal('raw')], { default: 'envelope' })),
+  paused: Type.Optional(Type.Boolean({ default: false })),
+}
+
+export const GroupConfig = Type.Object(groupFields, { $id: 'GroupConfig', additionalProperties: false })
+
+const resolvedFields = {
+  name: Type.String(),
+  topic: Type.String(),
+  ackMode: Type.Union([Type.Literal('explicit'), Type.Literal('auto')]),
+  ackTimeoutMs: Type.Integer(),
+  maxDeliveries: Type.Integer(),
+  retry: Type.Object({
+    initialDelayMs: Type.Integer(), multiplier: Type.Number(), maxDelayMs: Type.Integer(), jitter: Type.Number(),
+  }),
+  deadLetterTopic: Type.Union([Type.String(), Type.Null()]),
+  startAt: Type.String(),
+  maxInFlight: Type.Integer(),
+  ordered: Type.Boolean(),
+  pushTimeoutMs: Type.Integer(),
+  pushFormat: Type.Union([Type.Literal('envelope'), Type.Literal('raw')]),
+  paused: Type.Boolean(),
+  createdAt: Type.String({ format: 'date-time' }),
+  updatedAt: Type.String({ format: 'date-time' }),
+}
+
+export const Group = Type.Object(resolvedFields, { $id: 'Group' })
+
+export const GroupList = Type.Object({ groups: Type.Array(ref(Group)) }, { $id: 'GroupList' })
+
+export const Consumer = Type.Object({
+  id: Type.String(),
+  url: Type.String(),
+  createdAt: Type.String({ format: 'date-time' }),
+  disabled: Type.Optional(Type.Boolean({ description: 'true after the endpoint answered 410 Gone' })),
+  disabledReason: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+  hasSecret: Type.Optional(Type.Boolean({ description: 'Pushes are signed; the secret itself is never returned' })),
+}, { $id: 'Consumer' })
+
+export const ConsumerCreate = Type.Object({
+  url: Type.String({ minLength: 8, maxLength: 2048, format: 'uri', description: 'http:// or https:// endpoint' }),
+  secret: Type.Optional(Type.String({ pattern: '^whsec_[A-Za-z0-9+/=]{16,256}$',
+    description: 'Standard Webhooks secret: whsec_ followed by base64 of 24 to 64 random bytes' })),
+}, { $id: 'ConsumerCreate', additionalProperties: false })
+
+export const ConsumerList = Type.Object({ consumers: Type.Array(ref(Consumer)) }, { $id: 'ConsumerList' })
+
+export const PartitionStatus = Type.Object({
+  partition: Type.Integer(),
+  committedOffset: Type.Integer({ description: 'Every offset below it is completed (acked or dead-lettered)' }),
+  endOffset: Type.Integer(),
+  lag: Type.Integer({ description: 'endOffset - committedOffset' }),
+  inFlight: Type.Integer(),
+  consumerId: Type.Union([Type.String(), Type.Null()], { description: 'The consumer this partition is pushed to' }),
+}, { $id: 'PartitionStatus' })
+
+export const GroupStatus = Type.Object({
+  ...resolvedFields,
+  partitions: Type.Array(ref(PartitionStatus)),
+  consumers: Type.Array(ref(Consumer)),
+}, { $id: 'GroupStatus' })
+
+export const groupSchemas = [RetryPolicy, GroupConfig, Group, GroupList, Consumer, ConsumerCreate, ConsumerList, PartitionStatus, GroupStatus]

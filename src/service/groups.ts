@@ -1,0 +1,225 @@
+/**
+ * The rules for consumer groups and their consumers: creation with defaults, immutable topic,
+ * where a new group starts (startAt), partition assignment, and the status view.
+ *
+ * Assignment: a group's enabled consumers, ordered by registration, take the topic's partitions
+ * round robin (partition p → consumer p mod n). It is a pure function of the consumer list, so
+ * every reader computes the same owner, and a consumer that joins or leaves moves only the
+ * partitions the formula moves.
+ */
+import { randomUUID } from 'node:crypto'
+import { HookqError } from '../errors.ts'
+import type { Database } from '../store/db.ts'
+import type { ConsumerRow, GroupRow, GroupSettings, GroupStore } from '../store/groups.ts'
+import { firstOffsets, offsetsAtTime } from '../store/messages.ts'
+import type { TopicStore } from '../store/topics.ts'
+
+/** A PUT body: every setting optional but the topic. */
+export interface GroupInput {
+  topic: string
+  ackMode?: 'explicit' | 'auto'
+  ackTimeoutMs?: number
+  maxDeliveries?: number
+  retry?: { initialDelayMs?: number; multiplier?: number; maxDelayMs?: number; jitter?: number }
+  deadLetterTopic?: string | null
+  startAt?: string
+  maxInFlight?: number
+  ordered?: boolean
+  pushTimeoutMs?: number
+  pushFormat?: 'envelope' | 'raw'
+  paused?: boolean
+}
+
+export const GROUP_DEFAULTS: Omit<GroupSettings, 'topic'> = {
+  ackMode: 'explicit', ackTimeoutMs: 30_000, maxDeliveries: 5,
+  retryInitialDelayMs: 1000, retryMultiplier: 2, retryMaxDelayMs: 60_000, retryJitter: 0.1,
+  deadLetterTopic: null, startAt: 'earliest', maxInFlight: 100, ordered: false,
+  pushTimeoutMs: 10_000, pushFormat: 'envelope', paused: false,
+}
+
+export function groupView(g: GroupRow) {
+  return {
+    name: g.name, topic: g.topic, ackMode: g.ackMode, ackTimeoutMs: g.ackTimeoutMs, maxDeliveries: g.maxDeliveries,
+    retry: { initialDelayMs: g.retryInitialDelayMs, multiplier: g.retryMultiplier, maxDelayMs: g.retryMaxDelayMs, jitter: g.retryJitter },
+    deadLetterTopic: g.deadLetterTopic, startAt: g.startAt, maxInFlight: g.maxInFlight, ordered: g.ordered,
+    pushTimeoutMs: g.pushTimeoutMs, pushFormat: g.pushFormat, paused: g.paused,
+    createdAt: g.createdAt.toISOString(), updatedAt: g.updatedAt.toISOString(),
+  }
+}
+
+export function consumerView(c: ConsumerRow) {
+  return {
+    id: c.id, url: c.url, createdAt: c.createdAt.toISOString(),
+    disabled: c.disabledAt !== null, disabledReason: c.disabledReason, hasSecret: c.secret !== null,
+  }
+}
+
+/** Settings from a PUT body, over `base` (the defaults, or the group's current settings). */
+function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): GroupSettings {
+  return {
+    topic: input.topic,
+    ackMode: input.ackMode ?? base.ackMode,
+    ackTimeoutMs: input.ackTimeoutMs ?? base.ackTimeoutMs,
+    maxDeliveries: input.maxDeliveries ?? base.maxDeliveries,
+    retryInitialDelayMs: input.retry?.initialDelayMs ?? base.retryInitialDelayMs,
+    retryMultiplier: input.retry?.multiplier ?? base.retryMultiplier,
+    retryMaxDelayMs: input.retry?.maxDelayMs ?? base.retryMaxDelayMs,
+    retryJitter: input.retry?.jitter ?? base.retryJitter,
+    deadLetterTopic: input.deadLetterTopic === undefined ? base.deadLetterTopic : input.deadLetterTopic,
+    startAt: input.startAt ?? base.startAt,
+    maxInFlight: input.maxInFlight ?? base.maxInFlight,
+    ordered: input.ordered ?? base.ordered,
+    pushTimeoutMs: input.pushTimeoutMs ?? base.pushTimeoutMs,
+    pushFormat: input.pushFormat ?? base.pushFormat,
+    paused: input.paused ?? base.paused,
+  }
+}
+
+/** The partition → consumer assignment (null when the group has no enabled consumer). */
+export function assignPartitions(partitions: number, consumers: { id: string; disabledAt: Date | null }[]): (string | null)[] {
+  const enabled = consumers.filter((c) => c.disabledAt === null)
+  return Array.from({ length: partitions }, (_, p) => (enabled.length === 0 ? null : enabled[p % enabled.length]!.id))
+}
+
+export class GroupService {
+  constructor(
+    private readonly db: Database,
+    private readonly groups: GroupStore,
+    private readonly topicStore: TopicStore,
+  ) {}
+
+  /** Creates the group (201) or updates its settings (200). The topic of a group cannot change. */
+  async put(name: string, input: GroupInput): Promise<{ group: GroupRow; created: boolean }> {
+    validateStartAt(input.startAt)
+    if (input.deadLetterTopic) {
+      if (input.deadLetterTopic === input.topic) {
+        throw new HookqError('invalid_request', 'deadLetterTopic must differ from the topic the group consumes')
+      }
+      await this.requireTopic(input.deadLetterTopic, 'dead-letter topic')
+    }
+    for (;;) {
+      const existing = await this.groups.findByName(name)
+      if (existing) {
+        if (existing.topic !== input.topic) {
+          throw new HookqError('group_conflict', `group ${name} consumes topic ${existing.topic}; a group's topic cannot change (create another group)`)
+        }
+        const { topic: _topic, ...current } = existing
+        const settings = validated(settingsFrom(input, current))
+        return { group: await this.groups.update(existing.id, settings), created: false }
+      }
+      const topic = await this.requireTopic(input.topic, 'topic')
+      const settings = validated(settingsFrom(input, GROUP_DEFAULTS))
+      const starts = await this.startOffsets(topic.id, topic.partitions, settings.startAt)
+      const offsets = starts.map((committedOffset, partition) => ({ topicId: topic.id, partition, committedOffset }))
+      const group = await this.groups.create(name, settings, offsets)
+      if (group) return { group, created: true }
+      // A concurrent creator won: read theirs and update it like any existing group.
+    }
+  }
+
+  async get(name: string): Promise<GroupRow> {
+    const group = await this.groups.findByName(name)
+    if (!group) throw new HookqError('group_not_found', `group ${name} does not exist`)
+    return group
+  }
+
+  async list(): Promise<GroupRow[]> {
+    return this.groups.list()
+  }
+
+  async delete(name: string): Promise<void> {
+    const group = await this.get(name)
+    if (!(await this.groups.delete(group.id))) throw new HookqError('group_not_found', `group ${name} does not exist`)
+  }
+
+  /** The group with per-partition committed offset, end offset, lag, in-flight count and owner. */
+  async status(name: string, inFlight: (groupId: number, partition: number) => number = () => 0) {
+    const group = await this.get(name)
+    const consumers = await this.groups.consumers(group.id)
+    const topic = await this.topicStore.findByName(group.topic)
+    const partitions: { partition: number; committedOffset: number; endOffset: number; lag: number; inFlight: number; consumerId: string | null }[] = []
+    if (topic) {
+      const ends = await this.topicStore.endOffsets(topic.id)
+      const committed = await this.ensureOffsets(group, topic.id, topic.partitions)
+      const owners = assignPartitions(topic.partitions, consumers)
+      for (const { partition, endOffset } of ends) {
+        const committedOffset = committed.get(partition) ?? 0
+        partitions.push({
+          partition, committedOffset, endOffset, lag: Math.max(0, endOffset - committedOffset),
+          inFlight: inFlight(group.id, partition), consumerId: owners[partition] ?? null,
+        })
+      }
+    }
+    return { ...groupView(group), partitions, consumers: consumers.map(consumerView) }
+  }
+
+  async addConsumer(groupName: string, url: string, secret: string | undefined): Promise<ConsumerRow> {
+    const group = await this.get(groupName)
+    const parsed = new URL(url)
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+      throw new HookqError('invalid_request', `consumer url must be http:// or https://, got ${parsed.protocol}`)
+    }
+    if (parsed.username || parsed.password) {
+      throw new HookqError('invalid_request', 'consumer url must not carry credentials; sign pushes with a secret instead')
+    }
+    return this.groups.addConsumer(group.id, randomUUID(), parsed.href, secret ?? null)
+  }
+
+  async consumers(groupName: string): Promise<ConsumerRow[]> {
+    return this.groups.consumers((await this.get(groupName)).id)
+  }
+
+  async removeConsumer(groupName: string, id: string): Promise<void> {
+    const group = await this.get(groupName)
+    if (!(await this.groups.removeConsumer(group.id, id))) {
+      throw new HookqError('consumer_not_found', `group ${groupName} has no consumer ${id}`)
+    }
+  }
+
+  private async requireTopic(name: string, what: string) {
+    const topic = await this.topicStore.findByName(name)
+    if (!topic) throw new HookqError('topic_not_found', `${what} ${name} does not exist; create it first`)
+    return topic
+  }
+
+  /** Committed offsets of every partition, initialising (from startAt) those the group has none for. */
+  private async ensureOffsets(group: GroupRow, topicId: number, partitionCount: number): Promise<Map<number, number>> {
+    const committed = await this.groups.committedOffsets(group.id, topicId)
+    if (committed.size < partitionCount) {
+      const starts = await this.startOffsets(topicId, partitionCount, group.startAt)
+      const missing = starts.flatMap((committedOffset, partition) =>
+        committed.has(partition) ? [] : [{ topicId, partition, committedOffset }])
+      await this.groups.initOffsets(group.id, missing)
+      return this.groups.committedOffsets(group.id, topicId)
+    }
+    return committed
+  }
+
+  /** Where a group starting now begins on each partition. */
+  private async startOffsets(topicId: number, partitions: number, startAt: string): Promise<number[]> {
+    const ends = await this.topicStore.endOffsets(topicId)
+    const end = (p: number) => ends.find((e) => e.partition === p)?.endOffset ?? 0
+    if (startAt === 'latest') return Array.from({ length: partitions }, (_, p) => end(p))
+    const firsts = startAt === 'earliest'
+      ? await firstOffsets(this.db, topicId)
+      : await offsetsAtTime(this.db, topicId, new Date(startAt))
+    return Array.from({ length: partitions }, (_, p) => firsts.get(p) ?? end(p))
+  }
+}
+
+function validateStartAt(startAt: string | undefined): void {
+  if (startAt !== undefined && startAt !== 'earliest' && startAt !== 'latest' && Number.isNaN(Date.parse(startAt))) {
+    throw new HookqError('invalid_request', `startAt must be "earliest", "latest" or an ISO-8601 timestamp, got ${JSON.stringify(startAt)}`)
+  }
+}
+
+/** Checks the settings as a whole (after defaults), where one value bounds another. */
+function validated(s: GroupSettings): GroupSettings {
+  if (s.pushTimeoutMs > s.ackTimeoutMs) {
+    throw new HookqError('invalid_request', `pushTimeoutMs (${s.pushTimeoutMs}) must not exceed ackTimeoutMs (${s.ackTimeoutMs})`)
+  }
+  if (s.retryInitialDelayMs > s.retryMaxDelayMs) {
+    throw new HookqError('invalid_request', `retry.initialDelayMs (${s.retryInitialDelayMs}) must not exceed retry.maxDelayMs (${s.retryMaxDelayMs})`)
+  }
+  return s
+}

@@ -1,0 +1,75 @@
+/** Storage of consumer groups, their consumers and committed offsets. */
+import type { Prisma } from './db.ts'
+import type { ConsumerGroup as GroupRow, Consumer as ConsumerRow } from '../generated/prisma/client.ts'
+
+export type { GroupRow, ConsumerRow }
+
+/** The writable settings of a group (all of its columns but identity and timestamps). */
+export type GroupSettings = Omit<GroupRow, 'id' | 'name' | 'createdAt' | 'updatedAt'>
+
+export class GroupStore {
+  constructor(private readonly prisma: Prisma) {}
+
+  /**
+   * Creates the group with its committed offsets, or returns null when the name is taken (the
+   * caller then reads and updates it). One transaction: a group never exists without its offsets.
+   */
+  async create(name: string, settings: GroupSettings, offsets: { topicId: number; partition: number; committedOffset: number }[]): Promise<GroupRow | null> {
+    try {
+      return await this.prisma.consumerGroup.create({
+        data: {
+          name, ...settings,
+          offsets: { createMany: { data: offsets.map((o) => ({ ...o, committedOffset: BigInt(o.committedOffset) })) } },
+        },
+      })
+    } catch (err) {
+      if ((err as { code?: string }).code === 'P2002') return null
+      throw err
+    }
+  }
+
+  async update(id: number, settings: Partial<GroupSettings>): Promise<GroupRow> {
+    return this.prisma.consumerGroup.update({ where: { id }, data: settings })
+  }
+
+  async findByName(name: string): Promise<GroupRow | null> {
+    return this.prisma.consumerGroup.findUnique({ where: { name } })
+  }
+
+  async list(): Promise<GroupRow[]> {
+    return this.prisma.consumerGroup.findMany({ orderBy: { name: 'asc' } })
+  }
+
+  /** Deletes the group with its consumers, offsets, completions and attempts. */
+  async delete(id: number): Promise<boolean> {
+    const { count } = await this.prisma.consumerGroup.deleteMany({ where: { id } })
+    return count > 0
+  }
+
+  /** Committed offsets of the group on a topic, by partition. */
+  async committedOffsets(groupId: number, topicId: number): Promise<Map<number, number>> {
+    const rows = await this.prisma.groupOffset.findMany({ where: { groupId, topicId }, select: { partition: true, committedOffset: true } })
+    return new Map(rows.map((r) => [r.partition, Number(r.committedOffset)]))
+  }
+
+  /** Records committed offsets for partitions that have none yet (a topic recreated under the group). */
+  async initOffsets(groupId: number, offsets: { topicId: number; partition: number; committedOffset: number }[]): Promise<void> {
+    await this.prisma.groupOffset.createMany({
+      data: offsets.map((o) => ({ groupId, ...o, committedOffset: BigInt(o.committedOffset) })),
+      skipDuplicates: true,
+    })
+  }
+
+  async addConsumer(groupId: number, id: string, url: string, secret: string | null): Promise<ConsumerRow> {
+    return this.prisma.consumer.create({ data: { id, groupId, url, secret } })
+  }
+
+  async consumers(groupId: number): Promise<ConsumerRow[]> {
+    return this.prisma.consumer.findMany({ where: { groupId }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] })
+  }
+
+  async removeConsumer(groupId: number, id: string): Promise<boolean> {
+    const { count } = await this.prisma.consumer.deleteMany({ where: { groupId, id } })
+    return count > 0
+  }
+}
