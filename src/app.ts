@@ -8,12 +8,14 @@ import swaggerUi from '@fastify/swagger-ui'
 import type { Services } from './broker.ts'
 import { installAuth } from './http/auth.ts'
 import { installProblemHandlers } from './http/problem.ts'
+import { ackRoutes } from './http/routes/acks.ts'
 import { groupRoutes } from './http/routes/groups.ts'
 import { healthRoutes, healthSchemas } from './http/routes/health.ts'
 import { messageRoutes } from './http/routes/messages.ts'
 import { topicRoutes } from './http/routes/topics.ts'
 import { sharedSchemas } from './http/schemas/common.ts'
 import { groupSchemas } from './http/schemas/groups.ts'
+import { ackSchemas } from './http/schemas/acks.ts'
 import { messageSchemas } from './http/schemas/messages.ts'
 import { topicSchemas } from './http/schemas/topics.ts'
 import { validatorCompiler } from './http/validation.ts'
@@ -26,7 +28,7 @@ export interface AppOptions {
   logger?: FastifyBaseLogger
 }
 
-const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...groupSchemas, ...healthSchemas]
+const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...groupSchemas, ...ackSchemas, ...healthSchemas]
 
 export const API_INFO = {
   title: 'hookq',
@@ -56,6 +58,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
         { name: 'topics', description: 'Partitioned topics' },
         { name: 'messages', description: 'Produce and fetch' },
         { name: 'groups', description: 'Consumer groups and their webhook consumers' },
+        { name: 'acks', description: 'Acknowledging pushed messages' },
         { name: 'operations', description: 'Health and documentation' },
       ],
       components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' } } },
@@ -79,6 +82,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   await app.register(topicRoutes(opts.services))
   await app.register(messageRoutes(opts.services))
   await app.register(groupRoutes(opts.services))
+  await app.register(ackRoutes(opts.services))
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   return app
 }

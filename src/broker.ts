@@ -7,6 +7,10 @@ import { buildApp } from './app.ts'
 import type { Config } from './config.ts'
 import { GroupCommitter } from './service/group-commit.ts'
 import { GroupService } from './service/groups.ts'
+import { AckService } from './service/acks.ts'
+import { AttemptLog } from './dispatch/attempt-log.ts'
+import { Dispatcher } from './dispatch/dispatcher.ts'
+import { createPushAgent } from './dispatch/pusher.ts'
 import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
@@ -24,6 +28,9 @@ export interface Services {
   produce: ProduceService
   read: ReadService
   groups: GroupService
+  acks: AckService
+  /** Messages outstanding (pushed or waiting for a retry) on a group's partition. */
+  inFlight(groupId: number, partition: number): number
   /** Named checks, each 'ok' or what is wrong. */
   readiness(): Promise<Record<string, string>>
 }
@@ -70,11 +77,33 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       maxPendingBytes: config.commitMaxPendingBytes,
     })
     const topics = new TopicService(topicStore)
+    const groups = new GroupService(db, new GroupStore(db.prisma), topicStore)
+    const logger = opts.logger
+    const attempts = new AttemptLog(db, {
+      flushDelayMs: 5, maxBuffered: 200_000,
+      onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
+    })
+    const agent = createPushAgent()
+    const dispatcher = new Dispatcher({
+      db, topics: topicStore, attempts, agent,
+      loadGroup: (name) => groups.load(name),
+      listGroups: () => groups.list(),
+      ensureOffsets: async (row, topic) => { await groups.ensureOffsets(row, topic.id, topic.partitions) },
+      disableConsumer: (id, reason) => groups.disableConsumer(id, reason),
+      log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
+    })
+    groups.onChange((name) => dispatcher.reload(name))
+    topics.onChange(async ({ created, deleted }) => {
+      if (deleted) dispatcher.topicDeleted(deleted.id)
+      if (created) for (const name of await groups.namesForTopic(created.name)) await dispatcher.reload(name)
+    })
     const services: Services = {
       topics,
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
       read: new ReadService(topics, messageStore),
-      groups: new GroupService(db, new GroupStore(db.prisma), topicStore),
+      groups,
+      acks: new AckService(groups, dispatcher),
+      inFlight: (groupId, partition) => dispatcher.inFlight(groupId, partition),
       async readiness() {
         try {
           const pending = await pendingMigrations((sql) => database.pool.query(sql))
@@ -94,6 +123,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       services, maxRequestBytes: config.maxRequestBytes, apiKeys: config.apiKeys, logger: opts.logger,
     })
 
+    services.produce.onAppend((topicId, partition, endOffset) => dispatcher.notifyAppend(topicId, partition, endOffset))
+    await dispatcher.start()
     retention.start()
     let closing: Promise<void> | undefined
     return {
@@ -103,6 +134,10 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
           await app.close()
           await retention.stop()
           await committer.drain()
+          await dispatcher.stop()
+          // Pushes still in flight are abandoned: their messages are pushed again after a restart.
+          await agent.destroy()
+          await attempts.close()
           await database.close()
           await embedded?.close()
         })()

@@ -3,21 +3,27 @@
  * so removing or re-keying an entry found by other means (the tracker's Map) is O(log n) instead
  * of an O(n) search. No clock and no callbacks: the caller compares against its own `nowMs`.
  *
- * Sifting moves a "hole" instead of swapping pairs, so each level costs one array write and one
- * index write. Among equal deadlines the order is unspecified (a binary heap is not stable).
+ * The keys are mirrored in a Float64Array beside the entries, so sifting compares neighbouring
+ * doubles instead of following two pointers per child (entry, then its boxed double): with
+ * 1,000,000 entries that made expireDue ~3× faster for 8-16 bytes per entry (bench/tracker.ts).
+ * Sifting moves a "hole" instead of swapping pairs. Among equal keys the order is unspecified.
  */
 
 /** What the heap needs of an entry: its key and a slot where the heap keeps its position. */
 export interface HeapEntry {
   /** The key, a deadline in epoch ms. Change it only through {@link MinHeap.update} while the entry is in a heap. */
   deadlineMs: number
-  /** Position in the heap's array, maintained by the heap; -1 when the entry is in no heap. */
+  /** Position in the heap, maintained by the heap; -1 when the entry is in no heap. */
   index: number
 }
+
+const MIN_CAPACITY = 64
 
 /** Binary min-heap of entries by `deadlineMs`; push, pop, remove and update are O(log n), peek O(1). */
 export class MinHeap<T extends HeapEntry> {
   private readonly items: T[] = []
+  /** keys[i] === items[i].deadlineMs; grows and shrinks by halves. */
+  private keys = new Float64Array(MIN_CAPACITY)
 
   /** Number of entries in the heap. */
   get size(): number {
@@ -32,32 +38,23 @@ export class MinHeap<T extends HeapEntry> {
   /** Adds an entry; throws if it is already in a heap (its `index` is not -1). */
   push(entry: T): void {
     if (entry.index !== -1) throw new Error(`heap entry is already in a heap (index ${entry.index})`)
+    const n = this.items.length
+    if (n === this.keys.length) this.resize(n * 2)
     this.items.push(entry)
-    this.up(entry, this.items.length - 1)
+    this.up(entry, entry.deadlineMs, n)
   }
 
   /** Removes and returns the entry with the earliest deadline; undefined when the heap is empty. */
   pop(): T | undefined {
-    const items = this.items
-    const top = items[0]
-    if (top === undefined) return undefined
-    const last = items.pop()!
-    if (last !== top) this.down(last, 0)
-    top.index = -1
+    const top = this.items[0]
+    if (top !== undefined) this.removeAt(top, 0)
     return top
   }
 
   /** Removes an entry from anywhere in the heap; false (and nothing changes) if it is not in this heap. */
   remove(entry: T): boolean {
     if (!this.contains(entry)) return false
-    const i = entry.index
-    const last = this.items.pop()!
-    if (last !== entry) {
-      // The last entry fills the hole; it may belong above or below it.
-      if (last.deadlineMs < entry.deadlineMs) this.up(last, i)
-      else this.down(last, i)
-    }
-    entry.index = -1
+    this.removeAt(entry, entry.index)
     return true
   }
 
@@ -66,8 +63,8 @@ export class MinHeap<T extends HeapEntry> {
     if (!this.contains(entry)) throw new Error('heap entry is not in this heap')
     const earlier = deadlineMs < entry.deadlineMs
     entry.deadlineMs = deadlineMs
-    if (earlier) this.up(entry, entry.index)
-    else this.down(entry, entry.index)
+    if (earlier) this.up(entry, deadlineMs, entry.index)
+    else this.down(entry, deadlineMs, entry.index)
   }
 
   /** True when the entry is in this heap (not merely in some heap). */
@@ -80,60 +77,76 @@ export class MinHeap<T extends HeapEntry> {
   clear(): void {
     for (const entry of this.items) entry.index = -1
     this.items.length = 0
+    this.keys = new Float64Array(MIN_CAPACITY)
   }
 
-  /** Throws with a description when the heap order or an index is wrong. O(n): for tests and debugging. */
+  /** Throws with a description when the order, an index or a mirrored key is wrong. O(n): for tests and debugging. */
   checkInvariant(): void {
-    const items = this.items
+    const { items, keys } = this
     for (let i = 0; i < items.length; i++) {
       const entry = items[i]!
       if (entry.index !== i) throw new Error(`heap entry at ${i} says index ${entry.index}`)
-      if (i === 0) continue
-      const parent = items[(i - 1) >> 1]!
-      if (parent.deadlineMs > entry.deadlineMs) {
-        throw new Error(`heap order broken at ${i}: parent ${parent.deadlineMs} > child ${entry.deadlineMs}`)
-      }
+      if (keys[i] !== entry.deadlineMs) throw new Error(`heap key at ${i} is ${keys[i]}, entry says ${entry.deadlineMs}`)
+      if (i > 0 && keys[(i - 1) >> 1]! > keys[i]!) throw new Error(`heap order broken at ${i}: parent ${keys[(i - 1) >> 1]} > child ${keys[i]}`)
     }
   }
 
-  /** Moves `entry` from hole `i` towards the root until its parent is not later. */
-  private up(entry: T, i: number): void {
+  private removeAt(entry: T, i: number): void {
     const items = this.items
-    const deadlineMs = entry.deadlineMs
+    const last = items.pop()!
+    const n = items.length
+    if (last !== entry) {
+      // The last entry fills the hole; it may belong above or below it.
+      const key = this.keys[n]!
+      if (key < this.keys[i]!) this.up(last, key, i)
+      else this.down(last, key, i)
+    }
+    entry.index = -1
+    if (n < this.keys.length >> 2 && this.keys.length > MIN_CAPACITY) this.resize(this.keys.length >> 1)
+  }
+
+  private resize(capacity: number): void {
+    const keys = new Float64Array(capacity)
+    keys.set(this.keys.subarray(0, this.items.length))
+    this.keys = keys
+  }
+
+  /** Moves `entry` (key `key`) from hole `i` towards the root until its parent is not later. */
+  private up(entry: T, key: number, i: number): void {
+    const { items, keys } = this
     while (i > 0) {
       const parentIndex = (i - 1) >> 1
+      const parentKey = keys[parentIndex]!
+      if (parentKey <= key) break
       const parent = items[parentIndex]!
-      if (parent.deadlineMs <= deadlineMs) break
       items[i] = parent
+      keys[i] = parentKey
       parent.index = i
       i = parentIndex
     }
     items[i] = entry
+    keys[i] = key
     entry.index = i
   }
 
-  /** Moves `entry` from hole `i` towards the leaves until no child is earlier. */
-  private down(entry: T, i: number): void {
-    const items = this.items
+  /** Moves `entry` (key `key`) from hole `i` towards the leaves until no child is earlier. */
+  private down(entry: T, key: number, i: number): void {
+    const { items, keys } = this
     const n = items.length
-    const deadlineMs = entry.deadlineMs
     const firstLeaf = n >> 1
     while (i < firstLeaf) {
       let childIndex = 2 * i + 1
-      let child = items[childIndex]!
-      if (childIndex + 1 < n) {
-        const right = items[childIndex + 1]!
-        if (right.deadlineMs < child.deadlineMs) {
-          childIndex++
-          child = right
-        }
-      }
-      if (deadlineMs <= child.deadlineMs) break
+      let childKey = keys[childIndex]!
+      if (childIndex + 1 < n && keys[childIndex + 1]! < childKey) childKey = keys[++childIndex]!
+      if (key <= childKey) break
+      const child = items[childIndex]!
       items[i] = child
+      keys[i] = childKey
       child.index = i
       i = childIndex
     }
     items[i] = entry
+    keys[i] = key
     entry.index = i
   }
 }

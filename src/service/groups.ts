@@ -82,14 +82,31 @@ export function assignPartitions(partitions: number, consumers: { id: string; di
 }
 
 export class GroupService {
+  private readonly listeners = new Set<(group: string) => Promise<void>>()
+
   constructor(
     private readonly db: Database,
     private readonly groups: GroupStore,
     private readonly topicStore: TopicStore,
   ) {}
 
+  /** Registers a listener told (and awaited) after a group or its consumers change. */
+  onChange(listener: (group: string) => Promise<void>): void {
+    this.listeners.add(listener)
+  }
+
+  private async changed(name: string): Promise<void> {
+    for (const listener of this.listeners) await listener(name)
+  }
+
   /** Creates the group (201) or updates its settings (200). The topic of a group cannot change. */
   async put(name: string, input: GroupInput): Promise<{ group: GroupRow; created: boolean }> {
+    const result = await this.upsert(name, input)
+    await this.changed(name)
+    return result
+  }
+
+  private async upsert(name: string, input: GroupInput): Promise<{ group: GroupRow; created: boolean }> {
     validateStartAt(input.startAt)
     if (input.deadLetterTopic) {
       if (input.deadLetterTopic === input.topic) {
@@ -130,6 +147,18 @@ export class GroupService {
   async delete(name: string): Promise<void> {
     const group = await this.get(name)
     if (!(await this.groups.delete(group.id))) throw new HookqError('group_not_found', `group ${name} does not exist`)
+    await this.changed(name)
+  }
+
+  /** The group's row and consumers, or null (for the dispatcher). */
+  async load(name: string): Promise<{ row: GroupRow; consumers: ConsumerRow[] } | null> {
+    const row = await this.groups.findByName(name)
+    return row ? { row, consumers: await this.groups.consumers(row.id) } : null
+  }
+
+  /** Names of the groups consuming a topic. */
+  async namesForTopic(topic: string): Promise<string[]> {
+    return (await this.groups.list()).filter((g) => g.topic === topic).map((g) => g.name)
   }
 
   /** The group with per-partition committed offset, end offset, lag, in-flight count and owner. */
@@ -162,7 +191,9 @@ export class GroupService {
     if (parsed.username || parsed.password) {
       throw new HookqError('invalid_request', 'consumer url must not carry credentials; sign pushes with a secret instead')
     }
-    return this.groups.addConsumer(group.id, randomUUID(), parsed.href, secret ?? null)
+    const consumer = await this.groups.addConsumer(group.id, randomUUID(), parsed.href, secret ?? null)
+    await this.changed(groupName)
+    return consumer
   }
 
   async consumers(groupName: string): Promise<ConsumerRow[]> {
@@ -174,6 +205,12 @@ export class GroupService {
     if (!(await this.groups.removeConsumer(group.id, id))) {
       throw new HookqError('consumer_not_found', `group ${groupName} has no consumer ${id}`)
     }
+    await this.changed(groupName)
+  }
+
+  /** Marks a consumer disabled (it answered 410 Gone). */
+  async disableConsumer(id: string, reason: string): Promise<void> {
+    await this.groups.disableConsumer(id, reason)
   }
 
   private async requireTopic(name: string, what: string) {
@@ -183,7 +220,7 @@ export class GroupService {
   }
 
   /** Committed offsets of every partition, initialising (from startAt) those the group has none for. */
-  private async ensureOffsets(group: GroupRow, topicId: number, partitionCount: number): Promise<Map<number, number>> {
+  async ensureOffsets(group: GroupRow, topicId: number, partitionCount: number): Promise<Map<number, number>> {
     const committed = await this.groups.committedOffsets(group.id, topicId)
     if (committed.size < partitionCount) {
       const starts = await this.startOffsets(topicId, partitionCount, group.startAt)

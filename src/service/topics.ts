@@ -21,7 +21,18 @@ export class TopicService {
   // notices (its partition rows are gone) and answers by evicting the entry.
   private readonly cache = new Map<string, TopicRow>()
 
+  private readonly listeners = new Set<(event: { created?: TopicRow; deleted?: TopicRow }) => Promise<void>>()
+
   constructor(private readonly store: TopicStore) {}
+
+  /** Registers a listener told (and awaited) after a topic is created or deleted. */
+  onChange(listener: (event: { created?: TopicRow; deleted?: TopicRow }) => Promise<void>): void {
+    this.listeners.add(listener)
+  }
+
+  private async changed(event: { created?: TopicRow; deleted?: TopicRow }): Promise<void> {
+    for (const listener of this.listeners) await listener(event)
+  }
 
   /** Creates the topic, or confirms it exists with the same partition count (retention may change). */
   async put(name: string, partitions: number, retentionMs = DEFAULT_RETENTION_MS): Promise<{ topic: TopicRow; created: boolean }> {
@@ -39,6 +50,7 @@ export class TopicService {
       const created = await this.store.create(name, partitions, retentionMs)
       if (created) {
         this.cache.set(name, created)
+        await this.changed({ created })
         return { topic: created, created: true }
       }
       // Lost a race with a concurrent creator: read theirs and compare.
@@ -77,6 +89,7 @@ export class TopicService {
     if (!(await this.store.delete(topic.id))) {
       throw new HookqError('topic_not_found', `topic ${name} does not exist`)
     }
+    await this.changed({ deleted: topic })
   }
 
   /** Drops a cached row found stale by a writer. */

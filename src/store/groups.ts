@@ -68,6 +68,10 @@ export class GroupStore {
     return this.prisma.consumer.findMany({ where: { groupId }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] })
   }
 
+  async disableConsumer(id: string, reason: string): Promise<void> {
+    await this.prisma.consumer.updateMany({ where: { id, disabledAt: null }, data: { disabledAt: new Date(), disabledReason: reason } })
+  }
+
   async removeConsumer(groupId: number, id: string): Promise<boolean> {
     const { count } = await this.prisma.consumer.deleteMany({ where: { groupId, id } })
     return count > 0

@@ -100,6 +100,29 @@ const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
 /** An int[] literal: cheaper than letting pg escape every element of a JS array. */
 const intArray = (xs: number[]) => `{${xs.join(',')}}`
 
+/** Something that runs a query: the pool (own transaction) or a client inside a transaction. */
+export interface Queryable {
+  query<R extends object = Record<string, unknown>>(text: string, values?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }>
+}
+
+/**
+ * Runs the APPEND statement for entries (idempotency already settled by the caller): alone it is
+ * its own transaction; on a transaction's client it joins that transaction. Returns, for each
+ * appended entry, its 1-based position in `entries` with its partition and offset.
+ */
+export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<{ ord: number; partition: number; offset: number }[]> {
+  const res = await q.query<{ ord: number; partition: number; offset: number }>(APPEND, [
+    intArray(entries.map((e) => e.topicId)),
+    intArray(entries.map((e) => e.partition)),
+    JSON.stringify(entries.map((e) => e.key)),
+    `[${entries.map((e) => e.value).join(',')}]`,
+    `[${entries.map((e) => e.headers).join(',')}]`,
+    intArray(entries.map((e) => e.delayMs)),
+    JSON.stringify(entries.map((e) => e.idempotencyKey)),
+  ])
+  return res.rows
+}
+
 export class MessageStore {
   constructor(private readonly db: Database) {}
 
@@ -161,17 +184,8 @@ export class MessageStore {
       freshIndex.push(i)
     }
     if (fresh.length > 0) {
-      const res = await this.db.pool.query<{ ord: number; partition: number; offset: number }>(APPEND, [
-        intArray(fresh.map((e) => e.topicId)),
-        intArray(fresh.map((e) => e.partition)),
-        JSON.stringify(fresh.map((e) => e.key)),
-        `[${fresh.map((e) => e.value).join(',')}]`,
-        `[${fresh.map((e) => e.headers).join(',')}]`,
-        intArray(fresh.map((e) => e.delayMs)),
-        JSON.stringify(fresh.map((e) => e.idempotencyKey)),
-      ])
       // Rows come back only for partitions that still exist; a deleted topic's entries stay null.
-      for (const row of res.rows) {
+      for (const row of await appendRows(this.db.pool, fresh)) {
         result[freshIndex[row.ord - 1]!] = { partition: row.partition, offset: row.offset, duplicate: false }
       }
     }

@@ -1,0 +1,567 @@
+/**
+ * The dispatcher: reads each (group, partition) in offset order from its committed offset, pushes
+ * messages to the partition's consumer, and settles every attempt.
+ *
+ * Invariant: every push attempt ends in exactly one outcome — acked, failed, timed_out, nacked or
+ * dead — and writes exactly one attempt row (inserted in_flight when the push starts, updated once
+ * its outcome is known).
+ *
+ * A message of a partition, once read, is "outstanding" until completed (acked or dead):
+ *
+ *   delayed ──due──▶ pushing/in_flight ──2xx (auto) / ack──▶ completing ──commit──▶ gone
+ *                        │   ▲                                   │
+ *     fail / deadline / nack  └──────── retry_wait ◀──────────────┘ (commit failed)
+ *                        └── attempts = maxDeliveries ──▶ completing (dead letter)
+ *   parked: due, but the partition has no consumer or the group is paused; pushed when that ends.
+ *
+ * At most `maxInFlight` messages of a partition are outstanding (1 when `ordered`), which bounds
+ * memory and, for ordered groups, keeps strict per-partition order through failures. Deadlines
+ * (acks, retries, delays) live in one InFlightTracker with one timer for the earliest. Completions
+ * are written in batches by a GroupCommitter; PostgreSQL holds the truth, so a restart rebuilds
+ * all of this from committed offsets, completions and the attempt log.
+ *
+ * One broker process pushes for a database: partition ownership between processes (a lease in
+ * PostgreSQL) is not built yet.
+ */
+import { randomBytes } from 'node:crypto'
+import type { Agent } from 'undici'
+import type { Database } from '../store/db.ts'
+import type { ConsumerRow, GroupRow } from '../store/groups.ts'
+import type { TopicRow, TopicStore } from '../store/topics.ts'
+import type { AppendEntry } from '../store/messages.ts'
+import { partitionForKey } from '../service/partitioner.ts'
+import { assignPartitions } from '../service/groups.ts'
+import { GroupCommitter } from '../service/group-commit.ts'
+import { attemptCounts, commitCompletions, loadProgress, readForDispatch, type DispatchMessage } from '../store/consumption.ts'
+import { abandonInFlight, findAttempt } from '../store/deliveries.ts'
+import type { AttemptLog } from './attempt-log.ts'
+import { buildPush } from './envelope.ts'
+import { push, type PushResult } from './pusher.ts'
+import { honourRetryAfterMs, nextDelayMs, type RetryPolicy } from './retry-policy.ts'
+import { InFlightTracker, TrackerEntry } from './tracker.ts'
+
+type State = 'delayed' | 'parked' | 'in_flight' | 'retry_wait' | 'completing'
+
+interface Outstanding {
+  msg: DispatchMessage
+  attempts: number
+  state: State
+  /** The tracker entry now scheduled for this message (ack deadline, retry or delay), if any. */
+  entry: TrackerEntry | undefined
+  /** Delivery ids issued for it (a late ack of any of them completes it). */
+  ids: string[]
+  lastError: string | undefined
+}
+
+interface PartitionState {
+  partition: number
+  committed: number
+  completed: Set<number>
+  /** Next offset to read from the log. */
+  readPos: number
+  /** The log's end as last heard (produce notifications); reading stops there. */
+  endHint: number
+  buffer: DispatchMessage[]
+  reading: boolean
+  outstanding: Map<number, Outstanding>
+  /** Attempts made before a restart, by offset. */
+  priorAttempts: Map<number, number>
+  dropped: boolean
+}
+
+interface GroupRuntime {
+  row: GroupRow
+  topic: TopicRow
+  consumers: ConsumerRow[]
+  owners: (ConsumerRow | null)[]
+  parts: PartitionState[]
+  policy: RetryPolicy
+  dropped: boolean
+}
+
+interface CompletionRequest {
+  g: GroupRuntime
+  w: PartitionState
+  offset: number
+  outcome: 'acked' | 'dead'
+  deadLetter?: AppendEntry
+}
+
+export type AckStatus = 'acked' | 'nacked' | 'extended' | 'already_completed' | 'unknown'
+
+export interface DispatcherDeps {
+  db: Database
+  topics: TopicStore
+  /** Loads a group's row and consumers; null once deleted. */
+  loadGroup(name: string): Promise<{ row: GroupRow; consumers: ConsumerRow[] } | null>
+  listGroups(): Promise<GroupRow[]>
+  /** Creates committed offsets (from startAt) for partitions that have none. */
+  ensureOffsets(row: GroupRow, topic: TopicRow): Promise<void>
+  /** Marks a consumer disabled (410 Gone). */
+  disableConsumer(id: string, reason: string): Promise<void>
+  attempts: AttemptLog
+  agent: Agent
+  log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
+  now?: () => number
+}
+
+const READ_BATCH = 200
+const newDeliveryId = () => randomBytes(16).toString('base64url') // 128 random bits
+
+export class Dispatcher {
+  private readonly tracker = new InFlightTracker()
+  private readonly groups = new Map<string, GroupRuntime>()
+  /** Delivery id → where it points; kept until its message completes. */
+  private readonly ids = new Map<string, { g: GroupRuntime; w: PartitionState; offset: number }>()
+  private readonly completer: GroupCommitter<CompletionRequest, 'acked' | 'dead' | 'already_completed'>
+  private timer: NodeJS.Timeout | undefined
+  private timerAtMs = Infinity
+  private syntheticSeq = 0
+  private stopped = false
+  private readonly now: () => number
+
+  constructor(private readonly deps: DispatcherDeps) {
+    this.now = deps.now ?? Date.now
+    this.completer = new GroupCommitter((reqs) => this.commitCompletions(reqs),
+      { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 200_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
+  }
+
+  /** Loads every group and starts pushing. */
+  async start(): Promise<void> {
+    for (const row of await this.deps.listGroups()) await this.reload(row.name)
+  }
+
+  /** Stops pushing; waits for queued completions to be written. In-flight pushes are abandoned (they will be redelivered). */
+  async stop(): Promise<void> {
+    this.stopped = true
+    clearTimeout(this.timer)
+    await this.completer.drain()
+  }
+
+  /** Re-reads a group (created, updated, deleted, consumers changed) and adjusts what it pushes. */
+  async reload(name: string): Promise<void> {
+    const loaded = await this.deps.loadGroup(name)
+    const current = this.groups.get(name)
+    const topic = loaded ? await this.deps.topics.findByName(loaded.row.topic) : null
+    if (!loaded || !topic || (current && current.topic.id !== topic.id)) {
+      if (current) this.drop(current)
+      if (!loaded || !topic) return
+    }
+    const existing = this.groups.get(name)
+    if (existing) {
+      existing.row = loaded.row
+      existing.policy = policyOf(loaded.row)
+      this.setConsumers(existing, loaded.consumers)
+      for (const w of existing.parts) this.fill(existing, w)
+      return
+    }
+    await this.deps.ensureOffsets(loaded.row, topic)
+    // Attempts a previous process left in flight ended with it; their messages are pushed again.
+    await abandonInFlight(this.deps.db, loaded.row.id)
+    const progress = await loadProgress(this.deps.db, loaded.row.id, topic.id)
+    const ends = await this.deps.topics.endOffsets(topic.id)
+    const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: [], policy: policyOf(loaded.row), dropped: false }
+    for (let p = 0; p < topic.partitions; p++) {
+      const pr = progress.get(p) ?? { committed: 0, completed: new Set<number>() }
+      g.parts.push({
+        partition: p, committed: pr.committed, completed: pr.completed, readPos: pr.committed,
+        endHint: ends.find((e) => e.partition === p)?.endOffset ?? 0, buffer: [], reading: false,
+        outstanding: new Map(), priorAttempts: await attemptCounts(this.deps.db, loaded.row.id, topic.id, p, pr.committed), dropped: false,
+      })
+    }
+    this.groups.set(name, g)
+    this.setConsumers(g, loaded.consumers)
+    for (const w of g.parts) this.fill(g, w)
+  }
+
+  /** Produce appended to a topic: wake its groups' partitions. */
+  notifyAppend(topicId: number, partition: number, endOffset: number): void {
+    for (const g of this.groups.values()) {
+      if (g.topic.id !== topicId) continue
+      const w = g.parts[partition]
+      if (!w) continue
+      if (endOffset > w.endHint) w.endHint = endOffset
+      this.fill(g, w)
+    }
+  }
+
+  /** A topic was deleted: forget its groups' runtimes (their rows stay; they resume if it is recreated). */
+  topicDeleted(topicId: number): void {
+    for (const g of [...this.groups.values()]) if (g.topic.id === topicId) this.drop(g)
+  }
+
+  /** Messages outstanding on a partition (for the group status). */
+  inFlight(groupId: number, partition: number): number {
+    for (const g of this.groups.values()) if (g.row.id === groupId) return g.parts[partition]?.outstanding.size ?? 0
+    return 0
+  }
+
+  /** Acks: completes each message; durable when this resolves. */
+  async ack(groupName: string, deliveryIds: string[]): Promise<{ deliveryId: string; status: AckStatus }[]> {
+    const g = this.groups.get(groupName)
+    const out: { deliveryId: string; status: AckStatus }[] = deliveryIds.map((deliveryId) => ({ deliveryId, status: 'unknown' as AckStatus }))
+    if (!g) return out
+    const reqs: { i: number; req: CompletionRequest }[] = []
+    for (const [i, id] of deliveryIds.entries()) {
+      const loc = await this.locate(g, id)
+      if (!loc) continue
+      const { w, offset } = loc
+      const o = w.outstanding.get(offset)
+      if (o && o.state !== 'completing') this.cancel(o)
+      if (o) o.state = 'completing'
+      reqs.push({ i, req: { g, w, offset, outcome: 'acked' } })
+    }
+    let statuses: ('acked' | 'dead' | 'already_completed')[]
+    try {
+      statuses = await this.completer.submit(reqs.map((r) => r.req), reqs.length)
+    } catch (err) {
+      for (const { req } of reqs) this.completionFailed(req)
+      throw err
+    }
+    for (const [k, { i, req }] of reqs.entries()) {
+      const status = statuses[k]!
+      out[i]!.status = status === 'dead' ? 'acked' : status
+      this.completed(req, deliveryIds[i]!, status === 'acked' ? 'acked' : undefined)
+    }
+    return out
+  }
+
+  /** Nacks: a failed attempt; pushed again after `delayMs` (else the backoff), or dead-lettered at once. */
+  async nack(groupName: string, deliveryIds: string[], delayMs: number | undefined, deadLetter: boolean): Promise<{ deliveryId: string; status: AckStatus }[]> {
+    const g = this.groups.get(groupName)
+    const out: { deliveryId: string; status: AckStatus }[] = []
+    for (const id of deliveryIds) {
+      const loc = g ? await this.locate(g, id) : null
+      if (!g || !loc) { out.push({ deliveryId: id, status: 'unknown' }); continue }
+      const o = loc.w.outstanding.get(loc.offset)
+      if (!o || o.state === 'completing') { out.push({ deliveryId: id, status: 'already_completed' }); continue }
+      // Only the current attempt can be nacked; an older id names an attempt already settled.
+      if (o.state !== 'in_flight' || o.entry?.deliveryId !== id) { out.push({ deliveryId: id, status: 'already_completed' }); continue }
+      this.cancel(o)
+      this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.now()) })
+      if (deadLetter) this.deadLetter(g, loc.w, o, 'nacked with deadLetter')
+      else this.failed(g, loc.w, o, 'nacked', undefined, delayMs)
+      out.push({ deliveryId: id, status: 'nacked' })
+    }
+    return out
+  }
+
+  /** Extends ack deadlines to now + extendMs. */
+  async extend(groupName: string, deliveryIds: string[], extendMs: number): Promise<{ deliveryId: string; status: AckStatus }[]> {
+    const g = this.groups.get(groupName)
+    const out: { deliveryId: string; status: AckStatus }[] = []
+    for (const id of deliveryIds) {
+      const loc = g ? await this.locate(g, id) : null
+      if (!g || !loc) { out.push({ deliveryId: id, status: 'unknown' }); continue }
+      const deadlineMs = this.now() + extendMs
+      if (this.tracker.touch(id, deadlineMs)) {
+        this.deps.attempts.update({ id, ackDeadline: new Date(deadlineMs) })
+        this.armTimer()
+        out.push({ deliveryId: id, status: 'extended' })
+      } else {
+        out.push({ deliveryId: id, status: 'already_completed' })
+      }
+    }
+    return out
+  }
+
+  // ---- reading and pushing ----
+
+  private fill(g: GroupRuntime, w: PartitionState): void {
+    if (this.stopped || g.dropped || w.dropped) return
+    const limit = g.row.ordered ? 1 : g.row.maxInFlight
+    while (w.outstanding.size < limit) {
+      const msg = w.buffer.shift()
+      if (!msg) {
+        if (!w.reading && w.readPos < w.endHint) void this.read(g, w)
+        return
+      }
+      if (msg.offset < w.readPos) continue
+      w.readPos = msg.offset + 1
+      if (msg.offset < w.committed || w.completed.has(msg.offset)) continue
+      const o: Outstanding = {
+        msg, attempts: w.priorAttempts.get(msg.offset) ?? 0, state: 'parked', entry: undefined, ids: [], lastError: undefined,
+      }
+      w.priorAttempts.delete(msg.offset)
+      w.outstanding.set(msg.offset, o)
+      if (msg.availableAtMs > this.now()) this.schedule(g, w, o, 'delayed', msg.availableAtMs)
+      else this.startPush(g, w, o)
+    }
+  }
+
+  private async read(g: GroupRuntime, w: PartitionState): Promise<void> {
+    w.reading = true
+    try {
+      const rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, w.readPos, READ_BATCH)
+      if (rows.length === 0) w.endHint = w.readPos // caught up: wait for produce to say more
+      w.buffer.push(...rows)
+    } catch (err) {
+      this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reading messages failed; retrying in 1 s')
+      setTimeout(() => this.fill(g, w), 1000).unref()
+      return
+    } finally {
+      w.reading = false
+    }
+    this.fill(g, w)
+  }
+
+  private startPush(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
+    const owner = g.owners[w.partition]
+    if (g.row.paused || !owner || this.stopped) { o.state = 'parked'; return }
+    const attempt = ++o.attempts
+    const id = newDeliveryId()
+    const nowMs = this.now()
+    const deadlineMs = nowMs + g.row.ackTimeoutMs
+    o.ids.push(id)
+    this.ids.set(id, { g, w, offset: o.msg.offset })
+    o.state = 'in_flight'
+    o.entry = this.tracker.insert(new TrackerEntry({
+      deliveryId: id, groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt, deadlineMs, kind: 'in_flight',
+    }))
+    this.armTimer()
+    this.deps.attempts.started({
+      id, groupId: g.row.id, topicId: g.topic.id, partition: w.partition, offset: o.msg.offset, attempt,
+      consumerId: owner.id, startedAt: new Date(nowMs), ackDeadline: new Date(deadlineMs),
+    })
+    const { body, headers } = buildPush({
+      groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
+      pushFormat: g.row.pushFormat, consumerSecret: owner.secret,
+    }, o.msg, id, attempt, deadlineMs, nowMs)
+    void push(this.deps.agent, { url: owner.url, body, headers, timeoutMs: g.row.pushTimeoutMs })
+      .then((result) => this.settlePush(g, w, o, id, owner, result))
+  }
+
+  private settlePush(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
+    const finishedAt = new Date(this.now())
+    const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.entry?.deliveryId === id
+    if (r.kind === 'delivered') {
+      this.deps.attempts.update({ id, statusCode: r.status, durationMs: r.durationMs })
+      if (current && g.row.ackMode === 'auto') {
+        this.cancel(o)
+        o.state = 'completing'
+        const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'acked' }
+        this.completer.submit([req], 1).then(
+          ([status]) => this.completed(req, id, status === 'acked' ? 'acked' : undefined),
+          (err: unknown) => { this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again'); this.completionFailed(req) })
+      }
+      return
+    }
+    const error = r.kind === 'rejected' ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
+      : r.kind === 'timeout' ? `no answer within ${g.row.pushTimeoutMs} ms` : r.error
+    this.deps.attempts.update({
+      id, outcome: 'failed', finishedAt, durationMs: r.durationMs, error,
+      ...(r.kind === 'rejected' ? { statusCode: r.status } : {}),
+    })
+    if (r.kind === 'rejected' && r.status === 410) void this.disable(g, owner)
+    if (!current) return
+    this.cancel(o)
+    this.failed(g, w, o, error, r.kind === 'rejected' ? r.retryAfterMs : undefined)
+  }
+
+  /** A failed attempt: dead-letter after maxDeliveries, else wait out the backoff. */
+  private failed(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string, retryAfterMs?: number, delayMs?: number): void {
+    o.lastError = error
+    if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, error)
+    const waitMs = delayMs ?? honourRetryAfterMs(nextDelayMs(o.attempts, g.policy), retryAfterMs, g.policy)
+    this.schedule(g, w, o, 'retry_wait', this.now() + waitMs)
+  }
+
+  private deadLetter(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string): void {
+    o.state = 'completing'
+    const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'dead' }
+    const dlq = g.row.deadLetterTopic
+    const finish = async () => {
+      if (dlq) {
+        const topic = await this.deps.topics.findByName(dlq)
+        if (!topic) throw new Error(`dead-letter topic ${dlq} does not exist`)
+        req.deadLetter = deadLetterEntry(g, w, o, topic, error)
+      }
+      return this.completer.submit([req], 1)
+    }
+    finish().then(() => this.completed(req, o.ids.at(-1), 'dead'), (err: unknown) => {
+      this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'dead-lettering failed; retrying in 5 s')
+      o.state = 'parked'
+      this.schedule(g, w, o, 'retry_wait', this.now() + 5000, true)
+    })
+  }
+
+  /** Puts a message on the timer: a delayed first push, or a retry. */
+  private schedule(g: GroupRuntime, w: PartitionState, o: Outstanding, state: 'delayed' | 'retry_wait', atMs: number, deadLetterAgain = false): void {
+    o.state = state
+    o.entry = this.tracker.insert(new TrackerEntry({
+      deliveryId: `${deadLetterAgain ? 'dl' : 'wait'}:${++this.syntheticSeq}`, groupId: g.row.id, partition: w.partition,
+      offset: o.msg.offset, attempt: o.attempts, deadlineMs: atMs, kind: 'retry_wait',
+    }))
+    this.armTimer()
+  }
+
+  private cancel(o: Outstanding): void {
+    if (o.entry) this.tracker.finish(o.entry.deliveryId)
+    o.entry = undefined
+  }
+
+  private armTimer(): void {
+    const next = this.tracker.nextDeadlineMs()
+    if (next === undefined || this.stopped) { clearTimeout(this.timer); this.timer = undefined; this.timerAtMs = Infinity; return }
+    if (this.timer && next >= this.timerAtMs) return
+    clearTimeout(this.timer)
+    this.timerAtMs = next
+    this.timer = setTimeout(() => this.onTimer(), Math.max(0, next - this.now()))
+  }
+
+  private onTimer(): void {
+    this.timer = undefined
+    this.timerAtMs = Infinity
+    try {
+      const { due } = this.tracker.expireDue(this.now(), 10_000)
+      for (const entry of due) this.onDue(entry)
+    } catch (err) {
+      this.deps.log.error({ err }, 'dispatcher timer failed')
+    }
+    this.armTimer()
+  }
+
+  private onDue(entry: TrackerEntry): void {
+    const found = this.findOutstanding(entry)
+    if (!found) return
+    const { g, w, o } = found
+    o.entry = undefined
+    if (entry.kind === 'in_flight') {
+      this.deps.attempts.update({ id: entry.deliveryId, outcome: 'timed_out', finishedAt: new Date(this.now()), error: `no ack within ${g.row.ackTimeoutMs} ms` })
+      this.failed(g, w, o, `no ack within ${g.row.ackTimeoutMs} ms`)
+    } else if (entry.deliveryId.startsWith('dl:')) {
+      this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
+    } else {
+      this.startPush(g, w, o)
+    }
+  }
+
+  private findOutstanding(entry: TrackerEntry) {
+    for (const g of this.groups.values()) {
+      if (g.row.id !== entry.groupId) continue
+      const w = g.parts[entry.partition]
+      const o = w?.outstanding.get(entry.offset)
+      if (w && o && o.entry === entry) return { g, w, o }
+    }
+    return undefined
+  }
+
+  // ---- completion ----
+
+  /** Where a delivery id points, if this group issued it. */
+  private async locate(g: GroupRuntime, id: string): Promise<{ w: PartitionState; offset: number } | null> {
+    const known = this.ids.get(id)
+    if (known) return known.g === g ? known : null
+    if (id.length > 64) return null
+    // Not in memory: issued before a restart, or its message completed already.
+    const row = await findAttempt(this.deps.db, g.row.id, id)
+    if (!row || row.topicId !== g.topic.id) return null
+    const w = g.parts[row.partition]
+    return w ? { w, offset: row.offset } : null
+  }
+
+  /** Serialised by the GroupCommitter: decides each request's status against memory, writes, then applies. */
+  private async commitCompletions(reqs: CompletionRequest[]): Promise<('acked' | 'dead' | 'already_completed')[]> {
+    const statuses: ('acked' | 'dead' | 'already_completed')[] = []
+    const marked: CompletionRequest[] = []
+    for (const r of reqs) {
+      if (r.w.dropped || r.offset < r.w.committed || r.w.completed.has(r.offset)) { statuses.push('already_completed'); continue }
+      r.w.completed.add(r.offset)
+      marked.push(r)
+      statuses.push(r.outcome)
+    }
+    if (marked.length === 0) return statuses
+    const advanced = new Map<PartitionState, { g: GroupRuntime; to: number }>()
+    for (const r of marked) {
+      if (advanced.has(r.w)) continue
+      let c = r.w.committed
+      while (r.w.completed.has(c)) c++
+      advanced.set(r.w, { g: r.g, to: c })
+    }
+    try {
+      await commitCompletions(this.deps.db, {
+        completions: marked.filter((r) => r.offset >= advanced.get(r.w)!.to)
+          .map((r) => ({ groupId: r.g.row.id, topicId: r.g.topic.id, partition: r.w.partition, offset: r.offset })),
+        committed: [...advanced].filter(([w, a]) => a.to > w.committed)
+          .map(([w, a]) => ({ groupId: a.g.row.id, topicId: a.g.topic.id, partition: w.partition, committedOffset: a.to })),
+        deadLetters: marked.flatMap((r) => (r.deadLetter ? [r.deadLetter] : [])),
+      })
+    } catch (err) {
+      for (const r of marked) r.w.completed.delete(r.offset)
+      throw err
+    }
+    for (const [w, a] of advanced) {
+      for (let o = w.committed; o < a.to; o++) w.completed.delete(o)
+      if (a.to > w.committed) w.committed = a.to
+    }
+    return statuses
+  }
+
+  /** After a completion is durable: forget the message, log the outcome, push the next. */
+  private completed(req: CompletionRequest, deliveryId: string | undefined, outcome: 'acked' | 'dead' | undefined): void {
+    const o = req.w.outstanding.get(req.offset)
+    if (o) {
+      this.cancel(o)
+      req.w.outstanding.delete(req.offset)
+      for (const id of o.ids) this.ids.delete(id)
+    }
+    if (deliveryId && outcome) this.deps.attempts.update({ id: deliveryId, outcome, finishedAt: new Date(this.now()) })
+    this.fill(req.g, req.w)
+  }
+
+  /** A completion could not be written: the message stays outstanding and is pushed again soon. */
+  private completionFailed(req: CompletionRequest): void {
+    const o = req.w.outstanding.get(req.offset)
+    if (o && o.state === 'completing' && !req.w.completed.has(req.offset)) this.schedule(req.g, req.w, o, 'retry_wait', this.now() + 1000)
+  }
+
+  // ---- consumers and groups ----
+
+  private setConsumers(g: GroupRuntime, consumers: ConsumerRow[]): void {
+    g.consumers = consumers
+    const owners = assignPartitions(g.topic.partitions, consumers)
+    g.owners = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
+    // Messages parked for want of a consumer (or while paused) go out now.
+    for (const w of g.parts) {
+      for (const o of w.outstanding.values()) if (o.state === 'parked') this.startPush(g, w, o)
+    }
+  }
+
+  private async disable(g: GroupRuntime, owner: ConsumerRow): Promise<void> {
+    try {
+      await this.deps.disableConsumer(owner.id, 'answered 410 Gone')
+      await this.reload(g.row.name)
+    } catch (err) {
+      this.deps.log.error({ err, consumer: owner.id }, 'disabling a consumer failed')
+    }
+  }
+
+  private drop(g: GroupRuntime): void {
+    g.dropped = true
+    for (const w of g.parts) {
+      w.dropped = true
+      for (const o of w.outstanding.values()) { this.cancel(o); for (const id of o.ids) this.ids.delete(id) }
+    }
+    this.groups.delete(g.row.name)
+    this.armTimer()
+  }
+}
+
+function policyOf(row: GroupRow): RetryPolicy {
+  return { initialDelayMs: row.retryInitialDelayMs, multiplier: row.retryMultiplier, maxDelayMs: row.retryMaxDelayMs, jitter: row.retryJitter }
+}
+
+/** The dead letter: same key, value and headers, plus headers naming where it came from. */
+function deadLetterEntry(g: GroupRuntime, w: PartitionState, o: Outstanding, dlq: TopicRow, error: string): AppendEntry {
+  const headers = {
+    ...(JSON.parse(o.msg.headers) as Record<string, string>),
+    'hookq-dlq-topic': g.topic.name,
+    'hookq-dlq-partition': String(w.partition),
+    'hookq-dlq-offset': String(o.msg.offset),
+    'hookq-dlq-group': g.row.name,
+    'hookq-dlq-attempts': String(o.attempts),
+    'hookq-dlq-error': error.slice(0, 1000),
+  }
+  const partition = o.msg.key !== null ? partitionForKey(o.msg.key, dlq.partitions) : w.partition % dlq.partitions
+  return { topicId: dlq.id, partition, key: o.msg.key, value: o.msg.value, headers: JSON.stringify(headers), delayMs: 0, idempotencyKey: null }
+}

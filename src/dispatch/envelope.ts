@@ -1,0 +1,68 @@
+/**
+ * What a push looks like on the wire: the body (the contract's envelope, or the bare value for
+ * pushFormat "raw") and its headers, Standard Webhooks ones included. Values are spliced in as
+ * their stored JSON text, never parsed and re-serialised.
+ */
+import type { DispatchMessage } from '../store/consumption.ts'
+import { signWebhook } from './signature.ts'
+
+export interface PushTarget {
+  groupName: string
+  topicName: string
+  topicId: number
+  partition: number
+  pushFormat: 'envelope' | 'raw'
+  consumerSecret: string | null
+}
+
+/** JSON with every non-ASCII character escaped, so it is safe in an HTTP header. */
+function asciiJson(value: unknown): string {
+  return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+}
+
+/**
+ * The stable message id for webhook-id: the same for every attempt of one message (consumers
+ * deduplicate on it). Topic ids are never reused, so a recreated topic gets new ids.
+ */
+export function webhookId(topicId: number, partition: number, offset: number): string {
+  return `msg_${topicId}_${partition}_${offset}`
+}
+
+/** Body and headers of one push attempt. */
+export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: string, attempt: number, ackDeadlineMs: number, nowMs: number): { body: string; headers: Record<string, string> } {
+  const timestamp = msg.producedAt.toISOString()
+  const ackDeadline = new Date(ackDeadlineMs).toISOString()
+  let body: string
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    'user-agent': 'hookq',
+    'hookq-delivery-id': deliveryId,
+    'hookq-attempt': String(attempt),
+  }
+  if (target.pushFormat === 'raw') {
+    body = msg.value
+    Object.assign(headers, {
+      'hookq-topic': target.topicName,
+      'hookq-group': target.groupName,
+      'hookq-partition': String(target.partition),
+      'hookq-offset': String(msg.offset),
+      'hookq-ack-deadline': ackDeadline,
+      'hookq-timestamp': timestamp,
+    })
+    if (msg.key !== null) headers['hookq-key'] = asciiJson(msg.key)
+    if (msg.headers !== '{}') headers['hookq-headers'] = asciiJson(JSON.parse(msg.headers))
+  } else {
+    body = `{"deliveryId":${JSON.stringify(deliveryId)},"topic":${JSON.stringify(target.topicName)},` +
+      `"group":${JSON.stringify(target.groupName)},"partition":${target.partition},"offset":${msg.offset},` +
+      `"key":${JSON.stringify(msg.key)},"value":${msg.value},"headers":${msg.headers},"attempt":${attempt},` +
+      `"timestamp":"${timestamp}","ackDeadline":"${ackDeadline}"}`
+  }
+  const id = webhookId(target.topicId, target.partition, msg.offset)
+  const timestampS = Math.floor(nowMs / 1000)
+  headers['webhook-id'] = id
+  headers['webhook-timestamp'] = String(timestampS)
+  if (target.consumerSecret) {
+    headers['webhook-signature'] = signWebhook({ id, timestampS, body, secrets: [target.consumerSecret] })
+  }
+  return { body, headers }
+}

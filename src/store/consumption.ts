@@ -1,0 +1,143 @@
+/**
+ * Storage of a group's progress on a topic: committed offsets, offsets completed above them, and
+ * the reads and writes of the dispatcher's hot path (raw SQL: arrays in, one statement each).
+ */
+import type pg from 'pg'
+import type { Database } from './db.ts'
+import { appendRows, type AppendEntry } from './messages.ts'
+
+/** A message as the dispatcher pushes it: value and headers still as stored JSON text. */
+export interface DispatchMessage {
+  offset: number
+  key: string | null
+  value: string
+  headers: string
+  producedAt: Date
+  availableAtMs: number
+}
+
+/** Where a group stands on one partition. */
+export interface PartitionProgress {
+  committed: number
+  /** Offsets completed above `committed`. */
+  completed: Set<number>
+}
+
+/** One completion: acked, or dead (dead-lettered, or recorded as dead without a dead-letter topic). */
+export interface Completion {
+  groupId: number
+  topicId: number
+  partition: number
+  offset: number
+}
+
+/** Everything one completion transaction writes. */
+export interface CompletionBatch {
+  /** Completions that stay above the new committed offset (out of order). */
+  completions: Completion[]
+  /** New committed offsets (never lower than the stored ones). */
+  committed: { groupId: number; topicId: number; partition: number; committedOffset: number }[]
+  /** Dead letters to append to dead-letter topics in the same transaction. */
+  deadLetters: AppendEntry[]
+}
+
+/** Committed offset and out-of-order completions of a group on every partition of a topic. */
+export async function loadProgress(db: Database, groupId: number, topicId: number): Promise<Map<number, PartitionProgress>> {
+  const offsets = await db.pool.query<{ partition: number; committed_offset: number }>(
+    'SELECT partition, committed_offset FROM group_offsets WHERE group_id = $1 AND topic_id = $2', [groupId, topicId])
+  const done = await db.pool.query<{ partition: number; offset: number }>(
+    'SELECT partition, "offset" FROM group_completions WHERE group_id = $1 AND topic_id = $2', [groupId, topicId])
+  const progress = new Map<number, PartitionProgress>()
+  for (const r of offsets.rows) progress.set(r.partition, { committed: r.committed_offset, completed: new Set() })
+  for (const r of done.rows) progress.get(r.partition)?.completed.add(r.offset)
+  return progress
+}
+
+/** Up to `limit` messages of a partition from `fromOffset`, in offset order. */
+export async function readForDispatch(db: Database, topicId: number, partition: number, fromOffset: number, limit: number): Promise<DispatchMessage[]> {
+  const res = await db.pool.query<{ offset: number; key: string | null; value: string; headers: string; produced_at: Date; available_ms: number }>(
+    `SELECT "offset", key, value, headers, produced_at, (extract(epoch from available_at) * 1000)::float8 AS available_ms
+     FROM messages WHERE topic_id = $1 AND partition = $2 AND "offset" >= $3 ORDER BY "offset" LIMIT $4`,
+    [topicId, partition, fromOffset, limit])
+  return res.rows.map((r) => ({
+    offset: r.offset, key: r.key, value: r.value, headers: r.headers, producedAt: r.produced_at, availableAtMs: r.available_ms,
+  }))
+}
+
+/** The highest attempt recorded per offset at or above `fromOffset` (after a restart). */
+export async function attemptCounts(db: Database, groupId: number, topicId: number, partition: number, fromOffset: number): Promise<Map<number, number>> {
+  const res = await db.pool.query<{ offset: number; attempts: number }>(
+    `SELECT "offset", max(attempt) AS attempts FROM deliveries
+     WHERE group_id = $1 AND topic_id = $2 AND partition = $3 AND "offset" >= $4 GROUP BY "offset"`,
+    [groupId, topicId, partition, fromOffset])
+  return new Map(res.rows.map((r) => [r.offset, r.attempts]))
+}
+
+/**
+ * Writes a batch of completions in one transaction: dead letters appended to their topics,
+ * out-of-order completions recorded, committed offsets moved forward and the completions they
+ * passed deleted. A dead letter is therefore both in its dead-letter topic and completed, or neither.
+ */
+export async function commitCompletions(db: Database, batch: CompletionBatch): Promise<void> {
+  const client = await db.pool.connect()
+  let broken = false
+  try {
+    await client.query('BEGIN')
+    if (batch.deadLetters.length > 0) {
+      const rows = await appendRows(client, batch.deadLetters)
+      if (rows.length !== batch.deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
+    }
+    await insertCompletions(client, batch.completions)
+    await advanceCommitted(client, batch.committed)
+    await client.query('COMMIT')
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => { broken = true })
+    throw err
+  } finally {
+    client.release(broken)
+  }
+}
+
+async function insertCompletions(client: pg.PoolClient, rows: Completion[]): Promise<void> {
+  if (rows.length === 0) return
+  await client.query(
+    `INSERT INTO group_completions (group_id, topic_id, partition, "offset")
+     SELECT * FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) ON CONFLICT DO NOTHING`,
+    [rows.map((r) => r.groupId), rows.map((r) => r.topicId), rows.map((r) => r.partition), rows.map((r) => r.offset)])
+}
+
+async function advanceCommitted(client: pg.PoolClient, rows: CompletionBatch['committed']): Promise<void> {
+  if (rows.length === 0) return
+  const params = [rows.map((r) => r.groupId), rows.map((r) => r.topicId), rows.map((r) => r.partition), rows.map((r) => r.committedOffset)]
+  await client.query(
+    `UPDATE group_offsets o SET committed_offset = GREATEST(o.committed_offset, u.c)
+     FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) AS u(g, t, p, c)
+     WHERE o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p`, params)
+  await client.query(
+    `DELETE FROM group_completions gc USING unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) AS u(g, t, p, c)
+     WHERE gc.group_id = u.g AND gc.topic_id = u.t AND gc.partition = u.p AND gc."offset" < u.c`, params)
+}
+
+/** Moves a group's committed offsets (seek) and forgets its completions on those partitions. */
+export async function seekOffsets(db: Database, groupId: number, topicId: number, offsets: Map<number, number>): Promise<void> {
+  const partitions = [...offsets.keys()]
+  const values = partitions.map((p) => offsets.get(p)!)
+  const client = await db.pool.connect()
+  let broken = false
+  try {
+    await client.query('BEGIN')
+    await client.query(
+      `INSERT INTO group_offsets (group_id, topic_id, partition, committed_offset)
+       SELECT $1, $2, p, c FROM unnest($3::int[], $4::bigint[]) AS u(p, c)
+       ON CONFLICT (group_id, topic_id, partition) DO UPDATE SET committed_offset = EXCLUDED.committed_offset`,
+      [groupId, topicId, partitions, values])
+    await client.query('DELETE FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = ANY($3::int[])',
+      [groupId, topicId, partitions])
+    await client.query('COMMIT')
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => { broken = true })
+    throw err
+  } finally {
+    client.release(broken)
+  }
+}

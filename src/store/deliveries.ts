@@ -1,0 +1,118 @@
+/** Storage of push attempts: one row each, inserted when the push starts and updated with its outcome. */
+import type { Database } from './db.ts'
+
+export type Outcome = 'in_flight' | 'acked' | 'failed' | 'timed_out' | 'nacked' | 'dead'
+
+export interface AttemptStart {
+  id: string
+  groupId: number
+  topicId: number
+  partition: number
+  offset: number
+  attempt: number
+  consumerId: string | null
+  startedAt: Date
+  ackDeadline: Date
+}
+
+/** A change to an attempt row; undefined fields keep their value. */
+export interface AttemptUpdate {
+  id: string
+  outcome?: Outcome
+  finishedAt?: Date
+  statusCode?: number
+  durationMs?: number
+  error?: string
+  ackDeadline?: Date
+}
+
+export interface AttemptRow {
+  deliveryId: string
+  partition: number
+  offset: number
+  attempt: number
+  consumerId: string | null
+  startedAt: Date
+  finishedAt: Date | null
+  statusCode: number | null
+  durationMs: number | null
+  error: string | null
+  outcome: Outcome
+}
+
+/** Inserts attempt rows (outcome in_flight) in one statement. */
+export async function insertAttempts(db: Database, rows: AttemptStart[]): Promise<void> {
+  if (rows.length === 0) return
+  await db.pool.query(
+    `INSERT INTO deliveries (id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline, outcome)
+     SELECT u.*, 'in_flight'::delivery_outcome
+     FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[], $7::text[], $8::timestamptz[], $9::timestamptz[])
+       AS u(id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline)
+     -- a group or topic deleted meanwhile takes its attempts with it
+     WHERE EXISTS (SELECT 1 FROM consumer_groups g WHERE g.id = u.group_id) AND EXISTS (SELECT 1 FROM topics t WHERE t.id = u.topic_id)
+     ON CONFLICT (id) DO NOTHING`,
+    [rows.map((r) => r.id), rows.map((r) => r.groupId), rows.map((r) => r.topicId), rows.map((r) => r.partition),
+      rows.map((r) => r.offset), rows.map((r) => r.attempt), rows.map((r) => r.consumerId), rows.map((r) => r.startedAt),
+      rows.map((r) => r.ackDeadline)])
+}
+
+/** Applies attempt updates in one statement (each id at most once: merge before calling). */
+export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promise<void> {
+  if (rows.length === 0) return
+  await db.pool.query(
+    `UPDATE deliveries d SET
+       outcome = coalesce(u.outcome::delivery_outcome, d.outcome),
+       finished_at = coalesce(u.finished_at, d.finished_at),
+       status_code = coalesce(u.status_code, d.status_code),
+       duration_ms = coalesce(u.duration_ms, d.duration_ms),
+       error = coalesce(u.error, d.error),
+       ack_deadline = coalesce(u.ack_deadline, d.ack_deadline)
+     FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::int[], $5::int[], $6::text[], $7::timestamptz[])
+       AS u(id, outcome, finished_at, status_code, duration_ms, error, ack_deadline)
+     WHERE d.id = u.id`,
+    [rows.map((r) => r.id), rows.map((r) => r.outcome ?? null), rows.map((r) => r.finishedAt ?? null),
+      rows.map((r) => r.statusCode ?? null), rows.map((r) => r.durationMs ?? null), rows.map((r) => r.error ?? null),
+      rows.map((r) => r.ackDeadline ?? null)])
+}
+
+/** The attempt a delivery id names, if this group issued it. */
+export async function findAttempt(db: Database, groupId: number, id: string): Promise<{ topicId: number; partition: number; offset: number } | null> {
+  const res = await db.pool.query<{ topic_id: number; partition: number; offset: number }>(
+    'SELECT topic_id, partition, "offset" FROM deliveries WHERE id = $1 AND group_id = $2', [id, groupId])
+  const r = res.rows[0]
+  return r ? { topicId: r.topic_id, partition: r.partition, offset: r.offset } : null
+}
+
+/** Attempts of a group, newest first, after an optional (startedAt, id) cursor. */
+export async function listAttempts(db: Database, groupId: number, f: {
+  partition?: number; offset?: number; outcome?: Outcome; limit: number; after?: { startedAt: Date; id: string }
+}): Promise<AttemptRow[]> {
+  const where = ['group_id = $1']
+  const params: unknown[] = [groupId]
+  const add = (sql: string, value: unknown) => { params.push(value); where.push(sql.replace('?', `$${params.length}`)) }
+  if (f.partition !== undefined) add('partition = ?', f.partition)
+  if (f.offset !== undefined) add('"offset" = ?', f.offset)
+  if (f.outcome !== undefined) add('outcome = ?::delivery_outcome', f.outcome)
+  if (f.after) {
+    params.push(f.after.startedAt, f.after.id)
+    where.push(`(started_at, id) < ($${params.length - 1}, $${params.length})`)
+  }
+  params.push(f.limit)
+  const res = await db.pool.query<{ id: string; partition: number; offset: number; attempt: number; consumer_id: string | null; started_at: Date;
+    finished_at: Date | null; status_code: number | null; duration_ms: number | null; error: string | null; outcome: Outcome }>(
+    `SELECT id, partition, "offset", attempt, consumer_id, started_at, finished_at, status_code, duration_ms, error, outcome
+     FROM deliveries WHERE ${where.join(' AND ')} ORDER BY started_at DESC, id DESC LIMIT $${params.length}`, params)
+  return res.rows.map((r) => ({
+    deliveryId: r.id, partition: r.partition, offset: r.offset, attempt: r.attempt, consumerId: r.consumer_id,
+    startedAt: r.started_at, finishedAt: r.finished_at, statusCode: r.status_code, durationMs: r.duration_ms,
+    error: r.error, outcome: r.outcome,
+  }))
+}
+
+/** Marks attempts left in flight by a previous process as failed (run when a group's runtime starts). */
+export async function abandonInFlight(db: Database, groupId: number): Promise<void> {
+  await db.pool.query(
+    `UPDATE deliveries SET outcome = 'failed', finished_at = coalesce(finished_at, clock_timestamp()),
+       error = coalesce(error, 'the broker stopped before the outcome was known')
+     WHERE group_id = $1 AND outcome = 'in_flight'`, [groupId])
+}

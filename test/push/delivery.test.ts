@@ -1,0 +1,92 @@
+import t from 'tap'
+import { verifyWebhook } from '../../src/dispatch/signature.ts'
+import { startBroker } from '../helpers/broker.ts'
+import { startReceiver } from '../helpers/receiver.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+const broker = await startBroker(t)
+const app = broker.app
+const call = async (method: string, url: string, payload?: unknown) => {
+  const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
+  return { status: res.statusCode, json: res.body ? res.json() : undefined }
+}
+const produce = (topic: string, messages: unknown[]) => call('POST', `/v1/topics/${topic}/messages`, { messages })
+
+t.test('explicit mode: pushed with the envelope and signature, acked, committed offset moves', async (t) => {
+  await call('PUT', '/v1/topics/orders', { partitions: 1 })
+  const secret = 'whsec_' + Buffer.alloc(32, 3).toString('base64')
+  await call('PUT', '/v1/groups/billing', { topic: 'orders' })
+  const receiver = await startReceiver(t)
+  await call('POST', '/v1/groups/billing/consumers', { url: receiver.url + '/hook', secret })
+  await produce('orders', [{ value: { n: 1 }, key: 'k1', headers: { h: 'v' } }, { value: 'two' }])
+  await receiver.waitFor(2, 10_000)
+  const [first, second] = receiver.requests
+  const env = first!.json as Record<string, unknown>
+  t.match(env, { topic: 'orders', group: 'billing', partition: 0, offset: 0, key: 'k1', value: { n: 1 }, headers: { h: 'v' }, attempt: 1 })
+  t.match(env.deliveryId, /^[A-Za-z0-9_-]{22}$/, '128 random bits, base64url')
+  t.ok(Date.parse(env.ackDeadline as string) > Date.now(), 'ack deadline in the future')
+  t.equal(first!.headers['webhook-id'], `msg_${(await broker.db.pool.query(`SELECT id FROM topics WHERE name = 'orders'`)).rows[0].id}_0_0`)
+  t.same(verifyWebhook(first!.headers, first!.body, secret).ok, true, 'signature verifies')
+
+  const before = (await call('GET', '/v1/groups/billing')).json
+  t.match(before.partitions[0], { committedOffset: 0, endOffset: 2, lag: 2, inFlight: 2 })
+
+  const ack = await call('POST', '/v1/groups/billing/acks', { deliveryIds: [(second!.json as { deliveryId: string }).deliveryId] })
+  t.same(ack.json.results.map((r: { status: string }) => r.status), ['acked'])
+  t.match((await call('GET', '/v1/groups/billing')).json.partitions[0], { committedOffset: 0, inFlight: 1 }, 'offset 1 completed out of order; committed stays')
+  const ack2 = await call('POST', '/v1/groups/billing/acks', { deliveryIds: [env.deliveryId, env.deliveryId, 'nonexistent-id'] })
+  t.same(ack2.json.results.map((r: { status: string }) => r.status), ['acked', 'already_completed', 'unknown'])
+  t.match((await call('GET', '/v1/groups/billing')).json.partitions[0], { committedOffset: 2, lag: 0, inFlight: 0 })
+  const { rows } = await broker.db.pool.query(`SELECT count(*)::int AS n FROM group_completions`)
+  t.equal(rows[0].n, 0, 'completions below the committed offset are gone')
+  await waitUntil(async () => {
+    const r = await broker.db.pool.query(`SELECT outcome FROM deliveries ORDER BY "offset"`)
+    return r.rows.length === 2 && r.rows.every((x) => x.outcome === 'acked')
+  }, 5000, 'attempt rows acked')
+})
+
+t.test('no ack: redelivered after the deadline with attempt 2, a new delivery id, the same webhook-id', async (t) => {
+  await call('PUT', '/v1/topics/slow', { partitions: 1 })
+  await call('PUT', '/v1/groups/slow-g', { topic: 'slow', ackTimeoutMs: 1000, pushTimeoutMs: 500, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })
+  const receiver = await startReceiver(t)
+  await call('POST', '/v1/groups/slow-g/consumers', { url: receiver.url })
+  await produce('slow', [{ value: 'x' }])
+  await receiver.waitFor(2, 10_000)
+  const [a, b] = receiver.requests.map((r) => r.json as { deliveryId: string; attempt: number })
+  t.equal(a!.attempt, 1)
+  t.equal(b!.attempt, 2)
+  t.not(a!.deliveryId, b!.deliveryId)
+  t.equal(receiver.requests[0]!.headers['webhook-id'], receiver.requests[1]!.headers['webhook-id'])
+  // A late ack of the first attempt still completes the message and cancels the next redelivery.
+  const ack = await call('POST', '/v1/groups/slow-g/acks', { deliveryIds: [a!.deliveryId] })
+  t.equal(ack.json.results[0].status, 'acked')
+  t.match((await call('GET', '/v1/groups/slow-g')).json.partitions[0], { committedOffset: 1, inFlight: 0 })
+  const seen = receiver.requests.length
+  await new Promise((r) => setTimeout(r, 1500))
+  t.equal(receiver.requests.length, seen, 'no push after the ack')
+})
+
+t.test('auto mode: a 2xx is the ack; failures retry with backoff and end in the dead-letter topic', async (t) => {
+  await call('PUT', '/v1/topics/jobs', { partitions: 2 })
+  await call('PUT', '/v1/topics/jobs.dlq', { partitions: 1 })
+  await call('PUT', '/v1/groups/workers', {
+    topic: 'jobs', ackMode: 'auto', maxDeliveries: 3, deadLetterTopic: 'jobs.dlq',
+    retry: { initialDelayMs: 50, multiplier: 2, maxDelayMs: 1000, jitter: 0 },
+  })
+  const receiver = await startReceiver(t, (req) => ((req.json as { value: string }).value === 'poison' ? { status: 500, body: 'boom' } : { status: 200 }))
+  await call('POST', '/v1/groups/workers/consumers', { url: receiver.url })
+  await produce('jobs', [{ value: 'ok-1', partition: 0 }, { value: 'poison', partition: 0, key: 'kp' }, { value: 'ok-2', partition: 1 }])
+  await waitUntil(async () => {
+    const s = (await call('GET', '/v1/groups/workers')).json
+    return s.partitions.every((p: { lag: number }) => p.lag === 0)
+  }, 15_000, 'everything completed')
+  const poison = receiver.requests.filter((r) => (r.json as { value: string }).value === 'poison')
+  t.equal(poison.length, 3, 'maxDeliveries attempts')
+  t.same(poison.map((r) => (r.json as { attempt: number }).attempt), [1, 2, 3])
+  const dlq = (await call('GET', '/v1/topics/jobs.dlq/partitions/0/messages')).json.messages
+  t.equal(dlq.length, 1)
+  t.match(dlq[0], { key: 'kp', value: 'poison', headers: {
+    'hookq-dlq-topic': 'jobs', 'hookq-dlq-partition': '0', 'hookq-dlq-offset': '1', 'hookq-dlq-group': 'workers',
+    'hookq-dlq-attempts': '3', 'hookq-dlq-error': /HTTP 500: boom/,
+  } })
+})
