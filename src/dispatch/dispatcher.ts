@@ -32,7 +32,7 @@ import type { AppendEntry } from '../store/messages.ts'
 import { partitionForKey } from '../service/partitioner.ts'
 import { assignPartitions } from '../service/groups.ts'
 import { GroupCommitter } from '../service/group-commit.ts'
-import { attemptCounts, commitCompletions, loadProgress, readForDispatch, type DispatchMessage } from '../store/consumption.ts'
+import { attemptCounts, commitCompletions, loadProgress, readForDispatch, seekOffsets, type DispatchMessage } from '../store/consumption.ts'
 import { abandonInFlight, findAttempt } from '../store/deliveries.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { buildPush } from './envelope.ts'
@@ -66,6 +66,8 @@ interface PartitionState {
   outstanding: Map<number, Outstanding>
   /** Attempts made before a restart, by offset. */
   priorAttempts: Map<number, number>
+  /** When the partition was last seeked: older delivery ids no longer count. */
+  seekAtMs: number
   dropped: boolean
 }
 
@@ -166,7 +168,8 @@ export class Dispatcher {
       g.parts.push({
         partition: p, committed: pr.committed, completed: pr.completed, readPos: pr.committed,
         endHint: ends.find((e) => e.partition === p)?.endOffset ?? 0, buffer: [], reading: false,
-        outstanding: new Map(), priorAttempts: await attemptCounts(this.deps.db, loaded.row.id, topic.id, p, pr.committed), dropped: false,
+        outstanding: new Map(), priorAttempts: await attemptCounts(this.deps.db, loaded.row.id, topic.id, p, pr.committed),
+        seekAtMs: 0, dropped: false,
       })
     }
     this.groups.set(name, g)
@@ -188,6 +191,34 @@ export class Dispatcher {
   /** A topic was deleted: forget its groups' runtimes (their rows stay; they resume if it is recreated). */
   topicDeleted(topicId: number): void {
     for (const g of [...this.groups.values()]) if (g.topic.id === topicId) this.drop(g)
+  }
+
+  /**
+   * Moves the group's committed offsets (seek): what is outstanding on those partitions is
+   * abandoned, remembered completions are forgotten, and pushing restarts from the new offsets.
+   * Delivery ids issued before the seek no longer count (acks of them answer `unknown`).
+   */
+  async seek(group: { name: string; id: number }, topicId: number, offsets: Map<number, number>): Promise<void> {
+    // Written first: if the write fails, nothing in memory has changed.
+    await seekOffsets(this.deps.db, group.id, topicId, offsets)
+    const g = this.groups.get(group.name)
+    if (!g || g.topic.id !== topicId) return
+    const nowMs = this.now()
+    for (const [partition, offset] of offsets) {
+      const w = g.parts[partition]
+      if (!w) continue
+      for (const o of w.outstanding.values()) { this.cancel(o); for (const id of o.ids) this.ids.delete(id) }
+      w.outstanding.clear()
+      w.buffer = []
+      w.completed = new Set()
+      w.priorAttempts = new Map()
+      w.committed = offset
+      w.readPos = offset
+      w.seekAtMs = nowMs
+      w.endHint = Math.max(w.endHint, offset + 1)
+      this.fill(g, w)
+    }
+    this.armTimer()
   }
 
   /** Messages outstanding on a partition (for the group status). */
@@ -457,7 +488,7 @@ export class Dispatcher {
     const row = await findAttempt(this.deps.db, g.row.id, id)
     if (!row || row.topicId !== g.topic.id) return null
     const w = g.parts[row.partition]
-    return w ? { w, offset: row.offset } : null
+    return w && row.startedAt.getTime() >= w.seekAtMs ? { w, offset: row.offset } : null
   }
 
   /** Serialised by the GroupCommitter: decides each request's status against memory, writes, then applies. */

@@ -76,11 +76,11 @@ export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promi
 }
 
 /** The attempt a delivery id names, if this group issued it. */
-export async function findAttempt(db: Database, groupId: number, id: string): Promise<{ topicId: number; partition: number; offset: number } | null> {
-  const res = await db.pool.query<{ topic_id: number; partition: number; offset: number }>(
-    'SELECT topic_id, partition, "offset" FROM deliveries WHERE id = $1 AND group_id = $2', [id, groupId])
+export async function findAttempt(db: Database, groupId: number, id: string): Promise<{ topicId: number; partition: number; offset: number; startedAt: Date } | null> {
+  const res = await db.pool.query<{ topic_id: number; partition: number; offset: number; started_at: Date }>(
+    'SELECT topic_id, partition, "offset", started_at FROM deliveries WHERE id = $1 AND group_id = $2', [id, groupId])
   const r = res.rows[0]
-  return r ? { topicId: r.topic_id, partition: r.partition, offset: r.offset } : null
+  return r ? { topicId: r.topic_id, partition: r.partition, offset: r.offset, startedAt: r.started_at } : null
 }
 
 /** Attempts of a group, newest first, after an optional (startedAt, id) cursor. */
