@@ -68,6 +68,8 @@ interface PartitionState {
   priorAttempts: Map<number, number>
   /** When the partition was last seeked: older delivery ids no longer count. */
   seekAtMs: number
+  /** Ranges [from, to) of offsets not in the log any more (retention deleted them): they count as completed. */
+  gaps: [number, number][]
   dropped: boolean
 }
 
@@ -154,7 +156,6 @@ export class Dispatcher {
       existing.row = loaded.row
       existing.policy = policyOf(loaded.row)
       this.setConsumers(existing, loaded.consumers)
-      for (const w of existing.parts) this.fill(existing, w)
       return
     }
     await this.deps.ensureOffsets(loaded.row, topic)
@@ -169,12 +170,11 @@ export class Dispatcher {
         partition: p, committed: pr.committed, completed: pr.completed, readPos: pr.committed,
         endHint: ends.find((e) => e.partition === p)?.endOffset ?? 0, buffer: [], reading: false,
         outstanding: new Map(), priorAttempts: await attemptCounts(this.deps.db, loaded.row.id, topic.id, p, pr.committed),
-        seekAtMs: 0, dropped: false,
+        seekAtMs: 0, gaps: [], dropped: false,
       })
     }
     this.groups.set(name, g)
     this.setConsumers(g, loaded.consumers)
-    for (const w of g.parts) this.fill(g, w)
   }
 
   /** Produce appended to a topic: wake its groups' partitions. */
@@ -215,6 +215,7 @@ export class Dispatcher {
       w.committed = offset
       w.readPos = offset
       w.seekAtMs = nowMs
+      w.gaps = []
       w.endHint = Math.max(w.endHint, offset + 1)
       this.fill(g, w)
     }
@@ -300,6 +301,8 @@ export class Dispatcher {
 
   private fill(g: GroupRuntime, w: PartitionState): void {
     if (this.stopped || g.dropped || w.dropped) return
+    // Nothing to push to: read nothing (a consumer joining, or unpausing, calls fill again).
+    if (g.row.paused || !g.owners[w.partition]) return
     const limit = g.row.ordered ? 1 : g.row.maxInFlight
     while (w.outstanding.size < limit) {
       const msg = w.buffer.shift()
@@ -325,6 +328,9 @@ export class Dispatcher {
     try {
       const rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, w.readPos, READ_BATCH)
       if (rows.length === 0) w.endHint = w.readPos // caught up: wait for produce to say more
+      // Offsets are dense, so a hole before the first row is retention at work: those messages
+      // can never be pushed, and the committed offset may pass them with the next completion.
+      if (rows.length > 0 && rows[0]!.offset > w.readPos) w.gaps.push([w.readPos, rows[0]!.offset])
       w.buffer.push(...rows)
     } catch (err) {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reading messages failed; retrying in 1 s')
@@ -505,9 +511,7 @@ export class Dispatcher {
     const advanced = new Map<PartitionState, { g: GroupRuntime; to: number }>()
     for (const r of marked) {
       if (advanced.has(r.w)) continue
-      let c = r.w.committed
-      while (r.w.completed.has(c)) c++
-      advanced.set(r.w, { g: r.g, to: c })
+      advanced.set(r.w, { g: r.g, to: nextIncomplete(r.w) })
     }
     try {
       await commitCompletions(this.deps.db, {
@@ -522,8 +526,9 @@ export class Dispatcher {
       throw err
     }
     for (const [w, a] of advanced) {
-      for (let o = w.committed; o < a.to; o++) w.completed.delete(o)
+      for (const o of w.completed) if (o < a.to) w.completed.delete(o)
       if (a.to > w.committed) w.committed = a.to
+      w.gaps = w.gaps.filter(([, to]) => to > w.committed)
     }
     return statuses
   }
@@ -552,9 +557,10 @@ export class Dispatcher {
     g.consumers = consumers
     const owners = assignPartitions(g.topic.partitions, consumers)
     g.owners = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
-    // Messages parked for want of a consumer (or while paused) go out now.
+    // Messages parked for want of a consumer (or while paused) go out now, then new ones.
     for (const w of g.parts) {
       for (const o of w.outstanding.values()) if (o.state === 'parked') this.startPush(g, w, o)
+      this.fill(g, w)
     }
   }
 
@@ -575,6 +581,17 @@ export class Dispatcher {
     }
     this.groups.delete(g.row.name)
     this.armTimer()
+  }
+}
+
+/** The first offset from the committed one on that is neither completed nor in a retention gap. */
+function nextIncomplete(w: PartitionState): number {
+  let c = w.committed
+  for (;;) {
+    const gap = w.gaps.find(([from, to]) => c >= from && c < to)
+    if (gap) c = gap[1]
+    else if (w.completed.has(c)) c++
+    else return c
   }
 }
 

@@ -90,3 +90,15 @@ t.test('auto mode: a 2xx is the ack; failures retry with backoff and end in the 
     'hookq-dlq-attempts': '3', 'hookq-dlq-error': /HTTP 500: boom/,
   } })
 })
+
+t.test('messages deleted by retention before they were pushed do not hold the committed offset back', async (t) => {
+  await call('PUT', '/v1/topics/aged', { partitions: 1, retentionMs: 60_000 })
+  await produce('aged', Array.from({ length: 5 }, (_, i) => ({ value: i })))
+  await call('PUT', '/v1/groups/aged-g', { topic: 'aged', ackMode: 'auto' })
+  await broker.db.pool.query(`UPDATE messages m SET produced_at = produced_at - interval '1 hour' FROM topics t WHERE t.id = m.topic_id AND t.name = 'aged' AND m."offset" < 3`)
+  await broker.retention.sweep()
+  const receiver = await startReceiver(t)
+  await call('POST', '/v1/groups/aged-g/consumers', { url: receiver.url })
+  await waitUntil(async () => (await call('GET', '/v1/groups/aged-g')).json.partitions[0].committedOffset === 5, 10_000, 'committed offset past the deleted messages')
+  t.same(receiver.requests.map((r) => (r.json as { offset: number }).offset), [3, 4], 'only the kept messages are pushed')
+})
