@@ -50,6 +50,8 @@ interface Outstanding {
   entry: TrackerEntry | undefined
   /** Delivery ids issued for it (a late ack of any of them completes it). */
   ids: string[]
+  /** Ids whose attempt row has no final outcome yet: the completion gives them theirs. */
+  open: Set<string>
   lastError: string | undefined
 }
 
@@ -68,6 +70,8 @@ interface PartitionState {
   priorAttempts: Map<number, number>
   /** When the partition was last seeked: older delivery ids no longer count. */
   seekAtMs: number
+  /** Bumped by seek, so a read started before it is discarded. */
+  epoch: number
   /** Ranges [from, to) of offsets not in the log any more (retention deleted them): they count as completed. */
   gaps: [number, number][]
   dropped: boolean
@@ -170,7 +174,7 @@ export class Dispatcher {
         partition: p, committed: pr.committed, completed: pr.completed, readPos: pr.committed,
         endHint: ends.find((e) => e.partition === p)?.endOffset ?? 0, buffer: [], reading: false,
         outstanding: new Map(), priorAttempts: await attemptCounts(this.deps.db, loaded.row.id, topic.id, p, pr.committed),
-        seekAtMs: 0, gaps: [], dropped: false,
+        seekAtMs: 0, epoch: 0, gaps: [], dropped: false,
       })
     }
     this.groups.set(name, g)
@@ -215,6 +219,7 @@ export class Dispatcher {
       w.committed = offset
       w.readPos = offset
       w.seekAtMs = nowMs
+      w.epoch++
       w.gaps = []
       w.endHint = Math.max(w.endHint, offset + 1)
       this.fill(g, w)
@@ -270,6 +275,7 @@ export class Dispatcher {
       // Only the current attempt can be nacked; an older id names an attempt already settled.
       if (o.state !== 'in_flight' || o.entry?.deliveryId !== id) { out.push({ deliveryId: id, status: 'already_completed' }); continue }
       this.cancel(o)
+      o.open.delete(id)
       this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.now()) })
       if (deadLetter) this.deadLetter(g, loc.w, o, 'nacked with deadLetter')
       else this.failed(g, loc.w, o, 'nacked', undefined, delayMs)
@@ -314,7 +320,7 @@ export class Dispatcher {
       w.readPos = msg.offset + 1
       if (msg.offset < w.committed || w.completed.has(msg.offset)) continue
       const o: Outstanding = {
-        msg, attempts: w.priorAttempts.get(msg.offset) ?? 0, state: 'parked', entry: undefined, ids: [], lastError: undefined,
+        msg, attempts: w.priorAttempts.get(msg.offset) ?? 0, state: 'parked', entry: undefined, ids: [], open: new Set(), lastError: undefined,
       }
       w.priorAttempts.delete(msg.offset)
       w.outstanding.set(msg.offset, o)
@@ -325,8 +331,10 @@ export class Dispatcher {
 
   private async read(g: GroupRuntime, w: PartitionState): Promise<void> {
     w.reading = true
+    const epoch = w.epoch
     try {
       const rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, w.readPos, READ_BATCH)
+      if (epoch !== w.epoch) return // a seek moved the partition meanwhile; fill reads again
       if (rows.length === 0) w.endHint = w.readPos // caught up: wait for produce to say more
       // Offsets are dense, so a hole before the first row is retention at work: those messages
       // can never be pushed, and the committed offset may pass them with the next completion.
@@ -350,6 +358,7 @@ export class Dispatcher {
     const nowMs = this.now()
     const deadlineMs = nowMs + g.row.ackTimeoutMs
     o.ids.push(id)
+    o.open.add(id)
     this.ids.set(id, { g, w, offset: o.msg.offset })
     o.state = 'in_flight'
     o.entry = this.tracker.insert(new TrackerEntry({
@@ -385,12 +394,15 @@ export class Dispatcher {
     }
     const error = r.kind === 'rejected' ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
       : r.kind === 'timeout' ? `no answer within ${g.row.pushTimeoutMs} ms` : r.error
+    // Not current: the message was acked (or the partition seeked) while the push was under way;
+    // the attempt row keeps the outcome that gave it, with this answer's details.
     this.deps.attempts.update({
-      id, outcome: 'failed', finishedAt, durationMs: r.durationMs, error,
+      id, finishedAt, durationMs: r.durationMs, error, ...(current ? { outcome: 'failed' as const } : {}),
       ...(r.kind === 'rejected' ? { statusCode: r.status } : {}),
     })
     if (r.kind === 'rejected' && r.status === 410) void this.disable(g, owner)
     if (!current) return
+    o.open.delete(id)
     this.cancel(o)
     this.failed(g, w, o, error, r.kind === 'rejected' ? r.retryAfterMs : undefined)
   }
@@ -464,6 +476,7 @@ export class Dispatcher {
     const { g, w, o } = found
     o.entry = undefined
     if (entry.kind === 'in_flight') {
+      o.open.delete(entry.deliveryId)
       this.deps.attempts.update({ id: entry.deliveryId, outcome: 'timed_out', finishedAt: new Date(this.now()), error: `no ack within ${g.row.ackTimeoutMs} ms` })
       this.failed(g, w, o, `no ack within ${g.row.ackTimeoutMs} ms`)
     } else if (entry.deliveryId.startsWith('dl:')) {
@@ -536,12 +549,16 @@ export class Dispatcher {
   /** After a completion is durable: forget the message, log the outcome, push the next. */
   private completed(req: CompletionRequest, deliveryId: string | undefined, outcome: 'acked' | 'dead' | undefined): void {
     const o = req.w.outstanding.get(req.offset)
+    const finishedAt = new Date(this.now())
     if (o) {
       this.cancel(o)
       req.w.outstanding.delete(req.offset)
       for (const id of o.ids) this.ids.delete(id)
+      // Attempts still open end with the message's outcome (a late ack of attempt 1 also
+      // settles attempt 2, which was pushed meanwhile).
+      if (outcome) for (const id of o.open) this.deps.attempts.update({ id, outcome, finishedAt })
     }
-    if (deliveryId && outcome) this.deps.attempts.update({ id: deliveryId, outcome, finishedAt: new Date(this.now()) })
+    if (deliveryId && outcome && !(o?.open.has(deliveryId))) this.deps.attempts.update({ id: deliveryId, outcome, finishedAt })
     this.fill(req.g, req.w)
   }
 
