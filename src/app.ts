@@ -12,11 +12,14 @@ import { ackRoutes } from './http/routes/acks.ts'
 import { groupRoutes } from './http/routes/groups.ts'
 import { healthRoutes, healthSchemas } from './http/routes/health.ts'
 import { messageRoutes } from './http/routes/messages.ts'
+import { metricsRoutes } from './http/routes/metrics.ts'
+import { operationRoutes } from './http/routes/operations.ts'
 import { topicRoutes } from './http/routes/topics.ts'
 import { sharedSchemas } from './http/schemas/common.ts'
 import { groupSchemas } from './http/schemas/groups.ts'
 import { ackSchemas } from './http/schemas/acks.ts'
 import { messageSchemas } from './http/schemas/messages.ts'
+import { operationSchemas } from './http/schemas/operations.ts'
 import { topicSchemas } from './http/schemas/topics.ts'
 import { validatorCompiler } from './http/validation.ts'
 
@@ -28,7 +31,7 @@ export interface AppOptions {
   logger?: FastifyBaseLogger
 }
 
-const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...groupSchemas, ...ackSchemas, ...healthSchemas]
+const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...groupSchemas, ...ackSchemas, ...operationSchemas, ...healthSchemas]
 
 export const API_INFO = {
   title: 'hookq',
@@ -59,7 +62,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
         { name: 'messages', description: 'Produce and fetch' },
         { name: 'groups', description: 'Consumer groups and their webhook consumers' },
         { name: 'acks', description: 'Acknowledging pushed messages' },
-        { name: 'operations', description: 'Health and documentation' },
+        { name: 'operations', description: 'Seek, the delivery log, health and metrics' },
       ],
       components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' } } },
       security: [{ apiKey: [] }],
@@ -83,6 +86,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   await app.register(messageRoutes(opts.services))
   await app.register(groupRoutes(opts.services))
   await app.register(ackRoutes(opts.services))
+  await app.register(operationRoutes(opts.services))
+  await app.register(metricsRoutes(opts.services))
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   return app
 }

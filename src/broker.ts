@@ -21,6 +21,8 @@ import { MessageStore, type AppendEntry, type Coordinates } from './store/messag
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { TopicStore } from './store/topics.ts'
 import { GroupStore } from './store/groups.ts'
+import { Metrics } from './metrics.ts'
+import { OperationsService } from './service/operations.ts'
 
 /** What the HTTP routes call. */
 export interface Services {
@@ -29,6 +31,8 @@ export interface Services {
   read: ReadService
   groups: GroupService
   acks: AckService
+  operations: OperationsService
+  metrics: Metrics
   /** Messages outstanding (pushed or waiting for a retry) on a group's partition. */
   inFlight(groupId: number, partition: number): number
   /** Named checks, each 'ok' or what is wrong. */
@@ -79,13 +83,14 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const topics = new TopicService(topicStore)
     const groups = new GroupService(db, new GroupStore(db.prisma), topicStore)
     const logger = opts.logger
+    const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
     const attempts = new AttemptLog(db, {
       flushDelayMs: 5, maxBuffered: 200_000,
       onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
     })
     const agent = createPushAgent()
     const dispatcher = new Dispatcher({
-      db, topics: topicStore, attempts, agent,
+      db, topics: topicStore, attempts, agent, metrics,
       loadGroup: (name) => groups.load(name),
       listGroups: () => groups.list(),
       ensureOffsets: async (row, topic) => { await groups.ensureOffsets(row, topic.id, topic.partitions) },
@@ -102,7 +107,9 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
       read: new ReadService(topics, messageStore),
       groups,
-      acks: new AckService(groups, dispatcher),
+      acks: new AckService(groups, dispatcher, metrics),
+      operations: new OperationsService(db, groups, topicStore, dispatcher),
+      metrics,
       inFlight: (groupId, partition) => dispatcher.inFlight(groupId, partition),
       async readiness() {
         try {
@@ -113,6 +120,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
         }
       },
     }
+    metrics.trackPartitions(() => services.operations.partitionStats())
     const retention = new RetentionSweeper(db, topicStore, {
       intervalMs: config.retentionIntervalMs,
       sliceRows: 10_000,

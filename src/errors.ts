@@ -7,6 +7,8 @@ export const ERRORS = {
   invalid_request: { status: 400, title: 'The request is not valid' },
   invalid_json: { status: 400, title: 'The request body is not valid JSON' },
   too_many_messages: { status: 400, title: 'Too many messages in one call' },
+  invalid_cursor: { status: 400, title: 'The cursor is not one this API issued' },
+  offset_out_of_range: { status: 400, title: 'The offset is beyond the end of the partition' },
   unauthorized: { status: 401, title: 'Authentication required' },
   topic_not_found: { status: 404, title: 'Topic not found' },
   partition_not_found: { status: 404, title: 'Partition not found' },

@@ -34,6 +34,7 @@ import { assignPartitions } from '../service/groups.ts'
 import { GroupCommitter } from '../service/group-commit.ts'
 import { attemptCounts, commitCompletions, loadProgress, readForDispatch, seekOffsets, type DispatchMessage } from '../store/consumption.ts'
 import { abandonInFlight, findAttempt } from '../store/deliveries.ts'
+import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { buildPush } from './envelope.ts'
 import { push, type PushResult } from './pusher.ts'
@@ -110,6 +111,7 @@ export interface DispatcherDeps {
   attempts: AttemptLog
   agent: Agent
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
+  metrics?: DispatchMetrics
   now?: () => number
 }
 
@@ -354,6 +356,7 @@ export class Dispatcher {
     const owner = g.owners[w.partition]
     if (g.row.paused || !owner || this.stopped) { o.state = 'parked'; return }
     const attempt = ++o.attempts
+    if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
     const id = newDeliveryId()
     const nowMs = this.now()
     const deadlineMs = nowMs + g.row.ackTimeoutMs
@@ -378,6 +381,7 @@ export class Dispatcher {
   }
 
   private settlePush(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
+    this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
     const finishedAt = new Date(this.now())
     const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.entry?.deliveryId === id
     if (r.kind === 'delivered') {
@@ -427,7 +431,11 @@ export class Dispatcher {
       }
       return this.completer.submit([req], 1)
     }
-    finish().then(() => this.completed(req, o.ids.at(-1), 'dead'), (err: unknown) => {
+    finish().then(([status]) => {
+      // An ack can win the race with the dead-lettering; then the message is simply acked.
+      if (status === 'dead') this.deps.metrics?.deadLettered(g.row.name)
+      this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
+    }, (err: unknown) => {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'dead-lettering failed; retrying in 5 s')
       o.state = 'parked'
       this.schedule(g, w, o, 'retry_wait', this.now() + 5000, true)

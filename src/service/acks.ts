@@ -1,27 +1,33 @@
 /** The rules of acknowledgement at the service boundary: the group must exist; the dispatcher does the rest. */
 import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
+import type { Metrics } from '../metrics.ts'
 import type { GroupService } from './groups.ts'
 
 type Results = Promise<{ deliveryId: string; status: AckStatus }[]>
 
 export class AckService {
-  constructor(private readonly groups: GroupService, private readonly dispatcher: Dispatcher) {}
+  constructor(private readonly groups: GroupService, private readonly dispatcher: Dispatcher, private readonly metrics?: Pick<Metrics, 'acked'>) {}
 
   /** Completes the deliveries' messages; answered once durable. */
   async ack(group: string, deliveryIds: string[]): Results {
     await this.groups.get(group)
-    return this.dispatcher.ack(group, deliveryIds)
+    return this.counted(group, await this.dispatcher.ack(group, deliveryIds))
   }
 
   /** Fails the deliveries' current attempts. */
   async nack(group: string, deliveryIds: string[], delayMs: number | undefined, deadLetter: boolean): Results {
     await this.groups.get(group)
-    return this.dispatcher.nack(group, deliveryIds, delayMs, deadLetter)
+    return this.counted(group, await this.dispatcher.nack(group, deliveryIds, delayMs, deadLetter))
   }
 
   /** Moves ack deadlines. */
   async extend(group: string, deliveryIds: string[], extendMs: number): Results {
     await this.groups.get(group)
-    return this.dispatcher.extend(group, deliveryIds, extendMs)
+    return this.counted(group, await this.dispatcher.extend(group, deliveryIds, extendMs))
+  }
+
+  private counted(group: string, results: Awaited<Results>): Awaited<Results> {
+    for (const r of results) this.metrics?.acked(group, r.status)
+    return results
   }
 }

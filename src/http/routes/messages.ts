@@ -18,6 +18,7 @@ export function messageRoutes(services: Services): FastifyPluginAsyncTypebox {
       },
     }, async (req, reply) => {
       const results = await services.produce.produce(req.params.topic, req.body.messages)
+      services.metrics.produced(req.params.topic, results.filter((r) => !r.duplicate).length)
       return reply.code(201).send({ results })
     })
 

@@ -1,0 +1,121 @@
+/**
+ * The broker's Prometheus metrics. Each broker has a registry of its own, not prom-client's global
+ * one, so several brokers in one process (a test file) never register a name twice. Counters are
+ * bumped where things happen (produce route, ack service, dispatcher); the per-partition gauges
+ * (lag, in flight) are read at scrape time, so they cost nothing between scrapes and never go stale.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+
+/** How one push ended, as the pusher classifies it. */
+export type PushOutcome = 'delivered' | 'rejected' | 'timeout' | 'network'
+
+/** One partition of one group, as the lag and in-flight gauges show it. */
+export interface PartitionStat {
+  group: string
+  partition: number
+  lag: number
+  inFlight: number
+}
+
+/** What the dispatcher reports: each push, each redelivery, each dead letter. */
+export interface DispatchMetrics {
+  /** A push ended; `seconds` is its HTTP duration. */
+  pushed(group: string, outcome: PushOutcome, seconds: number): void
+  /** A message is pushed again (attempt 2 or later). */
+  redelivered(group: string): void
+  /** A message was dead-lettered (to its dead-letter topic, or recorded as dead). */
+  deadLettered(group: string): void
+}
+
+// Seconds: from a fast local endpoint (a few ms) to the largest push timeout worth a bucket (60 s).
+const PUSH_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+
+/** The metrics of one broker, with typed methods for every event counted. */
+export class Metrics implements DispatchMetrics {
+  /** What GET /metrics serves: these metrics plus the process's default ones. */
+  readonly registry = new Registry()
+  private readonly producedTotal = new Counter({
+    name: 'hookq_messages_produced_total', help: 'Messages stored by produce (duplicates not counted)',
+    labelNames: ['topic'] as const, registers: [this.registry],
+  })
+  private readonly pushesTotal = new Counter({
+    name: 'hookq_pushes_total', help: 'Push attempts by how they ended',
+    labelNames: ['group', 'outcome'] as const, registers: [this.registry],
+  })
+  private readonly pushSeconds = new Histogram({
+    name: 'hookq_push_duration_seconds', help: 'Duration of push HTTP calls',
+    labelNames: ['group'] as const, buckets: PUSH_BUCKETS_S, registers: [this.registry],
+  })
+  private readonly acksTotal = new Counter({
+    name: 'hookq_acks_total', help: 'Delivery ids in ack, nack and extend calls, by the status answered',
+    labelNames: ['group', 'status'] as const, registers: [this.registry],
+  })
+  private readonly redeliveriesTotal = new Counter({
+    name: 'hookq_redeliveries_total', help: 'Pushes of a message after its first attempt',
+    labelNames: ['group'] as const, registers: [this.registry],
+  })
+  private readonly deadLettersTotal = new Counter({
+    name: 'hookq_dead_letters_total', help: 'Messages dead-lettered',
+    labelNames: ['group'] as const, registers: [this.registry],
+  })
+  private partitionSource: () => Promise<PartitionStat[]> = async () => []
+  private snapshot: Promise<PartitionStat[]> | undefined
+
+  /** `onError` hears of a failed scrape-time read (the gauges are then left empty for that scrape). */
+  constructor(private readonly onError: (err: unknown) => void = () => {}) {
+    collectDefaultMetrics({ register: this.registry })
+    const stats = () => this.partitionStats()
+    const gauge = (name: string, help: string, pick: (s: PartitionStat) => number) => new Gauge({
+      name, help, labelNames: ['group', 'partition'] as const, registers: [this.registry],
+      async collect() {
+        const rows = await stats()
+        // Reset first: a deleted group's partitions must disappear, not keep their last value.
+        this.reset()
+        for (const s of rows) this.set({ group: s.group, partition: String(s.partition) }, pick(s))
+      },
+    })
+    gauge('hookq_in_flight', 'Messages outstanding (pushed, or waiting for a retry) per group partition', (s) => s.inFlight)
+    gauge('hookq_lag', 'End offset minus committed offset per group partition', (s) => s.lag)
+  }
+
+  /** Sets where the lag and in-flight gauges come from (read once per scrape). */
+  trackPartitions(source: () => Promise<PartitionStat[]>): void {
+    this.partitionSource = source
+  }
+
+  /** The Prometheus text exposition and its content type. */
+  async exposition(): Promise<{ contentType: string; text: string }> {
+    return { contentType: this.registry.contentType, text: await this.registry.metrics() }
+  }
+
+  /** `n` messages were stored on a topic. */
+  produced(topic: string, n: number): void {
+    if (n > 0) this.producedTotal.inc({ topic }, n)
+  }
+
+  /** An ack, nack or extend answered `status` for one delivery id. */
+  acked(group: string, status: string): void {
+    this.acksTotal.inc({ group, status })
+  }
+
+  pushed(group: string, outcome: PushOutcome, seconds: number): void {
+    this.pushesTotal.inc({ group, outcome })
+    this.pushSeconds.observe({ group }, seconds)
+  }
+
+  redelivered(group: string): void {
+    this.redeliveriesTotal.inc({ group })
+  }
+
+  deadLettered(group: string): void {
+    this.deadLettersTotal.inc({ group })
+  }
+
+  /** Both gauges collect in the same scrape: they share one read of the store. */
+  private partitionStats(): Promise<PartitionStat[]> {
+    this.snapshot ??= this.partitionSource()
+      .catch((err: unknown) => { this.onError(err); return [] })
+      .finally(() => { this.snapshot = undefined })
+    return this.snapshot
+  }
+}
