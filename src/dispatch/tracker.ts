@@ -8,18 +8,23 @@
  * States of an entry and the calls that move it (verbs as in the HTTP layer: acks → finish,
  * nacks → requeue, extend → touch):
  *
- *   insert(kind 'in_flight')  ──touch──▶  in_flight (new ack deadline)
- *   in_flight ──requeue──▶ retry_wait (deadline = when to push again)
- *   in_flight | retry_wait ──finish / expireDue / removeWhere──▶ gone (the caller gets the entry)
+ *   insert ──▶ in_flight ──touch──▶ in_flight            (deadline = the ack deadline, moved)
+ *   insert ──▶ retry_wait                                 (deadline = when to push again)
+ *   in_flight ──requeue──▶ retry_wait
+ *   either ──finish / expireDue / removeWhere──▶ untracked (the caller gets the entry back)
  *
  * Both kinds share one heap, so the dispatcher arms a single timer for `nextDeadlineMs()`. When an
  * in_flight entry expires (ack deadline passed) the dispatcher records the timeout and, to retry,
  * inserts it again as retry_wait; when a retry_wait entry expires it pushes the next attempt under
  * a new delivery id. `finish` accepts both kinds: a late ack still cancels the redelivery.
  *
- * Memory, measured by bench/tracker.ts at 1,000,000 entries on Node 20 (64-bit, no pointer
- * compression): ≈136 bytes per entry for entry object + boxed deadline + Map slot + heap slot,
- * not counting the delivery id string, which the caller allocates anyway (≈40 bytes for 22 chars).
+ * Cost, measured by bench/tracker.ts with 1,000,000 entries (Node 20, 64-bit, no pointer
+ * compression): ~144 bytes an entry right after filling (entry object with its boxed deadline 88,
+ * Map slot ~21-29, heap slot ~19 with the key array), ~166 once the Map has seen as many deletes
+ * (it keeps a table twice as large), plus the delivery id string the caller allocates (~48 for
+ * 22 chars). Most of the time per operation goes to the Map's random memory accesses and to
+ * allocating entries: with the heap replaced by a no-op, the mixed workload ran only ~1.4-1.6×
+ * faster.
  */
 import { MinHeap, type HeapEntry } from './min-heap.ts'
 
@@ -37,11 +42,14 @@ export interface TrackerEntryInit {
   kind: DeliveryKind
 }
 
+/** Attempts above this do not fit the packed field (a Smi, 31 bits); maxDeliveries is far lower. */
+const MAX_ATTEMPT = 2 ** 29
+
 /**
  * One tracked delivery. A class with fixed fields so that a million of them share one hidden
- * class and cost ~100 bytes each; an object literal per entry would cost more and vary in shape.
- * `deadlineMs`, `kind` and `index` belong to the tracker: change them only through its methods
- * while the entry is tracked.
+ * class and cost ~96 bytes each (with the boxed deadline); an object literal per entry would cost
+ * more and vary in shape. `deadlineMs`, `kind` and `index` belong to the tracker: change them only
+ * through its methods while the entry is tracked (an untracked entry may be edited, then inserted).
  */
 export class TrackerEntry implements HeapEntry {
   // `declare`: no class-field initialisers, so V8 first sees each field with its real type. A field
@@ -51,23 +59,38 @@ export class TrackerEntry implements HeapEntry {
   declare readonly groupId: number
   declare readonly partition: number
   declare readonly offset: number
-  /** The attempt this delivery id names (1 for the first push). */
-  declare readonly attempt: number
   /** Epoch ms: the ack deadline (in_flight) or when to push again (retry_wait). */
   declare deadlineMs: number
-  declare kind: DeliveryKind
   /** Heap position, maintained by the heap; -1 when not tracked. */
   declare index: number
+  /** attempt * 2, plus 1 for retry_wait: one small integer instead of two fields, 8 bytes less an entry. */
+  private declare attemptAndKind: number
 
   constructor(init: TrackerEntryInit) {
+    if (!Number.isInteger(init.attempt) || init.attempt < 0 || init.attempt > MAX_ATTEMPT) {
+      throw new RangeError(`attempt must be an integer from 0 to ${MAX_ATTEMPT}, got ${init.attempt}`)
+    }
     this.deliveryId = init.deliveryId
     this.groupId = init.groupId
     this.partition = init.partition
     this.offset = init.offset
-    this.attempt = init.attempt
     this.deadlineMs = init.deadlineMs
-    this.kind = init.kind
     this.index = -1
+    this.attemptAndKind = init.attempt * 2 + (init.kind === 'retry_wait' ? 1 : 0)
+  }
+
+  /** The attempt this delivery id names (1 for the first push). */
+  get attempt(): number {
+    return this.attemptAndKind >> 1
+  }
+
+  /** What the entry waits for; set only while untracked, or through the tracker's requeue. */
+  get kind(): DeliveryKind {
+    return (this.attemptAndKind & 1) === 1 ? 'retry_wait' : 'in_flight'
+  }
+
+  set kind(kind: DeliveryKind) {
+    this.attemptAndKind = (this.attemptAndKind & ~1) | (kind === 'retry_wait' ? 1 : 0)
   }
 }
 

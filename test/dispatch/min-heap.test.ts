@@ -1,22 +1,12 @@
 import t from 'tap'
 import { MinHeap, type HeapEntry } from '../../src/dispatch/min-heap.ts'
+import { mulberry32 } from '../helpers/prng.ts'
 
 class Item implements HeapEntry {
   index = -1
   constructor(public deadlineMs: number, public readonly name = String(deadlineMs)) {}
 }
 
-/** mulberry32: a tiny seeded PRNG, so a failing random run can be replayed with its seed. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let x = a
-    x = Math.imul(x ^ (x >>> 15), x | 1)
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 function drain(heap: MinHeap<Item>): number[] {
   const out: number[] = []
@@ -106,15 +96,15 @@ t.test('remove the root, the last and a middle entry', async (t) => {
 })
 
 t.test('removing a middle entry whose replacement must move up', async (t) => {
-  // Left subtree holds large keys, right subtree small ones: the last (small) entry replaces a large one.
-  const { heap, items } = filled([0, 100, 1, 101, 102, 2, 3])
-  const large = items.find((item) => item.deadlineMs === 102)!
-  const leftChild = items.find((item) => item.deadlineMs === 100)!
-  t.equal(leftChild.index, 1)
-  heap.remove(leftChild)
+  // A valid heap in array order: the left subtree holds large keys, the last entry (5) sits under the right one.
+  const { heap, items } = filled([0, 50, 1, 60, 70, 2, 3, 61, 62, 71, 72, 4, 5])
+  const sixty = items[3]!
+  const five = items[12]!
+  t.equal(sixty.index, 3)
+  t.equal(heap.remove(sixty), true)
   heap.checkInvariant()
-  t.equal(large.index >= 0, true)
-  t.same(drain(heap), [0, 1, 2, 3, 101, 102])
+  t.equal(five.index, 1, 'the replacement climbed above 50')
+  t.same(drain(heap), [0, 1, 2, 3, 4, 5, 50, 61, 62, 70, 71, 72])
 })
 
 t.test('update moves an entry up and down', async (t) => {
@@ -144,13 +134,28 @@ t.test('clear marks every entry as out of the heap', async (t) => {
   t.equal(heap.peek(), items[0])
 })
 
-t.test('checkInvariant reports a broken order and a wrong index', async (t) => {
+t.test('checkInvariant reports a bypassed update, a broken order and a wrong index', async (t) => {
   const { heap, items } = filled([1, 2, 3])
-  items[0]!.deadlineMs = 99 // bypassing update breaks the order
+  items[0]!.deadlineMs = 99 // assigning instead of calling update
+  t.throws(() => heap.checkInvariant(), /heap key at 0 is 1, entry says 99/)
+  ;(heap as unknown as { keys: Float64Array }).keys[0] = 99 // and the mirrored key too
   t.throws(() => heap.checkInvariant(), /heap order broken/)
   const again = filled([1, 2, 3])
   again.items[2]!.index = 0
   t.throws(() => again.heap.checkInvariant(), /says index/)
+})
+
+t.test('the key array grows and shrinks with the heap', async (t) => {
+  const heap = new MinHeap<Item>()
+  const items = Array.from({ length: 5000 }, (_, i) => new Item((i * 7919) % 5003))
+  for (const item of items) heap.push(item)
+  heap.checkInvariant()
+  for (const item of items.slice(0, 4990)) heap.remove(item)
+  heap.checkInvariant()
+  t.same(drain(heap), items.slice(4990).map((i) => i.deadlineMs).sort((a, b) => a - b))
+  heap.push(items[0]!)
+  heap.checkInvariant()
+  t.equal(heap.size, 1)
 })
 
 t.test('random operations against a sorted array', async (t) => {
