@@ -13,9 +13,12 @@
  *     fail / deadline / nack  └──────── retry_wait ◀──────────────┘ (commit failed)
  *                        └── attempts = maxDeliveries ──▶ completing (dead letter)
  *   parked: due, but the partition has no consumer or the group is paused; pushed when that ends.
+ *   ready: a delayed message that fell due while the partition had maxInFlight messages active.
  *
- * At most `maxInFlight` messages of a partition are outstanding (1 when `ordered`), which bounds
- * memory and, for ordered groups, keeps strict per-partition order through failures. Deadlines
+ * At most `maxInFlight` messages of a partition are active (pushed, waiting for an ack or a retry;
+ * when `ordered`, at most 1 outstanding of any state, which keeps strict per-partition order through
+ * failures and delays). Messages still waiting for their `delayMs` do not count against maxInFlight
+ * in unordered groups (up to MAX_DELAYED of them are held), so they hold nothing back. Deadlines
  * (acks, retries, delays) live in one InFlightTracker with one timer for the earliest. Completions
  * are written in batches by a GroupCommitter; PostgreSQL holds the truth, so a restart rebuilds
  * all of this from committed offsets, completions and the attempt log.
@@ -41,7 +44,7 @@ import { push, type PushResult } from './pusher.ts'
 import { honourRetryAfterMs, nextDelayMs, type RetryPolicy } from './retry-policy.ts'
 import { InFlightTracker, TrackerEntry } from './tracker.ts'
 
-type State = 'delayed' | 'parked' | 'in_flight' | 'retry_wait' | 'completing'
+type State = 'delayed' | 'ready' | 'parked' | 'in_flight' | 'retry_wait' | 'completing'
 
 interface Outstanding {
   msg: DispatchMessage
@@ -73,6 +76,10 @@ interface PartitionState {
   seekAtMs: number
   /** Bumped by seek, so a read started before it is discarded. */
   epoch: number
+  /** Outstanding messages in state `delayed`. */
+  delayed: number
+  /** Messages in state `ready`, in the order they fell due. */
+  ready: Outstanding[]
   /** Ranges [from, to) of offsets not in the log any more (retention deleted them): they count as completed. */
   gaps: [number, number][]
   dropped: boolean
@@ -116,6 +123,8 @@ export interface DispatcherDeps {
 }
 
 const READ_BATCH = 200
+/** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
+const MAX_DELAYED = 1000
 const newDeliveryId = () => randomBytes(16).toString('base64url') // 128 random bits
 
 export class Dispatcher {
@@ -124,6 +133,8 @@ export class Dispatcher {
   /** Delivery id → where it points; kept until its message completes. */
   private readonly ids = new Map<string, { g: GroupRuntime; w: PartitionState; offset: number }>()
   private readonly completer: GroupCommitter<CompletionRequest, 'acked' | 'dead' | 'already_completed'>
+  /** The highest end offset produce has reported, per topic and partition, whether or not a group listens. */
+  private readonly ends = new Map<number, Map<number, number>>()
   private timer: NodeJS.Timeout | undefined
   private timerAtMs = Infinity
   private syntheticSeq = 0
@@ -176,15 +187,21 @@ export class Dispatcher {
         partition: p, committed: pr.committed, completed: pr.completed, readPos: pr.committed,
         endHint: ends.find((e) => e.partition === p)?.endOffset ?? 0, buffer: [], reading: false,
         outstanding: new Map(), priorAttempts: await attemptCounts(this.deps.db, loaded.row.id, topic.id, p, pr.committed),
-        seekAtMs: 0, epoch: 0, gaps: [], dropped: false,
+        seekAtMs: 0, epoch: 0, delayed: 0, ready: [], gaps: [], dropped: false,
       })
     }
+    // Appends notified while this runtime was being built (between reading the end offsets and
+    // now) were missed by notifyAppend: take them from the per-topic record.
+    for (const w of g.parts) w.endHint = Math.max(w.endHint, this.ends.get(topic.id)?.get(w.partition) ?? 0)
     this.groups.set(name, g)
     this.setConsumers(g, loaded.consumers)
   }
 
   /** Produce appended to a topic: wake its groups' partitions. */
   notifyAppend(topicId: number, partition: number, endOffset: number): void {
+    let topicEnds = this.ends.get(topicId)
+    if (!topicEnds) this.ends.set(topicId, (topicEnds = new Map()))
+    if (endOffset > (topicEnds.get(partition) ?? -1)) topicEnds.set(partition, endOffset)
     for (const g of this.groups.values()) {
       if (g.topic.id !== topicId) continue
       const w = g.parts[partition]
@@ -196,6 +213,7 @@ export class Dispatcher {
 
   /** A topic was deleted: forget its groups' runtimes (their rows stay; they resume if it is recreated). */
   topicDeleted(topicId: number): void {
+    this.ends.delete(topicId)
     for (const g of [...this.groups.values()]) if (g.topic.id === topicId) this.drop(g)
   }
 
@@ -215,6 +233,8 @@ export class Dispatcher {
       if (!w) continue
       for (const o of w.outstanding.values()) { this.cancel(o); for (const id of o.ids) this.ids.delete(id) }
       w.outstanding.clear()
+      w.delayed = 0
+      w.ready = []
       w.buffer = []
       w.completed = new Set()
       w.priorAttempts = new Map()
@@ -247,7 +267,7 @@ export class Dispatcher {
       const { w, offset } = loc
       const o = w.outstanding.get(offset)
       if (o && o.state !== 'completing') this.cancel(o)
-      if (o) o.state = 'completing'
+      if (o) this.setState(w, o, 'completing')
       reqs.push({ i, req: { g, w, offset, outcome: 'acked' } })
     }
     let statuses: ('acked' | 'dead' | 'already_completed')[]
@@ -311,8 +331,11 @@ export class Dispatcher {
     if (this.stopped || g.dropped || w.dropped) return
     // Nothing to push to: read nothing (a consumer joining, or unpausing, calls fill again).
     if (g.row.paused || !g.owners[w.partition]) return
-    const limit = g.row.ordered ? 1 : g.row.maxInFlight
-    while (w.outstanding.size < limit) {
+    const ordered = g.row.ordered
+    const limit = ordered ? 1 : g.row.maxInFlight
+    // Delayed messages that fell due while the partition was full go first, in order.
+    while (w.ready.length > 0 && active(w) < limit) this.startPush(g, w, w.ready[0]!)
+    while ((ordered ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
       const msg = w.buffer.shift()
       if (!msg) {
         if (!w.reading && w.readPos < w.endHint) void this.read(g, w)
@@ -331,13 +354,24 @@ export class Dispatcher {
     }
   }
 
+  /** Moves a message to another state, keeping the partition's delayed count and ready queue right. */
+  private setState(w: PartitionState, o: Outstanding, state: State): void {
+    if (o.state === 'delayed') w.delayed--
+    if (o.state === 'ready') w.ready.splice(w.ready.indexOf(o), 1)
+    o.state = state
+    if (state === 'delayed') w.delayed++
+    if (state === 'ready') w.ready.push(o)
+  }
+
   private async read(g: GroupRuntime, w: PartitionState): Promise<void> {
     w.reading = true
     const epoch = w.epoch
+    const hint = w.endHint
     try {
       const rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, w.readPos, READ_BATCH)
       if (epoch !== w.epoch) return // a seek moved the partition meanwhile; fill reads again
-      if (rows.length === 0) w.endHint = w.readPos // caught up: wait for produce to say more
+      // Caught up: wait for produce to say more, unless it already did while this read ran.
+      if (rows.length === 0 && w.endHint === hint) w.endHint = w.readPos
       // Offsets are dense, so a hole before the first row is retention at work: those messages
       // can never be pushed, and the committed offset may pass them with the next completion.
       if (rows.length > 0 && rows[0]!.offset > w.readPos) w.gaps.push([w.readPos, rows[0]!.offset])
@@ -354,7 +388,7 @@ export class Dispatcher {
 
   private startPush(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
     const owner = g.owners[w.partition]
-    if (g.row.paused || !owner || this.stopped) { o.state = 'parked'; return }
+    if (g.row.paused || !owner || this.stopped) { this.setState(w, o, 'parked'); return }
     const attempt = ++o.attempts
     if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
     const id = newDeliveryId()
@@ -363,7 +397,7 @@ export class Dispatcher {
     o.ids.push(id)
     o.open.add(id)
     this.ids.set(id, { g, w, offset: o.msg.offset })
-    o.state = 'in_flight'
+    this.setState(w, o, 'in_flight')
     o.entry = this.tracker.insert(new TrackerEntry({
       deliveryId: id, groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt, deadlineMs, kind: 'in_flight',
     }))
@@ -388,7 +422,7 @@ export class Dispatcher {
       this.deps.attempts.update({ id, statusCode: r.status, durationMs: r.durationMs })
       if (current && g.row.ackMode === 'auto') {
         this.cancel(o)
-        o.state = 'completing'
+        this.setState(w, o, 'completing')
         const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'acked' }
         this.completer.submit([req], 1).then(
           ([status]) => this.completed(req, id, status === 'acked' ? 'acked' : undefined),
@@ -404,7 +438,7 @@ export class Dispatcher {
       id, finishedAt, durationMs: r.durationMs, error, ...(current ? { outcome: 'failed' as const } : {}),
       ...(r.kind === 'rejected' ? { statusCode: r.status } : {}),
     })
-    if (r.kind === 'rejected' && r.status === 410) void this.disable(g, owner)
+    if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
     if (!current) return
     o.open.delete(id)
     this.cancel(o)
@@ -420,7 +454,7 @@ export class Dispatcher {
   }
 
   private deadLetter(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string): void {
-    o.state = 'completing'
+    this.setState(w, o, 'completing')
     const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'dead' }
     const dlq = g.row.deadLetterTopic
     const finish = async () => {
@@ -437,14 +471,13 @@ export class Dispatcher {
       this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
     }, (err: unknown) => {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'dead-lettering failed; retrying in 5 s')
-      o.state = 'parked'
       this.schedule(g, w, o, 'retry_wait', this.now() + 5000, true)
     })
   }
 
   /** Puts a message on the timer: a delayed first push, or a retry. */
   private schedule(g: GroupRuntime, w: PartitionState, o: Outstanding, state: 'delayed' | 'retry_wait', atMs: number, deadLetterAgain = false): void {
-    o.state = state
+    this.setState(w, o, state)
     o.entry = this.tracker.insert(new TrackerEntry({
       deliveryId: `${deadLetterAgain ? 'dl' : 'wait'}:${++this.syntheticSeq}`, groupId: g.row.id, partition: w.partition,
       offset: o.msg.offset, attempt: o.attempts, deadlineMs: atMs, kind: 'retry_wait',
@@ -489,6 +522,11 @@ export class Dispatcher {
       this.failed(g, w, o, `no ack within ${g.row.ackTimeoutMs} ms`)
     } else if (entry.deliveryId.startsWith('dl:')) {
       this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
+    } else if (o.state === 'delayed' && !g.row.ordered) {
+      // Due now, and active from here on: wait for a slot if the partition is full.
+      this.setState(w, o, 'parked')
+      if (active(w) > g.row.maxInFlight) this.setState(w, o, 'ready')
+      else this.startPush(g, w, o)
     } else {
       this.startPush(g, w, o)
     }
@@ -560,6 +598,7 @@ export class Dispatcher {
     const finishedAt = new Date(this.now())
     if (o) {
       this.cancel(o)
+      this.setState(req.w, o, 'completing')
       req.w.outstanding.delete(req.offset)
       for (const id of o.ids) this.ids.delete(id)
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
@@ -589,13 +628,17 @@ export class Dispatcher {
     }
   }
 
-  private async disable(g: GroupRuntime, owner: ConsumerRow): Promise<void> {
-    try {
-      await this.deps.disableConsumer(owner.id, 'answered 410 Gone')
-      await this.reload(g.row.name)
-    } catch (err) {
-      this.deps.log.error({ err, consumer: owner.id }, 'disabling a consumer failed')
-    }
+  /**
+   * 410 Gone: the consumer gets nothing more until registered again. Disabled in memory at once,
+   * so the retry that follows goes to the partition's new owner, then recorded in the database.
+   */
+  private disable(g: GroupRuntime, owner: ConsumerRow): void {
+    if (owner.disabledAt !== null) return
+    owner.disabledAt = new Date(this.now())
+    owner.disabledReason = 'answered 410 Gone'
+    this.setConsumers(g, g.consumers)
+    this.deps.disableConsumer(owner.id, 'answered 410 Gone').catch((err: unknown) =>
+      this.deps.log.error({ err, consumer: owner.id }, 'recording a disabled consumer failed'))
   }
 
   private drop(g: GroupRuntime): void {
@@ -618,6 +661,11 @@ function nextIncomplete(w: PartitionState): number {
     else if (w.completed.has(c)) c++
     else return c
   }
+}
+
+/** Messages of a partition that count against maxInFlight: outstanding, neither delayed nor ready. */
+function active(w: PartitionState): number {
+  return w.outstanding.size - w.delayed - w.ready.length
 }
 
 function policyOf(row: GroupRow): RetryPolicy {

@@ -11,30 +11,33 @@ export const ConsumerParams = Type.Object({
   id: Type.String({ minLength: 1, maxLength: 64 }),
 })
 
+// No `default` keywords in these request schemas: Ajv would fill omitted fields in, and a partial
+// PUT of an existing group would then reset every setting it did not mention. Defaults are applied
+// by the service on creation (GROUP_DEFAULTS) and named in the descriptions.
 export const RetryPolicy = Type.Object({
-  initialDelayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 86_400_000, default: 1000 })),
-  multiplier: Type.Optional(Type.Number({ minimum: 1, maximum: 100, default: 2 })),
-  maxDelayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 86_400_000, default: 60_000 })),
-  jitter: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: 0.1,
-    description: 'Spread of each delay, as a fraction: 0.1 is ±10%' })),
+  initialDelayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 86_400_000, description: 'Default 1000' })),
+  multiplier: Type.Optional(Type.Number({ minimum: 1, maximum: 100, description: 'Default 2' })),
+  maxDelayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 86_400_000, description: 'Default 60000' })),
+  jitter: Type.Optional(Type.Number({ minimum: 0, maximum: 1,
+    description: 'Spread of each delay, as a fraction: 0.1 (the default) is ±10%' })),
 }, { $id: 'RetryPolicy', additionalProperties: false,
   description: 'Delay before attempt n+1: min(maxDelayMs, initialDelayMs × multiplier^(n-1)), ±jitter' })
 
 const groupFields = {
   topic: Type.String({ pattern: NAME_PATTERN, description: 'The topic consumed; fixed once created' }),
-  ackMode: Type.Optional(Type.Union([Type.Literal('explicit'), Type.Literal('auto')], { default: 'explicit',
-    description: 'explicit: a 2xx means received, ack over HTTP; auto: a 2xx is the ack' })),
-  ackTimeoutMs: Type.Optional(Type.Integer({ minimum: 1000, maximum: 43_200_000, default: 30_000 })),
-  maxDeliveries: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 5 })),
+  ackMode: Type.Optional(Type.Union([Type.Literal('explicit'), Type.Literal('auto')], {
+    description: 'explicit (default): a 2xx means received, ack over HTTP; auto: a 2xx is the ack' })),
+  ackTimeoutMs: Type.Optional(Type.Integer({ minimum: 1000, maximum: 43_200_000, description: 'Default 30000' })),
+  maxDeliveries: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: 'Attempts before dead-lettering; default 5' })),
   retry: Type.Optional(ref(RetryPolicy)),
   deadLetterTopic: Type.Optional(Type.Union([Type.String({ pattern: NAME_PATTERN }), Type.Null()])),
-  startAt: Type.Optional(Type.String({ default: 'earliest',
-    description: '"earliest", "latest", or an ISO-8601 timestamp: where a new group starts' })),
-  maxInFlight: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000, default: 100 })),
-  ordered: Type.Optional(Type.Boolean({ default: false, description: 'At most one message of a partition in flight' })),
-  pushTimeoutMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 600_000, default: 10_000 })),
-  pushFormat: Type.Optional(Type.Union([Type.Literal('envelope'), Type.Literal('raw')], { default: 'envelope' })),
-  paused: Type.Optional(Type.Boolean({ default: false })),
+  startAt: Type.Optional(Type.String({
+    description: '"earliest" (default), "latest", or an ISO-8601 timestamp: where a new group starts' })),
+  maxInFlight: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000, description: 'Per partition; default 100' })),
+  ordered: Type.Optional(Type.Boolean({ description: 'At most one message of a partition in flight; default false' })),
+  pushTimeoutMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 600_000, description: 'Default 10000' })),
+  pushFormat: Type.Optional(Type.Union([Type.Literal('envelope'), Type.Literal('raw')], { description: 'Default envelope' })),
+  paused: Type.Optional(Type.Boolean({ description: 'Default false' })),
 }
 
 export const GroupConfig = Type.Object(groupFields, { $id: 'GroupConfig', additionalProperties: false })

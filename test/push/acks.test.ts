@@ -1,0 +1,288 @@
+/**
+ * Acknowledgement against the real broker: nacks (with a delay, with the backoff, straight to the
+ * dead-letter topic, of foreign, unknown and superseded ids), extend, concurrent duplicate acks,
+ * acks of another group's ids, and the durability of an answered ack (checked in the tables).
+ */
+import t from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { startBroker } from '../helpers/broker.ts'
+import { startReceiver, type BehaviourSpec, type Received } from '../helpers/receiver.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+const broker = await startBroker(t)
+const app = broker.app
+const call = async (method: string, url: string, payload?: unknown) => {
+  const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
+  return { status: res.statusCode, json: res.body ? res.json() : undefined }
+}
+const produce = (topic: string, messages: unknown[]) => call('POST', `/v1/topics/${topic}/messages`, { messages })
+const sql = async (text: string, params: unknown[] = []) => (await broker.db.pool.query(text, params)).rows
+
+interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown; ackDeadline: string }
+const env = (r: Received | undefined) => r!.json as Envelope
+type Status = 'acked' | 'nacked' | 'extended' | 'already_completed' | 'unknown'
+const statuses = (res: { json: { results: { status: Status }[] } }) => res.json.results.map((r) => r.status)
+const ack = async (group: string, ids: string[]) => statuses(await call('POST', `/v1/groups/${group}/acks`, { deliveryIds: ids }))
+const nack = async (group: string, ids: string[], extra: object = {}) =>
+  statuses(await call('POST', `/v1/groups/${group}/nacks`, { deliveryIds: ids, ...extra }))
+const extend = async (group: string, ids: string[], extendMs: number) =>
+  statuses(await call('POST', `/v1/groups/${group}/extend`, { deliveryIds: ids, extendMs }))
+const groupStatus = async (group: string) => (await call('GET', `/v1/groups/${group}`)).json
+const attemptRows = (group: string) => sql(
+  `SELECT d.id, d."offset"::int AS "offset", d.attempt, d.outcome, d.error, d.status_code, d.ack_deadline
+   FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d."offset", d.attempt`, [group])
+
+/** What the helpers need of a tap test. */
+interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
+
+/** A receiver that also records when each request arrived (times[i] belongs to requests[i]). */
+async function timedReceiver(tt: TT, behave: (req: Received, n: number) => BehaviourSpec = () => ({ status: 200 })) {
+  const times: number[] = []
+  const receiver = await startReceiver(tt, (req) => { times.push(Date.now()); return behave(req, times.length) })
+  return { receiver, times }
+}
+
+/** Topic + group + one consumer; returns the timed receiver. */
+async function setup(tt: TT, name: string, group: object, partitions = 1) {
+  tt.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
+  tt.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ...group })).status, 201)
+  const r = await timedReceiver(tt)
+  tt.equal((await call('POST', `/v1/groups/${name}-g/consumers`, { url: r.receiver.url })).status, 201)
+  return r
+}
+
+t.test('nack with delayMs: pushed again not before the delay, as attempt 2 with a new id', async (t) => {
+  const { receiver, times } = await setup(t, 'nd', { ackTimeoutMs: 30_000, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })
+  await produce('nd', [{ value: 'x' }])
+  await receiver.waitFor(1, 5000)
+  const first = env(receiver.requests[0])
+  const nackAt = Date.now()
+  t.same(await nack('nd-g', [first.deliveryId], { delayMs: 1200 }), ['nacked'])
+  await sleep(700)
+  t.equal(receiver.requests.length, 1, 'not pushed again during the delay (the 100 ms backoff does not apply)')
+  await receiver.waitFor(2, 5000)
+  const second = env(receiver.requests[1])
+  t.ok(times[1]! - nackAt >= 1200 - 2, `pushed again ${times[1]! - nackAt} ms after the nack (≥ 1200)`)
+  t.ok(times[1]! - nackAt < 1200 + 1500, 'and not much later')
+  t.equal(second.attempt, 2, 'the nack counted as attempt 1')
+  t.not(second.deliveryId, first.deliveryId)
+  t.equal(receiver.requests[1]!.headers['webhook-id'], receiver.requests[0]!.headers['webhook-id'])
+  t.same(await ack('nd-g', [second.deliveryId]), ['acked'])
+  await waitUntil(async () => {
+    const rows = await attemptRows('nd-g')
+    return rows.length === 2 && rows[0].outcome === 'nacked' && rows[1].outcome === 'acked'
+  }, 5000, 'attempt rows nacked, acked')
+})
+
+t.test('nack without delayMs: pushed again after the backoff; it counts toward maxDeliveries', async (t) => {
+  const { receiver, times } = await setup(t, 'nb', {
+    ackTimeoutMs: 30_000, maxDeliveries: 2, retry: { initialDelayMs: 600, multiplier: 2, maxDelayMs: 5000, jitter: 0 },
+  })
+  await produce('nb', [{ value: 'x' }])
+  await receiver.waitFor(1, 5000)
+  const nackAt = Date.now()
+  t.same(await nack('nb-g', [env(receiver.requests[0]).deliveryId]), ['nacked'])
+  await receiver.waitFor(2, 5000)
+  const gap = times[1]! - nackAt
+  t.ok(gap >= 600 - 2 && gap < 600 + 1500, `pushed again after the 600 ms backoff (${gap} ms)`)
+  t.equal(env(receiver.requests[1]).attempt, 2)
+  // Second nack: maxDeliveries (2) reached, so it is dead (no dead-letter topic: recorded as dead).
+  t.same(await nack('nb-g', [env(receiver.requests[1]).deliveryId]), ['nacked'])
+  await waitUntil(async () => (await groupStatus('nb-g')).partitions[0].committedOffset === 1, 5000, 'dead message completed')
+  await sleep(1500) // longer than the next backoff (1200 ms)
+  t.equal(receiver.requests.length, 2, 'no third attempt')
+  const rows = await attemptRows('nb-g')
+  t.same(rows.map((r) => r.outcome), ['nacked', rows[1]!.outcome === 'dead' ? 'dead' : 'nacked'], 'attempt rows: nacked, then nacked/dead')
+})
+
+t.test('nack with deadLetter: true goes to the dead-letter topic at once and completes the message', async (t) => {
+  await call('PUT', '/v1/topics/nq.dlq', { partitions: 1 })
+  const { receiver } = await setup(t, 'nq', {
+    ackTimeoutMs: 30_000, maxDeliveries: 5, deadLetterTopic: 'nq.dlq', retry: { initialDelayMs: 10_000, maxDelayMs: 10_000, jitter: 0 },
+  })
+  await produce('nq', [{ value: { order: 7 }, key: 'k7', headers: { a: 'b' } }])
+  await receiver.waitFor(1, 5000)
+  const id = env(receiver.requests[0]).deliveryId
+  const started = Date.now()
+  t.same(await nack('nq-g', [id], { deadLetter: true }), ['nacked'])
+  const dlq = await waitUntil(async () => {
+    const m = (await call('GET', '/v1/topics/nq.dlq/partitions/0/messages')).json.messages
+    return m.length > 0 ? m : undefined
+  }, 3000, 'the dead letter')
+  t.ok(Date.now() - started < 2000, 'dead-lettered at once, not after any backoff')
+  t.equal(dlq.length, 1)
+  t.match(dlq[0], { key: 'k7', value: { order: 7 }, headers: {
+    a: 'b', 'hookq-dlq-topic': 'nq', 'hookq-dlq-partition': '0', 'hookq-dlq-offset': '0', 'hookq-dlq-group': 'nq-g', 'hookq-dlq-attempts': '1',
+  } })
+  t.match((await groupStatus('nq-g')).partitions[0], { committedOffset: 1, lag: 0, inFlight: 0 }, 'completed for the group')
+  t.same(await ack('nq-g', [id]), ['already_completed'], 'an ack afterwards: already completed')
+  t.same(await nack('nq-g', [id]), ['already_completed'], 'a nack afterwards: already completed')
+  await sleep(300)
+  t.equal(receiver.requests.length, 1, 'never pushed again')
+})
+
+t.test('ids of another group, and ids never issued, are unknown to ack, nack and extend (in memory and after completion)', async (t) => {
+  t.equal((await call('PUT', '/v1/topics/nf', { partitions: 1 })).status, 201)
+  const ra = await startReceiver(t)
+  const rb = await startReceiver(t)
+  for (const [g, r] of [['nf-a', ra], ['nf-b', rb]] as const) {
+    await call('PUT', `/v1/groups/${g}`, { topic: 'nf', ackTimeoutMs: 30_000 })
+    await call('POST', `/v1/groups/${g}/consumers`, { url: r.url })
+  }
+  await produce('nf', [{ value: 'shared' }])
+  await ra.waitFor(1, 5000)
+  await rb.waitFor(1, 5000)
+  const aId = env(ra.requests[0]).deliveryId
+  const bId = env(rb.requests[0]).deliveryId
+  const never = 'AAAAAAAAAAAAAAAAAAAAAA'
+  t.same(await ack('nf-b', [aId, never]), ['unknown', 'unknown'], 'ack of group a\'s id through group b')
+  t.same(await nack('nf-b', [aId, never]), ['unknown', 'unknown'], 'nack of group a\'s id through group b')
+  t.same(await extend('nf-b', [aId, never], 5000), ['unknown', 'unknown'], 'extend of group a\'s id through group b')
+  t.match((await groupStatus('nf-a')).partitions[0], { committedOffset: 0, inFlight: 1 }, 'group a\'s message is untouched')
+  t.match((await groupStatus('nf-b')).partitions[0], { committedOffset: 0, inFlight: 1 }, 'group b\'s message is untouched')
+  await sleep(200)
+  t.equal(ra.requests.length + rb.requests.length, 2, 'the foreign nack did not cause a push anywhere')
+
+  t.same(await ack('nf-a', [aId]), ['acked'])
+  // Group a's id is no longer in memory now: the lookup goes to the attempt log.
+  t.same(await ack('nf-b', [aId]), ['unknown'], 'a completed id of group a is still unknown to group b')
+  t.same(await nack('nf-b', [aId]), ['unknown'])
+  t.same(await ack('nf-b', [bId]), ['acked'], 'group b acks its own')
+  t.same(await ack('nf-a', [bId]), ['unknown'], 'and group b\'s id is unknown to group a')
+})
+
+t.test('a nack or extend of a superseded delivery id does not touch the current attempt', async (t) => {
+  const { receiver } = await setup(t, 'ns', { ackTimeoutMs: 1000, pushTimeoutMs: 500, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })
+  await produce('ns', [{ value: 'x' }])
+  await receiver.waitFor(2, 6000) // attempt 1 not acked: redelivered after its deadline
+  const [a, b] = [env(receiver.requests[0]), env(receiver.requests[1])]
+  t.equal(b.attempt, 2)
+  const n = await nack('ns-g', [a.deliveryId], { delayMs: 0 })
+  t.not(n[0], 'nacked', `nack of attempt 1's id did not take effect (${n[0]})`)
+  t.not(n[0], 'unknown', 'the group did issue that id')
+  const e = await extend('ns-g', [a.deliveryId], 60_000)
+  t.not(e[0], 'extended', `extend of attempt 1's id did not take effect (${e[0]})`)
+  await sleep(400)
+  t.equal(receiver.requests.length, 2, 'no extra push from the stale nack')
+  t.same(await ack('ns-g', [b.deliveryId]), ['acked'], 'the current attempt is still ackable')
+  t.match((await groupStatus('ns-g')).partitions[0], { committedOffset: 1, inFlight: 0 })
+})
+
+t.test('extend keeps a message from being redelivered past its original deadline', async (t) => {
+  const { receiver, times } = await setup(t, 'ne', { ackTimeoutMs: 1000, pushTimeoutMs: 500, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })
+  await produce('ne', [{ value: 'x' }])
+  await receiver.waitFor(1, 5000)
+  const first = env(receiver.requests[0])
+  const t0 = times[0]!
+  const originalDeadline = Date.parse(first.ackDeadline)
+  t.ok(Math.abs(originalDeadline - (t0 + 1000)) < 300, 'the envelope names the 1 s deadline')
+  const extendAt = Date.now()
+  t.same(await extend('ne-g', [first.deliveryId], 2500), ['extended'])
+  // Well past the original deadline plus the retry delay (t0 + 1100): nothing.
+  await sleep(Math.max(0, t0 + 1900 - Date.now()))
+  t.equal(receiver.requests.length, 1, 'not redelivered at the original deadline')
+  await waitUntil(async () => {
+    const rows = await attemptRows('ne-g')
+    return rows.length === 1 && Math.abs(new Date(rows[0].ack_deadline).getTime() - (extendAt + 2500)) < 300
+  }, 3000, 'the attempt row carries the new deadline')
+  // Not acked: redelivered after the extended deadline.
+  await receiver.waitFor(2, 5000)
+  t.ok(times[1]! >= extendAt + 2500, `redelivered ${times[1]! - extendAt} ms after the extend (≥ 2500)`)
+  t.equal(env(receiver.requests[1]).attempt, 2)
+  t.same(await extend('ne-g', ['BBBBBBBBBBBBBBBBBBBBBB'], 1000), ['unknown'], 'extend of an unknown id')
+  t.same(await ack('ne-g', [env(receiver.requests[1]).deliveryId]), ['acked'])
+})
+
+t.test('concurrent duplicate acks of one id: exactly one acked, the rest already_completed', async (t) => {
+  const { receiver } = await setup(t, 'nc', { ackTimeoutMs: 30_000 })
+  await produce('nc', [1, 2, 3, 4, 5].map((v) => ({ value: v })))
+  await receiver.waitFor(5, 5000)
+  for (const r of receiver.requests) {
+    const id = env(r).deliveryId
+    const all = await Promise.all(Array.from({ length: 10 }, () => ack('nc-g', [id])))
+    const flat = all.flat()
+    t.equal(flat.filter((s) => s === 'acked').length, 1, `offset ${env(r).offset}: one acked`)
+    t.equal(flat.filter((s) => s === 'already_completed').length, 9, `offset ${env(r).offset}: nine already_completed`)
+  }
+  // One request carrying the same id ten times behaves the same way.
+  await produce('nc', [{ value: 6 }])
+  await receiver.waitFor(6, 5000)
+  const id6 = env(receiver.requests[5]).deliveryId
+  const one = await ack('nc-g', Array.from({ length: 10 }, () => id6))
+  t.same(one, ['acked', ...Array.from({ length: 9 }, () => 'already_completed')])
+  t.match((await groupStatus('nc-g')).partitions[0], { committedOffset: 6, lag: 0, inFlight: 0 })
+})
+
+t.test('an ack answered 200 is durable: group_completions and group_offsets hold it at once', async (t) => {
+  const { receiver } = await setup(t, 'nu', { ackTimeoutMs: 30_000 })
+  await produce('nu', [{ value: 0 }, { value: 1 }, { value: 2 }])
+  await receiver.waitFor(3, 5000)
+  const byOffset = new Map(receiver.requests.map((r) => [env(r).offset, env(r).deliveryId]))
+  const [{ id: groupId }] = await sql(`SELECT id FROM consumer_groups WHERE name = 'nu-g'`)
+  const committed = async () => (await sql(`SELECT committed_offset::int AS c FROM group_offsets WHERE group_id = $1 AND partition = 0`, [groupId]))[0]?.c
+  const completions = async () => (await sql(`SELECT "offset"::int AS o FROM group_completions WHERE group_id = $1 ORDER BY 1`, [groupId])).map((r) => r.o)
+
+  t.same(await ack('nu-g', [byOffset.get(2)!]), ['acked'])
+  t.same(await completions(), [2], 'out-of-order completion stored before the answer')
+  t.equal(await committed(), 0)
+  t.same(await ack('nu-g', [byOffset.get(0)!]), ['acked'])
+  t.equal(await committed(), 1, 'committed offset moved before the answer')
+  t.same(await ack('nu-g', [byOffset.get(1)!]), ['acked'])
+  t.equal(await committed(), 3, 'committed offset passes the remembered completion')
+  t.same(await completions(), [], 'completions below the committed offset are gone')
+})
+
+t.test('a late ack of attempt 1 while attempt 2 is out completes the message; no attempt row stays in_flight', async (t) => {
+  const { receiver } = await setup(t, 'nl', { ackTimeoutMs: 1000, pushTimeoutMs: 500, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })
+  await produce('nl', [{ value: 'x' }])
+  await receiver.waitFor(2, 6000)
+  t.same(await ack('nl-g', [env(receiver.requests[0]).deliveryId]), ['acked'])
+  t.same(await ack('nl-g', [env(receiver.requests[1]).deliveryId]), ['already_completed'])
+  await waitUntil(async () => {
+    const rows = await attemptRows('nl-g')
+    return rows.length === 2 && rows.every((r) => r.outcome !== 'in_flight')
+  }, 3000, 'every attempt row has a final outcome').then(() => t.pass('final outcomes'), (err: Error) => t.fail(err.message))
+  const seen = receiver.requests.length
+  await sleep(1300)
+  t.equal(receiver.requests.length, seen, 'attempt 2\'s deadline does not push again')
+})
+
+t.test('an ack sent from inside the handler before its answer completes the message; a 500 answer after it changes nothing', async (t) => {
+  t.equal((await call('PUT', '/v1/topics/nh', { partitions: 1 })).status, 201)
+  t.equal((await call('PUT', '/v1/groups/nh-g', { topic: 'nh', ackTimeoutMs: 1000, pushTimeoutMs: 800, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })).status, 201)
+  const early: Promise<Status[]>[] = []
+  const receiver = await startReceiver(t, (req) => {
+    early.push(ack('nh-g', [env(req).deliveryId]))
+    return { status: 500, body: 'answered after acking', delayMs: 300 }
+  })
+  await call('POST', '/v1/groups/nh-g/consumers', { url: receiver.url })
+  await produce('nh', [{ value: 'x' }])
+  await receiver.waitFor(1, 5000)
+  t.same(await early[0], ['acked'])
+  await sleep(1600) // past the 500 answer, the ack deadline and the retry delay
+  t.equal(receiver.requests.length, 1, 'not pushed again')
+  t.match((await groupStatus('nh-g')).partitions[0], { committedOffset: 1, inFlight: 0 })
+  const rows = await attemptRows('nh-g')
+  t.equal(rows.length, 1)
+  t.equal(rows[0].outcome, 'acked', 'the attempt keeps its acked outcome')
+})
+
+t.test('a nack sent from inside the handler before a 200 answer still counts: pushed again', async (t) => {
+  t.equal((await call('PUT', '/v1/topics/nk', { partitions: 1 })).status, 201)
+  t.equal((await call('PUT', '/v1/groups/nk-g', { topic: 'nk', ackTimeoutMs: 30_000, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })).status, 201)
+  const early: Promise<Status[]>[] = []
+  const receiver = await startReceiver(t, (req) => {
+    if (env(req).attempt === 1) early.push(nack('nk-g', [env(req).deliveryId], { delayMs: 200 }))
+    return { status: 200, delayMs: 300 }
+  })
+  await call('POST', '/v1/groups/nk-g/consumers', { url: receiver.url })
+  await produce('nk', [{ value: 'x' }])
+  await receiver.waitFor(2, 5000)
+  t.same(await early[0], ['nacked'])
+  t.equal(env(receiver.requests[1]).attempt, 2)
+  t.same(await ack('nk-g', [env(receiver.requests[1]).deliveryId]), ['acked'])
+  await waitUntil(async () => {
+    const rows = await attemptRows('nk-g')
+    return rows.length === 2 && rows[0].outcome === 'nacked' && rows[1].outcome === 'acked'
+  }, 3000, 'rows nacked, acked')
+})
