@@ -1,8 +1,10 @@
 /**
  * The attempt log writer: push attempts are recorded in batches, so the database sees a few
  * statements per flush instead of two round trips per push. Each attempt is one row, inserted when
- * its push starts and updated as its outcome becomes known; a flush writes inserts before updates,
- * so an update never precedes its row.
+ * its push starts and updated as its outcome becomes known. An outcome known before the row's
+ * flush (the common case in auto mode: a push answers within the 5 ms flush delay) is merged into
+ * the insert, so no UPDATE is needed; a flush writes inserts before updates, so an update never
+ * precedes its row.
  *
  * The log is history (the deliveries listing, attempt counts after a restart), not the record of
  * completion, which the completion transaction writes. A failed flush keeps its rows and retries;
@@ -20,7 +22,8 @@ export interface AttemptLogOptions {
 }
 
 export class AttemptLog {
-  private inserts: AttemptStart[] = []
+  /** Rows not yet written, by id, in insertion order. */
+  private inserts = new Map<string, AttemptStart>()
   private updates = new Map<string, AttemptUpdate>()
   private timer: NodeJS.Timeout | undefined
   private flushing: Promise<void> | undefined
@@ -31,12 +34,17 @@ export class AttemptLog {
 
   /** Records the start of an attempt (outcome in_flight). */
   started(row: AttemptStart): void {
-    this.inserts.push(row)
+    this.inserts.set(row.id, row)
     this.schedule()
   }
 
   /** Records a change to an attempt; later changes to one id merge over earlier ones. */
   update(change: AttemptUpdate): void {
+    const pending = this.inserts.get(change.id)
+    if (pending) {
+      Object.assign(pending, definedOnly(change))
+      return
+    }
     const prev = this.updates.get(change.id)
     this.updates.set(change.id, prev ? { ...prev, ...definedOnly(change) } : change)
     this.schedule()
@@ -47,19 +55,20 @@ export class AttemptLog {
     clearTimeout(this.timer)
     this.timer = undefined
     while (this.flushing) await this.flushing
-    if (this.inserts.length === 0 && this.updates.size === 0) return
+    if (this.inserts.size === 0 && this.updates.size === 0) return
     const inserts = this.inserts
     const updates = this.updates
-    this.inserts = []
+    this.inserts = new Map()
     this.updates = new Map()
     this.flushing = (async () => {
       try {
-        await insertAttempts(this.db, inserts)
+        await insertAttempts(this.db, [...inserts.values()])
         await updateAttempts(this.db, [...updates.values()])
         this.failures = 0
       } catch (err) {
         // Put them back in front of what arrived meanwhile, and try again later.
-        this.inserts = inserts.concat(this.inserts)
+        for (const [id, row] of this.inserts) inserts.set(id, row)
+        this.inserts = inserts
         for (const [id, u] of this.updates) updates.set(id, { ...(updates.get(id) ?? {}), ...definedOnly(u) } as AttemptUpdate)
         this.updates = updates
         const dropped = this.trim()
@@ -82,7 +91,7 @@ export class AttemptLog {
 
   /** Rows waiting to be written. */
   get buffered(): number {
-    return this.inserts.length + this.updates.size
+    return this.inserts.size + this.updates.size
   }
 
   private schedule(delayMs = this.opts.flushDelayMs): void {
@@ -92,9 +101,10 @@ export class AttemptLog {
 
   private trim(): number {
     let dropped = 0
-    while (this.buffered > this.opts.maxBuffered && this.inserts.length > 0) {
-      const row = this.inserts.shift()!
-      this.updates.delete(row.id)
+    for (const id of this.inserts.keys()) {
+      if (this.buffered <= this.opts.maxBuffered) break
+      this.inserts.delete(id)
+      this.updates.delete(id)
       dropped++
     }
     return dropped

@@ -249,6 +249,11 @@ export class Dispatcher {
     this.armTimer()
   }
 
+  /** True when the group is running here (it exists, and so does its topic). */
+  hasGroup(name: string): boolean {
+    return this.groups.has(name)
+  }
+
   /** Messages outstanding on a partition (for the group status). */
   inFlight(groupId: number, partition: number): number {
     for (const g of this.groups.values()) if (g.row.id === groupId) return g.parts[partition]?.outstanding.size ?? 0

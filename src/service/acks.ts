@@ -8,21 +8,26 @@ type Results = Promise<{ deliveryId: string; status: AckStatus }[]>
 export class AckService {
   constructor(private readonly groups: GroupService, private readonly dispatcher: Dispatcher, private readonly metrics?: Pick<Metrics, 'acked'>) {}
 
+  /** 404 for a group that does not exist; the dispatcher knows the running ones without a query. */
+  private async requireGroup(group: string): Promise<void> {
+    if (!this.dispatcher.hasGroup(group)) await this.groups.get(group)
+  }
+
   /** Completes the deliveries' messages; answered once durable. */
   async ack(group: string, deliveryIds: string[]): Results {
-    await this.groups.get(group)
+    await this.requireGroup(group)
     return this.counted(group, await this.dispatcher.ack(group, deliveryIds))
   }
 
   /** Fails the deliveries' current attempts. */
   async nack(group: string, deliveryIds: string[], delayMs: number | undefined, deadLetter: boolean): Results {
-    await this.groups.get(group)
+    await this.requireGroup(group)
     return this.counted(group, await this.dispatcher.nack(group, deliveryIds, delayMs, deadLetter))
   }
 
   /** Moves ack deadlines. */
   async extend(group: string, deliveryIds: string[], extendMs: number): Results {
-    await this.groups.get(group)
+    await this.requireGroup(group)
     return this.counted(group, await this.dispatcher.extend(group, deliveryIds, extendMs))
   }
 

@@ -13,6 +13,12 @@ export interface AttemptStart {
   consumerId: string | null
   startedAt: Date
   ackDeadline: Date
+  /** Known before the row is written (the writer merges early updates into the insert). */
+  outcome?: Outcome
+  finishedAt?: Date
+  statusCode?: number
+  durationMs?: number
+  error?: string
 }
 
 /** A change to an attempt row; undefined fields keep their value. */
@@ -40,20 +46,25 @@ export interface AttemptRow {
   outcome: Outcome
 }
 
-/** Inserts attempt rows (outcome in_flight) in one statement. */
+/** Inserts attempt rows in one statement (outcome in_flight unless already known). */
 export async function insertAttempts(db: Database, rows: AttemptStart[]): Promise<void> {
   if (rows.length === 0) return
   await db.pool.query(
-    `INSERT INTO deliveries (id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline, outcome)
-     SELECT u.*, 'in_flight'::delivery_outcome
-     FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[], $7::text[], $8::timestamptz[], $9::timestamptz[])
-       AS u(id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline)
+    `INSERT INTO deliveries (id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline,
+                             outcome, finished_at, status_code, duration_ms, error)
+     SELECT u.id, u.group_id, u.topic_id, u.partition, u."offset", u.attempt, u.consumer_id, u.started_at, u.ack_deadline,
+            coalesce(u.outcome, 'in_flight')::delivery_outcome, u.finished_at, u.status_code, u.duration_ms, u.error
+     FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[], $7::text[], $8::timestamptz[], $9::timestamptz[],
+                 $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[])
+       AS u(id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline,
+            outcome, finished_at, status_code, duration_ms, error)
      -- a group or topic deleted meanwhile takes its attempts with it
      WHERE EXISTS (SELECT 1 FROM consumer_groups g WHERE g.id = u.group_id) AND EXISTS (SELECT 1 FROM topics t WHERE t.id = u.topic_id)
      ON CONFLICT (id) DO NOTHING`,
     [rows.map((r) => r.id), rows.map((r) => r.groupId), rows.map((r) => r.topicId), rows.map((r) => r.partition),
       rows.map((r) => r.offset), rows.map((r) => r.attempt), rows.map((r) => r.consumerId), rows.map((r) => r.startedAt),
-      rows.map((r) => r.ackDeadline)])
+      rows.map((r) => r.ackDeadline), rows.map((r) => r.outcome ?? null), rows.map((r) => r.finishedAt ?? null),
+      rows.map((r) => r.statusCode ?? null), rows.map((r) => r.durationMs ?? null), rows.map((r) => r.error ?? null)])
 }
 
 /** Applies attempt updates in one statement (each id at most once: merge before calling). */
