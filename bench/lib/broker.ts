@@ -12,6 +12,8 @@ export interface BrokerProcess {
   url: string
   /** The last few KB of its stdout and stderr, for failure messages. */
   output(): string
+  /** The inspector's WebSocket URL when started with `inspect` (see bench/lib/inspector.ts). */
+  inspectorUrl?: string
 }
 
 /** A port that was free a moment ago (bound to port 0 and closed again). */
@@ -27,8 +29,10 @@ async function freePort(): Promise<number> {
  * Starts the broker on `databaseUrl` and resolves once GET /healthz answers 200. The bench
  * environment is passed through, so HOOKQ_* settings (HOOKQ_COMMIT_CONCURRENCY…) reach it.
  * `cpuProfDir` adds --cpu-prof: V8 writes the profile there when the process exits.
+ * `inspect` adds --inspect on a free loopback port, so that a profile can be taken over one window
+ * (bench/lib/inspector.ts); resolves only once the inspector's URL is known.
  */
-export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: string; timeoutMs: number }): Promise<BrokerProcess> {
+export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number }): Promise<BrokerProcess> {
   const port = await freePort()
   const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn' }
   delete env.HOOKQ_API_KEYS // the load sends no Authorization header
@@ -37,12 +41,23 @@ export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: stri
     mkdirSync(join(ROOT, opts.cpuProfDir), { recursive: true })
     nodeArgs.unshift('--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir)
   }
+  if (opts.inspect) nodeArgs.unshift('--inspect=127.0.0.1:0')
   const child = track(spawn(process.execPath, nodeArgs, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] }))
   let out = ''
   const keep = (d: Buffer) => { out = (out + d.toString()).slice(-8000) }
   child.stdout!.on('data', keep)
   child.stderr!.on('data', keep)
   const broker: BrokerProcess = { child, pid: child.pid!, url: `http://127.0.0.1:${port}`, output: () => out }
+  if (opts.inspect) {
+    // "Debugger listening on ws://127.0.0.1:<port>/<uuid>" comes first on stderr.
+    let head = ''
+    const onData = (d: Buffer) => {
+      head += d.toString()
+      const m = /Debugger listening on (ws:\/\/\S+)/.exec(head)
+      if (m) { broker.inspectorUrl = m[1]; child.stderr!.off('data', onData) } else if (head.length > 16_000) child.stderr!.off('data', onData)
+    }
+    child.stderr!.on('data', onData)
+  }
 
   const deadline = Date.now() + opts.timeoutMs
   while (Date.now() < deadline) {
@@ -51,7 +66,7 @@ export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: stri
     }
     try {
       const res = await fetch(`${broker.url}/healthz`, { signal: AbortSignal.timeout(1000) })
-      if (res.status === 200) return broker
+      if (res.status === 200 && (!opts.inspect || broker.inspectorUrl !== undefined)) return broker
     } catch { /* not listening yet */ }
     await sleep(200)
   }

@@ -20,6 +20,10 @@ export class Latencies {
     }
     this.buf[this.n++] = ms
   }
+  /** How many were added. */
+  get count(): number {
+    return this.n
+  }
   summary(): { p50: number; p99: number; max: number } {
     const sorted = this.buf.slice(0, this.n).sort()
     return { p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted[sorted.length - 1] ?? NaN }

@@ -1,0 +1,221 @@
+/**
+ * The webhook receiver of bench/e2e.ts, in its own process: node:http on 127.0.0.1, answers 200 as
+ * soon as a push's body has arrived, then counts it (unique and duplicate partition/offset pairs),
+ * records when it arrived, and the produce-to-push latency from the send time the producer put in
+ * the message value (`value.t`, wall-clock ms; `value.w` set = warm-up, not counted).
+ *
+ * Mode `ack` behaves like a consumer library in explicit mode: delivery ids are batched and sent
+ * to POST /v1/groups/{g}/acks when `ackBatch` have gathered or `ackFlushMs` after the first one,
+ * with at most `ackConcurrency` ack calls at once.
+ *
+ * Driven over IPC (bench/lib/ipc.ts): `scenario` starts counting pushes to /p/<name> (anything else
+ * is a stray: a late push of an earlier scenario), `expect` sets how many unique messages make the
+ * scenario complete (then the `done` event fires once, acks included), `stats` reports.
+ *
+ * argv[2]: JSON { brokerUrl }
+ */
+import { createServer } from 'node:http'
+import { Pool } from 'undici'
+import { emitEvent, serveIpc } from './lib/ipc.ts'
+import { Latencies } from './lib/stats.ts'
+
+const args = JSON.parse(process.argv[2] ?? '{}') as { brokerUrl: string }
+const wallNow = () => performance.timeOrigin + performance.now()
+
+interface ScenarioConfig {
+  name: string
+  mode: 'count' | 'ack'
+  /** Unique messages that complete the scenario; 0 = not known yet (see `expect`). */
+  expect: number
+  group?: string
+  ackBatch?: number
+  ackFlushMs?: number
+  ackConcurrency?: number
+}
+
+/** Partition/offset pairs seen: one byte per offset, grown by doubling. */
+class Seen {
+  private parts = new Map<number, Uint8Array>()
+  /** True the first time (partition, offset) is marked. */
+  mark(partition: number, offset: number): boolean {
+    let a = this.parts.get(partition)
+    if (a === undefined || offset >= a.length) {
+      let size = a?.length ?? 1024
+      while (size <= offset) size *= 2
+      const bigger = new Uint8Array(size)
+      if (a) bigger.set(a)
+      this.parts.set(partition, bigger)
+      a = bigger
+    }
+    if (a[offset] === 1) return false
+    a[offset] = 1
+    return true
+  }
+}
+
+class Scenario {
+  pushes = 0
+  unique = 0
+  duplicates = 0
+  badBodies = 0
+  firstAt = NaN
+  lastUniqueAt = NaN
+  readonly seen = new Seen()
+  readonly latency = new Latencies()
+  // explicit acks
+  pending: string[] = []
+  timer: NodeJS.Timeout | undefined
+  ackInFlight = 0
+  ackRetrying = 0
+  ackCalls = 0
+  ackIds = 0
+  ackErrors = 0
+  ackLost = 0
+  readonly ackStatuses: Record<string, number> = {}
+  lastAckAt = NaN
+  readonly ackCallMs = new Latencies()
+  doneAt = NaN
+  constructor(readonly cfg: Required<ScenarioConfig>) {}
+}
+
+let current: Scenario | undefined
+let strays = 0
+const pool = new Pool(args.brokerUrl, { connections: 8, pipelining: 1 })
+
+const server = createServer((req, res) => {
+  const chunks: Buffer[] = []
+  req.on('data', (c: Buffer) => chunks.push(c))
+  req.on('end', () => {
+    const at = wallNow()
+    res.writeHead(200, { 'content-length': '0' })
+    res.end()
+    onPush(req.url ?? '', chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), at)
+  })
+})
+server.keepAliveTimeout = 30_000 // longer than the broker's 4 s idle close: the broker closes first
+server.headersTimeout = 60_000
+
+interface Envelope { deliveryId?: string; partition?: number; offset?: number; value?: { t?: number; w?: number } }
+
+function onPush(url: string, body: Buffer, at: number): void {
+  const s = current
+  if (s === undefined || url !== `/p/${s.cfg.name}`) { strays++; return }
+  let env: Envelope
+  try { env = JSON.parse(body.toString('utf8')) as Envelope } catch { s.badBodies++; return }
+  s.pushes++
+  if (s.pushes === 1) s.firstAt = at
+  if (typeof env.partition !== 'number' || typeof env.offset !== 'number') { s.badBodies++; return }
+  if (s.seen.mark(env.partition, env.offset)) {
+    s.unique++
+    s.lastUniqueAt = at
+    const v = env.value
+    if (v && typeof v.t === 'number' && !v.w) s.latency.add(at - v.t)
+  } else {
+    s.duplicates++
+  }
+  if (s.cfg.mode === 'ack' && typeof env.deliveryId === 'string') {
+    s.pending.push(env.deliveryId)
+    scheduleFlush(s)
+  }
+  checkDone(s)
+}
+
+function scheduleFlush(s: Scenario): void {
+  if (s.pending.length >= s.cfg.ackBatch) { flush(s); return }
+  if (s.timer === undefined && s.pending.length > 0) {
+    s.timer = setTimeout(() => { s.timer = undefined; flush(s) }, s.cfg.ackFlushMs)
+  }
+}
+
+function flush(s: Scenario): void {
+  if (s.timer !== undefined) { clearTimeout(s.timer); s.timer = undefined }
+  while (s.pending.length > 0 && s.ackInFlight < s.cfg.ackConcurrency) {
+    void sendAcks(s, s.pending.splice(0, s.cfg.ackBatch), 1)
+  }
+}
+
+async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<void> {
+  s.ackInFlight++
+  s.ackCalls++
+  const t0 = performance.now()
+  let failed = false
+  try {
+    const res = await pool.request({
+      path: `/v1/groups/${encodeURIComponent(s.cfg.group)}/acks`, method: 'POST',
+      headers: { 'content-type': 'application/json' }, body: JSON.stringify({ deliveryIds: ids }),
+    })
+    const text = await res.body.text()
+    if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`)
+    const { results } = JSON.parse(text) as { results: { status: string }[] }
+    for (const r of results) s.ackStatuses[r.status] = (s.ackStatuses[r.status] ?? 0) + 1
+    s.ackIds += ids.length
+    s.lastAckAt = wallNow()
+    s.ackCallMs.add(performance.now() - t0)
+  } catch (err) {
+    failed = true
+    s.ackErrors++
+    if (s.ackErrors <= 3) console.error(`e2e-receiver: ack call failed (attempt ${attempt}):`, err instanceof Error ? err.message : err)
+  } finally {
+    s.ackInFlight--
+  }
+  if (failed) {
+    if (attempt < 3) {
+      s.ackRetrying++
+      setTimeout(() => { s.ackRetrying--; void sendAcks(s, ids, attempt + 1) }, 100)
+    } else {
+      s.ackLost += ids.length
+    }
+  }
+  scheduleFlush(s)
+  checkDone(s)
+}
+
+function checkDone(s: Scenario): void {
+  if (!Number.isNaN(s.doneAt) || s.cfg.expect <= 0 || s.unique < s.cfg.expect) return
+  if (s.cfg.mode === 'ack' && (s.pending.length > 0 || s.ackInFlight > 0 || s.ackRetrying > 0)) return
+  s.doneAt = wallNow()
+  emitEvent('done', { name: s.cfg.name, at: s.doneAt })
+}
+
+function stats(s: Scenario) {
+  return {
+    name: s.cfg.name, pushes: s.pushes, unique: s.unique, duplicates: s.duplicates, badBodies: s.badBodies, strays,
+    firstAt: s.firstAt, lastUniqueAt: s.lastUniqueAt, doneAt: s.doneAt,
+    latencyMs: s.latency.summary(), latencyCount: s.latency.count,
+    acks: s.cfg.mode === 'ack' ? {
+      calls: s.ackCalls, ids: s.ackIds, errors: s.ackErrors, lost: s.ackLost, statuses: s.ackStatuses,
+      lastAckAt: s.lastAckAt, callMs: s.ackCallMs.summary(),
+    } : undefined,
+  }
+}
+export type ReceiverStats = ReturnType<typeof stats>
+
+await new Promise<void>((resolve, reject) => server.listen(0, '127.0.0.1', resolve).once('error', reject))
+const { port } = server.address() as { port: number }
+
+serveIpc({
+  scenario(cfg: ScenarioConfig) {
+    if (current?.timer !== undefined) clearTimeout(current.timer)
+    current = new Scenario({ group: '', ackBatch: 500, ackFlushMs: 5, ackConcurrency: 4, ...cfg })
+    strays = 0
+    return { ok: true }
+  },
+  expect({ n }: { n: number }) {
+    if (!current) throw new Error('no scenario')
+    current.cfg.expect = n
+    checkDone(current)
+    return { unique: current.unique }
+  },
+  /** This process's wall clock (timeOrigin + now) minus Date.now(), averaged: compared across processes for skew. */
+  clock() {
+    let sum = 0
+    for (let i = 0; i < 5000; i++) sum += wallNow() - Date.now()
+    return sum / 5000
+  },
+  stats() {
+    if (!current) throw new Error('no scenario')
+    return stats(current)
+  },
+}, { port })
+
+process.on('SIGTERM', () => { server.close(); void pool.close(); process.exit(0) })
