@@ -15,7 +15,7 @@ import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
 import { TopicService } from './service/topics.ts'
-import { openDatabase, type Database } from './store/db.ts'
+import { durabilityWarnings, openDatabase, type Database } from './store/db.ts'
 import { startEmbedded } from './store/embedded.ts'
 import { MessageStore, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
@@ -71,6 +71,14 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     if (applied.length > 0) log(`applied migrations: ${applied.join(', ')}`)
     db = openDatabase(databaseUrl, singleConnection ? 1 : config.dbPoolSize)
     const database = db
+    const unsafe = await durabilityWarnings(db)
+    if (unsafe.length > 0) {
+      const message = embedded
+        ? `embedded database: ${unsafe.join(', ')} (PGlite never flushes to disk: a machine crash can lose acknowledged messages; see README)`
+        : `PostgreSQL runs with ${unsafe.join(', ')}: a crash can lose messages that produce acknowledged as durably committed`
+      if (opts.logger) opts.logger.warn({ settings: unsafe }, message)
+      else log(`WARNING: ${message}`)
+    }
 
     const topicStore = new TopicStore(db.prisma)
     const messageStore = new MessageStore(db)

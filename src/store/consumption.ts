@@ -3,7 +3,7 @@
  * the reads and writes of the dispatcher's hot path (raw SQL: arrays in, one statement each).
  */
 import type pg from 'pg'
-import type { Database } from './db.ts'
+import { inTransaction, type Database } from './db.ts'
 import { appendRows, type AppendEntry } from './messages.ts'
 
 /** A message as the dispatcher pushes it: value and headers still as stored JSON text. */
@@ -80,23 +80,12 @@ export async function attemptCounts(db: Database, groupId: number, topicId: numb
  */
 export async function commitCompletions(db: Database, batch: CompletionBatch): Promise<void> {
   if (batch.deadLetters.length === 0) return commitWithoutDeadLetters(db, batch)
-  const client = await db.pool.connect()
-  let broken = false
-  try {
-    await client.query('BEGIN')
-    if (batch.deadLetters.length > 0) {
-      const rows = await appendRows(client, batch.deadLetters)
-      if (rows.length !== batch.deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
-    }
+  await inTransaction(db, async (client) => {
+    const rows = await appendRows(client, batch.deadLetters)
+    if (rows.length !== batch.deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
     await insertCompletions(client, batch.completions)
     await advanceCommitted(client, batch.committed)
-    await client.query('COMMIT')
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => { broken = true })
-    throw err
-  } finally {
-    client.release(broken)
-  }
+  })
 }
 
 // The common case (acks only) as one statement, committed on its own: one round trip. The rows it
@@ -149,10 +138,7 @@ async function advanceCommitted(client: pg.PoolClient, rows: CompletionBatch['co
 export async function seekOffsets(db: Database, groupId: number, topicId: number, offsets: Map<number, number>): Promise<void> {
   const partitions = [...offsets.keys()]
   const values = partitions.map((p) => offsets.get(p)!)
-  const client = await db.pool.connect()
-  let broken = false
-  try {
-    await client.query('BEGIN')
+  await inTransaction(db, async (client) => {
     await client.query(
       `INSERT INTO group_offsets (group_id, topic_id, partition, committed_offset)
        SELECT $1, $2, p, c FROM unnest($3::int[], $4::bigint[]) AS u(p, c)
@@ -160,11 +146,5 @@ export async function seekOffsets(db: Database, groupId: number, topicId: number
       [groupId, topicId, partitions, values])
     await client.query('DELETE FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = ANY($3::int[])',
       [groupId, topicId, partitions])
-    await client.query('COMMIT')
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => { broken = true })
-    throw err
-  } finally {
-    client.release(broken)
-  }
+  })
 }

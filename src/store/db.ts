@@ -47,3 +47,38 @@ export function openDatabase(url: string, maxConnections: number): Database {
     },
   }
 }
+
+/**
+ * Runs `fn` in a transaction on one pooled client: COMMIT when it resolves, ROLLBACK when it
+ * throws. A client whose ROLLBACK fails has a broken connection and is destroyed, not reused.
+ */
+export async function inTransaction<T>(db: Database, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await db.pool.connect()
+  let broken = false
+  try {
+    await client.query('BEGIN')
+    const result = await fn(client)
+    await client.query('COMMIT')
+    return result
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => { broken = true })
+    throw err
+  } finally {
+    client.release(broken)
+  }
+}
+
+/**
+ * PostgreSQL settings that void the promise that a 2xx means durably committed: fsync=off (a
+ * crash can lose or corrupt committed data) and synchronous_commit=off (a crash loses the last
+ * commits). Returns a description of each one found, empty when the server is safe.
+ */
+export async function durabilityWarnings(db: Database): Promise<string[]> {
+  const res = await db.pool.query<{ name: string; setting: string }>(
+    `SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')`)
+  const warnings: string[] = []
+  for (const { name, setting } of res.rows) {
+    if (setting === 'off') warnings.push(`${name}=off`)
+  }
+  return warnings
+}

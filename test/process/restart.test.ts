@@ -123,6 +123,7 @@ t.test('SIGTERM finishes the calls in progress, exits 0, and the embedded databa
   t.equal(await broker.exited, 0, 'exit code 0')
   await load.done
   t.match(broker.output(), /shutting down/)
+  t.match(broker.output(), /embedded database: fsync=off/, 'the embedded mode says at start-up that it does not flush to disk')
 
   broker = await spawnBroker(env, 60_000)
   const stored = await readAll(broker.url, 'graceful', 2)

@@ -5,18 +5,13 @@
  */
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type BehaviourSpec, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const app = broker.app
-const call = async (method: string, url: string, payload?: unknown) => {
-  const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
-  return { status: res.statusCode, json: res.body ? res.json() : undefined }
-}
-const produce = (topic: string, messages: unknown[]) => call('POST', `/v1/topics/${topic}/messages`, { messages })
-const sql = async (text: string, params: unknown[] = []) => (await broker.db.pool.query(text, params)).rows
+const { app, call, produce, sql, groupStatus } = api(broker)
 
 interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown; ackDeadline: string }
 const env = (r: Received | undefined) => r!.json as Envelope
@@ -27,7 +22,6 @@ const nack = async (group: string, ids: string[], extra: object = {}) =>
   statuses(await call('POST', `/v1/groups/${group}/nacks`, { deliveryIds: ids, ...extra }))
 const extend = async (group: string, ids: string[], extendMs: number) =>
   statuses(await call('POST', `/v1/groups/${group}/extend`, { deliveryIds: ids, extendMs }))
-const groupStatus = async (group: string) => (await call('GET', `/v1/groups/${group}`)).json
 const attemptRows = (group: string) => sql(
   `SELECT d.id, d."offset"::int AS "offset", d.attempt, d.outcome, d.error, d.status_code, d.ack_deadline
    FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d."offset", d.attempt`, [group])

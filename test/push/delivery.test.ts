@@ -1,16 +1,12 @@
 import t from 'tap'
 import { verifyWebhook } from '../../src/dispatch/signature.ts'
+import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const app = broker.app
-const call = async (method: string, url: string, payload?: unknown) => {
-  const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
-  return { status: res.statusCode, json: res.body ? res.json() : undefined }
-}
-const produce = (topic: string, messages: unknown[]) => call('POST', `/v1/topics/${topic}/messages`, { messages })
+const { app, call, produce } = api(broker)
 
 t.test('explicit mode: pushed with the envelope and signature, acked, committed offset moves', async (t) => {
   await call('PUT', '/v1/topics/orders', { partitions: 1 })

@@ -4,27 +4,19 @@
  */
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type BehaviourSpec, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const app = broker.app
-const call = async (method: string, url: string, payload?: unknown) => {
-  const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
-  return { status: res.statusCode, json: res.body ? res.json() : undefined }
-}
-const produce = (topic: string, messages: unknown[]) => call('POST', `/v1/topics/${topic}/messages`, { messages })
-const sql = async (text: string, params: unknown[] = []) => (await broker.db.pool.query(text, params)).rows
+const { app, call, produce, sql, groupStatus, allCompleted } = api(broker)
 
 interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown }
 const env = (r: Received | undefined) => r!.json as Envelope
-const groupStatus = async (group: string) => (await call('GET', `/v1/groups/${group}`)).json
 const attemptRows = (group: string) => sql(
   `SELECT d.id, d.partition, d."offset"::int AS "offset", d.attempt, d.outcome::text AS outcome, d.error, d.status_code, d.consumer_id
    FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d.partition, d."offset", d.attempt`, [group])
-const allCompleted = (group: string, timeoutMs = 10_000) => waitUntil(async () =>
-  (await groupStatus(group)).partitions.every((p: { lag: number }) => p.lag === 0), timeoutMs, `${group}: everything completed`)
 
 interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
 

@@ -5,25 +5,18 @@
  */
 import t from 'tap'
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
+import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type BehaviourSpec, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const app = broker.app
-const call = async (method: string, url: string, payload?: unknown) => {
-  const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
-  return { status: res.statusCode, json: res.body ? res.json() : undefined }
-}
-const produce = (topic: string, messages: unknown[]) => call('POST', `/v1/topics/${topic}/messages`, { messages })
+const { app, call, produce, groupStatus, allCompleted } = api(broker)
 
 interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown }
 const env = (r: Received | undefined) => r!.json as Envelope
-const groupStatus = async (group: string) => (await call('GET', `/v1/groups/${group}`)).json
 const ack = async (group: string, ids: string[]) =>
   (await call('POST', `/v1/groups/${group}/acks`, { deliveryIds: ids })).json.results.map((r: { status: string }) => r.status)
-const allCompleted = (group: string, timeoutMs = 10_000) => waitUntil(async () =>
-  (await groupStatus(group)).partitions.every((p: { lag: number }) => p.lag === 0), timeoutMs, `${group}: everything completed`)
 interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
 async function topicAndGroup(tt: TT, name: string, group: object, partitions = 1) {
   tt.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)

@@ -4,21 +4,15 @@
  * Randomness is seeded, so a failure can be replayed.
  */
 import t from 'tap'
+import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const app = broker.app
-const call = async (method: string, url: string, payload?: unknown) => {
-  const res = await app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
-  return { status: res.statusCode, json: res.body ? res.json() : undefined }
-}
-const produce = (topic: string, messages: unknown[]) => call('POST', `/v1/topics/${topic}/messages`, { messages })
-const sql = async (text: string, params: unknown[] = []) => (await broker.db.pool.query(text, params)).rows
+const { app, call, produce, sql, groupStatus } = api(broker)
 interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown }
 const env = (r: Received | undefined) => r!.json as Envelope
-const groupStatus = async (group: string) => (await call('GET', `/v1/groups/${group}`)).json
 
 /** mulberry32: a small seeded PRNG. */
 function rng(seed: number) {
