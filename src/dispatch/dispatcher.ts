@@ -98,10 +98,14 @@ interface GroupRuntime {
 interface CompletionRequest {
   g: GroupRuntime
   w: PartitionState
+  /** The partition's epoch when the request was made: a seek since then voids it. */
+  epoch: number
   offset: number
   outcome: 'acked' | 'dead'
   deadLetter?: AppendEntry
 }
+
+type CompletionStatus = 'acked' | 'dead' | 'already_completed' | 'unknown'
 
 export type AckStatus = 'acked' | 'nacked' | 'extended' | 'already_completed' | 'unknown'
 
@@ -123,6 +127,8 @@ export interface DispatcherDeps {
 }
 
 const READ_BATCH = 200
+/** Completed delivery ids remembered for duplicate acks (~100 bytes each). */
+const RECENT_IDS = 100_000
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
 const MAX_DELAYED = 1000
 const newDeliveryId = () => randomBytes(16).toString('base64url') // 128 random bits
@@ -130,9 +136,18 @@ const newDeliveryId = () => randomBytes(16).toString('base64url') // 128 random 
 export class Dispatcher {
   private readonly tracker = new InFlightTracker()
   private readonly groups = new Map<string, GroupRuntime>()
+  /**
+   * Ids of recently completed messages → their partition (and its epoch then), so a repeated ack answers already_completed
+   * from memory (the attempt row may not even be flushed yet). Bounded: oldest forgotten first.
+   */
+  private readonly recent = new Map<string, { w: PartitionState; epoch: number }>()
   /** Delivery id → where it points; kept until its message completes. */
   private readonly ids = new Map<string, { g: GroupRuntime; w: PartitionState; offset: number }>()
-  private readonly completer: GroupCommitter<CompletionRequest, 'acked' | 'dead' | 'already_completed'>
+  private readonly completer: GroupCommitter<CompletionRequest, CompletionStatus>
+  /** Completion writes and seeks run one at a time, so a seek never interleaves with a commit. */
+  private exclusive: Promise<unknown> = Promise.resolve()
+  /** Reloads of one group run one at a time (name → the last one queued). */
+  private readonly reloads = new Map<string, Promise<void>>()
   /** The highest end offset produce has reported, per topic and partition, whether or not a group listens. */
   private readonly ends = new Map<number, Map<number, number>>()
   private timer: NodeJS.Timeout | undefined
@@ -143,7 +158,7 @@ export class Dispatcher {
 
   constructor(private readonly deps: DispatcherDeps) {
     this.now = deps.now ?? Date.now
-    this.completer = new GroupCommitter((reqs) => this.commitCompletions(reqs),
+    this.completer = new GroupCommitter((reqs) => this.serialised(() => this.commitCompletions(reqs)),
       { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 200_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
   }
 
@@ -160,7 +175,18 @@ export class Dispatcher {
   }
 
   /** Re-reads a group (created, updated, deleted, consumers changed) and adjusts what it pushes. */
-  async reload(name: string): Promise<void> {
+  reload(name: string): Promise<void> {
+    // One at a time per group: two overlapping reloads could build two runtimes, or apply an
+    // older consumer list after a newer one.
+    const previous = this.reloads.get(name) ?? Promise.resolve()
+    const next = previous.then(() => this.reloadNow(name), () => this.reloadNow(name))
+    this.reloads.set(name, next)
+    const forget = () => { if (this.reloads.get(name) === next) this.reloads.delete(name) }
+    next.then(forget, forget)
+    return next
+  }
+
+  private async reloadNow(name: string): Promise<void> {
     const loaded = await this.deps.loadGroup(name)
     const current = this.groups.get(name)
     const topic = loaded ? await this.deps.topics.findByName(loaded.row.topic) : null
@@ -222,7 +248,11 @@ export class Dispatcher {
    * abandoned, remembered completions are forgotten, and pushing restarts from the new offsets.
    * Delivery ids issued before the seek no longer count (acks of them answer `unknown`).
    */
-  async seek(group: { name: string; id: number }, topicId: number, offsets: Map<number, number>): Promise<void> {
+  seek(group: { name: string; id: number }, topicId: number, offsets: Map<number, number>): Promise<void> {
+    return this.serialised(() => this.seekNow(group, topicId, offsets))
+  }
+
+  private async seekNow(group: { name: string; id: number }, topicId: number, offsets: Map<number, number>): Promise<void> {
     // Written first: if the write fails, nothing in memory has changed.
     await seekOffsets(this.deps.db, group.id, topicId, offsets)
     const g = this.groups.get(group.name)
@@ -231,7 +261,7 @@ export class Dispatcher {
     for (const [partition, offset] of offsets) {
       const w = g.parts[partition]
       if (!w) continue
-      for (const o of w.outstanding.values()) { this.cancel(o); for (const id of o.ids) this.ids.delete(id) }
+      for (const o of w.outstanding.values()) this.abandon(o, 'abandoned by a seek')
       w.outstanding.clear()
       w.delayed = 0
       w.ready = []
@@ -247,6 +277,29 @@ export class Dispatcher {
       this.fill(g, w)
     }
     this.armTimer()
+  }
+
+  /** already_completed for an id of a message this group completed recently, else unknown. */
+  private recentStatus(g: GroupRuntime | undefined, id: string): AckStatus {
+    const r = this.recent.get(id)
+    // Only this group's, and not from before a seek of that partition.
+    return g && r && g.parts[r.w.partition] === r.w && r.epoch === r.w.epoch ? 'already_completed' : 'unknown'
+  }
+
+  /** Runs `fn` after every completion write and seek queued before it has finished. */
+  private serialised<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.exclusive.then(fn, fn)
+    this.exclusive = run.catch(() => {})
+    return run
+  }
+
+  /** Forgets an outstanding message (seek, group change): its open attempts end as failed. */
+  private abandon(o: Outstanding, reason: string): void {
+    this.cancel(o)
+    for (const id of o.ids) this.ids.delete(id)
+    const finishedAt = new Date(this.now())
+    for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAt, error: reason })
+    o.open.clear()
   }
 
   /** True when the group is running here (it exists, and so does its topic). */
@@ -268,14 +321,17 @@ export class Dispatcher {
     const reqs: { i: number; req: CompletionRequest }[] = []
     for (const [i, id] of deliveryIds.entries()) {
       const loc = await this.locate(g, id)
-      if (!loc) continue
+      if (!loc) {
+        out[i]!.status = this.recentStatus(g, id)
+        continue
+      }
       const { w, offset } = loc
       const o = w.outstanding.get(offset)
       if (o && o.state !== 'completing') this.cancel(o)
       if (o) this.setState(w, o, 'completing')
-      reqs.push({ i, req: { g, w, offset, outcome: 'acked' } })
+      reqs.push({ i, req: { g, w, epoch: w.epoch, offset, outcome: 'acked' } })
     }
-    let statuses: ('acked' | 'dead' | 'already_completed')[]
+    let statuses: CompletionStatus[]
     try {
       statuses = await this.completer.submit(reqs.map((r) => r.req), reqs.length)
     } catch (err) {
@@ -296,7 +352,7 @@ export class Dispatcher {
     const out: { deliveryId: string; status: AckStatus }[] = []
     for (const id of deliveryIds) {
       const loc = g ? await this.locate(g, id) : null
-      if (!g || !loc) { out.push({ deliveryId: id, status: 'unknown' }); continue }
+      if (!g || !loc) { out.push({ deliveryId: id, status: this.recentStatus(g, id) }); continue }
       const o = loc.w.outstanding.get(loc.offset)
       if (!o || o.state === 'completing') { out.push({ deliveryId: id, status: 'already_completed' }); continue }
       // Only the current attempt can be nacked; an older id names an attempt already settled.
@@ -317,7 +373,7 @@ export class Dispatcher {
     const out: { deliveryId: string; status: AckStatus }[] = []
     for (const id of deliveryIds) {
       const loc = g ? await this.locate(g, id) : null
-      if (!g || !loc) { out.push({ deliveryId: id, status: 'unknown' }); continue }
+      if (!g || !loc) { out.push({ deliveryId: id, status: this.recentStatus(g, id) }); continue }
       const deadlineMs = this.now() + extendMs
       if (this.tracker.touch(id, deadlineMs)) {
         this.deps.attempts.update({ id, ackDeadline: new Date(deadlineMs) })
@@ -372,28 +428,46 @@ export class Dispatcher {
     w.reading = true
     const epoch = w.epoch
     const hint = w.endHint
+    let rows: DispatchMessage[]
     try {
-      const rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, w.readPos, READ_BATCH)
-      if (epoch !== w.epoch) return // a seek moved the partition meanwhile; fill reads again
-      // Caught up: wait for produce to say more, unless it already did while this read ran.
-      if (rows.length === 0 && w.endHint === hint) w.endHint = w.readPos
-      // Offsets are dense, so a hole before the first row is retention at work: those messages
-      // can never be pushed, and the committed offset may pass them with the next completion.
-      if (rows.length > 0 && rows[0]!.offset > w.readPos) w.gaps.push([w.readPos, rows[0]!.offset])
-      w.buffer.push(...rows)
+      rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, w.readPos, READ_BATCH)
     } catch (err) {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reading messages failed; retrying in 1 s')
-      setTimeout(() => this.fill(g, w), 1000).unref()
+      setTimeout(() => this.safely(() => this.fill(g, w)), 1000).unref()
       return
     } finally {
       w.reading = false
     }
-    this.fill(g, w)
+    // A seek moved the partition meanwhile: drop these rows and read from the new position.
+    if (epoch === w.epoch) {
+      // Caught up: wait for produce to say more, unless it already did while this read ran.
+      if (rows.length === 0 && w.endHint === hint) w.endHint = w.readPos
+      // Offsets are dense, so a hole before or between rows is retention at work: those messages
+      // can never be pushed, and the committed offset may pass them.
+      let expected = w.readPos
+      for (const row of rows) {
+        if (row.offset > expected) w.gaps.push([expected, row.offset])
+        expected = row.offset + 1
+      }
+      w.buffer.push(...rows)
+    }
+    this.safely(() => this.fill(g, w))
+  }
+
+  /** Runs a step of the dispatcher outside any caller that could handle its error: logs instead of crashing. */
+  private safely(fn: () => void): void {
+    try {
+      fn()
+    } catch (err) {
+      this.deps.log.error({ err }, 'dispatcher step failed')
+    }
   }
 
   private startPush(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
     const owner = g.owners[w.partition]
     if (g.row.paused || !owner || this.stopped) { this.setState(w, o, 'parked'); return }
+    // Attempts made before a restart count: one that already had them all is dead-lettered now.
+    if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     const attempt = ++o.attempts
     if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
     const id = newDeliveryId()
@@ -417,6 +491,7 @@ export class Dispatcher {
     }, o.msg, id, attempt, deadlineMs, nowMs)
     void push(this.deps.agent, { url: owner.url, body, headers, timeoutMs: g.row.pushTimeoutMs })
       .then((result) => this.settlePush(g, w, o, id, owner, result))
+      .catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'settling a push failed'))
   }
 
   private settlePush(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
@@ -428,10 +503,11 @@ export class Dispatcher {
       if (current && g.row.ackMode === 'auto') {
         this.cancel(o)
         this.setState(w, o, 'completing')
-        const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'acked' }
+        const req: CompletionRequest = { g, w, epoch: w.epoch, offset: o.msg.offset, outcome: 'acked' }
         this.completer.submit([req], 1).then(
           ([status]) => this.completed(req, id, status === 'acked' ? 'acked' : undefined),
           (err: unknown) => { this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again'); this.completionFailed(req) })
+          .catch((err: unknown) => this.deps.log.error({ err }, 'settling an auto ack failed'))
       }
       return
     }
@@ -460,7 +536,7 @@ export class Dispatcher {
 
   private deadLetter(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string): void {
     this.setState(w, o, 'completing')
-    const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'dead' }
+    const req: CompletionRequest = { g, w, epoch: w.epoch, offset: o.msg.offset, outcome: 'dead' }
     const dlq = g.row.deadLetterTopic
     const finish = async () => {
       if (dlq) {
@@ -476,8 +552,11 @@ export class Dispatcher {
       this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
     }, (err: unknown) => {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'dead-lettering failed; retrying in 5 s')
+      // Unless an ack or a seek settled the message meanwhile.
+      if (w.outstanding.get(o.msg.offset) !== o || o.state !== 'completing' || req.epoch !== w.epoch) return
+      this.cancel(o)
       this.schedule(g, w, o, 'retry_wait', this.now() + 5000, true)
-    })
+    }).catch((err: unknown) => this.deps.log.error({ err }, 'settling a dead letter failed'))
   }
 
   /** Puts a message on the timer: a delayed first push, or a retry. */
@@ -507,12 +586,9 @@ export class Dispatcher {
   private onTimer(): void {
     this.timer = undefined
     this.timerAtMs = Infinity
-    try {
-      const { due } = this.tracker.expireDue(this.now(), 10_000)
-      for (const entry of due) this.onDue(entry)
-    } catch (err) {
-      this.deps.log.error({ err }, 'dispatcher timer failed')
-    }
+    const { due } = this.tracker.expireDue(this.now(), 10_000)
+    // One failing entry must not strand the rest of the batch: they are out of the tracker already.
+    for (const entry of due) this.safely(() => this.onDue(entry))
     this.armTimer()
   }
 
@@ -562,11 +638,12 @@ export class Dispatcher {
   }
 
   /** Serialised by the GroupCommitter: decides each request's status against memory, writes, then applies. */
-  private async commitCompletions(reqs: CompletionRequest[]): Promise<('acked' | 'dead' | 'already_completed')[]> {
-    const statuses: ('acked' | 'dead' | 'already_completed')[] = []
+  private async commitCompletions(reqs: CompletionRequest[]): Promise<CompletionStatus[]> {
+    const statuses: CompletionStatus[] = []
     const marked: CompletionRequest[] = []
     for (const r of reqs) {
-      if (r.w.dropped || r.offset < r.w.committed || r.w.completed.has(r.offset)) { statuses.push('already_completed'); continue }
+      if (r.w.dropped || r.epoch !== r.w.epoch) { statuses.push('unknown'); continue } // voided by a seek
+      if (r.offset < r.w.committed || r.w.completed.has(r.offset)) { statuses.push('already_completed'); continue }
       r.w.completed.add(r.offset)
       marked.push(r)
       statuses.push(r.outcome)
@@ -577,8 +654,9 @@ export class Dispatcher {
       if (advanced.has(r.w)) continue
       advanced.set(r.w, { g: r.g, to: nextIncomplete(r.w) })
     }
+    let deadLettered: { topicId: number; partition: number; offset: number }[]
     try {
-      await commitCompletions(this.deps.db, {
+      deadLettered = await commitCompletions(this.deps.db, {
         completions: marked.filter((r) => r.offset >= advanced.get(r.w)!.to)
           .map((r) => ({ groupId: r.g.row.id, topicId: r.g.topic.id, partition: r.w.partition, offset: r.offset })),
         committed: [...advanced].filter(([w, a]) => a.to > w.committed)
@@ -594,21 +672,35 @@ export class Dispatcher {
       if (a.to > w.committed) w.committed = a.to
       w.gaps = w.gaps.filter(([, to]) => to > w.committed)
     }
+    // Dead letters are appended here, not by produce: wake the groups reading their topics.
+    for (const d of deadLettered) this.notifyAppend(d.topicId, d.partition, d.offset + 1)
     return statuses
   }
 
   /** After a completion is durable: forget the message, log the outcome, push the next. */
   private completed(req: CompletionRequest, deliveryId: string | undefined, outcome: 'acked' | 'dead' | undefined): void {
+    if (req.epoch !== req.w.epoch) return // a seek reset the partition: nothing here is ours any more
     const o = req.w.outstanding.get(req.offset)
     const finishedAt = new Date(this.now())
     if (o) {
       this.cancel(o)
       this.setState(req.w, o, 'completing')
       req.w.outstanding.delete(req.offset)
-      for (const id of o.ids) this.ids.delete(id)
+      for (const id of o.ids) {
+        this.ids.delete(id)
+        this.recent.set(id, { w: req.w, epoch: req.w.epoch })
+      }
+      // Map iteration is insertion order: drop the oldest past the bound.
+      for (const id of this.recent.keys()) {
+        if (this.recent.size <= RECENT_IDS) break
+        this.recent.delete(id)
+      }
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
-      if (outcome) for (const id of o.open) this.deps.attempts.update({ id, outcome, finishedAt })
+      for (const id of o.open) {
+        this.deps.attempts.update(outcome ? { id, outcome, finishedAt }
+          : { id, outcome: 'failed', finishedAt, error: 'the message was completed by another attempt' })
+      }
     }
     if (deliveryId && outcome && !(o?.open.has(deliveryId))) this.deps.attempts.update({ id: deliveryId, outcome, finishedAt })
     this.fill(req.g, req.w)
@@ -617,7 +709,8 @@ export class Dispatcher {
   /** A completion could not be written: the message stays outstanding and is pushed again soon. */
   private completionFailed(req: CompletionRequest): void {
     const o = req.w.outstanding.get(req.offset)
-    if (o && o.state === 'completing' && !req.w.completed.has(req.offset)) this.schedule(req.g, req.w, o, 'retry_wait', this.now() + 1000)
+    if (req.epoch !== req.w.epoch || !o || o.state !== 'completing' || req.w.completed.has(req.offset)) return
+    this.schedule(req.g, req.w, o, 'retry_wait', this.now() + 1000)
   }
 
   // ---- consumers and groups ----
@@ -650,7 +743,7 @@ export class Dispatcher {
     g.dropped = true
     for (const w of g.parts) {
       w.dropped = true
-      for (const o of w.outstanding.values()) { this.cancel(o); for (const id of o.ids) this.ids.delete(id) }
+      for (const o of w.outstanding.values()) this.abandon(o, 'abandoned: the group or its topic changed')
     }
     this.groups.delete(g.row.name)
     this.armTimer()

@@ -77,14 +77,19 @@ export async function attemptCounts(db: Database, groupId: number, topicId: numb
  * Writes a batch of completions in one transaction: dead letters appended to their topics,
  * out-of-order completions recorded, committed offsets moved forward and the completions they
  * passed deleted. A dead letter is therefore both in its dead-letter topic and completed, or neither.
+ * Returns where the dead letters landed (so their topics' readers can be woken).
  */
-export async function commitCompletions(db: Database, batch: CompletionBatch): Promise<void> {
-  if (batch.deadLetters.length === 0) return commitWithoutDeadLetters(db, batch)
-  await inTransaction(db, async (client) => {
+export async function commitCompletions(db: Database, batch: CompletionBatch): Promise<{ topicId: number; partition: number; offset: number }[]> {
+  if (batch.deadLetters.length === 0) {
+    await commitWithoutDeadLetters(db, batch)
+    return []
+  }
+  return inTransaction(db, async (client) => {
     const rows = await appendRows(client, batch.deadLetters)
     if (rows.length !== batch.deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
     await insertCompletions(client, batch.completions)
     await advanceCommitted(client, batch.committed)
+    return rows.map((r) => ({ topicId: batch.deadLetters[r.ord - 1]!.topicId, partition: r.partition, offset: r.offset }))
   })
 }
 

@@ -66,7 +66,8 @@ WITH input AS (
   SELECT i.*, a.first_offset + row_number() OVER (PARTITION BY i.topic_id, i.partition ORDER BY i.ord) - 1 AS "offset"
   FROM input i JOIN allocated a ON a.topic_id = i.topic_id AND a.partition = i.partition
 ), stamped AS (
-  SELECT clock_timestamp() AS at FROM allocated LIMIT 1
+  -- count(*) drains "allocated", so every partition lock is held before the clock is read
+  SELECT clock_timestamp() AS at FROM (SELECT count(*) AS n FROM allocated) a WHERE a.n > 0
 ), inserted AS (
   INSERT INTO messages (topic_id, partition, "offset", key, value, headers, produced_at, available_at, idempotency_key)
   SELECT n.topic_id, n.partition, n."offset", n.key, n.value::text, n.headers::text, s.at,
@@ -224,6 +225,7 @@ const DELETE_EXPIRED = `
 DELETE FROM messages m USING (
   SELECT topic_id, partition, "offset" FROM messages
   WHERE topic_id = $1 AND produced_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
+  ORDER BY partition, "offset" -- from the front of each partition, so no slice leaves a hole mid-log
   LIMIT $3
 ) doomed
 WHERE m.topic_id = doomed.topic_id AND m.partition = doomed.partition AND m."offset" = doomed."offset"`
