@@ -7,6 +7,7 @@ import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { Services } from './broker.ts'
 import { installAuth } from './http/auth.ts'
+import type { ApiKey } from './http/scopes.ts'
 import { installProblemHandlers } from './http/problem.ts'
 import { ackRoutes } from './http/routes/acks.ts'
 import { groupRoutes } from './http/routes/groups.ts'
@@ -26,7 +27,10 @@ import { validatorCompiler } from './http/validation.ts'
 export interface AppOptions {
   services: Services
   maxRequestBytes: number
-  apiKeys?: string[]
+  /** Bearer keys (plain strings are admin keys); none means the API is open. */
+  apiKeys?: (ApiKey | string)[]
+  /** Requests a second per key (per client IP without keys); 0 or unset means no limit. */
+  rateLimitPerS?: number
   /** A pino logger; none means no request logs. */
   logger?: FastifyBaseLogger
 }
@@ -79,7 +83,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   app.addHook('onSend', async (_req, reply) => { if (closing) reply.header('connection', 'close') })
 
   installProblemHandlers(app)
-  installAuth(app, opts.apiKeys ?? [])
+  installAuth(app, { keys: opts.apiKeys ?? [], rateLimitPerS: opts.rateLimitPerS ?? 0 })
 
   await app.register(healthRoutes(opts.services))
   await app.register(topicRoutes(opts.services))

@@ -89,14 +89,14 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       maxPendingBytes: config.commitMaxPendingBytes,
     })
     const topics = new TopicService(topicStore)
-    const groups = new GroupService(db, new GroupStore(db.prisma), topicStore)
+    const groups = new GroupService(db, new GroupStore(db.prisma), topicStore, config.pushPolicy)
     const logger = opts.logger
     const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
     const attempts = new AttemptLog(db, {
       flushDelayMs: 5, maxBuffered: 200_000,
       onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
     })
-    const agent = createPushAgent()
+    const agent = createPushAgent({ policy: config.pushPolicy })
     const dispatcher = new Dispatcher({
       db, topics: topicStore, attempts, agent, metrics,
       loadGroup: (name) => groups.load(name),
@@ -136,7 +136,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
     })
     const app = await buildApp({
-      services, maxRequestBytes: config.maxRequestBytes, apiKeys: config.apiKeys, logger: opts.logger,
+      services, maxRequestBytes: config.maxRequestBytes, apiKeys: config.apiKeys, rateLimitPerS: config.rateLimitPerKey, logger: opts.logger,
     })
 
     services.produce.onAppend((topicId, partition, endOffset) => dispatcher.notifyAppend(topicId, partition, endOffset))

@@ -1,4 +1,7 @@
 /** Environment → typed configuration, validated once at start-up with messages a person can act on. */
+import { parsePolicy, type UrlPolicy } from './security/url-policy.ts'
+import { readFileSync } from 'node:fs'
+import { ApiKeySpecError, mergeKeys, parseKeyFile, parseKeyList, type ApiKey } from './http/scopes.ts'
 
 export interface Config {
   host: string
@@ -23,10 +26,14 @@ export interface Config {
   commitMaxPendingBytes: number
   /** How often messages past their topic's retention are deleted. */
   retentionIntervalMs: number
-  /** Bearer API keys; empty means authentication is off. */
-  apiKeys: string[]
+  /** Bearer API keys with their scopes (HOOKQ_API_KEYS and HOOKQ_API_KEYS_FILE); empty means authentication is off. */
+  apiKeys: ApiKey[]
+  /** Requests a second per API key (per client IP without keys); 0 means no limit. */
+  rateLimitPerKey: number
   /** How long SIGTERM waits for in-progress work before giving up. */
   shutdownGraceMs: number
+  /** Which consumer URLs may be registered and pushed to (HOOKQ_PUSH_* variables; see README "Push URL policy"). */
+  pushPolicy: UrlPolicy
 }
 
 /** A configuration value that cannot be used; the message names the variable and what it takes. */
@@ -47,6 +54,27 @@ function int(env: Env, name: string, fallback: number, min: number, max: number)
     throw new ConfigError(`${name} must be a whole number from ${min} to ${max}, got ${value}`)
   }
   return value
+}
+
+/** HOOKQ_API_KEYS (`key` or `key:scope+scope`, comma-separated) plus HOOKQ_API_KEYS_FILE (one a line). */
+function apiKeys(env: Env): ApiKey[] {
+  try {
+    const lists = [parseKeyList(env.HOOKQ_API_KEYS ?? '', 'HOOKQ_API_KEYS')]
+    const file = env.HOOKQ_API_KEYS_FILE?.trim()
+    if (file) {
+      let text: string
+      try {
+        text = readFileSync(file, 'utf8')
+      } catch (err) {
+        throw new ConfigError(`HOOKQ_API_KEYS_FILE: cannot read ${JSON.stringify(file)}: ${(err as Error).message}`)
+      }
+      lists.push(parseKeyFile(text, `HOOKQ_API_KEYS_FILE (${file})`))
+    }
+    return mergeKeys(lists)
+  } catch (err) {
+    if (err instanceof ApiKeySpecError) throw new ConfigError(err.message)
+    throw err
+  }
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
@@ -81,7 +109,9 @@ export function loadConfig(env: Env = process.env): Config {
     commitMaxPendingMessages: int(env, 'HOOKQ_COMMIT_MAX_PENDING_MESSAGES', 100_000, 1, 10_000_000),
     commitMaxPendingBytes: int(env, 'HOOKQ_COMMIT_MAX_PENDING_BYTES', 256 * MiB, 1024, 64 * 1024 * MiB),
     retentionIntervalMs: int(env, 'HOOKQ_RETENTION_INTERVAL_MS', 60_000, 1000, 86_400_000),
-    apiKeys: (env.HOOKQ_API_KEYS ?? '').split(',').map((k) => k.trim()).filter((k) => k.length > 0),
+    apiKeys: apiKeys(env),
+    rateLimitPerKey: int(env, 'HOOKQ_RATE_LIMIT_PER_KEY', 0, 0, 1_000_000),
     shutdownGraceMs: int(env, 'HOOKQ_SHUTDOWN_GRACE_MS', 25_000, 0, 3_600_000),
+    pushPolicy: parsePolicy(env),
   }
 }

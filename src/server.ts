@@ -25,6 +25,9 @@ if (config.databaseUrl === undefined) {
 if (config.apiKeys.length === 0) {
   logger.warn('HOOKQ_API_KEYS is not set: the API is open to anyone who can reach it')
 }
+if (config.pushPolicy.allowPrivate) {
+  logger.warn('HOOKQ_PUSH_ALLOW_PRIVATE is true: consumers may be registered on private and loopback addresses; set it to false in production (see README "Push URL policy")')
+}
 
 const broker = await createBroker(config, { logger, log: (msg) => logger.info(msg) }).catch((err: unknown) => {
   logger.fatal({ err }, 'start-up failed')

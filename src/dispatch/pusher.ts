@@ -12,7 +12,10 @@
  * waiting for a pooled connection, and above 1 s undici runs them on a coarse ~500 ms tick. So a
  * native timer that aborts the request is the deadline, and the two undici timeouts are backstops.
  */
+import dns from 'node:dns'
+import type { LookupFunction } from 'node:net'
 import { Agent, type Dispatcher } from 'undici'
+import { checkAddress, checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 
 /** What the dispatcher asks for: a POST of `body` with `headers` to `url`. */
 export interface PushRequest {
@@ -45,6 +48,41 @@ export interface PushAgentOptions {
   keepAliveMaxTimeoutMs?: number
   /** TCP (and TLS) connect timeout, ms (default 10 000); the push deadline still applies on top. */
   connectTimeoutMs?: number
+  /**
+   * The push URL policy, enforced at connect time on every address DNS answers (no DNS-rebinding
+   * bypass) and by `push` on the URL itself (IP literals never reach `lookup`). None: no checks.
+   */
+  policy?: UrlPolicy
+  /** The resolver the policy wraps (default `dns.lookup`); tests inject a fake one. */
+  lookup?: LookupFunction
+}
+
+/** The policy of each agent `createPushAgent` built with one, for `push` to check URLs against. */
+const agentPolicies = new WeakMap<Dispatcher, UrlPolicy>()
+
+/** A push refused by the URL policy, before or while connecting. */
+export class PushPolicyError extends Error {
+  override name = 'PushPolicyError'
+  readonly code = 'ERR_PUSH_URL_POLICY'
+}
+
+/**
+ * `lookup` (default `dns.lookup`) with every address it answers checked against the policy: one
+ * denied address fails the connect with a PushPolicyError naming it. Handles both the single
+ * answer and the `all: true` form Node's connect uses with autoSelectFamily.
+ */
+export function policyLookup(policy: UrlPolicy, lookup: LookupFunction = dns.lookup as LookupFunction): LookupFunction {
+  return (hostname, options, callback) => {
+    lookup(hostname, options, ((err: NodeJS.ErrnoException | null, address: string | dns.LookupAddress[], family?: number) => {
+      if (err) return callback(err, address as string, family)
+      const answers = Array.isArray(address) ? address : [{ address, family: family ?? 0 }]
+      for (const a of answers) {
+        const verdict = checkAddress(a.address, a.family, policy)
+        if (!verdict.allowed) return callback(new PushPolicyError(`${verdict.reason} (host ${hostname})`), '', 0)
+      }
+      ;(callback as (...args: unknown[]) => void)(null, address, family)
+    }) as Parameters<LookupFunction>[2])
+  }
 }
 
 /**
@@ -55,13 +93,16 @@ export interface PushAgentOptions {
  * with an error and lose its status. Call `close()` (or `destroy()`) on shutdown.
  */
 export function createPushAgent(opts: PushAgentOptions = {}): Agent {
-  return new Agent({
+  const lookup = opts.policy ? policyLookup(opts.policy, opts.lookup) : opts.lookup
+  const agent = new Agent({
     connections: opts.connections ?? 32,
     pipelining: 1,
     keepAliveTimeout: opts.keepAliveTimeoutMs ?? 4_000,
     keepAliveMaxTimeout: opts.keepAliveMaxTimeoutMs ?? 60_000,
-    connect: { timeout: opts.connectTimeoutMs ?? 10_000 },
+    connect: { timeout: opts.connectTimeoutMs ?? 10_000, ...(lookup ? { lookup } : {}) },
   })
+  if (opts.policy) agentPolicies.set(agent, opts.policy)
+  return agent
 }
 
 /** Response bytes read (and dropped past the cap) before a push gives up on its socket. */
@@ -89,6 +130,11 @@ export function push(dispatcher: Dispatcher, req: PushRequest, nowMs: () => numb
   try {
     url = new URL(req.url)
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`unsupported protocol ${url.protocol}`)
+    // The agent's lookup checks resolved names; an IP literal (or a URL registered before the
+    // policy changed) is checked here.
+    const policy = agentPolicies.get(dispatcher)
+    const verdict = policy ? checkUrl(url, policy) : { allowed: true as const }
+    if (!verdict.allowed) throw new PushPolicyError(verdict.reason.includes('push URL policy') ? verdict.reason : `${verdict.reason}: denied by the push URL policy`)
   } catch (err) {
     return Promise.resolve({ kind: 'network', durationMs: elapsedMs(), error: describeError(err) })
   }

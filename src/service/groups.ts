@@ -9,6 +9,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { HookqError } from '../errors.ts'
+import { checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow, GroupSettings, GroupStore } from '../store/groups.ts'
 import { firstOffsets, offsetsAtTime } from '../store/messages.ts'
@@ -88,6 +89,8 @@ export class GroupService {
     private readonly db: Database,
     private readonly groups: GroupStore,
     private readonly topicStore: TopicStore,
+    /** Consumer URLs the policy denies are refused with url_not_allowed; none: no policy checks. */
+    private readonly pushPolicy?: UrlPolicy,
   ) {}
 
   /** Registers a listener told (and awaited) after a group or its consumers change. */
@@ -190,6 +193,10 @@ export class GroupService {
     }
     if (parsed.username || parsed.password) {
       throw new HookqError('invalid_request', 'consumer url must not carry credentials; sign pushes with a secret instead')
+    }
+    const verdict = this.pushPolicy ? checkUrl(parsed, this.pushPolicy) : undefined
+    if (verdict && !verdict.allowed) {
+      throw new HookqError('url_not_allowed', `consumer url ${parsed.href} is not allowed: ${verdict.reason}`)
     }
     const consumer = await this.groups.addConsumer(group.id, randomUUID(), parsed.href, secret ?? null)
     await this.changed(groupName)

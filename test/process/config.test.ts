@@ -18,7 +18,7 @@ t.test('bad values are refused with the variable named', async (t) => {
   ]
   for (const [env, message] of bad) t.throws(() => loadConfig(env), { name: 'ConfigError', message }, JSON.stringify(env))
   t.ok(new ConfigError('x') instanceof Error)
-  t.same(loadConfig({ HOOKQ_API_KEYS: ' a, b ,,' }).apiKeys, ['a', 'b'])
+  t.same(loadConfig({ HOOKQ_API_KEYS: ' a, b ,,' }).apiKeys, [{ key: 'a', scopes: ['admin'] }, { key: 'b', scopes: ['admin'] }])
 })
 
 t.test('the broker refuses to start on a bad value, saying why, with exit code 2', async (t) => {

@@ -30,7 +30,9 @@ export const Problem = Type.Object({
 /** Response entries for error statuses, all answered as application/problem+json. */
 export function problems(...statuses: number[]): Record<number, unknown> {
   const out: Record<number, unknown> = {}
-  for (const status of statuses) {
+  // Every authenticated route can also answer 403 (key without the scope) and 429 (rate limit).
+  const all = statuses.includes(401) ? [...new Set([...statuses, 403, 429])].sort((x, y) => x - y) : statuses
+  for (const status of all) {
     out[status] = {
       description: PROBLEM_DESCRIPTIONS[status] ?? 'Error',
       content: { 'application/problem+json': { schema: ref(Problem) } },
@@ -42,6 +44,7 @@ export function problems(...statuses: number[]): Record<number, unknown> {
 const PROBLEM_DESCRIPTIONS: Record<number, string> = {
   400: 'The request is not valid',
   401: 'Authentication required',
+  403: 'The API key lacks the scope this call needs',
   404: 'Not found',
   409: 'Conflict with the current state',
   413: 'Too large',

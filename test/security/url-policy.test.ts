@@ -1,0 +1,162 @@
+import t from 'tap'
+import { ConfigError, loadConfig } from '../../src/config.ts'
+import { checkAddress, checkUrl, DEFAULT_POLICY, parsePolicy, type UrlPolicy } from '../../src/security/url-policy.ts'
+
+const strict = parsePolicy({ HOOKQ_PUSH_ALLOW_PRIVATE: 'false' })
+const policy = (env: Record<string, string>) => parsePolicy(env)
+const reasonOf = (v: ReturnType<typeof checkUrl>) => (v.allowed ? '' : v.reason)
+
+t.test('defaults: http on, private on, no lists', async (t) => {
+  t.same(parsePolicy({}), DEFAULT_POLICY)
+  t.same(loadConfig({}).pushPolicy, DEFAULT_POLICY, 'loadConfig threads it')
+  t.same(checkUrl('http://127.0.0.1:9/hook', DEFAULT_POLICY), { allowed: true }, 'local development pushes to loopback')
+  t.same(checkUrl('http://localhost:3000/', DEFAULT_POLICY), { allowed: true })
+  t.same(checkUrl('https://hooks.example.com/x', strict), { allowed: true })
+  t.same(checkUrl('http://8.8.8.8/', strict), { allowed: true }, 'a public IP literal')
+  t.same(checkUrl('http://[2001:db8::1]/', strict), { allowed: true }, 'a public IPv6 literal')
+})
+
+const LOOPBACK_SPELLINGS = [
+  'http://127.0.0.1/', 'http://127.0.0.1:8080/x', 'http://2130706433/', 'http://0x7f000001/', 'http://0x7F.0.0.1/',
+  'http://0177.0.0.1/', 'http://0177.0000.0000.0001/', 'http://127.1/', 'http://127.0.1/', 'http://127.0.0.1./',
+  'http://%31%32%37.0.0.1/', 'http://１２７.０.０.１/', 'http://127.255.255.254/',
+  'http://[::1]/', 'http://[0:0:0:0:0:0:0:1]/', 'http://[::ffff:127.0.0.1]/', 'http://[::ffff:7f00:1]/',
+  'http://[0:0:0:0:0:ffff:127.0.0.1]/', 'http://[::127.0.0.1]/', 'http://[64:ff9b::127.0.0.1]/',
+  'http://localhost/', 'http://LOCALHOST./', 'http://api.localhost/',
+]
+
+t.test('every spelling of loopback is denied when private addresses are', async (t) => {
+  for (const url of LOOPBACK_SPELLINGS) {
+    const v = checkUrl(url, strict)
+    t.equal(v.allowed, false, url)
+    t.match(reasonOf(v), /loopback|private/, `${url}: ${reasonOf(v)}`)
+    t.same(checkUrl(url, DEFAULT_POLICY), { allowed: true }, `${url} allowed with HOOKQ_PUSH_ALLOW_PRIVATE=true`)
+  }
+})
+
+t.test('private ranges', async (t) => {
+  for (const url of ['http://10.1.2.3/', 'http://172.16.0.1/', 'http://172.31.255.255/', 'http://192.168.1.1/',
+    'http://100.64.0.1/', 'http://[fc00::1]/', 'http://[fd12:3456::1]/', 'http://[::ffff:10.0.0.1]/', 'http://[::ffff:a00:1]/',
+    'http://167772161/' /* 10.0.0.1 */]) {
+    t.match(reasonOf(checkUrl(url, strict)), /private or loopback \(HOOKQ_PUSH_ALLOW_PRIVATE=false\)/, url)
+  }
+  for (const url of ['http://172.32.0.1/', 'http://192.169.0.1/', 'http://11.0.0.1/', 'http://100.128.0.1/', 'http://[fe00::1]/']) {
+    t.same(checkUrl(url, strict), { allowed: true }, `${url} is outside every private range`)
+  }
+})
+
+const METADATA_SPELLINGS = [
+  'http://169.254.169.254/latest/meta-data/', 'http://2852039166/', 'http://0xa9fea9fe/', 'http://0251.0376.0251.0376/',
+  'http://169.254.43518/', 'http://[::ffff:169.254.169.254]/', 'http://[::ffff:a9fe:a9fe]/', 'http://[64:ff9b::a9fe:a9fe]/',
+  'http://[fd00:ec2::254]/', 'http://100.100.100.200/', 'http://[::ffff:100.100.100.200]/',
+]
+
+t.test('metadata addresses are denied in every spelling, whatever HOOKQ_PUSH_ALLOW_PRIVATE says', async (t) => {
+  for (const p of [DEFAULT_POLICY, strict]) {
+    for (const url of METADATA_SPELLINGS) {
+      t.match(reasonOf(checkUrl(url, p)), /is denied by the push URL policy: it is a cloud metadata address/, url)
+    }
+    for (const url of ['http://metadata.google.internal/computeMetadata/v1/', 'http://Metadata.Google.Internal./']) {
+      t.match(reasonOf(checkUrl(url, p)), /cloud metadata service/, url)
+    }
+  }
+  const allowed = policy({ HOOKQ_PUSH_ALLOW_CIDRS: '169.254.169.254/32,fd00:ec2::254' })
+  t.same(checkUrl('http://169.254.169.254/', allowed), { allowed: true }, 'listed in allowCidrs')
+  t.same(checkUrl('http://[fd00:ec2::254]/', allowed), { allowed: true }, 'a bare address is a /128')
+  t.match(reasonOf(checkUrl('http://169.254.1.1/', allowed)), /link-local/, 'the rest of link-local stays denied')
+  t.same(checkUrl('http://metadata.google.internal/', policy({ HOOKQ_PUSH_ALLOW_HOSTS: 'metadata.google.internal' })), { allowed: true })
+  t.match(reasonOf(checkUrl('http://metadata.google.internal/', policy({ HOOKQ_PUSH_ALLOW_HOSTS: '*.internal' }))), /metadata/,
+    'a wildcard does not allow the metadata name')
+})
+
+t.test('link-local, "this network" and unspecified are always denied', async (t) => {
+  for (const url of ['http://169.254.1.1/', 'http://[fe80::1]/', 'http://[febf::1]/', 'http://0.0.0.0/', 'http://0/',
+    'http://0.1.2.3/', 'http://[::]/', 'http://[::ffff:0.0.0.0]/', 'http://[::ffff:169.254.0.1]/']) {
+    t.match(reasonOf(checkUrl(url, DEFAULT_POLICY)), /link-local, unspecified or "this network"/, url)
+  }
+})
+
+t.test('checkAddress: families, zones, mapped forms', async (t) => {
+  t.same(checkAddress('93.184.216.34', 4, strict), { allowed: true })
+  t.same(checkAddress('2606:2800:220:1::1', 'IPv6', strict), { allowed: true })
+  t.match(checkAddress('169.254.169.254', 4, DEFAULT_POLICY), { allowed: false, reason: 'address 169.254.169.254 is denied by the push URL policy: it is a cloud metadata address' })
+  t.match(checkAddress('::ffff:169.254.169.254', 6, DEFAULT_POLICY), { allowed: false, reason: /::ffff:169\.254\.169\.254 \(169\.254\.169\.254\)/ })
+  t.match(checkAddress('fe80::1%eth0', 6, DEFAULT_POLICY), { allowed: false, reason: /link-local/ })
+  t.match(checkAddress('127.0.0.1', 'IPv4', strict), { allowed: false, reason: /private or loopback/ })
+  t.match(checkAddress('::1', undefined, strict), { allowed: false })
+  t.same(checkAddress('::1', undefined, DEFAULT_POLICY), { allowed: true }, '::1 is loopback, not the IPv4-compatible 0.0.0.1')
+  t.match(checkAddress('127.0.0.1', 6, strict), { allowed: false, reason: /not an IP address/ }, 'family must match')
+  t.match(checkAddress('example.com', undefined, strict), { allowed: false, reason: /not an IP address/ })
+})
+
+t.test('allowCidrs override built-in and configured deny ranges', async (t) => {
+  const p = policy({
+    HOOKQ_PUSH_ALLOW_PRIVATE: 'false', HOOKQ_PUSH_ALLOW_CIDRS: '10.1.0.0/16, 127.0.0.1, fd00:1::/32',
+    HOOKQ_PUSH_DENY_CIDRS: '203.0.113.0/24,2001:db8::/32, 198.51.100.7',
+  })
+  t.same(checkUrl('http://10.1.2.3/', p), { allowed: true })
+  t.same(checkUrl('http://[::ffff:10.1.2.3]/', p), { allowed: true }, 'the mapped form of an allowed address')
+  t.match(reasonOf(checkUrl('http://10.2.0.1/', p)), /private/)
+  t.same(checkUrl('http://127.0.0.1:9/', p), { allowed: true })
+  t.match(reasonOf(checkUrl('http://127.0.0.2/', p)), /private/)
+  t.same(checkUrl('http://[fd00:1::5]/', p), { allowed: true })
+  t.match(reasonOf(checkUrl('http://203.0.113.9/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
+  t.match(reasonOf(checkUrl('http://[::ffff:203.0.113.9]/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
+  t.match(reasonOf(checkUrl('http://[2001:db8::1]/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
+  t.match(reasonOf(checkUrl('http://198.51.100.7/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
+  t.same(checkUrl('http://198.51.100.8/', p), { allowed: true })
+  const carve = policy({ HOOKQ_PUSH_DENY_CIDRS: '203.0.113.0/24', HOOKQ_PUSH_ALLOW_CIDRS: '203.0.113.64/26' })
+  t.same(checkAddress('203.0.113.70', 4, carve), { allowed: true }, 'an allowed range carves out of a denied one')
+  t.match(checkAddress('203.0.113.1', 4, carve), { allowed: false })
+})
+
+t.test('host lists: exact names and wildcards', async (t) => {
+  const p = policy({ HOOKQ_PUSH_ALLOW_HOSTS: 'hooks.example.com,*.partner.example, 8.8.8.8', HOOKQ_PUSH_DENY_HOSTS: 'bad.partner.example' })
+  t.same(checkUrl('https://hooks.example.com/x', p), { allowed: true })
+  t.same(checkUrl('https://HOOKS.example.com./x', p), { allowed: true }, 'case and a trailing dot do not matter')
+  t.same(checkUrl('https://a.partner.example/', p), { allowed: true })
+  t.same(checkUrl('https://a.b.partner.example/', p), { allowed: true }, 'a wildcard covers deeper names')
+  t.match(reasonOf(checkUrl('https://partner.example/', p)), /not in HOOKQ_PUSH_ALLOW_HOSTS/, 'but not the apex')
+  t.match(reasonOf(checkUrl('https://evilpartner.example/', p)), /not in HOOKQ_PUSH_ALLOW_HOSTS/)
+  t.match(reasonOf(checkUrl('https://hooks.example.com.evil.test/', p)), /not in HOOKQ_PUSH_ALLOW_HOSTS/)
+  t.match(reasonOf(checkUrl('https://bad.partner.example/', p)), /in HOOKQ_PUSH_DENY_HOSTS/, 'deny wins over allow')
+  t.same(checkUrl('http://134744072/', p), { allowed: true }, 'an IP literal in allowHosts, in another spelling')
+  t.match(reasonOf(checkUrl('http://8.8.4.4/', p)), /not in HOOKQ_PUSH_ALLOW_HOSTS/)
+  const deny = policy({ HOOKQ_PUSH_DENY_HOSTS: '*.corp.example,admin.example' })
+  t.match(reasonOf(checkUrl('http://x.corp.example/', deny)), /DENY_HOSTS/)
+  t.match(reasonOf(checkUrl('http://ADMIN.example./', deny)), /DENY_HOSTS/)
+  t.same(checkUrl('http://corp.example/', deny), { allowed: true })
+  const allowedLocal = policy({ HOOKQ_PUSH_ALLOW_PRIVATE: 'false', HOOKQ_PUSH_ALLOW_HOSTS: 'internal.example' })
+  t.same(checkUrl('http://internal.example/', allowedLocal), { allowed: true }, 'names are not resolved at registration')
+  t.match(checkAddress('10.0.0.5', 4, allowedLocal), { allowed: false }, 'an allowed name still needs its address allowed')
+})
+
+t.test('schemes: http can be turned off', async (t) => {
+  const httpsOnly = policy({ HOOKQ_PUSH_ALLOW_HTTP: 'false' })
+  t.match(reasonOf(checkUrl('http://hooks.example.com/', httpsOnly)), /HOOKQ_PUSH_ALLOW_HTTP=false/)
+  t.same(checkUrl('https://hooks.example.com/', httpsOnly), { allowed: true })
+  for (const url of ['ftp://hooks.example.com/', 'file:///etc/passwd', 'gopher://127.0.0.1:6379/_', 'not a url']) {
+    t.equal(checkUrl(url, DEFAULT_POLICY).allowed, false, url)
+  }
+  t.same(checkUrl(new URL('https://hooks.example.com/'), httpsOnly), { allowed: true }, 'a parsed URL works too')
+})
+
+t.test('bad configuration: ConfigError naming the variable', async (t) => {
+  const bad: [Record<string, string>, RegExp][] = [
+    [{ HOOKQ_PUSH_ALLOW_CIDRS: '10.0.0.0/33' }, /^HOOKQ_PUSH_ALLOW_CIDRS: "10\.0\.0\.0\/33" is not a CIDR range/],
+    [{ HOOKQ_PUSH_DENY_CIDRS: '10.0.0.0/8,banana' }, /^HOOKQ_PUSH_DENY_CIDRS: "banana"/],
+    [{ HOOKQ_PUSH_DENY_CIDRS: '10.0.0.0/8/9' }, /^HOOKQ_PUSH_DENY_CIDRS/],
+    [{ HOOKQ_PUSH_DENY_CIDRS: 'fd00::/129' }, /^HOOKQ_PUSH_DENY_CIDRS/],
+    [{ HOOKQ_PUSH_DENY_CIDRS: '10.0.0.0/-1' }, /^HOOKQ_PUSH_DENY_CIDRS/],
+    [{ HOOKQ_PUSH_ALLOW_CIDRS: '0x7f000001/32' }, /^HOOKQ_PUSH_ALLOW_CIDRS/],
+    [{ HOOKQ_PUSH_ALLOW_HOSTS: 'a.*.example' }, /^HOOKQ_PUSH_ALLOW_HOSTS: "a\.\*\.example" is not a host name/],
+    [{ HOOKQ_PUSH_DENY_HOSTS: 'bad host' }, /^HOOKQ_PUSH_DENY_HOSTS/],
+    [{ HOOKQ_PUSH_ALLOW_PRIVATE: 'maybe' }, /^HOOKQ_PUSH_ALLOW_PRIVATE must be true or false/],
+    [{ HOOKQ_PUSH_ALLOW_HTTP: 'nope' }, /^HOOKQ_PUSH_ALLOW_HTTP must be true or false/],
+  ]
+  for (const [env, message] of bad) {
+    t.throws(() => parsePolicy(env), message, JSON.stringify(env))
+    t.throws(() => loadConfig(env), ConfigError)
+  }
+  t.same(parsePolicy({ HOOKQ_PUSH_ALLOW_PRIVATE: ' FALSE ', HOOKQ_PUSH_ALLOW_HTTP: '0' }), { ...DEFAULT_POLICY, allowPrivate: false, allowHttp: false } satisfies UrlPolicy)
+})
