@@ -8,7 +8,8 @@ import swaggerUi from '@fastify/swagger-ui'
 import type { Services } from './broker.ts'
 import { installAuth } from './http/auth.ts'
 import type { ApiKey } from './http/scopes.ts'
-import { installProblemHandlers } from './http/problem.ts'
+import { installProblemHandlers, sendProblem } from './http/problem.ts'
+import { ERRORS, problemType } from './errors.ts'
 import { ackRoutes } from './http/routes/acks.ts'
 import { groupRoutes } from './http/routes/groups.ts'
 import { healthRoutes, healthSchemas } from './http/routes/health.ts'
@@ -52,6 +53,12 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     forceCloseConnections: 'idle',
     return503OnClosing: true,
     routerOptions: { maxParamLength: 300 },
+    // Errors the router raises before any route runs (a param past maxParamLength, a malformed
+    // URL) become problem documents too.
+    frameworkErrors: (err, _req, reply) => {
+      const code = (err as { code?: string }).code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'uri_too_long' : 'invalid_request'
+      return sendProblem(reply, { type: problemType(code), title: ERRORS[code].title, status: ERRORS[code].status, detail: err.message, code })
+    },
   })
 
   for (const schema of ALL_SCHEMAS) app.addSchema(schema)

@@ -22,6 +22,7 @@ export const ERRORS = {
   group_conflict: { status: 409, title: 'Group exists with a different topic' },
   message_too_large: { status: 413, title: 'Message too large' },
   body_too_large: { status: 413, title: 'Request body too large' },
+  uri_too_long: { status: 414, title: 'URI too long' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   rate_limited: { status: 429, title: 'Too many requests for this API key or client' },
   overloaded: { status: 503, title: 'The broker is overloaded' },

@@ -50,9 +50,13 @@ export class ProduceService {
     let bytes = 0
     for (let i = 0; i < messages.length; i++) {
       const m = messages[i]!
-      const value = JSON.stringify(m.value)
+      const value = serialise(m.value, i)
       const headers = m.headers === undefined ? '{}' : JSON.stringify(m.headers)
       const key = m.key ?? null
+      // A lone UTF-16 surrogate cannot become UTF-8 text; values keep it (as a JSON escape), names cannot.
+      if ((key !== null && !key.isWellFormed()) || (m.idempotencyKey !== undefined && !m.idempotencyKey.isWellFormed())) {
+        throw new HookqError('invalid_request', `message ${i}: key and idempotencyKey must be valid Unicode (no lone surrogates)`, { extra: { index: i } })
+      }
       const size = Buffer.byteLength(value) + Buffer.byteLength(headers) + (key === null ? 0 : Buffer.byteLength(key))
       if (size > this.maxMessageBytes) {
         throw new HookqError('message_too_large',
@@ -100,5 +104,20 @@ export class ProduceService {
     for (const [partition, endOffset] of ends) {
       for (const listener of this.listeners) listener(topicId, partition, endOffset)
     }
+  }
+}
+
+/**
+ * A message value as JSON text. A value nested thousands of levels deep parses (the parser is not
+ * recursive) but overflows JSON.stringify's stack: that is the caller's input, a 400, not a 500.
+ */
+function serialise(value: unknown, index: number): string {
+  try {
+    return JSON.stringify(value)
+  } catch (err) {
+    if (err instanceof RangeError) {
+      throw new HookqError('invalid_request', `message ${index}: value is nested too deeply`, { extra: { index } })
+    }
+    throw err
   }
 }

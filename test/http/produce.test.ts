@@ -199,3 +199,18 @@ t.test('retention deletes old messages; offsets are never reused', async (t) => 
   t.same(detail.partitionStats, [{ partition: 0, endOffset: 10 }])
   t.same((await produce('aging', [{ value: 'next' }])).json().results, [{ partition: 0, offset: 10 }])
 })
+
+t.test('a value nested too deeply, or a key with a lone surrogate, is a 400 that stores nothing', async (t) => {
+  await createTopic('odd', 1)
+  const deep = '['.repeat(20_000) + ']'.repeat(20_000)
+  const res = await app.inject({ method: 'POST', url: '/v1/topics/odd/messages', payload: `{"messages":[{"value":${deep}}]}`, headers: { 'content-type': 'application/json' } })
+  t.equal(res.statusCode, 400)
+  t.match(res.json(), { code: 'invalid_request', detail: /nested too deeply/ })
+  const lone = await produce('odd', [{ value: 1, idempotencyKey: '\ud800' }])
+  t.equal(lone.statusCode, 400)
+  const loneKey = await produce('odd', [{ value: 1, key: 'a\udc00' }])
+  t.equal(loneKey.statusCode, 400)
+  const kept = await produce('odd', [{ value: 'lone \ud800 in a value is kept' }])
+  t.equal(kept.statusCode, 201, 'a lone surrogate inside a value is stored as its JSON escape')
+  t.equal((await fetchAll('odd', 0)).messages[0]!.value, 'lone \ud800 in a value is kept')
+})

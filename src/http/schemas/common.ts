@@ -13,6 +13,10 @@ export function ref<T extends TSchema>(schema: T): T {
 
 export const NAME_PATTERN = '^[A-Za-z0-9._-]{1,249}$'
 
+// Bounds of the database columns: a partition is an int4, an offset a bigint read into a JS number.
+export const MAX_PARTITION = 2_147_483_647
+export const MAX_OFFSET = Number.MAX_SAFE_INTEGER
+
 export const Problem = Type.Object({
   type: Type.String({ description: 'URI naming the problem type' }),
   title: Type.String(),

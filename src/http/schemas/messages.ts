@@ -1,6 +1,6 @@
 /** Schemas of produce and fetch. */
 import { Type } from 'typebox'
-import { NAME_PATTERN, ref } from './common.ts'
+import { MAX_OFFSET, MAX_PARTITION, NAME_PATTERN, ref } from './common.ts'
 
 // Postgres text cannot hold NUL, so keys, header names and idempotency keys may not contain it
 // (values can: they are stored as JSON text, where it is escaped).
@@ -11,7 +11,7 @@ export const ProduceMessage = Type.Object({
   key: Type.Optional(Type.String({ maxLength: 4096, pattern: NO_NUL,
     description: 'Messages with one key go to one partition (Kafka-compatible murmur2 hash)' })),
   headers: Type.Optional(Type.Record(Type.String({ minLength: 1, maxLength: 256, pattern: NO_NUL }), Type.String())),
-  partition: Type.Optional(Type.Integer({ minimum: 0, description: 'Explicit partition; overrides the key' })),
+  partition: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_PARTITION, description: 'Explicit partition; overrides the key' })),
   delayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 2_147_483_647,
     description: 'Not pushed before produce time plus this delay' })),
   idempotencyKey: Type.Optional(Type.String({ minLength: 1, maxLength: 512, pattern: NO_NUL,
@@ -34,11 +34,11 @@ export const ProduceResponse = Type.Object({
 
 export const PartitionParams = Type.Object({
   topic: Type.String({ pattern: NAME_PATTERN }),
-  partition: Type.Integer({ minimum: 0 }),
+  partition: Type.Integer({ minimum: 0, maximum: MAX_PARTITION }),
 })
 
 export const FetchQuery = Type.Object({
-  fromOffset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+  fromOffset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_OFFSET, default: 0 })),
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
 }, { additionalProperties: false })
 

@@ -1,13 +1,13 @@
 /** Schemas of the operator's tools on a group: the delivery log and seek. */
 import { Type } from 'typebox'
-import { ref } from './common.ts'
+import { MAX_OFFSET, MAX_PARTITION, ref } from './common.ts'
 
 const Outcome = () => Type.Union([Type.Literal('acked'), Type.Literal('failed'), Type.Literal('timed_out'),
   Type.Literal('nacked'), Type.Literal('dead'), Type.Literal('in_flight')])
 
 export const DeliveriesQuery = Type.Object({
-  partition: Type.Optional(Type.Integer({ minimum: 0 })),
-  offset: Type.Optional(Type.Integer({ minimum: 0 })),
+  partition: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_PARTITION })),
+  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_OFFSET })),
   outcome: Type.Optional(Outcome()),
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
   cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512, description: 'nextCursor of the previous page' })),
@@ -33,8 +33,8 @@ export const DeliveryList = Type.Object({
 }, { $id: 'DeliveryList' })
 
 export const SeekRequest = Type.Object({
-  partition: Type.Optional(Type.Integer({ minimum: 0, description: 'The partition to move; all of them when absent' })),
-  offset: Type.Optional(Type.Integer({ minimum: 0,
+  partition: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_PARTITION, description: 'The partition to move; all of them when absent' })),
+  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_OFFSET,
     description: 'The new committed offset; at most the partition\'s end offset (with no partition named, at most every partition\'s)' })),
   timestamp: Type.Optional(Type.String({ format: 'date-time',
     description: 'Per partition, the first offset produced at or after it (the end offset when none is)' })),
