@@ -39,7 +39,7 @@ import { attemptCounts, commitCompletions, loadProgress, readForDispatch, seekOf
 import { abandonInFlight, findAttempt } from '../store/deliveries.ts'
 import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
-import { buildPush } from './envelope.ts'
+import { buildPush, signingSecrets } from './envelope.ts'
 import { push, type PushResult } from './pusher.ts'
 import { honourRetryAfterMs, nextDelayMs, type RetryPolicy } from './retry-policy.ts'
 import { InFlightTracker, TrackerEntry } from './tracker.ts'
@@ -487,7 +487,7 @@ export class Dispatcher {
     })
     const { body, headers } = buildPush({
       groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
-      pushFormat: g.row.pushFormat, consumerSecret: owner.secret,
+      pushFormat: g.row.pushFormat, consumerSecrets: signingSecrets(owner, nowMs),
     }, o.msg, id, attempt, deadlineMs, nowMs)
     void push(this.deps.agent, { url: owner.url, body, headers, timeoutMs: g.row.pushTimeoutMs })
       .then((result) => this.settlePush(g, w, o, id, owner, result))

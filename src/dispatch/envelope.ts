@@ -12,7 +12,24 @@ export interface PushTarget {
   topicId: number
   partition: number
   pushFormat: 'envelope' | 'raw'
-  consumerSecret: string | null
+  /** Secrets to sign with, current first (empty: unsigned); see signingSecrets. */
+  consumerSecrets: readonly string[]
+}
+
+/**
+ * The secrets a push to this consumer is signed with at `nowMs`: the current one, then the one it
+ * replaced while its rotation overlap lasts (previousSecretExpiresAt still ahead).
+ */
+export function signingSecrets(
+  c: { secret: string | null; previousSecret: string | null; previousSecretExpiresAt: Date | null },
+  nowMs: number,
+): string[] {
+  const secrets: string[] = []
+  if (c.secret) secrets.push(c.secret)
+  if (c.previousSecret && c.previousSecret !== c.secret && c.previousSecretExpiresAt && c.previousSecretExpiresAt.getTime() > nowMs) {
+    secrets.push(c.previousSecret)
+  }
+  return secrets
 }
 
 /** JSON with every non-ASCII character escaped, so it is safe in an HTTP header. */
@@ -61,8 +78,8 @@ export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: 
   const timestampS = Math.floor(nowMs / 1000)
   headers['webhook-id'] = id
   headers['webhook-timestamp'] = String(timestampS)
-  if (target.consumerSecret) {
-    headers['webhook-signature'] = signWebhook({ id, timestampS, body, secrets: [target.consumerSecret] })
+  if (target.consumerSecrets.length > 0) {
+    headers['webhook-signature'] = signWebhook({ id, timestampS, body, secrets: target.consumerSecrets })
   }
   return { body, headers }
 }

@@ -14,6 +14,12 @@ import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow, GroupSettings, GroupStore } from '../store/groups.ts'
 import { firstOffsets, offsetsAtTime } from '../store/messages.ts'
 import type { TopicStore } from '../store/topics.ts'
+import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
+
+/** How long a rotated-out secret keeps signing pushes when the caller does not say: 24 h. */
+export const DEFAULT_SECRET_OVERLAP_MS = 86_400_000
+/** The longest overlap a rotation may ask for: 7 days. */
+export const MAX_SECRET_OVERLAP_MS = 7 * 86_400_000
 
 /** A PUT body: every setting optional but the topic. */
 export interface GroupInput {
@@ -52,6 +58,28 @@ export function consumerView(c: ConsumerRow) {
   return {
     id: c.id, url: c.url, createdAt: c.createdAt.toISOString(),
     disabled: c.disabledAt !== null, disabledReason: c.disabledReason, hasSecret: c.secret !== null,
+  }
+}
+
+/**
+ * The answer to a secret rotation. The secret itself only when the broker generated it: that
+ * answer is the one chance to learn it.
+ */
+export function rotationView(c: ConsumerRow, generatedSecret?: string) {
+  return {
+    id: c.id, url: c.url, createdAt: c.createdAt.toISOString(), hasSecret: c.secret !== null,
+    secretRotatedAt: (c.secretRotatedAt ?? new Date()).toISOString(),
+    previousSecretExpiresAt: c.previousSecret && c.previousSecretExpiresAt ? c.previousSecretExpiresAt.toISOString() : null,
+    ...(generatedSecret === undefined ? {} : { secret: generatedSecret }),
+  }
+}
+
+/** Refuses a secret Standard Webhooks libraries would read differently (not base64, or outside 24–64 bytes). */
+function checkSecret(secret: string): void {
+  try {
+    decodeSecret(secret)
+  } catch (err) {
+    throw new HookqError('invalid_request', (err as Error).message)
   }
 }
 
@@ -198,9 +226,30 @@ export class GroupService {
     if (verdict && !verdict.allowed) {
       throw new HookqError('url_not_allowed', `consumer url ${parsed.href} is not allowed: ${verdict.reason}`)
     }
+    if (secret !== undefined) checkSecret(secret)
     const consumer = await this.groups.addConsumer(group.id, randomUUID(), parsed.href, secret ?? null)
     await this.changed(groupName)
     return consumer
+  }
+
+  /**
+   * Gives a consumer a new secret (`secret`, or a generated one). Its current secret keeps signing
+   * pushes, after the new one, for `overlapMs`; a consumer without a secret just gets one. The
+   * dispatcher reloads the group's consumers before this returns, so the next push is signed anew.
+   */
+  async rotateSecret(groupName: string, id: string, opts: { secret?: string; overlapMs?: number } = {}): Promise<{ consumer: ConsumerRow; generated?: string }> {
+    const overlapMs = opts.overlapMs ?? DEFAULT_SECRET_OVERLAP_MS
+    if (!Number.isInteger(overlapMs) || overlapMs < 0 || overlapMs > MAX_SECRET_OVERLAP_MS) {
+      throw new HookqError('invalid_request', `overlapMs must be an integer from 0 to ${MAX_SECRET_OVERLAP_MS}, got ${overlapMs}`)
+    }
+    if (opts.secret !== undefined) checkSecret(opts.secret)
+    const group = await this.get(groupName)
+    const generated = opts.secret === undefined ? generateSecret() : undefined
+    const now = new Date()
+    const consumer = await this.groups.rotateSecret(group.id, id, opts.secret ?? generated!, new Date(now.getTime() + overlapMs), now)
+    if (!consumer) throw new HookqError('consumer_not_found', `group ${groupName} has no consumer ${id}`)
+    await this.changed(groupName)
+    return generated === undefined ? { consumer } : { consumer, generated }
   }
 
   async consumers(groupName: string): Promise<ConsumerRow[]> {

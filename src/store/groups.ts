@@ -64,6 +64,25 @@ export class GroupStore {
     return this.prisma.consumer.create({ data: { id, groupId, url, secret } })
   }
 
+  /**
+   * Rotates a consumer's secret in one statement: the current secret (if any) becomes the previous
+   * one until `previousExpiresAt`, `secret` the current one. Rotating to the secret already current
+   * (a retried request) changes nothing but the rotation time, so the real previous secret is kept.
+   * Null when the group has no such consumer.
+   */
+  async rotateSecret(groupId: number, id: string, secret: string, previousExpiresAt: Date, now: Date): Promise<ConsumerRow | null> {
+    const count = await this.prisma.$executeRaw`
+      UPDATE consumers SET
+        previous_secret = CASE WHEN secret = ${secret} THEN previous_secret ELSE secret END,
+        previous_secret_expires_at = CASE WHEN secret = ${secret} THEN previous_secret_expires_at
+                                          WHEN secret IS NULL THEN NULL ELSE ${previousExpiresAt} END,
+        secret = ${secret},
+        secret_rotated_at = ${now}
+      WHERE group_id = ${groupId} AND id = ${id}`
+    if (count === 0) return null
+    return this.prisma.consumer.findFirst({ where: { groupId, id } })
+  }
+
   async consumers(groupId: number): Promise<ConsumerRow[]> {
     return this.prisma.consumer.findMany({ where: { groupId }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] })
   }

@@ -80,6 +80,8 @@ const BODY_ROUTES: BodyRoute[] = [
     wrongTypes: [{ topic: 1 }, { topic: 'base', ackMode: 'sometimes' }, { topic: 'base', ackTimeoutMs: '30000' }, { topic: 'base', maxDeliveries: 0 }, { topic: 'base', retry: 'fast' }, { topic: 'base', retry: { multiplier: 'x' } }, { topic: 'base', ordered: 'yes' }, { topic: 'base', paused: 1 }, { topic: 'base', pushFormat: 'xml' }, { topic: 'base', deadLetterTopic: 'bad name' }, { topic: 'bad name' }, {}, [], null] },
   { method: 'POST', path: '/v1/groups/g/consumers', valid: { url: 'http://127.0.0.1:9/other' },
     wrongTypes: [{ url: 1 }, { url: 'not a url' }, { url: 'http://127.0.0.1:9/', secret: 1 }, { url: 'http://127.0.0.1:9/', secret: 'nope' }, { url: ['http://127.0.0.1:9/'] }, {}, [], null] },
+  { method: 'POST', path: `/v1/groups/g/consumers/${consumer.id}/secret`, valid: { secret: 'whsec_' + Buffer.alloc(32, 9).toString('base64'), overlapMs: 1000 },
+    wrongTypes: [{ secret: 1 }, { secret: 'nope' }, { secret: 'whsec_' + Buffer.alloc(12, 9).toString('base64') }, { overlapMs: -1 }, { overlapMs: '1000' }, { overlapMs: 604_800_001 }, { overlapMs: 0.5 }, [], 'x', null] },
   { method: 'POST', path: '/v1/groups/g/acks', valid: { deliveryIds: ['x'] },
     wrongTypes: [{ deliveryIds: 'x' }, { deliveryIds: [] }, { deliveryIds: [1] }, { deliveryIds: [''] }, { deliveryIds: ['x'.repeat(129)] }, { deliveryIds: [null] }, {}, [], null] },
   { method: 'POST', path: '/v1/groups/g/nacks', valid: { deliveryIds: ['x'], delayMs: 0 },
@@ -103,6 +105,7 @@ const PARAM_ROUTES: { method: 'GET' | 'PUT' | 'POST' | 'DELETE'; template: strin
   { method: 'POST', template: '/v1/groups/{group}/consumers', body: { url: 'http://127.0.0.1:9/x' } },
   { method: 'GET', template: '/v1/groups/{group}/consumers' },
   { method: 'DELETE', template: '/v1/groups/{group}/consumers/{id}' },
+  { method: 'POST', template: '/v1/groups/{group}/consumers/{id}/secret', body: { secret: 'whsec_' + Buffer.alloc(32, 9).toString('base64') } },
   { method: 'POST', template: '/v1/groups/{group}/acks', body: { deliveryIds: ['x'] } },
   { method: 'POST', template: '/v1/groups/{group}/nacks', body: { deliveryIds: ['x'] } },
   { method: 'POST', template: '/v1/groups/{group}/extend', body: { deliveryIds: ['x'], extendMs: 1000 } },
@@ -124,7 +127,7 @@ t.test('the tables cover every route of openapi.json that takes a body or path p
       if (op.parameters?.some((p) => p.in === 'path')) withParams.push(`${method.toUpperCase()} ${path}`)
     }
   }
-  const bodyTemplates = BODY_ROUTES.map((r) => `${r.method} ${r.path.replace('/fresh', '/{topic}').replace('/base/', '/{topic}/').replace('/g/', '/{group}/').replace(/\/g$/, '/{group}')}`)
+  const bodyTemplates = BODY_ROUTES.map((r) => `${r.method} ${r.path.replace('/fresh', '/{topic}').replace('/base/', '/{topic}/').replace('/g/', '/{group}/').replace(/\/g$/, '/{group}').replace(consumer.id, '{id}')}`)
   t.same([...bodyTemplates].sort(), [...withBody].sort(), 'BODY_ROUTES = the routes with a request body')
   t.same(PARAM_ROUTES.map((r) => `${r.method} ${r.template}`).sort(), [...withParams].sort(), 'PARAM_ROUTES = the routes with path params')
 })

@@ -1,8 +1,10 @@
 /** Consumer group and consumer routes. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { consumerView, groupView } from '../../service/groups.ts'
+import { consumerView, groupView, rotationView } from '../../service/groups.ts'
 import { problems, ref } from '../schemas/common.ts'
-import { Consumer, ConsumerCreate, ConsumerList, ConsumerParams, Group, GroupConfig, GroupList, GroupParams, GroupStatus } from '../schemas/groups.ts'
+import {
+  Consumer, ConsumerCreate, ConsumerList, ConsumerParams, Group, GroupConfig, GroupList, GroupParams, GroupStatus, RotatedConsumer, SecretRotation,
+} from '../schemas/groups.ts'
 import type { Services } from '../../broker.ts'
 
 const tags = ['groups']
@@ -58,6 +60,21 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
         params: GroupParams, response: { 200: ref(ConsumerList), ...problems(400, 401, 404, 503) },
       },
     }, async (req) => ({ consumers: (await services.groups.consumers(req.params.group)).map(consumerView) }))
+
+    app.post('/v1/groups/:group/consumers/:id/secret', {
+      schema: {
+        operationId: 'rotateConsumerSecret', tags,
+        summary: 'Rotate a consumer\'s secret; the old one keeps signing pushes for overlapMs',
+        description: 'The given secret, or a generated one, becomes current; the current one becomes the previous secret until now + overlapMs. ' +
+          'Until then every push carries two v1 signatures in webhook-signature, the new secret\'s first. ' +
+          'A generated secret is returned in this answer only.',
+        params: ConsumerParams, body: ref(SecretRotation),
+        response: { 200: ref(RotatedConsumer), ...problems(400, 401, 404, 415, 503) },
+      },
+    }, async (req) => {
+      const { consumer, generated } = await services.groups.rotateSecret(req.params.group, req.params.id, req.body)
+      return rotationView(consumer, generated)
+    })
 
     app.delete('/v1/groups/:group/consumers/:id', {
       schema: {

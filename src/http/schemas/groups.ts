@@ -75,11 +75,32 @@ export const Consumer = Type.Object({
   hasSecret: Type.Optional(Type.Boolean({ description: 'Pushes are signed; the secret itself is never returned' })),
 }, { $id: 'Consumer' })
 
+const SECRET_PATTERN = '^whsec_[A-Za-z0-9+/=]{16,256}$'
+
 export const ConsumerCreate = Type.Object({
   url: Type.String({ minLength: 8, maxLength: 2048, format: 'uri', description: 'http:// or https:// endpoint' }),
-  secret: Type.Optional(Type.String({ pattern: '^whsec_[A-Za-z0-9+/=]{16,256}$',
+  secret: Type.Optional(Type.String({ pattern: SECRET_PATTERN,
     description: 'Standard Webhooks secret: whsec_ followed by base64 of 24 to 64 random bytes' })),
 }, { $id: 'ConsumerCreate', additionalProperties: false })
+
+export const SecretRotation = Type.Object({
+  secret: Type.Optional(Type.String({ pattern: SECRET_PATTERN,
+    description: 'The new Standard Webhooks secret (whsec_ followed by base64 of 24 to 64 random bytes); ' +
+      'omitted: the broker generates one and returns it in this answer only' })),
+  overlapMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 604_800_000,
+    description: 'How long the secret being replaced keeps signing pushes, next to the new one; default 86400000 (24 h)' })),
+}, { $id: 'SecretRotation', additionalProperties: false })
+
+export const RotatedConsumer = Type.Object({
+  id: Type.String(),
+  url: Type.String(),
+  createdAt: Type.String({ format: 'date-time' }),
+  hasSecret: Type.Boolean(),
+  secretRotatedAt: Type.String({ format: 'date-time' }),
+  previousSecretExpiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+    description: 'Until then pushes carry a second signature made with the replaced secret; null when there was none' }),
+  secret: Type.Optional(Type.String({ description: 'The generated secret: present only when the broker generated it, and never shown again' })),
+}, { $id: 'RotatedConsumer' })
 
 export const ConsumerList = Type.Object({ consumers: Type.Array(ref(Consumer)) }, { $id: 'ConsumerList' })
 
@@ -98,4 +119,4 @@ export const GroupStatus = Type.Object({
   consumers: Type.Array(ref(Consumer)),
 }, { $id: 'GroupStatus' })
 
-export const groupSchemas = [RetryPolicy, GroupConfig, Group, GroupList, Consumer, ConsumerCreate, ConsumerList, PartitionStatus, GroupStatus]
+export const groupSchemas = [RetryPolicy, GroupConfig, Group, GroupList, Consumer, ConsumerCreate, ConsumerList, SecretRotation, RotatedConsumer, PartitionStatus, GroupStatus]
