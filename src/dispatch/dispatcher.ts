@@ -31,8 +31,6 @@ import type { Agent } from 'undici'
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import type { TopicRow, TopicStore } from '../store/topics.ts'
-import type { AppendEntry } from '../store/messages.ts'
-import { partitionForKey } from '../service/partitioner.ts'
 import { assignPartitions } from '../service/groups.ts'
 import { GroupCommitter } from '../service/group-commit.ts'
 import { attemptCounts, commitCompletions, loadProgress, readForDispatch, seekOffsets, type DispatchMessage } from '../store/consumption.ts'
@@ -41,71 +39,9 @@ import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { buildPush, signingSecrets } from './envelope.ts'
 import { push, type PushResult } from './pusher.ts'
-import { honourRetryAfterMs, nextDelayMs, type RetryPolicy } from './retry-policy.ts'
+import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import { InFlightTracker, TrackerEntry } from './tracker.ts'
-
-type State = 'delayed' | 'ready' | 'parked' | 'in_flight' | 'retry_wait' | 'completing'
-
-interface Outstanding {
-  msg: DispatchMessage
-  attempts: number
-  state: State
-  /** The tracker entry now scheduled for this message (ack deadline, retry or delay), if any. */
-  entry: TrackerEntry | undefined
-  /** Delivery ids issued for it (a late ack of any of them completes it). */
-  ids: string[]
-  /** Ids whose attempt row has no final outcome yet: the completion gives them theirs. */
-  open: Set<string>
-  lastError: string | undefined
-}
-
-interface PartitionState {
-  partition: number
-  committed: number
-  completed: Set<number>
-  /** Next offset to read from the log. */
-  readPos: number
-  /** The log's end as last heard (produce notifications); reading stops there. */
-  endHint: number
-  buffer: DispatchMessage[]
-  reading: boolean
-  outstanding: Map<number, Outstanding>
-  /** Attempts made before a restart, by offset. */
-  priorAttempts: Map<number, number>
-  /** When the partition was last seeked: older delivery ids no longer count. */
-  seekAtMs: number
-  /** Bumped by seek, so a read started before it is discarded. */
-  epoch: number
-  /** Outstanding messages in state `delayed`. */
-  delayed: number
-  /** Messages in state `ready`, in the order they fell due. */
-  ready: Outstanding[]
-  /** Ranges [from, to) of offsets not in the log any more (retention deleted them): they count as completed. */
-  gaps: [number, number][]
-  dropped: boolean
-}
-
-interface GroupRuntime {
-  row: GroupRow
-  topic: TopicRow
-  consumers: ConsumerRow[]
-  owners: (ConsumerRow | null)[]
-  parts: PartitionState[]
-  policy: RetryPolicy
-  dropped: boolean
-}
-
-interface CompletionRequest {
-  g: GroupRuntime
-  w: PartitionState
-  /** The partition's epoch when the request was made: a seek since then voids it. */
-  epoch: number
-  offset: number
-  outcome: 'acked' | 'dead'
-  deadLetter?: AppendEntry
-}
-
-type CompletionStatus = 'acked' | 'dead' | 'already_completed' | 'unknown'
+import { active, deadLetterEntry, nextIncomplete, policyOf, type CompletionRequest, type CompletionStatus, type GroupRuntime, type Outstanding, type PartitionState, type State } from './partition-state.ts'
 
 export type AckStatus = 'acked' | 'nacked' | 'extended' | 'already_completed' | 'unknown'
 
@@ -748,39 +684,4 @@ export class Dispatcher {
     this.groups.delete(g.row.name)
     this.armTimer()
   }
-}
-
-/** The first offset from the committed one on that is neither completed nor in a retention gap. */
-function nextIncomplete(w: PartitionState): number {
-  let c = w.committed
-  for (;;) {
-    const gap = w.gaps.find(([from, to]) => c >= from && c < to)
-    if (gap) c = gap[1]
-    else if (w.completed.has(c)) c++
-    else return c
-  }
-}
-
-/** Messages of a partition that count against maxInFlight: outstanding, neither delayed nor ready. */
-function active(w: PartitionState): number {
-  return w.outstanding.size - w.delayed - w.ready.length
-}
-
-function policyOf(row: GroupRow): RetryPolicy {
-  return { initialDelayMs: row.retryInitialDelayMs, multiplier: row.retryMultiplier, maxDelayMs: row.retryMaxDelayMs, jitter: row.retryJitter }
-}
-
-/** The dead letter: same key, value and headers, plus headers naming where it came from. */
-function deadLetterEntry(g: GroupRuntime, w: PartitionState, o: Outstanding, dlq: TopicRow, error: string): AppendEntry {
-  const headers = {
-    ...(JSON.parse(o.msg.headers) as Record<string, string>),
-    'hookq-dlq-topic': g.topic.name,
-    'hookq-dlq-partition': String(w.partition),
-    'hookq-dlq-offset': String(o.msg.offset),
-    'hookq-dlq-group': g.row.name,
-    'hookq-dlq-attempts': String(o.attempts),
-    'hookq-dlq-error': error.slice(0, 1000),
-  }
-  const partition = o.msg.key !== null ? partitionForKey(o.msg.key, dlq.partitions) : w.partition % dlq.partitions
-  return { topicId: dlq.id, partition, key: o.msg.key, value: o.msg.value, headers: JSON.stringify(headers), delayMs: 0, idempotencyKey: null }
 }
