@@ -28,6 +28,7 @@ export const ERRORS = {
   overloaded: { status: 503, title: 'The broker is overloaded' },
   unavailable: { status: 503, title: 'The broker cannot serve this request now' },
   internal: { status: 500, title: 'Internal error' },
+  outcome_unknown: { status: 500, title: 'The outcome of the write is unknown' },
 } as const satisfies Record<string, { status: number; title: string }>
 
 export type ErrorCode = keyof typeof ERRORS

@@ -4,6 +4,7 @@
  * (in-process), never by NOTIFY, whose global commit lock would serialise every committer.
  */
 import { HookqError } from '../errors.ts'
+import { CommitOutcomeUnknown } from '../store/errors.ts'
 import type { AppendEntry, Coordinates, MessageStore } from '../store/messages.ts'
 import type { GroupCommitter } from './group-commit.ts'
 import { partitionForKey, RoundRobin } from './partitioner.ts'
@@ -82,7 +83,16 @@ export class ProduceService {
       }
     }
 
-    const coordinates = await this.committer.submit(entries, bytes)
+    const coordinates = await this.committer.submit(entries, bytes).catch((err: unknown) => {
+      if (err instanceof CommitOutcomeUnknown) {
+        // Not a 503: "retry, nothing was promised" would be false, and a retry without
+        // idempotency keys could store the messages twice.
+        throw new HookqError('outcome_unknown',
+          'the database connection broke while these messages were being committed: they may or may not be stored. ' +
+          'Retrying with the same idempotency keys is safe.', { cause: err })
+      }
+      throw err
+    })
     if (coordinates.some((c) => c === null)) {
       // The topic was deleted while the call waited; drop the stale cache entry.
       this.topics.evict(topicName)

@@ -23,3 +23,23 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   }
   return false
 }
+
+/**
+ * Did the connection break after a statement was sent, without an answer from the server? Then a
+ * statement that commits on its own may or may not have committed. An error the server sent
+ * (it has a SQLSTATE) is an answer: the statement failed and nothing of it was committed.
+ */
+export function isAnswerLost(err: unknown): boolean {
+  const { code, message } = (err ?? {}) as { code?: unknown; message?: unknown }
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return false
+  if (code === 'ECONNRESET' || code === 'EPIPE' || code === 'ETIMEDOUT') return true
+  return typeof message === 'string' && /Connection terminated|connection error/i.test(message)
+}
+
+/** A commit whose outcome is unknown: the connection broke before the server answered. */
+export class CommitOutcomeUnknown extends Error {
+  override name = 'CommitOutcomeUnknown'
+  constructor(cause: unknown) {
+    super('the database connection broke while committing; the outcome is unknown', { cause })
+  }
+}

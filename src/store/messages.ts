@@ -6,6 +6,7 @@
  * API. Reads go through Prisma.
  */
 import type { Database } from './db.ts'
+import { CommitOutcomeUnknown, isAnswerLost } from './errors.ts'
 
 /** One message to append; `value` and `headers` are JSON text. */
 export interface AppendEntry {
@@ -186,7 +187,7 @@ export class MessageStore {
     }
     if (fresh.length > 0) {
       // Rows come back only for partitions that still exist; a deleted topic's entries stay null.
-      for (const row of await appendRows(this.db.pool, fresh)) {
+      for (const row of await this.appendChecked(fresh)) {
         result[freshIndex[row.ord - 1]!] = { partition: row.partition, offset: row.offset, duplicate: false }
       }
     }
@@ -195,6 +196,27 @@ export class MessageStore {
       result[i] = original ? { ...original, duplicate: true } : null
     }
     return result
+  }
+
+  /**
+   * The append on a client of its own, so the two ways it can fail are told apart: failing to get
+   * a connection means nothing was sent (safe to retry); losing the connection after sending the
+   * statement means it may have committed (CommitOutcomeUnknown).
+   */
+  private async appendChecked(entries: AppendEntry[]): Promise<{ ord: number; partition: number; offset: number }[]> {
+    const client = await this.db.pool.connect()
+    let broken = false
+    try {
+      return await appendRows(client, entries)
+    } catch (err) {
+      if (isAnswerLost(err)) {
+        broken = true
+        throw new CommitOutcomeUnknown(err)
+      }
+      throw err
+    } finally {
+      client.release(broken)
+    }
   }
 
   /** Idempotency keys of this batch already stored within retention, with their coordinates. */

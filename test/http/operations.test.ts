@@ -45,10 +45,16 @@ t.test('database outage: 503 with Retry-After meanwhile, recovery without a rest
   t.equal((await produce('before')).statusCode, 201)
 
   await proxy.cut()
+  // A pooled connection the cut has just reset may take the statement before the pool notices:
+  // then the broker cannot know whether it committed, and says so (500 outcome_unknown, no
+  // Retry-After). Once it knows the database is away, it answers 503 + Retry-After. Never a 2xx.
   const during = await produce('during')
-  t.equal(during.statusCode, 503, 'produce answers 503 while the database is away')
-  t.equal(during.headers['retry-after'], '1')
-  t.equal(during.json().code, 'unavailable')
+  t.ok([500, 503].includes(during.statusCode), `produce is refused while the database is away (${during.statusCode})`)
+  t.match(during.json(), { code: during.statusCode === 503 ? 'unavailable' : 'outcome_unknown' })
+  const again = await produce('during-2')
+  t.equal(again.statusCode, 503, 'with no connection left, produce answers 503')
+  t.equal(again.headers['retry-after'], '1')
+  t.equal(again.json().code, 'unavailable')
   const ready = await app.inject({ url: '/readyz' })
   t.equal(ready.statusCode, 503)
   t.match(ready.json(), { status: 'unavailable', checks: { database: /unreachable/ } })
