@@ -61,6 +61,9 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     },
   })
 
+  // Only JSON bodies: without this, Fastify's default text/plain parser would hand a string to
+  // validation (a 400) instead of refusing the media type (415).
+  app.removeContentTypeParser('text/plain')
   for (const schema of ALL_SCHEMAS) app.addSchema(schema)
   app.setValidatorCompiler(validatorCompiler(ALL_SCHEMAS))
 

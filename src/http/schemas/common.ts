@@ -11,7 +11,9 @@ export function ref<T extends TSchema>(schema: T): T {
   return Type.Unsafe<Static<T>>({ $ref: `${id}#` }) as unknown as T
 }
 
-export const NAME_PATTERN = '^[A-Za-z0-9._-]{1,249}$'
+// The contract's name pattern, less "." and "..": URL-normalising clients turn /v1/topics/.. into
+// /v1, so such a resource could be created but never reached again by most clients.
+export const NAME_PATTERN = '^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,249}$'
 
 // Bounds of the database columns: a partition is an int4, an offset a bigint read into a JS number.
 export const MAX_PARTITION = 2_147_483_647
