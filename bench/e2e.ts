@@ -51,10 +51,11 @@ import { mkdirSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startBroker, stopBroker, type BrokerProcess } from './lib/broker.ts'
-import { children, ROOT, stopChild } from './lib/child.ts'
+import { startBroker, stopBroker } from './lib/broker.ts'
+import { ROOT } from './lib/child.ts'
 import { formatSummary, inclusiveTimes, summarizeProfile } from './lib/cpuprofile.ts'
-import { createBenchDatabase, serverSettings, type BenchDatabase } from './lib/db.ts'
+import { createBenchDatabase, serverSettings } from './lib/db.ts'
+import { cleanUpOnInterrupt, cleanup, run } from './lib/run.ts'
 import { startProfile, type WindowProfiler } from './lib/inspector.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { sampleWaits, type WaitSampler } from './lib/pgwaits.ts'
@@ -100,29 +101,7 @@ const wallNow = () => performance.timeOrigin + performance.now()
 
 // ---- cleanup: the bench database and the processes this run started, also on failure and Ctrl-C
 
-let db: BenchDatabase | undefined
-let broker: BrokerProcess | undefined
-let interrupted = false
-let cleaning: Promise<void> | undefined
-
-function cleanup(): Promise<void> {
-  cleaning ??= (async () => {
-    // Workers first (only ours, by pid), then the broker gracefully, then the database.
-    await Promise.all([...children].filter((c) => c !== broker?.child).map((c) => stopChild(c, 2000, 'SIGKILL')))
-    if (broker) await stopBroker(broker).catch((err: unknown) => console.error('stopping the broker:', err))
-    if (db) await db.drop().catch((err: unknown) => console.error(`dropping ${db!.name}:`, err))
-  })()
-  return cleaning
-}
-
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(signal, () => {
-    if (interrupted) return
-    interrupted = true
-    console.error(`\n${signal}: stopping the load, the receiver and the broker, dropping the bench database`)
-    void cleanup().finally(() => process.exit(130))
-  })
-}
+cleanUpOnInterrupt('the load, the receiver and the broker')
 
 // ---- formatting
 
@@ -135,10 +114,10 @@ interface Cpu extends CpuWindow { receiverPct: number; loadPct: number; brokerS:
 interface CpuStart { base: ReturnType<typeof cpuSnapshot>; receiver: number; load: number }
 
 function cpuStart(receiver: IpcWorker, load: IpcWorker): CpuStart {
-  return { base: cpuSnapshot(broker!.pid), receiver: processCpuSeconds(receiver.pid) ?? NaN, load: processCpuSeconds(load.pid) ?? NaN }
+  return { base: cpuSnapshot(run.broker!.pid), receiver: processCpuSeconds(receiver.pid) ?? NaN, load: processCpuSeconds(load.pid) ?? NaN }
 }
 function cpuEnd(start: CpuStart, receiver: IpcWorker, load: IpcWorker): Cpu {
-  const w = cpuSince(start.base, broker!.pid)
+  const w = cpuSince(start.base, run.broker!.pid)
   const pct = (a: number, b: number | undefined) => (100 * ((b ?? NaN) - a)) / w.seconds
   return {
     ...w,
@@ -153,7 +132,7 @@ const otherPct = (c: Cpu) => c.hostPct * c.cores - c.brokerPct - c.postgresPct -
 // ---- the broker's API
 
 async function api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
-  const res = await fetch(`${broker!.url}${path}`, {
+  const res = await fetch(`${run.broker!.url}${path}`, {
     method, ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
     signal: AbortSignal.timeout(30_000),
   })
@@ -188,7 +167,7 @@ async function pauseGroup(name: string, ackMode: 'auto' | 'explicit'): Promise<v
 }
 
 function assertBrokerAlive(during: string): void {
-  if (broker!.child.exitCode !== null || broker!.child.signalCode !== null) throw new Error(`the broker died during ${during}:\n${broker!.output()}`)
+  if (run.broker!.child.exitCode !== null || run.broker!.child.signalCode !== null) throw new Error(`the broker died during ${during}:\n${run.broker!.output()}`)
 }
 
 // ---- profiles
@@ -198,7 +177,7 @@ const profiles: Profiled[] = []
 
 async function profileStart(): Promise<WindowProfiler | undefined> {
   if (!CPU_PROF) return undefined
-  return startProfile(broker!.inspectorUrl!)
+  return startProfile(run.broker!.inspectorUrl!)
 }
 async function profileStop(p: WindowProfiler | undefined, scenario: string): Promise<void> {
   if (!p) return
@@ -209,7 +188,7 @@ async function profileStop(p: WindowProfiler | undefined, scenario: string): Pro
 }
 
 function startWaits(): Promise<WaitSampler | undefined> {
-  return PG_WAITS ? sampleWaits(SERVER_URL, db!.name).catch(() => undefined) : Promise.resolve(undefined)
+  return PG_WAITS ? sampleWaits(SERVER_URL, run.db!.name).catch(() => undefined) : Promise.resolve(undefined)
 }
 async function stopWaits(s: Promise<WaitSampler | undefined>): Promise<string | undefined> {
   const w = await (await s)?.stop().catch(() => undefined)
@@ -272,7 +251,7 @@ async function produceOnly(receiver: IpcWorker, load: IpcWorker): Promise<Row> {
   const profiler = await profileStart()
   const c0 = cpuStart(receiver, load)
   const r = await load.call<BulkResult>('bulk', {
-    url: `${broker!.url}/v1/topics/${name}/messages`, total: PRODUCE_MESSAGES, batch: BATCH, concurrency: PRODUCERS, maxSeconds: MAX_SECONDS,
+    url: `${run.broker!.url}/v1/topics/${name}/messages`, total: PRODUCE_MESSAGES, batch: BATCH, concurrency: PRODUCERS, maxSeconds: MAX_SECONDS,
   }, MAX_SECONDS * 1000 + 60_000)
   const cpu = cpuEnd(c0, receiver, load)
   await profileStop(profiler, 'produce')
@@ -298,7 +277,7 @@ async function throughput(mode: 'auto' | 'explicit', receiver: IpcWorker, load: 
   const deadline = startedAt + MAX_SECONDS * 1000
   const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
   const r = await load.call<BulkResult>('bulk', {
-    url: `${broker!.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: BATCH, concurrency: PRODUCERS, maxSeconds: MAX_SECONDS,
+    url: `${run.broker!.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: BATCH, concurrency: PRODUCERS, maxSeconds: MAX_SECONDS,
   }, MAX_SECONDS * 1000 + 60_000)
   if (r.produced < MESSAGES) await receiver.call('expect', { n: r.produced }, 5000)
   await Promise.race([done, sleep(Math.max(0, deadline - wallNow()))])
@@ -337,7 +316,7 @@ async function latency(rate: number, receiver: IpcWorker, load: IpcWorker, recei
   const c0 = cpuStart(receiver, load)
   const done = receiver.next<{ at: number }>('done', (LATENCY_WARMUP_S + LATENCY_S + 30) * 1000).catch(() => undefined)
   const r = await load.call<PacedResult>('paced', {
-    url: `${broker!.url}/v1/topics/${name}/messages`, rate, warmupS: LATENCY_WARMUP_S, measureS: LATENCY_S, maxOutstanding: 2000, connections: 64,
+    url: `${run.broker!.url}/v1/topics/${name}/messages`, rate, warmupS: LATENCY_WARMUP_S, measureS: LATENCY_S, maxOutstanding: 2000, connections: 64,
   }, (LATENCY_WARMUP_S + LATENCY_S + 60) * 1000)
   await receiver.call('expect', { n: r.produced }, 5000)
   await Promise.race([done, sleep(10_000)])
@@ -407,9 +386,9 @@ async function main(): Promise<void> {
   const idle = cpuSnapshot(undefined)
   await sleep(1000)
   const background = cpuSince(idle, undefined)
-  db = await createBenchDatabase(SERVER_URL)
+  const db = (run.db = await createBenchDatabase(SERVER_URL))
   const started = Date.now()
-  broker = await startBroker(db.url, { timeoutMs: 90_000, inspect: CPU_PROF })
+  const broker = run.broker = await startBroker(db.url, { timeoutMs: 90_000, inspect: CPU_PROF })
   const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: broker.url }, 30_000)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
   const receiverUrl = `http://127.0.0.1:${receiver.ready.port as number}`
@@ -478,7 +457,7 @@ async function main(): Promise<void> {
 try {
   await main()
 } catch (err) {
-  if (!interrupted) {
+  if (!run.interrupted) {
     console.error('bench failed:', err instanceof Error ? err.stack ?? err.message : err)
     process.exitCode = 1
   }

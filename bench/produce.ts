@@ -21,12 +21,13 @@ import { readdirSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startBroker, stopBroker, type BrokerProcess } from './lib/broker.ts'
-import { children, ROOT, runJsonWorker, stopChild } from './lib/child.ts'
+import { startBroker, stopBroker } from './lib/broker.ts'
+import { ROOT, runJsonWorker } from './lib/child.ts'
 import { formatSummary, summarizeProfile } from './lib/cpuprofile.ts'
 import { sampleWaits, type WaitSampler } from './lib/pgwaits.ts'
 import { cpuSince, cpuSnapshot } from './lib/proc.ts'
-import { createBenchDatabase, serverSettings, type BenchDatabase } from './lib/db.ts'
+import { createBenchDatabase, serverSettings } from './lib/db.ts'
+import { cleanUpOnInterrupt, cleanup, run } from './lib/run.ts'
 import type { Measured } from './lib/stats.ts'
 
 function envNumber(name: string, fallback: number): number {
@@ -57,29 +58,7 @@ interface Row { label: string; connections: number; batch: number; m: Measured }
 
 // ---- cleanup: the bench database and the processes this run started, also on failure and Ctrl-C
 
-let db: BenchDatabase | undefined
-let broker: BrokerProcess | undefined
-let interrupted = false
-let cleaning: Promise<void> | undefined
-
-function cleanup(): Promise<void> {
-  cleaning ??= (async () => {
-    // Workers first (only ours, by pid), then the broker gracefully, then the database.
-    await Promise.all([...children].filter((c) => c !== broker?.child).map((c) => stopChild(c, 2000, 'SIGKILL')))
-    if (broker) await stopBroker(broker).catch((err: unknown) => console.error('stopping the broker:', err))
-    if (db) await db.drop().catch((err: unknown) => console.error(`dropping ${db!.name}:`, err))
-  })()
-  return cleaning
-}
-
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(signal, () => {
-    if (interrupted) return
-    interrupted = true
-    console.error(`\n${signal}: stopping the load and the broker, dropping the bench database`)
-    void cleanup().finally(() => process.exit(130))
-  })
-}
+cleanUpOnInterrupt('the load and the broker')
 
 // ---- formatting
 
@@ -131,9 +110,9 @@ async function main(): Promise<void> {
   const idle = cpuSnapshot(undefined)
   await sleep(1000)
   const background = cpuSince(idle, undefined)
-  db = await createBenchDatabase(SERVER_URL)
+  const db = (run.db = await createBenchDatabase(SERVER_URL))
   const started = Date.now()
-  broker = await startBroker(db.url, { timeoutMs: 90_000, ...(CPU_PROF_DIR ? { cpuProfDir: CPU_PROF_DIR } : {}) })
+  const broker = run.broker = await startBroker(db.url, { timeoutMs: 90_000, ...(CPU_PROF_DIR ? { cpuProfDir: CPU_PROF_DIR } : {}) })
 
   const put = await fetch(`${broker.url}/v1/topics/${TOPIC}`, {
     method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ partitions: PARTITIONS }),
@@ -168,7 +147,7 @@ async function main(): Promise<void> {
     // Sample backend states over the measured part only (roughly: from the end of the warm-up).
     // Diagnostics only: a sampler that fails must not fail the run.
     let sampler: Promise<WaitSampler | undefined> = Promise.resolve(undefined)
-    const waitTimer = PG_WAITS ? setTimeout(() => { sampler = sampleWaits(SERVER_URL, db!.name).catch(() => undefined) }, WARMUP_S * 1000) : undefined
+    const waitTimer = PG_WAITS ? setTimeout(() => { sampler = sampleWaits(SERVER_URL, run.db!.name).catch(() => undefined) }, WARMUP_S * 1000) : undefined
     const m = await worker.finally(() => clearTimeout(waitTimer))
     const waited = await (await sampler)?.stop().catch(() => undefined)
     if (broker.child.exitCode !== null || broker.child.signalCode !== null) {
@@ -205,7 +184,7 @@ async function main(): Promise<void> {
 try {
   await main()
 } catch (err) {
-  if (!interrupted) {
+  if (!run.interrupted) {
     console.error('bench failed:', err instanceof Error ? err.message : err)
     process.exitCode = 1
   }

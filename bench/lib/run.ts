@@ -1,0 +1,34 @@
+/**
+ * What a benchmark run has started (its throw-away database and broker, plus the worker children
+ * lib/child.ts tracks) and how to stop all of it: at the end, on failure, and on Ctrl-C.
+ */
+import type { BrokerProcess } from './broker.ts'
+import { stopBroker } from './broker.ts'
+import { children, stopChild } from './child.ts'
+import type { BenchDatabase } from './db.ts'
+
+export const run: { db?: BenchDatabase; broker?: BrokerProcess; interrupted: boolean } = { interrupted: false }
+
+let cleaning: Promise<void> | undefined
+
+/** Stops the workers (only ours, by pid), then the broker gracefully, then drops the database. Once. */
+export function cleanup(): Promise<void> {
+  cleaning ??= (async () => {
+    await Promise.all([...children].filter((c) => c !== run.broker?.child).map((c) => stopChild(c, 2000, 'SIGKILL')))
+    if (run.broker) await stopBroker(run.broker).catch((err: unknown) => console.error('stopping the broker:', err))
+    if (run.db) await run.db.drop().catch((err: unknown) => console.error(`dropping ${run.db!.name}:`, err))
+  })()
+  return cleaning
+}
+
+/** On SIGINT/SIGTERM: say what is being stopped, clean up, exit 130. */
+export function cleanUpOnInterrupt(what: string): void {
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.on(signal, () => {
+      if (run.interrupted) return
+      run.interrupted = true
+      console.error(`\n${signal}: stopping ${what}, dropping the bench database`)
+      void cleanup().finally(() => process.exit(130))
+    })
+  }
+}
