@@ -72,6 +72,8 @@ const newDeliveryId = () => randomBytes(16).toString('base64url') // 128 random 
 export class Dispatcher {
   private readonly tracker = new InFlightTracker()
   private readonly groups = new Map<string, GroupRuntime>()
+  /** The same runtimes by group id: timer entries and the status view look groups up by id. */
+  private readonly groupsById = new Map<number, GroupRuntime>()
   /**
    * Ids of recently completed messages → their partition (and its epoch then), so a repeated ack answers already_completed
    * from memory (the attempt row may not even be flushed yet). Bounded: oldest forgotten first.
@@ -156,6 +158,7 @@ export class Dispatcher {
     // now) were missed by notifyAppend: take them from the per-topic record.
     for (const w of g.parts) w.endHint = Math.max(w.endHint, this.ends.get(topic.id)?.get(w.partition) ?? 0)
     this.groups.set(name, g)
+    this.groupsById.set(g.row.id, g)
     this.setConsumers(g, loaded.consumers)
   }
 
@@ -245,8 +248,7 @@ export class Dispatcher {
 
   /** Messages outstanding on a partition (for the group status). */
   inFlight(groupId: number, partition: number): number {
-    for (const g of this.groups.values()) if (g.row.id === groupId) return g.parts[partition]?.outstanding.size ?? 0
-    return 0
+    return this.groupsById.get(groupId)?.parts[partition]?.outstanding.size ?? 0
   }
 
   /** Acks: completes each message; durable when this resolves. */
@@ -550,13 +552,10 @@ export class Dispatcher {
   }
 
   private findOutstanding(entry: TrackerEntry) {
-    for (const g of this.groups.values()) {
-      if (g.row.id !== entry.groupId) continue
-      const w = g.parts[entry.partition]
-      const o = w?.outstanding.get(entry.offset)
-      if (w && o && o.entry === entry) return { g, w, o }
-    }
-    return undefined
+    const g = this.groupsById.get(entry.groupId)
+    const w = g?.parts[entry.partition]
+    const o = w?.outstanding.get(entry.offset)
+    return g && w && o && o.entry === entry ? { g, w, o } : undefined
   }
 
   // ---- completion ----
@@ -682,6 +681,7 @@ export class Dispatcher {
       for (const o of w.outstanding.values()) this.abandon(o, 'abandoned: the group or its topic changed')
     }
     this.groups.delete(g.row.name)
+    if (this.groupsById.get(g.row.id) === g) this.groupsById.delete(g.row.id)
     this.armTimer()
   }
 }

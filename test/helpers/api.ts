@@ -21,5 +21,8 @@ export function api(broker: Broker) {
   /** Waits until every partition of the group has lag 0. */
   const allCompleted = (group: string, timeoutMs = 10_000) => waitUntil(async () =>
     (await groupStatus(group)).partitions.every((p: { lag: number }) => p.lag === 0), timeoutMs, `${group}: everything completed`)
-  return { app, call, produce, sql, groupStatus, allCompleted }
+  /** Acks delivery ids; the statuses, in order. */
+  const ack = async (group: string, ids: string[]): Promise<string[]> =>
+    (await call('POST', `/v1/groups/${group}/acks`, { deliveryIds: ids })).json.results.map((r: { status: string }) => r.status)
+  return { app, call, produce, sql, groupStatus, allCompleted, ack }
 }

@@ -10,12 +10,10 @@ import { startReceiver, type BehaviourSpec, type Received } from '../helpers/rec
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { app, call, produce, groupStatus, allCompleted } = api(broker)
+const { app, call, produce, groupStatus, allCompleted, ack } = api(broker)
 
 interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown }
 const env = (r: Received | undefined) => r!.json as Envelope
-const ack = async (group: string, ids: string[]) =>
-  (await call('POST', `/v1/groups/${group}/acks`, { deliveryIds: ids })).json.results.map((r: { status: string }) => r.status)
 
 interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
 
