@@ -99,6 +99,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const agent = createPushAgent({ policy: config.pushPolicy })
     const dispatcher = new Dispatcher({
       db, topics: topicStore, attempts, agent, metrics,
+      pushWindow: { initial: config.pushWindowInitial, max: config.pushWindowMax },
       loadGroup: (name) => groups.load(name),
       listGroups: () => groups.list(),
       ensureOffsets: async (row, topic) => { await groups.ensureOffsets(row, topic.id, topic.partitions) },
@@ -129,6 +130,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       },
     }
     metrics.trackPartitions(() => services.operations.partitionStats())
+    metrics.trackPushWindows(() => dispatcher.pushWindows())
     const retention = new RetentionSweeper(db, topicStore, {
       intervalMs: config.retentionIntervalMs,
       sliceRows: 10_000,

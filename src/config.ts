@@ -34,6 +34,9 @@ export interface Config {
   shutdownGraceMs: number
   /** Which consumer URLs may be registered and pushed to (HOOKQ_PUSH_* variables; see README "Push URL policy"). */
   pushPolicy: UrlPolicy
+  /** Concurrent pushes to one consumer: where the adaptive window starts, and its ceiling. */
+  pushWindowInitial: number
+  pushWindowMax: number
 }
 
 /** A configuration value that cannot be used; the message names the variable and what it takes. */
@@ -113,5 +116,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitPerKey: int(env, 'HOOKQ_RATE_LIMIT_PER_KEY', 0, 0, 1_000_000),
     shutdownGraceMs: int(env, 'HOOKQ_SHUTDOWN_GRACE_MS', 25_000, 0, 3_600_000),
     pushPolicy: parsePolicy(env),
+    pushWindowInitial: int(env, 'HOOKQ_PUSH_WINDOW_INITIAL', 8, 1, 100_000),
+    pushWindowMax: int(env, 'HOOKQ_PUSH_WINDOW_MAX', 1000, 1, 100_000),
   }
 }

@@ -59,6 +59,7 @@ export class Metrics implements DispatchMetrics {
     labelNames: ['group'] as const, registers: [this.registry],
   })
   private partitionSource: () => Promise<PartitionStat[]> = async () => []
+  private windowSource: () => { consumerId: string; limit: number; inFlight: number }[] = () => []
   private snapshot: Promise<PartitionStat[]> | undefined
 
   /** `onError` hears of a failed scrape-time read (the gauges are then left empty for that scrape). */
@@ -76,6 +77,28 @@ export class Metrics implements DispatchMetrics {
     })
     gauge('hookq_in_flight', 'Messages outstanding (pushed, or waiting for a retry) per group partition', (s) => s.inFlight)
     gauge('hookq_lag', 'End offset minus committed offset per group partition', (s) => s.lag)
+    const windows = () => this.windowSource()
+    new Gauge({
+      name: 'hookq_push_window', help: 'Pushes allowed at once to a consumer (grows while it keeps up, halves when it struggles)',
+      labelNames: ['consumer'] as const, registers: [this.registry],
+      collect() {
+        this.reset()
+        for (const w of windows()) this.set({ consumer: w.consumerId }, w.limit)
+      },
+    })
+    new Gauge({
+      name: 'hookq_pushes_in_flight', help: 'Push HTTP calls under way to a consumer',
+      labelNames: ['consumer'] as const, registers: [this.registry],
+      collect() {
+        this.reset()
+        for (const w of windows()) this.set({ consumer: w.consumerId }, w.inFlight)
+      },
+    })
+  }
+
+  /** Sets where the push-window gauges come from (the dispatcher's windows, read at scrape time). */
+  trackPushWindows(source: () => { consumerId: string; limit: number; inFlight: number }[]): void {
+    this.windowSource = source
   }
 
   /** Sets where the lag and in-flight gauges come from (read once per scrape). */

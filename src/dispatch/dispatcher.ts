@@ -13,15 +13,18 @@
  *     fail / deadline / nack  └──────── retry_wait ◀──────────────┘ (commit failed)
  *                        └── attempts = maxDeliveries ──▶ completing (dead letter)
  *   parked: due, but the partition has no consumer or the group is paused; pushed when that ends.
- *   ready: a delayed message that fell due while the partition had maxInFlight messages active.
+ *   ready: due, but the partition had maxInFlight messages active or the consumer's push window
+ *          was full; pushed first when there is room.
  *
  * At most `maxInFlight` messages of a partition are active (pushed, waiting for an ack or a retry;
  * when `ordered`, at most 1 outstanding of any state, which keeps strict per-partition order through
  * failures and delays). Messages still waiting for their `delayMs` do not count against maxInFlight
  * in unordered groups (up to MAX_DELAYED of them are held), so they hold nothing back. Deadlines
  * (acks, retries, delays) live in one InFlightTracker with one timer for the earliest. Completions
- * are written in batches by a GroupCommitter; PostgreSQL holds the truth, so a restart rebuilds
- * all of this from committed offsets, completions and the attempt log.
+ * are written in batches by a GroupCommitter. Pushes to one consumer are limited by its PushWindow
+ * (slow start: it grows while the consumer keeps up and halves when it struggles). PostgreSQL
+ * holds the truth, so a restart rebuilds all of this from committed offsets, completions and the
+ * attempt log.
  *
  * One broker process pushes for a database: partition ownership between processes (a lease in
  * PostgreSQL) is not built yet.
@@ -39,6 +42,7 @@ import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { buildPush, signingSecrets } from './envelope.ts'
 import { push, type PushResult } from './pusher.ts'
+import { PushWindow, pushSignal, type PushWindowOptions } from './push-window.ts'
 import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import { InFlightTracker, TrackerEntry } from './tracker.ts'
 import { active, deadLetterEntry, nextIncomplete, policyOf, type CompletionRequest, type CompletionStatus, type GroupRuntime, type Outstanding, type PartitionState, type State } from './partition-state.ts'
@@ -60,6 +64,14 @@ export interface DispatcherDeps {
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
   metrics?: DispatchMetrics
   now?: () => number
+  /** The per-consumer push window's bounds (see push-window.ts). */
+  pushWindow?: PushWindowOptions
+}
+
+/** A consumer's push window and the partitions waiting for room in it, in the order they started waiting. */
+interface ConsumerWindow {
+  window: PushWindow
+  waiting: Map<PartitionState, GroupRuntime>
 }
 
 const READ_BATCH = 200
@@ -88,6 +100,8 @@ export class Dispatcher {
   private readonly reloads = new Map<string, Promise<void>>()
   /** The highest end offset produce has reported, per topic and partition, whether or not a group listens. */
   private readonly ends = new Map<number, Map<number, number>>()
+  /** Consumer id → its push window. */
+  private readonly windows = new Map<string, ConsumerWindow>()
   private timer: NodeJS.Timeout | undefined
   private timerAtMs = Infinity
   private syntheticSeq = 0
@@ -332,9 +346,14 @@ export class Dispatcher {
     if (g.row.paused || !g.owners[w.partition]) return
     const ordered = g.row.ordered
     const limit = ordered ? 1 : g.row.maxInFlight
-    // Delayed messages that fell due while the partition was full go first, in order.
-    while (w.ready.length > 0 && active(w) < limit) this.startPush(g, w, w.ready[0]!)
+    const win = this.windowOf(g.owners[w.partition]!.id)
+    // Messages that fell due while the partition or the consumer's window was full go first, in order.
+    while (w.ready.length > 0 && active(w) < limit) {
+      if (!win.window.hasRoom()) return this.waitForWindow(win, g, w)
+      this.startPush(g, w, w.ready[0]!)
+    }
     while ((ordered ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
+      if (!win.window.hasRoom()) return this.waitForWindow(win, g, w)
       const msg = w.buffer.shift()
       if (!msg) {
         if (!w.reading && w.readPos < w.endHint) void this.read(g, w)
@@ -406,6 +425,13 @@ export class Dispatcher {
     if (g.row.paused || !owner || this.stopped) { this.setState(w, o, 'parked'); return }
     // Attempts made before a restart count: one that already had them all is dead-lettered now.
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
+    // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
+    const win = this.windowOf(owner.id)
+    if (!win.window.hasRoom()) {
+      this.setState(w, o, 'ready')
+      return this.waitForWindow(win, g, w)
+    }
+    win.window.acquire()
     const attempt = ++o.attempts
     if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
     const id = newDeliveryId()
@@ -434,6 +460,17 @@ export class Dispatcher {
 
   private settlePush(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
     this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
+    const win = this.windowOf(owner.id)
+    win.window.release(pushSignal(r))
+    try {
+      this.settleAttempt(g, w, o, id, owner, r)
+    } finally {
+      // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
+      this.wake(win)
+    }
+  }
+
+  private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
     const finishedAt = new Date(this.now())
     const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.entry?.deliveryId === id
     if (r.kind === 'delivered') {
@@ -538,6 +575,9 @@ export class Dispatcher {
     if (entry.kind === 'in_flight') {
       o.open.delete(entry.deliveryId)
       this.deps.attempts.update({ id: entry.deliveryId, outcome: 'timed_out', finishedAt: new Date(this.now()), error: `no ack within ${g.row.ackTimeoutMs} ms` })
+      // Took the push but not the message in time: as much a sign of overload as a slow answer.
+      const owner = g.owners[w.partition]
+      if (owner) this.windowOf(owner.id).window.shrink()
       this.failed(g, w, o, `no ack within ${g.row.ackTimeoutMs} ms`)
     } else if (entry.deliveryId.startsWith('dl:')) {
       this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
@@ -648,9 +688,47 @@ export class Dispatcher {
     this.schedule(req.g, req.w, o, 'retry_wait', this.now() + 1000)
   }
 
+  // ---- push windows ----
+
+  private windowOf(consumerId: string): ConsumerWindow {
+    let win = this.windows.get(consumerId)
+    if (!win) {
+      win = { window: new PushWindow(this.deps.pushWindow), waiting: new Map() }
+      this.windows.set(consumerId, win)
+    }
+    return win
+  }
+
+  /** The partition pushes again when its consumer's window has room (see `wake`). */
+  private waitForWindow(win: ConsumerWindow, g: GroupRuntime, w: PartitionState): void {
+    win.waiting.set(w, g)
+  }
+
+  /** Room in a window: the partitions waiting for it fill in turn, longest waiting first. */
+  private wake(win: ConsumerWindow): void {
+    for (const [w, g] of win.waiting) {
+      if (!win.window.hasRoom()) return
+      // A partition that fills the window again waits anew, behind the others.
+      win.waiting.delete(w)
+      this.safely(() => this.fill(g, w))
+    }
+  }
+
+  /** A consumer left: its window goes, unless pushes to it are still under way (their ends recreate it anyway). */
+  private forgetWindow(consumerId: string): void {
+    if (this.windows.get(consumerId)?.window.inFlight === 0) this.windows.delete(consumerId)
+  }
+
+  /** Each consumer's push window, for the metrics. */
+  pushWindows(): { consumerId: string; limit: number; inFlight: number }[] {
+    return [...this.windows].map(([consumerId, { window }]) => ({ consumerId, limit: window.limit, inFlight: window.inFlight }))
+  }
+
   // ---- consumers and groups ----
 
   private setConsumers(g: GroupRuntime, consumers: ConsumerRow[]): void {
+    const kept = new Set(consumers.map((c) => c.id))
+    for (const c of g.consumers) if (!kept.has(c.id)) this.forgetWindow(c.id)
     g.consumers = consumers
     const owners = assignPartitions(g.topic.partitions, consumers)
     g.owners = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
@@ -676,6 +754,7 @@ export class Dispatcher {
 
   private drop(g: GroupRuntime): void {
     g.dropped = true
+    for (const c of g.consumers) this.forgetWindow(c.id)
     for (const w of g.parts) {
       w.dropped = true
       for (const o of w.outstanding.values()) this.abandon(o, 'abandoned: the group or its topic changed')
