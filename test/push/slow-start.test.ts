@@ -15,9 +15,10 @@ const broker = await startBroker(t, { HOOKQ_PUSH_WINDOW_INITIAL: '8', HOOKQ_PUSH
 const { call, produce, allCompleted } = api(broker)
 
 t.test('a failing consumer gets one push at a time; a healed one gets more, up to the ceiling', async (t) => {
-  let phase: 'failing' | 'healthy' = 'failing'
+  type Phase = 'failing' | 'healthy'
+  let phase = 'failing' as Phase
   /** Per phase, the number of requests the receiver held open as each one arrived (itself included). */
-  const open: Record<typeof phase, number[]> = { failing: [], healthy: [] }
+  const open: Record<Phase, number[]> = { failing: [], healthy: [] }
   const receiver = await startReceiver(t, (req): BehaviourSpec => {
     open[phase].push(receiver.requests.filter((r) => !r.closed && r !== req).length + 1)
     return phase === 'failing' ? { status: 503, delayMs: 20, body: 'overloaded' } : { status: 200, delayMs: 40 }
