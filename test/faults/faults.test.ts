@@ -5,6 +5,7 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { needsServer } from '../helpers/db.ts'
+import { privatePostgresUnavailable } from '../helpers/private-postgres.ts'
 import { waitUntil } from '../helpers/wait.ts'
 import {
   check, Cluster, Consumer, History, http, LONG, loadGenerator, OffsetSampler, PROFILE, quiesce, readTopic, setup, totals,
@@ -20,6 +21,7 @@ const P = {
   terms: LONG ? 3 : 1,
   pauses: LONG ? 3 : 1,
   cuts: LONG ? 3 : 1,
+  pgStops: LONG ? 3 : 1,
   terminations: LONG ? 5 : 2,
   flapMessages: LONG ? 800 : 120,
   idemKeys: LONG ? 200 : 30,
@@ -133,6 +135,39 @@ t.test('faults', { skip: needsServer }, async (t) => {
     t.ok(probes.some((s) => s === '503'), 'the broker answered 503 while the database was away')
     t.same(probes.filter((s) => s !== '503' && s !== 'no answer' && !/^2\d\d$/.test(s)), [], 'no answer other than 503 (or 2xx once healed)')
   }))
+
+  runs.push(t.test('4b. PostgreSQL crashes (pg_ctl stop -m immediate) mid-load and starts again: 503s, no crash, recovery without restart',
+    { skip: privatePostgresUnavailable() }, async (t) => {
+      const probes: string[] = []
+      const readiness: number[] = []
+      await scenario(t, 'pgstop', { cluster: { privatePostgres: true } }, async ({ cluster, history, progress }) => {
+        for (let i = 0; i < P.pgStops; i++) {
+          await progress(60)
+          const pid = cluster.broker.child.pid
+          await cluster.stopPostgres()
+          const downAt = Date.now()
+          // While it is down: every produce is refused (503; 500 outcome_unknown for a call caught mid-commit), /readyz says 503.
+          for (let j = 0; j < 3; j++) {
+            const op = await history.produce(cluster.base, 'faults', [{ value: history.value({ probe: true }) }], 2500)
+            probes.push(op.status === 'unknown' ? 'no answer' : String(op.httpStatus))
+            readiness.push((await http(cluster.base, 'GET', '/readyz').catch(() => ({ status: 0 }))).status)
+            await sleep(300)
+          }
+          const left = 3000 - (Date.now() - downAt)
+          if (left > 0) await sleep(left)
+          await cluster.startPostgres()
+          t.ok(cluster.alive, 'the broker process stays up while PostgreSQL is down')
+          t.equal(cluster.broker.child.pid, pid, 'same process')
+          await waitUntil(async () => (await history.produce(cluster.base, 'faults', [{ value: history.value() }], 5000)).status === 'ok',
+            30_000, 'a produce to succeed after PostgreSQL is back', 250)
+          t.equal((await http(cluster.base, 'GET', '/readyz')).status, 200, 'ready again')
+        }
+      })
+      t.comment(`produce probes while PostgreSQL was down: ${probes.join(', ')}; /readyz: ${readiness.join(', ')}`)
+      t.ok(probes.some((s) => s === '503'), 'the broker answered 503 while PostgreSQL was down')
+      t.same(probes.filter((s) => s !== '503' && s !== '500' && s !== 'no answer'), [], 'never a 2xx, only 503 (or 500 outcome_unknown)')
+      t.ok(readiness.every((s) => s === 503), '/readyz answered 503 throughout')
+    }))
 
   runs.push(t.test('5. the broker\'s database connections terminated mid-load', async (t) => {
     await scenario(t, 'terminate', {}, async ({ cluster, progress }) => {

@@ -30,6 +30,7 @@ import pg from 'pg'
 import type { Test } from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts'
 import { startReceiver, type BehaviourSpec, type Receiver } from '../helpers/receiver.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 import { waitUntil } from '../helpers/wait.ts'
@@ -60,6 +61,8 @@ const coord = (p: number, o: number) => `${p}:${o}`
 export interface ClusterOptions {
   /** Put a cuttable TCP proxy between the broker and PostgreSQL. */
   proxy?: boolean
+  /** Run on a PostgreSQL server of the test's own, which the test may crash (`stopPostgres`). */
+  privatePostgres?: boolean
   env?: Record<string, string>
 }
 
@@ -70,6 +73,7 @@ export class Cluster {
   dbUrl = ''
   dbName = ''
   proxy: TcpProxy | undefined
+  postgres: PrivatePostgres | undefined
   private env: Record<string, string> = {}
   private checker: pg.Client | undefined
   starts = 0
@@ -79,7 +83,7 @@ export class Cluster {
 
   static async start(t: Tap, opts: ClusterOptions = {}): Promise<Cluster> {
     const c = new Cluster(t, opts)
-    const db = await testDatabase(t)
+    const db = opts.privatePostgres ? await c.privateDatabase(t) : await testDatabase(t)
     c.dbUrl = db.url
     c.dbName = new URL(db.url).pathname.slice(1)
     let brokerDb = db.url
@@ -99,6 +103,30 @@ export class Cluster {
     })
     await c.spawn()
     return c
+  }
+
+  /** An empty database on a server of our own: the broker migrates it at its first start. */
+  private async privateDatabase(t: Tap): Promise<{ url: string }> {
+    this.postgres = await startPrivatePostgres(t)
+    const admin = new pg.Client({ connectionString: this.postgres.url })
+    await admin.connect()
+    try { await admin.query('CREATE DATABASE hookq_faults') } finally { await admin.end() }
+    const u = new URL(this.postgres.url)
+    u.pathname = '/hookq_faults'
+    return { url: u.href }
+  }
+
+  /** `pg_ctl stop -m immediate`: PostgreSQL crashes under the broker (no checkpoint; WAL replay at start). */
+  async stopPostgres(): Promise<void> {
+    if (!this.postgres) throw new Error('cluster started without a private PostgreSQL')
+    this.faults.push('PostgreSQL stop -m immediate')
+    await this.checker?.end().catch(() => {})
+    this.checker = undefined
+    await this.postgres.stopImmediate()
+  }
+
+  async startPostgres(): Promise<void> {
+    await this.postgres!.start()
   }
 
   private exitedNow = false
