@@ -1,0 +1,358 @@
+/**
+ * The consumer side of a hookq push: one request handler for node:http and Fastify that verifies
+ * the Standard Webhooks signature, parses the push (envelope or raw), runs your function, and
+ * settles the attempt: an ack when it succeeded, a nack with a delay when it threw.
+ *
+ *   const consumer = createConsumer({ secret, handler: async (message) => { ... } })
+ *   http.createServer(consumer.listener)           // node:http
+ *   app.register(consumer.fastify, { path: '/h' })   // Fastify (keeps the raw body for the signature)
+ *   await consumer.handle({ headers, body })         // anything else: { status, headers, body } to send
+ *
+ * What each push is answered:
+ *   401  the signature, or its timestamp, does not verify        the handler is not run
+ *   400  not a hookq push, or one for another group              the handler is not run
+ *   413  a body over maxBodyBytes (405: not a POST)              the handler is not run
+ *   503  the idempotency store failed                            the handler is not run
+ *   200  handled (or a webhook-id already handled) and, in explicit mode, acked
+ *   500  the handler threw (503 + Retry-After when nackDelayMs is set), or the ack did not go through
+ * Every 4xx and 5xx is a failed attempt for the broker, pushed again after the backoff.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { createClient, unwrap, type HookqClient } from './index.ts'
+import { MemoryIdempotencyStore, type IdempotencyStore } from './idempotency.ts'
+import { parsePush, PushParseError, type PushMessage, type RawPush } from './push.ts'
+import { decodeSecret, verifyWebhook, WebhookVerificationError, DEFAULT_TOLERANCE_SECONDS, type HeaderSource } from './verify.ts'
+
+export { MemoryIdempotencyStore, type IdempotencyStore, type MemoryIdempotencyStoreOptions } from './idempotency.ts'
+export { parsePush, PushParseError, type PushMessage, type RawPush } from './push.ts'
+export { signWebhook, verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookVerificationReason } from './verify.ts'
+
+/** How the group settles pushes: `explicit` (the default) by acks and nacks, `auto` by the push's answer. */
+export type AckMode = 'explicit' | 'auto'
+
+/** What the handler gets besides the message. */
+export interface ConsumerContext {
+  /**
+   * Explicit mode: moves this attempt's ack deadline to now + extendMs; resolves with the status
+   * (`extended`, or `already_completed` once the deadline passed). The push timeout still applies.
+   */
+  extend (extendMs: number): Promise<string>
+  /** The push's HTTP request headers. */
+  requestHeaders: HeaderSource
+}
+
+/** Your function: return to have the message acked, throw to have it pushed again. */
+export type PushHandler<T = unknown> = (message: PushMessage<T>, ctx: ConsumerContext) => Promise<void> | void
+
+/** Where something went wrong, for `onError`. */
+export type ConsumerErrorStage = 'verify' | 'parse' | 'handler' | 'ack' | 'nack' | 'idempotency' | 'internal'
+
+export interface ConsumerOptions<T = unknown> {
+  handler: PushHandler<T>
+  /** The consumer's secret (`whsec_...`), or several while you rotate. Required unless `unsigned: true`. */
+  secret?: string | readonly string[]
+  /** Accept unsigned pushes (a consumer registered without a secret). Anyone who can reach the URL can then push. */
+  unsigned?: boolean
+  /** Allowed clock difference for `webhook-timestamp`, s (default 300). */
+  toleranceSeconds?: number
+  /** The group; a push naming another one is refused (400). Default: the group each push names. */
+  group?: string
+  /** Must match the group's ackMode. Default `explicit`, which also works with an auto group (the ack comes first). */
+  ackMode?: AckMode
+  /** The API client for acks and nacks; else one from `baseUrl` and `apiKey` (defaults: HOOKQ_URL, HOOKQ_API_KEY). */
+  client?: HookqClient
+  baseUrl?: string
+  apiKey?: string
+  /**
+   * How long a failed message waits before it is pushed again, ms, or a function of the error
+   * choosing it (undefined: the group's backoff, which grows per attempt). Explicit mode nacks with
+   * it; auto mode can only answer 503 with Retry-After (whole seconds, capped at the group's maxDelayMs).
+   */
+  nackDelayMs?: number | ((error: unknown, message: PushMessage<T>) => number | undefined)
+  /** Skip the handler for a webhook-id already handled: `true` for an in-memory store, or your own store. */
+  idempotency?: IdempotencyStore | boolean
+  /** Largest body accepted, bytes (default 2 MiB: the broker's default 1 MiB message plus room). */
+  maxBodyBytes?: number
+  /** Told of every failure (default: console.error). Must not throw. */
+  onError?: (error: unknown, info: { stage: ConsumerErrorStage, message?: PushMessage<T> }) => void
+}
+
+/** An answer to send back to the broker. */
+export interface ConsumerResponse {
+  status: number
+  headers: Record<string, string>
+  body: string
+}
+
+/** The few Fastify instance methods the plugin uses (typed here: this package does not depend on Fastify). */
+export interface FastifyInstanceLike {
+  removeAllContentTypeParsers (): void
+  addContentTypeParser (contentType: string, options: { parseAs: 'buffer', bodyLimit?: number },
+    parser: (request: unknown, body: Buffer, done: (err: Error | null, body?: unknown) => void) => void): unknown
+  post (path: string, options: { bodyLimit?: number },
+    handler: (request: { headers: HeaderSource, body: unknown }, reply: FastifyReplyLike) => Promise<unknown>): unknown
+}
+
+/** The few Fastify reply methods the plugin uses. */
+export interface FastifyReplyLike {
+  code (status: number): FastifyReplyLike
+  headers (values: Record<string, string>): FastifyReplyLike
+  send (payload: string): unknown
+}
+
+/** A push consumer: the same logic behind a node:http listener, a Fastify plugin and a plain function. */
+export interface Consumer {
+  /** Verifies, parses, runs the handler and settles; resolves with the answer to send. Never rejects. */
+  handle (push: RawPush): Promise<ConsumerResponse>
+  /** A node:http request listener: `http.createServer(consumer.listener)`. Answers POSTs at any path. */
+  listener: (req: IncomingMessage, res: ServerResponse) => void
+  /**
+   * A Fastify plugin: `app.register(consumer.fastify, { path: '/hookq' })` adds `POST path`
+   * (default `/`). Inside the plugin's own context it replaces the body parsers with one that keeps
+   * the raw bytes, which the signature covers; the app's other routes keep parsing JSON.
+   */
+  fastify: (instance: FastifyInstanceLike, options: { path?: string }) => Promise<void>
+}
+
+/** Default largest body, bytes. */
+export const DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+/** Longest wait for an ack, nack or extend call, ms: below the broker's default push timeout (10 s). */
+const API_TIMEOUT_MS = 8000
+
+/**
+ * Builds a consumer. Throws a TypeError for a bad configuration (no secret and no `unsigned`, a
+ * malformed secret, no handler), so a mistake shows at start-up rather than as 401s.
+ *
+ * When the answer is sent, in explicit mode: after the ack or nack. The broker settles each attempt
+ * once, by whichever comes first of an ack or nack call, the push's answer, and the ack deadline;
+ * the later ones are recorded on the attempt but no longer count (an answer to an attempt that is
+ * no longer in flight is ignored, and a nack names only the attempt in flight). So:
+ * - handler succeeded: ack, then answer 200. The ack is durable when its call returns, so nothing
+ *   is lost; if it failed, answer 500: the attempt fails now and the message comes back after the
+ *   backoff (the idempotency store then acks it without running the handler again) instead of
+ *   waiting out the ack deadline.
+ * - handler threw: nack with the delay, then answer 5xx. Answering first would settle the attempt
+ *   with the group's backoff and the nack that followed would be refused, its delay lost. If the
+ *   nack call fails, the 5xx answer is the failure: counted once either way.
+ * In auto mode the answer is the ack: 200 after the handler succeeded, 5xx when it threw.
+ * Either way the handler runs while the push is open, so it must finish within the group's
+ * pushTimeoutMs (default 10 s); past it the broker counts a timeout and pushes again, and the late
+ * ack still completes the message (with idempotency the second push waits for the first here).
+ */
+export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consumer {
+  if (typeof options?.handler !== 'function') throw new TypeError('createConsumer needs a handler function')
+  const secrets = options.secret === undefined ? [] : typeof options.secret === 'string' ? [options.secret] : [...options.secret]
+  if (secrets.length === 0 && options.unsigned !== true) {
+    throw new TypeError('createConsumer needs the consumer\'s `secret` (whsec_...), or `unsigned: true` to accept unsigned pushes')
+  }
+  for (const s of secrets) decodeSecret(s)
+  const ackMode = options.ackMode ?? 'explicit'
+  if (ackMode !== 'explicit' && ackMode !== 'auto') throw new TypeError(`ackMode must be "explicit" or "auto", got ${String(ackMode)}`)
+  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+  if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 1) throw new TypeError(`maxBodyBytes must be a whole number ≥ 1, got ${maxBodyBytes}`)
+  const toleranceSeconds = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS
+  const store = options.idempotency === true ? new MemoryIdempotencyStore() : options.idempotency || undefined
+  const report = options.onError ?? ((error, { stage, message }) => {
+    console.error(`hookq consumer: ${stage} failed${message ? ` for ${message.webhookId} (attempt ${message.attempt})` : ''}:`, error)
+  })
+  // Auto mode never calls the API, so it needs no client (nor an API key).
+  const client = ackMode === 'explicit'
+    ? options.client ?? createClient({ ...(options.baseUrl !== undefined ? { baseUrl: options.baseUrl } : {}), ...(options.apiKey !== undefined ? { apiKey: options.apiKey } : {}) })
+    : undefined
+  /** Per group/webhook-id, the tail of the pushes of that message being handled here, one after another. */
+  const running = new Map<string, Promise<unknown>>()
+
+  /** Calls acks, nacks or extend for one delivery id; resolves with its status. */
+  async function settle (verb: 'acks' | 'nacks' | 'extend', m: PushMessage<T>, extra: { delayMs?: number, extendMs?: number }): Promise<string> {
+    if (!client) throw new Error(`${verb} needs ackMode "explicit"`)
+    const init = { params: { path: { group: m.group } }, signal: AbortSignal.timeout(API_TIMEOUT_MS) }
+    const deliveryIds = [m.deliveryId]
+    const answer = verb === 'acks'
+      ? await unwrap(client.POST('/v1/groups/{group}/acks', { ...init, body: { deliveryIds } }))
+      : verb === 'nacks'
+        ? await unwrap(client.POST('/v1/groups/{group}/nacks', { ...init, body: { deliveryIds, ...(extra.delayMs !== undefined ? { delayMs: extra.delayMs } : {}) } }))
+        : await unwrap(client.POST('/v1/groups/{group}/extend', { ...init, body: { deliveryIds, extendMs: extra.extendMs ?? 0 } }))
+    return answer.results[0]?.status ?? 'unknown'
+  }
+
+  /** The handler succeeded (or had already): ack it, then say so. */
+  async function succeeded (m: PushMessage<T>, outcome: 'handled' | 'duplicate'): Promise<ConsumerResponse> {
+    if (ackMode === 'auto') return reply(200, { outcome })
+    let status: string
+    try {
+      status = await settle('acks', m, {})
+    } catch (err) {
+      report(err, { stage: 'ack', message: m })
+      return reply(500, { error: 'ack_failed', detail: 'handled, but the ack did not go through' })
+    }
+    // unknown: the broker does not know this delivery (a seek voided it, or the group is gone);
+    // failing the attempt is harmless if it is no longer in flight, and retries it if it still is.
+    if (status === 'unknown') {
+      report(new Error(`the broker does not know delivery ${m.deliveryId} of group ${m.group}`), { stage: 'ack', message: m })
+      return reply(500, { error: 'ack_unknown' })
+    }
+    return reply(200, { outcome, ack: status })
+  }
+
+  /** The handler threw: nack with the delay (explicit mode), then answer 5xx. */
+  async function failed (m: PushMessage<T>, error: unknown): Promise<ConsumerResponse> {
+    report(error, { stage: 'handler', message: m })
+    let delayMs: number | undefined
+    try {
+      delayMs = typeof options.nackDelayMs === 'function' ? options.nackDelayMs(error, m) : options.nackDelayMs
+    } catch (err) {
+      report(err, { stage: 'internal', message: m })
+    }
+    if (delayMs !== undefined && !(Number.isSafeInteger(delayMs) && delayMs >= 0)) {
+      report(new RangeError(`nackDelayMs must be a whole number ≥ 0, got ${delayMs}`), { stage: 'internal', message: m })
+      delayMs = undefined
+    }
+    if (ackMode === 'explicit') {
+      try {
+        await settle('nacks', m, delayMs === undefined ? {} : { delayMs })
+      } catch (err) {
+        report(err, { stage: 'nack', message: m })
+      }
+    }
+    const detail = (error instanceof Error ? error.message : String(error)).slice(0, 200)
+    // 503 + Retry-After is how an answer asks for a later retry (auto mode, or a nack that failed).
+    return delayMs === undefined
+      ? reply(500, { error: 'handler_failed', detail })
+      : reply(503, { error: 'handler_failed', detail }, { 'retry-after': String(Math.ceil(delayMs / 1000)) })
+  }
+
+  async function processPush (m: PushMessage<T>, headers: HeaderSource): Promise<ConsumerResponse> {
+    // The store key names the group too: webhook-ids are per message, the same for every group.
+    const key = `${m.group}/${m.webhookId}`
+    if (store) {
+      let seen: boolean
+      try {
+        seen = await store.has(key)
+      } catch (err) {
+        report(err, { stage: 'idempotency', message: m })
+        return reply(503, { error: 'idempotency_store_failed' })
+      }
+      if (seen) return succeeded(m, 'duplicate')
+    }
+    const ctx: ConsumerContext = {
+      extend: (extendMs) => settle('extend', m, { extendMs }),
+      requestHeaders: headers,
+    }
+    try {
+      await options.handler(m, ctx)
+    } catch (err) {
+      return failed(m, err)
+    }
+    if (store) {
+      try {
+        await store.add(key)
+      } catch (err) {
+        // Acked all the same: the work is done, and a forgotten id only risks a repeat on redelivery.
+        report(err, { stage: 'idempotency', message: m })
+      }
+    }
+    return succeeded(m, 'handled')
+  }
+
+  async function handle ({ headers, body }: RawPush): Promise<ConsumerResponse> {
+    try {
+      if (byteLength(body) > maxBodyBytes) return reply(413, { error: 'body_too_large', limit: maxBodyBytes })
+      if (secrets.length > 0) {
+        try {
+          verifyWebhook({ secrets, headers, body, toleranceSeconds })
+        } catch (err) {
+          if (!(err instanceof WebhookVerificationError)) throw err
+          report(err, { stage: 'verify' })
+          return reply(401, { error: 'invalid_signature', reason: err.reason })
+        }
+      }
+      let m: PushMessage<T>
+      try {
+        m = parsePush<T>({ headers, body })
+      } catch (err) {
+        if (!(err instanceof PushParseError)) throw err
+        report(err, { stage: 'parse' })
+        return reply(400, { error: 'invalid_push', detail: err.message })
+      }
+      if (options.group !== undefined && m.group !== options.group) {
+        report(new Error(`a push for group ${m.group} reached the consumer of ${options.group}`), { stage: 'parse', message: m })
+        return reply(400, { error: 'wrong_group', detail: `this consumer handles group ${options.group}` })
+      }
+      if (!store) return await processPush(m, headers)
+      // Pushes of one message run one after another: a redelivery that arrives while the first push
+      // is still being handled (a push timeout) waits for it, then finds its id in the store.
+      const key = `${m.group}/${m.webhookId}`
+      const previous = running.get(key) ?? Promise.resolve()
+      const mine = previous.then(() => processPush(m, headers))
+      const tail = mine.catch(() => {})
+      running.set(key, tail)
+      void tail.then(() => { if (running.get(key) === tail) running.delete(key) })
+      return await mine
+    } catch (err) {
+      report(err, { stage: 'internal' })
+      return reply(500, { error: 'internal_error' })
+    }
+  }
+
+  const listener = (req: IncomingMessage, res: ServerResponse): void => {
+    if (req.method !== 'POST') {
+      req.resume()
+      send(res, reply(405, { error: 'method_not_allowed' }, { allow: 'POST' }))
+      return
+    }
+    readBody(req, maxBodyBytes).then(
+      (body) => body === undefined ? reply(413, { error: 'body_too_large', limit: maxBodyBytes }, { connection: 'close' }) : handle({ headers: req.headers, body }),
+      () => undefined, // the client went away mid-body: nothing to answer
+    ).then((r) => { if (r) send(res, r) }).catch((err: unknown) => report(err, { stage: 'internal' }))
+  }
+
+  const fastify = async (instance: FastifyInstanceLike, { path = '/' }: { path?: string } = {}): Promise<void> => {
+    // Scoped to this plugin's context by Fastify's encapsulation: the app's other routes keep their parsers.
+    instance.removeAllContentTypeParsers()
+    instance.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: maxBodyBytes }, (_req, body, done) => done(null, body))
+    instance.post(path, { bodyLimit: maxBodyBytes }, async (request, res) => {
+      const body = Buffer.isBuffer(request.body) || typeof request.body === 'string' ? request.body : ''
+      const r = await handle({ headers: request.headers, body })
+      return res.code(r.status).headers(r.headers).send(r.body)
+    })
+  }
+
+  return { handle, listener, fastify }
+}
+
+function reply (status: number, body: Record<string, unknown>, headers: Record<string, string> = {}): ConsumerResponse {
+  return { status, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) }
+}
+
+function byteLength (body: string | Uint8Array): number {
+  return typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength
+}
+
+function send (res: ServerResponse, r: ConsumerResponse): void {
+  if (res.headersSent || res.destroyed) return
+  res.writeHead(r.status, { ...r.headers, 'content-length': String(Buffer.byteLength(r.body)) })
+  res.end(r.body)
+}
+
+/** The request body, or undefined once it passes `limit` bytes (then the rest is not read). */
+function readBody (req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
+  const declared = Number(req.headers['content-length'])
+  if (declared > limit) return Promise.resolve(undefined)
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let size = 0
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length
+      if (size > limit) {
+        req.removeAllListeners('data')
+        req.pause()
+        resolve(undefined)
+        return
+      }
+      chunks.push(chunk)
+    })
+    req.on('end', () => resolve(Buffer.concat(chunks, size)))
+    req.on('error', reject)
+    req.on('close', () => { if (!req.complete) reject(new Error('the request was cut off')) })
+  })
+}

@@ -1,0 +1,74 @@
+/**
+ * Which pushes a consumer has already handled, so a redelivery of one (a lost ack, an ack deadline
+ * that passed, a push timeout, a seek back) does not run the handler again. The broker delivers at
+ * least once; this turns it into "handled once" for as long as the store remembers.
+ *
+ * The store is pluggable: anything with `has` and `add`, sync or async (Redis `SET NX EX`, a table
+ * with a unique key, ...). The default keeps ids in memory: per process, lost on restart, bounded.
+ */
+
+/** Remembers handled ids. Methods may return promises; a thrown error fails the push (it is retried). */
+export interface IdempotencyStore {
+  /** Whether `id` was added (and not yet forgotten). */
+  has (id: string): boolean | Promise<boolean>
+  /** Records `id` as handled. */
+  add (id: string): void | Promise<void>
+}
+
+/** Limits of the in-memory store. */
+export interface MemoryIdempotencyStoreOptions {
+  /** Most ids kept; the oldest is forgotten first beyond it. Default 10 000 (~1 MB). */
+  maxEntries?: number
+  /** How long an id is kept, ms. Default 24 h: well past the broker's default retries (5 attempts, backoff capped at 60 s). */
+  ttlMs?: number
+  /** The clock, ms since the epoch; for tests. */
+  now?: () => number
+}
+
+/**
+ * The default store: a Map of id → expiry in insertion order. Every id gets the same TTL and `add`
+ * moves an id to the end, so the oldest entry is always the first to expire: expired ids are
+ * dropped from the front, O(1) each, and no timer runs.
+ */
+export class MemoryIdempotencyStore implements IdempotencyStore {
+  private readonly expiries = new Map<string, number>()
+  private readonly maxEntries: number
+  private readonly ttlMs: number
+  private readonly now: () => number
+
+  constructor ({ maxEntries = 10_000, ttlMs = 24 * 3600_000, now = Date.now }: MemoryIdempotencyStoreOptions = {}) {
+    if (!Number.isInteger(maxEntries) || maxEntries < 1) throw new RangeError(`maxEntries must be a whole number ≥ 1, got ${maxEntries}`)
+    if (!(ttlMs > 0)) throw new RangeError(`ttlMs must be > 0, got ${ttlMs}`)
+    this.maxEntries = maxEntries
+    this.ttlMs = ttlMs
+    this.now = now
+  }
+
+  /** Ids currently remembered (expired ones still at the front included until the next call). */
+  get size (): number {
+    return this.expiries.size
+  }
+
+  has (id: string): boolean {
+    this.evictExpired()
+    return this.expiries.has(id)
+  }
+
+  add (id: string): void {
+    this.evictExpired()
+    this.expiries.delete(id)
+    this.expiries.set(id, this.now() + this.ttlMs)
+    for (const oldest of this.expiries.keys()) {
+      if (this.expiries.size <= this.maxEntries) break
+      this.expiries.delete(oldest)
+    }
+  }
+
+  private evictExpired (): void {
+    const nowMs = this.now()
+    for (const [id, expiresAtMs] of this.expiries) {
+      if (expiresAtMs > nowMs) break
+      this.expiries.delete(id)
+    }
+  }
+}
