@@ -81,3 +81,5 @@ function env (name: string): string | undefined {
   const value = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env?.[name]
   return value === '' ? undefined : value
 }
+
+export { BatchProduceError, DLQ_HEADERS, deadLetterOrigin, produceInBatches, replayDeadLetters, replayIdempotencyKey, withRetries, type BatchOptions, type DeadLetterOrigin, type ReplayOptions, type ReplayProgress, type ReplaySkip, type ReplaySummary, type RetryOptions } from './dlq.ts'

@@ -1,0 +1,178 @@
+/**
+ * `hookq produce <topic> [values...]`: messages from the arguments, or from stdin as NDJSON (one
+ * JSON value a line; blank lines are skipped).
+ *
+ * Arguments are all parsed before anything is sent, so a bad one sends nothing. Stdin is streamed
+ * in calls of up to 1000 messages (the contract's limit) as it is read: an input of one call or
+ * less is still all or nothing, and a longer one that hits a bad line or a broker error stops
+ * there and says how many messages were committed and up to which line. With
+ * `--idempotency-prefix` every message carries the key `<prefix>:<line>`, so the same input can be
+ * sent again after a failure without storing anything twice.
+ */
+import { createInterface } from 'node:readline'
+import type { Command } from 'commander'
+import { BatchProduceError, produceInBatches, type ProduceMessage, type ProduceResult } from '@hookq/client'
+import { headerPair, wholeNumber } from './args.ts'
+import { contextOf, type CliContext } from './context.ts'
+import { ExplainedError, note, printJson, printLine, printTable, startProgress, UsageError, type Progress } from './output.ts'
+
+interface ProduceOptions {
+  key?: string
+  header?: Record<string, string>
+  partition?: number
+  delayMs?: number
+  idempotencyPrefix?: string
+  text?: boolean
+  batchSize: number
+}
+
+/** One message of the input and where it came from: its line or argument number, from 1. */
+interface Item {
+  message: ProduceMessage
+  position: number
+}
+
+type Where = 'line' | 'argument'
+
+// Results are listed one a row up to this many; past it, one row a partition.
+const MAX_LISTED = 20
+
+/** Adds `produce` to `program`. */
+export function registerProduce (program: Command): void {
+  program.command('produce <topic> [values...]')
+    .description('produce messages: JSON values as arguments, or NDJSON on stdin (one value a line)')
+    .option('-k, --key <key>', 'the key of every message (messages with one key go to one partition)')
+    .option('-H, --header <name=value>', 'a header of every message (repeatable)', headerPair)
+    .option('-p, --partition <n>', 'the partition of every message', wholeNumber(0, 2_147_483_647))
+    .option('--delay-ms <ms>', 'push each message no earlier than this long after produce', wholeNumber(0, 2_147_483_647))
+    .option('--idempotency-prefix <prefix>', 'give each message the idempotency key <prefix>:<line or argument number>')
+    .option('--text', 'send each argument or line as a JSON string instead of parsing it')
+    .option('--batch-size <n>', 'messages a call, 1 to 1000', wholeNumber(1, 1000), 1000)
+    .action(async (topic: string, values: string[], opts: ProduceOptions, cmd: Command) => {
+      const ctx = contextOf(cmd)
+      const results = values.length > 0 ? await fromArguments(ctx, topic, values, opts) : await fromStdin(ctx, topic, opts)
+      report(ctx, topic, results)
+    })
+}
+
+async function fromArguments (ctx: CliContext, topic: string, values: string[], opts: ProduceOptions): Promise<ProduceResult[]> {
+  const items = values.map((v, i) => itemOf(v, i + 1, 'argument', opts))
+  const sender = new Sender(ctx, topic, opts, 'argument')
+  try {
+    await sender.send(items)
+  } catch (err) {
+    throw sender.explain(err)
+  }
+  return sender.results
+}
+
+async function fromStdin (ctx: CliContext, topic: string, opts: ProduceOptions): Promise<ProduceResult[]> {
+  if (process.stdin.isTTY === true) {
+    throw new UsageError('nothing to produce: give JSON values as arguments, or pipe NDJSON (one JSON value a line) on stdin')
+  }
+  const sender = new Sender(ctx, topic, opts, 'line')
+  let pending: Item[] = []
+  let line = 0
+  try {
+    for await (const text of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+      line++
+      if (text.trim() === '') continue
+      pending.push(itemOf(text, line, 'line', opts))
+      if (pending.length >= opts.batchSize) {
+        // Only inputs longer than one call get a bar: a shorter one is done before a bar would show.
+        sender.showProgress()
+        await sender.send(pending)
+        pending = []
+      }
+    }
+    if (pending.length > 0) await sender.send(pending)
+  } catch (err) {
+    throw sender.explain(err)
+  } finally {
+    sender.progress.stop()
+  }
+  if (sender.results.length === 0) throw new UsageError('nothing to produce: stdin had no JSON values')
+  return sender.results
+}
+
+function itemOf (text: string, position: number, where: Where, opts: ProduceOptions): Item {
+  let value: unknown = text
+  if (opts.text !== true) {
+    try {
+      value = JSON.parse(text)
+    } catch (err) {
+      throw new UsageError(`${where} ${position} is not valid JSON (${(err as Error).message}); write strings as JSON ('"text"') or pass --text`)
+    }
+  }
+  const message: ProduceMessage = { value }
+  if (opts.key !== undefined) message.key = opts.key
+  if (opts.header !== undefined) message.headers = opts.header
+  if (opts.partition !== undefined) message.partition = opts.partition
+  if (opts.delayMs !== undefined) message.delayMs = opts.delayMs
+  if (opts.idempotencyPrefix !== undefined) message.idempotencyKey = `${opts.idempotencyPrefix}:${position}`
+  return { message, position }
+}
+
+/** Sends items in order and remembers how far it got, to explain a failure. */
+class Sender {
+  readonly results: ProduceResult[] = []
+  progress: Progress = { update: () => {}, stop: () => {} }
+  /** Line or argument number of the last committed message. */
+  private lastCommitted = 0
+  private started = false
+
+  constructor (private readonly ctx: CliContext, private readonly topic: string, private readonly opts: ProduceOptions, private readonly where: Where) {}
+
+  showProgress (): void {
+    if (this.started) return
+    this.started = true
+    this.progress = startProgress(`produce ${this.topic}`, undefined, this.ctx.progress)
+  }
+
+  async send (items: Item[]): Promise<void> {
+    let done = 0 // items of this call committed so far (always a prefix)
+    try {
+      await produceInBatches(this.ctx.client, this.topic, items.map((i) => i.message), {
+        maxBatchMessages: this.opts.batchSize,
+        onRetry: (err, waitMs, attempt) => note(`hookq: the broker is busy (${err.code ?? err.status}); retry ${attempt} in ${Math.ceil(waitMs / 1000)} s`),
+        onCommitted: (results) => {
+          this.results.push(...results)
+          done += results.length
+          this.lastCommitted = items[done - 1]?.position ?? this.lastCommitted
+          this.progress.update(this.results.length)
+        },
+      })
+    } catch (err) {
+      if (!(err instanceof BatchProduceError)) throw err
+      const failed = err.failedIndex === undefined ? undefined : items[err.failedIndex]
+      throw new ExplainedError(err.cause, failed === undefined ? [] : [`the broker refused ${this.where} ${failed.position}`])
+    }
+  }
+
+  /** The error, with how much of the input was committed before it. */
+  explain (err: unknown): unknown {
+    const committed = this.results.length === 0
+      ? 'nothing was committed'
+      : `${this.results.length} messages were committed (${this.where}s 1 to ${this.lastCommitted}); nothing after ${this.where} ${this.lastCommitted} was sent`
+    if (err instanceof ExplainedError) return new ExplainedError(err.error, [...err.notes, committed])
+    if (err instanceof UsageError && this.results.length > 0) return new UsageError(`${err.message}; ${committed}`)
+    return err instanceof UsageError ? err : new ExplainedError(err, [committed])
+  }
+}
+
+function report (ctx: CliContext, topic: string, results: ProduceResult[]): void {
+  const duplicates = results.filter((r) => r.duplicate === true).length
+  if (ctx.json) return printJson({ topic, produced: results.length - duplicates, duplicates, results })
+  printLine(`produced ${results.length - duplicates} messages to ${topic}${duplicates > 0 ? ` (${duplicates} were duplicates, stored before)` : ''}`)
+  if (results.length <= MAX_LISTED) {
+    printTable(['partition', 'offset', 'duplicate'], results.map((r) => [r.partition, r.offset, r.duplicate === true ? 'yes' : '']))
+    return
+  }
+  const byPartition = new Map<number, { count: number; first: number; last: number }>()
+  for (const r of results) {
+    const p = byPartition.get(r.partition)
+    if (p === undefined) byPartition.set(r.partition, { count: 1, first: r.offset, last: r.offset })
+    else { p.count++; p.first = Math.min(p.first, r.offset); p.last = Math.max(p.last, r.offset) }
+  }
+  printTable(['partition', 'messages', 'offsets'], [...byPartition].sort((a, b) => a[0] - b[0]).map(([p, s]) => [p, s.count, `${s.first}-${s.last}`]))
+}

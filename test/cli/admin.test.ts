@@ -1,0 +1,143 @@
+/**
+ * The CLI's admin commands against a real broker over HTTP: topics, groups, consumers and seek,
+ * in tables and in --json, and the exit codes of its failures (broker error 1, usage 2,
+ * unreachable 3, missing API key 1 with the 401 explained).
+ */
+import t from 'tap'
+import { createServer } from 'node:net'
+import { createClient, unwrap } from '@hookq/client'
+import { startListeningBroker } from '../helpers/broker.ts'
+import { runCli } from './run.ts'
+
+const { url } = await startListeningBroker(t)
+const hookq = createClient({ baseUrl: url, apiKey: '' })
+const cli = (...args: string[]) => runCli(args, { url })
+
+t.test('topics create, list (table and --json), show and delete', async (t) => {
+  const created = await cli('topics', 'create', 'orders', '--partitions', '3')
+  t.equal(created.code, 0, created.stderr)
+  t.match(created.stdout, /^created: topic orders with 3 partitions/)
+  t.equal((await unwrap(hookq.GET('/v1/topics/{topic}', { params: { path: { topic: 'orders' } } }))).partitions, 3, 'the broker has it')
+
+  await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'audit' } }, body: { partitions: 1, retentionMs: 3_600_000 } }))
+  const table = await cli('topics', 'list')
+  t.equal(table.code, 0)
+  const lines = table.stdout.trim().split('\n')
+  t.match(lines[0], /^NAME\s+PARTITIONS\s+RETENTION\s+CREATED$/)
+  t.match(lines.find((l) => l.startsWith('audit')), /^audit\s+1\s+1h\s+\d{4}-/)
+  t.match(lines.find((l) => l.startsWith('orders')), /^orders\s+3\s+7d\s+/)
+
+  const json = await cli('--json', 'topics', 'list')
+  t.equal(json.code, 0)
+  const listed = JSON.parse(json.stdout) as { topics: Array<{ name: string; partitions: number }> }
+  t.same(listed.topics.map((x) => [x.name, x.partitions]).sort(), [['audit', 1], ['orders', 3]])
+
+  const deleted = await cli('topics', 'delete', 'audit', '--json')
+  t.same(JSON.parse(deleted.stdout), { deleted: 'audit' })
+  t.equal((await hookq.GET('/v1/topics/{topic}', { params: { path: { topic: 'audit' } } })).response.status, 404)
+})
+
+t.test('groups create and status; consumers add, list and remove', async (t) => {
+  await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'jobs' } }, body: { partitions: 2 } }))
+  await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'jobs.dlq' } }, body: { partitions: 1 } }))
+  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'jobs' } }, body: { messages: [{ value: 1, partition: 1 }, { value: 2, partition: 1 }] } }))
+
+  const created = await cli('groups', 'create', 'workers', '--topic', 'jobs', '--ack-mode', 'auto', '--max-deliveries', '3',
+    '--dead-letter-topic', 'jobs.dlq', '--retry-initial-delay-ms', '250', '--retry-jitter', '0', '--paused')
+  t.equal(created.code, 0, created.stderr)
+  t.match(created.stdout, /^created: group workers on topic jobs/)
+  const group = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'workers' } } }))
+  t.match(group, { ackMode: 'auto', maxDeliveries: 3, deadLetterTopic: 'jobs.dlq', paused: true, retry: { initialDelayMs: 250, jitter: 0, multiplier: 2 } })
+
+  // A receiver is not needed: the group is paused, so the consumer is registered and never pushed to.
+  const added = await cli('--json', 'consumers', 'add', 'workers', 'http://127.0.0.1:9/hook')
+  t.equal(added.code, 0, added.stderr)
+  const consumer = JSON.parse(added.stdout) as { id: string; url: string }
+  t.equal(consumer.url, 'http://127.0.0.1:9/hook')
+
+  const status = await cli('groups', 'status', 'workers')
+  t.equal(status.code, 0, status.stderr)
+  t.match(status.stdout, /group workers on topic jobs \(PAUSED\)/)
+  t.match(status.stdout, /PARTITION\s+COMMITTED\s+END\s+LAG\s+IN FLIGHT\s+CONSUMER/)
+  t.match(status.stdout, new RegExp(`\\n1\\s+0\\s+2\\s+2\\s+0\\s+${consumer.id}`), 'partition 1: committed 0, end 2, lag 2, owned by the consumer')
+  t.match(status.stdout, new RegExp(`${consumer.id}\\s+http://127\\.0\\.0\\.1:9/hook\\s+no\\s+active`))
+
+  const listed = await cli('consumers', 'list', 'workers')
+  t.match(listed.stdout, consumer.id)
+
+  const removed = await cli('consumers', 'remove', 'workers', consumer.id)
+  t.equal(removed.code, 0, removed.stderr)
+  t.same((await unwrap(hookq.GET('/v1/groups/{group}/consumers', { params: { path: { group: 'workers' } } }))).consumers, [])
+
+})
+
+t.test('seek to an offset on one partition, and to a time on all', async (t) => {
+  await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'ledger' } }, body: { partitions: 2 } }))
+  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'ledger' } }, body: { messages: [0, 1, 2].map((n) => ({ value: n, partition: 0 })) } }))
+  await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: 'books' } }, body: { topic: 'ledger', paused: true } }))
+
+  const moved = await cli('seek', 'books', '--partition', '0', '--offset', '2')
+  t.equal(moved.code, 0, moved.stderr)
+  t.match(moved.stdout, /\n0\s+2\n1\s+0/)
+  const committed = async () => (await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'books' } } }))).partitions.map((p) => p.committedOffset)
+  t.same(await committed(), [2, 0])
+
+  const future = await cli('--json', 'seek', 'books', '--timestamp', new Date(Date.now() + 3_600_000).toISOString())
+  t.equal(future.code, 0, future.stderr)
+  t.same(JSON.parse(future.stdout).partitions, [{ partition: 0, committedOffset: 3 }, { partition: 1, committedOffset: 0 }], 'a time after every message: the end offsets')
+  t.same(await committed(), [3, 0])
+
+  const both = await cli('seek', 'books', '--offset', '0', '--timestamp', '2026-01-01T00:00:00Z')
+  t.equal(both.code, 2, 'both targets is a usage error')
+  t.match(both.stderr, /exactly one of --offset and --timestamp/)
+  t.same(await committed(), [3, 0], 'and nothing moved')
+})
+
+t.test('errors: broker error 1, usage 2, unreachable 3', async (t) => {
+  const missing = await cli('topics', 'show', 'nope')
+  t.equal(missing.code, 1)
+  t.equal(missing.stdout, '')
+  t.match(missing.stderr, /^hookq: topic_not_found \(HTTP 404\): .*nope/)
+  t.notMatch(missing.stderr, /\n\s+at /, 'no stack trace')
+
+  const missingJson = await cli('--json', 'topics', 'show', 'nope')
+  t.equal(missingJson.code, 1)
+  t.match(JSON.parse(missingJson.stderr), { error: { status: 404, code: 'topic_not_found' } })
+
+  const usage = await cli('topics', 'create', 'x', '--partitions', 'many')
+  t.equal(usage.code, 2)
+  t.match(usage.stderr, /--partitions <n>.*invalid/)
+  t.equal((await hookq.GET('/v1/topics/{topic}', { params: { path: { topic: 'x' } } })).response.status, 404, 'nothing was created')
+
+  t.equal((await cli('topicz', 'list')).code, 2, 'an unknown command')
+
+  const port = await closedPort()
+  const unreachable = await runCli(['topics', 'list'], { url: `http://127.0.0.1:${port}` })
+  t.equal(unreachable.code, 3)
+  t.match(unreachable.stderr, `cannot reach the broker at http://127.0.0.1:${port}`)
+  t.match(unreachable.stderr, /ECONNREFUSED/)
+})
+
+t.test('with API keys: a missing key is a 401 explained, HOOKQ_API_KEY or --api-key pass', async (t) => {
+  const key = 'cli-test-key-0123456789'
+  const secured = await startListeningBroker(t, { HOOKQ_API_KEYS: `${key}:admin` })
+  const without = await runCli(['topics', 'list'], { url: secured.url })
+  t.equal(without.code, 1)
+  t.match(without.stderr, /unauthorized \(HTTP 401\)/)
+  t.match(without.stderr, /HOOKQ_API_KEY/)
+
+  const withEnv = await runCli(['topics', 'create', 'secure', '-p', '1'], { url: secured.url, env: { HOOKQ_API_KEY: key } })
+  t.equal(withEnv.code, 0, withEnv.stderr)
+  const withFlag = await runCli(['--api-key', key, '--json', 'topics', 'list'], { url: secured.url })
+  t.equal(withFlag.code, 0, withFlag.stderr)
+  t.same(JSON.parse(withFlag.stdout).topics.map((x: { name: string }) => x.name), ['secure'])
+})
+
+/** A port nothing listens on: bound, then released. */
+async function closedPort (): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const port = (server.address() as { port: number }).port
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  return port
+}
