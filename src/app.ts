@@ -11,6 +11,7 @@ import type { ApiKey } from './http/scopes.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
 import { ERRORS, problemType } from './errors.ts'
 import { ackRoutes } from './http/routes/acks.ts'
+import { consoleRoutes } from './http/routes/console.ts'
 import { groupRoutes } from './http/routes/groups.ts'
 import { healthRoutes, healthSchemas } from './http/routes/health.ts'
 import { messageRoutes } from './http/routes/messages.ts'
@@ -102,6 +103,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   await app.register(ackRoutes(opts.services))
   await app.register(operationRoutes(opts.services))
   await app.register(metricsRoutes(opts.services))
+  await app.register(consoleRoutes())
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   return app
 }

@@ -1,0 +1,47 @@
+// @ts-check
+/**
+ * The lag and throughput chart of a group (uPlot): total lag on the left axis, messages a second
+ * produced and completed on the right one, over the samples the group view has polled.
+ */
+import uPlot from './vendor/uPlot.esm.js'
+import { h } from './dom.js'
+
+const HEIGHT_PX = 240
+
+/**
+ * Mounts an empty chart in `container`; `update` redraws it from a history's columns.
+ * @param {HTMLElement} container
+ */
+export function lagChart(container) {
+  const host = h('div', { class: 'chart', 'aria-label': 'Lag and throughput over the last 10 minutes', role: 'img' })
+  container.appendChild(host)
+  // The host is a block inside the container's padding: its width is the width there is to draw in.
+  const width = () => Math.max(320, host.clientWidth)
+  /** @type {import('uplot').Options} */
+  const opts = {
+    width: width(),
+    height: HEIGHT_PX,
+    cursor: { drag: { x: false, y: false } },
+    scales: { x: { time: true }, lag: { range: (_u, _min, max) => [0, Math.max(1, max)] }, rate: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
+    series: [
+      {},
+      { label: 'Lag', scale: 'lag', stroke: '#c2410c', width: 2, fill: 'rgba(194, 65, 12, 0.08)', value: (_u, v) => (v === null ? '–' : String(v)) },
+      { label: 'Produced msg/s', scale: 'rate', stroke: '#2563eb', width: 1.5, value: (_u, v) => (v === null ? '–' : v.toFixed(1)) },
+      { label: 'Completed msg/s', scale: 'rate', stroke: '#15803d', width: 1.5, value: (_u, v) => (v === null ? '–' : v.toFixed(1)) },
+    ],
+    axes: [
+      { stroke: '#555' },
+      { scale: 'lag', label: 'lag (messages)', stroke: '#c2410c' },
+      { scale: 'rate', label: 'msg/s', side: 1, stroke: '#2563eb', grid: { show: false } },
+    ],
+  }
+  const plot = new uPlot(opts, [[], [], [], []], host)
+  // Follows the page width; uPlot draws on a canvas of fixed size.
+  const resize = new ResizeObserver(() => plot.setSize({ width: width(), height: HEIGHT_PX }))
+  resize.observe(host)
+  return {
+    /** @param {import('uplot').AlignedData} data */
+    update: (data) => plot.setData(data),
+    destroy: () => { resize.disconnect(); plot.destroy() },
+  }
+}

@@ -1,0 +1,47 @@
+// @ts-check
+/**
+ * Consumer groups: each with its topic, total lag and in-flight count, and the health of its
+ * consumers (enabled, or disabled after a 410 Gone), polled.
+ */
+import { api } from './api.js'
+import { badge, errorPanel, fmtInt, h, hashLink, replace, table } from './dom.js'
+import { poll } from './samples.js'
+import { mapLimit } from './topics.js'
+
+/**
+ * The group's consumers in one badge: how many are enabled, and how many disabled.
+ * @param {import('./api.js').Consumer[]} consumers
+ */
+export function consumerHealth(consumers) {
+  const disabled = consumers.filter((c) => c.disabled).length
+  const enabled = consumers.length - disabled
+  if (consumers.length === 0) return badge('no consumer', 'warn')
+  return h('span', {},
+    badge(`${enabled} enabled`, enabled > 0 ? 'ok' : 'warn'),
+    disabled > 0 ? [' ', badge(`${disabled} disabled`, 'bad')] : null)
+}
+
+/** @type {import('./app.js').View} */
+export function groupsView(root) {
+  const body = h('div', {}, h('p', { class: 'muted' }, 'Loading…'))
+  replace(root, h('h1', {}, 'Consumer groups'), body)
+
+  return poll(async () => {
+    try {
+      const groups = await api.groups()
+      const statuses = await mapLimit(groups, 4, (g) => api.group(g.name))
+      const rows = statuses.map((g) => h('tr', { 'data-group': g.name },
+        h('td', {}, h('a', { href: hashLink('groups', g.name) }, g.name)),
+        h('td', {}, h('a', { href: hashLink('topics', g.topic) }, g.topic)),
+        h('td', { class: 'num lag' }, fmtInt(g.partitions.reduce((s, p) => s + p.lag, 0))),
+        h('td', { class: 'num' }, fmtInt(g.partitions.reduce((s, p) => s + p.inFlight, 0))),
+        h('td', {}, consumerHealth(g.consumers)),
+        h('td', {}, g.paused ? badge('paused', 'warn') : badge('active', 'ok')),
+        h('td', {}, g.deadLetterTopic ? h('a', { href: hashLink('groups', g.name, 'dead-letters') }, g.deadLetterTopic) : h('span', { class: 'muted' }, '–'))))
+      replace(body, table(['Group', 'Topic', 'Lag', 'In flight', 'Consumers', 'State', 'Dead letters'], rows,
+        'No groups yet: create one with PUT /v1/groups/{group}.', { class: 'groups' }))
+    } catch (err) {
+      replace(body, errorPanel(err))
+    }
+  })
+}
