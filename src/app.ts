@@ -33,8 +33,10 @@ export interface AppOptions {
   apiKeys?: (ApiKey | string)[]
   /** Requests a second per key (per client IP without keys); 0 or unset means no limit. */
   rateLimitPerS?: number
-  /** A pino logger; none means no request logs. */
+  /** A pino logger; none means no logs. */
   logger?: FastifyBaseLogger
+  /** Log every request and response at info (off by default: a line per call costs a broker a lot). */
+  logRequests?: boolean
 }
 
 const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...groupSchemas, ...ackSchemas, ...operationSchemas, ...healthSchemas]
@@ -49,6 +51,7 @@ export const API_INFO = {
 export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
+    disableRequestLogging: opts.logRequests !== true,
     bodyLimit: opts.maxRequestBytes,
     // Idle keep-alive sockets are closed at shutdown so close() does not wait on them.
     forceCloseConnections: 'idle',

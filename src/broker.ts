@@ -139,6 +139,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     })
     const app = await buildApp({
       services, maxRequestBytes: config.maxRequestBytes, apiKeys: config.apiKeys, rateLimitPerS: config.rateLimitPerKey, logger: opts.logger,
+      logRequests: config.logRequests,
     })
 
     services.produce.onAppend((topicId, partition, endOffset) => dispatcher.notifyAppend(topicId, partition, endOffset))

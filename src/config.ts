@@ -37,6 +37,8 @@ export interface Config {
   /** Concurrent pushes to one consumer: where the adaptive window starts, and its ceiling. */
   pushWindowInitial: number
   pushWindowMax: number
+  /** A log line for every request and response (HOOKQ_LOG_REQUESTS). */
+  logRequests: boolean
 }
 
 /** A configuration value that cannot be used; the message names the variable and what it takes. */
@@ -45,6 +47,15 @@ export class ConfigError extends Error {
 }
 
 type Env = Record<string, string | undefined>
+
+/** A true/false variable (also 1/0, yes/no); `fallback` when unset. */
+export function bool(env: Env, name: string, fallback: boolean): boolean {
+  const raw = env[name]?.trim().toLowerCase()
+  if (raw === undefined || raw === '') return fallback
+  if (raw === 'true' || raw === '1' || raw === 'yes') return true
+  if (raw === 'false' || raw === '0' || raw === 'no') return false
+  throw new ConfigError(`${name} must be true or false, got ${JSON.stringify(env[name])}`)
+}
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name]
@@ -118,5 +129,6 @@ export function loadConfig(env: Env = process.env): Config {
     pushPolicy: parsePolicy(env),
     pushWindowInitial: int(env, 'HOOKQ_PUSH_WINDOW_INITIAL', 8, 1, 100_000),
     pushWindowMax: int(env, 'HOOKQ_PUSH_WINDOW_MAX', 1000, 1, 100_000),
+    logRequests: bool(env, 'HOOKQ_LOG_REQUESTS', false),
   }
 }

@@ -68,7 +68,11 @@ export function sendProblem(reply: FastifyReply, problem: Problem, retryAfterS?:
 export function installProblemHandlers(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const { problem, retryAfterS } = classify(err)
-    if (problem.status >= 500) request.log.error({ err }, 'request failed')
+    // Shedding must stay cheap when the broker is overloaded: no log line per refused call at the
+    // default level (the metrics and the caller's Retry-After tell the story).
+    if (problem.code === 'overloaded' || problem.code === 'rate_limited') request.log.debug({ code: problem.code }, 'request shed')
+    else if (problem.code === 'unavailable') request.log.warn({ code: problem.code, detail: problem.detail, err: String(err) }, 'request refused: database unavailable')
+    else if (problem.status >= 500) request.log.error({ err }, 'request failed')
     else request.log.info({ code: problem.code, detail: problem.detail }, 'request rejected')
     return sendProblem(reply, problem, retryAfterS)
   })

@@ -29,7 +29,7 @@
  * address in `allowCidrs`.
  */
 import { BlockList, isIP } from 'node:net'
-import { ConfigError } from '../config.ts'
+import { bool, ConfigError } from '../config.ts'
 
 export interface UrlPolicy {
   /** Plain http:// URLs accepted (default true); false means https:// only. */
@@ -142,14 +142,6 @@ export function checkAddress(ip: string, family: number | string | undefined, po
 
 function deny(reason: string): Verdict {
   return { allowed: false, reason }
-}
-
-function bool(env: Env, name: string, fallback: boolean): boolean {
-  const raw = env[name]?.trim().toLowerCase()
-  if (raw === undefined || raw === '') return fallback
-  if (raw === 'true' || raw === '1' || raw === 'yes') return true
-  if (raw === 'false' || raw === '0' || raw === 'no') return false
-  throw new ConfigError(`${name} must be true or false, got ${JSON.stringify(env[name])}`)
 }
 
 function list(env: Env, name: string): string[] {

@@ -4,7 +4,8 @@ import { runBrokerToExit } from '../helpers/process.ts'
 
 t.test('defaults', async (t) => {
   const c = loadConfig({})
-  t.match(c, { host: '127.0.0.1', port: 8080, databaseUrl: undefined, dataDir: './data', maxMessageBytes: 1048576, maxRequestBytes: 10485760, apiKeys: [] })
+  t.match(c, { host: '127.0.0.1', port: 8080, databaseUrl: undefined, dataDir: './data', maxMessageBytes: 1048576, maxRequestBytes: 10485760, apiKeys: [], pushWindowInitial: 8, pushWindowMax: 1000, logRequests: false })
+  t.equal(loadConfig({ HOOKQ_LOG_REQUESTS: 'yes' }).logRequests, true)
 })
 
 t.test('bad values are refused with the variable named', async (t) => {
@@ -15,6 +16,9 @@ t.test('bad values are refused with the variable named', async (t) => {
     [{ LOG_LEVEL: 'loud' }, /LOG_LEVEL must be one of/],
     [{ HOOKQ_MAX_MESSAGE_BYTES: '2000000', HOOKQ_MAX_REQUEST_BYTES: '1000000' }, /must not exceed HOOKQ_MAX_REQUEST_BYTES/],
     [{ HOOKQ_DB_POOL_SIZE: '0' }, /HOOKQ_DB_POOL_SIZE/],
+    [{ HOOKQ_LOG_REQUESTS: 'sometimes' }, /HOOKQ_LOG_REQUESTS must be true or false, got "sometimes"/],
+    [{ HOOKQ_PUSH_WINDOW_MAX: '0' }, /HOOKQ_PUSH_WINDOW_MAX must be a whole number from 1/],
+    [{ HOOKQ_PUSH_ALLOW_PRIVATE: 'maybe' }, /HOOKQ_PUSH_ALLOW_PRIVATE must be true or false/],
   ]
   for (const [env, message] of bad) t.throws(() => loadConfig(env), { name: 'ConfigError', message }, JSON.stringify(env))
   t.ok(new ConfigError('x') instanceof Error)
