@@ -20,10 +20,11 @@
  *   attempts    no attempt number above maxDeliveries (pushes and the deliveries table);
  *   exclusive   no message both acked (ack answered `acked`) and dead-lettered;
  *   no-repush   no message pushed again well after an ack for it was answered `acked`;
- *   resources   broker RSS below a generous bound.
+ *   resources   broker RSS below a generous bound; at rest, fewer than 256 file descriptors and
+ *               no more database connections than the pool holds (plus one).
  * Duplicates (pushes of a message beyond the first) are allowed, counted and reported.
  */
-import { readFile } from 'node:fs/promises'
+import { readFile, readdir, readlink } from 'node:fs/promises'
 import { isDeepStrictEqual } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
@@ -140,6 +141,9 @@ export class Cluster {
 
   get alive(): boolean { return !this.exitedNow }
 
+  /** A variable of the broker's environment. */
+  envValue(name: string): string | undefined { return this.env[name] }
+
   /** SIGKILL and start again on the same database. */
   async killAndRestart(): Promise<void> {
     this.faults.push('SIGKILL')
@@ -201,6 +205,21 @@ export class Cluster {
       `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`,
       [this.dbName])
     return r.rowCount ?? 0
+  }
+
+  /** The broker's open file descriptors, and how many of them are sockets. */
+  async openFds(): Promise<{ fds: number; sockets: number }> {
+    const dir = `/proc/${this.broker.child.pid}/fd`
+    const names = await readdir(dir)
+    const links = await Promise.all(names.map((n) => readlink(`${dir}/${n}`).catch(() => '')))
+    return { fds: names.length, sockets: links.filter((l) => l.startsWith('socket:')).length }
+  }
+
+  /** Connections to the test database other than the checker's own. */
+  async databaseConnections(): Promise<number> {
+    const c = await this.sql()
+    const r = await c.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, [this.dbName])
+    return r.rows[0].n as number
   }
 
   async rssBytes(): Promise<number> {
@@ -526,6 +545,14 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
   const rss = await cluster.rssBytes()
   const maxRss = inp.maxRssBytes ?? 768 * 1024 * 1024
   if (!(rss < maxRss)) v(`broker RSS ${Math.round(rss / 1048576)} MiB >= ${Math.round(maxRss / 1048576)} MiB`)
+  // Quiesced: sockets are the listener, the pool's database connections and kept-alive push and
+  // client connections (undici keeps at most 32 per consumer origin); a leak per push or per
+  // fault would pass these bounds in any run.
+  const { fds, sockets } = await cluster.openFds()
+  if (!(fds < 256)) v(`broker holds ${fds} file descriptors (${sockets} sockets) at rest`)
+  const dbConnections = await cluster.databaseConnections()
+  const pool = Number(cluster.envValue('HOOKQ_DB_POOL_SIZE') ?? 10)
+  if (!(dbConnections <= pool + 1)) v(`${dbConnections} connections to the database at rest, pool size ${pool}`)
 
   const distinct = new Set(pushes.map((p) => coord(p.partition, p.offset))).size
   const duplicates = pushes.length - distinct
@@ -537,7 +564,8 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
   t.comment(`history: ${history.ops.length} produce calls (ok ${history.count('ok')}, failed ${history.count('failed')}, unknown ${history.count('unknown')}); `
     + `${history.messagesOk()} messages ok, ${log.length} in the log; faults: ${cluster.faults.join(', ') || 'none'}`)
   t.comment(`pushes ${pushes.length} for ${distinct} messages: ${duplicates} duplicates; max attempt ${maxAttemptSeen}; dead-lettered ${deadLettered}; `
-    + `ack answers ${ackCalls}; offset samples ${sampler.samples.length}; RSS ${Math.round(rss / 1048576)} MiB`)
+    + `ack answers ${ackCalls}; offset samples ${sampler.samples.length}; RSS ${Math.round(rss / 1048576)} MiB; `
+    + `${fds} fds (${sockets} sockets), ${dbConnections} database connections at rest`)
 
   t.equal(lost, 0, 'no lost ok-produce')
   t.same(violations, [], 'no invariant violation')
