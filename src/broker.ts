@@ -16,7 +16,6 @@ import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
 import { TopicService } from './service/topics.ts'
 import { durabilityWarnings, openDatabase, type Database } from './store/db.ts'
-import { startEmbedded } from './store/embedded.ts'
 import { MessageStore, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { TopicStore } from './store/topics.ts'
@@ -59,8 +58,9 @@ export interface BrokerOptions {
 /** Starts the database side and builds the app (not listening yet). */
 export async function createBroker(config: Config, opts: BrokerOptions = {}): Promise<Broker> {
   const log = opts.log ?? (() => {})
+  // PGlite is loaded only when it is used: it costs a server-backed broker ~35 MB of RSS otherwise.
   const embedded = config.databaseUrl === undefined
-    ? await startEmbedded({ dataDir: config.dataDir, log })
+    ? await (await import('./store/embedded.ts')).startEmbedded({ dataDir: config.dataDir, log })
     : undefined
   const databaseUrl = embedded?.connectionString ?? config.databaseUrl!
   // A database that takes one connection at a time (embedded, or a pool size of 1) gets one.
