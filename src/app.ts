@@ -10,6 +10,7 @@ import { installAuth } from './http/auth.ts'
 import type { ApiKey } from './http/scopes.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
 import { ERRORS, problemType } from './errors.ts'
+import compress from '@fastify/compress'
 import { ackRoutes } from './http/routes/acks.ts'
 import { consoleRoutes } from './http/routes/console.ts'
 import { groupRoutes } from './http/routes/groups.ts'
@@ -89,6 +90,10 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (json.$id as string | undefined) ?? `def-${i}` },
   })
   await app.register(swaggerUi, { routePrefix: '/docs' })
+  // Compressed request bodies (a producer gzipping a big batch): bodyLimit counts the decompressed
+  // bytes, so a small gzip bomb is a 413, never a big buffer. Answers are not compressed: they are
+  // small, and a proxy in front does that better than the broker's single thread.
+  await app.register(compress, { globalCompression: false, globalDecompression: true, requestEncodings: ['gzip', 'deflate', 'br', 'identity'] })
 
   // At shutdown, idle keep-alive connections are closed at once (forceCloseConnections); busy ones
   // get `connection: close` on their last response, or close() would wait out their keep-alive.

@@ -43,6 +43,10 @@ function classify(err: FastifyError): { problem: Problem; retryAfterS?: number }
       return { problem: problemOf('body_too_large', err.message) }
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return { problem: problemOf('unsupported_media_type', 'send application/json') }
+    case 'FST_CP_ERR_INVALID_CONTENT_ENCODING':
+      return { problem: problemOf('unsupported_media_type', `${err.message}; send gzip, deflate, br or identity`) }
+    case 'FST_CP_ERR_INVALID_CONTENT':
+      return { problem: problemOf('invalid_json', 'the body could not be decompressed with its Content-Encoding') }
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return { problem: problemOf('invalid_json', 'the body is empty') }
     case 'FST_ERR_CTP_INVALID_JSON_BODY':

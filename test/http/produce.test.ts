@@ -214,3 +214,29 @@ t.test('a value nested too deeply, or a key with a lone surrogate, is a 400 that
   t.equal(kept.statusCode, 201, 'a lone surrogate inside a value is stored as its JSON escape')
   t.equal((await fetchAll('odd', 0)).messages[0]!.value, 'lone \ud800 in a value is kept')
 })
+
+t.test('a compressed produce body (gzip, deflate, br) is decompressed; the size limit counts what it inflates to', async (t) => {
+  await createTopic('gz', 1)
+  const { gzipSync, deflateSync, brotliCompressSync } = await import('node:zlib')
+  const encoders = { gzip: gzipSync, deflate: deflateSync, br: brotliCompressSync }
+  for (const [encoding, encode] of Object.entries(encoders)) {
+    const messages = Array.from({ length: 20 }, (_, i) => ({ value: { encoding, i, text: 'é'.repeat(100) } }))
+    const res = await app.inject({
+      method: 'POST', url: '/v1/topics/gz/messages',
+      headers: { 'content-type': 'application/json', 'content-encoding': encoding }, payload: encode(JSON.stringify({ messages })),
+    })
+    t.equal(res.statusCode, 201, `${encoding}: ${res.body.slice(0, 200)}`)
+  }
+  const stored = (await fetchAll('gz', 0)).messages
+  t.equal(stored.length, 60, 'all three batches stored')
+  t.same(stored[59]!.value, { encoding: 'br', i: 19, text: 'é'.repeat(100) }, 'values intact')
+
+  // 65536 bytes is this broker's limit: 1 KiB of gzip inflating to 1 MiB is refused, and stores nothing.
+  const bomb = gzipSync(JSON.stringify({ messages: [{ value: 'x'.repeat(1 << 20) }] }))
+  const res = await app.inject({
+    method: 'POST', url: '/v1/topics/gz/messages', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, payload: bomb,
+  })
+  t.equal(res.statusCode, 413)
+  t.equal(res.json().code, 'body_too_large')
+  t.equal((await fetchAll('gz', 0)).messages.length, 60, 'nothing stored')
+})
