@@ -7,9 +7,11 @@
  * - Each push answered in time grows it by one while the window was actually in use, which
  *   doubles it every round trip (slow start); a window that is not the limit does not grow, so
  *   a quiet consumer does not earn a huge window it never proved it can take.
- * - Each congestion signal halves it, down to `min`: a 429 or 5xx answer, no answer in time, a
- *   network error, or (explicit ack mode) an ack deadline that passed. Other answers (4xx, 410)
- *   say nothing about load and leave it alone.
+ * - Each congestion signal halves it, down to `min`: 429, 502, 503 or 504, no answer in time, a
+ *   network error, or (explicit ack mode) an ack deadline that passed. Other answers say nothing
+ *   about load and leave it alone: a 500 is the consumer failing that message (a bug, a bad
+ *   payload), and shrinking the window for it would starve a healthy consumer that rejects some
+ *   messages; a 4xx or 410 is about the request.
  *
  * A pure data structure: no clock, no I/O. The dispatcher owns one per consumer.
  */
@@ -73,9 +75,12 @@ function clamp(n: number, lo: number, hi: number): number {
   return Math.min(hi, Math.max(lo, Math.floor(n)))
 }
 
+/** Answers that say the consumer (or the proxy in front of it) is overloaded or out of reach. */
+const CONGESTION_STATUSES = new Set([429, 502, 503, 504])
+
 /** What a push's result says about the consumer's load. */
 export function pushSignal(r: { kind: 'delivered' | 'rejected' | 'timeout' | 'network'; status?: number }): PushSignal {
   if (r.kind === 'delivered') return 'ok'
-  if (r.kind === 'rejected') return r.status === 429 || (r.status ?? 0) >= 500 ? 'congested' : 'neutral'
+  if (r.kind === 'rejected') return CONGESTION_STATUSES.has(r.status ?? 0) ? 'congested' : 'neutral'
   return 'congested'
 }

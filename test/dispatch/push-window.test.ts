@@ -76,11 +76,12 @@ t.test('bad bounds are clamped: min at least 1, max at least min, initial betwee
   t.equal(new PushWindow({ initial: 1, min: 4, max: 2 }).limit, 4)
 })
 
-t.test('congestion: 429, 5xx, timeouts and network errors; not other answers', async (t) => {
+t.test('congestion: 429, 502-504, timeouts and network errors; not other answers', async (t) => {
   t.equal(pushSignal({ kind: 'delivered', status: 200 }), 'ok')
   t.equal(pushSignal({ kind: 'rejected', status: 429 }), 'congested')
-  t.equal(pushSignal({ kind: 'rejected', status: 503 }), 'congested')
-  t.equal(pushSignal({ kind: 'rejected', status: 500 }), 'congested')
+  for (const status of [502, 503, 504]) t.equal(pushSignal({ kind: 'rejected', status }), 'congested', String(status))
+  t.equal(pushSignal({ kind: 'rejected', status: 500 }), 'neutral', 'a 500 is about the message, not the load')
+  t.equal(pushSignal({ kind: 'rejected', status: 501 }), 'neutral')
   t.equal(pushSignal({ kind: 'rejected', status: 400 }), 'neutral')
   t.equal(pushSignal({ kind: 'rejected', status: 410 }), 'neutral')
   t.equal(pushSignal({ kind: 'rejected', status: 302 }), 'neutral')

@@ -152,8 +152,9 @@ t.test('explicit mode: a throwing handler is nacked with its delay, pushed again
     const d = await deliveries('nacked')
     return d.length === 2 && d[1]!.outcome === 'acked' && d.every((x) => x.statusCode !== null) ? d : undefined
   }, 10_000, 'the attempt log settled')
-  // The nack settled attempt 1 before the answer: the 503 that followed is recorded, not counted again.
-  t.match(log, [{ attempt: 1, outcome: 'nacked', statusCode: 503 }, { attempt: 2, outcome: 'acked', statusCode: 200 }])
+  // The nack settled attempt 1 before the answer: the 500 that followed is recorded, not counted
+  // again (a 500, not a 503: the message failed, the consumer is not overloaded).
+  t.match(log, [{ attempt: 1, outcome: 'nacked', statusCode: 500 }, { attempt: 2, outcome: 'acked', statusCode: 200 }])
 })
 
 t.test('a wrong secret or a stale timestamp gets 401 and the handler never runs', async (t) => {

@@ -14,7 +14,8 @@
  *   413  a body over maxBodyBytes (405: not a POST)              the handler is not run
  *   503  the idempotency store failed                            the handler is not run
  *   200  handled (or a webhook-id already handled) and, in explicit mode, acked
- *   500  the handler threw (503 + Retry-After when nackDelayMs is set), or the ack did not go through
+ *   500  the handler threw (after the nack; 503 + Retry-After when nackDelayMs is set and there was
+ *        no nack: auto mode, or a nack call that failed), or the ack did not go through
  * Every 4xx and 5xx is a failed attempt for the broker, pushed again after the backoff.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
@@ -207,16 +208,20 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
       report(new RangeError(`nackDelayMs must be a whole number ≥ 0, got ${delayMs}`), { stage: 'internal', message: m })
       delayMs = undefined
     }
+    let nacked = false
     if (ackMode === 'explicit') {
       try {
         await settle('nacks', m, delayMs === undefined ? {} : { delayMs })
+        nacked = true
       } catch (err) {
         report(err, { stage: 'nack', message: m })
       }
     }
     const detail = (error instanceof Error ? error.message : String(error)).slice(0, 200)
     // 503 + Retry-After is how an answer asks for a later retry (auto mode, or a nack that failed).
-    return delayMs === undefined
+    // After a nack the answer changes nothing but the push window: a 500 says the message failed,
+    // where a 503 would tell the broker this consumer is overloaded and halve its concurrency.
+    return delayMs === undefined || nacked
       ? reply(500, { error: 'handler_failed', detail })
       : reply(503, { error: 'handler_failed', detail }, { 'retry-after': String(Math.ceil(delayMs / 1000)) })
   }
