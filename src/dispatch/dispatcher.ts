@@ -72,6 +72,8 @@ export interface DispatcherDeps {
 interface ConsumerWindow {
   window: PushWindow
   waiting: Map<PartitionState, GroupRuntime>
+  /** The consumer left while pushes to it were under way: the window goes when the last one ends. */
+  retired: boolean
 }
 
 const READ_BATCH = 200
@@ -431,7 +433,6 @@ export class Dispatcher {
       this.setState(w, o, 'ready')
       return this.waitForWindow(win, g, w)
     }
-    win.window.acquire()
     const attempt = ++o.attempts
     if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
     const id = newDeliveryId()
@@ -453,6 +454,9 @@ export class Dispatcher {
       groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
       pushFormat: g.row.pushFormat, consumerSecrets: signingSecrets(owner, nowMs),
     }, o.msg, id, attempt, deadlineMs, nowMs)
+    // Taken only now, right before the call whose end gives it back (settlePush), so nothing can throw in between.
+    win.window.acquire()
+    o.pushedTo = owner.id
     void push(this.deps.agent, { url: owner.url, body, headers, timeoutMs: g.row.pushTimeoutMs })
       .then((result) => this.settlePush(g, w, o, id, owner, result))
       .catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'settling a push failed'))
@@ -460,13 +464,15 @@ export class Dispatcher {
 
   private settlePush(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
     this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
-    const win = this.windowOf(owner.id)
-    win.window.release(pushSignal(r))
+    // Looked up, not created: a window is only dropped once nothing is in flight to its consumer.
+    const win = this.windows.get(owner.id)
+    win?.window.release(pushSignal(r))
     try {
       this.settleAttempt(g, w, o, id, owner, r)
     } finally {
       // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
-      this.wake(win)
+      if (win) this.wake(win)
+      if (win?.retired && win.window.inFlight === 0) this.windows.delete(owner.id)
     }
   }
 
@@ -576,8 +582,7 @@ export class Dispatcher {
       o.open.delete(entry.deliveryId)
       this.deps.attempts.update({ id: entry.deliveryId, outcome: 'timed_out', finishedAt: new Date(this.now()), error: `no ack within ${g.row.ackTimeoutMs} ms` })
       // Took the push but not the message in time: as much a sign of overload as a slow answer.
-      const owner = g.owners[w.partition]
-      if (owner) this.windowOf(owner.id).window.shrink()
+      if (o.pushedTo) this.windows.get(o.pushedTo)?.window.shrink()
       this.failed(g, w, o, `no ack within ${g.row.ackTimeoutMs} ms`)
     } else if (entry.deliveryId.startsWith('dl:')) {
       this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
@@ -693,9 +698,10 @@ export class Dispatcher {
   private windowOf(consumerId: string): ConsumerWindow {
     let win = this.windows.get(consumerId)
     if (!win) {
-      win = { window: new PushWindow(this.deps.pushWindow), waiting: new Map() }
+      win = { window: new PushWindow(this.deps.pushWindow), waiting: new Map(), retired: false }
       this.windows.set(consumerId, win)
     }
+    win.retired = false
     return win
   }
 
@@ -714,9 +720,12 @@ export class Dispatcher {
     }
   }
 
-  /** A consumer left: its window goes, unless pushes to it are still under way (their ends recreate it anyway). */
+  /** A consumer left: its window goes now, or when the last push to it ends. */
   private forgetWindow(consumerId: string): void {
-    if (this.windows.get(consumerId)?.window.inFlight === 0) this.windows.delete(consumerId)
+    const win = this.windows.get(consumerId)
+    if (!win) return
+    if (win.window.inFlight === 0) this.windows.delete(consumerId)
+    else win.retired = true
   }
 
   /** Each consumer's push window, for the metrics. */

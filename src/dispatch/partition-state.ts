@@ -23,6 +23,8 @@ export interface Outstanding {
   /** Ids whose attempt row has no final outcome yet: the completion gives them theirs. */
   open: Set<string>
   lastError: string | undefined
+  /** The consumer the latest attempt went to (whose push window a passed ack deadline shrinks). */
+  pushedTo?: string
 }
 
 export interface PartitionState {
