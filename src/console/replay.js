@@ -3,8 +3,9 @@
  * Replaying dead letters: a message of a dead-letter topic goes back to the topic it came from,
  * with its key, value and headers but without the hookq-dlq-* headers the broker added, into its
  * original partition (when the topic still has it). Each replay carries the idempotency key
- * `hookq-replay:<dlqTopic>:<partition>:<offset>`, so a double click, a second tab or a "replay all"
- * after single replays stores it once (within the original topic's retention).
+ * `hookq-replay:<dlqTopic>@<DLQ creation time, ms>:<partition>:<offset>` (the SDK's and the CLI's
+ * too), so a double click, a second tab, a "replay all" after single replays or a `hookq dlq
+ * replay` stores it once (within the original topic's retention).
  */
 import { api } from './api.js'
 

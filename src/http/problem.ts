@@ -56,6 +56,10 @@ function classify(err: FastifyError): { problem: Problem; retryAfterS?: number }
   if (err instanceof SyntaxError || (err as { statusCode?: number }).statusCode === 400) {
     return { problem: problemOf('invalid_json', err.message) }
   }
+  // A plugin's own client error (the console's static files refuse a path with `..` as 403): the
+  // caller asked for something that is not there, not a broker fault worth an error log line.
+  const statusCode = (err as { statusCode?: number }).statusCode
+  if (statusCode === 403 || statusCode === 404) return { problem: problemOf('route_not_found', 'no such file or route') }
   if (isDatabaseUnavailable(err)) {
     return { problem: problemOf('unavailable', 'the database is unavailable; retry later'), retryAfterS: 1 }
   }
