@@ -88,4 +88,8 @@ t.test('a missing or malformed secret is a configuration error (TypeError), not 
   t.throws(() => verifyWebhook({ secret: 'whsec_not base64!', headers, body, nowMs }), TypeError)
   t.throws(() => verifyWebhook({ secret: 'whsec_', headers, body, nowMs }), TypeError)
   t.throws(() => signWebhook({ webhookId: id, timestampSeconds: nowS, body, secrets: [] }), TypeError)
+  // A tolerance that is not a number would let the timestamp check pass for a push signed years ago.
+  for (const toleranceSeconds of [NaN, -1, Infinity]) {
+    t.throws(() => verifyWebhook({ secret, headers, body, nowMs, toleranceSeconds }), TypeError, `toleranceSeconds ${toleranceSeconds}`)
+  }
 })

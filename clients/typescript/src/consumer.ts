@@ -152,6 +152,7 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
   if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 1) throw new TypeError(`maxBodyBytes must be a whole number ≥ 1, got ${maxBodyBytes}`)
   const toleranceSeconds = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS
+  if (!(Number.isFinite(toleranceSeconds) && toleranceSeconds >= 0)) throw new TypeError(`toleranceSeconds must be a finite number ≥ 0, got ${toleranceSeconds}`)
   const store = options.idempotency === true ? new MemoryIdempotencyStore() : options.idempotency || undefined
   const report = options.onError ?? ((error, { stage, message }) => {
     console.error(`hookq consumer: ${stage} failed${message ? ` for ${message.webhookId} (attempt ${message.attempt})` : ''}:`, error)

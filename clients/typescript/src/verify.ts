@@ -109,6 +109,8 @@ export function verifyWebhook (options: VerifyWebhookOptions): VerifiedWebhook {
   if (secrets.length === 0) throw new TypeError('verifyWebhook needs `secret` or `secrets`')
   const keys = secrets.map(decodeSecret)
   const { headers, body, toleranceSeconds = DEFAULT_TOLERANCE_SECONDS, nowMs = Date.now() } = options
+  // NaN (say, Number of an unset variable) would make the timestamp check pass for any push.
+  if (!(Number.isFinite(toleranceSeconds) && toleranceSeconds >= 0)) throw new TypeError(`toleranceSeconds must be a finite number ≥ 0, got ${toleranceSeconds}`)
 
   const webhookId = headerValue(headers, 'webhook-id')
   const timestamp = headerValue(headers, 'webhook-timestamp')
