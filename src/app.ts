@@ -2,7 +2,7 @@
  * buildApp: the HTTP surface, assembled in order (ecosystem plugins, validation, error handling,
  * auth, routes). It never listens; server.ts does, and tests use inject() or listen on port 0.
  */
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { Services } from './broker.ts'
@@ -52,7 +52,7 @@ export const API_INFO = {
 export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
-    disableRequestLogging: opts.logRequests !== true,
+    logController: new LogController({ disableRequestLogging: opts.logRequests !== true }),
     bodyLimit: opts.maxRequestBytes,
     // Idle keep-alive sockets are closed at shutdown so close() does not wait on them.
     forceCloseConnections: 'idle',
