@@ -100,6 +100,11 @@ export function loadConfig(env: Env = process.env): Config {
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     throw new ConfigError(`DATABASE_URL must be a postgresql:// URL, got ${JSON.stringify(databaseUrl)}`)
   }
+  // Prisma's ?schema= would be silently ignored: the tables live in public (see README).
+  const schema = databaseUrl === undefined ? null : URL.canParse(databaseUrl) ? new URL(databaseUrl).searchParams.get('schema') : null
+  if (schema !== null && schema !== 'public') {
+    throw new ConfigError(`DATABASE_URL names schema ${JSON.stringify(schema)}: hookq keeps its tables in the public schema; give it a database of its own instead`)
+  }
   const logLevel = env.LOG_LEVEL?.trim() || 'info'
   if (!LOG_LEVELS.includes(logLevel)) {
     throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`)

@@ -69,12 +69,22 @@ export async function applyMigrations(
   }
 }
 
-/** Whether every migration is recorded as finished (on a connection of its own, closed before the engine opens one). */
+/**
+ * Whether every migration is recorded as finished (on a connection of its own, closed before the
+ * engine opens one). First it refuses a connection whose search_path does not lead to public: the
+ * engine would create the tables there while Prisma's client and the raw SQL look in public.
+ */
 async function nothingPending(connectionString: string, migrationsDir: string): Promise<boolean> {
   const client = new pg.Client({ connectionString, application_name: 'hookq-migrate-check' })
   client.on('error', () => {})
   await client.connect()
   try {
+    const { rows } = await client.query<{ schema: string | null }>('SELECT current_schema() AS schema')
+    const schema = rows[0]?.schema ?? null
+    if (schema !== 'public') {
+      throw new Error(`this connection's search_path puts new tables in ${schema === null ? 'no schema' : `schema "${schema}"`}; `
+        + 'hookq keeps its tables in public: reset the search_path of this role or database (ALTER ROLE … SET search_path = public)')
+    }
     return (await pendingMigrations((sql) => client.query(sql), migrationsDir)).length === 0
   } finally {
     await client.end().catch(() => {})

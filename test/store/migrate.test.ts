@@ -148,3 +148,16 @@ t.test('db:migration writes nothing for an unchanged schema and the diff for a c
   t.same(applied, [...names, '29990102030405_topic_description'])
   t.equal(await writeNextMigration({ name: 'again', schemaPath, migrationsDir, databaseUrl }), null, 'in sync again')
 })
+
+t.test('a search_path leading away from public is refused before anything is created', { skip: needsServer }, async (t) => {
+  const db = await testDatabase(t, { empty: true })
+  const name = new URL(db.url).pathname.slice(1)
+  await withClient(db.url, async (c) => {
+    await c.query('CREATE SCHEMA hq')
+    await c.query(`ALTER DATABASE "${name}" SET search_path = hq`)
+  })
+  await t.rejects(applyMigrations(db.url), /search_path puts new tables in schema "hq"; hookq keeps its tables in public/)
+  const tables = await withClient(db.url, async (c) => (await c.query(
+    `SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema IN ('hq', 'public')`)).rows)
+  t.same(tables, [], 'no table created in either schema')
+})
