@@ -54,21 +54,56 @@ function baseUrlOf (text: string): string {
   return text.replace(/\/+$/, '')
 }
 
+// Failures that happen before a byte of the request leaves: the broker cannot have seen the call.
+// Anything else (a reset, a closed socket, a timeout) may come after the broker read and acted on it.
+const NOT_SENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EAI_NONAME', 'EHOSTUNREACH',
+  'ENETUNREACH', 'EHOSTDOWN', 'ENETDOWN', 'EADDRNOTAVAIL', 'UND_ERR_CONNECT_TIMEOUT'])
+
+// Statuses whose Response must have a null body (the fetch standard's "null body status").
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304])
+
 /**
- * fetch with a per-call timeout, turning transport failures into UnreachableError. An abort the
- * caller asked for (Ctrl-C) is passed through as it is.
+ * fetch with a per-call timeout that covers the whole call (connect, request, answer headers and
+ * body), turning transport failures into UnreachableError. An abort the caller asked for (Ctrl-C)
+ * is passed through as it is.
+ *
+ * The timeout is an AbortController and a timer, not `AbortSignal.any([signal, AbortSignal.timeout()])`:
+ * nothing holds the signal AbortSignal.any returns, so a garbage collection during the wait
+ * collected it and the timeout never fired (a broker that accepted a call and never answered hung
+ * the CLI). The pending timer holds its controller. The body is read here, under the same timer,
+ * because the SDK reads it after this function returns, where no timeout would cover it.
  */
 function reachingFetch (url: string, timeoutMs: number): (request: Request) => Promise<Response> {
   return async (request) => {
-    const timeout = AbortSignal.timeout(timeoutMs)
+    const abort = new AbortController()
+    let timedOut = false
+    const timer = setTimeout(() => { timedOut = true; abort.abort(new Error(`no answer within ${timeoutMs} ms`)) }, timeoutMs)
+    const forwardAbort = () => abort.abort(request.signal.reason)
+    if (request.signal.aborted) forwardAbort()
+    else request.signal.addEventListener('abort', forwardAbort, { once: true })
     try {
-      return await fetch(new Request(request, { signal: AbortSignal.any([request.signal, timeout]) }))
+      // The SDK's bodies are JSON text: buffered, they keep their Content-Length (no chunked upload).
+      const body = request.body === null ? undefined : await request.arrayBuffer()
+      const response = await fetch(request.url, { method: request.method, headers: request.headers, body, redirect: request.redirect, signal: abort.signal })
+      const content = await response.arrayBuffer()
+      return new Response(NULL_BODY_STATUSES.has(response.status) ? null : content,
+        { status: response.status, statusText: response.statusText, headers: response.headers })
     } catch (err) {
       if (request.signal.aborted) throw err
-      if (timeout.aborted) throw new UnreachableError(url, `no answer within ${timeoutMs} ms`)
-      throw new UnreachableError(url, reasonOf(err))
+      if (timedOut) throw new UnreachableError(url, `no answer within ${timeoutMs} ms`, true)
+      throw new UnreachableError(url, reasonOf(err), !NOT_SENT_CODES.has(codeOf(err) ?? ''))
+    } finally {
+      clearTimeout(timer)
+      request.signal.removeEventListener('abort', forwardAbort)
     }
   }
+}
+
+/** The system error code of a fetch failure (undici puts it in `cause`; a happy-eyeballs failure in its first error). */
+function codeOf (err: unknown): string | undefined {
+  const cause = (err as { cause?: { code?: unknown; errors?: Array<{ code?: unknown }> } }).cause
+  const code = cause?.code ?? cause?.errors?.[0]?.code
+  return typeof code === 'string' ? code : undefined
 }
 
 /** The useful part of a fetch failure: undici puts the system error (ECONNREFUSED ...) in `cause`. */

@@ -28,9 +28,13 @@ export class UsageError extends CliError {
   }
 }
 
-/** No answer from the broker: connection refused, name unknown, or a timeout (exit 3). */
+/**
+ * No answer from the broker: connection refused, name unknown, a broken connection or a timeout
+ * (exit 3). `mayHaveReachedBroker` is false only when the call surely never left (refused, unknown
+ * name): after a reset or a timeout the broker may have read the call and acted on it.
+ */
 export class UnreachableError extends CliError {
-  constructor (readonly url: string, reason: string) {
+  constructor (readonly url: string, reason: string, readonly mayHaveReachedBroker = false) {
     super(`cannot reach the broker at ${url}: ${reason}`, EXIT.unreachable)
   }
 }

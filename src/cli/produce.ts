@@ -5,16 +5,18 @@
  * Arguments are all parsed before anything is sent, so a bad one sends nothing. Stdin is streamed
  * in calls of up to 1000 messages (the contract's limit) as it is read: an input of one call or
  * less is still all or nothing, and a longer one that hits a bad line or a broker error stops
- * there and says how many messages were committed and up to which line. With
+ * there and says how many messages were committed and up to which line. A call whose outcome is
+ * unknown (its connection broke or timed out after it was sent, or the broker answered 500
+ * `outcome_unknown`) is reported as such, with its lines: the broker may have stored them. With
  * `--idempotency-prefix` every message carries the key `<prefix>:<line>`, so the same input can be
  * sent again after a failure without storing anything twice.
  */
 import { createInterface } from 'node:readline'
 import type { Command } from 'commander'
-import { BatchProduceError, produceInBatches, type ProduceMessage, type ProduceResult } from '@hookq/client'
+import { BatchProduceError, HookqError, produceInBatches, type ProduceMessage, type ProduceResult } from '@hookq/client'
 import { headerPair, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
-import { ExplainedError, note, printJson, printLine, printTable, startProgress, UsageError, type Progress } from './output.ts'
+import { ExplainedError, note, printJson, printLine, printTable, startProgress, UnreachableError, UsageError, type Progress } from './output.ts'
 
 interface ProduceOptions {
   key?: string
@@ -57,7 +59,7 @@ export function registerProduce (program: Command): void {
 
 async function fromArguments (ctx: CliContext, topic: string, values: string[], opts: ProduceOptions): Promise<ProduceResult[]> {
   const items = values.map((v, i) => itemOf(v, i + 1, 'argument', opts))
-  const sender = new Sender(ctx, topic, opts, 'argument')
+  const sender = new Sender(ctx, topic, opts, 'argument', values.length)
   try {
     await sender.send(items)
   } catch (err) {
@@ -119,9 +121,13 @@ class Sender {
   progress: Progress = { update: () => {}, stop: () => {} }
   /** Line or argument number of the last committed message. */
   private lastCommitted = 0
+  /** The lines or arguments of a failed call that may have been stored all the same. */
+  private inDoubt: { first: number; last: number } | undefined
   private started = false
 
-  constructor (private readonly ctx: CliContext, private readonly topic: string, private readonly opts: ProduceOptions, private readonly where: Where) {}
+  /** `lastPosition`: the number of the input's last argument, when known (stdin: not before its end). */
+  constructor (private readonly ctx: CliContext, private readonly topic: string, private readonly opts: ProduceOptions,
+    private readonly where: Where, private readonly lastPosition?: number) {}
 
   showProgress (): void {
     if (this.started) return
@@ -144,20 +150,63 @@ class Sender {
       })
     } catch (err) {
       if (!(err instanceof BatchProduceError)) throw err
+      if (mayHaveBeenStored(err.cause)) {
+        const first = items[err.committed]
+        const last = items[Math.min(items.length, err.committed + Math.max(1, err.attempted)) - 1]
+        if (first !== undefined && last !== undefined) this.inDoubt = { first: first.position, last: last.position }
+      }
       const failed = err.failedIndex === undefined ? undefined : items[err.failedIndex]
       throw new ExplainedError(err.cause, failed === undefined ? [] : [`the broker refused ${this.where} ${failed.position}`])
     }
   }
 
-  /** The error, with how much of the input was committed before it. */
+  /** The error, with how much of the input was committed before it (and what may have been). */
   explain (err: unknown): unknown {
-    const committed = this.results.length === 0
+    const notes = this.inDoubt === undefined ? [this.committedNote()] : this.inDoubtNotes(this.inDoubt)
+    if (err instanceof ExplainedError) return new ExplainedError(err.error, [...err.notes, ...notes])
+    if (err instanceof UsageError && this.results.length > 0) return new UsageError(`${err.message}; ${notes.join('; ')}`)
+    return err instanceof UsageError ? err : new ExplainedError(err, notes)
+  }
+
+  private committedNote (): string {
+    return this.results.length === 0
       ? 'nothing was committed'
       : `${this.results.length} messages were committed (${this.where}s 1 to ${this.lastCommitted}); nothing after ${this.where} ${this.lastCommitted} was sent`
-    if (err instanceof ExplainedError) return new ExplainedError(err.error, [...err.notes, committed])
-    if (err instanceof UsageError && this.results.length > 0) return new UsageError(`${err.message}; ${committed}`)
-    return err instanceof UsageError ? err : new ExplainedError(err, [committed])
   }
+
+  /**
+   * The broker may have stored the failed call (its answer was lost, or it could not tell): saying
+   * "nothing was committed" would make a re-run store those messages twice.
+   */
+  private inDoubtNotes ({ first, last }: { first: number; last: number }): string[] {
+    const one = first === last
+    const range = one ? `${this.where} ${first}` : `${this.where}s ${first} to ${last}`
+    const before = this.results.length === 0 ? '' : `${this.results.length} messages were committed (${this.where}s 1 to ${this.lastCommitted}); `
+    const after = last === this.lastPosition ? '' : `; nothing after ${this.where} ${last} was sent`
+    const sent = `${before}${range} ${one ? 'was' : 'were'} sent, but whether the broker stored ${one ? 'it' : 'them'} is unknown${after}`
+    const prefix = this.opts.idempotencyPrefix
+    const rerun = prefix !== undefined
+      ? `running the same input again with --idempotency-prefix ${shellWord(prefix)} is safe: messages already stored are not stored twice`
+      : `these messages had no idempotency key: running the same input again may store ${range} twice, so check what is stored first (hookq tail ${shellWord(this.topic)}); a run with --idempotency-prefix can always be repeated safely`
+    return [sent, rerun]
+  }
+}
+
+/**
+ * Whether a failed produce call may have been stored anyway. Only answers known to come before the
+ * commit or to exclude it say no: a 4xx (invalid, too large, unknown topic, 429) or a 503 (load
+ * shed), and a connection that was never made. A lost connection or a timeout after the call left,
+ * a 500 `outcome_unknown` and any other 5xx may follow a commit.
+ */
+function mayHaveBeenStored (cause: unknown): boolean {
+  if (cause instanceof UnreachableError) return cause.mayHaveReachedBroker
+  if (cause instanceof HookqError) return !((cause.status >= 400 && cause.status < 500) || cause.status === 503)
+  return true
+}
+
+/** `text` as one shell word, quoted only when it must be. */
+function shellWord (text: string): string {
+  return /^[\w.:@%+=,/-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`
 }
 
 function report (ctx: CliContext, topic: string, results: ProduceResult[]): void {

@@ -1,6 +1,8 @@
 /**
  * `hookq tail <topic>`: print a topic's messages, one line each (NDJSON with --json), from an
  * offset or the last few; with --follow, keep polling for new ones until Ctrl-C (which exits 0).
+ * Without --follow it reads only what it prints, a page at a time, up to the end offsets seen at
+ * the start: `--limit n` stops after n (from --from or --last), or alone prints the newest n.
  * Polling backs off from 100 ms to --max-poll-ms while nothing arrives and snaps back when
  * something does, so an idle tail costs a request every couple of seconds.
  */
@@ -19,7 +21,7 @@ interface TailOptions {
   maxPollMs: number
 }
 
-// Without --follow and without --from/--last, a tail shows this many messages a partition, like tail(1).
+// Without --follow, --from, --last and --limit, a tail shows this many messages a partition, like tail(1).
 const DEFAULT_LAST = 10
 const MIN_POLL_MS = 100
 const PAGE = 1000
@@ -30,9 +32,9 @@ export function registerTail (program: Command): void {
     .description('print messages of a topic (every partition, or one), and with --follow keep printing new ones')
     .option('-p, --partition <n>', 'only this partition', wholeNumber(0, 2_147_483_647))
     .option('--from <offset>', 'first offset of each partition: a number, "beginning" or "end" (default end with --follow)')
-    .option('-n, --last <n>', `start this many messages before the end of each partition (default ${DEFAULT_LAST} without --follow)`, wholeNumber(0))
+    .option('-n, --last <n>', `start this many messages before the end of each partition (default ${DEFAULT_LAST} without --follow or --limit)`, wholeNumber(0))
     .option('-f, --follow', 'keep polling for new messages until Ctrl-C')
-    .option('--limit <n>', 'stop after this many messages', wholeNumber(1))
+    .option('--limit <n>', 'stop after this many messages (without --from, --last or --follow: print the newest n)', wholeNumber(1))
     .option('--max-poll-ms <ms>', 'longest wait between polls while idle', wholeNumber(MIN_POLL_MS, 60_000), 2000)
     .action(async (topic: string, opts: TailOptions, cmd: Command) => {
       if (opts.from !== undefined && opts.last !== undefined) throw new UsageError('give --from or --last, not both')
@@ -59,50 +61,107 @@ async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise
     throw new UsageError(`topic ${topic} has ${detail.partitions} partitions (0 to ${detail.partitions - 1}); there is no partition ${opts.partition}`)
   }
   const stats = detail.partitionStats.filter((s) => opts.partition === undefined || s.partition === opts.partition)
-  const cursors = stats.map((s) => ({ partition: s.partition, next: startOf(opts, s.endOffset), end: s.endOffset }))
-  let printed = 0
-  const print = (messages: Message[]): boolean => {
-    // Across partitions, in time order within one round of polls.
-    messages.sort((a, b) => a.timestamp.localeCompare(b.timestamp) || a.partition - b.partition || a.offset - b.offset)
-    for (const m of messages) {
-      printLine(ctx.json ? JSON.stringify(m) : lineOf(m))
-      if (opts.limit !== undefined && ++printed >= opts.limit) return false
-    }
-    return true
-  }
+  const read: Reader = (partition, fromOffset, limit) =>
+    withRetries(() => fetchPage(ctx.client, topic, partition, fromOffset, limit, signal), retry)
+  const print = (m: Message) => printLine(ctx.json ? JSON.stringify(m) : lineOf(m))
 
   if (opts.follow !== true) {
     // Up to the end offsets seen at the start: a plain tail ends even while producers keep going.
-    const batch: Message[] = []
-    for (const c of cursors) {
-      while (c.next < c.end) {
-        const page = await fetchPage(ctx.client, topic, c.partition, c.next, Math.min(PAGE, c.end - c.next), signal)
-        const mine = page.messages.filter((m) => m.offset < c.end)
-        if (mine.length === 0) break
-        batch.push(...mine)
-        c.next = mine.at(-1)!.offset + 1
-      }
+    if (opts.limit !== undefined && opts.from === undefined && opts.last === undefined) {
+      await printNewest(stats, opts.limit, read, print)
+    } else {
+      await printMerged(stats.map((s) => ({ partition: s.partition, next: startOf(opts, s.endOffset), end: s.endOffset })), opts.limit ?? Infinity, read, print)
     }
-    print(batch)
     return
   }
 
+  const cursors = stats.map((s) => ({ partition: s.partition, next: startOf(opts, s.endOffset) }))
+  let remaining = opts.limit ?? Infinity
   let waitMs = MIN_POLL_MS
   while (!signal.aborted) {
     const round: Message[] = []
     for (const c of cursors) {
-      const page = await withRetries(() => fetchPage(ctx.client, topic, c.partition, c.next, PAGE, signal), retry)
+      const page = await read(c.partition, c.next, Math.min(PAGE, remaining))
       round.push(...page.messages)
       c.next = page.nextOffset
     }
     if (round.length > 0) {
-      if (!print(round)) return
+      // Across partitions, in time order within one round of polls.
+      for (const m of round.sort(byTime)) {
+        print(m)
+        if (--remaining <= 0) return
+      }
       waitMs = MIN_POLL_MS
     } else {
       await sleep(waitMs, signal)
       waitMs = Math.min(opts.maxPollMs, waitMs * 2)
     }
   }
+}
+
+/** Reads one page of a partition (with retries on 429/503). */
+type Reader = (partition: number, fromOffset: number, limit: number) => Promise<{ messages: Message[]; nextOffset: number }>
+
+/** A partition read from `next` up to `end` (exclusive), a page at a time. */
+interface Cursor {
+  partition: number
+  next: number
+  end: number
+}
+
+/**
+ * `--limit n` alone: the newest n messages (of the topic, or of --partition), oldest first. Each
+ * partition's last n are the only candidates, so nothing before `end - n` is read.
+ */
+async function printNewest (stats: Array<{ partition: number; endOffset: number }>, limit: number, read: Reader, print: (m: Message) => void): Promise<void> {
+  const candidates: Message[] = []
+  for (const s of stats) {
+    const cursor = { partition: s.partition, next: Math.max(0, s.endOffset - limit), end: s.endOffset }
+    for (;;) { // ends: every page moves the cursor towards its end
+      const page = await nextPage(cursor, Infinity, read)
+      if (page.length === 0) break
+      candidates.push(...page)
+    }
+  }
+  for (const m of candidates.sort(byTime).slice(-limit)) print(m)
+}
+
+/**
+ * Every partition from its cursor to its end, merged in time order and printed as it goes, until
+ * `limit` messages are printed. Each partition holds at most one page, of no more than is left to
+ * print, so memory stays at a page a partition however long the topic is.
+ */
+async function printMerged (cursors: Cursor[], limit: number, read: Reader, print: (m: Message) => void): Promise<void> {
+  const buffers = cursors.map(() => ({ messages: [] as Message[], at: 0 }))
+  for (let printed = 0; printed < limit; printed++) {
+    let oldest: { messages: Message[]; at: number } | undefined
+    for (const [i, cursor] of cursors.entries()) {
+      const buffer = buffers[i]!
+      if (buffer.at >= buffer.messages.length) {
+        buffer.messages = await nextPage(cursor, limit - printed, read)
+        buffer.at = 0
+      }
+      const head = buffer.messages[buffer.at]
+      if (head !== undefined && (oldest === undefined || byTime(head, oldest.messages[oldest.at]!) < 0)) oldest = buffer
+    }
+    if (oldest === undefined) return // every partition is at its end
+    print(oldest.messages[oldest.at++]!)
+  }
+}
+
+/** The next page of a cursor (at most `wanted` messages), advancing it; empty at the end. */
+async function nextPage (cursor: Cursor, wanted: number, read: Reader): Promise<Message[]> {
+  if (cursor.next >= cursor.end) return []
+  const page = await read(cursor.partition, cursor.next, Math.min(PAGE, cursor.end - cursor.next, wanted))
+  const mine = page.messages.filter((m) => m.offset < cursor.end)
+  // An empty page before the end (messages removed meanwhile): the partition has nothing more to give.
+  cursor.next = mine.length === 0 ? cursor.end : mine.at(-1)!.offset + 1
+  return mine
+}
+
+/** Time order across partitions; within one partition, offset order. */
+function byTime (a: Message, b: Message): number {
+  return a.timestamp.localeCompare(b.timestamp) || a.partition - b.partition || a.offset - b.offset
 }
 
 function startOf (opts: TailOptions, endOffset: number): number {

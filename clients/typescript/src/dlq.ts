@@ -74,20 +74,28 @@ export interface BatchOptions extends RetryOptions {
   onCommitted?: (results: ProduceResult[], messages: ProduceMessage[]) => void
 }
 
-/** A bulk produce that stopped: `committed` messages (a prefix of the input) were stored before it. */
+/**
+ * A bulk produce that stopped: `committed` messages (a prefix of the input) were stored before it,
+ * then the call of the next `attempted` messages failed. Whether that call stored anything depends
+ * on `cause`: a 4xx, 429 or 503 answer means it did not; a lost connection, a timeout or a 500
+ * `outcome_unknown` means it may have. Nothing after it was sent.
+ */
 export class BatchProduceError extends Error {
   override readonly cause: unknown
   /** How many messages, from the first, were durably committed before the failure. */
   readonly committed: number
   /** The input index of the message the broker named as the problem, when it named one. */
   readonly failedIndex: number | undefined
+  /** How many messages the failed call carried: inputs `committed` to `committed + attempted - 1`. */
+  readonly attempted: number
 
-  constructor (cause: unknown, committed: number, failedIndex: number | undefined) {
+  constructor (cause: unknown, committed: number, failedIndex: number | undefined, attempted = 0) {
     super(`produce stopped after ${committed} committed messages: ${cause instanceof Error ? cause.message : String(cause)}`)
     this.name = 'BatchProduceError'
     this.cause = cause
     this.committed = committed
     this.failedIndex = failedIndex
+    this.attempted = attempted
   }
 }
 
@@ -115,7 +123,7 @@ export async function produceInBatches (client: HookqClient, topic: string, mess
         return
       }
       const index = err instanceof HookqError ? messageIndexOf(err) : undefined
-      throw new BatchProduceError(err, results.length, index === undefined ? undefined : start + index)
+      throw new BatchProduceError(err, results.length, index === undefined ? undefined : start + index, batch.length)
     }
     results.push(...answer.results)
     options.onCommitted?.(answer.results, batch)
