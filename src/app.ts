@@ -13,6 +13,7 @@ import { ERRORS, problemType } from './errors.ts'
 import compress from '@fastify/compress'
 import { ackRoutes } from './http/routes/acks.ts'
 import { consoleRoutes } from './http/routes/console.ts'
+import { installLeaderForwarding, type LeaderDirectory } from './http/forward.ts'
 import { groupRoutes } from './http/routes/groups.ts'
 import { healthRoutes, healthSchemas } from './http/routes/health.ts'
 import { messageRoutes } from './http/routes/messages.ts'
@@ -36,6 +37,8 @@ export interface AppOptions {
   rateLimitPerS?: number
   /** A pino logger; none means no logs. */
   logger?: FastifyBaseLogger
+  /** Where the broker process that pushes is, for the calls only it can serve; unset: this process alone. */
+  leaders?: LeaderDirectory
   /** Log every request and response at info (off by default: a line per call costs a broker a lot). */
   logRequests?: boolean
 }
@@ -103,6 +106,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
 
   installProblemHandlers(app)
   installAuth(app, { keys: opts.apiKeys ?? [], rateLimitPerS: opts.rateLimitPerS ?? 0 })
+  installLeaderForwarding(app, opts.leaders)
 
   await app.register(healthRoutes(opts.services))
   await app.register(topicRoutes(opts.services))

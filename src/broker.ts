@@ -10,6 +10,7 @@ import { GroupService } from './service/groups.ts'
 import { AckService } from './service/acks.ts'
 import { AttemptLog } from './dispatch/attempt-log.ts'
 import { Dispatcher } from './dispatch/dispatcher.ts'
+import { Leadership } from './cluster/leadership.ts'
 import { createPushAgent } from './dispatch/pusher.ts'
 import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
@@ -45,6 +46,10 @@ export interface Broker {
   retention: RetentionSweeper
   /** The database URL in use (the embedded server's when DATABASE_URL is unset). */
   databaseUrl: string
+  /** Whether this process pushes for the database (see src/cluster/leadership.ts). */
+  leadership: Leadership
+  /** Where the other broker processes reach this one (known once it listens); null: they cannot. */
+  advertise(url: string | null): Promise<void>
   /** Stops taking requests, finishes those in progress, commits what is queued, closes the database. */
   close(): Promise<void>
 }
@@ -97,8 +102,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
     })
     const agent = createPushAgent({ policy: config.pushPolicy })
-    const dispatcher = new Dispatcher({
-      db, topics: topicStore, attempts, agent, metrics,
+    const newDispatcher = () => new Dispatcher({
+      db: database, topics: topicStore, attempts, agent, metrics,
       pushWindow: { initial: config.pushWindowInitial, max: config.pushWindowMax },
       loadGroup: (name) => groups.load(name),
       listGroups: () => groups.list(),
@@ -106,10 +111,23 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       disableConsumer: (id, reason) => groups.disableConsumer(id, reason),
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
-    groups.onChange((name) => dispatcher.reload(name))
+    // One process of those on this database pushes (the leader); see src/cluster/leadership.ts.
+    const leadership = new Leadership({
+      // A database that takes one connection (embedded, or a pool of 1) has room for no lock session:
+      // such a process leads alone, as only one process can use that database anyway.
+      connectionString: singleConnection ? null : databaseUrl,
+      pool: database.pool,
+      pollMs: config.leaderPollMs,
+      newDispatcher,
+      groupsForTopic: (name) => groups.namesForTopic(name),
+      log: { info: (o, m) => logger?.info(o, m), warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
+      onRole: (role) => metrics.leading(role === 'leader'),
+    })
+    const dispatcher = leadership
+    groups.onChange((name) => leadership.groupChanged(name))
     topics.onChange(async ({ created, deleted }) => {
-      if (deleted) dispatcher.topicDeleted(deleted.id)
-      if (created) for (const name of await groups.namesForTopic(created.name)) await dispatcher.reload(name)
+      if (deleted) await leadership.topicDeleted(deleted.id)
+      if (created) await leadership.topicCreated(created.name)
     })
     const services: Services = {
       topics,
@@ -140,20 +158,22 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const app = await buildApp({
       services, maxRequestBytes: config.maxRequestBytes, apiKeys: config.apiKeys, rateLimitPerS: config.rateLimitPerKey, logger: opts.logger,
       logRequests: config.logRequests,
+      ...(singleConnection ? {} : { leaders: leadership }),
     })
 
-    services.produce.onAppend((topicId, partition, endOffset) => dispatcher.notifyAppend(topicId, partition, endOffset))
-    await dispatcher.start()
+    services.produce.onAppend((topicId, partition, endOffset) => leadership.appended(topicId, partition, endOffset))
+    await leadership.start(config.advertiseUrl ?? null)
     retention.start()
     let closing: Promise<void> | undefined
     return {
-      app, services, db, databaseUrl, retention,
+      app, services, db, databaseUrl, retention, leadership,
+      advertise: (url) => leadership.advertise(config.advertiseUrl ?? url),
       close() {
         closing ??= (async () => {
           await app.close()
           await retention.stop()
           await committer.drain()
-          await dispatcher.stop()
+          await leadership.stop()
           // Pushes still in flight are abandoned: their messages are pushed again after a restart.
           await agent.destroy()
           await attempts.close()

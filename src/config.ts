@@ -39,6 +39,10 @@ export interface Config {
   pushWindowMax: number
   /** A log line for every request and response (HOOKQ_LOG_REQUESTS). */
   logRequests: boolean
+  /** Where the other broker processes on this database reach this one (HOOKQ_ADVERTISE_URL); default: where it listens. */
+  advertiseUrl: string | undefined
+  /** How often a process that does not push tries to take over, ms (HOOKQ_LEADER_POLL_MS). */
+  leaderPollMs: number
 }
 
 /** A configuration value that cannot be used; the message names the variable and what it takes. */
@@ -47,6 +51,17 @@ export class ConfigError extends Error {
 }
 
 type Env = Record<string, string | undefined>
+
+/** HOOKQ_ADVERTISE_URL: an http(s) base URL without a path, query or credentials. */
+function advertiseUrl(env: Env): string | undefined {
+  const raw = env.HOOKQ_ADVERTISE_URL?.trim()
+  if (!raw) return undefined
+  const url = URL.canParse(raw) ? new URL(raw) : undefined
+  if (!url || !/^https?:$/.test(url.protocol) || (url.pathname !== '/' && url.pathname !== '') || url.search || url.username || url.password) {
+    throw new ConfigError(`HOOKQ_ADVERTISE_URL must be an http:// or https:// base URL such as http://10.0.0.5:8080, got ${JSON.stringify(raw)}`)
+  }
+  return url.origin
+}
 
 /** A true/false variable (also 1/0, yes/no); `fallback` when unset. */
 export function bool(env: Env, name: string, fallback: boolean): boolean {
@@ -135,5 +150,7 @@ export function loadConfig(env: Env = process.env): Config {
     pushWindowInitial: int(env, 'HOOKQ_PUSH_WINDOW_INITIAL', 8, 1, 100_000),
     pushWindowMax: int(env, 'HOOKQ_PUSH_WINDOW_MAX', 1000, 1, 100_000),
     logRequests: bool(env, 'HOOKQ_LOG_REQUESTS', false),
+    advertiseUrl: advertiseUrl(env),
+    leaderPollMs: int(env, 'HOOKQ_LEADER_POLL_MS', 1000, 50, 60_000),
   }
 }

@@ -96,6 +96,16 @@ export class Metrics implements DispatchMetrics {
     })
   }
 
+  private readonly leaderGauge = new Gauge({
+    name: 'hookq_leader', help: '1 while this process pushes for the database (the leader), else 0',
+    registers: [this.registry],
+  })
+
+  /** This process became the leader (true) or stopped being it. */
+  leading(isLeader: boolean): void {
+    this.leaderGauge.set(isLeader ? 1 : 0)
+  }
+
   /** Sets where the push-window gauges come from (the dispatcher's windows, read at scrape time). */
   trackPushWindows(source: () => { consumerId: string; limit: number; inFlight: number }[]): void {
     this.windowSource = source

@@ -59,10 +59,17 @@ async function shutdown(signal: string): Promise<void> {
 process.on('SIGTERM', () => void shutdown('SIGTERM'))
 process.on('SIGINT', () => void shutdown('SIGINT'))
 
+let listening: string
 try {
-  await broker.app.listen({ host: config.host, port: config.port })
+  listening = await broker.app.listen({ host: config.host, port: config.port })
 } catch (err) {
   logger.fatal({ err }, `cannot listen on ${config.host}:${config.port}`)
   await broker.close().catch(() => {})
   process.exit(1)
 }
+// Other broker processes on this database forward acks to the one that pushes: tell them where.
+const wildcard = config.host === '0.0.0.0' || config.host === '::'
+if (wildcard && config.advertiseUrl === undefined) {
+  logger.warn('HOST is a wildcard and HOOKQ_ADVERTISE_URL is not set: if several broker processes share this database, set it so they can forward acks to the one that pushes')
+}
+await broker.advertise(wildcard ? null : listening)

@@ -26,8 +26,8 @@
  * holds the truth, so a restart rebuilds all of this from committed offsets, completions and the
  * attempt log.
  *
- * One broker process pushes for a database: partition ownership between processes (a lease in
- * PostgreSQL) is not built yet.
+ * One dispatcher pushes for a database at a time: the one of the leader process, one per term
+ * (src/cluster/leadership.ts). Sharing partitions between processes is not built.
  */
 import { randomBytes } from 'node:crypto'
 import type { Agent } from 'undici'

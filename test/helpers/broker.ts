@@ -23,5 +23,6 @@ export async function startBroker(t: Test, env: Record<string, string> = {}): Pr
 export async function startListeningBroker(t: Test, env: Record<string, string> = {}): Promise<{ broker: Broker; url: string }> {
   const broker = await startBroker(t, env)
   const url = await broker.app.listen({ host: '127.0.0.1', port: 0 })
+  await broker.advertise(url)
   return { broker, url }
 }

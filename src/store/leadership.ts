@@ -1,0 +1,93 @@
+/**
+ * The SQL of leadership between broker processes on one database (see src/cluster/leadership.ts).
+ *
+ * - The leader holds a session advisory lock on a connection of its own. PostgreSQL releases it
+ *   when that session ends, however it ends (the process killed, the connection cut, the server
+ *   restarted), so there is no lease to expire and no clock to trust.
+ * - The leader writes its URL into the one row of broker_leader, with its backend pid. A row is
+ *   trusted only while that backend still holds the lock, so a dead leader's row is never used.
+ * - Followers tell the leader what changed with NOTIFY on the leader's connection's channels.
+ */
+import pg from 'pg'
+
+/** Advisory lock key of the leader ("hkqL"); advisory keys are per database. */
+export const LEADER_LOCK_KEY = 0x686b714c
+
+/** NOTIFY channels: messages appended by a follower, and groups or topics it changed. */
+export const APPEND_CHANNEL = 'hookq_append'
+export const CHANGE_CHANNEL = 'hookq_change'
+/** NOTIFY payloads must stay under 8000 bytes. */
+export const MAX_PAYLOAD_BYTES = 7900
+
+/** A dedicated session: the advisory lock and LISTEN live on it, and die with it. */
+export class LeaderConnection {
+  private lostHandler: ((err: Error | undefined) => void) | undefined
+  private lost = false
+
+  private constructor(private readonly client: pg.Client) {
+    const onLost = (err?: Error) => {
+      if (this.lost) return
+      this.lost = true
+      this.lostHandler?.(err)
+    }
+    client.on('error', onLost)
+    client.on('end', () => onLost())
+  }
+
+  /** Connects; `onNotify` hears every NOTIFY on the channels listened to later. */
+  static async open(connectionString: string, onNotify: (channel: string, payload: string) => void): Promise<LeaderConnection> {
+    const client = new pg.Client({ connectionString, application_name: 'hookq-leader' })
+    const conn = new LeaderConnection(client)
+    client.on('notification', (n) => onNotify(n.channel, n.payload ?? ''))
+    await client.connect()
+    return conn
+  }
+
+  /** Called once, when the session ends or fails: whatever it held is gone. */
+  onLost(handler: (err: Error | undefined) => void): void {
+    this.lostHandler = handler
+  }
+
+  get isLost(): boolean {
+    return this.lost
+  }
+
+  /** Takes the leader lock if nobody holds it; never waits. */
+  async tryLock(): Promise<boolean> {
+    const { rows } = await this.client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [LEADER_LOCK_KEY])
+    return rows[0]?.ok === true
+  }
+
+  /** Records this session as the leader, reachable at `url` (null: not reachable by the others). */
+  async record(url: string | null): Promise<void> {
+    await this.client.query(
+      `INSERT INTO broker_leader (id, url, backend_pid, since) VALUES (1, $1, pg_backend_pid(), now())
+       ON CONFLICT (id) DO UPDATE SET url = EXCLUDED.url, backend_pid = EXCLUDED.backend_pid, since = EXCLUDED.since`, [url])
+  }
+
+  async listen(channels: string[]): Promise<void> {
+    for (const channel of channels) await this.client.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
+  }
+
+  /** Ends the session: the lock and the LISTENs go with it. */
+  async close(): Promise<void> {
+    this.lost = true
+    await this.client.end().catch(() => {})
+  }
+}
+
+/** The leader's URL, if a live session holds the lock and recorded one. */
+export async function leaderUrl(pool: pg.Pool): Promise<string | null> {
+  const { rows } = await pool.query<{ url: string | null }>(
+    `SELECT r.url FROM broker_leader r
+     JOIN pg_locks l ON l.pid = r.backend_pid AND l.locktype = 'advisory' AND l.granted
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND ((l.classid::bigint << 32) | l.objid::bigint) = $1
+     WHERE r.id = 1`, [LEADER_LOCK_KEY])
+  return rows[0]?.url ?? null
+}
+
+/** NOTIFY on a channel (after the caller's commit: NOTIFY outside a transaction is sent at once). */
+export async function publish(pool: pg.Pool, channel: string, payload: string): Promise<void> {
+  await pool.query('SELECT pg_notify($1, $2)', [channel, payload])
+}
