@@ -54,6 +54,8 @@ export interface LeadershipDeps {
 export class Leadership {
   private role: Role = 'follower'
   private term: Dispatcher | undefined
+  /** The term's dispatcher has loaded its groups: until then acks and seeks get 503, not `unknown`. */
+  private termReady = false
   private conn: LeaderConnection | undefined
   private url: string | null = null
   private timer: NodeJS.Timeout | undefined
@@ -96,6 +98,7 @@ export class Leadership {
     await this.campaigning?.catch(() => {})
     const term = this.term
     this.term = undefined
+    this.termReady = false
     this.role = 'follower'
     await term?.stop()
     await this.conn?.close()
@@ -138,10 +141,13 @@ export class Leadership {
 
   private async beginTerm(): Promise<void> {
     const dispatcher = this.deps.newDispatcher()
-    // The term receives notifications from now on (appends merge into what start() reads).
+    // The term receives notifications from now on (appends merge into what start() reads), but
+    // serves acks only once started: before, it knows no group and would answer every id unknown.
     this.term = dispatcher
+    this.termReady = false
     this.role = 'leader'
     await dispatcher.start()
+    if (this.term === dispatcher) this.termReady = true
     this.deps.log.info({ url: this.url }, 'leading: this process pushes for the database')
     this.deps.onRole?.('leader')
   }
@@ -149,6 +155,7 @@ export class Leadership {
   private async endTerm(): Promise<void> {
     const term = this.term
     this.term = undefined
+    this.termReady = false
     if (this.role === 'leader') this.deps.onRole?.('follower')
     this.role = 'follower'
     // Not awaited to the end: its pending completion writes may wait on a database that is gone.
@@ -176,8 +183,10 @@ export class Leadership {
   // ---- the pushing side, as the services see it ----
 
   private requireTerm(): Dispatcher {
-    if (this.term) return this.term
-    throw new HookqError('unavailable', 'this broker process is not pushing for the database right now; retry', { retryAfterS: 1 })
+    if (this.term && this.termReady) return this.term
+    throw new HookqError('unavailable', this.term
+      ? 'this broker process is taking over the pushing and is loading its groups; retry'
+      : 'this broker process is not pushing for the database right now; retry', { retryAfterS: 1 })
   }
 
   hasGroup(name: string): boolean {

@@ -1,5 +1,6 @@
 // Fault injection against the real broker: kills, SIGTERM, SIGSTOP, the database cut away or its
-// connections terminated, flapping consumers, timed-out producers retrying with an idempotency key.
+// connections terminated, flapping consumers, timed-out producers retrying with an idempotency key,
+// and two broker processes sharing the database whose leader is killed again and again.
 // Short profile by default (inside `npm test`); HOOKQ_FAULTS_PROFILE=long (`npm run test:faults`)
 // runs more messages and more faults and prints a summary. See test/faults/README.md.
 import t from 'tap'
@@ -8,7 +9,7 @@ import { needsServer } from '../helpers/db.ts'
 import { privatePostgresUnavailable } from '../helpers/private-postgres.ts'
 import { waitUntil } from '../helpers/wait.ts'
 import {
-  check, Cluster, Consumer, History, http, LONG, loadGenerator, OffsetSampler, PROFILE, quiesce, readTopic, setup, totals,
+  check, Cluster, Consumer, History, http, LeaderSampler, LONG, loadGenerator, OffsetSampler, PROFILE, quiesce, readTopic, setup, totals,
   type ClusterOptions, type ConsumerOptions, type Tap,
 } from './harness.ts'
 
@@ -25,6 +26,7 @@ const P = {
   terminations: LONG ? 5 : 2,
   flapMessages: LONG ? 800 : 120,
   idemKeys: LONG ? 200 : 30,
+  leaderKills: LONG ? 5 : 2,
 }
 
 const GROUP_DEFAULTS = {
@@ -52,6 +54,8 @@ async function scenario(t: Tap, name: string, opts: {
   await setup(cluster, topic, group, groupConfig, [consumer], 4, opts.dlq)
   const history = new History(name)
   const sampler = new OffsetSampler(cluster, group)
+  // Several processes: who leads, sampled all along (at most one at a time).
+  const leaders = cluster.processCount > 1 ? new LeaderSampler(cluster) : undefined
   const load = loadGenerator(cluster, history, topic, {
     batch: LONG ? 10 : 5, concurrency: 2, pauseMs: LONG ? 20 : 50, minMessages: opts.messages ?? P.messages, maxMs: LONG ? 240_000 : 40_000,
   })
@@ -70,7 +74,8 @@ async function scenario(t: Tap, name: string, opts: {
   await quiesce(cluster, group, LONG ? 180_000 : 60_000)
   await consumer.drainAcks()
   await sampler.stop()
-  return check({ t, cluster, history, consumers: [consumer], sampler, topic, group, maxDeliveries: groupConfig.maxDeliveries as number, deadLetterTopic: opts.dlq })
+  await leaders?.stop()
+  return check({ t, cluster, history, consumers: [consumer], sampler, topic, group, maxDeliveries: groupConfig.maxDeliveries as number, deadLetterTopic: opts.dlq, leaders })
 }
 
 t.test('faults', { skip: needsServer }, async (t) => {
@@ -249,6 +254,33 @@ t.test('faults', { skip: needsServer }, async (t) => {
     totals.messages += log.length
     totals.faults += aborted + cluster.faults.length
     totals.violations += violations.length
+  }))
+
+  runs.push(t.test('8. two broker processes on one database, the leader SIGKILLed repeatedly and restarted as a follower', async (t) => {
+    // Producers, acks and status calls go to both processes round robin (a follower forwards acks and
+    // the group status to the leader); each fault kills whichever process leads at that moment.
+    const takeovers: number[] = []
+    let logs: () => string[] = () => []
+    try {
+      await scenario(t, 'leader', { cluster: { processes: 2 } }, async ({ cluster, progress }) => {
+        logs = () => cluster.logSummary()
+        const first = await cluster.leader() // bounded: exactly one of the two says it leads
+        t.pass(`pid ${first.child.pid} leads, the other follows`)
+        for (let i = 0; i < P.leaderKills; i++) {
+          await progress(LONG ? 80 : 40)
+          const r = await cluster.killLeaderAndReplace()
+          takeovers.push(r.takeoverMs)
+          t.ok(r.takeoverMs <= 10_000, `pid ${r.leader.child.pid} leads ${r.takeoverMs} ms after the leader (pid ${r.killed.child.pid}) was SIGKILLed`)
+          t.not(r.leader, r.killed, 'the new leader is another process')
+          t.notOk(await cluster.reportsLeader(r.replacement), `the replacement (pid ${r.replacement.child.pid}) joins as a follower`)
+        }
+        t.equal(cluster.live.length, 2, 'two processes alive after the faults')
+      })
+    } finally {
+      // Whatever happened (a stall in quiesce included): what the processes logged, and the takeovers.
+      for (const line of logs()) t.comment(`broker log: ${line}`)
+      t.comment(`takeovers after SIGKILL of the leader: ${takeovers.join(', ')} ms`)
+    }
   }))
 
   await Promise.all(runs)
