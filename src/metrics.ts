@@ -27,6 +27,9 @@ export interface DispatchMetrics {
   deadLettered(group: string): void
 }
 
+/** How long a scrape waits for the per-partition gauges before serving without them. */
+const STATS_TIMEOUT_MS = 3000
+
 // Seconds: from a fast local endpoint (a few ms) to the largest push timeout worth a bucket (60 s).
 const PUSH_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 
@@ -146,9 +149,16 @@ export class Metrics implements DispatchMetrics {
 
   /** Both gauges collect in the same scrape: they share one read of the store. */
   private partitionStats(): Promise<PartitionStat[]> {
-    this.snapshot ??= this.partitionSource()
+    // A database that stopped answering (cut off, not down) must not hang the scrape: the
+    // process's own metrics, hookq_leader among them, are what an operator looks at then.
+    if (this.snapshot) return this.snapshot
+    let timer: NodeJS.Timeout | undefined
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`reading lag and in-flight counts took over ${STATS_TIMEOUT_MS} ms`)), STATS_TIMEOUT_MS)
+    })
+    this.snapshot = Promise.race([this.partitionSource(), deadline])
       .catch((err: unknown) => { this.onError(err); return [] })
-      .finally(() => { this.snapshot = undefined })
+      .finally(() => { clearTimeout(timer); this.snapshot = undefined })
     return this.snapshot
   }
 }

@@ -31,6 +31,8 @@ export type Role = 'follower' | 'leader'
 
 /** How long a looked-up leader URL is reused: a takeover is noticed within this (plus the poll). */
 const LEADER_URL_TTL_MS = 1000
+/** The leader re-reads end offsets and groups every this many polls (5 s by default). */
+const RECONCILE_EVERY_POLLS = 5
 
 /** What a follower tells the leader changed. */
 type Change = { group: string } | { topicCreated: string } | { topicDeleted: number }
@@ -39,7 +41,7 @@ export interface LeadershipDeps {
   /** The database, for the lock's own session; null: the embedded database (lead at once, alone). */
   connectionString: string | null
   pool: pg.Pool
-  /** How often a follower tries to take the lock, ms. */
+  /** How often a follower tries to take the lock, and the leader proves it still holds it, ms. */
   pollMs: number
   /** A new, not yet started dispatcher for a term. */
   newDispatcher(): Dispatcher
@@ -65,6 +67,7 @@ export class Leadership {
   private pendingAppends = new Map<string, number>()
   private flushScheduled = false
   private knownLeader: { url: string | null; atMs: number } | undefined
+  private polls = 0
 
   constructor(private readonly deps: LeadershipDeps) {}
 
@@ -105,12 +108,40 @@ export class Leadership {
     await this.flushAppends().catch(() => {})
   }
 
+  /** A heartbeat (or a query) taking longer than this ends the leader's term: it may have lost the lock. */
+  private get queryTimeoutMs(): number {
+    return Math.max(2000, 4 * this.deps.pollMs)
+  }
+
   private schedule(): void {
     if (this.stopped) return
     this.timer = setTimeout(() => {
-      void this.campaign().finally(() => this.schedule())
+      const step = this.role === 'leader' ? this.keepLeading() : this.campaign()
+      void step.finally(() => this.schedule())
     }, this.deps.pollMs)
     this.timer.unref()
+  }
+
+  /**
+   * The leader's poll: a heartbeat on the lock session (a session that stopped answering may have
+   * been ended by the server and the lock given to another process: stop pushing now), and now and
+   * then a reconciliation that catches what a lost NOTIFY did not tell.
+   */
+  private async keepLeading(): Promise<void> {
+    const conn = this.conn
+    const term = this.term
+    if (!conn || !term) return
+    try {
+      await conn.heartbeat()
+    } catch (err) {
+      this.deps.log.warn({ err }, 'the leader session did not answer its heartbeat: pushing stops here')
+      conn.destroy()
+      this.lost(conn, err as Error)
+      return
+    }
+    if (this.termReady && ++this.polls % RECONCILE_EVERY_POLLS === 0) {
+      await term.reconcile().catch((err: unknown) => this.deps.log.warn({ err }, 'reconciling with the database failed; trying again later'))
+    }
   }
 
   private campaign(): Promise<void> {
@@ -122,7 +153,10 @@ export class Leadership {
   private async tryLead(): Promise<void> {
     try {
       if (!this.conn || this.conn.isLost) {
-        this.conn = await LeaderConnection.open(this.deps.connectionString!, (channel, payload) => this.onNotify(channel, payload))
+        // The server drops a silent holder only after the holder would have given up by itself.
+        this.conn = await LeaderConnection.open(this.deps.connectionString!,
+          { queryTimeoutMs: this.queryTimeoutMs, idleTimeoutMs: 2 * this.queryTimeoutMs + this.deps.pollMs },
+          (channel, payload) => this.onNotify(channel, payload))
         const conn = this.conn
         conn.onLost((err) => this.lost(conn, err))
       }
@@ -147,7 +181,9 @@ export class Leadership {
     this.termReady = false
     this.role = 'leader'
     await dispatcher.start()
-    if (this.term === dispatcher) this.termReady = true
+    // The session may have been lost while the term was starting: then it has ended already.
+    if (this.term !== dispatcher) return
+    this.termReady = true
     this.deps.log.info({ url: this.url }, 'leading: this process pushes for the database')
     this.deps.onRole?.('leader')
   }
@@ -158,6 +194,7 @@ export class Leadership {
     this.termReady = false
     if (this.role === 'leader') this.deps.onRole?.('follower')
     this.role = 'follower'
+    this.polls = 0
     // Not awaited to the end: its pending completion writes may wait on a database that is gone.
     if (term) void term.stop().catch((err: unknown) => this.deps.log.warn({ err }, 'stopping the old term failed'))
   }
@@ -257,17 +294,35 @@ export class Leadership {
     let payload = ''
     for (const e of entries) {
       if (payload.length + e.length + 1 > MAX_PAYLOAD_BYTES) {
-        await publish(this.deps.pool, APPEND_CHANNEL, payload)
+        await this.notify(APPEND_CHANNEL, payload)
         payload = ''
       }
       payload = payload ? `${payload};${e}` : e
     }
-    if (payload) await publish(this.deps.pool, APPEND_CHANNEL, payload)
+    if (payload) await this.notify(APPEND_CHANNEL, payload)
   }
 
   private async tell(change: Change): Promise<void> {
     if (this.deps.connectionString === null) return
-    await publish(this.deps.pool, CHANGE_CHANNEL, JSON.stringify(change))
+    await this.notify(CHANGE_CHANNEL, JSON.stringify(change))
+  }
+
+  /**
+   * NOTIFY on the follower's own lock session when it has one (no wait for a pool connection
+   * behind queued calls), else through the pool. Best effort either way: the leader's periodic
+   * reconciliation catches what a lost notification did not tell.
+   */
+  private async notify(channel: string, payload: string): Promise<void> {
+    const conn = this.conn
+    if (conn && !conn.isLost) {
+      try {
+        await conn.notify(channel, payload)
+        return
+      } catch {
+        // fall through to the pool
+      }
+    }
+    await publish(this.deps.pool, channel, payload)
   }
 
   private onNotify(channel: string, payload: string): void {

@@ -118,7 +118,29 @@ export class Dispatcher {
 
   /** Loads every group and starts pushing. */
   async start(): Promise<void> {
-    for (const row of await this.deps.listGroups()) await this.reload(row.name)
+    for (const row of await this.deps.listGroups()) {
+      // Stopped while starting (a term that lost its leadership): load nothing more.
+      if (this.stopped) return
+      await this.reload(row.name)
+    }
+  }
+
+  /**
+   * Catches up with what notifications may not have told (another broker process's NOTIFY lost):
+   * reloads every group, new and deleted ones included, and wakes partitions whose log grew.
+   */
+  async reconcile(): Promise<void> {
+    const names = new Set((await this.deps.listGroups()).map((r) => r.name))
+    for (const name of this.groups.keys()) names.add(name)
+    for (const name of names) {
+      if (this.stopped) return
+      await this.reload(name)
+    }
+    const topicIds = new Set([...this.groups.values()].map((g) => g.topic.id))
+    for (const topicId of topicIds) {
+      if (this.stopped) return
+      for (const e of await this.deps.topics.endOffsets(topicId)) this.notifyAppend(topicId, e.partition, e.endOffset)
+    }
   }
 
   /** Stops pushing; waits for queued completions to be written. In-flight pushes are abandoned (they will be redelivered). */
@@ -141,6 +163,7 @@ export class Dispatcher {
   }
 
   private async reloadNow(name: string): Promise<void> {
+    if (this.stopped) return
     const loaded = await this.deps.loadGroup(name)
     const current = this.groups.get(name)
     const topic = loaded ? await this.deps.topics.findByName(loaded.row.topic) : null
@@ -156,6 +179,8 @@ export class Dispatcher {
       return
     }
     await this.deps.ensureOffsets(loaded.row, topic)
+    // A stopped term must not touch the attempts of the term that replaced it.
+    if (this.stopped) return
     // Attempts a previous process left in flight ended with it; their messages are pushed again.
     await abandonInFlight(this.deps.db, loaded.row.id)
     const progress = await loadProgress(this.deps.db, loaded.row.id, topic.id)

@@ -50,6 +50,7 @@ export function installLeaderForwarding(app: FastifyInstance, directory: LeaderD
       if (typeof value === 'string') headers[name] = value
     }
     let answer: Awaited<ReturnType<typeof undiciRequest>>
+    let text: string
     try {
       const body = req.body === undefined ? undefined : JSON.stringify(req.body)
       if (body !== undefined) headers['content-type'] = 'application/json'
@@ -57,10 +58,11 @@ export function installLeaderForwarding(app: FastifyInstance, directory: LeaderD
         method: req.method as 'GET' | 'POST', headers, body, dispatcher: agent,
         headersTimeout: FORWARD_TIMEOUT_MS, bodyTimeout: FORWARD_TIMEOUT_MS,
       })
+      // Inside the try: a leader that dies after its headers is as unreachable as one that never answered.
+      text = await answer.body.text()
     } catch (err) {
       throw notPushing('the broker process that pushes for this database did not answer', err)
     }
-    const text = await answer.body.text()
     reply.code(answer.statusCode)
     for (const name of RELAYED_HEADERS) {
       const value = answer.headers[name]

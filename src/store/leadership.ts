@@ -34,13 +34,48 @@ export class LeaderConnection {
     client.on('end', () => onLost())
   }
 
-  /** Connects; `onNotify` hears every NOTIFY on the channels listened to later. */
-  static async open(connectionString: string, onNotify: (channel: string, payload: string) => void): Promise<LeaderConnection> {
-    const client = new pg.Client({ connectionString, application_name: 'hookq-leader' })
+  /**
+   * Connects; `onNotify` hears every NOTIFY on the channels listened to later.
+   * - `queryTimeoutMs`: no query on this session may hang a campaign or a heartbeat longer.
+   * - `idleTimeoutMs`: the server ends the session after this long without a query
+   *   (idle_session_timeout, PostgreSQL 14+), so a holder that froze or was cut off silently
+   *   releases the lock; the leader's heartbeats keep it busy meanwhile. Set it above the time the
+   *   leader takes to give up on its own (`queryTimeoutMs` past a missed heartbeat), so the old
+   *   leader has stopped pushing before the lock is free.
+   */
+  static async open(connectionString: string, opts: { queryTimeoutMs: number; idleTimeoutMs: number },
+    onNotify: (channel: string, payload: string) => void): Promise<LeaderConnection> {
+    const client = new pg.Client({
+      connectionString, application_name: 'hookq-leader', keepAlive: true, query_timeout: opts.queryTimeoutMs,
+      connectionTimeoutMillis: opts.queryTimeoutMs,
+    })
     const conn = new LeaderConnection(client)
     client.on('notification', (n) => onNotify(n.channel, n.payload ?? ''))
     await client.connect()
+    try {
+      await client.query(`SET idle_session_timeout = ${Math.floor(opts.idleTimeoutMs)}`)
+    } catch (err) {
+      // 42704: PostgreSQL 13 has no such setting; a silent cut is then noticed by TCP keepalive only.
+      if ((err as { code?: string }).code !== '42704') throw err
+    }
     return conn
+  }
+
+  /** A round trip on the session: proof that it (and so the lock) is still ours. */
+  async heartbeat(): Promise<void> {
+    await this.client.query('SELECT 1')
+  }
+
+  /** NOTIFY on this session (it does not wait for a pool connection). */
+  async notify(channel: string, payload: string): Promise<void> {
+    await this.client.query('SELECT pg_notify($1, $2)', [channel, payload])
+  }
+
+  /** Drops the socket at once (a session that stopped answering cannot be ended politely). */
+  destroy(): void {
+    const stream = (this.client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream
+    stream?.destroy()
+    void this.close()
   }
 
   /** Called once, when the session ends or fails: whatever it held is gone. */
