@@ -16,6 +16,8 @@ export const LEADER_LOCK_KEY = 0x686b714c
 /** NOTIFY channels: messages appended by a follower, and groups or topics it changed. */
 export const APPEND_CHANNEL = 'hookq_append'
 export const CHANGE_CHANNEL = 'hookq_change'
+/** How long closing the lock session waits for the server before dropping the socket. */
+const CLOSE_WAIT_MS = 1000
 /** NOTIFY payloads must stay under 8000 bytes. */
 export const MAX_PAYLOAD_BYTES = 7900
 
@@ -73,9 +75,9 @@ export class LeaderConnection {
 
   /** Drops the socket at once (a session that stopped answering cannot be ended politely). */
   destroy(): void {
+    this.lost = true
     const stream = (this.client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream
     stream?.destroy()
-    void this.close()
   }
 
   /** Called once, when the session ends or fails: whatever it held is gone. */
@@ -104,10 +106,17 @@ export class LeaderConnection {
     for (const channel of channels) await this.client.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
   }
 
-  /** Ends the session: the lock and the LISTENs go with it. */
+  /**
+   * Ends the session: the lock and the LISTENs go with it. A polite end waits for the server, which
+   * may never answer (a cut connection): after a second the socket is dropped instead.
+   */
   async close(): Promise<void> {
     this.lost = true
-    await this.client.end().catch(() => {})
+    let timer: NodeJS.Timeout | undefined
+    const gaveUp = new Promise<void>((resolve) => { timer = setTimeout(resolve, CLOSE_WAIT_MS) })
+    await Promise.race([this.client.end().catch(() => {}), gaveUp])
+    clearTimeout(timer)
+    this.destroy()
   }
 }
 
