@@ -68,7 +68,7 @@ export function replayOf(dlqTopic, dlqCreatedAt, m, targetPartitions) {
 
 /**
  * How many partitions each topic has now; undefined where that cannot be read (a key without
- * the admin scope), so the replay still goes ahead with the original partitions.
+ * the produce scope, or a topic gone), so the replay still goes ahead with the original partitions.
  * @param {string[]} topics
  * @returns {Promise<Map<string, number | undefined>>}
  */

@@ -20,6 +20,8 @@ export interface ApiKey {
 export const ROUTE_SCOPES: Readonly<Record<string, Scope>> = {
   'POST /v1/topics/:topic/messages': 'produce',
   'GET /v1/topics/:topic/partitions/:partition/messages': 'produce',
+  // A topic's partitions and end offsets: what a producer (or a dead-letter replay) needs to know.
+  'GET /v1/topics/:topic': 'produce',
   'POST /v1/groups/:group/acks': 'consume',
   'POST /v1/groups/:group/nacks': 'consume',
   'POST /v1/groups/:group/extend': 'consume',

@@ -30,6 +30,8 @@ t.test('scopes against representative routes', async (t) => {
   // produce: produce and fetch messages; nothing else
   t.equal((await call('pk_live_abc', 'POST', '/v1/topics/orders/messages', msg)).status, 201)
   t.equal((await call('pk_live_abc', 'GET', '/v1/topics/orders/partitions/0/messages?fromOffset=0')).json.messages.length, 2)
+  t.match((await call('pk_live_abc', 'GET', '/v1/topics/orders')).json, { name: 'orders', partitionStats: [{ partition: 0, endOffset: 2 }] },
+    'a produce key reads a topic: its partitions and end offsets')
   const denied = await call('pk_live_abc', 'PUT', '/v1/topics/other', { partitions: 1 })
   t.equal(denied.status, 403, 'a produce key cannot create topics')
   t.match(denied.headers['content-type'], /application\/problem\+json/)
@@ -53,6 +55,7 @@ t.test('scopes against representative routes', async (t) => {
   t.equal(noProduce.status, 403, 'a consume key cannot produce')
   t.match(noProduce.json, { code: 'forbidden', requiredScope: 'produce' })
   t.equal((await call('ck_live_def', 'GET', '/v1/topics/orders/partitions/0/messages')).status, 403)
+  t.equal((await call('ck_live_def', 'GET', '/v1/topics/orders')).status, 403, 'a consume key does not read topics')
   t.equal((await call('ck_live_def', 'DELETE', '/v1/groups/billing')).status, 403)
   t.equal((await call('ck_live_def', 'POST', '/v1/groups/billing/seek', { offset: 0 })).status, 403)
 

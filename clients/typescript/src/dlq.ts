@@ -11,8 +11,8 @@
  *   idempotency key derived from where it sits in the dead-letter topic, so a second replay of the
  *   same dead letters (within the target topic's retention) stores nothing new.
  *
- * Only the public HTTP API is used: `GET /v1/topics/{dlq}` (admin scope) for the partitions, the
- * partition reads and produce (produce scope).
+ * Only the public HTTP API is used: `GET /v1/topics/{dlq}` for the partitions, the
+ * partition reads and produce: a key with the produce scope is enough.
  */
 import { HookqError, unwrap, type HookqClient, type Message, type ProduceMessage, type ProduceResult } from './index.ts'
 
