@@ -123,7 +123,6 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       log: { info: (o, m) => logger?.info(o, m), warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
       onRole: (role) => metrics.leading(role === 'leader'),
     })
-    const dispatcher = leadership
     groups.onChange((name) => leadership.groupChanged(name))
     topics.onChange(async ({ created, deleted }) => {
       if (deleted) await leadership.topicDeleted(deleted.id)
@@ -134,10 +133,10 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
       read: new ReadService(topics, messageStore),
       groups,
-      acks: new AckService(groups, dispatcher, metrics),
-      operations: new OperationsService(db, groups, topicStore, dispatcher),
+      acks: new AckService(groups, leadership, metrics),
+      operations: new OperationsService(db, groups, topicStore, leadership),
       metrics,
-      inFlight: (groupId, partition) => dispatcher.inFlight(groupId, partition),
+      inFlight: (groupId, partition) => leadership.inFlight(groupId, partition),
       async readiness() {
         try {
           const pending = await pendingMigrations((sql) => database.pool.query(sql))
@@ -148,7 +147,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       },
     }
     metrics.trackPartitions(() => services.operations.partitionStats())
-    metrics.trackPushWindows(() => dispatcher.pushWindows())
+    metrics.trackPushWindows(() => leadership.pushWindows())
     const retention = new RetentionSweeper(db, topicStore, {
       intervalMs: config.retentionIntervalMs,
       sliceRows: 10_000,

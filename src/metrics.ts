@@ -27,6 +27,13 @@ export interface DispatchMetrics {
   deadLettered(group: string): void
 }
 
+/** One consumer's push window, as its gauges show it. */
+export interface PushWindowStat {
+  consumerId: string
+  limit: number
+  inFlight: number
+}
+
 /** How long a scrape waits for the per-partition gauges before serving without them. */
 const STATS_TIMEOUT_MS = 3000
 
@@ -62,7 +69,7 @@ export class Metrics implements DispatchMetrics {
     labelNames: ['group'] as const, registers: [this.registry],
   })
   private partitionSource: () => Promise<PartitionStat[]> = async () => []
-  private windowSource: () => { consumerId: string; limit: number; inFlight: number }[] = () => []
+  private windowSource: () => PushWindowStat[] = () => []
   private snapshot: Promise<PartitionStat[]> | undefined
 
   /** `onError` hears of a failed scrape-time read (the gauges are then left empty for that scrape). */
@@ -81,22 +88,15 @@ export class Metrics implements DispatchMetrics {
     gauge('hookq_in_flight', 'Messages outstanding (pushed, or waiting for a retry) per group partition', (s) => s.inFlight)
     gauge('hookq_lag', 'End offset minus committed offset per group partition', (s) => s.lag)
     const windows = () => this.windowSource()
-    new Gauge({
-      name: 'hookq_push_window', help: 'Pushes allowed at once to a consumer (grows while it keeps up, halves when it struggles)',
-      labelNames: ['consumer'] as const, registers: [this.registry],
+    const windowGauge = (name: string, help: string, pick: (w: PushWindowStat) => number) => new Gauge({
+      name, help, labelNames: ['consumer'] as const, registers: [this.registry],
       collect() {
         this.reset()
-        for (const w of windows()) this.set({ consumer: w.consumerId }, w.limit)
+        for (const w of windows()) this.set({ consumer: w.consumerId }, pick(w))
       },
     })
-    new Gauge({
-      name: 'hookq_pushes_in_flight', help: 'Push HTTP calls under way to a consumer',
-      labelNames: ['consumer'] as const, registers: [this.registry],
-      collect() {
-        this.reset()
-        for (const w of windows()) this.set({ consumer: w.consumerId }, w.inFlight)
-      },
-    })
+    windowGauge('hookq_push_window', 'Pushes allowed at once to a consumer (grows while it keeps up, halves when it struggles)', (w) => w.limit)
+    windowGauge('hookq_pushes_in_flight', 'Push HTTP calls under way to a consumer', (w) => w.inFlight)
   }
 
   private readonly leaderGauge = new Gauge({
@@ -110,7 +110,7 @@ export class Metrics implements DispatchMetrics {
   }
 
   /** Sets where the push-window gauges come from (the dispatcher's windows, read at scrape time). */
-  trackPushWindows(source: () => { consumerId: string; limit: number; inFlight: number }[]): void {
+  trackPushWindows(source: () => PushWindowStat[]): void {
     this.windowSource = source
   }
 

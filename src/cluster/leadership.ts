@@ -54,7 +54,7 @@ export interface LeadershipDeps {
 
 /** The leadership of this process, and the face of the pushing side to the services. */
 export class Leadership {
-  private role: Role = 'follower'
+  /** This term's dispatcher while this process leads (it leads exactly while there is one). */
   private term: Dispatcher | undefined
   /** The term's dispatcher has loaded its groups: until then acks and seeks get 503, not `unknown`. */
   private termReady = false
@@ -72,7 +72,7 @@ export class Leadership {
   constructor(private readonly deps: LeadershipDeps) {}
 
   get isLeader(): boolean {
-    return this.role === 'leader'
+    return this.term !== undefined
   }
 
   /** Starts campaigning (or, embedded, leads at once). `url`: where followers can forward calls. */
@@ -89,7 +89,7 @@ export class Leadership {
   /** The address became known (after listen): recorded at once if leading. */
   async advertise(url: string | null): Promise<void> {
     this.url = url
-    if (this.role === 'leader' && this.conn && !this.conn.isLost) {
+    if (this.term && this.conn && !this.conn.isLost) {
       await this.conn.record(url).catch((err: unknown) => this.deps.log.warn({ err }, 'recording the leader URL failed'))
     }
   }
@@ -99,11 +99,7 @@ export class Leadership {
     this.stopped = true
     clearTimeout(this.timer)
     await this.campaigning?.catch(() => {})
-    const term = this.term
-    this.term = undefined
-    this.termReady = false
-    this.role = 'follower'
-    await term?.stop()
+    await this.detachTerm()?.stop()
     await this.conn?.close()
     await this.flushAppends().catch(() => {})
   }
@@ -116,7 +112,7 @@ export class Leadership {
   private schedule(): void {
     if (this.stopped) return
     this.timer = setTimeout(() => {
-      const step = this.role === 'leader' ? this.keepLeading() : this.campaign()
+      const step = this.term ? this.keepLeading() : this.campaign()
       void step.finally(() => this.schedule())
     }, this.deps.pollMs)
     this.timer.unref()
@@ -145,7 +141,7 @@ export class Leadership {
   }
 
   private campaign(): Promise<void> {
-    if (this.role === 'leader' || this.stopped) return Promise.resolve()
+    if (this.term || this.stopped) return Promise.resolve()
     this.campaigning ??= this.tryLead().finally(() => { this.campaigning = undefined })
     return this.campaigning
   }
@@ -169,7 +165,7 @@ export class Leadership {
       // Whatever was taken goes with the session.
       await this.conn?.close()
       this.conn = undefined
-      await this.endTerm()
+      this.endTerm()
     }
   }
 
@@ -179,7 +175,6 @@ export class Leadership {
     // serves acks only once started: before, it knows no group and would answer every id unknown.
     this.term = dispatcher
     this.termReady = false
-    this.role = 'leader'
     await dispatcher.start()
     // The session may have been lost while the term was starting: then it has ended already.
     if (this.term !== dispatcher) return
@@ -188,24 +183,28 @@ export class Leadership {
     this.deps.onRole?.('leader')
   }
 
-  private async endTerm(): Promise<void> {
+  /** Ends the term here, returning its dispatcher for the caller to stop. */
+  private detachTerm(): Dispatcher | undefined {
     const term = this.term
+    if (this.termReady) this.deps.onRole?.('follower')
     this.term = undefined
     this.termReady = false
-    if (this.role === 'leader') this.deps.onRole?.('follower')
-    this.role = 'follower'
     this.polls = 0
+    return term
+  }
+
+  private endTerm(): void {
     // Not awaited to the end: its pending completion writes may wait on a database that is gone.
-    if (term) void term.stop().catch((err: unknown) => this.deps.log.warn({ err }, 'stopping the old term failed'))
+    void this.detachTerm()?.stop().catch((err: unknown) => this.deps.log.warn({ err }, 'stopping the old term failed'))
   }
 
   private lost(conn: LeaderConnection, err: Error | undefined): void {
     if (this.conn !== conn) return
     this.conn = undefined
-    if (this.role === 'leader' && !this.stopped) {
+    if (this.term && !this.stopped) {
       this.deps.log.warn({ err }, 'the leader session ended: pushing stops here until the lock is taken again')
     }
-    void this.endTerm()
+    this.endTerm()
   }
 
   /** Where the leader takes forwarded calls (looked up at most once a second), or null. */

@@ -38,7 +38,7 @@ import { assignPartitions } from '../service/groups.ts'
 import { GroupCommitter } from '../service/group-commit.ts'
 import { attemptCounts, commitCompletions, loadProgress, readForDispatch, seekOffsets, type DispatchMessage } from '../store/consumption.ts'
 import { abandonInFlight, findAttempt } from '../store/deliveries.ts'
-import type { DispatchMetrics } from '../metrics.ts'
+import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { buildPush, signingSecrets } from './envelope.ts'
 import { push, type PushResult } from './pusher.ts'
@@ -754,7 +754,7 @@ export class Dispatcher {
   }
 
   /** Each consumer's push window, for the metrics. */
-  pushWindows(): { consumerId: string; limit: number; inFlight: number }[] {
+  pushWindows(): PushWindowStat[] {
     return [...this.windows].map(([consumerId, { window }]) => ({ consumerId, limit: window.limit, inFlight: window.inFlight }))
   }
 

@@ -36,13 +36,22 @@ export interface LeaderDirectory {
 /** Installs the forwarding hook; `directory` undefined means a single process (nothing to forward). */
 export function installLeaderForwarding(app: FastifyInstance, directory: LeaderDirectory | undefined): void {
   if (!directory) return
+  const leaders = directory
   const agent = new Agent({ connections: 16, keepAliveTimeout: 10_000 })
   app.addHook('onClose', async () => { await agent.close() })
 
-  app.addHook('preHandler', async (req: FastifyRequest, reply: FastifyReply) => {
-    if (!LEADER_ROUTES.has(`${req.method} ${req.routeOptions.url}`) || directory.isLeader) return
+  // A hook on these routes only: produce and the rest never pay for it.
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method]
+    if (!methods.some((m) => LEADER_ROUTES.has(`${m} ${route.url}`))) return
+    const existing = route.preHandler
+    route.preHandler = [...(existing === undefined ? [] : Array.isArray(existing) ? existing : [existing]), forward]
+  })
+
+  async function forward(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+    if (leaders.isLeader) return undefined
     if (req.headers[FORWARDED_HEADER] !== undefined) throw notPushing('this broker process does not push for the database any more')
-    const leader = await directory.leaderUrl().catch(() => null)
+    const leader = await leaders.leaderUrl().catch(() => null)
     if (!leader) throw notPushing('no broker process is pushing for this database right now')
     const headers: Record<string, string> = { [FORWARDED_HEADER]: '1' }
     for (const name of PASSED_HEADERS) {
@@ -70,7 +79,7 @@ export function installLeaderForwarding(app: FastifyInstance, directory: LeaderD
     }
     // Sent as it came: the leader already serialised it against the same response schema.
     return reply.serializer((payload: unknown) => payload as string).send(text)
-  })
+  }
 }
 
 function notPushing(detail: string, cause?: unknown): HookqError {

@@ -42,26 +42,31 @@ export async function applyMigrations(
   opts: ApplyMigrationsOptions = {},
 ): Promise<{ applied: string[] }> {
   const log = opts.log ?? (() => {})
-  const migrations = await readMigrations(opts.migrationsDir ?? MIGRATIONS_DIR)
-  const apply = async () => {
-    // Nothing to apply (the usual start): skip the engine, whose WebAssembly costs ~70 MB and a second to load.
-    if (await nothingPending(connectionString, opts.migrationsDir ?? MIGRATIONS_DIR)) return { applied: [] }
+  const migrationsDir = opts.migrationsDir ?? MIGRATIONS_DIR
+  const runEngine = async () => {
     // The engine runs one statement at a time; one connection also suits the embedded server.
     const factory = engineAdapterFactory({ connectionString, maxConnections: 1 })
+    const migrations = await readMigrations(migrationsDir)
     const out = await withSchemaEngine(factory, { log }, (engine) =>
       engine.applyMigrations({ migrationsList: migrations, filters: NO_FILTERS }),
     )
     for (const name of out.appliedMigrationNames) log(`applied migration ${name}`)
     return { applied: out.appliedMigrationNames }
   }
-  if (opts.singleConnection) return apply()
+  // Nothing to apply (the usual start) skips the engine, whose WebAssembly costs ~70 MB and a second to load.
+  if (opts.singleConnection) {
+    // One connection at a time: the check's is closed before the engine opens one.
+    const done = await withClient(connectionString, (c) => nothingPending((sql) => c.query(sql), migrationsDir))
+    return done ? { applied: [] } : runEngine()
+  }
 
   const lock = new pg.Client({ connectionString, application_name: 'hookq-migrate-lock' })
   lock.on('error', () => {}) // a dropped lock connection surfaces as a failed query below
   await lock.connect()
   try {
     await lock.query('SELECT pg_advisory_lock($1)', [MIGRATE_LOCK_KEY])
-    return await apply()
+    if (await nothingPending((sql) => lock.query(sql), migrationsDir)) return { applied: [] }
+    return await runEngine()
   } finally {
     // Ending the session releases the lock even if the unlock itself fails.
     await lock.query('SELECT pg_advisory_unlock($1)', [MIGRATE_LOCK_KEY]).catch(() => {})
@@ -70,22 +75,27 @@ export async function applyMigrations(
 }
 
 /**
- * Whether every migration is recorded as finished (on a connection of its own, closed before the
- * engine opens one). First it refuses a connection whose search_path does not lead to public: the
- * engine would create the tables there while Prisma's client and the raw SQL look in public.
+ * Whether every migration is recorded as finished. First it refuses a connection whose search_path
+ * does not lead to public: the engine would create the tables there while Prisma's client and the
+ * raw SQL look in public.
  */
-async function nothingPending(connectionString: string, migrationsDir: string): Promise<boolean> {
+async function nothingPending(query: QueryFn, migrationsDir: string): Promise<boolean> {
+  const { rows } = await query('SELECT current_schema() AS schema')
+  const schema = (rows[0] as { schema: string | null } | undefined)?.schema ?? null
+  if (schema !== 'public') {
+    throw new Error(`this connection's search_path puts new tables in ${schema === null ? 'no schema' : `schema "${schema}"`}; `
+      + 'hookq keeps its tables in public: reset the search_path of this role or database (ALTER ROLE … SET search_path = public)')
+  }
+  return (await pendingMigrations(query, migrationsDir)).length === 0
+}
+
+/** Runs `fn` on a connection of its own, closed afterwards. */
+async function withClient<T>(connectionString: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString, application_name: 'hookq-migrate-check' })
   client.on('error', () => {})
   await client.connect()
   try {
-    const { rows } = await client.query<{ schema: string | null }>('SELECT current_schema() AS schema')
-    const schema = rows[0]?.schema ?? null
-    if (schema !== 'public') {
-      throw new Error(`this connection's search_path puts new tables in ${schema === null ? 'no schema' : `schema "${schema}"`}; `
-        + 'hookq keeps its tables in public: reset the search_path of this role or database (ALTER ROLE … SET search_path = public)')
-    }
-    return (await pendingMigrations((sql) => client.query(sql), migrationsDir)).length === 0
+    return await fn(client)
   } finally {
     await client.end().catch(() => {})
   }
