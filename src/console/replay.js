@@ -19,16 +19,21 @@ const BATCH = 100
  * @param {Record<string, string>} headers
  */
 export function deadLetterInfo(headers) {
-  const partition = Number(headers['hookq-dlq-partition'])
-  const offset = Number(headers['hookq-dlq-offset'])
+  // The same reading as the SDK's deadLetterOrigin (clients/typescript/src/dlq.ts): an empty topic
+  // is no topic, and a position is digits only ('' or '1e2' are not 0 or 100).
   return {
-    topic: headers['hookq-dlq-topic'] ?? null,
-    partition: Number.isInteger(partition) && partition >= 0 ? partition : null,
-    offset: Number.isInteger(offset) && offset >= 0 ? offset : null,
+    topic: headers['hookq-dlq-topic'] || null,
+    partition: wholeNumber(headers['hookq-dlq-partition']),
+    offset: wholeNumber(headers['hookq-dlq-offset']),
     group: headers['hookq-dlq-group'] ?? null,
     attempts: headers['hookq-dlq-attempts'] ?? null,
     error: headers['hookq-dlq-error'] ?? null,
   }
+}
+
+/** @param {string | undefined} text @returns {number | null} */
+function wholeNumber(text) {
+  return text !== undefined && /^\d{1,15}$/.test(text) ? Number(text) : null
 }
 
 /** The headers of the original message. @param {Record<string, string>} headers */
