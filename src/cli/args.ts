@@ -15,6 +15,9 @@ export function wholeNumber (min = 0, max = Number.MAX_SAFE_INTEGER): (text: str
 }
 
 /** A parser for a number (decimals allowed) from `min` to `max`. */
+/** A partition number option (`-p, --partition`). */
+export const partitionNumber = wholeNumber(0, 2_147_483_647)
+
 export function decimal (min: number, max: number): (text: string) => number {
   return (text) => {
     const n = Number(text.trim())

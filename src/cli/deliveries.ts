@@ -5,9 +5,9 @@
  */
 import { Option, type Command } from 'commander'
 import { unwrap, withRetries, type Delivery } from '@hookq/client'
-import { wholeNumber } from './args.ts'
+import { partitionNumber, wholeNumber } from './args.ts'
 import { contextOf } from './context.ts'
-import { note, printJson, printTable, short } from './output.ts'
+import { note, noteRetry, printJson, printTable, short } from './output.ts'
 
 const OUTCOMES = ['acked', 'failed', 'timed_out', 'nacked', 'dead', 'in_flight'] as const
 
@@ -25,7 +25,7 @@ interface DeliveriesOptions {
 export function registerDeliveries (program: Command): void {
   program.command('deliveries <group>')
     .description("a group's push attempts, newest first")
-    .option('-p, --partition <n>', 'only this partition', wholeNumber(0, 2_147_483_647))
+    .option('-p, --partition <n>', 'only this partition', partitionNumber)
     .option('-o, --offset <n>', 'only this offset (with --partition: one message)', wholeNumber(0))
     .addOption(new Option('--outcome <outcome>', 'only attempts with this outcome').choices(OUTCOMES))
     .option('--limit <n>', 'attempts a page, 1 to 1000', wholeNumber(1, 1000), 100)
@@ -45,7 +45,7 @@ export function registerDeliveries (program: Command): void {
           ...(opts.outcome === undefined ? {} : { outcome: opts.outcome }),
           ...(cursor === undefined ? {} : { cursor }),
         }
-        const answer = await withRetries(() => unwrap(ctx.client.GET('/v1/groups/{group}/deliveries', { params: { path: { group }, query } })))
+        const answer = await withRetries(() => unwrap(ctx.client.GET('/v1/groups/{group}/deliveries', { params: { path: { group }, query } })), { onRetry: noteRetry })
         deliveries.push(...answer.deliveries)
         cursor = answer.nextCursor ?? undefined
         if (cursor === undefined) break

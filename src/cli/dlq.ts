@@ -6,9 +6,9 @@
  */
 import type { Command } from 'commander'
 import { replayDeadLetters, type ReplayProgress, type ReplaySummary } from '@hookq/client'
-import { wholeNumber } from './args.ts'
+import { partitionNumber, wholeNumber } from './args.ts'
 import { contextOf } from './context.ts'
-import { CliError, EXIT, ExplainedError, note, printJson, printLine, printTable, startProgress } from './output.ts'
+import { CliError, EXIT, ExplainedError, note, noteRetry, printJson, printLine, printTable, startProgress } from './output.ts'
 
 interface ReplayCliOptions {
   fromOffset?: number
@@ -26,7 +26,7 @@ export function registerDlq (program: Command): void {
     .description('produce dead letters back to their topic (named by their hookq-dlq-topic header), without duplicates')
     .option('--from-offset <n>', 'first offset read in each partition of the dead-letter topic', wholeNumber(0))
     .option('--limit <n>', 'replay at most this many dead letters', wholeNumber(1))
-    .option('-p, --partition <n>', 'only this partition of the dead-letter topic', wholeNumber(0, 2_147_483_647))
+    .option('-p, --partition <n>', 'only this partition of the dead-letter topic', partitionNumber)
     .option('--dry-run', 'read and count, produce nothing')
     .option('--batch-size <n>', 'dead letters read and produced a round, 1 to 1000', wholeNumber(1, 1000), 200)
     .action(async (dlqTopic: string, opts: ReplayCliOptions, cmd: Command) => {
@@ -41,7 +41,7 @@ export function registerDlq (program: Command): void {
           partitions: opts.partition === undefined ? undefined : [opts.partition],
           dryRun: opts.dryRun === true,
           batchSize: opts.batchSize,
-          onRetry: (err, waitMs, attempt) => note(`hookq: the broker is busy (${err.code ?? err.status}); retry ${attempt} in ${Math.ceil(waitMs / 1000)} s`),
+          onRetry: noteRetry,
           onProgress: (p) => { last = p; bar.update(p.read, p.total) },
         })
       } catch (err) {

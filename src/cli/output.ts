@@ -58,6 +58,11 @@ export function printLine (text: string): void {
 }
 
 /** Writes one line on stderr: notes and summaries that must not mix with the data on stdout. */
+/** Says on stderr that a call is waited out (429/503 Retry-After): the `onRetry` of every retried call. */
+export function noteRetry (err: { code?: string, status: number }, waitMs: number, attempt: number): void {
+  note(`hookq: the broker is busy (${err.code ?? err.status}); retry ${attempt} in ${Math.ceil(waitMs / 1000)} s`)
+}
+
 export function note (text: string): void {
   process.stderr.write(`${text}\n`)
 }

@@ -14,9 +14,9 @@
 import { createInterface } from 'node:readline'
 import type { Command } from 'commander'
 import { BatchProduceError, HookqError, produceInBatches, type ProduceMessage, type ProduceResult } from '@hookq/client'
-import { headerPair, wholeNumber } from './args.ts'
+import { headerPair, partitionNumber, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
-import { ExplainedError, note, printJson, printLine, printTable, startProgress, UnreachableError, UsageError, type Progress } from './output.ts'
+import { ExplainedError, noteRetry, printJson, printLine, printTable, startProgress, UnreachableError, UsageError, type Progress } from './output.ts'
 
 interface ProduceOptions {
   key?: string
@@ -45,7 +45,7 @@ export function registerProduce (program: Command): void {
     .description('produce messages: JSON values as arguments, or NDJSON on stdin (one value a line)')
     .option('-k, --key <key>', 'the key of every message (messages with one key go to one partition)')
     .option('-H, --header <name=value>', 'a header of every message (repeatable)', headerPair)
-    .option('-p, --partition <n>', 'the partition of every message', wholeNumber(0, 2_147_483_647))
+    .option('-p, --partition <n>', 'the partition of every message', partitionNumber)
     .option('--delay-ms <ms>', 'push each message no earlier than this long after produce', wholeNumber(0, 2_147_483_647))
     .option('--idempotency-prefix <prefix>', 'give each message the idempotency key <prefix>:<line or argument number>')
     .option('--text', 'send each argument or line as a JSON string instead of parsing it')
@@ -140,7 +140,7 @@ class Sender {
     try {
       await produceInBatches(this.ctx.client, this.topic, items.map((i) => i.message), {
         maxBatchMessages: this.opts.batchSize,
-        onRetry: (err, waitMs, attempt) => note(`hookq: the broker is busy (${err.code ?? err.status}); retry ${attempt} in ${Math.ceil(waitMs / 1000)} s`),
+        onRetry: noteRetry,
         onCommitted: (results) => {
           this.results.push(...results)
           done += results.length

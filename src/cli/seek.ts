@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander'
 import { unwrap } from '@hookq/client'
-import { timestamp, wholeNumber } from './args.ts'
+import { partitionNumber, timestamp, wholeNumber } from './args.ts'
 import { contextOf } from './context.ts'
 import { printJson, printLine, printTable, UsageError } from './output.ts'
 
@@ -18,7 +18,7 @@ interface SeekOptions {
 export function registerSeek (program: Command): void {
   program.command('seek <group>')
     .description("move a group's committed offsets (every partition, or one) to an offset or a time")
-    .option('-p, --partition <n>', 'only this partition', wholeNumber(0, 2_147_483_647))
+    .option('-p, --partition <n>', 'only this partition', partitionNumber)
     .option('-o, --offset <n>', 'the new committed offset (at most the end offset)', wholeNumber(0))
     .option('--timestamp <iso>', 'per partition, the first offset produced at or after this time', timestamp)
     .addHelpText('after', '\nExamples:\n  hookq seek billing --offset 0                 replay every partition from the start\n' +

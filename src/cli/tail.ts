@@ -8,9 +8,9 @@
  */
 import type { Command } from 'commander'
 import { unwrap, withRetries, type HookqClient, type Message } from '@hookq/client'
-import { wholeNumber } from './args.ts'
+import { partitionNumber, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
-import { printLine, UsageError } from './output.ts'
+import { noteRetry, printLine, UsageError } from './output.ts'
 
 interface TailOptions {
   partition?: number
@@ -30,7 +30,7 @@ const PAGE = 1000
 export function registerTail (program: Command): void {
   program.command('tail <topic>')
     .description('print messages of a topic (every partition, or one), and with --follow keep printing new ones')
-    .option('-p, --partition <n>', 'only this partition', wholeNumber(0, 2_147_483_647))
+    .option('-p, --partition <n>', 'only this partition', partitionNumber)
     .option('--from <offset>', 'first offset of each partition: a number, "beginning" or "end" (default end with --follow)')
     .option('-n, --last <n>', `start this many messages before the end of each partition (default ${DEFAULT_LAST} without --follow or --limit)`, wholeNumber(0))
     .option('-f, --follow', 'keep polling for new messages until Ctrl-C')
@@ -55,7 +55,7 @@ export function registerTail (program: Command): void {
 
 async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise<void> {
   const signal = ctx.signal!
-  const retry = { signal }
+  const retry = { signal, onRetry: noteRetry }
   const detail = await withRetries(() => unwrap(ctx.client.GET('/v1/topics/{topic}', { params: { path: { topic } }, signal })), retry)
   if (opts.partition !== undefined && opts.partition >= detail.partitions) {
     throw new UsageError(`topic ${topic} has ${detail.partitions} partitions (0 to ${detail.partitions - 1}); there is no partition ${opts.partition}`)
