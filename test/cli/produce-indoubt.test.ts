@@ -97,6 +97,8 @@ t.test('a broker answer of 500 outcome_unknown, and a timeout after the call was
   t.match(run.stderr, /outcome_unknown \(HTTP 500\)/)
   t.match(run.stderr, /argument 1 was sent, but whether the broker stored it is unknown/)
   t.notMatch(run.stderr, /nothing was committed/)
+  // The front answers 500 only after the broker has answered, so the message is already committed.
+  t.equal(await stored('doubt-answers'), 1, 'the message of the call answered outcome_unknown was stored')
 
   const silent = await startFront(t, () => 'hang')
   const late = await runCli(['--timeout', '1000', 'produce', 'doubt-answers', '{"n":2}'], { url: silent.url })
@@ -104,7 +106,8 @@ t.test('a broker answer of 500 outcome_unknown, and a timeout after the call was
   t.match(late.stderr, /no answer within 1000 ms/)
   t.match(late.stderr, /argument 1 was sent, but whether the broker stored it is unknown/)
   // The front passed the second call on at once; on a busy machine its commit may still be on its way.
-  t.equal(await waitUntil(async () => (await stored('doubt-answers')) === 2 && 2, 15_000, 'both calls committed'), 2, 'both calls were committed')
+  await waitUntil(async () => (await stored('doubt-answers')) === 2, 15_000, 'both calls committed')
+  t.pass('both calls were committed')
 })
 
 t.test('answers that exclude the commit still say nothing was committed', async (t) => {

@@ -70,7 +70,7 @@ t.test('one partition of 3000 messages: the newest 5, and 3 from offset 10, read
   const last = await runCli(['tail', 'long', '-n', '4', '--limit', '2'], { url: front.url })
   t.equal(last.code, 0, last.stderr)
   t.same(coordinates(last.stdout), ['0:2996', '0:2997'], '-n says where to start, --limit stops after 2')
-  t.ok(front.reads.every((r) => r.fromOffset >= 2996 && r.limit <= 2), 'nothing before the start is read')
+  t.ok(front.reads.length > 0 && front.reads.every((r) => r.fromOffset >= 2996 && r.limit <= 2), 'nothing before the start is read')
 
   front.reads.length = 0
   const all = await runCli(['tail', 'long', '--from', '1500'], { url: front.url })
@@ -79,7 +79,7 @@ t.test('one partition of 3000 messages: the newest 5, and 3 from offset 10, read
   t.equal(printed.length, 1500, 'without --limit, up to the end')
   t.equal(printed[0], '0:1500')
   t.equal(printed.at(-1), '0:2999')
-  t.ok(front.reads.every((r) => r.limit <= 1000), 'a page at a time')
+  t.ok(front.reads.length >= 2 && front.reads.every((r) => r.limit <= 1000), 'a page at a time')
 })
 
 t.test('two partitions: the newest n of the topic in time order, and --limit across partitions', async (t) => {

@@ -271,7 +271,6 @@ t.test('faults', { skip: needsServer }, async (t) => {
           const r = await cluster.killLeaderAndReplace()
           takeovers.push(r.takeoverMs)
           t.ok(r.takeoverMs <= 10_000, `pid ${r.leader.child.pid} leads ${r.takeoverMs} ms after the leader (pid ${r.killed.child.pid}) was SIGKILLed`)
-          t.not(r.leader, r.killed, 'the new leader is another process')
           t.notOk(await cluster.reportsLeader(r.replacement), `the replacement (pid ${r.replacement.child.pid}) joins as a follower`)
         }
         t.equal(cluster.live.length, 2, 'two processes alive after the faults')

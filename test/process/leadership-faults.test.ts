@@ -79,12 +79,11 @@ t.test('a leader cut off from the database without a reset is replaced', { skip:
 
   p.cut() // A's packets go nowhere; its sessions stay open on the server
   t.equal((await call(b.url, 'POST', '/v1/topics/cut/messages', { messages: [{ value: 1 }] })).status, 201)
-  const tookOver = await waitUntil(() => leads(b), 30_000, 'B leads').then(() => true, () => false)
-  t.ok(tookOver, 'B takes over (A gave up on its heartbeat; the server ended its silent session)')
+  await waitUntil(() => leads(b), 30_000, 'B leads (A gave up on its heartbeat)')
+  t.pass('B takes over (A gave up on its heartbeat; the server ended its silent session)')
   t.notOk(await leads(a), 'A, cut off, no longer leads')
-  const pushed = await waitUntil(() => receiver.requests.some((r) => (r.json as { value: number }).value === 1), 5_000, 'value 1 pushed')
-    .then(() => true, () => false)
-  t.ok(pushed, 'the message produced after the cut is pushed')
+  await waitUntil(() => receiver.requests.some((r) => (r.json as { value: number }).value === 1), 20_000, 'value 1 pushed after the cut')
+  t.pass('the message produced after the cut is pushed')
 })
 
 t.test('what a follower relays', { skip: needsServer }, async (t) => {
@@ -120,9 +119,9 @@ t.test('what a follower relays', { skip: needsServer }, async (t) => {
   t.equal(seen[0]?.headers.authorization, 'Bearer k', 'the key forwarded')
   t.equal(seen[0]?.headers['hookq-forwarded'], '1', 'marked as forwarded')
   t.same(JSON.parse(seen[0]?.body ?? '{}'), { deliveryIds: ['d1'], delayMs: 5 }, 'the body forwarded')
+  t.same(seen.map((s) => s.method), ['POST', 'GET'], 'both methods forwarded as sent')
   t.equal(seen[1]?.body, '', 'no body on a GET')
-  t.comment(`relayed: ${r1.status} ${r1.headers.get('content-type')} ra=${r1.headers.get('retry-after')} ${JSON.stringify(r1.json)}; GET ${r2.status}`)
-  for (const s of seen) t.comment(`forwarded: ${s.method} ${s.url} ${JSON.stringify(s.headers)} body=${JSON.stringify(s.body)}`)
+  t.equal(r2.status, 429, "the forwarded GET's answer relayed")
   t.equal(r1.status, 429)
   t.equal(r1.headers.get('retry-after'), '7')
   t.equal(r1.json.code, 'rate_limited', 'the problem relayed')

@@ -38,9 +38,10 @@ for (const how of ['consumer removed', 'group deleted'] as const) {
 
 const hookq = createClient({ baseUrl: url })
 
-async function windowGauge (): Promise<number | undefined> {
-  const text = await (await fetch(`${url}/metrics`)).text()
-  const m = /^hookq_push_window\{consumer="[^"]+"\} (\d+)$/m.exec(text)
+/** The push window gauge of consumer `id`, or undefined when it has no series. */
+async function windowGauge (id: string): Promise<number | undefined> {
+  const quoted = id.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+  const m = new RegExp(`^hookq_push_window\\{consumer="${quoted}"\\} (\\d+)$`, 'm').exec(await metrics())
   return m ? Number(m[1]) : undefined
 }
 
@@ -56,11 +57,11 @@ t.test('handler failures (nacked, answered 500) leave the window of a fast consu
   const server = http.createServer(consumer.listener)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
-  await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'poison' } }, body: { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` } }))
+  const { id } = await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'poison' } }, body: { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` } }))
 
   await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'poison' } }, body: { messages: [{ value: { poison: true } }] } }))
   await waitUntil(() => failures >= 4, 20_000, '4 failed attempts of one poison message')
-  const w = await windowGauge()
+  const w = await windowGauge(id)
   t.comment(`window after ${failures} handler failures of ONE message on a fast consumer: ${w}`)
   t.equal(w, 8, 'the window is unchanged by handler exceptions')
 })
