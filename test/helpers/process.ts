@@ -48,3 +48,30 @@ export async function runBrokerToExit(env: Record<string, string>, timeoutMs = 3
   clearTimeout(timer)
   return { code, output }
 }
+
+export interface CallAnswer {
+  status: number
+  /** The parsed JSON body; the text when it is not JSON; undefined when empty. */
+  json: any
+  headers: Headers
+  retryAfter: string | null
+}
+
+/** One HTTP call to a broker process (JSON in and out), with a timeout so a hung process fails the test. */
+export async function callBroker(base: string, method: string, path: string, body?: unknown,
+  headers: Record<string, string> = {}, timeoutMs = 30_000): Promise<CallAnswer> {
+  const res = await fetch(base + path, {
+    method, headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+    body: body !== undefined ? JSON.stringify(body) : undefined, signal: AbortSignal.timeout(timeoutMs),
+  })
+  const text = await res.text()
+  let json: any
+  try { json = text ? JSON.parse(text) : undefined } catch { json = text }
+  return { status: res.status, json, headers: res.headers, retryAfter: res.headers.get('retry-after') }
+}
+
+/** True when the process says it is the leader (the hookq_leader gauge). */
+export async function leads(b: BrokerProcess): Promise<boolean> {
+  const text = await (await fetch(`${b.url}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
+  return /^hookq_leader 1$/m.test(text)
+}

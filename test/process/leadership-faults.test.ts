@@ -12,32 +12,15 @@ import http from 'node:http'
 import net from 'node:net'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { spawnBroker, callBroker as call, leads, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
-
-async function call(base: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
-  const res = await fetch(base + path, {
-    method, headers: { ...(body ? { 'content-type': 'application/json' } : {}), ...headers },
-    body: body ? JSON.stringify(body) : undefined, signal: AbortSignal.timeout(30_000),
-  })
-  const text = await res.text()
-  let json: any
-  try { json = text ? JSON.parse(text) : undefined } catch { json = text }
-  return { status: res.status, json, headers: res.headers }
-}
-
-async function leads(b: BrokerProcess): Promise<boolean> {
-  const text = await (await fetch(`${b.url}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
-  return /^hookq_leader 1$/m.test(text)
-}
 
 async function client(url: string): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: url })
   await c.connect()
   return c
 }
-
 
 /** A loopback TCP proxy to `target` that can stop forwarding without closing anything (a blackhole). */
 async function proxy(t: { teardown(fn: () => unknown): void }, target: URL) {

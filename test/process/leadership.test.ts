@@ -5,23 +5,9 @@
  */
 import t from 'tap'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { spawnBroker, callBroker as call, leads, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
-
-async function call(base: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
-  const res = await fetch(base + path, {
-    method, headers: { ...(body ? { 'content-type': 'application/json' } : {}), ...headers },
-    body: body ? JSON.stringify(body) : undefined, signal: AbortSignal.timeout(20_000),
-  })
-  const text = await res.text()
-  return { status: res.status, json: text ? JSON.parse(text) : undefined, retryAfter: res.headers.get('retry-after') }
-}
-
-async function leads(b: BrokerProcess): Promise<boolean> {
-  const text = await (await fetch(`${b.url}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
-  return /^hookq_leader 1$/m.test(text)
-}
 
 t.test('one process pushes; the others forward; a killed leader is replaced', { skip: needsServer }, async (t) => {
   const db = await testDatabase(t)

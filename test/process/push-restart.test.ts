@@ -5,17 +5,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { databaseServerUrl, testDatabase } from '../helpers/db.ts'
-import { spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
-
-async function call(base: string, method: string, path: string, body?: unknown) {
-  const res = await fetch(base + path, {
-    method, headers: body ? { 'content-type': 'application/json' } : {}, body: body ? JSON.stringify(body) : undefined,
-    signal: AbortSignal.timeout(15_000),
-  })
-  return { status: res.status, json: (await res.json().catch(() => null)) as any }
-}
 
 t.test('SIGKILL mid-stream loses nothing and re-pushes nothing acked', async (t) => {
   let env: Record<string, string>

@@ -3,15 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { databaseServerUrl, testDatabase } from '../helpers/db.ts'
-import { spawnBroker, type BrokerProcess } from '../helpers/process.ts'
-
-async function call(base: string, method: string, path: string, body?: unknown) {
-  const res = await fetch(base + path, {
-    method, headers: body ? { 'content-type': 'application/json' } : {}, body: body ? JSON.stringify(body) : undefined,
-    signal: AbortSignal.timeout(15_000),
-  })
-  return { status: res.status, json: (await res.json()) as any }
-}
+import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
 
 async function readAll(base: string, topic: string, partitions: number) {
   const all: { partition: number; offset: number; value: string }[] = []
