@@ -93,6 +93,13 @@ export class Dispatcher {
    * from memory (the attempt row may not even be flushed yet). Bounded: oldest forgotten first.
    */
   private readonly recent = new Map<string, { w: PartitionState; epoch: number }>()
+  /**
+   * The same ids in the order they were remembered, a ring of RECENT_IDS: the oldest is forgotten
+   * through it, not by iterating the Map, whose deleted entries stay as holes at its front until it
+   * rehashes (each iteration skipped up to ~100k of them: 8% of the CPU with acks over HTTP).
+   */
+  private readonly recentRing: string[] = []
+  private recentNext = 0
   /** Delivery id → where it points; kept until its message completes. */
   private readonly ids = new Map<string, { g: GroupRuntime; w: PartitionState; offset: number }>()
   private readonly completer: GroupCommitter<CompletionRequest, CompletionStatus>
@@ -693,12 +700,7 @@ export class Dispatcher {
       req.w.outstanding.delete(req.offset)
       for (const id of o.ids) {
         this.ids.delete(id)
-        this.recent.set(id, { w: req.w, epoch: req.w.epoch })
-      }
-      // Map iteration is insertion order: drop the oldest past the bound.
-      for (const id of this.recent.keys()) {
-        if (this.recent.size <= RECENT_IDS) break
-        this.recent.delete(id)
+        this.remember(id, req.w)
       }
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
@@ -709,6 +711,18 @@ export class Dispatcher {
     }
     if (deliveryId && outcome && !(o?.open.has(deliveryId))) this.deps.attempts.update({ id: deliveryId, outcome, finishedAt })
     this.fill(req.g, req.w)
+  }
+
+  /** Remembers a completed delivery id for duplicate acks, forgetting the oldest past RECENT_IDS. */
+  private remember(id: string, w: PartitionState): void {
+    if (this.recentRing.length < RECENT_IDS) {
+      this.recentRing.push(id)
+    } else {
+      this.recent.delete(this.recentRing[this.recentNext]!)
+      this.recentRing[this.recentNext] = id
+      this.recentNext = (this.recentNext + 1) % RECENT_IDS
+    }
+    this.recent.set(id, { w, epoch: w.epoch })
   }
 
   /** A completion could not be written: the message stays outstanding and is pushed again soon. */

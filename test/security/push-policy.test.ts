@@ -108,6 +108,11 @@ t.test('push time: IP literals, which never reach lookup, are checked by push()'
   }
   t.match(await push(open, request(`http://169.254.169.254:${port}/`)), { kind: 'network', error: /cloud metadata address/ })
   t.match(await push(open, request(`http://127.0.0.1:${port}/`)), { kind: 'delivered' }, 'the default policy pushes to loopback')
-  t.equal(receiver.requests.length, 1)
+  // Verdicts are cached per agent and URL: a second push gets the same one, and one agent's
+  // verdict is never another's.
+  t.match(await push(strict, request(`http://127.0.0.1:${port}/`)), { kind: 'network', error: /ERR_PUSH_URL_POLICY/ }, 'still denied the second time')
+  t.match(await push(open, request(`http://169.254.169.254:${port}/`)), { kind: 'network', error: /cloud metadata address/ }, 'metadata still denied')
+  t.match(await push(open, request(`http://127.0.0.1:${port}/`)), { kind: 'delivered' }, 'still delivered the second time')
+  t.equal(receiver.requests.length, 2)
   t.same(asked, [], 'no lookup for literals')
 })
