@@ -3,6 +3,7 @@
  * the reads and writes of the dispatcher's hot path (raw SQL: arrays in, one statement each).
  */
 import type pg from 'pg'
+import { numberArray } from './arrays.ts'
 import { inTransaction, type Database } from './db.ts'
 import { appendRows, type AppendEntry } from './messages.ts'
 
@@ -114,8 +115,8 @@ async function commitWithoutDeadLetters(db: Database, batch: CompletionBatch): P
   const c = batch.completions
   const o = batch.committed
   await db.pool.query(COMPLETE, [
-    c.map((r) => r.groupId), c.map((r) => r.topicId), c.map((r) => r.partition), c.map((r) => r.offset),
-    o.map((r) => r.groupId), o.map((r) => r.topicId), o.map((r) => r.partition), o.map((r) => r.committedOffset),
+    numberArray(c.map((r) => r.groupId)), numberArray(c.map((r) => r.topicId)), numberArray(c.map((r) => r.partition)), numberArray(c.map((r) => r.offset)),
+    numberArray(o.map((r) => r.groupId)), numberArray(o.map((r) => r.topicId)), numberArray(o.map((r) => r.partition)), numberArray(o.map((r) => r.committedOffset)),
   ])
 }
 

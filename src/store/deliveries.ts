@@ -1,4 +1,5 @@
 /** Storage of push attempts: one row each, inserted when the push starts and updated with its outcome. */
+import { epochMsArray, numberArray } from './arrays.ts'
 import type { Database } from './db.ts'
 
 export type Outcome = 'in_flight' | 'acked' | 'failed' | 'timed_out' | 'nacked' | 'dead'
@@ -52,19 +53,21 @@ export async function insertAttempts(db: Database, rows: AttemptStart[]): Promis
   await db.pool.query(
     `INSERT INTO deliveries (id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline,
                              outcome, finished_at, status_code, duration_ms, error)
-     SELECT u.id, u.group_id, u.topic_id, u.partition, u."offset", u.attempt, u.consumer_id, u.started_at, u.ack_deadline,
-            coalesce(u.outcome, 'in_flight')::delivery_outcome, u.finished_at, u.status_code, u.duration_ms, u.error
-     FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[], $7::text[], $8::timestamptz[], $9::timestamptz[],
-                 $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[])
+     SELECT u.id, u.group_id, u.topic_id, u.partition, u."offset", u.attempt, u.consumer_id, to_timestamp(u.started_at / 1000),
+            to_timestamp(u.ack_deadline / 1000), coalesce(u.outcome, 'in_flight')::delivery_outcome, to_timestamp(u.finished_at / 1000),
+            u.status_code, u.duration_ms, u.error
+     FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[], $7::text[], $8::float8[], $9::float8[],
+                 $10::text[], $11::float8[], $12::int[], $13::int[], $14::text[])
        AS u(id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline,
             outcome, finished_at, status_code, duration_ms, error)
      -- a group or topic deleted meanwhile takes its attempts with it
      WHERE EXISTS (SELECT 1 FROM consumer_groups g WHERE g.id = u.group_id) AND EXISTS (SELECT 1 FROM topics t WHERE t.id = u.topic_id)
      ON CONFLICT (id) DO NOTHING`,
-    [rows.map((r) => r.id), rows.map((r) => r.groupId), rows.map((r) => r.topicId), rows.map((r) => r.partition),
-      rows.map((r) => r.offset), rows.map((r) => r.attempt), rows.map((r) => r.consumerId), rows.map((r) => r.startedAt),
-      rows.map((r) => r.ackDeadline), rows.map((r) => r.outcome ?? null), rows.map((r) => r.finishedAt ?? null),
-      rows.map((r) => r.statusCode ?? null), rows.map((r) => r.durationMs ?? null), rows.map((r) => r.error ?? null)])
+    [rows.map((r) => r.id), numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)),
+      numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.offset)), numberArray(rows.map((r) => r.attempt)),
+      rows.map((r) => r.consumerId), epochMsArray(rows.map((r) => r.startedAt)), epochMsArray(rows.map((r) => r.ackDeadline)),
+      rows.map((r) => r.outcome ?? null), epochMsArray(rows.map((r) => r.finishedAt)),
+      numberArray(rows.map((r) => r.statusCode)), numberArray(rows.map((r) => r.durationMs)), rows.map((r) => r.error ?? null)])
 }
 
 /** Applies attempt updates in one statement (each id at most once: merge before calling). */
@@ -73,17 +76,17 @@ export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promi
   await db.pool.query(
     `UPDATE deliveries d SET
        outcome = coalesce(u.outcome::delivery_outcome, d.outcome),
-       finished_at = coalesce(u.finished_at, d.finished_at),
+       finished_at = coalesce(to_timestamp(u.finished_at / 1000), d.finished_at),
        status_code = coalesce(u.status_code, d.status_code),
        duration_ms = coalesce(u.duration_ms, d.duration_ms),
        error = coalesce(u.error, d.error),
-       ack_deadline = coalesce(u.ack_deadline, d.ack_deadline)
-     FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::int[], $5::int[], $6::text[], $7::timestamptz[])
+       ack_deadline = coalesce(to_timestamp(u.ack_deadline / 1000), d.ack_deadline)
+     FROM unnest($1::text[], $2::text[], $3::float8[], $4::int[], $5::int[], $6::text[], $7::float8[])
        AS u(id, outcome, finished_at, status_code, duration_ms, error, ack_deadline)
      WHERE d.id = u.id`,
-    [rows.map((r) => r.id), rows.map((r) => r.outcome ?? null), rows.map((r) => r.finishedAt ?? null),
-      rows.map((r) => r.statusCode ?? null), rows.map((r) => r.durationMs ?? null), rows.map((r) => r.error ?? null),
-      rows.map((r) => r.ackDeadline ?? null)])
+    [rows.map((r) => r.id), rows.map((r) => r.outcome ?? null), epochMsArray(rows.map((r) => r.finishedAt)),
+      numberArray(rows.map((r) => r.statusCode)), numberArray(rows.map((r) => r.durationMs)), rows.map((r) => r.error ?? null),
+      epochMsArray(rows.map((r) => r.ackDeadline))])
 }
 
 /** The attempt a delivery id names, if this group issued it. */

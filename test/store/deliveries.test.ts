@@ -1,0 +1,72 @@
+/**
+ * The attempt rows as the dispatcher writes them (insertAttempts, updateAttempts) read back through
+ * the deliveries listing: every field, timestamps exact to the millisecond (they travel as epoch
+ * milliseconds in hand-written array literals, src/store/arrays.ts), nulls kept, and updates
+ * merging over what is there. Also the literals themselves.
+ */
+import t from 'tap'
+import { epochMsArray, numberArray } from '../../src/store/arrays.ts'
+import { insertAttempts, listAttempts, updateAttempts } from '../../src/store/deliveries.ts'
+import { api } from '../helpers/api.ts'
+import { startBroker } from '../helpers/broker.ts'
+
+t.test('array literals', async (t) => {
+  t.equal(numberArray([]), '{}')
+  t.equal(numberArray([1, -2, null, undefined, 9007199254740991]), '{1,-2,NULL,NULL,9007199254740991}')
+  t.equal(epochMsArray([new Date(1764567890123), null]), '{1764567890123,NULL}')
+  t.throws(() => numberArray([Number.NaN]), TypeError)
+  t.throws(() => numberArray([Infinity]), TypeError)
+})
+
+t.test('attempt rows round-trip through the database', async (t) => {
+  const broker = await startBroker(t)
+  const { call } = api(broker)
+  t.equal((await call('PUT', '/v1/topics/att', { partitions: 2 })).status, 201)
+  const group = await call('PUT', '/v1/groups/att-g', { topic: 'att' })
+  t.equal(group.status, 201)
+  const groupId = (await broker.db.pool.query<{ id: number }>("SELECT id FROM consumer_groups WHERE name = 'att-g'")).rows[0]!.id
+  const topicId = (await broker.db.pool.query<{ id: number }>("SELECT id FROM topics WHERE name = 'att'")).rows[0]!.id
+
+  // Odd milliseconds across a wide range of dates: each must come back exactly.
+  const base = Date.UTC(2026, 11, 1, 5, 44, 50, 7)
+  const at = (k: number) => new Date(base + k * 86_400_123 + (k % 1000))
+  const rows = Array.from({ length: 300 }, (_, i) => ({
+    id: `d${i}`, groupId, topicId, partition: i % 2, offset: 2 ** 40 + i, attempt: 1 + (i % 3), consumerId: i % 5 === 0 ? null : `c${i % 5}`,
+    startedAt: at(i - 150), ackDeadline: at(i - 149),
+    ...(i % 2 === 0 ? { outcome: 'acked' as const, finishedAt: at(i - 148), statusCode: 200, durationMs: i } : {}),
+  }))
+  await insertAttempts(broker.db, rows)
+  // Updates: a full outcome for odd rows, a deadline change only for some even ones.
+  await updateAttempts(broker.db, rows.filter((_, i) => i % 2 === 1).map((r, k) => ({
+    id: r.id, outcome: 'failed' as const, finishedAt: at(k + 7), statusCode: 503, durationMs: 5000 + k, error: `boom ${k} "quoted" \\ {brace}`,
+  })))
+  await updateAttempts(broker.db, rows.filter((_, i) => i % 4 === 0).map((r) => ({ id: r.id, ackDeadline: at(999) })))
+
+  const listed = await listAttempts(broker.db, groupId, { limit: 1000 })
+  t.equal(listed.length, rows.length)
+  const byId = new Map(listed.map((r) => [r.deliveryId, r]))
+  let mismatches = 0
+  for (const [i, r] of rows.entries()) {
+    const got = byId.get(r.id)!
+    const want = {
+      partition: r.partition, offset: r.offset, attempt: r.attempt, consumerId: r.consumerId, startedAt: r.startedAt.getTime(),
+      outcome: i % 2 === 0 ? 'acked' : 'failed',
+      finishedAt: i % 2 === 0 ? r.finishedAt!.getTime() : at((i - 1) / 2 + 7).getTime(),
+      statusCode: i % 2 === 0 ? 200 : 503,
+      durationMs: i % 2 === 0 ? i : 5000 + (i - 1) / 2,
+      error: i % 2 === 0 ? null : `boom ${(i - 1) / 2} "quoted" \\ {brace}`,
+    }
+    const have = {
+      partition: got.partition, offset: Number(got.offset), attempt: got.attempt, consumerId: got.consumerId, startedAt: got.startedAt.getTime(),
+      outcome: got.outcome, finishedAt: got.finishedAt?.getTime() ?? null, statusCode: got.statusCode, durationMs: got.durationMs, error: got.error,
+    }
+    if (JSON.stringify(have) !== JSON.stringify(want)) {
+      if (mismatches++ < 5) t.same(have, want, `row ${r.id}`)
+    }
+  }
+  t.equal(mismatches, 0, 'every row as written, to the millisecond')
+  const deadlines = await broker.db.pool.query<{ id: string; ms: string }>(
+    "SELECT id, (extract(epoch FROM ack_deadline) * 1000)::bigint::text AS ms FROM deliveries WHERE group_id = $1", [groupId])
+  const deadlineOf = new Map(deadlines.rows.map((r) => [r.id, Number(r.ms)]))
+  t.ok(rows.every((r, i) => deadlineOf.get(r.id) === (i % 4 === 0 ? at(999) : r.ackDeadline).getTime()), 'ack deadlines as written and as updated')
+})
