@@ -68,3 +68,23 @@ export function signWebhook(input: SignInput & { secrets: readonly string[] }): 
   }
   return input.secrets.map((secret) => `v1,${digestBase64(decodeSecret(secret), input)}`).join(' ')
 }
+
+/**
+ * The push headers `hookq-signature` covers, in this order. Standard Webhooks signs only the id,
+ * timestamp and body, which leaves a raw push's metadata (topic, partition, offset, key, ...)
+ * open to change in a captured push. Envelope pushes carry the first and the attempt too.
+ * The consumer helper (clients/typescript/src/verify.ts) holds the same list; a test keeps them equal.
+ */
+export const SIGNED_HEADERS = [
+  'hookq-delivery-id', 'hookq-attempt', 'hookq-topic', 'hookq-group', 'hookq-partition', 'hookq-offset',
+  'hookq-ack-deadline', 'hookq-timestamp', 'hookq-key', 'hookq-headers',
+] as const
+
+/**
+ * What `hookq-signature` signs in place of a body: `name:value` per signed header, one per line,
+ * an absent header with an empty value (no signed header is ever sent empty: key and headers are JSON).
+ * Signed with the same secrets and under the same id and timestamp as the body, as signWebhook does.
+ */
+export function signedHeaderContent(headers: Readonly<Record<string, string>>): string {
+  return SIGNED_HEADERS.map((name) => `${name}:${headers[name] ?? ''}`).join('\n')
+}

@@ -26,7 +26,7 @@ import { decodeSecret, verifyWebhook, WebhookVerificationError, DEFAULT_TOLERANC
 
 export { MemoryIdempotencyStore, type IdempotencyStore, type MemoryIdempotencyStoreOptions } from './idempotency.ts'
 export { parsePush, PushParseError, type PushMessage, type RawPush } from './push.ts'
-export { signWebhook, verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookVerificationReason } from './verify.ts'
+export { SIGNED_HEADERS, signedHeaderContent, signWebhook, verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookVerificationReason } from './verify.ts'
 
 /** How the group settles pushes: `explicit` (the default) by acks and nacks, `auto` by the push's answer. */
 export type AckMode = 'explicit' | 'auto'

@@ -19,7 +19,7 @@ export const DEFAULT_TOLERANCE_SECONDS = 300
 const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/
 
 /** Why a push failed verification. */
-export type WebhookVerificationReason = 'missing_headers' | 'invalid_timestamp' | 'timestamp_out_of_tolerance' | 'bad_signature'
+export type WebhookVerificationReason = 'missing_headers' | 'invalid_timestamp' | 'timestamp_out_of_tolerance' | 'bad_signature' | 'bad_header_signature'
 
 /** A push that must not be trusted: answer 401 and do not run anything for it. */
 export class WebhookVerificationError extends Error {
@@ -67,6 +67,41 @@ function digest (key: Buffer, { webhookId, timestampSeconds, body }: SignedConte
 }
 
 /**
+ * The hookq push headers `hookq-signature` covers, in order. Standard Webhooks signs the id,
+ * timestamp and body only; in raw format the message's coordinates (topic, partition, offset,
+ * key, ...) travel in these headers, so the broker signs them too. Same list as the broker's
+ * (src/dispatch/signature.ts); a test keeps them equal.
+ */
+export const SIGNED_HEADERS = [
+  'hookq-delivery-id', 'hookq-attempt', 'hookq-topic', 'hookq-group', 'hookq-partition', 'hookq-offset',
+  'hookq-ack-deadline', 'hookq-timestamp', 'hookq-key', 'hookq-headers',
+] as const
+
+/**
+ * What `hookq-signature` signs in place of a body (same id, timestamp and secrets as the body's
+ * signature): `name:value` per signed header, one per line, empty for an absent one. To sign a
+ * hand-made push: `signWebhook({ webhookId, timestampSeconds, body: signedHeaderContent(headers), secrets })`.
+ */
+export function signedHeaderContent (headers: HeaderSource): string {
+  return SIGNED_HEADERS.map((name) => `${name}:${headerValue(headers, name) ?? ''}`).join('\n')
+}
+
+/** Whether some `v1,` entry of a signature header is the HMAC of `content` under one of `keys`, compared in constant time. */
+function anyMatches (keys: Buffer[], signatures: string, content: SignedContent): boolean {
+  const expected = keys.map((key) => digest(key, content))
+  // Other versions (e.g. `v1a`, asymmetric) are skipped, as the spec asks.
+  const received = signatures.split(' ').filter((e) => e.startsWith('v1,')).map((e) => Buffer.from(e.slice(3), 'base64'))
+  // Every pair is compared, without an early exit, so the time taken says nothing about which matched.
+  let matched = false
+  for (const want of expected) {
+    for (const got of received) {
+      if (got.length === want.length && timingSafeEqual(got, want)) matched = true
+    }
+  }
+  return matched
+}
+
+/**
  * The `webhook-signature` value for `content` under each secret, space-separated. The broker
  * signs for you; this is for tests of your own consumer, and for replaying a push by hand.
  */
@@ -101,7 +136,9 @@ export interface VerifiedWebhook {
  * Checks a received push: the three `webhook-*` headers are present, the timestamp is within
  * `toleranceSeconds` of now (a captured push cannot be replayed later), and some `v1,` entry of
  * `webhook-signature` is the HMAC of the content under one of the secrets, compared in constant
- * time. Returns the id and timestamp, or throws a WebhookVerificationError naming the reason.
+ * time. When the push has `hookq-*` headers (hookq's pushes do), `hookq-signature` must match
+ * them the same way (signedHeaderContent). Returns the id and timestamp, or throws a
+ * WebhookVerificationError naming the reason.
  * Throws a TypeError for a missing or malformed secret (a configuration error).
  */
 export function verifyWebhook (options: VerifyWebhookOptions): VerifiedWebhook {
@@ -124,16 +161,17 @@ export function verifyWebhook (options: VerifyWebhookOptions): VerifiedWebhook {
     throw new WebhookVerificationError('timestamp_out_of_tolerance', `webhook-timestamp is more than ${toleranceSeconds} s away from now`)
   }
 
-  const expected = keys.map((key) => digest(key, { webhookId, timestampSeconds, body }))
-  // Other versions (e.g. `v1a`, asymmetric) are skipped, as the spec asks.
-  const received = signatures.split(' ').filter((e) => e.startsWith('v1,')).map((e) => Buffer.from(e.slice(3), 'base64'))
-  // Every pair is compared, without an early exit, so the time taken says nothing about which matched.
-  let matched = false
-  for (const want of expected) {
-    for (const got of received) {
-      if (got.length === want.length && timingSafeEqual(got, want)) matched = true
+  if (!anyMatches(keys, signatures, { webhookId, timestampSeconds, body })) {
+    throw new WebhookVerificationError('bad_signature', 'no v1 signature matches the secret')
+  }
+  // A push carrying hookq-* headers (every push from hookq) must have them signed as well: an
+  // altered or stripped header would change what the consumer reads in raw format.
+  const headerSignatures = headerValue(headers, 'hookq-signature')
+  if (headerSignatures !== undefined || SIGNED_HEADERS.some((name) => headerValue(headers, name) !== undefined)) {
+    if (!headerSignatures) throw new WebhookVerificationError('missing_headers', 'hookq-signature is required with hookq-* headers')
+    if (!anyMatches(keys, headerSignatures, { webhookId, timestampSeconds, body: signedHeaderContent(headers) })) {
+      throw new WebhookVerificationError('bad_header_signature', 'no v1 hookq-signature matches the secret: a hookq-* header was changed')
     }
   }
-  if (!matched) throw new WebhookVerificationError('bad_signature', 'no v1 signature matches the secret')
   return { webhookId, timestampSeconds }
 }
