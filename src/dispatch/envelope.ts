@@ -4,7 +4,7 @@
  * their stored JSON text, never parsed and re-serialised.
  */
 import type { DispatchMessage } from '../store/consumption.ts'
-import { signedHeaderContent, signWebhook } from './signature.ts'
+import { signHeaders, signWebhook } from './signature.ts'
 
 export interface PushTarget {
   groupName: string
@@ -81,7 +81,7 @@ export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: 
   if (target.consumerSecrets.length > 0) {
     headers['webhook-signature'] = signWebhook({ id, timestampS, body, secrets: target.consumerSecrets })
     // The hookq-* headers too: in raw format they are the message's coordinates.
-    headers['hookq-signature'] = signWebhook({ id, timestampS, body: signedHeaderContent(headers), secrets: target.consumerSecrets })
+    headers['hookq-signature'] = signHeaders({ id, timestampS, headers, secrets: target.consumerSecrets })
   }
   return { body, headers }
 }

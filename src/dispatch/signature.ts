@@ -81,10 +81,37 @@ export const SIGNED_HEADERS = [
 ] as const
 
 /**
- * What `hookq-signature` signs in place of a body: `name:value` per signed header, one per line,
- * an absent header with an empty value (no signed header is ever sent empty: key and headers are JSON).
- * Signed with the same secrets and under the same id and timestamp as the body, as signWebhook does.
+ * What `hookq-signature` signs in place of a body: `name:value` per signed header present, one per
+ * line, in SIGNED_HEADERS order; an absent header has no line, so absent and empty differ.
  */
 export function signedHeaderContent(headers: Readonly<Record<string, string>>): string {
-  return SIGNED_HEADERS.map((name) => `${name}:${headers[name] ?? ''}`).join('\n')
+  const lines: string[] = []
+  for (const name of SIGNED_HEADERS) if (headers[name] !== undefined) lines.push(`${name}:${headers[name]}`)
+  return lines.join('\n')
+}
+
+/**
+ * The key hookq-signature uses: HMAC(secret's key, "hookq-signature"), not the secret's key itself,
+ * so a hookq-signature is never also a valid webhook-signature over its header text as a body.
+ * Cached per secret (bounded): every push to a consumer signs with the same one or two.
+ */
+const headerKeys = new Map<string, Buffer>()
+function headerKey(secret: string): Buffer {
+  let key = headerKeys.get(secret)
+  if (!key) {
+    key = createHmac('sha256', decodeSecret(secret)).update('hookq-signature').digest()
+    if (headerKeys.size >= 10_000) headerKeys.clear()
+    headerKeys.set(secret, key)
+  }
+  return key
+}
+
+/**
+ * The `hookq-signature` header value: `v1,<signature>` per secret, like signWebhook, over the
+ * push's id, timestamp and signedHeaderContent(headers), with each secret's header key.
+ */
+export function signHeaders(input: { id: string; timestampS: number; headers: Readonly<Record<string, string>>; secrets: readonly string[] }): string {
+  if (input.secrets.length === 0) throw new RangeError('signHeaders needs at least one secret')
+  const content = { id: input.id, timestampS: input.timestampS, body: signedHeaderContent(input.headers) }
+  return input.secrets.map((secret) => `v1,${digestBase64(headerKey(secret), content)}`).join(' ')
 }

@@ -6,7 +6,7 @@
  * sign the same list of headers.
  */
 import t, { type Test } from 'tap'
-import { SIGNED_HEADERS as HELPER_SIGNED, createConsumer, verifyWebhook, WebhookVerificationError } from '@hookq/client/consumer'
+import { SIGNED_HEADERS as HELPER_SIGNED, createConsumer, signHeaders, verifyWebhook, WebhookVerificationError } from '@hookq/client/consumer'
 import { SIGNED_HEADERS as BROKER_SIGNED } from '../../src/dispatch/signature.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
@@ -20,9 +20,9 @@ t.same([...HELPER_SIGNED], [...BROKER_SIGNED], 'the consumer helper checks the h
 
 /** The headers of a received push as a plain record of strings. */
 const headersOf = (r: Received) => Object.fromEntries(Object.entries(r.headers).map(([k, v]) => [k, String(v)]))
-const reason = (headers: Record<string, string>, body: string) => {
+const reason = (headers: Record<string, string>, body: string, requireHeaderSignature = false) => {
   try {
-    verifyWebhook({ headers, body, secret })
+    verifyWebhook({ headers, body, secret, requireHeaderSignature })
     return 'ok'
   } catch (err) {
     return err instanceof WebhookVerificationError ? err.reason : `threw ${String(err)}`
@@ -57,12 +57,30 @@ t.test('raw pushes: every hookq-* header is covered', async (t) => {
   t.equal(reason(unsigned, push.body), 'missing_headers', 'hookq-signature removed')
   t.equal(reason({ ...headers, 'hookq-signature': headers['webhook-signature']! }, push.body), 'bad_header_signature', 'the body signature in its place')
   t.equal(reason(headers, push.body + ' '), 'bad_signature', 'the body still checked first')
+  t.equal(reason({ ...headers, 'hookq-key': '' }, push.body), 'bad_header_signature', 'an empty header is not an absent one')
+
+  // Replayed with every hookq-* header stripped, the push is a plain Standard Webhooks one: a
+  // verifier told that every push comes from hookq (as the consumer helper is) refuses it.
+  const stripped = Object.fromEntries(Object.entries(headers).filter(([k]) => !k.startsWith('hookq-')))
+  t.equal(reason(stripped, push.body), 'ok', 'a plain Standard Webhooks verifier cannot tell')
+  t.equal(reason(stripped, push.body, true), 'missing_headers', 'requireHeaderSignature refuses it')
+
+  // Its own key: the header signature is not a webhook-signature over the header text as a body.
+  const headerText = ['hookq-delivery-id', 'hookq-attempt', 'hookq-topic', 'hookq-group', 'hookq-partition', 'hookq-offset',
+    'hookq-ack-deadline', 'hookq-timestamp', 'hookq-key', 'hookq-headers'].map((n) => `${n}:${headers[n]}`).join('\n')
+  t.equal(reason({ 'webhook-id': headers['webhook-id']!, 'webhook-timestamp': headers['webhook-timestamp']!, 'webhook-signature': headers['hookq-signature']! }, headerText),
+    'bad_signature', 'hookq-signature does not sign the header text as a body')
+  // The helper's signer agrees with the broker's.
+  t.equal(signHeaders({ webhookId: headers['webhook-id']!, timestampSeconds: Number(headers['webhook-timestamp']), headers, secrets: secret }),
+    headers['hookq-signature'], 'signHeaders gives the broker\'s signature')
 
   // The consumer helper refuses the altered push with 401 and never runs the handler.
   const handled: unknown[] = []
   const consumer = createConsumer({ secret, ackMode: 'auto', handler: (m) => { handled.push(m) } })
   const altered = await consumer.handle({ headers: { ...headers, 'hookq-offset': '7' }, body: push.body })
   t.match(altered, { status: 401 }, 'altered offset: 401')
+  t.equal(handled.length, 0, 'handler not run')
+  t.match(await consumer.handle({ headers: stripped, body: push.body }), { status: 401 }, 'stripped of its hookq-* headers: 401')
   t.equal(handled.length, 0, 'handler not run')
   const genuine = await consumer.handle({ headers, body: push.body })
   t.match(genuine, { status: 200 })

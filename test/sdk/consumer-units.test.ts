@@ -6,7 +6,7 @@
 import t from 'tap'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { createConsumer, parsePush, PushParseError, MemoryIdempotencyStore, signWebhook } from '@hookq/client/consumer'
+import { createConsumer, parsePush, PushParseError, MemoryIdempotencyStore, signHeaders, signWebhook } from '@hookq/client/consumer'
 import type { ConsumerErrorStage, ConsumerOptions } from '@hookq/client/consumer'
 
 const secret = 'whsec_' + Buffer.alloc(32, 7).toString('base64')
@@ -22,7 +22,11 @@ function envelope (over: Record<string, unknown> = {}): string {
 function signed (body: string, id = 'msg_1_2_41') {
   const timestampSeconds = Math.floor(Date.now() / 1000)
   return {
-    headers: { 'webhook-id': id, 'webhook-timestamp': String(timestampSeconds), 'webhook-signature': signWebhook({ webhookId: id, timestampSeconds, body, secrets: secret }) },
+    headers: {
+      'webhook-id': id, 'webhook-timestamp': String(timestampSeconds), 'webhook-signature': signWebhook({ webhookId: id, timestampSeconds, body, secrets: secret }),
+      // No hookq-* headers, and their signature all the same: the consumer helper requires it.
+      'hookq-signature': signHeaders({ webhookId: id, timestampSeconds, headers: {}, secrets: secret }),
+    },
     body,
   }
 }

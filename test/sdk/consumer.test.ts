@@ -12,7 +12,7 @@ import Fastify from 'fastify'
 import { createClient, unwrap, type GroupConfig } from '@hookq/client'
 import { createConsumer } from '@hookq/client/consumer'
 import type { ConsumerErrorStage, PushMessage } from '@hookq/client/consumer'
-import { generateSecret, signWebhook } from '../../src/dispatch/signature.ts'
+import { generateSecret, signHeaders, signWebhook } from '../../src/dispatch/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -178,7 +178,8 @@ t.test('a wrong secret or a stale timestamp gets 401 and the handler never runs'
   const body = envelope('wrongsecret')
   const nowS = Math.floor(Date.now() / 1000)
   const signed = (timestampS: number, secrets = [configured], id = 'msg_hand_0_0') =>
-    ({ 'webhook-id': id, 'webhook-timestamp': String(timestampS), 'webhook-signature': signWebhook({ id, timestampS, body, secrets }) })
+    ({ 'webhook-id': id, 'webhook-timestamp': String(timestampS), 'webhook-signature': signWebhook({ id, timestampS, body, secrets }),
+      'hookq-signature': signHeaders({ id, timestampS, headers: {}, secrets }) })
   const stale = await post(base, body, signed(nowS - 301))
   t.match(stale, { status: 401, json: { reason: 'timestamp_out_of_tolerance' } })
   const future = await post(base, body, signed(nowS + 400))
@@ -189,7 +190,8 @@ t.test('a wrong secret or a stale timestamp gets 401 and the handler never runs'
   t.match(await post(base, body.replace('"hand":true', '"hand":false'), tampered), { status: 401, json: { reason: 'bad_signature' } })
   // Signed but not a push: 400, still without running the handler.
   const notPush = '{"hello":"world"}'
-  t.match(await post(base, notPush, { 'webhook-id': 'i', 'webhook-timestamp': String(nowS), 'webhook-signature': signWebhook({ id: 'i', timestampS: nowS, body: notPush, secrets: [configured] }) }),
+  t.match(await post(base, notPush, { 'webhook-id': 'i', 'webhook-timestamp': String(nowS), 'webhook-signature': signWebhook({ id: 'i', timestampS: nowS, body: notPush, secrets: [configured] }),
+    'hookq-signature': signHeaders({ id: 'i', timestampS: nowS, headers: {}, secrets: [configured] }) }),
     { status: 400, json: { error: 'invalid_push' } })
   t.equal(runs, 0, 'the handler never ran')
   t.same(errors.seen.map((e) => e.stage), ['verify', 'verify', 'verify', 'verify', 'verify', 'verify', 'parse'])

@@ -8,6 +8,7 @@
  */
 import t from 'tap'
 import { execFile } from 'node:child_process'
+import { createRequire } from 'node:module'
 import fs from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
@@ -16,7 +17,8 @@ import { startListeningBroker } from '../helpers/broker.ts'
 
 const root = fileURLToPath(new URL('../..', import.meta.url))
 const workspace = path.join(root, 'clients', 'typescript')
-const tsc = path.join(workspace, 'node_modules', 'typescript', 'bin', 'tsc')
+// The workspace's own TypeScript, wherever npm put it (nested today: the root pins another major).
+const tsc = createRequire(path.join(workspace, 'package.json')).resolve('typescript/bin/tsc')
 
 interface Run { code: number | string | null, stdout: string, stderr: string }
 

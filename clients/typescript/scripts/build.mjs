@@ -11,7 +11,7 @@
  * sources under src/ so the declaration maps lead an editor to them.
  */
 import { spawnSync } from 'node:child_process'
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -20,8 +20,15 @@ import { parseArgs } from 'node:util'
 const workspace = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const { values } = parseArgs({ options: { out: { type: 'string' } } })
 const out = path.resolve(values.out ?? path.join(workspace, 'dist', 'package'))
-// Emptied first: guard against an --out that would wipe the workspace itself.
-if (workspace === out || workspace.startsWith(out + path.sep)) throw new Error(`refusing to build into ${out}: it holds the workspace`)
+// Emptied first, so only a directory that is missing, empty or an earlier build of this package,
+// and never one holding the workspace (`--out /`, `--out ..`).
+const fromOut = path.relative(out, workspace)
+if (fromOut === '' || (!fromOut.startsWith('..') && !path.isAbsolute(fromOut))) throw new Error(`refusing to build into ${out}: it holds the workspace`)
+if (existsSync(out) && readdirSync(out).length > 0) {
+  let previous
+  try { previous = JSON.parse(readFileSync(path.join(out, 'package.json'), 'utf8')).name } catch {}
+  if (previous !== '@hookq/client') throw new Error(`refusing to empty ${out}: it is not empty and holds no earlier build of @hookq/client`)
+}
 
 const pkg = JSON.parse(readFileSync(path.join(workspace, 'package.json'), 'utf8'))
 

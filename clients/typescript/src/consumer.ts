@@ -26,7 +26,7 @@ import { decodeSecret, verifyWebhook, WebhookVerificationError, DEFAULT_TOLERANC
 
 export { MemoryIdempotencyStore, type IdempotencyStore, type MemoryIdempotencyStoreOptions } from './idempotency.ts'
 export { parsePush, PushParseError, type PushMessage, type RawPush } from './push.ts'
-export { SIGNED_HEADERS, signedHeaderContent, signWebhook, verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookVerificationReason } from './verify.ts'
+export { SIGNED_HEADERS, signedHeaderContent, signHeaders, signWebhook, verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookVerificationReason } from './verify.ts'
 
 /** How the group settles pushes: `explicit` (the default) by acks and nacks, `auto` by the push's answer. */
 export type AckMode = 'explicit' | 'auto'
@@ -265,7 +265,8 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
       if (byteLength(body) > maxBodyBytes) return reply(413, { error: 'body_too_large', limit: maxBodyBytes })
       if (secrets.length > 0) {
         try {
-          verifyWebhook({ secrets, headers, body, toleranceSeconds })
+          // Every push to this consumer comes from hookq: its hookq-* headers must be signed too.
+          verifyWebhook({ secrets, headers, body, toleranceSeconds, requireHeaderSignature: true })
         } catch (err) {
           if (!(err instanceof WebhookVerificationError)) throw err
           report(err, { stage: 'verify' })

@@ -78,12 +78,35 @@ export const SIGNED_HEADERS = [
 ] as const
 
 /**
- * What `hookq-signature` signs in place of a body (same id, timestamp and secrets as the body's
- * signature): `name:value` per signed header, one per line, empty for an absent one. To sign a
- * hand-made push: `signWebhook({ webhookId, timestampSeconds, body: signedHeaderContent(headers), secrets })`.
+ * What `hookq-signature` signs in place of a body: `name:value` per signed header present, one per
+ * line, in SIGNED_HEADERS order; an absent header has no line, so absent and empty differ.
  */
 export function signedHeaderContent (headers: HeaderSource): string {
-  return SIGNED_HEADERS.map((name) => `${name}:${headerValue(headers, name) ?? ''}`).join('\n')
+  const lines: string[] = []
+  for (const name of SIGNED_HEADERS) {
+    const value = headerValue(headers, name)
+    if (value !== undefined) lines.push(`${name}:${value}`)
+  }
+  return lines.join('\n')
+}
+
+/**
+ * hookq-signature's key: HMAC(secret's key, "hookq-signature"), so that it is never also a valid
+ * webhook-signature over the header text taken as a body.
+ */
+function headerKey (key: Buffer): Buffer {
+  return createHmac('sha256', key).update('hookq-signature').digest()
+}
+
+/**
+ * The `hookq-signature` value for a push's hookq-* headers under each secret, space-separated.
+ * The broker signs for you; this is for tests of your own consumer with hand-made pushes.
+ */
+export function signHeaders (content: { webhookId: string, timestampSeconds: number, headers: HeaderSource, secrets: string | readonly string[] }): string {
+  const secrets = typeof content.secrets === 'string' ? [content.secrets] : content.secrets
+  if (secrets.length === 0) throw new TypeError('signHeaders needs at least one secret')
+  const signed = { webhookId: content.webhookId, timestampSeconds: content.timestampSeconds, body: signedHeaderContent(content.headers) }
+  return secrets.map((s) => `v1,${digest(headerKey(decodeSecret(s)), signed).toString('base64')}`).join(' ')
 }
 
 /** Whether some `v1,` entry of a signature header is the HMAC of `content` under one of `keys`, compared in constant time. */
@@ -124,6 +147,12 @@ export interface VerifyWebhookOptions {
   toleranceSeconds?: number
   /** Now, ms since the epoch (default Date.now()); for tests. */
   nowMs?: number
+  /**
+   * Require `hookq-signature` even on a push without hookq-* headers (default false: a plain
+   * Standard Webhooks push verifies). Set it when every push comes from hookq, as the consumer
+   * helper does: otherwise a raw push replayed with its hookq-* headers stripped would verify.
+   */
+  requireHeaderSignature?: boolean
 }
 
 /** The verified push's id and timestamp. */
@@ -167,9 +196,9 @@ export function verifyWebhook (options: VerifyWebhookOptions): VerifiedWebhook {
   // A push carrying hookq-* headers (every push from hookq) must have them signed as well: an
   // altered or stripped header would change what the consumer reads in raw format.
   const headerSignatures = headerValue(headers, 'hookq-signature')
-  if (headerSignatures !== undefined || SIGNED_HEADERS.some((name) => headerValue(headers, name) !== undefined)) {
-    if (!headerSignatures) throw new WebhookVerificationError('missing_headers', 'hookq-signature is required with hookq-* headers')
-    if (!anyMatches(keys, headerSignatures, { webhookId, timestampSeconds, body: signedHeaderContent(headers) })) {
+  if (options.requireHeaderSignature === true || headerSignatures !== undefined || SIGNED_HEADERS.some((name) => headerValue(headers, name) !== undefined)) {
+    if (!headerSignatures) throw new WebhookVerificationError('missing_headers', 'hookq-signature is required (it signs the hookq-* headers)')
+    if (!anyMatches(keys.map(headerKey), headerSignatures, { webhookId, timestampSeconds, body: signedHeaderContent(headers) })) {
       throw new WebhookVerificationError('bad_header_signature', 'no v1 hookq-signature matches the secret: a hookq-* header was changed')
     }
   }
