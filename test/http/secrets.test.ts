@@ -106,7 +106,8 @@ t.test('rotation to a given secret: both sign during the overlap, the new one fi
 t.test('a generated secret: returned once, never listed; after the overlap only it signs', async (t) => {
   const oldS = newSecret()
   const { group, id, pushOne } = await setup(t, 'generated', oldS)
-  const overlapMs = 1500
+  // Long enough that a slow machine still pushes inside it; the wait for its end grows with it.
+  const overlapMs = 5000
   const res = await rotate(group, id, { overlapMs })
   t.equal(res.status, 200)
   const generated = res.json.secret as string
@@ -127,7 +128,7 @@ t.test('a generated secret: returned once, never listed; after the overlap only 
   t.ok(entryVerifies(generated, during, signatures(during)[0]!), 'generated secret first')
   t.ok(entryVerifies(oldS, during, signatures(during)[1]!), 'old secret second')
 
-  await waitUntil(() => Date.now() > Date.parse(res.json.previousSecretExpiresAt) + 50, 5000, 'the overlap to end')
+  await waitUntil(() => Date.now() > Date.parse(res.json.previousSecretExpiresAt) + 50, 10_000, 'the overlap to end')
   const after = await pushOne()
   t.equal(signatures(after).length, 1, 'one signature after the overlap')
   t.ok(entryVerifies(generated, after, signatures(after)[0]!))

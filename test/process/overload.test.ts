@@ -117,8 +117,9 @@ t.test('produce at several times capacity is shed with 429/503 and Retry-After; 
   t.ok(answers.filter((a) => a.status === 503).every((a) => a.code === 'overloaded'), '503 is overloaded')
   t.equal(by('polite', 429).length, 0, 'the polite client is never rate-limited by the others\' load')
   // A share, not a count: how many calls fit in the load window depends on the machine's speed.
-  t.ok(by('polite').length >= 5 && by('polite', 201).length >= by('polite').length / 2,
-    `the polite client got most of its calls through (${by('polite', 201).length} of ${by('polite').length})`)
+  // (80-90% here; 62% with four test files at once on two cores; a starved client gets ~none.)
+  t.ok(by('polite', 201).length >= 3 && by('polite', 201).length >= by('polite').length / 3,
+    `the polite client got its calls through (${by('polite', 201).length} of ${by('polite').length})`)
   t.ok(offeredMessages >= 3 * acceptedMessages, `offered load was several times what was accepted (${offeredMessages} vs ${acceptedMessages})`)
 
   // Bounded: memory near idle, accepted calls answered in bounded time.

@@ -57,7 +57,7 @@ t.test('nack with delayMs: pushed again not before the delay, as attempt 2 with 
   await receiver.waitFor(2, 5000)
   const second = env(receiver.requests[1])
   t.ok(times[1]! - nackAt >= 1200 - 2, `pushed again ${times[1]! - nackAt} ms after the nack (≥ 1200)`)
-  t.ok(times[1]! - nackAt < 1200 + 1500, 'and not much later')
+  t.ok(times[1]! - nackAt < 1200 + 3000, 'and not much later')
   t.equal(second.attempt, 2, 'the nack counted as attempt 1')
   t.not(second.deliveryId, first.deliveryId)
   t.equal(receiver.requests[1]!.headers['webhook-id'], receiver.requests[0]!.headers['webhook-id'])
@@ -78,7 +78,7 @@ t.test('nack without delayMs: pushed again after the backoff; it counts toward m
   t.same(await nack('nb-g', [env(receiver.requests[0]).deliveryId]), ['nacked'])
   await receiver.waitFor(2, 5000)
   const gap = times[1]! - nackAt
-  t.ok(gap >= 600 - 2 && gap < 600 + 1500, `pushed again after the 600 ms backoff (${gap} ms)`)
+  t.ok(gap >= 600 - 2 && gap < 600 + 3000, `pushed again after the 600 ms backoff (${gap} ms)`)
   t.equal(env(receiver.requests[1]).attempt, 2)
   // Second nack: maxDeliveries (2) reached, so it is dead (no dead-letter topic: recorded as dead).
   t.same(await nack('nb-g', [env(receiver.requests[1]).deliveryId]), ['nacked'])
@@ -102,8 +102,8 @@ t.test('nack with deadLetter: true goes to the dead-letter topic at once and com
   const dlq = await waitUntil(async () => {
     const m = (await call('GET', '/v1/topics/nq.dlq/partitions/0/messages')).json.messages
     return m.length > 0 ? m : undefined
-  }, 3000, 'the dead letter')
-  t.ok(Date.now() - started < 2000, 'dead-lettered at once, not after any backoff')
+  }, 8000, 'the dead letter')
+  t.ok(Date.now() - started < 5000, 'dead-lettered at once, not after any backoff')
   t.equal(dlq.length, 1)
   t.match(dlq[0], { key: 'k7', value: { order: 7 }, headers: {
     a: 'b', 'hookq-dlq-topic': 'nq', 'hookq-dlq-partition': '0', 'hookq-dlq-offset': '0', 'hookq-dlq-group': 'nq-g', 'hookq-dlq-attempts': '1',

@@ -45,7 +45,7 @@ t.test('two consumers split four partitions: each receives exactly the partition
 })
 
 t.test('removing a consumer moves its partitions to the other; its in-flight and pending messages reach it', async (t) => {
-  await topicAndGroup(t, 'move', { ackTimeoutMs: 1500, pushTimeoutMs: 1000, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } }, 4)
+  await topicAndGroup(t, 'move', { ackTimeoutMs: 4000, pushTimeoutMs: 1000, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } }, 4)
   const a = await startReceiver(t)
   const b = await startReceiver(t)
   const aId = await addConsumer('move-g', a.url)
@@ -66,7 +66,7 @@ t.test('removing a consumer moves its partitions to the other; its in-flight and
     const fresh = b.requests.filter((r) => !acked.has(env(r).deliveryId) && want.includes(String(env(r).value)))
     for (const r of fresh) { acked.add(env(r).deliveryId); await ack('move-g', [env(r).deliveryId]) }
     return (await groupStatus('move-g')).partitions.every((p: { lag: number }) => p.lag === 0)
-  }, 8000, 'b acks everything that was a\'s')
+  }, 15_000, 'b acks everything that was a\'s')
   t.same([...new Set(b.requests.map((r) => String(env(r).value)))].filter((v) => want.includes(v)).sort(), want)
   t.equal(a.requests.length, 2, 'the removed consumer got nothing more')
 })
@@ -99,7 +99,7 @@ t.test('paused: no new pushes; acks of delivered messages still count; unpausing
   const resumedAt = Date.now()
   t.equal((await call('PUT', '/v1/groups/pause-g', { topic: 'pause', paused: false })).json.paused, false)
   await r.waitFor(3, 5000)
-  t.ok(Date.now() - resumedAt < 2000, 'resumed promptly')
+  t.ok(Date.now() - resumedAt < 5000, 'resumed promptly')
   t.same(r.requests.slice(1).map((x) => env(x).value), ['during-1', 'during-2'])
   t.same(await ack('pause-g', r.requests.slice(1).map((x) => env(x).deliveryId)), ['acked', 'acked'])
 })

@@ -64,7 +64,8 @@ t.test('ordered is per partition: a failing partition does not hold back another
   ])
   await waitUntil(() => receiver.requests.filter((r) => env(r).partition === 1).length === 5, 3000, 'partition 1 delivered')
   const p0 = receiver.requests.filter((r) => env(r).partition === 0)
-  t.same(p0.map((r) => env(r).offset), [0], 'partition 0 still on its first message (in backoff)')
+  // Its first message, however many attempts a slow machine has made by now: nothing after it yet.
+  t.ok(p0.length >= 1 && p0.every((r) => env(r).offset === 0), `partition 0 still on its first message (${p0.length} attempts so far)`)
   await allCompleted('ordp-g')
   t.same(receiver.requests.filter((r) => env(r).partition === 0).map((r) => env(r).offset), [0, 0, 0, 1, 2])
 })

@@ -21,7 +21,7 @@ const metrics = async () => (await broker.app.inject({ method: 'GET', url: '/met
 for (const how of ['consumer removed', 'group deleted'] as const) {
   t.test(`${how} mid-push: its window goes when the push ends`, async (t) => {
     const name = how === 'consumer removed' ? 'lk1' : 'lk2'
-    const receiver = await startReceiver(t, { status: 200, delayMs: 800 })
+    const receiver = await startReceiver(t, { status: 200, delayMs: 3000 })
     t.equal((await call('PUT', `/v1/topics/${name}`, { partitions: 1 })).status, 201)
     t.equal((await call('PUT', `/v1/groups/${name}`, { topic: name, ackMode: 'auto' })).status, 201)
     const id = (await call('POST', `/v1/groups/${name}/consumers`, { url: receiver.url })).json.id as string

@@ -180,5 +180,6 @@ t.test('the broker still answers after the fuzzing', async (t) => {
   t.equal((await app.inject({ url: '/healthz' })).statusCode, 200)
   t.equal(({} as Record<string, unknown>).polluted, undefined)
   t.comment(`fuzzing took ${Date.now() - started} ms (seed ${SEED}, ${RUNS} runs a route)`)
-  t.ok(Date.now() - started < 60_000, 'bounded: under 60 s')
+  // Loose: 8 s in CI, 25 s with the machine loaded; a pathological input would take minutes.
+  t.ok(Date.now() - started < 100_000, 'bounded: under 100 s')
 })
