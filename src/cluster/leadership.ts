@@ -31,8 +31,9 @@ export type Role = 'follower' | 'leader'
 
 /** How long a looked-up leader URL is reused: a takeover is noticed within this (plus the poll). */
 const LEADER_URL_TTL_MS = 1000
-/** The leader re-reads end offsets and groups every this many polls (5 s by default). */
-const RECONCILE_EVERY_POLLS = 5
+/** How often the leader re-reads end offsets and groups (what a lost NOTIFY did not tell): by time, not
+ * by polls, so a short HOOKQ_LEADER_POLL_MS does not make it reload every group several times a second. */
+const RECONCILE_EVERY_MS = 5000
 
 /** What a follower tells the leader changed. */
 type Change = { group: string } | { topicCreated: string } | { topicDeleted: number }
@@ -67,7 +68,7 @@ export class Leadership {
   private pendingAppends = new Map<string, number>()
   private flushScheduled = false
   private knownLeader: { url: string | null; atMs: number } | undefined
-  private polls = 0
+  private reconciledAtMs = 0
 
   constructor(private readonly deps: LeadershipDeps) {}
 
@@ -135,7 +136,8 @@ export class Leadership {
       this.lost(conn, err as Error)
       return
     }
-    if (this.termReady && ++this.polls % RECONCILE_EVERY_POLLS === 0) {
+    if (this.termReady && Date.now() - this.reconciledAtMs >= RECONCILE_EVERY_MS) {
+      this.reconciledAtMs = Date.now()
       await term.reconcile().catch((err: unknown) => this.deps.log.warn({ err }, 'reconciling with the database failed; trying again later'))
     }
   }
@@ -179,6 +181,7 @@ export class Leadership {
     // The session may have been lost while the term was starting: then it has ended already.
     if (this.term !== dispatcher) return
     this.termReady = true
+    this.reconciledAtMs = Date.now() // start() has just read everything
     this.deps.log.info({ url: this.url }, 'leading: this process pushes for the database')
     this.deps.onRole?.('leader')
   }
@@ -189,7 +192,6 @@ export class Leadership {
     if (this.termReady) this.deps.onRole?.('follower')
     this.term = undefined
     this.termReady = false
-    this.polls = 0
     return term
   }
 

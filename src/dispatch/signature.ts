@@ -57,6 +57,24 @@ function digestBase64(key: Buffer, { id, timestampS, body }: SignInput): string 
 }
 
 /**
+ * A secret's two keys: its own (webhook-signature) and HMAC(it, "hookq-signature") for
+ * hookq-signature, so a hookq-signature is never also a valid webhook-signature over its header
+ * text as a body. Decoded once per secret (bounded cache): every push to a consumer signs with the
+ * same one or two, and decoding is a regex and a base64 decode.
+ */
+const secretKeys = new Map<string, { body: Buffer; headers: Buffer }>()
+function keysOf(secret: string): { body: Buffer; headers: Buffer } {
+  let keys = secretKeys.get(secret)
+  if (!keys) {
+    const body = decodeSecret(secret)
+    keys = { body, headers: createHmac('sha256', body).update('hookq-signature').digest() }
+    if (secretKeys.size >= 10_000) secretKeys.clear()
+    secretKeys.set(secret, keys)
+  }
+  return keys
+}
+
+/**
  * The `webhook-signature` header value: `v1,<signature>` per secret, space-separated, in the order
  * of `secrets` (new secret first during a rotation, by convention). Throws on an empty list or an
  * invalid secret: both are caller bugs, since secrets are validated when a consumer registers.
@@ -66,7 +84,7 @@ export function signWebhook(input: SignInput & { secrets: readonly string[] }): 
   if (!Number.isInteger(input.timestampS) || input.timestampS < 0) {
     throw new RangeError(`timestampS must be a whole number of seconds, got ${input.timestampS}`)
   }
-  return input.secrets.map((secret) => `v1,${digestBase64(decodeSecret(secret), input)}`).join(' ')
+  return input.secrets.map((secret) => `v1,${digestBase64(keysOf(secret).body, input)}`).join(' ')
 }
 
 /**
@@ -84,26 +102,10 @@ export const SIGNED_HEADERS = [
  * What `hookq-signature` signs in place of a body: `name:value` per signed header present, one per
  * line, in SIGNED_HEADERS order; an absent header has no line, so absent and empty differ.
  */
-export function signedHeaderContent(headers: Readonly<Record<string, string>>): string {
+function signedHeaderContent(headers: Readonly<Record<string, string>>): string {
   const lines: string[] = []
   for (const name of SIGNED_HEADERS) if (headers[name] !== undefined) lines.push(`${name}:${headers[name]}`)
   return lines.join('\n')
-}
-
-/**
- * The key hookq-signature uses: HMAC(secret's key, "hookq-signature"), not the secret's key itself,
- * so a hookq-signature is never also a valid webhook-signature over its header text as a body.
- * Cached per secret (bounded): every push to a consumer signs with the same one or two.
- */
-const headerKeys = new Map<string, Buffer>()
-function headerKey(secret: string): Buffer {
-  let key = headerKeys.get(secret)
-  if (!key) {
-    key = createHmac('sha256', decodeSecret(secret)).update('hookq-signature').digest()
-    if (headerKeys.size >= 10_000) headerKeys.clear()
-    headerKeys.set(secret, key)
-  }
-  return key
 }
 
 /**
@@ -113,5 +115,5 @@ function headerKey(secret: string): Buffer {
 export function signHeaders(input: { id: string; timestampS: number; headers: Readonly<Record<string, string>>; secrets: readonly string[] }): string {
   if (input.secrets.length === 0) throw new RangeError('signHeaders needs at least one secret')
   const content = { id: input.id, timestampS: input.timestampS, body: signedHeaderContent(input.headers) }
-  return input.secrets.map((secret) => `v1,${digestBase64(headerKey(secret), content)}`).join(' ')
+  return input.secrets.map((secret) => `v1,${digestBase64(keysOf(secret).headers, content)}`).join(' ')
 }

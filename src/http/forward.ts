@@ -11,7 +11,7 @@ import { Agent, request as undiciRequest } from 'undici'
 import { HookqError } from '../errors.ts'
 
 /** The routes the leader serves, `METHOD path` as registered. */
-export const LEADER_ROUTES = new Set([
+const LEADER_ROUTES = new Set([
   'POST /v1/groups/:group/acks',
   'POST /v1/groups/:group/nacks',
   'POST /v1/groups/:group/extend',
@@ -19,7 +19,7 @@ export const LEADER_ROUTES = new Set([
   'GET /v1/groups/:group',
 ])
 
-export const FORWARDED_HEADER = 'hookq-forwarded'
+const FORWARDED_HEADER = 'hookq-forwarded'
 /** Headers passed on to the leader; everything else (hop-by-hop, host, lengths) is the client's business. */
 const PASSED_HEADERS = ['authorization', 'accept', 'user-agent']
 /** Headers of the leader's answer relayed to the caller. */

@@ -125,12 +125,12 @@ async function insertCompletions(client: pg.PoolClient, rows: Completion[]): Pro
   await client.query(
     `INSERT INTO group_completions (group_id, topic_id, partition, "offset")
      SELECT * FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) ON CONFLICT DO NOTHING`,
-    [rows.map((r) => r.groupId), rows.map((r) => r.topicId), rows.map((r) => r.partition), rows.map((r) => r.offset)])
+    [numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)), numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.offset))])
 }
 
 async function advanceCommitted(client: pg.PoolClient, rows: CompletionBatch['committed']): Promise<void> {
   if (rows.length === 0) return
-  const params = [rows.map((r) => r.groupId), rows.map((r) => r.topicId), rows.map((r) => r.partition), rows.map((r) => r.committedOffset)]
+  const params = [numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)), numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.committedOffset))]
   await client.query(
     `UPDATE group_offsets o SET committed_offset = GREATEST(o.committed_offset, u.c)
      FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) AS u(g, t, p, c)

@@ -5,6 +5,7 @@
  * order and inserting thousands of rows from arrays, in one statement — is beyond Prisma's query
  * API. Reads go through Prisma.
  */
+import { numberArray } from './arrays.ts'
 import type { Database } from './db.ts'
 import { CommitOutcomeUnknown, isAnswerLost } from './errors.ts'
 
@@ -99,8 +100,6 @@ const RETRYABLE = new Set([
 const MAX_ATTEMPTS = 4
 
 const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
-/** An int[] literal: cheaper than letting pg escape every element of a JS array. */
-const intArray = (xs: number[]) => `{${xs.join(',')}}`
 
 /** Something that runs a query: the pool (own transaction) or a client inside a transaction. */
 export interface Queryable {
@@ -114,12 +113,12 @@ export interface Queryable {
  */
 export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<{ ord: number; partition: number; offset: number }[]> {
   const res = await q.query<{ ord: number; partition: number; offset: number }>(APPEND, [
-    intArray(entries.map((e) => e.topicId)),
-    intArray(entries.map((e) => e.partition)),
+    numberArray(entries.map((e) => e.topicId)),
+    numberArray(entries.map((e) => e.partition)),
     JSON.stringify(entries.map((e) => e.key)),
     `[${entries.map((e) => e.value).join(',')}]`,
     `[${entries.map((e) => e.headers).join(',')}]`,
-    intArray(entries.map((e) => e.delayMs)),
+    numberArray(entries.map((e) => e.delayMs)),
     JSON.stringify(entries.map((e) => e.idempotencyKey)),
   ])
   return res.rows
