@@ -34,7 +34,7 @@ import pg from 'pg'
 import type { Test } from 'tap'
 import { LEADER_LOCK_KEY } from '../../src/store/leadership.ts'
 import { testDatabase } from '../helpers/db.ts'
-import { spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { leads, spawnBroker, type BrokerProcess } from '../helpers/process.ts'
 import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts'
 import { startReceiver, type BehaviourSpec, type Receiver } from '../helpers/receiver.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
@@ -232,13 +232,8 @@ export class Cluster {
   }
 
   /** Whether a process says it leads (`hookq_leader 1` in /metrics); false when it does not answer. */
-  async reportsLeader(b: BrokerProcess, timeoutMs = 2000): Promise<boolean> {
-    try {
-      const res = await fetch(`${b.url}/metrics`, { signal: AbortSignal.timeout(timeoutMs) })
-      return res.status === 200 && /^hookq_leader 1$/m.test(await res.text())
-    } catch {
-      return false
-    }
+  reportsLeader(b: BrokerProcess, timeoutMs = 2000): Promise<boolean> {
+    return leads(b, timeoutMs).catch(() => false)
   }
 
   /** The live processes that say they lead now (asked side by side). */

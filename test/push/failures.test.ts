@@ -33,8 +33,8 @@ async function topicAndGroup(tt: TT, name: string, group: object, partitions = 1
 }
 const addConsumer = async (group: string, url: string) => (await call('POST', `/v1/groups/${group}/consumers`, { url })).json.id as string
 
-t.test('backoff gaps grow: ~100, ~200, ~400 ms with jitter 0 and multiplier 2', async (t) => {
-  await topicAndGroup(t, 'bo', { ackMode: 'auto', maxDeliveries: 4, retry: { initialDelayMs: 100, multiplier: 2, maxDelayMs: 10_000, jitter: 0 } })
+t.test('backoff gaps grow: ~100, ~400, ~1600 ms with jitter 0 and multiplier 4', async (t) => {
+  await topicAndGroup(t, 'bo', { ackMode: 'auto', maxDeliveries: 4, retry: { initialDelayMs: 100, multiplier: 4, maxDelayMs: 10_000, jitter: 0 } })
   const { receiver, times } = await timedReceiver(t, () => ({ status: 500, body: 'down' }))
   await addConsumer('bo-g', receiver.url)
   await produce('bo', [{ value: 'x' }])
@@ -42,12 +42,14 @@ t.test('backoff gaps grow: ~100, ~200, ~400 ms with jitter 0 and multiplier 2', 
   await allCompleted('bo-g')
   const gaps = [times[1]! - times[0]!, times[2]! - times[1]!, times[3]! - times[2]!]
   t.comment(`gaps: ${gaps.join(', ')} ms`)
-  const nominal = [100, 200, 400]
+  const nominal = [100, 400, 1600]
   for (const [i, gap] of gaps.entries()) {
     t.ok(gap >= nominal[i]! - 10, `gap ${i + 1} (${gap} ms) is at least ~${nominal[i]} ms`)
-    // Generous above: a busy machine only delays a retry. The lower bounds show the growth.
+    // Generous above: a busy machine only delays a retry.
     t.ok(gap < nominal[i]! + 2000, `gap ${i + 1} (${gap} ms) is not far above ${nominal[i]} ms`)
   }
+  // A constant backoff cannot pass both: the last gap is at least ~1600 ms, the first well under it.
+  t.ok(gaps[0]! < nominal[2]! - 10, `the first gap (${gaps[0]} ms) is shorter than the last one can be`)
   t.same(receiver.requests.map((r) => env(r).attempt), [1, 2, 3, 4])
   await sleep(900)
   t.equal(receiver.requests.length, 4, 'no attempt after maxDeliveries')

@@ -20,12 +20,12 @@ t.test('array literals', async (t) => {
 
 t.test('attempt rows round-trip through the database', async (t) => {
   const broker = await startBroker(t)
-  const { call } = api(broker)
+  const { call, sql } = api(broker)
   t.equal((await call('PUT', '/v1/topics/att', { partitions: 2 })).status, 201)
   const group = await call('PUT', '/v1/groups/att-g', { topic: 'att' })
   t.equal(group.status, 201)
-  const groupId = (await broker.db.pool.query<{ id: number }>("SELECT id FROM consumer_groups WHERE name = 'att-g'")).rows[0]!.id
-  const topicId = (await broker.db.pool.query<{ id: number }>("SELECT id FROM topics WHERE name = 'att'")).rows[0]!.id
+  const groupId = (await sql("SELECT id FROM consumer_groups WHERE name = 'att-g'"))[0]!.id as number
+  const topicId = (await sql("SELECT id FROM topics WHERE name = 'att'"))[0]!.id as number
 
   // Odd milliseconds across a wide range of dates: each must come back exactly.
   const base = Date.UTC(2026, 11, 1, 5, 44, 50, 7)
@@ -65,8 +65,7 @@ t.test('attempt rows round-trip through the database', async (t) => {
     }
   }
   t.equal(mismatches, 0, 'every row as written, to the millisecond')
-  const deadlines = await broker.db.pool.query<{ id: string; ms: string }>(
-    "SELECT id, (extract(epoch FROM ack_deadline) * 1000)::bigint::text AS ms FROM deliveries WHERE group_id = $1", [groupId])
-  const deadlineOf = new Map(deadlines.rows.map((r) => [r.id, Number(r.ms)]))
+  const deadlines = await sql("SELECT id, (extract(epoch FROM ack_deadline) * 1000)::bigint::text AS ms FROM deliveries WHERE group_id = $1", [groupId])
+  const deadlineOf = new Map(deadlines.map((r) => [r.id as string, Number(r.ms)]))
   t.ok(rows.every((r, i) => deadlineOf.get(r.id) === (i % 4 === 0 ? at(999) : r.ackDeadline).getTime()), 'ack deadlines as written and as updated')
 })
