@@ -98,7 +98,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const logger = opts.logger
     const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
     const attempts = new AttemptLog(db, {
-      flushDelayMs: 5, maxBuffered: 200_000,
+      flushDelayMs: 5, holdMs: 1000, maxBuffered: 200_000,
       onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
     })
     const agent = createPushAgent({ policy: config.pushPolicy })

@@ -1,10 +1,18 @@
 /**
  * The attempt log writer: push attempts are recorded in batches, so the database sees a few
- * statements per flush instead of two round trips per push. Each attempt is one row, inserted when
- * its push starts and updated as its outcome becomes known. An outcome known before the row's
- * flush (the common case in auto mode: a push answers within the 5 ms flush delay) is merged into
- * the insert, so no UPDATE is needed; a flush writes inserts before updates, so an update never
- * precedes its row.
+ * statements per flush instead of two round trips per push. Each attempt is one row.
+ *
+ * A row is written once its outcome is known (acked, failed, timed out, nacked, dead), merged with
+ * everything learnt about it meanwhile, so the common attempt costs one INSERT and no UPDATE. A
+ * row whose outcome takes longer than `holdMs` (a slow consumer, an explicit ack far off) is
+ * written as in_flight then, and its outcome later by an UPDATE. A flush writes inserts before
+ * updates, so an update never precedes its row.
+ *
+ * Two kinds of rows do not wait:
+ * - `durable(row)`: a retry's row, written before its push goes out. With the first pushes'
+ *   reservations (group_offsets.pushed_offset, see dispatcher.ts) this is what keeps attempt
+ *   numbers strictly increasing per message, and maxDeliveries a bound on pushes, across crashes.
+ * - rows of an attempt that has ended: written within `flushDelayMs`.
  *
  * The log is history (the deliveries listing, attempt counts after a restart), not the record of
  * completion, which the completion transaction writes. A failed flush keeps its rows and retries;
@@ -15,32 +23,65 @@ import type { Database } from '../store/db.ts'
 import { insertAttempts, updateAttempts, type AttemptStart, type AttemptUpdate } from '../store/deliveries.ts'
 
 export interface AttemptLogOptions {
-  /** How long a row may wait for company before a flush, ms. */
+  /** How long a row with its outcome known may wait for company before a flush, ms. */
   flushDelayMs: number
+  /** How long a row may wait for its outcome before it is written as in_flight, ms. */
+  holdMs: number
   maxBuffered: number
   onError(err: unknown, dropped: number): void
+  now?: () => number
 }
 
 export class AttemptLog {
-  /** Rows not yet written, by id, in insertion order. */
-  private inserts = new Map<string, AttemptStart>()
+  /** Rows waiting for their outcome, in the order they started (so the oldest are at the front). */
+  private held = new Map<string, AttemptStart>()
+  /** Rows to insert at the next flush. */
+  private ready = new Map<string, AttemptStart>()
   private updates = new Map<string, AttemptUpdate>()
   private timer: NodeJS.Timeout | undefined
+  private timerAtMs = Infinity
   private flushing: Promise<void> | undefined
   private failures = 0
   private closed = false
+  private readonly now: () => number
 
-  constructor(private readonly db: Database, private readonly opts: AttemptLogOptions) {}
+  constructor(private readonly db: Database, private readonly opts: AttemptLogOptions) {
+    this.now = opts.now ?? Date.now
+  }
 
-  /** Records the start of an attempt (outcome in_flight). */
+  /** Records the start of an attempt (outcome in_flight until told otherwise). */
   started(row: AttemptStart): void {
-    this.inserts.set(row.id, row)
+    if (row.outcome && row.outcome !== 'in_flight') this.ready.set(row.id, row)
+    else this.held.set(row.id, row)
     this.schedule()
+  }
+
+  /**
+   * Records the start of an attempt and resolves once its row is written. Rejects if it could not
+   * be, and then forgets the row: the caller does not make the attempt.
+   */
+  async durable(row: AttemptStart): Promise<void> {
+    this.ready.set(row.id, row)
+    await this.flush()
+    if (!this.ready.has(row.id)) return
+    this.ready.delete(row.id)
+    this.updates.delete(row.id)
+    throw new Error('the attempt could not be recorded')
   }
 
   /** Records a change to an attempt; later changes to one id merge over earlier ones. */
   update(change: AttemptUpdate): void {
-    const pending = this.inserts.get(change.id)
+    const held = this.held.get(change.id)
+    if (held) {
+      Object.assign(held, definedOnly(change))
+      if (change.outcome && change.outcome !== 'in_flight') {
+        this.held.delete(change.id)
+        this.ready.set(change.id, held)
+        this.schedule()
+      }
+      return
+    }
+    const pending = this.ready.get(change.id)
     if (pending) {
       Object.assign(pending, definedOnly(change))
       return
@@ -50,15 +91,17 @@ export class AttemptLog {
     this.schedule()
   }
 
-  /** Writes everything buffered now; resolves when it is written (or has failed and been kept). */
-  async flush(): Promise<void> {
+  /** Writes what is due now (with `all`, rows still waiting for their outcome too); resolves when written or failed and kept. */
+  async flush(all = false): Promise<void> {
     clearTimeout(this.timer)
     this.timer = undefined
+    this.timerAtMs = Infinity
     while (this.flushing) await this.flushing
-    if (this.inserts.size === 0 && this.updates.size === 0) return
-    const inserts = this.inserts
+    this.releaseHeld(all ? Infinity : this.now() - this.opts.holdMs)
+    if (this.ready.size === 0 && this.updates.size === 0) return this.schedule()
+    const inserts = this.ready
     const updates = this.updates
-    this.inserts = new Map()
+    this.ready = new Map()
     this.updates = new Map()
     this.flushing = (async () => {
       try {
@@ -67,8 +110,8 @@ export class AttemptLog {
         this.failures = 0
       } catch (err) {
         // Put them back in front of what arrived meanwhile, and try again later.
-        for (const [id, row] of this.inserts) inserts.set(id, row)
-        this.inserts = inserts
+        for (const [id, row] of this.ready) inserts.set(id, row)
+        this.ready = inserts
         for (const [id, u] of this.updates) updates.set(id, { ...(updates.get(id) ?? {}), ...definedOnly(u) } as AttemptUpdate)
         this.updates = updates
         const dropped = this.trim()
@@ -79,31 +122,52 @@ export class AttemptLog {
       }
     })()
     await this.flushing
-    if (this.failures > 0) this.schedule(Math.min(5_000, 100 * 2 ** this.failures))
+    this.schedule(this.failures > 0 ? Math.min(5_000, 100 * 2 ** this.failures) : undefined)
   }
 
-  /** Writes what is buffered and stops scheduling flushes (shutdown). */
+  /** Writes everything buffered, in flight or not, and stops scheduling flushes (shutdown). */
   async close(): Promise<void> {
-    await this.flush()
+    await this.flush(true)
     this.closed = true
     clearTimeout(this.timer)
   }
 
   /** Rows waiting to be written. */
   get buffered(): number {
-    return this.inserts.size + this.updates.size
+    return this.held.size + this.ready.size + this.updates.size
   }
 
-  private schedule(delayMs = this.opts.flushDelayMs): void {
-    if (this.timer || this.closed) return
-    this.timer = setTimeout(() => { this.timer = undefined; void this.flush() }, delayMs)
+  /** Moves rows that started before `cutoffMs` from waiting for their outcome to the next flush. */
+  private releaseHeld(cutoffMs: number): void {
+    for (const [id, row] of this.held) {
+      if (row.startedAt.getTime() > cutoffMs) break
+      this.held.delete(id)
+      this.ready.set(id, row)
+    }
+  }
+
+  /** Arms the flush timer: soon when something is due, else when the oldest held row's wait ends. */
+  private schedule(delayMs?: number): void {
+    if (this.closed) return
+    let atMs: number
+    if (delayMs !== undefined) atMs = this.now() + delayMs
+    else if (this.ready.size > 0 || this.updates.size > 0) atMs = this.now() + this.opts.flushDelayMs
+    else {
+      const oldest = this.held.values().next()
+      if (oldest.done) return
+      atMs = oldest.value.startedAt.getTime() + this.opts.holdMs
+    }
+    if (this.timer && this.timerAtMs <= atMs) return
+    clearTimeout(this.timer)
+    this.timerAtMs = atMs
+    this.timer = setTimeout(() => { this.timer = undefined; this.timerAtMs = Infinity; void this.flush() }, Math.max(0, atMs - this.now()))
   }
 
   private trim(): number {
     let dropped = 0
-    for (const id of this.inserts.keys()) {
+    for (const id of this.ready.keys()) {
       if (this.buffered <= this.opts.maxBuffered) break
-      this.inserts.delete(id)
+      this.ready.delete(id)
       this.updates.delete(id)
       dropped++
     }

@@ -29,15 +29,15 @@
  * One dispatcher pushes for a database at a time: the one of the leader process, one per term
  * (src/cluster/leadership.ts). Sharing partitions between processes is not built.
  */
-import { randomBytes } from 'node:crypto'
 import type { Agent } from 'undici'
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import type { TopicRow, TopicStore } from '../store/topics.ts'
 import { assignPartitions } from '../service/groups.ts'
 import { GroupCommitter } from '../service/group-commit.ts'
-import { attemptCounts, commitCompletions, loadProgress, readForDispatch, seekOffsets, type DispatchMessage } from '../store/consumption.ts'
+import { attemptCounts, commitCompletions, loadProgress, readForDispatch, reservePushes, seekOffsets, type DispatchMessage, type PushReservation } from '../store/consumption.ts'
 import { abandonInFlight, findAttempt } from '../store/deliveries.ts'
+import { newDeliveryId } from '../store/delivery-id.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { buildPush, signingSecrets } from './envelope.ts'
@@ -81,7 +81,6 @@ const READ_BATCH = 200
 const RECENT_IDS = 100_000
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
 const MAX_DELAYED = 1000
-const newDeliveryId = () => randomBytes(16).toString('base64url') // 128 random bits
 
 export class Dispatcher {
   private readonly tracker = new InFlightTracker()
@@ -103,6 +102,8 @@ export class Dispatcher {
   /** Delivery id → where it points; kept until its message completes. */
   private readonly ids = new Map<string, { g: GroupRuntime; w: PartitionState; offset: number }>()
   private readonly completer: GroupCommitter<CompletionRequest, CompletionStatus>
+  /** Push reservations of many partitions, written together (see reserve()). */
+  private readonly reservations: GroupCommitter<PushReservation, void>
   /** Completion writes and seeks run one at a time, so a seek never interleaves with a commit. */
   private exclusive: Promise<unknown> = Promise.resolve()
   /** Reloads of one group run one at a time (name → the last one queued). */
@@ -121,6 +122,8 @@ export class Dispatcher {
     this.now = deps.now ?? Date.now
     this.completer = new GroupCommitter((reqs) => this.serialised(() => this.commitCompletions(reqs)),
       { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 200_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
+    this.reservations = new GroupCommitter(async (rows) => { await reservePushes(this.deps.db, rows); return rows.map(() => undefined) },
+      { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 100_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
   }
 
   /** Loads every group and starts pushing. */
@@ -194,12 +197,13 @@ export class Dispatcher {
     const ends = await this.deps.topics.endOffsets(topic.id)
     const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: [], policy: policyOf(loaded.row), dropped: false }
     for (let p = 0; p < topic.partitions; p++) {
-      const pr = progress.get(p) ?? { committed: 0, completed: new Set<number>() }
+      const pr = progress.get(p) ?? { committed: 0, completed: new Set<number>(), pushed: 0, seekedAtMs: 0 }
       g.parts.push({
         partition: p, committed: pr.committed, completed: pr.completed, readPos: pr.committed,
         endHint: ends.find((e) => e.partition === p)?.endOffset ?? 0, buffer: [], reading: false,
-        outstanding: new Map(), priorAttempts: await attemptCounts(this.deps.db, loaded.row.id, topic.id, p, pr.committed),
-        seekAtMs: 0, epoch: 0, delayed: 0, ready: [], gaps: [], dropped: false,
+        outstanding: new Map(), priorAttempts: await attemptCounts(this.deps.db, loaded.row.id, topic.id, p, pr),
+        reservedTo: pr.pushed, reserving: false,
+        seekAtMs: pr.seekedAtMs, epoch: 0, delayed: 0, ready: [], gaps: [], dropped: false,
       })
     }
     // Appends notified while this runtime was being built (between reading the end offsets and
@@ -241,10 +245,10 @@ export class Dispatcher {
 
   private async seekNow(group: { name: string; id: number }, topicId: number, offsets: Map<number, number>): Promise<void> {
     // Written first: if the write fails, nothing in memory has changed.
-    await seekOffsets(this.deps.db, group.id, topicId, offsets)
+    const nowMs = this.now()
+    await seekOffsets(this.deps.db, group.id, topicId, offsets, nowMs)
     const g = this.groups.get(group.name)
     if (!g || g.topic.id !== topicId) return
-    const nowMs = this.now()
     for (const [partition, offset] of offsets) {
       const w = g.parts[partition]
       if (!w) continue
@@ -257,6 +261,8 @@ export class Dispatcher {
       w.priorAttempts = new Map()
       w.committed = offset
       w.readPos = offset
+      w.reservedTo = offset
+      w.reserving = false
       w.seekAtMs = nowMs
       w.epoch++
       w.gaps = []
@@ -465,9 +471,15 @@ export class Dispatcher {
       this.setState(w, o, 'ready')
       return this.waitForWindow(win, g, w)
     }
+    // A first push goes out only below the partition's reservation, so a crash can never make the
+    // next process push a message as attempt 1 again (see reserve()).
+    if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
+      this.setState(w, o, 'reserving')
+      return this.reserve(g, w)
+    }
     const attempt = ++o.attempts
     if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
-    const id = newDeliveryId()
+    const id = newDeliveryId({ groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt })
     const nowMs = this.now()
     const deadlineMs = nowMs + g.row.ackTimeoutMs
     o.ids.push(id)
@@ -478,20 +490,73 @@ export class Dispatcher {
       deliveryId: id, groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt, deadlineMs, kind: 'in_flight',
     }))
     this.armTimer()
-    this.deps.attempts.started({
+    const row = {
       id, groupId: g.row.id, topicId: g.topic.id, partition: w.partition, offset: o.msg.offset, attempt,
       consumerId: owner.id, startedAt: new Date(nowMs), ackDeadline: new Date(deadlineMs),
-    })
+    }
+    if (attempt === 1) {
+      this.deps.attempts.started(row)
+      return this.send(g, w, o, id, owner, attempt, deadlineMs, nowMs)
+    }
+    // A retry's row is written before its push: a crash then leaves the attempt on record, and the
+    // next process counts it (retries are few, so waiting for the write costs little).
+    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.entry?.deliveryId === id
+    this.deps.attempts.durable(row).then(() => {
+      if (current() && !this.stopped) this.send(g, w, o, id, owner, attempt, deadlineMs, this.now())
+    }, (err: unknown) => {
+      if (!current()) return
+      // Not pushed, and not on record: the attempt did not happen. Try again in a second.
+      this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'recording a retry failed; retrying in 1 s')
+      this.cancel(o)
+      o.attempts--
+      o.ids.pop()
+      o.open.delete(id)
+      this.ids.delete(id)
+      this.schedule(g, w, o, 'retry_wait', this.now() + 1000)
+    }).catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'starting a retry failed'))
+  }
+
+  /** Sends one push: the attempt is on its way from here, and settlePush gets its answer. */
+  private send(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, attempt: number, deadlineMs: number, nowMs: number): void {
     const { body, headers } = buildPush({
       groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
       pushFormat: g.row.pushFormat, consumerSecrets: signingSecrets(owner, nowMs),
     }, o.msg, id, attempt, deadlineMs, nowMs)
     // Taken only now, right before the call whose end gives it back (settlePush), so nothing can throw in between.
-    win.window.acquire()
+    this.windowOf(owner.id).window.acquire()
     o.pushedTo = owner.id
     void push(this.deps.agent, { url: owner.url, body, headers, timeoutMs: g.row.pushTimeoutMs })
       .then((result) => this.settlePush(g, w, o, id, owner, result))
       .catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'settling a push failed'))
+  }
+
+  /**
+   * Records that first pushes of the partition's next offsets may be made, then pushes the
+   * messages waiting for it. One reservation covers the next `maxInFlight` offsets (1 when
+   * ordered), so it is one small write per that many pushes; after a crash those offsets count one
+   * attempt each, pushed or not — at most as many as could have been in flight anyway.
+   */
+  private reserve(g: GroupRuntime, w: PartitionState): void {
+    if (w.reserving) return
+    let first = Infinity
+    for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset < first) first = o.msg.offset
+    if (first === Infinity) return
+    w.reserving = true
+    const epoch = w.epoch
+    const to = first + (g.row.ordered ? 1 : g.row.maxInFlight)
+    const resume = () => {
+      if (w.epoch !== epoch || w.dropped) return // a seek reset the partition (and its reservation)
+      w.reserving = false
+      for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.startPush(g, w, o)
+      this.fill(g, w)
+    }
+    this.reservations.submit([{ groupId: g.row.id, topicId: g.topic.id, partition: w.partition, pushedOffset: to }], 1).then(() => {
+      if (w.epoch === epoch && to > w.reservedTo) w.reservedTo = to
+      this.safely(resume)
+    }, (err: unknown) => {
+      this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reserving pushes failed; retrying in 1 s')
+      setTimeout(() => this.safely(resume), 1000).unref()
+    })
   }
 
   private settlePush(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
@@ -641,7 +706,6 @@ export class Dispatcher {
   private async locate(g: GroupRuntime, id: string): Promise<{ w: PartitionState; offset: number } | null> {
     const known = this.ids.get(id)
     if (known) return known.g === g ? known : null
-    if (id.length > 64) return null
     // Not in memory: issued before a restart, or its message completed already.
     const row = await findAttempt(this.deps.db, g.row.id, id)
     if (!row || row.topicId !== g.topic.id) return null

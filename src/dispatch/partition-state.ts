@@ -10,7 +10,7 @@ import { partitionForKey } from '../service/partitioner.ts'
 import type { RetryPolicy } from './retry-policy.ts'
 import type { TrackerEntry } from './tracker.ts'
 
-export type State = 'delayed' | 'ready' | 'parked' | 'in_flight' | 'retry_wait' | 'completing'
+export type State = 'delayed' | 'ready' | 'parked' | 'reserving' | 'in_flight' | 'retry_wait' | 'completing'
 
 export interface Outstanding {
   msg: DispatchMessage
@@ -40,6 +40,10 @@ export interface PartitionState {
   outstanding: Map<number, Outstanding>
   /** Attempts made before a restart, by offset. */
   priorAttempts: Map<number, number>
+  /** First pushes of offsets below this are recorded as possibly made (group_offsets.pushed_offset). */
+  reservedTo: number
+  /** A reservation is being written; messages in state `reserving` wait for it. */
+  reserving: boolean
   /** When the partition was last seeked: older delivery ids no longer count. */
   seekAtMs: number
   /** Bumped by seek, so a read started before it is discarded. */

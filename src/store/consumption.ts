@@ -22,6 +22,10 @@ export interface PartitionProgress {
   committed: number
   /** Offsets completed above `committed`. */
   completed: Set<number>
+  /** Every offset from here on has never been pushed (first pushes below it are reserved). */
+  pushed: number
+  /** When the partition was last seeked (ms since the epoch), 0 if never. */
+  seekedAtMs: number
 }
 
 /** One completion: acked, or dead (dead-lettered, or recorded as dead without a dead-letter topic). */
@@ -44,12 +48,15 @@ export interface CompletionBatch {
 
 /** Committed offset and out-of-order completions of a group on every partition of a topic. */
 export async function loadProgress(db: Database, groupId: number, topicId: number): Promise<Map<number, PartitionProgress>> {
-  const offsets = await db.pool.query<{ partition: number; committed_offset: number }>(
-    'SELECT partition, committed_offset FROM group_offsets WHERE group_id = $1 AND topic_id = $2', [groupId, topicId])
+  const offsets = await db.pool.query<{ partition: number; committed_offset: number; pushed_offset: number; seeked_ms: number | null }>(
+    `SELECT partition, committed_offset, pushed_offset, (extract(epoch from seeked_at) * 1000)::float8 AS seeked_ms
+     FROM group_offsets WHERE group_id = $1 AND topic_id = $2`, [groupId, topicId])
   const done = await db.pool.query<{ partition: number; offset: number }>(
     'SELECT partition, "offset" FROM group_completions WHERE group_id = $1 AND topic_id = $2', [groupId, topicId])
   const progress = new Map<number, PartitionProgress>()
-  for (const r of offsets.rows) progress.set(r.partition, { committed: r.committed_offset, completed: new Set() })
+  for (const r of offsets.rows) {
+    progress.set(r.partition, { committed: r.committed_offset, completed: new Set(), pushed: r.pushed_offset, seekedAtMs: r.seeked_ms ?? 0 })
+  }
   for (const r of done.rows) progress.get(r.partition)?.completed.add(r.offset)
   return progress
 }
@@ -65,13 +72,45 @@ export async function readForDispatch(db: Database, topicId: number, partition: 
   }))
 }
 
-/** The highest attempt recorded per offset at or above `fromOffset` (after a restart). */
-export async function attemptCounts(db: Database, groupId: number, topicId: number, partition: number, fromOffset: number): Promise<Map<number, number>> {
+/**
+ * Attempts made per offset at or above `fromOffset` (after a restart or a takeover), counting only
+ * those since the partition's last seek. An offset below `pushed` with no attempt row may have been
+ * pushed once by a process that died before writing the row: it counts as one attempt, so the next
+ * push is attempt 2, never a second attempt 1. (Rows of retries are written before their push, so a
+ * recorded maximum is exact.)
+ */
+export async function attemptCounts(db: Database, groupId: number, topicId: number, partition: number, progress: PartitionProgress): Promise<Map<number, number>> {
   const res = await db.pool.query<{ offset: number; attempts: number }>(
     `SELECT "offset", max(attempt) AS attempts FROM deliveries
-     WHERE group_id = $1 AND topic_id = $2 AND partition = $3 AND "offset" >= $4 GROUP BY "offset"`,
-    [groupId, topicId, partition, fromOffset])
-  return new Map(res.rows.map((r) => [r.offset, r.attempts]))
+     WHERE group_id = $1 AND topic_id = $2 AND partition = $3 AND "offset" >= $4 AND started_at >= to_timestamp($5 / 1000.0)
+     GROUP BY "offset"`,
+    [groupId, topicId, partition, progress.committed, progress.seekedAtMs])
+  const counts = new Map(res.rows.map((r) => [r.offset, r.attempts]))
+  for (let o = progress.committed; o < progress.pushed; o++) {
+    if (!counts.has(o) && !progress.completed.has(o)) counts.set(o, 1)
+  }
+  return counts
+}
+
+/** One partition's reservation: its first pushes below `pushedOffset` may go out. */
+export interface PushReservation {
+  groupId: number
+  topicId: number
+  partition: number
+  pushedOffset: number
+}
+
+/**
+ * Records, before the pushes go out, that first pushes below each reservation's offset may be
+ * made (one statement for many partitions; see attemptCounts for what a restart makes of it).
+ */
+export async function reservePushes(db: Database, rows: PushReservation[]): Promise<void> {
+  await db.pool.query(
+    `UPDATE group_offsets o SET pushed_offset = GREATEST(o.pushed_offset, u.r)
+     FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) AS u(g, t, p, r)
+     WHERE o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p`,
+    [numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)),
+      numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.pushedOffset))])
 }
 
 /**
@@ -140,16 +179,21 @@ async function advanceCommitted(client: pg.PoolClient, rows: CompletionBatch['co
      WHERE gc.group_id = u.g AND gc.topic_id = u.t AND gc.partition = u.p AND gc."offset" < u.c`, params)
 }
 
-/** Moves a group's committed offsets (seek) and forgets its completions on those partitions. */
-export async function seekOffsets(db: Database, groupId: number, topicId: number, offsets: Map<number, number>): Promise<void> {
+/**
+ * Moves a group's committed offsets (seek) and forgets its completions on those partitions. The
+ * replayed messages start again at attempt 1: the push reservation moves back with the offset, and
+ * the seek time hides earlier attempts from a restart's count.
+ */
+export async function seekOffsets(db: Database, groupId: number, topicId: number, offsets: Map<number, number>, seekedAtMs: number): Promise<void> {
   const partitions = [...offsets.keys()]
   const values = partitions.map((p) => offsets.get(p)!)
   await inTransaction(db, async (client) => {
     await client.query(
-      `INSERT INTO group_offsets (group_id, topic_id, partition, committed_offset)
-       SELECT $1, $2, p, c FROM unnest($3::int[], $4::bigint[]) AS u(p, c)
-       ON CONFLICT (group_id, topic_id, partition) DO UPDATE SET committed_offset = EXCLUDED.committed_offset`,
-      [groupId, topicId, partitions, values])
+      `INSERT INTO group_offsets (group_id, topic_id, partition, committed_offset, pushed_offset, seeked_at)
+       SELECT $1, $2, p, c, c, to_timestamp($5 / 1000.0) FROM unnest($3::int[], $4::bigint[]) AS u(p, c)
+       ON CONFLICT (group_id, topic_id, partition) DO UPDATE
+       SET committed_offset = EXCLUDED.committed_offset, pushed_offset = EXCLUDED.pushed_offset, seeked_at = EXCLUDED.seeked_at`,
+      [groupId, topicId, partitions, values, seekedAtMs])
     await client.query('DELETE FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = ANY($3::int[])',
       [groupId, topicId, partitions])
   })

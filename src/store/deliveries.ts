@@ -1,6 +1,7 @@
 /** Storage of push attempts: one row each, inserted when the push starts and updated with its outcome. */
 import { epochMsArray, numberArray } from './arrays.ts'
 import type { Database } from './db.ts'
+import { parseDeliveryId, type AttemptKey } from './delivery-id.ts'
 
 export type Outcome = 'in_flight' | 'acked' | 'failed' | 'timed_out' | 'nacked' | 'dead'
 
@@ -62,7 +63,7 @@ export async function insertAttempts(db: Database, rows: AttemptStart[]): Promis
             outcome, finished_at, status_code, duration_ms, error)
      -- a group or topic deleted meanwhile takes its attempts with it
      WHERE EXISTS (SELECT 1 FROM consumer_groups g WHERE g.id = u.group_id) AND EXISTS (SELECT 1 FROM topics t WHERE t.id = u.topic_id)
-     ON CONFLICT (id) DO NOTHING`,
+     ON CONFLICT DO NOTHING`,
     [rows.map((r) => r.id), numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)),
       numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.offset)), numberArray(rows.map((r) => r.attempt)),
       rows.map((r) => r.consumerId), epochMsArray(rows.map((r) => r.startedAt)), epochMsArray(rows.map((r) => r.ackDeadline)),
@@ -72,7 +73,8 @@ export async function insertAttempts(db: Database, rows: AttemptStart[]): Promis
 
 /** Applies attempt updates in one statement (each id at most once: merge before calling). */
 export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promise<void> {
-  if (rows.length === 0) return
+  const keyed = rows.flatMap((r) => { const k = parseDeliveryId(r.id); return k ? [{ k, r }] : [] })
+  if (keyed.length === 0) return
   await db.pool.query(
     `UPDATE deliveries d SET
        outcome = coalesce(u.outcome::delivery_outcome, d.outcome),
@@ -81,20 +83,25 @@ export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promi
        duration_ms = coalesce(u.duration_ms, d.duration_ms),
        error = coalesce(u.error, d.error),
        ack_deadline = coalesce(to_timestamp(u.ack_deadline / 1000), d.ack_deadline)
-     FROM unnest($1::text[], $2::text[], $3::float8[], $4::int[], $5::int[], $6::text[], $7::float8[])
-       AS u(id, outcome, finished_at, status_code, duration_ms, error, ack_deadline)
-     WHERE d.id = u.id`,
-    [rows.map((r) => r.id), rows.map((r) => r.outcome ?? null), epochMsArray(rows.map((r) => r.finishedAt)),
-      numberArray(rows.map((r) => r.statusCode)), numberArray(rows.map((r) => r.durationMs)), rows.map((r) => r.error ?? null),
-      epochMsArray(rows.map((r) => r.ackDeadline))])
+     FROM unnest($1::int[], $2::int[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::float8[], $8::int[], $9::int[], $10::text[], $11::float8[])
+       AS u(group_id, partition, "offset", attempt, id, outcome, finished_at, status_code, duration_ms, error, ack_deadline)
+     WHERE d.group_id = u.group_id AND d.partition = u.partition AND d."offset" = u."offset" AND d.attempt = u.attempt AND d.id = u.id`,
+    [numberArray(keyed.map(({ k }) => k.groupId)), numberArray(keyed.map(({ k }) => k.partition)),
+      numberArray(keyed.map(({ k }) => k.offset)), numberArray(keyed.map(({ k }) => k.attempt)), keyed.map(({ r }) => r.id),
+      keyed.map(({ r }) => r.outcome ?? null), epochMsArray(keyed.map(({ r }) => r.finishedAt)),
+      numberArray(keyed.map(({ r }) => r.statusCode)), numberArray(keyed.map(({ r }) => r.durationMs)), keyed.map(({ r }) => r.error ?? null),
+      epochMsArray(keyed.map(({ r }) => r.ackDeadline))])
 }
 
 /** The attempt a delivery id names, if this group issued it. */
-export async function findAttempt(db: Database, groupId: number, id: string): Promise<{ topicId: number; partition: number; offset: number; startedAt: Date } | null> {
-  const res = await db.pool.query<{ topic_id: number; partition: number; offset: number; started_at: Date }>(
-    'SELECT topic_id, partition, "offset", started_at FROM deliveries WHERE id = $1 AND group_id = $2', [id, groupId])
+export async function findAttempt(db: Database, groupId: number, id: string): Promise<(AttemptKey & { topicId: number; startedAt: Date }) | null> {
+  const key = parseDeliveryId(id)
+  if (!key || key.groupId !== groupId) return null
+  const res = await db.pool.query<{ topic_id: number; started_at: Date }>(
+    'SELECT topic_id, started_at FROM deliveries WHERE group_id = $1 AND partition = $2 AND "offset" = $3 AND attempt = $4 AND id = $5',
+    [groupId, key.partition, key.offset, key.attempt, id])
   const r = res.rows[0]
-  return r ? { topicId: r.topic_id, partition: r.partition, offset: r.offset, startedAt: r.started_at } : null
+  return r ? { ...key, topicId: r.topic_id, startedAt: r.started_at } : null
 }
 
 /** Attempts of a group, newest first, after an optional (startedAt, id) cursor. */

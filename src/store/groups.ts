@@ -16,11 +16,12 @@ export class GroupStore {
    */
   async create(name: string, settings: GroupSettings, offsets: { topicId: number; partition: number; committedOffset: number }[]): Promise<GroupRow | null> {
     try {
-      return await this.prisma.consumerGroup.create({
-        data: {
-          name, ...settings,
-          offsets: { createMany: { data: offsets.map((o) => ({ ...o, committedOffset: BigInt(o.committedOffset) })) } },
-        },
+      return await this.prisma.$transaction(async (tx) => {
+        const group = await tx.consumerGroup.create({ data: { name, ...settings } })
+        await tx.groupOffset.createMany({
+          data: offsets.map((o) => ({ ...o, groupId: group.id, committedOffset: BigInt(o.committedOffset) })),
+        })
+        return group
       })
     } catch (err) {
       if ((err as { code?: string }).code === 'P2002') return null
@@ -40,9 +41,17 @@ export class GroupStore {
     return this.prisma.consumerGroup.findMany({ orderBy: { name: 'asc' } })
   }
 
-  /** Deletes the group with its consumers, offsets, completions and attempts. */
+  /**
+   * Deletes the group with its consumers (cascade), offsets, completions and attempts, in one
+   * transaction (the hot tables have no foreign keys: see prisma/schema.prisma).
+   */
   async delete(id: number): Promise<boolean> {
-    const { count } = await this.prisma.consumerGroup.deleteMany({ where: { id } })
+    const [, , , { count }] = await this.prisma.$transaction([
+      this.prisma.groupOffset.deleteMany({ where: { groupId: id } }),
+      this.prisma.groupCompletion.deleteMany({ where: { groupId: id } }),
+      this.prisma.delivery.deleteMany({ where: { groupId: id } }),
+      this.prisma.consumerGroup.deleteMany({ where: { id } }),
+    ])
     return count > 0
   }
 

@@ -57,9 +57,19 @@ export class TopicStore {
     return toRow(await this.prisma.topic.update({ where: { id }, data: { retentionMs: BigInt(retentionMs) } }))
   }
 
-  /** Deletes the topic; its partitions and messages go with it (ON DELETE CASCADE). */
+  /**
+   * Deletes the topic with its partitions, messages, and the groups' offsets, completions and
+   * attempts on it, in one transaction (the hot tables have no foreign keys to cascade: see
+   * prisma/schema.prisma).
+   */
   async delete(id: number): Promise<boolean> {
-    const { count } = await this.prisma.topic.deleteMany({ where: { id } })
+    const [, , , , { count }] = await this.prisma.$transaction([
+      this.prisma.message.deleteMany({ where: { topicId: id } }),
+      this.prisma.groupOffset.deleteMany({ where: { topicId: id } }),
+      this.prisma.groupCompletion.deleteMany({ where: { topicId: id } }),
+      this.prisma.delivery.deleteMany({ where: { topicId: id } }),
+      this.prisma.topic.deleteMany({ where: { id } }),
+    ])
     return count > 0
   }
 

@@ -19,7 +19,7 @@ t.test('explicit mode: pushed with the envelope and signature, acked, committed 
   const [first, second] = receiver.requests
   const env = first!.json as Record<string, unknown>
   t.match(env, { topic: 'orders', group: 'billing', partition: 0, offset: 0, key: 'k1', value: { n: 1 }, headers: { h: 'v' }, attempt: 1 })
-  t.match(env.deliveryId, /^[A-Za-z0-9_-]{22}$/, '128 random bits, base64url')
+  t.match(env.deliveryId, /^[A-Za-z0-9_-]{48}$/, "coordinates and 128 random bits, base64url")
   t.ok(Date.parse(env.ackDeadline as string) > Date.now(), 'ack deadline in the future')
   t.equal(first!.headers['webhook-id'], `msg_${(await broker.db.pool.query(`SELECT id FROM topics WHERE name = 'orders'`)).rows[0].id}_0_0`)
   t.doesNotThrow(() => verifyWebhook({ headers: first!.headers, body: first!.body, secret }), 'signature verifies (as a consumer checks it)')

@@ -7,6 +7,7 @@
 import t from 'tap'
 import { epochMsArray, numberArray } from '../../src/store/arrays.ts'
 import { insertAttempts, listAttempts, updateAttempts } from '../../src/store/deliveries.ts'
+import { newDeliveryId, parseDeliveryId } from '../../src/store/delivery-id.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 
@@ -16,6 +17,16 @@ t.test('array literals', async (t) => {
   t.equal(epochMsArray([new Date(1764567890123), null]), '{1764567890123,NULL}')
   t.throws(() => numberArray([Number.NaN]), TypeError)
   t.throws(() => numberArray([Infinity]), TypeError)
+})
+
+t.test('delivery ids carry their coordinates and 128 random bits', async (t) => {
+  const key = { groupId: 7, partition: 3, offset: 2 ** 45 + 1, attempt: 4 }
+  const a = newDeliveryId(key)
+  const b = newDeliveryId(key)
+  t.match(a, /^[A-Za-z0-9_-]{48}$/)
+  t.not(a, b, 'same coordinates, different ids')
+  t.same(parseDeliveryId(a), key)
+  for (const bad of ['', 'x', a.slice(1), `${a}A`, `${a.slice(0, 47)}.`, 'd1', '\u0000'.repeat(48)]) t.equal(parseDeliveryId(bad), null, `not ours: ${JSON.stringify(bad)}`)
 })
 
 t.test('attempt rows round-trip through the database', async (t) => {
@@ -31,7 +42,7 @@ t.test('attempt rows round-trip through the database', async (t) => {
   const base = Date.UTC(2026, 11, 1, 5, 44, 50, 7)
   const at = (k: number) => new Date(base + k * 86_400_123 + (k % 1000))
   const rows = Array.from({ length: 300 }, (_, i) => ({
-    id: `d${i}`, groupId, topicId, partition: i % 2, offset: 2 ** 40 + i, attempt: 1 + (i % 3), consumerId: i % 5 === 0 ? null : `c${i % 5}`,
+    id: newDeliveryId({ groupId, partition: i % 2, offset: 2 ** 40 + i, attempt: 1 + (i % 3) }), groupId, topicId, partition: i % 2, offset: 2 ** 40 + i, attempt: 1 + (i % 3), consumerId: i % 5 === 0 ? null : `c${i % 5}`,
     startedAt: at(i - 150), ackDeadline: at(i - 149),
     ...(i % 2 === 0 ? { outcome: 'acked' as const, finishedAt: at(i - 148), statusCode: 200, durationMs: i } : {}),
   }))
@@ -61,7 +72,7 @@ t.test('attempt rows round-trip through the database', async (t) => {
       outcome: got.outcome, finishedAt: got.finishedAt?.getTime() ?? null, statusCode: got.statusCode, durationMs: got.durationMs, error: got.error,
     }
     if (JSON.stringify(have) !== JSON.stringify(want)) {
-      if (mismatches++ < 5) t.same(have, want, `row ${r.id}`)
+      if (mismatches++ < 5) t.same(have, want, `row ${i}`)
     }
   }
   t.equal(mismatches, 0, 'every row as written, to the millisecond')
