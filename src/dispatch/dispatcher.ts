@@ -352,11 +352,18 @@ export class Dispatcher {
       this.cancel(o)
       o.open.delete(id)
       this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.now()) })
-      if (deadLetter) this.deadLetter(g, loc.w, o, 'nacked with deadLetter')
-      else this.failed(g, loc.w, o, 'nacked', undefined, delayMs)
+      // The push's answer is still to come: it says why (settleAttempt acts on the nack then).
+      if (o.pushing === id) o.nackedPush = { id, delayMs, deadLetter }
+      else this.nacked(g, loc.w, o, 'nacked', delayMs, deadLetter)
       out.push({ deliveryId: id, status: 'nacked' })
     }
     return out
+  }
+
+  /** A nacked attempt: dead-lettered at once when asked, else a failed attempt. */
+  private nacked(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string, delayMs: number | undefined, deadLetter: boolean): void {
+    if (deadLetter) this.deadLetter(g, w, o, `${error}; dead-lettered by the nack`)
+    else this.failed(g, w, o, error, undefined, delayMs)
   }
 
   /** Extends ack deadlines to now + extendMs. */
@@ -525,6 +532,7 @@ export class Dispatcher {
     // Taken only now, right before the call whose end gives it back (settlePush), so nothing can throw in between.
     this.windowOf(owner.id).window.acquire()
     o.pushedTo = owner.id
+    o.pushing = id
     void push(this.deps.agent, { url: owner.url, body, headers, timeoutMs: g.row.pushTimeoutMs })
       .then((result) => this.settlePush(g, w, o, id, owner, result))
       .catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'settling a push failed'))
@@ -575,6 +583,16 @@ export class Dispatcher {
 
   private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
     const finishedAt = new Date(this.now())
+    if (o.pushing === id) o.pushing = undefined
+    const nack = o.nackedPush?.id === id ? o.nackedPush : undefined
+    if (nack) {
+      o.nackedPush = undefined
+      if (w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && !o.entry) {
+        const why = r.kind === 'delivered' ? undefined : errorOf(r, g.row.pushTimeoutMs)
+        this.deps.attempts.update({ id, durationMs: r.durationMs, ...(r.kind === 'rejected' ? { statusCode: r.status } : {}), ...(why ? { error: why } : {}) })
+        return this.nacked(g, w, o, why ? `nacked: ${why}` : 'nacked', nack.delayMs, nack.deadLetter)
+      }
+    }
     const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.entry?.deliveryId === id
     if (r.kind === 'delivered') {
       this.deps.attempts.update({ id, statusCode: r.status, durationMs: r.durationMs })
@@ -589,8 +607,7 @@ export class Dispatcher {
       }
       return
     }
-    const error = r.kind === 'rejected' ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
-      : r.kind === 'timeout' ? `no answer within ${g.row.pushTimeoutMs} ms` : r.error
+    const error = errorOf(r, g.row.pushTimeoutMs)
     // Not current: the message was acked (or the partition seeked) while the push was under way;
     // the attempt row keeps the outcome that gave it, with this answer's details.
     this.deps.attempts.update({
@@ -875,4 +892,10 @@ export class Dispatcher {
     if (this.groupsById.get(g.row.id) === g) this.groupsById.delete(g.row.id)
     this.armTimer()
   }
+}
+
+/** What a failed push's answer says, for the attempt log and dead letters. */
+function errorOf(r: Exclude<PushResult, { kind: 'delivered' }>, pushTimeoutMs: number): string {
+  return r.kind === 'rejected' ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
+    : r.kind === 'timeout' ? `no answer within ${pushTimeoutMs} ms` : r.error
 }

@@ -25,6 +25,13 @@ export interface Outstanding {
   lastError: string | undefined
   /** The consumer the latest attempt went to (whose push window a passed ack deadline shrinks). */
   pushedTo?: string
+  /** The delivery id of the push under way (sent, not answered yet), if any. */
+  pushing?: string
+  /**
+   * A nack that came while its push was still under way (a consumer library nacks before it
+   * answers): acted on when the answer comes, so a dead letter carries the answer's error.
+   */
+  nackedPush?: { id: string; delayMs: number | undefined; deadLetter: boolean }
 }
 
 export interface PartitionState {

@@ -280,3 +280,28 @@ t.test('a nack sent from inside the handler before a 200 answer still counts: pu
     return rows.length === 2 && rows[0].outcome === 'nacked' && rows[1].outcome === 'acked'
   }, 3000, 'rows nacked, acked')
 })
+
+t.test('a nack sent before its push is answered: the dead letter carries the answer\'s error, not just "nacked"', async (t) => {
+  // As the consumer helper does in explicit mode: nack the delivery, then answer 500 with the cause.
+  t.equal((await call('PUT', '/v1/topics/nr.dlq', { partitions: 1 })).status, 201)
+  t.equal((await call('PUT', '/v1/topics/nr', { partitions: 1 })).status, 201)
+  t.equal((await call('PUT', '/v1/groups/nr-g', { topic: 'nr', maxDeliveries: 1, deadLetterTopic: 'nr.dlq' })).status, 201)
+  const nacks: Promise<Status[]>[] = []
+  const receiver = await startReceiver(t, (req) => {
+    nacks.push(nack('nr-g', [env(req).deliveryId]))
+    return { delayMs: 300, status: 500, body: '{"error":"handler_failed","detail":"the card was declined"}' }
+  })
+  t.equal((await call('POST', '/v1/groups/nr-g/consumers', { url: receiver.url })).status, 201)
+  await produce('nr', [{ value: 'order-1' }])
+  await receiver.waitFor(1, 5000)
+  await waitUntil(async () => (await groupStatus('nr-g')).partitions[0].lag === 0, 10_000, 'dead-lettered')
+  t.same(await nacks[0], ['nacked'])
+  const dead = (await call('GET', '/v1/topics/nr.dlq/partitions/0/messages?fromOffset=0&limit=10')).json.messages
+  t.equal(dead.length, 1)
+  const error = dead[0].headers['hookq-dlq-error'] as string
+  t.match(error, /^nacked: HTTP 500: .*the card was declined/, `hookq-dlq-error: ${error}`)
+  const rows = await attemptRows('nr-g')
+  t.equal(rows.length, 1)
+  // The last attempt's row is marked dead (how a dead letter without a topic is recorded), and keeps the answer.
+  t.match(rows[0], { outcome: 'dead', status_code: 500, error: /the card was declined/ }, 'the attempt row keeps the answer')
+})
