@@ -160,7 +160,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       ...(singleConnection ? {} : { leaders: leadership }),
     })
 
-    services.produce.onAppend((topicId, partition, endOffset) => leadership.appended(topicId, partition, endOffset))
+    services.produce.onAppend((topicId, partition, endOffset, messages) => leadership.appended(topicId, partition, endOffset, messages))
     await leadership.start(config.advertiseUrl ?? null)
     retention.start()
     let closing: Promise<void> | undefined

@@ -25,6 +25,7 @@
 import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
 import { HookqError } from '../errors.ts'
 import { APPEND_CHANNEL, CHANGE_CHANNEL, LeaderConnection, leaderUrl, MAX_PAYLOAD_BYTES, publish } from '../store/leadership.ts'
+import type { DispatchMessage } from '../store/consumption.ts'
 import type pg from 'pg'
 
 export type Role = 'follower' | 'leader'
@@ -274,9 +275,9 @@ export class Leadership {
     await this.tell({ topicDeleted: id })
   }
 
-  /** Produce committed up to `endOffset`: wake the term, or notify the leader (batched per tick). */
-  appended(topicId: number, partition: number, endOffset: number): void {
-    if (this.term) return this.term.notifyAppend(topicId, partition, endOffset)
+  /** Produce committed up to `endOffset`: wake the term (handing it the messages), or notify the leader (batched per tick). */
+  appended(topicId: number, partition: number, endOffset: number, messages?: DispatchMessage[]): void {
+    if (this.term) return this.term.notifyAppend(topicId, partition, endOffset, messages)
     if (this.deps.connectionString === null) return
     const key = `${topicId}:${partition}`
     if (endOffset > (this.pendingAppends.get(key) ?? -1)) this.pendingAppends.set(key, endOffset)

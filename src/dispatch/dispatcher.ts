@@ -77,6 +77,8 @@ interface ConsumerWindow {
 }
 
 const READ_BATCH = 200
+/** Messages a partition's buffer takes from produce directly (see takeTail). */
+const MAX_TAIL = 2000
 /** Completed delivery ids remembered for duplicate acks (~100 bytes each). */
 const RECENT_IDS = 100_000
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
@@ -214,8 +216,12 @@ export class Dispatcher {
     this.setConsumers(g, loaded.consumers)
   }
 
-  /** Produce appended to a topic: wake its groups' partitions. */
-  notifyAppend(topicId: number, partition: number, endOffset: number): void {
+  /**
+   * Produce appended to a topic: wake its groups' partitions. With the appended `messages` (in
+   * offset order, from this process's own produce), a partition whose next offset to take is the
+   * first of them takes them straight into its buffer instead of reading them back from the log.
+   */
+  notifyAppend(topicId: number, partition: number, endOffset: number, messages?: DispatchMessage[]): void {
     let topicEnds = this.ends.get(topicId)
     if (!topicEnds) this.ends.set(topicId, (topicEnds = new Map()))
     if (endOffset > (topicEnds.get(partition) ?? -1)) topicEnds.set(partition, endOffset)
@@ -223,9 +229,22 @@ export class Dispatcher {
       if (g.topic.id !== topicId) continue
       const w = g.parts[partition]
       if (!w) continue
+      if (messages && messages.length > 0) this.takeTail(w, messages)
       if (endOffset > w.endHint) w.endHint = endOffset
       this.fill(g, w)
     }
+  }
+
+  /**
+   * Appends freshly produced messages to the partition's buffer when they follow on from it
+   * exactly. Otherwise (a read under way, or messages before them not read yet) the log has them
+   * and they are read as usual. Bounded, so a partition that is not keeping up reads instead.
+   */
+  private takeTail(w: PartitionState, messages: DispatchMessage[]): void {
+    if (w.reading || w.dropped || w.buffer.length + messages.length > MAX_TAIL) return
+    const next = w.buffer.length > 0 ? w.buffer[w.buffer.length - 1]!.offset + 1 : w.readPos
+    if (messages[0]!.offset !== next || next < w.endHint) return
+    for (const m of messages) w.buffer.push(m)
   }
 
   /** A topic was deleted: forget its groups' runtimes (their rows stay; they resume if it is recreated). */

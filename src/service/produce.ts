@@ -5,6 +5,7 @@
  */
 import { HookqError } from '../errors.ts'
 import { CommitOutcomeUnknown } from '../store/errors.ts'
+import type { DispatchMessage } from '../store/consumption.ts'
 import type { AppendEntry, Coordinates, MessageStore } from '../store/messages.ts'
 import type { GroupCommitter } from './group-commit.ts'
 import { partitionForKey, RoundRobin } from './partitioner.ts'
@@ -25,8 +26,11 @@ export interface ProduceResult {
   duplicate?: true
 }
 
-/** Told after each commit which partitions grew (topic id, partition, new end offset). */
-export type AppendListener = (topicId: number, partition: number, endOffset: number) => void
+/**
+ * Told after each commit which partitions grew (topic id, partition, new end offset), with the
+ * messages appended there in offset order: the dispatcher pushes them without reading them back.
+ */
+export type AppendListener = (topicId: number, partition: number, endOffset: number, messages: DispatchMessage[]) => void
 
 export class ProduceService {
   private readonly spread = new RoundRobin()
@@ -101,18 +105,27 @@ export class ProduceService {
     }
     const results = (coordinates as Coordinates[]).map((c) =>
       c.duplicate ? { partition: c.partition, offset: c.offset, duplicate: true as const } : { partition: c.partition, offset: c.offset })
-    this.notify(topic.id, results)
+    this.notify(topic.id, entries, coordinates as Coordinates[])
     return results
   }
 
-  private notify(topicId: number, results: ProduceResult[]): void {
+  private notify(topicId: number, entries: AppendEntry[], coordinates: Coordinates[]): void {
     if (this.listeners.size === 0) return
-    const ends = new Map<number, number>()
-    for (const r of results) {
-      if (!r.duplicate) ends.set(r.partition, Math.max(ends.get(r.partition) ?? 0, r.offset + 1))
+    const appended = new Map<number, DispatchMessage[]>()
+    for (const [i, c] of coordinates.entries()) {
+      if (c.duplicate || c.producedAtMs === undefined) continue
+      const e = entries[i]!
+      let list = appended.get(c.partition)
+      if (!list) appended.set(c.partition, (list = []))
+      list.push({
+        offset: c.offset, key: e.key, value: e.value, headers: e.headers,
+        producedAt: new Date(c.producedAtMs), availableAtMs: c.producedAtMs + e.delayMs,
+      })
     }
-    for (const [partition, endOffset] of ends) {
-      for (const listener of this.listeners) listener(topicId, partition, endOffset)
+    for (const [partition, messages] of appended) {
+      // Offsets within a partition follow request order, so the list is in offset order already.
+      const endOffset = messages.at(-1)!.offset + 1
+      for (const listener of this.listeners) listener(topicId, partition, endOffset, messages)
     }
   }
 }

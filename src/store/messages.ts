@@ -25,6 +25,16 @@ export interface Coordinates {
   partition: number
   offset: number
   duplicate: boolean
+  /** The stored produce time, ms since the epoch (fresh appends only, not duplicates). */
+  producedAtMs?: number
+}
+
+/** A row the APPEND statement returns: the entry's 1-based position, where it landed, and when. */
+export interface AppendedRow {
+  ord: number
+  partition: number
+  offset: number
+  at_ms: number
 }
 
 export interface StoredMessage {
@@ -76,7 +86,10 @@ WITH input AS (
          s.at + n.delay_ms * interval '1 millisecond', n.idempotency_key
   FROM numbered n CROSS JOIN stamped s
 )
-SELECT ord::int AS ord, partition, "offset" FROM numbered`
+-- at_ms: the stored produce time (timestamptz(3) keeps milliseconds), for the dispatcher's tail
+SELECT ord::int AS ord, partition, "offset",
+       (extract(epoch from (SELECT at FROM stamped)::timestamptz(3)) * 1000)::float8 AS at_ms
+FROM numbered`
 
 const FIND_IDEMPOTENCY_KEYS = `
 SELECT m.topic_id, m.idempotency_key, m.partition, m."offset",
@@ -111,8 +124,8 @@ export interface Queryable {
  * its own transaction; on a transaction's client it joins that transaction. Returns, for each
  * appended entry, its 1-based position in `entries` with its partition and offset.
  */
-export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<{ ord: number; partition: number; offset: number }[]> {
-  const res = await q.query<{ ord: number; partition: number; offset: number }>(APPEND, [
+export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<AppendedRow[]> {
+  const res = await q.query<AppendedRow>(APPEND, [
     numberArray(entries.map((e) => e.topicId)),
     numberArray(entries.map((e) => e.partition)),
     JSON.stringify(entries.map((e) => e.key)),
@@ -187,7 +200,7 @@ export class MessageStore {
     if (fresh.length > 0) {
       // Rows come back only for partitions that still exist; a deleted topic's entries stay null.
       for (const row of await this.appendChecked(fresh)) {
-        result[freshIndex[row.ord - 1]!] = { partition: row.partition, offset: row.offset, duplicate: false }
+        result[freshIndex[row.ord - 1]!] = { partition: row.partition, offset: row.offset, duplicate: false, producedAtMs: row.at_ms }
       }
     }
     for (const [i, first] of duplicateOf) {
@@ -202,7 +215,7 @@ export class MessageStore {
    * a connection means nothing was sent (safe to retry); losing the connection after sending the
    * statement means it may have committed (CommitOutcomeUnknown).
    */
-  private async appendChecked(entries: AppendEntry[]): Promise<{ ord: number; partition: number; offset: number }[]> {
+  private async appendChecked(entries: AppendEntry[]): Promise<AppendedRow[]> {
     const client = await this.db.pool.connect()
     let broken = false
     try {

@@ -98,3 +98,22 @@ t.test('messages deleted by retention before they were pushed do not hold the co
   await waitUntil(async () => (await call('GET', '/v1/groups/aged-g')).json.partitions[0].committedOffset === 5, 10_000, 'committed offset past the deleted messages')
   t.same(receiver.requests.map((r) => (r.json as { offset: number }).offset), [3, 4], 'only the kept messages are pushed')
 })
+
+t.test('a message pushed straight from produce (not read back) is the stored one, to the millisecond', async (t) => {
+  await call('PUT', '/v1/topics/tail', { partitions: 1 })
+  await call('PUT', '/v1/groups/tail-g', { topic: 'tail', ackMode: 'auto' })
+  const arrivedAt = new Map<number, number>()
+  const receiver = await startReceiver(t, (req) => { arrivedAt.set((req.json as { offset: number }).offset, Date.now()); return { status: 200 } })
+  await call('POST', '/v1/groups/tail-g/consumers', { url: receiver.url })
+  // The group is caught up, so these go from produce to the push without a read of the log.
+  const sent = [{ value: { s: 'a\u0000b', n: [1, { z: 1, a: 2 }] }, key: 'k', headers: { x: 'y' } }, { value: null }, { value: 'd', delayMs: 300 }]
+  await produce('tail', sent)
+  await receiver.waitFor(3, 10_000)
+  const stored = (await call('GET', '/v1/topics/tail/partitions/0/messages?fromOffset=0&limit=10')).json.messages
+  const pushed = receiver.requests.map((r) => r.json as Record<string, unknown>).sort((a, b) => (a.offset as number) - (b.offset as number))
+  t.same(pushed.map((p) => ({ offset: p.offset, key: p.key, value: p.value, headers: p.headers, timestamp: p.timestamp })),
+    stored.map((m: Record<string, unknown>) => ({ offset: m.offset, key: m.key, value: m.value, headers: m.headers, timestamp: m.timestamp })))
+  t.equal(JSON.stringify(pushed[0]!.value), JSON.stringify(sent[0]!.value), 'key order and NUL kept')
+  // The broker's and this process's clocks are the same clock; 2 ms for its rounding to whole ms.
+  t.ok(arrivedAt.get(2)! >= Date.parse(stored[2].timestamp) + 300 - 2, 'the delay counts from the stored produce time')
+})
