@@ -1,4 +1,5 @@
 /** Environment → typed configuration, validated once at start-up with messages a person can act on. */
+import { availableParallelism } from 'node:os'
 import { parsePolicy, type UrlPolicy } from './security/url-policy.ts'
 import { readFileSync } from 'node:fs'
 import { ApiKeySpecError, mergeKeys, parseKeyFile, parseKeyList, type ApiKey } from './http/scopes.ts'
@@ -41,6 +42,8 @@ export interface Config {
   logRequests: boolean
   /** Where the other broker processes on this database reach this one (HOOKQ_ADVERTISE_URL); default: where it listens. */
   advertiseUrl: string | undefined
+  /** Broker processes `npm start` runs on the port (HOOKQ_PROCESSES; `auto`: one per core). */
+  processes: number
   /** How often a process that does not push tries to take over, ms (HOOKQ_LEADER_POLL_MS). */
   leaderPollMs: number
 }
@@ -106,6 +109,11 @@ function apiKeys(env: Env): ApiKey[] {
   }
 }
 
+function processes(env: Env): number {
+  if (env.HOOKQ_PROCESSES?.trim() === 'auto') return availableParallelism()
+  return int(env, 'HOOKQ_PROCESSES', 1, 1, 256)
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
 const MiB = 1024 * 1024
 
@@ -152,5 +160,6 @@ export function loadConfig(env: Env = process.env): Config {
     logRequests: bool(env, 'HOOKQ_LOG_REQUESTS', false),
     advertiseUrl: advertiseUrl(env),
     leaderPollMs: int(env, 'HOOKQ_LEADER_POLL_MS', 1000, 50, 60_000),
+    processes: processes(env),
   }
 }

@@ -1,10 +1,15 @@
 /**
  * Process entry: configuration, broker, listen, graceful shutdown.
  * SIGTERM/SIGINT stop accepting work, finish the calls in progress and exit 0; a second signal, or
- * a shutdown that outlasts HOOKQ_SHUTDOWN_GRACE_MS, exits 1 at once.
+ * a shutdown that outlasts HOOKQ_SHUTDOWN_GRACE_MS, exits 1 at once. With HOOKQ_PROCESSES above 1
+ * this process becomes the primary of that many broker processes (src/cluster/processes.ts), each
+ * of which runs the rest of this file.
  */
+import cluster from 'node:cluster'
+import net from 'node:net'
 import pino from 'pino'
 import { createBroker } from './broker.ts'
+import { runPrimary } from './cluster/processes.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 
 let config: Config
@@ -18,15 +23,25 @@ try {
   throw err
 }
 
+// A broker process of HOOKQ_PROCESSES advertises its own loopback port (below), never a shared URL.
+if (cluster.isWorker) config = { ...config, advertiseUrl: undefined }
 const logger = pino({ level: config.logLevel })
-if (config.databaseUrl === undefined) {
-  logger.info({ dataDir: config.dataDir }, 'DATABASE_URL is not set: using the embedded database (one process, one connection; see README)')
-}
-if (config.apiKeys.length === 0) {
-  logger.warn('HOOKQ_API_KEYS is not set: the API is open to anyone who can reach it')
-}
-if (config.pushPolicy.allowPrivate) {
-  logger.warn('HOOKQ_PUSH_ALLOW_PRIVATE is true: consumers may be registered on private and loopback addresses; set it to false in production (see README "Push URL policy")')
+// Said once, by the process started: not again by each broker process of HOOKQ_PROCESSES.
+if (cluster.isPrimary) {
+  if (config.databaseUrl === undefined) {
+    logger.info({ dataDir: config.dataDir }, 'DATABASE_URL is not set: using the embedded database (one process, one connection; see README)')
+    if (config.processes > 1) logger.warn({ processes: config.processes }, 'HOOKQ_PROCESSES is ignored on the embedded database: it takes one connection, so one process')
+  }
+  if (config.apiKeys.length === 0) {
+    logger.warn('HOOKQ_API_KEYS is not set: the API is open to anyone who can reach it')
+  }
+  if (config.pushPolicy.allowPrivate) {
+    logger.warn('HOOKQ_PUSH_ALLOW_PRIVATE is true: consumers may be registered on private and loopback addresses; set it to false in production (see README "Push URL policy")')
+  }
+  if (config.processes > 1 && config.databaseUrl !== undefined) {
+    if (config.advertiseUrl !== undefined) logger.warn('HOOKQ_ADVERTISE_URL is ignored with HOOKQ_PROCESSES: each process advertises a loopback port of its own')
+    process.exit(await runPrimary(config.processes, logger))
+  }
 }
 
 const broker = await createBroker(config, { logger, log: (msg) => logger.info(msg) }).catch((err: unknown) => {
@@ -57,7 +72,9 @@ async function shutdown(signal: string): Promise<void> {
   }
 }
 process.on('SIGTERM', () => void shutdown('SIGTERM'))
-process.on('SIGINT', () => void shutdown('SIGINT'))
+// A broker process of HOOKQ_PROCESSES leaves SIGINT (a terminal's Ctrl-C reaches the whole process
+// group) to the primary, which passes on one SIGTERM: two signals would mean "exit now".
+process.on('SIGINT', cluster.isWorker ? () => {} : () => void shutdown('SIGINT'))
 
 let listening: string
 try {
@@ -72,4 +89,18 @@ const wildcard = config.host === '0.0.0.0' || config.host === '::'
 if (wildcard && config.advertiseUrl === undefined) {
   logger.warn('HOST is a wildcard and HOOKQ_ADVERTISE_URL is not set: if several broker processes share this database, set it so they can forward acks to the one that pushes')
 }
-await broker.advertise(wildcard ? null : listening)
+if (cluster.isWorker) {
+  // Calls to the shared port land on any process: forwarded ones need this one's own address.
+  await broker.advertise(await ownLoopbackPort(broker.app.server))
+} else {
+  await broker.advertise(wildcard ? null : listening)
+}
+
+/** Serves `server`'s connections on a loopback port of this process alone; its URL. */
+async function ownLoopbackPort(server: net.Server): Promise<string> {
+  const own = net.createServer((socket) => server.emit('connection', socket))
+  // exclusive: in a cluster worker, port 0 would otherwise be one port shared by every worker.
+  await new Promise<void>((resolve, reject) => own.once('error', reject).listen({ host: '127.0.0.1', port: 0, exclusive: true }, resolve))
+  own.unref()
+  return `http://127.0.0.1:${(own.address() as net.AddressInfo).port}`
+}
