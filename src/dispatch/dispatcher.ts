@@ -42,7 +42,9 @@ import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { buildPush, signingSecrets } from './envelope.ts'
 import { push, type PushResult } from './pusher.ts'
-import { PushWindow, pushSignal, type PushWindowOptions } from './push-window.ts'
+import { pushSignal, type PushWindowOptions } from './push-window.ts'
+import { ConsumerWindows } from './consumer-windows.ts'
+import { DeliveryIndex } from './delivery-index.ts'
 import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import { InFlightTracker, TrackerEntry } from './tracker.ts'
 import { active, deadLetterEntry, nextIncomplete, policyOf, type CompletionRequest, type CompletionStatus, type GroupRuntime, type Outstanding, type PartitionState, type State } from './partition-state.ts'
@@ -68,14 +70,6 @@ export interface DispatcherDeps {
   pushWindow?: PushWindowOptions
 }
 
-/** A consumer's push window and the partitions waiting for room in it, in the order they started waiting. */
-interface ConsumerWindow {
-  window: PushWindow
-  waiting: Map<PartitionState, GroupRuntime>
-  /** The consumer left while pushes to it were under way: the window goes when the last one ends. */
-  retired: boolean
-}
-
 const READ_BATCH = 200
 /** Messages a partition's buffer takes from produce directly (see takeTail). */
 const MAX_TAIL = 2000
@@ -89,20 +83,8 @@ export class Dispatcher {
   private readonly groups = new Map<string, GroupRuntime>()
   /** The same runtimes by group id: timer entries and the status view look groups up by id. */
   private readonly groupsById = new Map<number, GroupRuntime>()
-  /**
-   * Ids of recently completed messages → their partition (and its epoch then), so a repeated ack answers already_completed
-   * from memory (the attempt row may not even be flushed yet). Bounded: oldest forgotten first.
-   */
-  private readonly recent = new Map<string, { w: PartitionState; epoch: number }>()
-  /**
-   * The same ids in the order they were remembered, a ring of RECENT_IDS: the oldest is forgotten
-   * through it, not by iterating the Map, whose deleted entries stay as holes at its front until it
-   * rehashes (each iteration skipped up to ~100k of them: 8% of the CPU with acks over HTTP).
-   */
-  private readonly recentRing: string[] = []
-  private recentNext = 0
-  /** Delivery id → where it points; kept until its message completes. */
-  private readonly ids = new Map<string, { g: GroupRuntime; w: PartitionState; offset: number }>()
+  /** Delivery ids issued here → their messages, and those of recently completed messages. */
+  private readonly deliveries = new DeliveryIndex(RECENT_IDS)
   private readonly completer: GroupCommitter<CompletionRequest, CompletionStatus>
   /** Push reservations of many partitions, written together (see reserve()). */
   private readonly reservations: GroupCommitter<PushReservation, void>
@@ -112,16 +94,17 @@ export class Dispatcher {
   private readonly reloads = new Map<string, Promise<void>>()
   /** The highest end offset produce has reported, per topic and partition, whether or not a group listens. */
   private readonly ends = new Map<number, Map<number, number>>()
-  /** Consumer id → its push window. */
-  private readonly windows = new Map<string, ConsumerWindow>()
+  /** Each consumer's push window. */
+  private readonly windows: ConsumerWindows
   private timer: NodeJS.Timeout | undefined
   private timerAtMs = Infinity
-  private syntheticSeq = 0
+  private waitSeq = 0
   private stopped = false
   private readonly now: () => number
 
   constructor(private readonly deps: DispatcherDeps) {
     this.now = deps.now ?? Date.now
+    this.windows = new ConsumerWindows(deps.pushWindow)
     this.completer = new GroupCommitter((reqs) => this.serialised(() => this.commitCompletions(reqs)),
       { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 200_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
     this.reservations = new GroupCommitter(async (rows) => { await reservePushes(this.deps.db, rows); return rows.map(() => undefined) },
@@ -293,9 +276,7 @@ export class Dispatcher {
 
   /** already_completed for an id of a message this group completed recently, else unknown. */
   private recentStatus(g: GroupRuntime | undefined, id: string): AckStatus {
-    const r = this.recent.get(id)
-    // Only this group's, and not from before a seek of that partition.
-    return g && r && g.parts[r.w.partition] === r.w && r.epoch === r.w.epoch ? 'already_completed' : 'unknown'
+    return this.deliveries.completedRecently(g, id) ? 'already_completed' : 'unknown'
   }
 
   /** Runs `fn` after every completion write and seek queued before it has finished. */
@@ -308,7 +289,7 @@ export class Dispatcher {
   /** Forgets an outstanding message (seek, group change): its open attempts end as failed. */
   private abandon(o: Outstanding, reason: string): void {
     this.cancel(o)
-    for (const id of o.ids) this.ids.delete(id)
+    this.deliveries.abandon(o.ids)
     const finishedAt = new Date(this.now())
     for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAt, error: reason })
     o.open.clear()
@@ -412,14 +393,14 @@ export class Dispatcher {
     if (g.row.paused || !g.owners[w.partition]) return
     const ordered = g.row.ordered
     const limit = ordered ? 1 : g.row.maxInFlight
-    const win = this.windowOf(g.owners[w.partition]!.id)
+    const win = this.windows.of(g.owners[w.partition]!.id)
     // Messages that fell due while the partition or the consumer's window was full go first, in order.
     while (w.ready.length > 0 && active(w) < limit) {
-      if (!win.window.hasRoom()) return this.waitForWindow(win, g, w)
+      if (!win.window.hasRoom()) return this.windows.wait(win, g, w)
       this.startPush(g, w, w.ready[0]!)
     }
     while ((ordered ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
-      if (!win.window.hasRoom()) return this.waitForWindow(win, g, w)
+      if (!win.window.hasRoom()) return this.windows.wait(win, g, w)
       const msg = w.buffer.shift()
       if (!msg) {
         if (!w.reading && w.readPos < w.endHint) void this.read(g, w)
@@ -492,10 +473,10 @@ export class Dispatcher {
     // Attempts made before a restart count: one that already had them all is dead-lettered now.
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
-    const win = this.windowOf(owner.id)
+    const win = this.windows.of(owner.id)
     if (!win.window.hasRoom()) {
       this.setState(w, o, 'ready')
-      return this.waitForWindow(win, g, w)
+      return this.windows.wait(win, g, w)
     }
     // A first push goes out only below the partition's reservation, so a crash can never make the
     // next process push a message as attempt 1 again (see reserve()).
@@ -510,7 +491,7 @@ export class Dispatcher {
     const deadlineMs = nowMs + g.row.ackTimeoutMs
     o.ids.push(id)
     o.open.add(id)
-    this.ids.set(id, { g, w, offset: o.msg.offset })
+    this.deliveries.issue(id, { g, w, offset: o.msg.offset })
     this.setState(w, o, 'in_flight')
     o.entry = this.tracker.insert(new TrackerEntry({
       deliveryId: id, groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt, deadlineMs, kind: 'in_flight',
@@ -520,6 +501,8 @@ export class Dispatcher {
       id, groupId: g.row.id, topicId: g.topic.id, partition: w.partition, offset: o.msg.offset, attempt,
       consumerId: owner.id, startedAt: new Date(nowMs), ackDeadline: new Date(deadlineMs),
     }
+    // The window's slot is taken now, while it is known to be free; settlePush (or giveBack) returns it.
+    win.window.acquire()
     if (attempt === 1) {
       this.deps.attempts.started(row)
       return this.send(g, w, o, id, owner, attempt, deadlineMs, nowMs)
@@ -527,9 +510,15 @@ export class Dispatcher {
     // A retry's row is written before its push: a crash then leaves the attempt on record, and the
     // next process counts it (retries are few, so waiting for the write costs little).
     const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.entry?.deliveryId === id
+    const giveBack = () => {
+      win.window.release('neutral')
+      this.windows.wake(owner.id, (g, w) => this.safely(() => this.fill(g, w)))
+    }
     this.deps.attempts.durable(row).then(() => {
       if (current() && !this.stopped) this.send(g, w, o, id, owner, attempt, deadlineMs, this.now())
+      else giveBack()
     }, (err: unknown) => {
+      giveBack()
       if (!current()) return
       // Not pushed, and not on record: the attempt did not happen. Try again in a second.
       this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'recording a retry failed; retrying in 1 s')
@@ -537,19 +526,25 @@ export class Dispatcher {
       o.attempts--
       o.ids.pop()
       o.open.delete(id)
-      this.ids.delete(id)
+      this.deliveries.withdraw(id)
       this.schedule(g, w, o, 'retry_wait', this.now() + 1000)
     }).catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'starting a retry failed'))
   }
 
   /** Sends one push: the attempt is on its way from here, and settlePush gets its answer. */
   private send(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, attempt: number, deadlineMs: number, nowMs: number): void {
-    const { body, headers } = buildPush({
-      groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
-      pushFormat: g.row.pushFormat, consumerSecrets: signingSecrets(owner, nowMs),
-    }, o.msg, id, attempt, deadlineMs, nowMs)
-    // Taken only now, right before the call whose end gives it back (settlePush), so nothing can throw in between.
-    this.windowOf(owner.id).window.acquire()
+    let request: ReturnType<typeof buildPush>
+    try {
+      request = buildPush({
+        groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
+        pushFormat: g.row.pushFormat, consumerSecrets: signingSecrets(owner, nowMs),
+      }, o.msg, id, attempt, deadlineMs, nowMs)
+    } catch (err) {
+      // Nothing went out: the slot goes back, and the ack deadline retries the attempt.
+      this.windows.find(owner.id)?.window.release('neutral')
+      throw err
+    }
+    const { body, headers } = request
     o.pushedTo = owner.id
     o.pushing = id
     void push(this.deps.agent, { url: owner.url, body, headers, timeoutMs: g.row.pushTimeoutMs })
@@ -588,15 +583,12 @@ export class Dispatcher {
 
   private settlePush(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
     this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
-    // Looked up, not created: a window is only dropped once nothing is in flight to its consumer.
-    const win = this.windows.get(owner.id)
-    win?.window.release(pushSignal(r))
+    this.windows.find(owner.id)?.window.release(pushSignal(r))
     try {
       this.settleAttempt(g, w, o, id, owner, r)
     } finally {
       // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
-      if (win) this.wake(win)
-      if (win?.retired && win.window.inFlight === 0) this.windows.delete(owner.id)
+      this.windows.wake(owner.id, (g, w) => this.safely(() => this.fill(g, w)))
     }
   }
 
@@ -677,8 +669,9 @@ export class Dispatcher {
   private schedule(g: GroupRuntime, w: PartitionState, o: Outstanding, state: 'delayed' | 'retry_wait', atMs: number, deadLetterAgain = false): void {
     this.setState(w, o, state)
     o.entry = this.tracker.insert(new TrackerEntry({
-      deliveryId: `${deadLetterAgain ? 'dl' : 'wait'}:${++this.syntheticSeq}`, groupId: g.row.id, partition: w.partition,
-      offset: o.msg.offset, attempt: o.attempts, deadlineMs: atMs, kind: 'retry_wait',
+      // Waits are tracked under a key of their own (no delivery id names them); the kind says what ends them.
+      deliveryId: `~${++this.waitSeq}`, groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt: o.attempts,
+      deadlineMs: atMs, kind: state === 'delayed' ? 'delayed' : deadLetterAgain ? 'dead_letter_retry' : 'retry_wait',
     }))
     this.armTimer()
   }
@@ -715,11 +708,11 @@ export class Dispatcher {
       o.open.delete(entry.deliveryId)
       this.deps.attempts.update({ id: entry.deliveryId, outcome: 'timed_out', finishedAt: new Date(this.now()), error: `no ack within ${g.row.ackTimeoutMs} ms` })
       // Took the push but not the message in time: as much a sign of overload as a slow answer.
-      if (o.pushedTo) this.windows.get(o.pushedTo)?.window.shrink()
+      if (o.pushedTo) this.windows.find(o.pushedTo)?.window.shrink()
       this.failed(g, w, o, `no ack within ${g.row.ackTimeoutMs} ms`)
-    } else if (entry.deliveryId.startsWith('dl:')) {
+    } else if (entry.kind === 'dead_letter_retry') {
       this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
-    } else if (o.state === 'delayed' && !g.row.ordered) {
+    } else if (entry.kind === 'delayed' && !g.row.ordered) {
       // Due now, and active from here on: wait for a slot if the partition is full.
       this.setState(w, o, 'parked')
       if (active(w) > g.row.maxInFlight) this.setState(w, o, 'ready')
@@ -740,7 +733,7 @@ export class Dispatcher {
 
   /** Where a delivery id points, if this group issued it. */
   private async locate(g: GroupRuntime, id: string): Promise<{ w: PartitionState; offset: number } | null> {
-    const known = this.ids.get(id)
+    const known = this.deliveries.find(id)
     if (known) return known.g === g ? known : null
     // Not in memory: issued before a restart, or its message completed already.
     const row = await findAttempt(this.deps.db, g.row.id, id)
@@ -798,10 +791,7 @@ export class Dispatcher {
       this.cancel(o)
       this.setState(req.w, o, 'completing')
       req.w.outstanding.delete(req.offset)
-      for (const id of o.ids) {
-        this.ids.delete(id)
-        this.remember(id, req.w)
-      }
+      this.deliveries.complete(o.ids, req.w)
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
       for (const id of o.open) {
@@ -813,18 +803,6 @@ export class Dispatcher {
     this.fill(req.g, req.w)
   }
 
-  /** Remembers a completed delivery id for duplicate acks, forgetting the oldest past RECENT_IDS. */
-  private remember(id: string, w: PartitionState): void {
-    if (this.recentRing.length < RECENT_IDS) {
-      this.recentRing.push(id)
-    } else {
-      this.recent.delete(this.recentRing[this.recentNext]!)
-      this.recentRing[this.recentNext] = id
-      this.recentNext = (this.recentNext + 1) % RECENT_IDS
-    }
-    this.recent.set(id, { w, epoch: w.epoch })
-  }
-
   /** A completion could not be written: the message stays outstanding and is pushed again soon. */
   private completionFailed(req: CompletionRequest): void {
     const o = req.w.outstanding.get(req.offset)
@@ -832,51 +810,16 @@ export class Dispatcher {
     this.schedule(req.g, req.w, o, 'retry_wait', this.now() + 1000)
   }
 
-  // ---- push windows ----
-
-  private windowOf(consumerId: string): ConsumerWindow {
-    let win = this.windows.get(consumerId)
-    if (!win) {
-      win = { window: new PushWindow(this.deps.pushWindow), waiting: new Map(), retired: false }
-      this.windows.set(consumerId, win)
-    }
-    win.retired = false
-    return win
-  }
-
-  /** The partition pushes again when its consumer's window has room (see `wake`). */
-  private waitForWindow(win: ConsumerWindow, g: GroupRuntime, w: PartitionState): void {
-    win.waiting.set(w, g)
-  }
-
-  /** Room in a window: the partitions waiting for it fill in turn, longest waiting first. */
-  private wake(win: ConsumerWindow): void {
-    for (const [w, g] of win.waiting) {
-      if (!win.window.hasRoom()) return
-      // A partition that fills the window again waits anew, behind the others.
-      win.waiting.delete(w)
-      this.safely(() => this.fill(g, w))
-    }
-  }
-
-  /** A consumer left: its window goes now, or when the last push to it ends. */
-  private forgetWindow(consumerId: string): void {
-    const win = this.windows.get(consumerId)
-    if (!win) return
-    if (win.window.inFlight === 0) this.windows.delete(consumerId)
-    else win.retired = true
-  }
-
   /** Each consumer's push window, for the metrics. */
   pushWindows(): PushWindowStat[] {
-    return [...this.windows].map(([consumerId, { window }]) => ({ consumerId, limit: window.limit, inFlight: window.inFlight }))
+    return this.windows.stats()
   }
 
   // ---- consumers and groups ----
 
   private setConsumers(g: GroupRuntime, consumers: ConsumerRow[]): void {
     const kept = new Set(consumers.map((c) => c.id))
-    for (const c of g.consumers) if (!kept.has(c.id)) this.forgetWindow(c.id)
+    for (const c of g.consumers) if (!kept.has(c.id)) this.windows.forget(c.id)
     g.consumers = consumers
     const owners = assignPartitions(g.topic.partitions, consumers)
     g.owners = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
@@ -902,7 +845,7 @@ export class Dispatcher {
 
   private drop(g: GroupRuntime): void {
     g.dropped = true
-    for (const c of g.consumers) this.forgetWindow(c.id)
+    for (const c of g.consumers) this.windows.forget(c.id)
     for (const w of g.parts) {
       w.dropped = true
       for (const o of w.outstanding.values()) this.abandon(o, 'abandoned: the group or its topic changed')

@@ -9,11 +9,11 @@
  * nacks → requeue, extend → touch):
  *
  *   insert ──▶ in_flight ──touch──▶ in_flight            (deadline = the ack deadline, moved)
- *   insert ──▶ retry_wait                                 (deadline = when to push again)
+ *   insert ──▶ retry_wait | delayed | dead_letter_retry   (deadline = when to push, or dead-letter, again)
  *   in_flight ──requeue──▶ retry_wait
  *   either ──finish / expireDue / removeWhere──▶ untracked (the caller gets the entry back)
  *
- * Both kinds share one heap, so the dispatcher arms a single timer for `nextDeadlineMs()`. When an
+ * All kinds share one heap, so the dispatcher arms a single timer for `nextDeadlineMs()`. When an
  * in_flight entry expires (ack deadline passed) the dispatcher records the timeout and, to retry,
  * inserts it again as retry_wait; when a retry_wait entry expires it pushes the next attempt under
  * a new delivery id. `finish` accepts both kinds: a late ack still cancels the redelivery.
@@ -28,8 +28,13 @@
  */
 import { MinHeap, type HeapEntry } from './min-heap.ts'
 
-/** What an entry is waiting for: an ack (`in_flight`) or the end of its retry backoff (`retry_wait`). */
-export type DeliveryKind = 'in_flight' | 'retry_wait'
+/**
+ * What an entry is waiting for: an ack (`in_flight`), the end of its retry backoff (`retry_wait`),
+ * its produce delay (`delayed`), or another try at dead-lettering it (`dead_letter_retry`). All but
+ * `in_flight` are waits the dispatcher schedules; only `in_flight` entries can be touched or requeued.
+ */
+export type DeliveryKind = 'in_flight' | 'retry_wait' | 'delayed' | 'dead_letter_retry'
+const KINDS: readonly DeliveryKind[] = ['in_flight', 'retry_wait', 'delayed', 'dead_letter_retry']
 
 /** The fields of a new entry. */
 export interface TrackerEntryInit {
@@ -43,7 +48,7 @@ export interface TrackerEntryInit {
 }
 
 /** Attempts above this do not fit the packed field (a Smi, 31 bits); maxDeliveries is far lower. */
-const MAX_ATTEMPT = 2 ** 29
+const MAX_ATTEMPT = 2 ** 28
 
 /**
  * One tracked delivery. A class with fixed fields so that a million of them share one hidden
@@ -63,7 +68,7 @@ export class TrackerEntry implements HeapEntry {
   declare deadlineMs: number
   /** Heap position, maintained by the heap; -1 when not tracked. */
   declare index: number
-  /** attempt * 2, plus 1 for retry_wait: one small integer instead of two fields, 8 bytes less an entry. */
+  /** attempt * 4 plus the kind's index in KINDS: one small integer instead of two fields, 8 bytes less an entry. */
   private declare attemptAndKind: number
 
   constructor(init: TrackerEntryInit) {
@@ -76,21 +81,21 @@ export class TrackerEntry implements HeapEntry {
     this.offset = init.offset
     this.deadlineMs = init.deadlineMs
     this.index = -1
-    this.attemptAndKind = init.attempt * 2 + (init.kind === 'retry_wait' ? 1 : 0)
+    this.attemptAndKind = init.attempt * 4 + KINDS.indexOf(init.kind)
   }
 
   /** The attempt this delivery id names (1 for the first push). */
   get attempt(): number {
-    return this.attemptAndKind >> 1
+    return this.attemptAndKind >> 2
   }
 
   /** What the entry waits for; set only while untracked, or through the tracker's requeue. */
   get kind(): DeliveryKind {
-    return (this.attemptAndKind & 1) === 1 ? 'retry_wait' : 'in_flight'
+    return KINDS[this.attemptAndKind & 3]!
   }
 
   set kind(kind: DeliveryKind) {
-    this.attemptAndKind = (this.attemptAndKind & ~1) | (kind === 'retry_wait' ? 1 : 0)
+    this.attemptAndKind = (this.attemptAndKind & ~3) | KINDS.indexOf(kind)
   }
 }
 

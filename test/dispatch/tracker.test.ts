@@ -51,14 +51,18 @@ t.test('insert, get, has, counts; a duplicate id throws and changes nothing', as
 })
 
 t.test('an entry keeps attempt and kind apart in its packed field', async (t) => {
-  const big = entry('big', 1, { attempt: 2 ** 29, kind: 'retry_wait' })
-  t.equal(big.attempt, 2 ** 29)
+  const big = entry('big', 1, { attempt: 2 ** 28, kind: 'retry_wait' })
+  t.equal(big.attempt, 2 ** 28)
   t.equal(big.kind, 'retry_wait')
   big.kind = 'in_flight'
   t.equal(big.kind, 'in_flight')
-  t.equal(big.attempt, 2 ** 29, 'changing the kind leaves the attempt')
+  t.equal(big.attempt, 2 ** 28, 'changing the kind leaves the attempt')
+  for (const kind of ['retry_wait', 'delayed', 'dead_letter_retry', 'in_flight'] as const) {
+    big.kind = kind
+    t.same([big.kind, big.attempt], [kind, 2 ** 28], `kind ${kind} and the attempt side by side`)
+  }
   t.equal(entry('zero', 1, { attempt: 0 }).attempt, 0)
-  for (const attempt of [-1, 1.5, 2 ** 29 + 1, NaN]) t.throws(() => entry('bad', 1, { attempt }), RangeError, String(attempt))
+  for (const attempt of [-1, 1.5, 2 ** 28 + 1, NaN]) t.throws(() => entry('bad', 1, { attempt }), RangeError, String(attempt))
   const tracker = new InFlightTracker()
   tracker.insert(entry('a', 10, { attempt: 7 }))
   tracker.requeue('a', 20)
