@@ -13,6 +13,7 @@ import { checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow, GroupSettings, GroupStore } from '../store/groups.ts'
 import { firstOffsets, offsetsAtTime } from '../store/messages.ts'
+import { parseInstant } from './instants.ts'
 import type { TopicStore } from '../store/topics.ts'
 import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
 
@@ -215,7 +216,7 @@ export class GroupService {
 
   async addConsumer(groupName: string, url: string, secret: string | undefined): Promise<ConsumerRow> {
     const group = await this.get(groupName)
-    const parsed = new URL(url)
+    const parsed = parseUrl(url)
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
       throw new HookqError('invalid_request', `consumer url must be http:// or https://, got ${parsed.protocol}`)
     }
@@ -300,9 +301,23 @@ export class GroupService {
   }
 }
 
+/**
+ * The consumer URL as the WHATWG parser reads it (the pusher's reading too). The schema's
+ * `format: "uri"` is RFC 3986 syntax, which also passes ports past 65535, `:80:80`, percent-encoded
+ * or punycode host names the parser refuses: those are the caller's mistake, a 400.
+ */
+function parseUrl(url: string): URL {
+  try {
+    return new URL(url)
+  } catch {
+    throw new HookqError('invalid_request', `consumer url ${JSON.stringify(url)} is not a valid URL (check the port, 0 to 65535, and the host name)`)
+  }
+}
+
 function validateStartAt(startAt: string | undefined): void {
-  if (startAt !== undefined && startAt !== 'earliest' && startAt !== 'latest' && Number.isNaN(Date.parse(startAt))) {
-    throw new HookqError('invalid_request', `startAt must be "earliest", "latest" or an ISO-8601 timestamp, got ${JSON.stringify(startAt)}`)
+  if (startAt !== undefined && startAt !== 'earliest' && startAt !== 'latest' && parseInstant(startAt) === undefined) {
+    throw new HookqError('invalid_request',
+      `startAt must be "earliest", "latest" or an RFC 3339 date-time such as 2026-01-01T00:00:00Z, got ${JSON.stringify(startAt)}`)
   }
 }
 
