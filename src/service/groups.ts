@@ -33,16 +33,20 @@ export interface GroupInput {
   startAt?: string
   maxInFlight?: number
   ordered?: boolean
-  pushTimeoutMs?: number
+  /** null: back to the default, min(10000, ackTimeoutMs) */
+  pushTimeoutMs?: number | null
   pushFormat?: 'envelope' | 'raw'
   paused?: boolean
 }
+
+/** The push timeout of a group that sets none, unless its ackTimeoutMs is shorter. */
+export const DEFAULT_PUSH_TIMEOUT_MS = 10_000
 
 export const GROUP_DEFAULTS: Omit<GroupSettings, 'topic'> = {
   ackMode: 'explicit', ackTimeoutMs: 30_000, maxDeliveries: 5,
   retryInitialDelayMs: 1000, retryMultiplier: 2, retryMaxDelayMs: 60_000, retryJitter: 0.1,
   deadLetterTopic: null, startAt: 'earliest', maxInFlight: 100, ordered: false,
-  pushTimeoutMs: 10_000, pushFormat: 'envelope', paused: false,
+  pushTimeoutMs: DEFAULT_PUSH_TIMEOUT_MS, pushTimeoutSet: false, pushFormat: 'envelope', paused: false,
 }
 
 export function groupView(g: GroupRow) {
@@ -84,12 +88,22 @@ function checkSecret(secret: string): void {
   }
 }
 
-/** Settings from a PUT body, over `base` (the defaults, or the group's current settings). */
+/**
+ * Settings from a PUT body, over `base` (the defaults, or the group's current settings).
+ *
+ * pushTimeoutMs is the one default that depends on another setting: a group that never set it
+ * (or set it to null) has min(10000, ackTimeoutMs), recomputed whenever ackTimeoutMs changes. Once
+ * the caller gives a value it stays theirs: an update that lowers ackTimeoutMs below it is refused
+ * (validated), not silently changed, since the caller chose it.
+ */
 function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): GroupSettings {
+  const ackTimeoutMs = input.ackTimeoutMs ?? base.ackTimeoutMs
+  const pushTimeoutSet = input.pushTimeoutMs === undefined ? base.pushTimeoutSet : input.pushTimeoutMs !== null
+  const pushTimeoutMs = !pushTimeoutSet ? Math.min(DEFAULT_PUSH_TIMEOUT_MS, ackTimeoutMs) : input.pushTimeoutMs ?? base.pushTimeoutMs
   return {
     topic: input.topic,
     ackMode: input.ackMode ?? base.ackMode,
-    ackTimeoutMs: input.ackTimeoutMs ?? base.ackTimeoutMs,
+    ackTimeoutMs,
     maxDeliveries: input.maxDeliveries ?? base.maxDeliveries,
     retryInitialDelayMs: input.retry?.initialDelayMs ?? base.retryInitialDelayMs,
     retryMultiplier: input.retry?.multiplier ?? base.retryMultiplier,
@@ -99,7 +113,8 @@ function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): Gr
     startAt: input.startAt ?? base.startAt,
     maxInFlight: input.maxInFlight ?? base.maxInFlight,
     ordered: input.ordered ?? base.ordered,
-    pushTimeoutMs: input.pushTimeoutMs ?? base.pushTimeoutMs,
+    pushTimeoutMs,
+    pushTimeoutSet,
     pushFormat: input.pushFormat ?? base.pushFormat,
     paused: input.paused ?? base.paused,
   }
@@ -323,8 +338,10 @@ function validateStartAt(startAt: string | undefined): void {
 
 /** Checks the settings as a whole (after defaults), where one value bounds another. */
 function validated(s: GroupSettings): GroupSettings {
+  // Only a pushTimeoutMs the caller set can exceed ackTimeoutMs (the default follows it).
   if (s.pushTimeoutMs > s.ackTimeoutMs) {
-    throw new HookqError('invalid_request', `pushTimeoutMs (${s.pushTimeoutMs}) must not exceed ackTimeoutMs (${s.ackTimeoutMs})`)
+    throw new HookqError('invalid_request', `pushTimeoutMs (${s.pushTimeoutMs}) must not exceed ackTimeoutMs (${s.ackTimeoutMs}); pushTimeoutMs was set ` +
+      'explicitly (in this call or before): send a lower one, or pushTimeoutMs: null for the default min(10000, ackTimeoutMs)')
   }
   if (s.retryInitialDelayMs > s.retryMaxDelayMs) {
     throw new HookqError('invalid_request', `retry.initialDelayMs (${s.retryInitialDelayMs}) must not exceed retry.maxDelayMs (${s.retryMaxDelayMs})`)

@@ -428,8 +428,8 @@ export interface components {
             maxInFlight?: number;
             /** @description At most one message of a partition in flight; default false */
             ordered?: boolean;
-            /** @description Default 10000 */
-            pushTimeoutMs?: number;
+            /** @description Default min(10000, ackTimeoutMs), following ackTimeoutMs until set; null returns to the default */
+            pushTimeoutMs?: number | null;
             /** @description Default envelope */
             pushFormat?: "envelope" | "raw";
             /** @description Default false */
