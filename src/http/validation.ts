@@ -47,7 +47,7 @@ export function withNoNul(schema: unknown): unknown {
   return out
 }
 
-const DECIMAL = /^-?(0|[1-9][0-9]*)$/
+const DECIMAL = /^(0|-?[1-9][0-9]*)$/
 
 /** The names of the properties a params or querystring schema types as integers. */
 function integerFields(schema: unknown): string[] {

@@ -419,7 +419,7 @@ t.test('consumer URLs the URL parser refuses are 400, never a 5xx', async (t) =>
 })
 
 t.test('numbers in paths and query strings are plain decimal integers', async (t) => {
-  for (const p of ['0x1', '+1', '00', '01', ' 1', '1 ', '1e0', '1.0', '0b1', '0o1']) {
+  for (const p of ['0x1', '+1', '00', '01', '-0', ' 1', '1 ', '1e0', '1.0', '0b1', '0o1']) {
     await rejected(t, `partition ${JSON.stringify(p)}`, { url: `/v1/topics/base/partitions/${encodeURIComponent(p)}/messages` }, [400], ['invalid_request'])
   }
   for (const q of ['fromOffset=0x10', 'fromOffset=+1', 'fromOffset=010', 'limit=0x10', 'limit=1e1', 'fromOffset=1&fromOffset=0x2']) {
