@@ -48,7 +48,9 @@ const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...gr
 export const API_INFO = {
   title: 'hookq',
   version: '1.0.0',
-  description: 'HTTP message broker with webhook push delivery, on PostgreSQL.',
+  description: 'HTTP message broker with webhook push delivery, on PostgreSQL. ' +
+    'No string in a request may contain NUL (U+0000), but message values and header values (stored as JSON text); ' +
+    'integers in paths and query strings are plain decimal digits.',
 }
 
 /** Builds the Fastify app with every route; call ready() or listen() on it. */

@@ -77,7 +77,7 @@ export function printTable (head: string[], rows: Cell[][]): void {
   const blank = { top: '', 'top-mid': '', 'top-left': '', 'top-right': '', bottom: '', 'bottom-mid': '', 'bottom-left': '',
     'bottom-right': '', left: '', 'left-mid': '', mid: '', 'mid-mid': '', right: '', 'right-mid': '', middle: '  ' }
   const table = new Table({ head: head.map((h) => h.toUpperCase()), chars: blank, style: { head: [], border: [], 'padding-left': 0, 'padding-right': 0 } })
-  for (const row of rows) table.push(row.map((c) => (c === null || c === undefined ? '-' : String(c))))
+  for (const row of rows) table.push(row.map((c) => (c === null || c === undefined ? '-' : visible(String(c)))))
   const text = rows.length === 0 ? head.map((h) => h.toUpperCase()).join('  ') : table.toString()
   process.stdout.write(`${text.split('\n').map((l) => l.trimEnd()).join('\n')}\n`)
 }
@@ -125,8 +125,9 @@ export function reportError (err: unknown, json: boolean): number {
       return EXIT.broker
     }
     const detail = err.problem.detail ?? err.problem.title ?? 'request failed'
-    note(`hookq: ${err.code ?? 'error'} (HTTP ${err.status}): ${detail}`)
-    for (const e of err.problem.errors ?? []) note(`  ${e.path || '(body)'}: ${e.message}`)
+    // A detail can quote the caller's input back (a URL, a name): shown escaped like table cells.
+    note(`hookq: ${err.code ?? 'error'} (HTTP ${err.status}): ${visible(detail)}`)
+    for (const e of err.problem.errors ?? []) note(`  ${visible(e.path || '(body)')}: ${visible(e.message)}`)
     if (err.status === 401) note('  set HOOKQ_API_KEY or pass --api-key <key>')
     if (err.status === 403) note('  the API key needs a scope it does not have (produce, consume or admin)')
     return EXIT.broker
@@ -143,6 +144,24 @@ export function reportError (err: unknown, json: boolean): number {
 
 function codeOf (exitCode: number): string {
   return exitCode === EXIT.usage ? 'usage' : exitCode === EXIT.unreachable ? 'unreachable' : 'error'
+}
+
+// C0 and C1 controls, DEL, and the bidirectional overrides and isolates (U+202A–U+202E,
+// U+2066–U+2069) that reorder what a terminal shows.
+const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g
+const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' }
+
+/**
+ * Text from the broker (a consumer's error answer, a disabled reason) as a terminal must show it:
+ * control characters escaped (`\x1b`, `\n`, `\u202e`), so an answer cannot move the cursor, retitle
+ * the window or hide text. A backslash is doubled only when the text has something escaped, so
+ * plain text is shown unchanged.
+ */
+export function visible (text: string): string {
+  if (!new RegExp(UNSAFE.source).test(text)) return text
+  return text.replace(/\\/g, '\\\\').replace(UNSAFE, (ch) => NAMED[ch] ?? (ch.charCodeAt(0) <= 0xff
+    ? `\\x${ch.charCodeAt(0).toString(16).padStart(2, '0')}`
+    : `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`))
 }
 
 /** Keeps a cell short: the first line, cut at `max` characters. */

@@ -12,14 +12,22 @@
  * Addresses denied unless a range in `allowCidrs` contains them:
  *   always        cloud metadata (169.254.169.254, fd00:ec2::254, 100.100.100.200), link-local
  *                 (169.254.0.0/16, fe80::/10), "this network" 0.0.0.0/8 and the unspecified `::`
- *                 (a connect to either reaches the local host on Linux)
+ *                 (a connect to either reaches the local host on Linux); and the special-purpose
+ *                 ranges no webhook lives in: multicast 224.0.0.0/4 and ff00::/8, reserved
+ *                 240.0.0.0/4 with the broadcast 255.255.255.255, IETF protocol assignments
+ *                 192.0.0.0/24, documentation (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
+ *                 2001:db8::/32) and discard-only 100::/64
  *   allowPrivate  false: also private and loopback (10/8, 172.16/12, 192.168/16, 127/8, 100.64/10
- *                 carrier-grade NAT, ::1, fc00::/7). The default is true (HOOKQ_PUSH_ALLOW_PRIVATE)
- *                 so the quickstart and local development can push to 127.0.0.1; set it to false
- *                 in production.
+ *                 carrier-grade NAT, 198.18.0.0/15 benchmarking, ::1, fc00::/7, local-use NAT64
+ *                 64:ff9b:1::/48): ranges an operator may really run services in. The default is
+ *                 true (HOOKQ_PUSH_ALLOW_PRIVATE) so the quickstart and local development can push
+ *                 to 127.0.0.1; set it to false in production.
  *   denyCidrs     the operator's own ranges
- * IPv6 addresses that embed an IPv4 one (IPv4-mapped ::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d,
- * NAT64 64:ff9b::a.b.c.d) are judged by the embedded IPv4 address as well.
+ * IPv6 addresses that embed an IPv4 one (IPv4-mapped ::ffff:a.b.c.d, IPv4-translated
+ * ::ffff:0:a.b.c.d, IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::a.b.c.d and 64:ff9b:1::a.b.c.d,
+ * 6to4 2002:AABB:CCDD::) are judged by the embedded IPv4 address as well, so 2002:7f00:1:: is
+ * loopback and 2002:a9fe:a9fe:: the metadata address. Local-use NAT64 is read in the /96 layout
+ * (the address in the last 32 bits), the one NAT64 gateways use in practice.
  *
  * Host names: `denyHosts` are refused; when `allowHosts` is not empty only the names (and IP
  * literals) it lists are accepted; `*.example.com` matches every name below example.com (not
@@ -55,7 +63,16 @@ export const DEFAULT_POLICY: Readonly<UrlPolicy> = Object.freeze({
 
 const METADATA_CIDRS = ['169.254.169.254/32', 'fd00:ec2::254/128', '100.100.100.200/32']
 const RESERVED_CIDRS = ['169.254.0.0/16', 'fe80::/10', '0.0.0.0/8', '::/128']
-const PRIVATE_CIDRS = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '127.0.0.0/8', '100.64.0.0/10', '::1/128', 'fc00::/7']
+/** Special-purpose ranges (IANA registries, RFC 6890) that are never a webhook, each with its reason. */
+const SPECIAL_CIDRS: [string, string[]][] = [
+  ['it is multicast', ['224.0.0.0/4', 'ff00::/8']],
+  ['it is reserved or broadcast (240.0.0.0/4)', ['240.0.0.0/4']],
+  ['it is an IETF protocol assignment (192.0.0.0/24)', ['192.0.0.0/24']],
+  ['it is a documentation range', ['192.0.2.0/24', '198.51.100.0/24', '203.0.113.0/24', '2001:db8::/32']],
+  ['it is discard-only (100::/64)', ['100::/64']],
+]
+const PRIVATE_CIDRS = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '127.0.0.0/8', '100.64.0.0/10', '198.18.0.0/15',
+  '::1/128', 'fc00::/7', '64:ff9b:1::/48']
 const METADATA_NAMES = ['metadata.google.internal']
 
 type Env = Record<string, string | undefined>
@@ -132,9 +149,10 @@ export function checkAddress(ip: string, family: number | string | undefined, po
   if (inList(c.allow)) return { allowed: true }
   const why = inList(c.metadata) ? 'it is a cloud metadata address'
     : inList(c.reserved) ? 'it is link-local, unspecified or "this network"'
-      : inList(c.private) ? 'it is private or loopback (HOOKQ_PUSH_ALLOW_PRIVATE=false)'
-        : inList(c.deny) ? 'it is in HOOKQ_PUSH_DENY_CIDRS'
-          : undefined
+      : c.special.find(([, list]) => inList(list))?.[0]
+        ?? (inList(c.private) ? 'it is private or loopback (HOOKQ_PUSH_ALLOW_PRIVATE=false)'
+          : inList(c.deny) ? 'it is in HOOKQ_PUSH_DENY_CIDRS'
+            : undefined)
   if (why === undefined) return { allowed: true }
   const shown = v4 !== undefined ? `${address} (${v4})` : address
   return { allowed: false, reason: `address ${shown} is denied by the push URL policy: ${why}` }
@@ -198,6 +216,7 @@ interface Compiled {
   allow: BlockList
   metadata: BlockList
   reserved: BlockList
+  special: [string, BlockList][]
   private: BlockList
   deny: BlockList
   allowHosts: HostPattern[]
@@ -205,7 +224,10 @@ interface Compiled {
 }
 
 const cache = new WeakMap<UrlPolicy, Compiled>()
-const BUILT_IN = { metadata: blockList(METADATA_CIDRS), reserved: blockList(RESERVED_CIDRS), private: blockList(PRIVATE_CIDRS) }
+const BUILT_IN = {
+  metadata: blockList(METADATA_CIDRS), reserved: blockList(RESERVED_CIDRS), private: blockList(PRIVATE_CIDRS),
+  special: SPECIAL_CIDRS.map(([why, cidrs]): [string, BlockList] => [why, blockList(cidrs)]),
+}
 const NOTHING = new BlockList()
 
 /** The policy's lists, parsed once per policy object (treat a policy as immutable once used). */
@@ -216,6 +238,7 @@ function compiled(policy: UrlPolicy): Compiled {
       allow: blockList(policy.allowCidrs),
       metadata: BUILT_IN.metadata,
       reserved: BUILT_IN.reserved,
+      special: BUILT_IN.special,
       private: policy.allowPrivate ? NOTHING : BUILT_IN.private,
       deny: blockList(policy.denyCidrs),
       allowHosts: policy.allowHosts.map(hostPattern),
@@ -226,17 +249,25 @@ function compiled(policy: UrlPolicy): Compiled {
   return c
 }
 
-/** The IPv4 address inside an IPv4-mapped (::ffff:0:0/96), -compatible (::/96 but :: and ::1) or NAT64 (64:ff9b::/96) address. */
+/**
+ * The IPv4 address inside an IPv4-mapped (::ffff:0:0/96), IPv4-translated (::ffff:0:0:0/96),
+ * -compatible (::/96 but :: and ::1), NAT64 (64:ff9b::/96, and 64:ff9b:1::/48 read as /96) or 6to4
+ * (2002::/16, the address in bits 16 to 47) address.
+ */
 function embeddedIpv4(ipv6: string): string | undefined {
   const words = expandIpv6(ipv6)
   if (!words) return undefined
+  const quad = (hi: number, lo: number) => [hi >> 8, hi & 0xff, lo >> 8, lo & 0xff].join('.')
+  if (words[0] === 0x2002) return quad(words[1]!, words[2]!)
   const head = words.slice(0, 6)
-  const zeros5 = head.slice(0, 5).every((w) => w === 0)
-  const mapped = zeros5 && head[5] === 0xffff
-  const compatible = zeros5 && head[5] === 0 && (words[6] !== 0 || words[7]! > 1)
+  const zeros4 = head.slice(0, 4).every((w) => w === 0)
+  const mapped = zeros4 && head[4] === 0 && head[5] === 0xffff
+  const translated = zeros4 && head[4] === 0xffff && head[5] === 0
+  const compatible = zeros4 && head[4] === 0 && head[5] === 0 && (words[6] !== 0 || words[7]! > 1)
   const nat64 = head[0] === 0x64 && head[1] === 0xff9b && head.slice(2).every((w) => w === 0)
-  if (!mapped && !compatible && !nat64) return undefined
-  return [words[6]! >> 8, words[6]! & 0xff, words[7]! >> 8, words[7]! & 0xff].join('.')
+  const localNat64 = head[0] === 0x64 && head[1] === 0xff9b && head[2] === 1
+  if (!mapped && !translated && !compatible && !nat64 && !localNat64) return undefined
+  return quad(words[6]!, words[7]!)
 }
 
 /** The eight 16-bit words of an IPv6 address (with `::` and a trailing dotted quad), or undefined. */

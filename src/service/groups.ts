@@ -13,6 +13,7 @@ import { checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow, GroupSettings, GroupStore } from '../store/groups.ts'
 import { firstOffsets, offsetsAtTime } from '../store/messages.ts'
+import { parseInstant } from './instants.ts'
 import type { TopicStore } from '../store/topics.ts'
 import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
 
@@ -32,16 +33,20 @@ export interface GroupInput {
   startAt?: string
   maxInFlight?: number
   ordered?: boolean
-  pushTimeoutMs?: number
+  /** null: back to the default, min(10000, ackTimeoutMs) */
+  pushTimeoutMs?: number | null
   pushFormat?: 'envelope' | 'raw'
   paused?: boolean
 }
+
+/** The push timeout of a group that sets none, unless its ackTimeoutMs is shorter. */
+export const DEFAULT_PUSH_TIMEOUT_MS = 10_000
 
 export const GROUP_DEFAULTS: Omit<GroupSettings, 'topic'> = {
   ackMode: 'explicit', ackTimeoutMs: 30_000, maxDeliveries: 5,
   retryInitialDelayMs: 1000, retryMultiplier: 2, retryMaxDelayMs: 60_000, retryJitter: 0.1,
   deadLetterTopic: null, startAt: 'earliest', maxInFlight: 100, ordered: false,
-  pushTimeoutMs: 10_000, pushFormat: 'envelope', paused: false,
+  pushTimeoutMs: DEFAULT_PUSH_TIMEOUT_MS, pushTimeoutSet: false, pushFormat: 'envelope', paused: false,
 }
 
 export function groupView(g: GroupRow) {
@@ -83,12 +88,22 @@ function checkSecret(secret: string): void {
   }
 }
 
-/** Settings from a PUT body, over `base` (the defaults, or the group's current settings). */
+/**
+ * Settings from a PUT body, over `base` (the defaults, or the group's current settings).
+ *
+ * pushTimeoutMs is the one default that depends on another setting: a group that never set it
+ * (or set it to null) has min(10000, ackTimeoutMs), recomputed whenever ackTimeoutMs changes. Once
+ * the caller gives a value it stays theirs: an update that lowers ackTimeoutMs below it is refused
+ * (validated), not silently changed, since the caller chose it.
+ */
 function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): GroupSettings {
+  const ackTimeoutMs = input.ackTimeoutMs ?? base.ackTimeoutMs
+  const pushTimeoutSet = input.pushTimeoutMs === undefined ? base.pushTimeoutSet : input.pushTimeoutMs !== null
+  const pushTimeoutMs = !pushTimeoutSet ? Math.min(DEFAULT_PUSH_TIMEOUT_MS, ackTimeoutMs) : input.pushTimeoutMs ?? base.pushTimeoutMs
   return {
     topic: input.topic,
     ackMode: input.ackMode ?? base.ackMode,
-    ackTimeoutMs: input.ackTimeoutMs ?? base.ackTimeoutMs,
+    ackTimeoutMs,
     maxDeliveries: input.maxDeliveries ?? base.maxDeliveries,
     retryInitialDelayMs: input.retry?.initialDelayMs ?? base.retryInitialDelayMs,
     retryMultiplier: input.retry?.multiplier ?? base.retryMultiplier,
@@ -98,7 +113,8 @@ function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): Gr
     startAt: input.startAt ?? base.startAt,
     maxInFlight: input.maxInFlight ?? base.maxInFlight,
     ordered: input.ordered ?? base.ordered,
-    pushTimeoutMs: input.pushTimeoutMs ?? base.pushTimeoutMs,
+    pushTimeoutMs,
+    pushTimeoutSet,
     pushFormat: input.pushFormat ?? base.pushFormat,
     paused: input.paused ?? base.paused,
   }
@@ -215,7 +231,7 @@ export class GroupService {
 
   async addConsumer(groupName: string, url: string, secret: string | undefined): Promise<ConsumerRow> {
     const group = await this.get(groupName)
-    const parsed = new URL(url)
+    const parsed = parseUrl(url)
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
       throw new HookqError('invalid_request', `consumer url must be http:// or https://, got ${parsed.protocol}`)
     }
@@ -300,16 +316,32 @@ export class GroupService {
   }
 }
 
+/**
+ * The consumer URL as the WHATWG parser reads it (the pusher's reading too). The schema's
+ * `format: "uri"` is RFC 3986 syntax, which also passes ports past 65535, `:80:80`, percent-encoded
+ * or punycode host names the parser refuses: those are the caller's mistake, a 400.
+ */
+function parseUrl(url: string): URL {
+  try {
+    return new URL(url)
+  } catch {
+    throw new HookqError('invalid_request', `consumer url ${JSON.stringify(url)} is not a valid URL (check the port, 0 to 65535, and the host name)`)
+  }
+}
+
 function validateStartAt(startAt: string | undefined): void {
-  if (startAt !== undefined && startAt !== 'earliest' && startAt !== 'latest' && Number.isNaN(Date.parse(startAt))) {
-    throw new HookqError('invalid_request', `startAt must be "earliest", "latest" or an ISO-8601 timestamp, got ${JSON.stringify(startAt)}`)
+  if (startAt !== undefined && startAt !== 'earliest' && startAt !== 'latest' && parseInstant(startAt) === undefined) {
+    throw new HookqError('invalid_request',
+      `startAt must be "earliest", "latest" or an RFC 3339 date-time such as 2026-01-01T00:00:00Z, got ${JSON.stringify(startAt)}`)
   }
 }
 
 /** Checks the settings as a whole (after defaults), where one value bounds another. */
 function validated(s: GroupSettings): GroupSettings {
+  // Only a pushTimeoutMs the caller set can exceed ackTimeoutMs (the default follows it).
   if (s.pushTimeoutMs > s.ackTimeoutMs) {
-    throw new HookqError('invalid_request', `pushTimeoutMs (${s.pushTimeoutMs}) must not exceed ackTimeoutMs (${s.ackTimeoutMs})`)
+    throw new HookqError('invalid_request', `pushTimeoutMs (${s.pushTimeoutMs}) must not exceed ackTimeoutMs (${s.ackTimeoutMs}); pushTimeoutMs was set ` +
+      'explicitly (in this call or before): send a lower one, or pushTimeoutMs: null for the default min(10000, ackTimeoutMs)')
   }
   if (s.retryInitialDelayMs > s.retryMaxDelayMs) {
     throw new HookqError('invalid_request', `retry.initialDelayMs (${s.retryInitialDelayMs}) must not exceed retry.maxDelayMs (${s.retryMaxDelayMs})`)

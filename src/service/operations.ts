@@ -11,6 +11,7 @@ import { listAttempts, type AttemptRow, type Outcome } from '../store/deliveries
 import { offsetsAtTime } from '../store/messages.ts'
 import type { TopicStore } from '../store/topics.ts'
 import type { GroupService } from './groups.ts'
+import { parseInstant } from './instants.ts'
 
 /** Filters and paging of the delivery log. */
 export interface DeliveriesQuery {
@@ -43,10 +44,12 @@ export function encodeCursor(r: { startedAt: Date; deliveryId: string }): string
 
 /** The (startedAt, id) a cursor names; anything else is a 400, never a query over garbage. */
 export function decodeCursor(cursor: string): { startedAt: Date; id: string } {
-  const m = /^(\S+) (\S{1,128})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'))
-  const startedAt = m ? new Date(m[1]!) : undefined
+  // No NUL in the id (PostgreSQL text cannot hold it) and a time PostgreSQL can store: a forged
+  // cursor is a 400, never a query that fails.
+  const m = /^(\S+) ([^\s\u0000]{1,128})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'))
+  const startedAt = m ? parseInstant(m[1]!) : undefined
   // The round trip rejects what Date would accept loosely ("2026", "March 1").
-  if (!m || !startedAt || Number.isNaN(startedAt.getTime()) || startedAt.toISOString() !== m[1]) {
+  if (!m || !startedAt || startedAt.toISOString() !== m[1]) {
     throw new HookqError('invalid_cursor', 'cursor is not one this API issued; pass nextCursor from the previous page unchanged')
   }
   return { startedAt, id: m[2]! }
@@ -80,6 +83,10 @@ export class OperationsService {
     if ((input.offset === undefined) === (input.timestamp === undefined)) {
       throw new HookqError('invalid_request', 'give exactly one of offset and timestamp')
     }
+    const at = input.timestamp === undefined ? undefined : parseInstant(input.timestamp)
+    if (input.timestamp !== undefined && at === undefined) {
+      throw new HookqError('invalid_request', `timestamp must be an RFC 3339 date-time such as 2026-01-01T00:00:00Z, got ${JSON.stringify(input.timestamp)}`)
+    }
     const group = await this.groups.get(groupName)
     const topic = await this.topics.findByName(group.topic)
     if (!topic) throw new HookqError('topic_not_found', `topic ${group.topic} of group ${group.name} does not exist`)
@@ -99,7 +106,7 @@ export class OperationsService {
       }
       for (const p of partitions) targets.set(p, offset)
     } else {
-      const firsts = await offsetsAtTime(this.db, topic.id, new Date(input.timestamp!))
+      const firsts = await offsetsAtTime(this.db, topic.id, at!)
       for (const p of partitions) targets.set(p, firsts.get(p) ?? end(p))
     }
     await this.dispatcher.seek({ name: group.name, id: group.id }, topic.id, targets)

@@ -48,6 +48,14 @@ export interface AttemptRow {
   outcome: Outcome
 }
 
+/**
+ * Error text as PostgreSQL text can hold it: a consumer's answer is quoted into it, and one NUL
+ * byte there failed the whole batch of attempt rows, again at every retry. NUL becomes U+FFFD.
+ */
+function storableText(text: string | undefined): string | null {
+  return text === undefined ? null : text.replaceAll('\u0000', '\uFFFD')
+}
+
 /** Inserts attempt rows in one statement (outcome in_flight unless already known). */
 export async function insertAttempts(db: Database, rows: AttemptStart[]): Promise<void> {
   if (rows.length === 0) return
@@ -68,7 +76,7 @@ export async function insertAttempts(db: Database, rows: AttemptStart[]): Promis
       numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.offset)), numberArray(rows.map((r) => r.attempt)),
       rows.map((r) => r.consumerId), epochMsArray(rows.map((r) => r.startedAt)), epochMsArray(rows.map((r) => r.ackDeadline)),
       rows.map((r) => r.outcome ?? null), epochMsArray(rows.map((r) => r.finishedAt)),
-      numberArray(rows.map((r) => r.statusCode)), numberArray(rows.map((r) => r.durationMs)), rows.map((r) => r.error ?? null)])
+      numberArray(rows.map((r) => r.statusCode)), numberArray(rows.map((r) => r.durationMs)), rows.map((r) => storableText(r.error))])
 }
 
 /** Applies attempt updates in one statement (each id at most once: merge before calling). */
@@ -89,7 +97,7 @@ export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promi
     [numberArray(keyed.map(({ k }) => k.groupId)), numberArray(keyed.map(({ k }) => k.partition)),
       numberArray(keyed.map(({ k }) => k.offset)), numberArray(keyed.map(({ k }) => k.attempt)), keyed.map(({ r }) => r.id),
       keyed.map(({ r }) => r.outcome ?? null), epochMsArray(keyed.map(({ r }) => r.finishedAt)),
-      numberArray(keyed.map(({ r }) => r.statusCode)), numberArray(keyed.map(({ r }) => r.durationMs)), keyed.map(({ r }) => r.error ?? null),
+      numberArray(keyed.map(({ r }) => r.statusCode)), numberArray(keyed.map(({ r }) => r.durationMs)), keyed.map(({ r }) => storableText(r.error)),
       epochMsArray(keyed.map(({ r }) => r.ackDeadline))])
 }
 

@@ -110,3 +110,25 @@ t.test('deliveries: the attempt log after pushes to a real receiver, one page an
   t.same(log.deliveries.map((d) => d.offset).sort(), [0, 1, 2], 'three pages of one, followed to the end')
   t.equal(log.nextCursor, null)
 })
+
+t.test('deliveries: a consumer\'s error text is shown escaped, never as terminal control sequences', async (t) => {
+  await createTopic('hostile', 1)
+  // The answer tries to colour the terminal, retitle the window, ring the bell and reverse the text.
+  const body = 'no\u001b[31m red\u001b]0;pwned\u0007 \u202etxt.exe\r\u0000 end\\x'
+  const receiver = await startReceiver(t, { status: 500, body })
+  await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: 'hostile-g' } }, body: { topic: 'hostile', ackMode: 'auto', maxDeliveries: 1 } }))
+  await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'hostile-g' } }, body: { url: `${receiver.url}/hook` } }))
+  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'hostile' } }, body: { messages: [{ value: 1 }] } }))
+  await waitUntil(async () => {
+    const log = await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group: 'hostile-g' } } }))
+    return log.deliveries.some((d) => d.error !== null)
+  }, 15_000, 'the failed attempt recorded')
+
+  const run = await cli(['deliveries', 'hostile-g'])
+  t.equal(run.code, 0, run.stderr)
+  t.notOk(/[\u0000-\u0008\u000b-\u001f\u007f\u202e]/.test(run.stdout), 'no control character reaches the terminal')
+  // (The broker stores NUL as U+FFFD: PostgreSQL text cannot hold it.)
+  t.match(run.stdout, 'HTTP 500: no\\x1b[31m red\\x1b]0;pwned\\x07 \\u202etxt.exe\\r\uFFFD end\\\\x', 'each one is shown escaped')
+  const json = JSON.parse((await cli(['--json', 'deliveries', 'hostile-g'])).stdout) as { deliveries: Array<{ error: string | null }> }
+  t.equal(json.deliveries[0]!.error, `HTTP 500: ${body.replace('\u0000', '\uFFFD')}`, '--json keeps the text as stored')
+})

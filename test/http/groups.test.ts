@@ -65,6 +65,33 @@ t.test('startAt as a timestamp', async (t) => {
   t.same((await json('GET', '/v1/groups/timed-g')).json().partitions.map((p: { committedOffset: number }) => p.committedOffset), [1])
 })
 
+t.test('pushTimeoutMs defaults to min(10000, ackTimeoutMs) and follows it until the caller sets it', async (t) => {
+  const put = async (name: string, body: object) => {
+    const res = await json('PUT', `/v1/groups/${name}`, { topic: 'orders', ...body })
+    return { status: res.statusCode, body: res.json() }
+  }
+  const short = await put('quick', { ackTimeoutMs: 5000 })
+  t.match(short, { status: 201, body: { ackTimeoutMs: 5000, pushTimeoutMs: 5000 } }, 'a short ack timeout alone is fine: the default follows it')
+  t.match(await put('quick', { ackTimeoutMs: 2000 }), { status: 200, body: { ackTimeoutMs: 2000, pushTimeoutMs: 2000 } }, 'and keeps following on update')
+  t.match(await put('quick', { ackTimeoutMs: 60000 }), { status: 200, body: { pushTimeoutMs: 10000 } }, 'up to 10000')
+  t.match(await put('quick', { paused: true }), { status: 200, body: { ackTimeoutMs: 60000, pushTimeoutMs: 10000 } }, 'an unrelated update keeps both')
+
+  t.match(await put('chosen', { ackTimeoutMs: 20000, pushTimeoutMs: 8000 }), { status: 201, body: { pushTimeoutMs: 8000 } })
+  t.match(await put('chosen', { ackTimeoutMs: 40000 }), { status: 200, body: { ackTimeoutMs: 40000, pushTimeoutMs: 8000 } }, 'a value the caller set stays')
+  const refused = await put('chosen', { ackTimeoutMs: 5000 })
+  t.match(refused, { status: 400, body: { code: 'invalid_request', detail: /pushTimeoutMs \(8000\) must not exceed ackTimeoutMs \(5000\).*set explicitly/ } },
+    'lowering ackTimeoutMs below a pushTimeoutMs the caller set is refused, not silently changed')
+  t.match((await json('GET', '/v1/groups/chosen')).json(), { ackTimeoutMs: 40000, pushTimeoutMs: 8000 }, 'the refused update changed nothing')
+  t.match(await put('chosen', { ackTimeoutMs: 5000, pushTimeoutMs: 4000 }), { status: 200, body: { pushTimeoutMs: 4000 } }, 'both together are fine')
+  t.match(await put('chosen', { pushTimeoutMs: null }), { status: 200, body: { ackTimeoutMs: 5000, pushTimeoutMs: 5000 } }, 'null returns to the default')
+  t.match(await put('chosen', { ackTimeoutMs: 30000 }), { status: 200, body: { pushTimeoutMs: 10000 } }, 'which follows ackTimeoutMs again')
+
+  t.match(await put('too-long', { ackTimeoutMs: 5000, pushTimeoutMs: 6000 }), { status: 400, body: { detail: /pushTimeoutMs \(6000\) must not exceed ackTimeoutMs \(5000\)/ } },
+    'a value given with a shorter ack timeout is the caller\'s error')
+  t.equal((await json('GET', '/v1/groups/too-long')).statusCode, 404)
+  for (const name of ['quick', 'chosen']) await json('DELETE', `/v1/groups/${name}`)
+})
+
 t.test('bad input: problem details, nothing written', async (t) => {
   const bad: [string, unknown, number, string][] = [
     ['nope', { topic: 'missing-topic' }, 404, 'topic_not_found'],

@@ -19,6 +19,8 @@ for (const [url, payload] of [['/v1/topics/base', { partitions: 2 }], ['/v1/topi
   const res = await app.inject({ method: 'PUT', url, payload })
   if (res.statusCode !== 201) throw new Error(`${url}: ${res.body}`)
 }
+// A consumer on "g" whose id the secret-rotation route is fuzzed with (base has no messages: no pushes).
+const fixtureConsumer = (await app.inject({ method: 'POST', url: '/v1/groups/g/consumers', payload: { url: 'http://127.0.0.1:9/fixture' } })).json() as { id: string }
 
 const TABLES = ['topics', 'topic_partitions', 'messages', 'consumer_groups', 'consumers', 'group_offsets', 'group_completions', 'deliveries']
 async function snapshot(): Promise<Record<string, string>> {
@@ -44,11 +46,21 @@ const anyName = (good: string[]) => fc.oneof(
   { weight: 1, arbitrary: fc.constantFrom('', ' ', 'a b', 'x'.repeat(249), 'x'.repeat(250), '%', 'é', '\u0000', '__proto__', 'constructor', 'null') },
 ).filter((s) => s !== '.' && s !== '..' && s !== 'base') // dot segments are resolved by the URL parser: another route
 
+/** Dates Date.parse takes but RFC 3339 does not, and ones PostgreSQL cannot store. */
+const BAD_TIMES = ['-271821-04-20T00:00:00Z', '+275760-09-13T00:00:00Z', '2026', 'Thu, 01 Jan 2026 00:00:00 GMT', '2016-12-31T23:59:60Z',
+  '2026-02-30T00:00:00Z', '2026-01-01T00:00:00Z\u0000', '0000-01-01T00:00:00+01:00']
+/** URLs RFC 3986 syntax (format: uri) passes and the WHATWG parser refuses. */
+const ODD_URLS = ['http://example.com:65536/', 'http://example.com:99999/', 'http://example.com:-1/', 'http://example.com:80:80/',
+  'http://127.0.0.1%2F', 'http://127.0.0.1%00.evil.com', 'http://xn--localhost/', 'http://[2002:a9fe:a9fe::]/', 'http://255.255.255.255/']
+/** Numerals Number() reads and plain decimal does not. */
+const ODD_NUMERALS = ['0x10', '+1', '00', '01', ' 1', '1e0', '1.0', '0b1', '-0', '1\u0000']
+
 /** JSON values, including the awkward ones. */
 const weird = fc.constantFrom<unknown>(
   0, -0, -1, 1.5, 1e308, -1e308, 2 ** 31, 2 ** 53 + 2, Number.MAX_SAFE_INTEGER, Number.MIN_SAFE_INTEGER, 9.999e20,
-  'NaN', 'Infinity', '-Infinity', '1e999', '', ' ', '0', '-1', 'true', 'null', '\u0000', '\uFFFF', '\uD800', 'x'.repeat(5000),
-  null, true, false, [], {}, [null], { '': '' },
+  'NaN', 'Infinity', '-Infinity', '1e999', '', ' ', '0', '-1', 'true', 'null', '\u0000', 'a\u0000b', '\uFFFF', '\uD800', 'x'.repeat(5000),
+  null, true, false, [], {}, [null], { '': '' }, { 'a\u0000': 'v' }, { ['h'.repeat(257)]: 'v' },
+  ...BAD_TIMES, ...ODD_URLS, ...ODD_NUMERALS,
 )
 /**
  * Deeply nested arrays or objects (JSON.parse copes; recursive code after it may not). Generated as
@@ -63,7 +75,7 @@ function serialise(payload: unknown): string {
 }
 const json = fc.oneof({ weight: 6, arbitrary: fc.jsonValue({ maxDepth: 3 }) }, { weight: 4, arbitrary: weird }, { weight: 1, arbitrary: deep })
 
-interface Route { name: string; method: 'PUT' | 'POST'; url: (p: string) => string; valid: fc.Arbitrary<Record<string, unknown>> }
+interface Route { name: string; method: 'PUT' | 'POST'; url: (p: string) => string; valid: fc.Arbitrary<Record<string, unknown>>; names?: string[] }
 const deliveryIds = fc.array(fc.string({ minLength: 1, maxLength: 40 }), { minLength: 1, maxLength: 5 })
 const ROUTES: Route[] = [
   { name: 'PUT topic', method: 'PUT', url: (p) => `/v1/topics/${p}`,
@@ -86,6 +98,8 @@ const ROUTES: Route[] = [
     // Port 9 (discard) refuses connections; base has no messages unless produce wrote some.
     valid: fc.record({ url: fc.constantFrom('http://127.0.0.1:9/a', 'https://127.0.0.1:9/b'), secret: fc.constant('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw') }, { requiredKeys: ['url'] }) },
   { name: 'POST acks', method: 'POST', url: (p) => `/v1/groups/${p}/acks`, valid: fc.record({ deliveryIds }) },
+  { name: 'POST consumer secret', method: 'POST', url: (p) => `/v1/groups/g/consumers/${p}/secret`, names: [fixtureConsumer.id],
+    valid: fc.record({ secret: fc.constant('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'), overlapMs: fc.integer({ min: 0, max: 86_400_000 }) }, { requiredKeys: [] }) },
   { name: 'POST nacks', method: 'POST', url: (p) => `/v1/groups/${p}/nacks`,
     valid: fc.record({ deliveryIds, delayMs: fc.integer({ min: 0, max: 10_000 }), deadLetter: fc.boolean() }, { requiredKeys: ['deliveryIds'] }) },
   { name: 'POST extend', method: 'POST', url: (p) => `/v1/groups/${p}/extend`, valid: fc.record({ deliveryIds, extendMs: fc.integer({ min: 1, max: 60_000 }) }) },
@@ -93,9 +107,34 @@ const ROUTES: Route[] = [
     valid: fc.oneof(fc.record({ partition: fc.integer({ min: 0, max: 1 }), offset: fc.constant(0) }, { requiredKeys: ['offset'] }), fc.record({ timestamp: fc.constantFrom('2026-01-01T00:00:00Z', '1970-01-01T00:00:00.000Z') })) },
 ]
 
-/** A mutation of a valid body: drop a field, add one, or replace a field (or a nested one) by anything. */
+/** The body with a NUL put into one of its strings (at any depth, keys of objects included). */
+function withNul(body: Record<string, unknown>, i: number): Record<string, unknown> {
+  const paths: { parent: Record<string, unknown> | unknown[]; key: string | number; isKey: boolean }[] = []
+  const walk = (node: unknown) => {
+    if (Array.isArray(node)) node.forEach((v, k) => { if (typeof v === 'string') paths.push({ parent: node, key: k, isKey: false }); else walk(v) })
+    else if (node && typeof node === 'object') {
+      for (const [k, v] of Object.entries(node)) {
+        if (typeof v === 'string') paths.push({ parent: node as Record<string, unknown>, key: k, isKey: false })
+        else walk(v)
+        if (node !== body) paths.push({ parent: node as Record<string, unknown>, key: k, isKey: true })
+      }
+    }
+  }
+  walk(body)
+  const at = paths[i % Math.max(1, paths.length)]
+  if (!at) return { ...body, extra: '\u0000' }
+  const p = at.parent as Record<string | number, unknown>
+  if (at.isKey) { p[`${String(at.key)}\u0000`] = p[at.key]; delete p[at.key] } else {
+    const text = p[at.key] as string
+    const cut = i % (text.length + 1)
+    p[at.key] = `${text.slice(0, cut)}\u0000${text.slice(cut)}`
+  }
+  return body
+}
+
+/** A mutation of a valid body: drop a field, add one, replace a field (or a nested one) by anything, or put NUL in a string. */
 function mutated(valid: fc.Arbitrary<Record<string, unknown>>): fc.Arbitrary<unknown> {
-  return fc.tuple(valid, fc.nat(), fc.constantFrom('drop', 'add', 'retype', 'retype-nested', 'huge-string'), json, fc.string({ maxLength: 12 }))
+  return fc.tuple(valid, fc.nat(), fc.constantFrom('drop', 'add', 'retype', 'retype-nested', 'huge-string', 'nul'), json, fc.string({ maxLength: 12 }))
     .map(([body, i, op, replacement, field]) => {
       const out = structuredClone(body) as Record<string, unknown>
       const keys = Object.keys(out)
@@ -115,6 +154,7 @@ function mutated(valid: fc.Arbitrary<Record<string, unknown>>): fc.Arbitrary<unk
           break
         }
         case 'huge-string': out[key] = 'z'.repeat(1000 + (i % 20_000)); break
+        case 'nul': return withNul(out, i)
       }
       return out
     })
@@ -144,7 +184,7 @@ const tally: Record<string, Record<string, number>> = {}
 for (const route of ROUTES) {
   t.test(`${route.name}: no 5xx, 4xx are problem documents and change nothing`, async (t) => {
     const seen: Record<string, number> = (tally[route.name] = {})
-    const property = fc.asyncProperty(anyName(route.url('x').startsWith('/v1/topics') ? TOPIC_NAMES : GROUP_NAMES), body(route), async (name, payload) => {
+    const property = fc.asyncProperty(anyName(route.names ?? (route.url('x').startsWith('/v1/topics') ? TOPIC_NAMES : GROUP_NAMES)), body(route), async (name, payload) => {
       const res = await app.inject({
         method: route.method, url: route.url(encodeURIComponent(name)),
         headers: { 'content-type': 'application/json' }, payload: serialise(payload),
@@ -175,6 +215,37 @@ for (const route of ROUTES) {
     t.comment(`${route.name} statuses: ${JSON.stringify(seen)}`)
   })
 }
+
+t.test('paths and queries: numerals, NUL and odd text; plain decimal or a 400, never a 5xx or a change', async (t) => {
+  const segment = fc.oneof(
+    { weight: 3, arbitrary: fc.constantFrom(...ODD_NUMERALS, '\u0000', 'a\u0000b') },
+    { weight: 2, arbitrary: fc.integer({ min: -2, max: 3 }).map(String) },
+    { weight: 2, arbitrary: fc.string({ maxLength: 12 }) },
+  )
+  const before = await snapshot()
+  const seen: Record<string, number> = {}
+  const property = fc.asyncProperty(fc.constantFrom('fetch', 'deliveries', 'delete consumer'), segment, segment, async (kind, a, b) => {
+    const url = kind === 'fetch' ? `/v1/topics/sink/partitions/${encodeURIComponent(a)}/messages?fromOffset=${encodeURIComponent(b)}`
+      : kind === 'deliveries' ? `/v1/groups/g/deliveries?partition=${encodeURIComponent(a)}&offset=${encodeURIComponent(b)}`
+        : `/v1/groups/g/consumers/${encodeURIComponent(a)}${b}` // never the fixture's id, so never a 204
+    const res = await app.inject({ method: kind === 'delete consumer' ? 'DELETE' : 'GET', url })
+    seen[res.statusCode] = (seen[res.statusCode] ?? 0) + 1
+    if (res.statusCode >= 500) throw new Error(`5xx: ${url} → ${res.statusCode} ${res.body.slice(0, 300)}`)
+    if (res.statusCode >= 400) {
+      const bad = problemFailure(res)
+      if (bad) throw new Error(`4xx not a problem document (${bad}): ${url} → ${res.body.slice(0, 300)}`)
+    }
+    const decimal = (x: string) => /^(0|[1-9][0-9]*)$/.test(x)
+    if (kind !== 'delete consumer' && (!decimal(a) || !decimal(b)) && res.statusCode !== 400) {
+      throw new Error(`a number not in plain decimal was taken: ${url} → ${res.statusCode}`)
+    }
+  })
+  const details = await fc.check(property, { seed: SEED, numRuns: RUNS, endOnFailure: true })
+  if (details.failed) t.fail(fc.defaultReportMessage(details) ?? 'property failed')
+  else t.pass(`${details.numRuns} runs, seed ${SEED}`)
+  t.same(await snapshot(), before, 'reads and refused deletes changed nothing')
+  t.comment(`paths and queries statuses: ${JSON.stringify(seen)}`)
+})
 
 t.test('the broker still answers after the fuzzing', async (t) => {
   t.equal((await app.inject({ url: '/healthz' })).statusCode, 200)

@@ -43,6 +43,10 @@ t.test('registration: a broker with HOOKQ_PUSH_ALLOW_PRIVATE=false refuses inter
     ['http://169.254.169.254/latest/meta-data/', /address 169\.254\.169\.254 is denied by the push URL policy: it is a cloud metadata address/],
     ['http://metadata.google.internal/', /cloud metadata service/],
     ['http://10.0.0.1/', /private or loopback/],
+    ['http://[2002:7f00:1::]/', /address 2002:7f00:1:: \(127\.0\.0\.1\) is denied/],
+    ['http://198.18.0.1/', /private or loopback/],
+    ['http://255.255.255.255/', /reserved or broadcast/],
+    ['http://[2001:db8::1]/', /documentation range/],
   ] as const) {
     const res = await json('POST', '/v1/groups/billing/consumers', { url })
     t.equal(res.statusCode, 400, url)
@@ -58,7 +62,8 @@ t.test('registration: metadata is refused even with the default (private allowed
   const broker = await startBroker(t)
   await broker.app.inject({ method: 'PUT', url: '/v1/topics/t', payload: { partitions: 1 } })
   await broker.app.inject({ method: 'PUT', url: '/v1/groups/g', payload: { topic: 't' } })
-  for (const url of ['http://169.254.169.254/', 'http://0251.0376.0251.0376/', 'http://[fd00:ec2::254]/', 'http://0.0.0.0:9/']) {
+  for (const url of ['http://169.254.169.254/', 'http://0251.0376.0251.0376/', 'http://[fd00:ec2::254]/', 'http://0.0.0.0:9/',
+    'http://224.0.0.1/', 'http://240.0.0.1/', 'http://192.0.0.8/', 'http://192.0.2.1/', 'http://[100::1]/', 'http://[2002:a9fe:a9fe::]/']) {
     const res = await broker.app.inject({ method: 'POST', url: '/v1/groups/g/consumers', payload: { url } })
     t.equal(res.json().code, 'url_not_allowed', url)
   }
@@ -75,6 +80,15 @@ t.test('connect time: a name resolving to a denied address is refused, with no c
     'mapped.rebind.test': ['::ffff:169.254.169.254'],
     'loopback.rebind.test': ['127.0.0.1'],
     'mixed.rebind.test': ['127.0.0.1', '169.254.169.254'],
+    'sixtofour-loopback.rebind.test': ['2002:7f00:1::'],
+    'sixtofour-metadata.rebind.test': ['2002:a9fe:a9fe::'],
+    'nat64-local.rebind.test': ['64:ff9b:1::a9fe:a9fe'],
+    'translated.rebind.test': ['::ffff:0:7f00:1'],
+    'multicast.rebind.test': ['224.0.0.1'],
+    'broadcast.rebind.test': ['255.255.255.255'],
+    'reserved.rebind.test': ['240.0.0.1'],
+    'docs.rebind.test': ['2001:db8::1'],
+    'bench.rebind.test': ['198.18.0.1'],
   }, asked)
 
   const open = createPushAgent({ policy: DEFAULT_POLICY, lookup })
@@ -92,6 +106,20 @@ t.test('connect time: a name resolving to a denied address is refused, with no c
     'one denied address among several fails the connect')
   t.match(await push(strict, request(`http://loopback.rebind.test:${port}/`)), { kind: 'network', error: /address 127\.0\.0\.1 is denied by the push URL policy: it is private or loopback/ })
   t.match(await push(open, request(`http://nxdomain.rebind.test:${port}/`)), { kind: 'network', error: /ENOTFOUND/ }, 'lookup errors pass through')
+  // Special-purpose ranges and embedded IPv4 forms, as DNS might answer them.
+  for (const [name, policy, reason] of [
+    ['sixtofour-loopback.rebind.test', strict, /address 2002:7f00:1:: \(127\.0\.0\.1\) is denied by the push URL policy: it is private or loopback/],
+    ['sixtofour-metadata.rebind.test', open, /2002:a9fe:a9fe:: \(169\.254\.169\.254\) is denied by the push URL policy: it is a cloud metadata address/],
+    ['nat64-local.rebind.test', open, /64:ff9b:1::a9fe:a9fe \(169\.254\.169\.254\) is denied/],
+    ['translated.rebind.test', strict, /::ffff:0:7f00:1 \(127\.0\.0\.1\) is denied/],
+    ['multicast.rebind.test', open, /address 224\.0\.0\.1 is denied by the push URL policy: it is multicast/],
+    ['broadcast.rebind.test', open, /address 255\.255\.255\.255 is denied by the push URL policy: it is reserved or broadcast/],
+    ['reserved.rebind.test', open, /address 240\.0\.0\.1 is denied/],
+    ['docs.rebind.test', open, /address 2001:db8::1 is denied by the push URL policy: it is a documentation range/],
+    ['bench.rebind.test', strict, /address 198\.18\.0\.1 is denied by the push URL policy: it is private or loopback/],
+  ] as const) {
+    t.match(await push(policy, request(`http://${name}:${port}/`)), { kind: 'network', error: reason }, name)
+  }
   t.equal(receiver.requests.length, 1, 'no denied push reached the receiver')
   t.ok(asked.includes('metadata.rebind.test') && asked.includes('loopback.rebind.test'), 'the injected lookup answered, not DNS')
 })

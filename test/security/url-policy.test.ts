@@ -13,7 +13,7 @@ t.test('defaults: http on, private on, no lists', async (t) => {
   t.same(checkUrl('http://localhost:3000/', DEFAULT_POLICY), { allowed: true })
   t.same(checkUrl('https://hooks.example.com/x', strict), { allowed: true })
   t.same(checkUrl('http://8.8.8.8/', strict), { allowed: true }, 'a public IP literal')
-  t.same(checkUrl('http://[2001:db8::1]/', strict), { allowed: true }, 'a public IPv6 literal')
+  t.same(checkUrl('http://[2606:4700:4700::1111]/', strict), { allowed: true }, 'a public IPv6 literal')
 })
 
 const LOOPBACK_SPELLINGS = [
@@ -76,6 +76,47 @@ t.test('link-local, "this network" and unspecified are always denied', async (t)
   }
 })
 
+t.test('special-purpose ranges: never a webhook, denied even with private addresses allowed', async (t) => {
+  const cases: [string, RegExp][] = [
+    ['http://224.0.0.1/', /multicast/], ['http://239.255.255.250/', /multicast/], ['http://[ff02::1]/', /multicast/],
+    ['http://240.0.0.1/', /reserved or broadcast/], ['http://255.255.255.255/', /reserved or broadcast/], ['http://4294967295/', /reserved or broadcast/],
+    ['http://192.0.0.8/', /IETF protocol assignment/], ['http://192.0.0.170/', /IETF protocol assignment/],
+    ['http://192.0.2.1/', /documentation/], ['http://198.51.100.7/', /documentation/], ['http://203.0.113.9/', /documentation/],
+    ['http://[2001:db8::1]/', /documentation/], ['http://[100::1]/', /discard-only/],
+    ['http://[::ffff:240.0.0.1]/', /reserved or broadcast/],
+  ]
+  for (const [url, why] of cases) {
+    t.match(reasonOf(checkUrl(url, DEFAULT_POLICY)), why, url)
+    t.match(reasonOf(checkUrl(url, strict)), why, `${url} (strict)`)
+  }
+  t.same(checkUrl('http://192.0.1.1/', strict), { allowed: true }, 'the neighbours of a special range are public')
+  t.same(checkUrl('http://[2001:db9::1]/', strict), { allowed: true })
+})
+
+t.test('private-like ranges: benchmarking 198.18.0.0/15 and local-use NAT64 follow HOOKQ_PUSH_ALLOW_PRIVATE', async (t) => {
+  for (const url of ['http://198.18.0.1/', 'http://198.19.255.254/', 'http://[64:ff9b:1::808:808]/']) {
+    t.match(reasonOf(checkUrl(url, strict)), /private or loopback/, url)
+    t.same(checkUrl(url, DEFAULT_POLICY), { allowed: true }, `${url} with private allowed`)
+  }
+  t.same(checkUrl('http://198.20.0.1/', strict), { allowed: true }, 'just past 198.18.0.0/15')
+})
+
+t.test('6to4, NAT64 and IPv4-translated forms are judged by the IPv4 address they embed', async (t) => {
+  // 2002:AABB:CCDD::/48 carries AA.BB.CC.DD; 64:ff9b:1::/48 and ::ffff:0:0:0/96 carry it in the last 32 bits.
+  for (const url of ['http://[2002:7f00:1::]/', 'http://[2002:7f00:1:0:1::]/', 'http://[2002:a00:1::1]/', 'http://[::ffff:0:7f00:1]/', 'http://[64:ff9b:1::7f00:1]/']) {
+    t.match(reasonOf(checkUrl(url, strict)), /private or loopback/, url)
+  }
+  for (const url of ['http://[2002:a9fe:a9fe::]/', 'http://[64:ff9b:1::a9fe:a9fe]/', 'http://[::ffff:0:a9fe:a9fe]/', 'http://[64:ff9b::a9fe:a9fe]/']) {
+    t.match(reasonOf(checkUrl(url, DEFAULT_POLICY)), /cloud metadata/, url)
+  }
+  t.match(reasonOf(checkUrl('http://[2002:e000:1::]/', DEFAULT_POLICY)), /multicast/, '6to4 of 224.0.0.1')
+  t.match(reasonOf(checkUrl('http://[2002:c000:201::]/', DEFAULT_POLICY)), /documentation/, '6to4 of 192.0.2.1')
+  t.match(reasonOf(checkUrl('http://[2002:7f00:1::]/', strict)), /2002:7f00:1:: \(127\.0\.0\.1\)/, 'the reason shows the embedded address')
+  t.same(checkUrl('http://[2002:808:808::1]/', strict), { allowed: true }, '6to4 of a public address')
+  t.same(checkAddress('2002:808:808::1', 6, strict), { allowed: true })
+  t.match(checkAddress('2002:7f00:1::', 6, strict), { allowed: false, reason: /private or loopback/ })
+})
+
 t.test('checkAddress: families, zones, mapped forms', async (t) => {
   t.same(checkAddress('93.184.216.34', 4, strict), { allowed: true })
   t.same(checkAddress('2606:2800:220:1::1', 'IPv6', strict), { allowed: true })
@@ -92,7 +133,7 @@ t.test('checkAddress: families, zones, mapped forms', async (t) => {
 t.test('allowCidrs override built-in and configured deny ranges', async (t) => {
   const p = policy({
     HOOKQ_PUSH_ALLOW_PRIVATE: 'false', HOOKQ_PUSH_ALLOW_CIDRS: '10.1.0.0/16, 127.0.0.1, fd00:1::/32',
-    HOOKQ_PUSH_DENY_CIDRS: '203.0.113.0/24,2001:db8::/32, 198.51.100.7',
+    HOOKQ_PUSH_DENY_CIDRS: '93.184.216.0/24,2606:2800::/32, 1.1.1.7',
   })
   t.same(checkUrl('http://10.1.2.3/', p), { allowed: true })
   t.same(checkUrl('http://[::ffff:10.1.2.3]/', p), { allowed: true }, 'the mapped form of an allowed address')
@@ -100,14 +141,15 @@ t.test('allowCidrs override built-in and configured deny ranges', async (t) => {
   t.same(checkUrl('http://127.0.0.1:9/', p), { allowed: true })
   t.match(reasonOf(checkUrl('http://127.0.0.2/', p)), /private/)
   t.same(checkUrl('http://[fd00:1::5]/', p), { allowed: true })
-  t.match(reasonOf(checkUrl('http://203.0.113.9/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
-  t.match(reasonOf(checkUrl('http://[::ffff:203.0.113.9]/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
-  t.match(reasonOf(checkUrl('http://[2001:db8::1]/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
-  t.match(reasonOf(checkUrl('http://198.51.100.7/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
-  t.same(checkUrl('http://198.51.100.8/', p), { allowed: true })
-  const carve = policy({ HOOKQ_PUSH_DENY_CIDRS: '203.0.113.0/24', HOOKQ_PUSH_ALLOW_CIDRS: '203.0.113.64/26' })
-  t.same(checkAddress('203.0.113.70', 4, carve), { allowed: true }, 'an allowed range carves out of a denied one')
-  t.match(checkAddress('203.0.113.1', 4, carve), { allowed: false })
+  t.match(reasonOf(checkUrl('http://93.184.216.9/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
+  t.match(reasonOf(checkUrl('http://[::ffff:93.184.216.9]/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
+  t.match(reasonOf(checkUrl('http://[2606:2800::1]/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
+  t.match(reasonOf(checkUrl('http://1.1.1.7/', p)), /HOOKQ_PUSH_DENY_CIDRS/)
+  t.same(checkUrl('http://1.1.1.8/', p), { allowed: true })
+  const carve = policy({ HOOKQ_PUSH_DENY_CIDRS: '93.184.216.0/24', HOOKQ_PUSH_ALLOW_CIDRS: '93.184.216.64/26' })
+  t.same(checkAddress('93.184.216.70', 4, carve), { allowed: true }, 'an allowed range carves out of a denied one')
+  t.match(checkAddress('93.184.216.1', 4, carve), { allowed: false })
+  t.same(checkUrl('http://203.0.113.9/', policy({ HOOKQ_PUSH_ALLOW_CIDRS: '203.0.113.0/24' })), { allowed: true }, 'a built-in special range can be allowed too')
 })
 
 t.test('host lists: exact names and wildcards', async (t) => {

@@ -360,6 +360,7 @@ export interface components {
             value: unknown;
             /** @description Messages with one key go to one partition (Kafka-compatible murmur2 hash) */
             key?: string;
+            /** @description Names of 1 to 256 characters; values any string */
             headers?: {
                 [key: string]: string;
             };
@@ -421,14 +422,14 @@ export interface components {
             maxDeliveries?: number;
             retry?: components["schemas"]["RetryPolicy"];
             deadLetterTopic?: string | null;
-            /** @description "earliest" (default), "latest", or an ISO-8601 timestamp: where a new group starts */
+            /** @description "earliest" (default), "latest", or an RFC 3339 date-time (2026-01-01T00:00:00Z): where a new group starts */
             startAt?: string;
             /** @description Per partition; default 100 */
             maxInFlight?: number;
             /** @description At most one message of a partition in flight; default false */
             ordered?: boolean;
-            /** @description Default 10000 */
-            pushTimeoutMs?: number;
+            /** @description Default min(10000, ackTimeoutMs), following ackTimeoutMs until set; null returns to the default */
+            pushTimeoutMs?: number | null;
             /** @description Default envelope */
             pushFormat?: "envelope" | "raw";
             /** @description Default false */

@@ -15,6 +15,12 @@ export function ref<T extends TSchema>(schema: T): T {
 // /v1, so such a resource could be created but never reached again by most clients.
 export const NAME_PATTERN = '^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,249}$'
 
+/**
+ * The keyword that lets one string schema accept NUL (U+0000); every other string schema refuses
+ * it (src/http/validation.ts), since PostgreSQL text cannot hold it.
+ */
+export const ALLOW_NUL = 'x-allow-nul'
+
 // Bounds of the database columns: a partition is an int4, an offset a bigint read into a JS number.
 export const MAX_PARTITION = 2_147_483_647
 export const MAX_OFFSET = Number.MAX_SAFE_INTEGER

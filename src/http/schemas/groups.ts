@@ -32,10 +32,11 @@ const groupFields = {
   retry: Type.Optional(ref(RetryPolicy)),
   deadLetterTopic: Type.Optional(Type.Union([Type.String({ pattern: NAME_PATTERN }), Type.Null()])),
   startAt: Type.Optional(Type.String({
-    description: '"earliest" (default), "latest", or an ISO-8601 timestamp: where a new group starts' })),
+    description: '"earliest" (default), "latest", or an RFC 3339 date-time (2026-01-01T00:00:00Z): where a new group starts' })),
   maxInFlight: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000, description: 'Per partition; default 100' })),
   ordered: Type.Optional(Type.Boolean({ description: 'At most one message of a partition in flight; default false' })),
-  pushTimeoutMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 600_000, description: 'Default 10000' })),
+  pushTimeoutMs: Type.Optional(Type.Union([Type.Integer({ minimum: 100, maximum: 600_000 }), Type.Null()], {
+    description: 'Default min(10000, ackTimeoutMs), following ackTimeoutMs until set; null returns to the default' })),
   pushFormat: Type.Optional(Type.Union([Type.Literal('envelope'), Type.Literal('raw')], { description: 'Default envelope' })),
   paused: Type.Optional(Type.Boolean({ description: 'Default false' })),
 }

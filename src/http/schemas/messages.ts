@@ -1,20 +1,25 @@
 /** Schemas of produce and fetch. */
 import { Type } from 'typebox'
-import { MAX_OFFSET, MAX_PARTITION, NAME_PATTERN, ref } from './common.ts'
+import { ALLOW_NUL, MAX_OFFSET, MAX_PARTITION, NAME_PATTERN, ref } from './common.ts'
 
-// Postgres text cannot hold NUL, so keys, header names and idempotency keys may not contain it
-// (values can: they are stored as JSON text, where it is escaped).
-const NO_NUL = '^[^\\u0000]*$'
+// Postgres text cannot hold NUL, so no string schema accepts it (src/http/validation.ts adds that
+// rule to all of them). Values and header values can hold it: they are stored as JSON text, where
+// it is escaped, so they come back as sent.
+const HeaderName = Type.String({ minLength: 1, maxLength: 256 })
+const HeaderValue = Type.String({ [ALLOW_NUL]: true })
 
 export const ProduceMessage = Type.Object({
   value: Type.Unknown({ description: 'Any JSON value; comes back deep-equal' }),
-  key: Type.Optional(Type.String({ maxLength: 4096, pattern: NO_NUL,
+  key: Type.Optional(Type.String({ maxLength: 4096,
     description: 'Messages with one key go to one partition (Kafka-compatible murmur2 hash)' })),
-  headers: Type.Optional(Type.Record(Type.String({ minLength: 1, maxLength: 256, pattern: NO_NUL }), Type.String())),
+  // propertyNames, not Record's key schema alone: TypeBox turns that into a patternProperties
+  // that names with NUL, empty or over 256 characters simply did not match, and so passed.
+  headers: Type.Optional(Type.Record(Type.String(), HeaderValue, { propertyNames: HeaderName,
+    description: 'Names of 1 to 256 characters; values any string' })),
   partition: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_PARTITION, description: 'Explicit partition; overrides the key' })),
   delayMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 2_147_483_647,
     description: 'Not pushed before produce time plus this delay' })),
-  idempotencyKey: Type.Optional(Type.String({ minLength: 1, maxLength: 512, pattern: NO_NUL,
+  idempotencyKey: Type.Optional(Type.String({ minLength: 1, maxLength: 512,
     description: 'A repeat within the topic retention returns the original coordinates and stores nothing' })),
 }, { $id: 'ProduceMessage', additionalProperties: false })
 
