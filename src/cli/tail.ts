@@ -10,7 +10,7 @@ import type { Command } from 'commander'
 import { unwrap, withRetries, type HookqClient, type Message } from '@hookq/client'
 import { partitionNumber, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
-import { noteRetry, printLine, UsageError } from './output.ts'
+import { count, noteRetry, printLine, UsageError } from './output.ts'
 
 interface TailOptions {
   partition?: number
@@ -58,7 +58,7 @@ async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise
   const retry = { signal, onRetry: noteRetry }
   const detail = await withRetries(() => unwrap(ctx.client.GET('/v1/topics/{topic}', { params: { path: { topic } }, signal })), retry)
   if (opts.partition !== undefined && opts.partition >= detail.partitions) {
-    throw new UsageError(`topic ${topic} has ${detail.partitions} partitions (0 to ${detail.partitions - 1}); there is no partition ${opts.partition}`)
+    throw new UsageError(`topic ${topic} has ${count(detail.partitions, 'partition')} (0 to ${detail.partitions - 1}); there is no partition ${opts.partition}`)
   }
   const stats = detail.partitionStats.filter((s) => opts.partition === undefined || s.partition === opts.partition)
   const read: Reader = (partition, fromOffset, limit) =>
