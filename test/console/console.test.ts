@@ -147,6 +147,7 @@ async function browserTests(t: Test): Promise<void> {
     await page.click('table.partitions tr[data-partition="1"] button')
     await waitForText(page, 'table.message-list tr[data-offset="0"] pre.value', '"<img src=x id=injected>"')
     t.equal(await page.locator('#injected, #injected-header').count(), 0, 'no element made from data')
+    t.equal(await page.locator('table.message-list tr[data-offset="0"] td:nth-child(3)').textContent(), '–', 'no key: –, as elsewhere')
     t.same(errors, [], 'no console errors (a CSP violation would be one)')
   })
 
@@ -210,6 +211,12 @@ async function browserTests(t: Test): Promise<void> {
     await waitForText(page, `${row} td.original`, 'payments p0 @ 0')
     await waitForText(page, `${row} td.attempts`, '1')
     t.match(await page.locator(`${row} td.error-cell`).textContent(), /500/, 'the last error is shown')
+    const columns = await page.evaluate(`(() => {
+      const heads = [...document.querySelectorAll('table.dead-letters th')].map((th) => th.textContent)
+      const cells = [...document.querySelector('${row}').children]
+      return [heads.indexOf('Replay'), cells.findIndex((c) => c.querySelector('button.replay') !== null)]
+    })()`)
+    t.same(columns, [8, 8], 'the Replay header sits over the Replay buttons')
 
     await page.click(`${row} button.replay`)
     await waitForText(page, `${row} td.result`, 'replayed → payments p0 @ 1')
