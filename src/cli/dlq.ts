@@ -8,7 +8,7 @@ import type { Command } from 'commander'
 import { replayDeadLetters, type ReplayProgress, type ReplaySummary } from '@hookq/client'
 import { partitionNumber, wholeNumber } from './args.ts'
 import { contextOf } from './context.ts'
-import { CliError, EXIT, ExplainedError, note, noteRetry, printJson, printLine, printTable, startProgress } from './output.ts'
+import { CliError, count, EXIT, ExplainedError, note, noteRetry, printJson, printLine, printTable, startProgress } from './output.ts'
 
 interface ReplayCliOptions {
   fromOffset?: number
@@ -49,22 +49,32 @@ export function registerDlq (program: Command): void {
         if (err instanceof RangeError) throw new CliError(err.message, EXIT.usage)
         const done = last === undefined || last.read === 0
           ? []
-          : [`${last.replayed} dead letters were replayed before the error (${last.duplicates} already were); replaying again will not duplicate them`]
+          : [`${count(last.replayed, 'dead letter')} ${last.replayed === 1 ? 'was' : 'were'} replayed before the error (${last.duplicates} already ${last.duplicates === 1 ? 'was' : 'were'}); replaying again will not duplicate them`]
         throw new ExplainedError(err, done)
       }
       bar.stop()
       report(summary, ctx.json)
       if (summary.skipped > 0) {
-        throw new CliError(`${summary.skipped} dead letters were skipped (not replayed)${ctx.json ? '' : '; see above'}`, EXIT.broker)
+        throw new CliError(`${count(summary.skipped, 'dead letter')} ${summary.skipped === 1 ? 'was' : 'were'} skipped (not replayed)${ctx.json ? '' : '; see above'}`, EXIT.broker)
       }
     })
 }
 
+/**
+ * A dry run produces nothing, so nothing was replayed and whether a dead letter already was is
+ * unknown (finding out takes a produce): `replayed` 0, `wouldReplay` the count, `duplicates` null,
+ * as the table shows `?`.
+ */
+function dryRunJson (s: ReplaySummary) {
+  const byTopic = Object.fromEntries(Object.entries(s.byTopic).map(([t, c]) => [t, { wouldReplay: c.replayed, replayed: 0, duplicates: null }]))
+  return { ...s, wouldReplay: s.replayed, replayed: 0, duplicates: null, byTopic }
+}
+
 function report (s: ReplaySummary, json: boolean): void {
-  if (json) return printJson(s)
+  if (json) return printJson(s.dryRun ? dryRunJson(s) : s)
   const verb = s.dryRun ? 'would replay' : 'replayed'
-  printLine(`${verb} ${s.replayed} of ${s.read} dead letters read from ${s.dlqTopic}` +
-    (s.duplicates > 0 ? `; ${s.duplicates} had been replayed before and were not produced again` : '') +
+  printLine(`${verb} ${s.replayed} of ${count(s.read, 'dead letter')} read from ${s.dlqTopic}` +
+    (s.duplicates > 0 ? `; ${s.duplicates} had been replayed before and ${s.duplicates === 1 ? 'was' : 'were'} not produced again` : '') +
     (s.skipped > 0 ? `; ${s.skipped} skipped` : ''))
   const topics = Object.entries(s.byTopic)
   if (topics.length > 0) {

@@ -52,17 +52,22 @@ export function printJson (value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`)
 }
 
+/** `n` and the noun, singular for 1: `count(1, 'partition')` is "1 partition", `count(3, 'dead letter')` "3 dead letters". */
+export function count (n: number, noun: string): string {
+  return `${n} ${n === 1 ? noun : `${noun}s`}`
+}
+
 /** Writes one line on stdout. */
 export function printLine (text: string): void {
   process.stdout.write(`${text}\n`)
 }
 
-/** Writes one line on stderr: notes and summaries that must not mix with the data on stdout. */
 /** Says on stderr that a call is waited out (429/503 Retry-After): the `onRetry` of every retried call. */
 export function noteRetry (err: { code?: string, status: number }, waitMs: number, attempt: number): void {
   note(`hookq: the broker is busy (${err.code ?? err.status}); retry ${attempt} in ${Math.ceil(waitMs / 1000)} s`)
 }
 
+/** Writes one line on stderr: notes and summaries that must not mix with the data on stdout. */
 export function note (text: string): void {
   process.stderr.write(`${text}\n`)
 }

@@ -16,7 +16,7 @@ import type { Command } from 'commander'
 import { BatchProduceError, HookqError, produceInBatches, type ProduceMessage, type ProduceResult } from '@hookq/client'
 import { headerPair, partitionNumber, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
-import { ExplainedError, noteRetry, printJson, printLine, printTable, startProgress, UnreachableError, UsageError, type Progress } from './output.ts'
+import { count, ExplainedError, noteRetry, printJson, printLine, printTable, startProgress, UnreachableError, UsageError, type Progress } from './output.ts'
 
 interface ProduceOptions {
   key?: string
@@ -171,7 +171,7 @@ class Sender {
   private committedNote (): string {
     return this.results.length === 0
       ? 'nothing was committed'
-      : `${this.results.length} messages were committed (${this.where}s 1 to ${this.lastCommitted}); nothing after ${this.where} ${this.lastCommitted} was sent`
+      : `${committed(this.results.length)} (${this.where}s 1 to ${this.lastCommitted}); nothing after ${this.where} ${this.lastCommitted} was sent`
   }
 
   /**
@@ -181,7 +181,7 @@ class Sender {
   private inDoubtNotes ({ first, last }: { first: number; last: number }): string[] {
     const one = first === last
     const range = one ? `${this.where} ${first}` : `${this.where}s ${first} to ${last}`
-    const before = this.results.length === 0 ? '' : `${this.results.length} messages were committed (${this.where}s 1 to ${this.lastCommitted}); `
+    const before = this.results.length === 0 ? '' : `${committed(this.results.length)} (${this.where}s 1 to ${this.lastCommitted}); `
     const after = last === this.lastPosition ? '' : `; nothing after ${this.where} ${last} was sent`
     const sent = `${before}${range} ${one ? 'was' : 'were'} sent, but whether the broker stored ${one ? 'it' : 'them'} is unknown${after}`
     const prefix = this.opts.idempotencyPrefix
@@ -204,6 +204,11 @@ function mayHaveBeenStored (cause: unknown): boolean {
   return true
 }
 
+/** "1 message was committed", "2 messages were committed". */
+function committed (n: number): string {
+  return `${count(n, 'message')} ${n === 1 ? 'was' : 'were'} committed`
+}
+
 /** `text` as one shell word, quoted only when it must be. */
 function shellWord (text: string): string {
   return /^[\w.:@%+=,/-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`
@@ -212,7 +217,7 @@ function shellWord (text: string): string {
 function report (ctx: CliContext, topic: string, results: ProduceResult[]): void {
   const duplicates = results.filter((r) => r.duplicate === true).length
   if (ctx.json) return printJson({ topic, produced: results.length - duplicates, duplicates, results })
-  printLine(`produced ${results.length - duplicates} messages to ${topic}${duplicates > 0 ? ` (${duplicates} were duplicates, stored before)` : ''}`)
+  printLine(`produced ${count(results.length - duplicates, 'message')} to ${topic}${duplicates > 0 ? ` (${duplicates} ${duplicates === 1 ? 'was a duplicate' : 'were duplicates'}, stored before)` : ''}`)
   if (results.length <= MAX_LISTED) {
     printTable(['partition', 'offset', 'duplicate'], results.map((r) => [r.partition, r.offset, r.duplicate === true ? 'yes' : '']))
     return

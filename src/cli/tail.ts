@@ -4,13 +4,14 @@
  * Without --follow it reads only what it prints, a page at a time, up to the end offsets seen at
  * the start: `--limit n` stops after n (from --from or --last), or alone prints the newest n.
  * Polling backs off from 100 ms to --max-poll-ms while nothing arrives and snaps back when
- * something does, so an idle tail costs a request every couple of seconds.
+ * something does, so an idle tail costs a request every couple of seconds. A follow outlives a
+ * broker restart: it says so on stderr, retries with backoff, and goes on from where it was.
  */
 import type { Command } from 'commander'
-import { unwrap, withRetries, type HookqClient, type Message } from '@hookq/client'
+import { HookqError, unwrap, withRetries, type HookqClient, type Message } from '@hookq/client'
 import { partitionNumber, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
-import { noteRetry, printLine, UsageError } from './output.ts'
+import { count, note, noteRetry, printLine, UnreachableError, UsageError } from './output.ts'
 
 interface TailOptions {
   partition?: number
@@ -25,6 +26,9 @@ interface TailOptions {
 const DEFAULT_LAST = 10
 const MIN_POLL_MS = 100
 const PAGE = 1000
+// While following, a broker that cannot be reached is tried again after 250 ms, doubling to 5 s.
+const RECONNECT_MIN_MS = 250
+const RECONNECT_MAX_MS = 5000
 
 /** Adds `tail` to `program`. */
 export function registerTail (program: Command): void {
@@ -58,7 +62,7 @@ async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise
   const retry = { signal, onRetry: noteRetry }
   const detail = await withRetries(() => unwrap(ctx.client.GET('/v1/topics/{topic}', { params: { path: { topic } }, signal })), retry)
   if (opts.partition !== undefined && opts.partition >= detail.partitions) {
-    throw new UsageError(`topic ${topic} has ${detail.partitions} partitions (0 to ${detail.partitions - 1}); there is no partition ${opts.partition}`)
+    throw new UsageError(`topic ${topic} has ${count(detail.partitions, 'partition')} (0 to ${detail.partitions - 1}); there is no partition ${opts.partition}`)
   }
   const stats = detail.partitionStats.filter((s) => opts.partition === undefined || s.partition === opts.partition)
   const read: Reader = (partition, fromOffset, limit) =>
@@ -78,12 +82,25 @@ async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise
   const cursors = stats.map((s) => ({ partition: s.partition, next: startOf(opts, s.endOffset) }))
   let remaining = opts.limit ?? Infinity
   let waitMs = MIN_POLL_MS
+  let lostMs: number | undefined // while the broker cannot be reached: the current wait between tries
   while (!signal.aborted) {
-    const round: Message[] = []
-    for (const c of cursors) {
-      const page = await read(c.partition, c.next, Math.min(PAGE, remaining))
-      round.push(...page.messages)
-      c.next = page.nextOffset
+    let round: Message[]
+    try {
+      round = await pollRound(cursors, Math.min(PAGE, remaining), read)
+    } catch (err) {
+      if (signal.aborted || !isPassing(err)) throw err
+      // A broker restart, or a network blip: keep following from the same offsets once it is back.
+      if (lostMs === undefined) {
+        note(`hookq: ${err instanceof Error ? err.message : String(err)}; still following, retrying ` +
+          `(backing off to ${RECONNECT_MAX_MS / 1000} s) until it answers again; Ctrl-C to stop`)
+      }
+      lostMs = lostMs === undefined ? RECONNECT_MIN_MS : Math.min(RECONNECT_MAX_MS, lostMs * 2)
+      await sleep(lostMs, signal)
+      continue
+    }
+    if (lostMs !== undefined) {
+      note('hookq: the broker answers again; following')
+      lostMs = undefined
     }
     if (round.length > 0) {
       // Across partitions, in time order within one round of polls.
@@ -97,6 +114,25 @@ async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise
       waitMs = Math.min(opts.maxPollMs, waitMs * 2)
     }
   }
+}
+
+/**
+ * One poll of every cursor. The cursors move only when every read succeeded, so a round cut short
+ * by a lost broker is read again whole, and nothing is skipped or printed twice.
+ */
+async function pollRound (cursors: Array<{ partition: number; next: number }>, limit: number, read: Reader): Promise<Message[]> {
+  const pages = []
+  for (const c of cursors) pages.push(await read(c.partition, c.next, limit))
+  pages.forEach((page, i) => { cursors[i]!.next = page.nextOffset })
+  return pages.flatMap((page) => page.messages)
+}
+
+/**
+ * Failures a follow waits out: the broker unreachable (restarting, a network blip) or answering
+ * 5xx (e.g. while its database restarts). 429/503 are already waited out by withRetries.
+ */
+function isPassing (err: unknown): boolean {
+  return err instanceof UnreachableError || (err instanceof HookqError && err.status >= 500)
 }
 
 /** Reads one page of a partition (with retries on 429/503). */

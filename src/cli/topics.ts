@@ -3,7 +3,7 @@ import type { Command } from 'commander'
 import { unwrap, type Topic } from '@hookq/client'
 import { wholeNumber } from './args.ts'
 import { contextOf, unwrapWithStatus } from './context.ts'
-import { printJson, printLine, printTable } from './output.ts'
+import { count, printJson, printLine, printTable } from './output.ts'
 
 /** Adds the `topics` command group to `program`. */
 export function registerTopics (program: Command): void {
@@ -20,7 +20,7 @@ export function registerTopics (program: Command): void {
         body: { partitions: opts.partitions, ...(opts.retentionMs === undefined ? {} : { retentionMs: opts.retentionMs }) },
       }))
       if (ctx.json) return printJson(topic)
-      printLine(`${status === 201 ? 'created' : 'exists'}: topic ${topic.name} with ${topic.partitions} partitions, retention ${duration(topic.retentionMs)}`)
+      printLine(`${status === 201 ? 'created' : 'exists'}: topic ${topic.name} with ${count(topic.partitions, 'partition')}, retention ${duration(topic.retentionMs)}`)
     })
 
   topics.command('list').alias('ls')
@@ -38,7 +38,7 @@ export function registerTopics (program: Command): void {
       const ctx = contextOf(cmd)
       const topic = await unwrap(ctx.client.GET('/v1/topics/{topic}', { params: { path: { topic: name } } }))
       if (ctx.json) return printJson(topic)
-      printLine(`topic ${topic.name}: ${topic.partitions} partitions, retention ${duration(topic.retentionMs)}, created ${topic.createdAt}`)
+      printLine(`topic ${topic.name}: ${count(topic.partitions, 'partition')}, retention ${duration(topic.retentionMs)}, created ${topic.createdAt}`)
       printTable(['partition', 'end offset'], topic.partitionStats.map((s) => [s.partition, s.endOffset]))
     })
 

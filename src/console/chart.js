@@ -9,6 +9,26 @@ import { h } from './dom.js'
 const HEIGHT_PX = 240
 
 /**
+ * A y axis's width for its widest tick label. uPlot's default is a fixed 50 px, into which
+ * "12,000" does not fit, so the labels ran under the axis title. As in uPlot's axis-autosize demo.
+ * @param {uPlot} u @param {string[] | null} values @param {number} axisIdx @param {number} cycleNum
+ */
+function fitTickLabels(u, values, axisIdx, cycleNum) {
+  const axis = /** @type {uPlot.Axis & { _size?: number }} */ (u.axes[axisIdx])
+  // uPlot calls this again while it settles the layout; keep the size found in the first round.
+  if (cycleNum > 1 && axis._size !== undefined) return axis._size
+  let size = (axis.ticks?.size ?? 10) + (axis.gap ?? 5)
+  const widest = (values ?? []).reduce((a, v) => (v.length > a.length ? v : a), '')
+  if (widest !== '') {
+    // At run time uPlot keeps the axis font as [css font, size px] (the option's string, scaled).
+    const font = /** @type {unknown} */ (axis.font)
+    if (Array.isArray(font)) u.ctx.font = font[0]
+    size += u.ctx.measureText(widest).width / devicePixelRatio
+  }
+  return Math.ceil(size) + 4
+}
+
+/**
  * Mounts an empty chart in `container`; `update` redraws it from a history's columns.
  * @param {HTMLElement} container
  */
@@ -31,8 +51,8 @@ export function lagChart(container) {
     ],
     axes: [
       { stroke: '#555' },
-      { scale: 'lag', label: 'lag (messages)', stroke: '#c2410c' },
-      { scale: 'rate', label: 'msg/s', side: 1, stroke: '#2563eb', grid: { show: false } },
+      { scale: 'lag', label: 'lag (messages)', stroke: '#c2410c', size: fitTickLabels },
+      { scale: 'rate', label: 'msg/s', side: 1, stroke: '#2563eb', grid: { show: false }, size: fitTickLabels },
     ],
   }
   const plot = new uPlot(opts, [[], [], [], []], host)

@@ -130,7 +130,7 @@ export function deadLettersView(root, [name = '']) {
         others > 0 ? ` (${fmtInt(others)} of other groups left out)` : '', '. Replay produces a message back to its original topic and partition ',
         'without the hookq-dlq-* headers; replaying one twice stores it once.'),
       h('div', { class: 'toolbar' }, replayAll, h('button', { type: 'button', onclick: () => void load() }, 'Refresh')),
-      table(['Dead-lettered', 'In DLQ', 'Original', 'Attempts', 'Last error', 'Key', 'Value', 'Headers', '', 'Replay'], rows,
+      table(['Dead-lettered', 'In DLQ', 'Original', 'Attempts', 'Last error', 'Key', 'Value', 'Headers', 'Replay', 'Result'], rows,
         'No dead letters of this group.', { class: 'dead-letters' }))
   }
 

@@ -129,7 +129,7 @@ export function preview(value, max = 300) {
 
 /** A message key: code, cut at 40 characters (the whole key in the title), or a muted null. @param {string | null} key */
 export function keyText(key) {
-  if (key === null) return h('span', { class: 'muted' }, 'null')
+  if (key === null) return h('span', { class: 'muted', title: 'no key' }, '–') // as a missing header or value elsewhere
   return h('code', { class: 'key', title: key.length > 40 ? key : undefined }, key.length > 40 ? `${key.slice(0, 40)}…` : key)
 }
 

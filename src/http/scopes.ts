@@ -72,9 +72,20 @@ export function parseKeyEntry(entry: string, where: string): ApiKey {
   return { key, scopes }
 }
 
+// Where each parsed key was written (`HOOKQ_API_KEYS entry 2`, `… line 3`), for mergeKeys' message.
+// Beside the keys, not in them: configurations are compared and logged as plain { key, scopes }.
+const origins = new WeakMap<ApiKey, string>()
+
 /** Parses a comma-separated list (HOOKQ_API_KEYS); blank entries are skipped. */
 export function parseKeyList(list: string, where: string): ApiKey[] {
-  return list.split(',').filter((e) => e.trim() !== '').map((e) => parseKeyEntry(e, where))
+  const keys: ApiKey[] = []
+  list.split(',').forEach((e, i) => {
+    if (e.trim() === '') return
+    const k = parseKeyEntry(e, where)
+    origins.set(k, `${where} entry ${i + 1}`)
+    keys.push(k)
+  })
+  return keys
 }
 
 /** Parses a keys file: one entry a line; blank lines and `#` comments (whole line or trailing) skipped. */
@@ -82,20 +93,34 @@ export function parseKeyFile(text: string, where: string): ApiKey[] {
   const keys: ApiKey[] = []
   text.split(/\r?\n/).forEach((line, i) => {
     const entry = line.replace(/(^|\s)#.*$/, '').trim()
-    if (entry !== '') keys.push(parseKeyEntry(entry, `${where} line ${i + 1}`))
+    if (entry === '') return
+    const k = parseKeyEntry(entry, `${where} line ${i + 1}`)
+    origins.set(k, `${where} line ${i + 1}`)
+    keys.push(k)
   })
   return keys
 }
 
-/** Joins key lists; a key listed twice must have the same scopes both times (then it counts once). */
+/**
+ * Joins key lists; a key listed twice must have the same scopes both times (then it counts once).
+ * The error names both places and the key's first characters, never the whole key: it is a secret
+ * and the message goes to logs.
+ */
 export function mergeKeys(lists: ApiKey[][]): ApiKey[] {
   const byKey = new Map<string, ApiKey>()
   for (const k of lists.flat()) {
     const seen = byKey.get(k.key)
     if (!seen) byKey.set(k.key, k)
     else if ([...seen.scopes].sort().join('+') !== [...k.scopes].sort().join('+')) {
-      throw new ApiKeySpecError('an API key is listed twice with different scopes')
+      const at = (x: ApiKey) => `${origins.get(x) ?? 'a list'} (${x.scopes.join('+')})`
+      throw new ApiKeySpecError(`the API key ${keyHint(k.key)} is listed twice with different scopes: in ${at(seen)} and in ${at(k)}`)
     }
   }
   return [...byKey.values()]
+}
+
+/** `"ak_l…" (24 characters)`: enough to find a key in a file, at most a quarter of it (4 characters). */
+function keyHint(key: string): string {
+  const shown = key.slice(0, Math.min(4, Math.floor(key.length / 4)))
+  return `${shown === '' ? '' : `${JSON.stringify(`${shown}…`)} `}(${key.length} characters)`
 }

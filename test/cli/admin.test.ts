@@ -32,6 +32,9 @@ t.test('topics create, list (table and --json), show and delete', async (t) => {
   const listed = JSON.parse(json.stdout) as { topics: Array<{ name: string; partitions: number }> }
   t.same(listed.topics.map((x) => [x.name, x.partitions]).sort(), [['audit', 1], ['orders', 3]])
 
+  const shown = await cli('topics', 'show', 'audit')
+  t.match(shown.stdout, /^topic audit: 1 partition, retention 1h,/, 'one partition, singular')
+
   const deleted = await cli('topics', 'delete', 'audit', '--json')
   t.same(JSON.parse(deleted.stdout), { deleted: 'audit' })
   t.equal((await hookq.GET('/v1/topics/{topic}', { params: { path: { topic: 'audit' } } })).response.status, 404)

@@ -41,6 +41,9 @@ t.test('dlq replay: dead letters go back to their topic once, however often it r
   const dry = await runCli(['dlq', 'replay', 'orders.dlq', '--dry-run'], { url })
   t.equal(dry.code, 0, dry.stderr)
   t.match(dry.stdout, /^would replay 3 of 3 dead letters read from orders\.dlq/)
+  const dryJson = await runCli(['--json', 'dlq', 'replay', 'orders.dlq', '--dry-run'], { url })
+  t.match(JSON.parse(dryJson.stdout), { dryRun: true, read: 3, wouldReplay: 3, replayed: 0, duplicates: null, byTopic: { orders: { wouldReplay: 3, replayed: 0, duplicates: null } } },
+    'the JSON says what the table does: nothing replayed, duplicates unknown')
   t.same(await endOffsets(hookq, 'orders'), [1, 2], 'a dry run produces nothing')
 
   const replay = await runCli(['--json', 'dlq', 'replay', 'orders.dlq'], { url })

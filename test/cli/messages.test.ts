@@ -32,6 +32,9 @@ t.test('produce from arguments, with key, headers and partition', async (t) => {
   t.equal(bad.code, 2, 'a value that is not JSON is a usage error')
   t.match(bad.stderr, /argument 2 is not valid JSON/)
   t.equal((await read('events', 0)).length + (await read('events', 1)).length, 3, 'and nothing of that call was sent')
+
+  const one = await cli(['produce', 'events', '{"b":1}'])
+  t.match(one.stdout, /^produced 1 message to events\n/, 'one message, singular')
 })
 
 t.test('produce NDJSON from stdin in batches; a bad line stops it and says how far it got', async (t) => {

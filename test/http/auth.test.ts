@@ -137,6 +137,9 @@ t.test('keys file and configuration errors', async (t) => {
   await writeFile(join(dir, 'bad'), 'good:produce\nk:root\n')
   t.throws(() => loadConfig({ HOOKQ_API_KEYS_FILE: join(dir, 'bad') }), { name: 'ConfigError', message: /line 2: unknown scope "root"/ })
   t.equal(loadConfig({ HOOKQ_API_KEYS: 'ak_file,pk_file:produce', HOOKQ_API_KEYS_FILE: file }).apiKeys.length, 5, 'a key listed twice with the same scopes counts once')
+  t.throws(() => loadConfig({ HOOKQ_API_KEYS: 'other,pk_file:admin', HOOKQ_API_KEYS_FILE: file }), {
+    name: 'ConfigError', message: `the API key "p…" (7 characters) is listed twice with different scopes: in HOOKQ_API_KEYS entry 2 (admin) and in HOOKQ_API_KEYS_FILE (${file}) line 3 (produce)`,
+  }, 'a key listed twice is named by where it is, not by its whole text')
 
   // a broker configured from the file accepts its keys
   const { app } = await startBroker(t, { HOOKQ_API_KEYS_FILE: file })

@@ -76,8 +76,14 @@ t.test('a failing handler: 500, or 503 with Retry-After when a delay is chosen',
   const plain = autoConsumer({ handler: fail })
   const r = await plain.consumer.handle(signed(envelope()))
   t.equal(r.status, 500)
-  t.equal(JSON.parse(r.body).detail.length, 200, 'the error detail is cut to 200 characters')
+  t.same(JSON.parse(r.body), { error: 'handler_failed' }, 'by default the error text stays out of the answer (and the attempt log)')
   t.same(plain.errors.map((e) => e.stage), ['handler'])
+  t.match(plain.errors[0]!.error, { message: 'x'.repeat(500) }, 'onError gets the whole error')
+
+  const exposed = autoConsumer({ handler: fail, exposeErrors: true })
+  const e = await exposed.consumer.handle(signed(envelope()))
+  t.equal(e.status, 500)
+  t.same(JSON.parse(e.body), { error: 'handler_failed', detail: 'x'.repeat(200) }, 'exposeErrors: the message, cut to 200 characters')
 
   const chosen = autoConsumer({ handler: fail, nackDelayMs: (_err, m) => m.attempt * 1500 })
   t.match(await chosen.consumer.handle(signed(envelope())), { status: 503, headers: { 'retry-after': '5' } }, 'attempt 3: 4500 ms, rounded up to 5 s')

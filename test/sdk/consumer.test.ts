@@ -1,12 +1,16 @@
 /**
  * The consumer helper (@hookq/client/consumer) against the real broker over HTTP, served by a real
- * node:http server (and a real Fastify app) on 127.0.0.1: the README example as written, acks
+ * node:http server (and a real Fastify app) on 127.0.0.1: the README's example run as a file, acks
  * bringing the lag to 0, a nack's delay honoured, bad signatures and stale timestamps refused
  * without running the handler, secret rotation, idempotency across a dropped ack, a seek back and
  * a push timeout, the raw format, and auto ack mode.
  */
 import t from 'tap'
 import http from 'node:http'
+import { spawn } from 'node:child_process'
+import { readFile } from 'node:fs/promises'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
 import { createClient, unwrap, type GroupConfig } from '@hookq/client'
@@ -16,6 +20,7 @@ import { generateSecret, signHeaders, signWebhook } from '../../src/dispatch/sig
 import { startListeningBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
+const root = fileURLToPath(new URL('../../', import.meta.url))
 const { url } = await startListeningBroker(t)
 const hookq = createClient({ baseUrl: url })
 
@@ -83,36 +88,30 @@ function envelope (group: string, over: Record<string, unknown> = {}): string {
   })
 }
 
-t.test('the README example, as written', async (t) => {
+t.test('the README\'s complete consumer: the text of examples/consumer.mjs, run as a file', async (t) => {
+  // The README shows the file verbatim, so running the file runs what a reader copies.
+  const example = await readFile(path.join(root, 'examples/consumer.mjs'), 'utf8')
+  const readme = await readFile(path.join(root, 'README.md'), 'utf8')
+  const shown = /<!-- examples\/consumer\.mjs -->\n```js\n([\s\S]*?)```\n/.exec(readme)?.[1]
+  t.equal(shown, example, 'the README shows examples/consumer.mjs exactly')
+
   await setup('readme')
   const secret = generateSecret()
-  Object.assign(process.env, { HOOKQ_URL: url, HOOKQ_WEBHOOK_SECRET: secret, PORT: '0', HOST: '127.0.0.1' })
-  t.teardown(() => { for (const k of ['HOOKQ_URL', 'HOOKQ_WEBHOOK_SECRET', 'PORT', 'HOST']) delete process.env[k] })
-  const orders: unknown[] = []
-  const recordOrder = async (value: unknown) => { orders.push(value) }
-
-  // ---- the README example, verbatim (its two imports are at the top of this file) ----
-  const consumer = createConsumer({
-    secret: process.env.HOOKQ_WEBHOOK_SECRET,   // the consumer's whsec_... secret
-    // acks and nacks go to HOOKQ_URL with HOOKQ_API_KEY (or pass baseUrl and apiKey, or client)
-    nackDelayMs: 5_000,                         // a failed message comes back after 5 s
-    idempotency: true,                          // a redelivered webhook-id is acked, not handled again
-    async handler (message) {
-      await recordOrder(message.value)          // your code; throw to have the message pushed again
-    },
+  // In this checkout @hookq/client is TypeScript source, hence tsx; from the packed SDK plain node runs it.
+  const child = spawn(process.execPath, ['--import', 'tsx', 'examples/consumer.mjs'], {
+    cwd: root, stdio: ['ignore', 'pipe', 'pipe'],
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOOKQ_URL: url, HOOKQ_WEBHOOK_SECRET: secret, PORT: '0' },
   })
-  const server = http.createServer(consumer.listener).listen(Number(process.env.PORT ?? 3000), process.env.HOST)
-  // ---- end of the README example ----
-
-  t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
-  await waitUntil(() => server.listening, 5000, 'the example listening')
-  const { address, port } = server.address() as AddressInfo
-  t.equal(address, '127.0.0.1')
-  await register('readme', `http://127.0.0.1:${port}/hookq`, secret)
+  let out = ''
+  child.stdout.on('data', (d) => { out += d })
+  child.stderr.on('data', (d) => { out += d })
+  t.teardown(() => { child.kill('SIGKILL') })
+  const listening = await waitUntil(() => /consumer listening on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1], 20_000, 'the example listening')
+  await register('readme', listening, secret)
 
   await produce('readme', [{ value: { order: 1 } }, { value: { order: 2 } }])
   await lagZero('readme')
-  t.same(orders, [{ order: 1 }, { order: 2 }], 'each value handled once, in order')
+  t.same(out.split('\n').filter((l) => l.startsWith('order ')), ['order {"order":1}', 'order {"order":2}'], 'each value handled once, in order')
   const log = await waitUntil(async () => {
     const d = await deliveries('readme')
     return d.length === 2 && d.every((x) => x.outcome === 'acked' && x.statusCode !== null) ? d : undefined
@@ -155,6 +154,7 @@ t.test('explicit mode: a throwing handler is nacked with its delay, pushed again
   // The nack settled attempt 1 before the answer: the 500 that followed is recorded, not counted
   // again (a 500, not a 503: the message failed, the consumer is not overloaded).
   t.match(log, [{ attempt: 1, outcome: 'nacked', statusCode: 500 }, { attempt: 2, outcome: 'acked', statusCode: 200 }])
+  t.notMatch(JSON.stringify(log), /the database is down/, 'the exception text stays with the consumer, out of the attempt log')
 })
 
 t.test('a wrong secret or a stale timestamp gets 401 and the handler never runs', async (t) => {

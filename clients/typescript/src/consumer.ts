@@ -74,6 +74,13 @@ export interface ConsumerOptions<T = unknown> {
   idempotency?: IdempotencyStore | boolean
   /** Largest body accepted, bytes (default 2 MiB: the broker's default 1 MiB message plus room). */
   maxBodyBytes?: number
+  /**
+   * Put the handler's error message (its first 200 characters) in the 500/503 answer (default
+   * false). The broker stores answer bodies in the attempt log, which every key with the `consume`
+   * scope can read, and an exception's text can carry data or credentials; so by default the
+   * answer says only `handler_failed` and the error itself goes to `onError`, on the consumer's side.
+   */
+  exposeErrors?: boolean
   /** Told of every failure (default: console.error). Must not throw. */
   onError?: (error: unknown, info: { stage: ConsumerErrorStage, message?: PushMessage<T> }) => void
 }
@@ -218,13 +225,15 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
         report(err, { stage: 'nack', message: m })
       }
     }
-    const detail = (error instanceof Error ? error.message : String(error)).slice(0, 200)
+    const detail = options.exposeErrors === true
+      ? { detail: (error instanceof Error ? error.message : String(error)).slice(0, 200) }
+      : {}
     // 503 + Retry-After is how an answer asks for a later retry (auto mode, or a nack that failed).
     // After a nack the answer changes nothing but the push window: a 500 says the message failed,
     // where a 503 would tell the broker this consumer is overloaded and halve its concurrency.
     return delayMs === undefined || nacked
-      ? reply(500, { error: 'handler_failed', detail })
-      : reply(503, { error: 'handler_failed', detail }, { 'retry-after': String(Math.ceil(delayMs / 1000)) })
+      ? reply(500, { error: 'handler_failed', ...detail })
+      : reply(503, { error: 'handler_failed', ...detail }, { 'retry-after': String(Math.ceil(delayMs / 1000)) })
   }
 
   async function processPush (m: PushMessage<T>, headers: HeaderSource): Promise<ConsumerResponse> {
