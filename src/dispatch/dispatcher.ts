@@ -66,8 +66,20 @@ export interface DispatcherDeps {
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
   metrics?: DispatchMetrics
   now?: () => number
+  /** Timers for deadlines and retries (with `now`, a test's clock steps time instead of waiting). */
+  timers?: Timers
   /** The per-consumer push window's bounds (see push-window.ts). */
   pushWindow?: PushWindowOptions
+}
+
+/** What the dispatcher needs of timers: node's by default. */
+export interface Timers {
+  setTimeout(fn: () => void, ms: number): unknown
+  clearTimeout(handle: unknown): void
+}
+const nodeTimers: Timers = {
+  setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
 }
 
 const READ_BATCH = 200
@@ -96,14 +108,16 @@ export class Dispatcher {
   private readonly ends = new Map<number, Map<number, number>>()
   /** Each consumer's push window. */
   private readonly windows: ConsumerWindows
-  private timer: NodeJS.Timeout | undefined
+  private timer: unknown
   private timerAtMs = Infinity
   private waitSeq = 0
   private stopped = false
   private readonly now: () => number
+  private readonly timers: Timers
 
   constructor(private readonly deps: DispatcherDeps) {
     this.now = deps.now ?? Date.now
+    this.timers = deps.timers ?? nodeTimers
     this.windows = new ConsumerWindows(deps.pushWindow)
     this.completer = new GroupCommitter((reqs) => this.serialised(() => this.commitCompletions(reqs)),
       { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 200_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
@@ -141,7 +155,7 @@ export class Dispatcher {
   /** Stops pushing; waits for queued completions to be written. In-flight pushes are abandoned (they will be redelivered). */
   async stop(): Promise<void> {
     this.stopped = true
-    clearTimeout(this.timer)
+    this.timers.clearTimeout(this.timer)
     await this.completer.drain()
   }
 
@@ -437,7 +451,7 @@ export class Dispatcher {
       rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, w.readPos, READ_BATCH)
     } catch (err) {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reading messages failed; retrying in 1 s')
-      setTimeout(() => this.safely(() => this.fill(g, w)), 1000).unref()
+      this.timers.setTimeout(() => this.safely(() => this.fill(g, w)), 1000)
       return
     } finally {
       w.reading = false
@@ -577,7 +591,7 @@ export class Dispatcher {
       this.safely(resume)
     }, (err: unknown) => {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reserving pushes failed; retrying in 1 s')
-      setTimeout(() => this.safely(resume), 1000).unref()
+      this.timers.setTimeout(() => this.safely(resume), 1000)
     })
   }
 
@@ -683,11 +697,11 @@ export class Dispatcher {
 
   private armTimer(): void {
     const next = this.tracker.nextDeadlineMs()
-    if (next === undefined || this.stopped) { clearTimeout(this.timer); this.timer = undefined; this.timerAtMs = Infinity; return }
+    if (next === undefined || this.stopped) { this.timers.clearTimeout(this.timer); this.timer = undefined; this.timerAtMs = Infinity; return }
     if (this.timer && next >= this.timerAtMs) return
-    clearTimeout(this.timer)
+    this.timers.clearTimeout(this.timer)
     this.timerAtMs = next
-    this.timer = setTimeout(() => this.onTimer(), Math.max(0, next - this.now()))
+    this.timer = this.timers.setTimeout(() => this.onTimer(), Math.max(0, next - this.now()))
   }
 
   private onTimer(): void {

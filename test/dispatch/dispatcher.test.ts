@@ -1,0 +1,174 @@
+/**
+ * The dispatcher alone, on a clock the test steps: no broker, no HTTP routes, no sleeps for
+ * deadlines. Real PostgreSQL (its stores, a database of its own) and a real receiver on 127.0.0.1;
+ * only time is the test's. Deadlines, backoffs, delays, late acks, nacks, extends and seeks are
+ * raced by moving the clock to exactly the moment that matters.
+ */
+import t, { type Test } from 'tap'
+import { AttemptLog } from '../../src/dispatch/attempt-log.ts'
+import { Dispatcher, type Timers } from '../../src/dispatch/dispatcher.ts'
+import { createPushAgent } from '../../src/dispatch/pusher.ts'
+import { GroupService, type GroupInput } from '../../src/service/groups.ts'
+import { TopicService } from '../../src/service/topics.ts'
+import { openDatabase } from '../../src/store/db.ts'
+import { GroupStore } from '../../src/store/groups.ts'
+import { MessageStore } from '../../src/store/messages.ts'
+import { TopicStore } from '../../src/store/topics.ts'
+import { testDatabase } from '../helpers/db.ts'
+import { startReceiver } from '../helpers/receiver.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+/** A clock that moves only when told; timers fire, in deadline order, as it passes them. */
+class SteppedClock implements Timers {
+  // Starts at the real time: messages carry the database's produce time, which must not lie ahead.
+  nowMs = Date.now()
+  private seq = 0
+  private readonly pending = new Map<number, { atMs: number; fn: () => void }>()
+  now = () => this.nowMs
+  setTimeout(fn: () => void, ms: number): unknown {
+    const id = ++this.seq
+    this.pending.set(id, { atMs: this.nowMs + ms, fn })
+    return id
+  }
+  clearTimeout(handle: unknown): void {
+    this.pending.delete(handle as number)
+  }
+  /** Moves time forward by `ms`, firing every timer due on the way at its own moment. */
+  advance(ms: number): void {
+    const end = this.nowMs + ms
+    for (;;) {
+      const next = [...this.pending].filter(([, p]) => p.atMs <= end).sort((a, b) => a[1].atMs - b[1].atMs || a[0] - b[0])[0]
+      if (!next) break
+      this.pending.delete(next[0])
+      this.nowMs = Math.max(this.nowMs, next[1].atMs)
+      next[1].fn()
+    }
+    this.nowMs = end
+  }
+}
+
+const database = await testDatabase(t)
+const db = openDatabase(database.url, database.maxConnections)
+t.teardown(() => db.close())
+const topicStore = new TopicStore(db.prisma)
+const topics = new TopicService(topicStore)
+const groups = new GroupService(db, new GroupStore(db.prisma), topicStore)
+const messages = new MessageStore(db)
+const agent = createPushAgent()
+t.teardown(() => agent.destroy())
+
+interface Envelope { deliveryId: string; offset: number; attempt: number }
+
+/** A topic of one partition, a group on it, a receiver answering 200, and a dispatcher on a stepped clock. */
+async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
+  await topics.put(name, 1)
+  await groups.put(name, { topic: name, ...group })
+  const receiver = await startReceiver(t)
+  await groups.addConsumer(name, receiver.url, undefined)
+  const clock = new SteppedClock()
+  const attempts = new AttemptLog(db, { flushDelayMs: 1, holdMs: 1000, maxBuffered: 10_000, onError: () => {}, now: clock.now })
+  const errors: unknown[] = []
+  const dispatcher = new Dispatcher({
+    db, topics: topicStore, attempts, agent, now: clock.now, timers: clock,
+    loadGroup: (n) => groups.load(n), listGroups: () => groups.list(),
+    ensureOffsets: async (row, topic) => { await groups.ensureOffsets(row, topic.id, topic.partitions) },
+    disableConsumer: (id, reason) => groups.disableConsumer(id, reason),
+    log: { warn: () => {}, error: (o) => errors.push(o) },
+  })
+  t.teardown(async () => { await dispatcher.stop(); await attempts.close() })
+  await dispatcher.start()
+  const topic = (await topicStore.findByName(name))!
+  const groupId = (await groups.load(name))!.row.id
+  const produce = async (values: unknown[], delayMs = 0) => {
+    const at = await messages.append(values.map((v) => ({
+      topicId: topic.id, partition: 0, key: null, value: JSON.stringify(v), headers: '{}', delayMs, idempotencyKey: null,
+    })))
+    // The database stamped them with its time: the clock catches up with it first.
+    clock.advance(Math.max(0, Date.now() - clock.nowMs))
+    dispatcher.notifyAppend(topic.id, 0, at.at(-1)!.offset + 1)
+  }
+  const pushes = () => receiver.requests.map((r) => r.json as Envelope)
+  /** Waits (in real time) for the n-th push to arrive: the push itself is real HTTP. */
+  const pushed = async (n: number) => { await receiver.waitFor(n, 10_000); return pushes()[n - 1]! }
+  const committed = async () => Number((await db.pool.query('SELECT committed_offset FROM group_offsets WHERE group_id = $1', [groupId])).rows[0].committed_offset)
+  return { clock, dispatcher, attempts, produce, pushes, pushed, committed, groupId, errors, receiver }
+}
+
+t.test('a passed ack deadline: timed out, pushed again after the backoff, and a late ack of attempt 1 still completes', async (t) => {
+  const s = await setup(t, 'deadline', { ackTimeoutMs: 5000, retry: { initialDelayMs: 2000, multiplier: 2, maxDelayMs: 60_000, jitter: 0 } })
+  await s.produce(['a'])
+  const first = await s.pushed(1)
+  t.match(first, { offset: 0, attempt: 1 })
+  s.clock.advance(4999)
+  t.equal(s.dispatcher.inFlight(s.groupId, 0), 1)
+  t.equal(s.pushes().length, 1, 'nothing happens before the deadline')
+  s.clock.advance(1) // the deadline: timed out, retry due in 2000 ms
+  s.clock.advance(1999)
+  t.equal(s.pushes().length, 1, 'not pushed again during the backoff')
+  s.clock.advance(1)
+  const second = await s.pushed(2)
+  t.match(second, { offset: 0, attempt: 2 })
+  t.not(second.deliveryId, first.deliveryId)
+  // The late ack of attempt 1 completes the message and settles attempt 2 too.
+  t.same((await s.dispatcher.ack('deadline', [first.deliveryId])).map((r) => r.status), ['acked'])
+  t.equal(await s.committed(), 1)
+  t.same((await s.dispatcher.ack('deadline', [second.deliveryId])).map((r) => r.status), ['already_completed'])
+  await s.attempts.flush(true)
+  const rows = (await db.pool.query('SELECT attempt, outcome FROM deliveries WHERE group_id = $1 ORDER BY attempt', [s.groupId])).rows
+  // Attempt 1 is recorded acked (its id was acked, late); attempt 2, still open, ends with the message.
+  t.same(rows, [{ attempt: 1, outcome: 'acked' }, { attempt: 2, outcome: 'acked' }], 'one row per attempt')
+  s.clock.advance(60_000)
+  t.equal(s.pushes().length, 2, 'nothing after the completion')
+})
+
+t.test('extend moves the deadline; nack with delayMs waits exactly that long', async (t) => {
+  const s = await setup(t, 'extend', { ackTimeoutMs: 5000, retry: { initialDelayMs: 100, multiplier: 2, maxDelayMs: 100, jitter: 0 } })
+  await s.produce(['a'])
+  const first = await s.pushed(1)
+  s.clock.advance(4000)
+  t.same((await s.dispatcher.extend('extend', [first.deliveryId], 10_000)).map((r) => r.status), ['extended'])
+  s.clock.advance(9999) // past the old deadline, one ms before the new one
+  t.equal(s.pushes().length, 1)
+  t.same((await s.dispatcher.nack('extend', [first.deliveryId], 3000, false)).map((r) => r.status), ['nacked'])
+  s.clock.advance(2999)
+  t.equal(s.pushes().length, 1, 'the nack delay, not the 100 ms backoff')
+  s.clock.advance(1)
+  t.match(await s.pushed(2), { attempt: 2 })
+  t.same((await s.dispatcher.extend('extend', [first.deliveryId], 1000)).map((r) => r.status), ['already_completed'], 'the nacked attempt cannot be extended')
+})
+
+t.test('maxDeliveries: after the last deadline the message is dead, and the next one flows', async (t) => {
+  const s = await setup(t, 'dead', { ackTimeoutMs: 1000, maxDeliveries: 2, maxInFlight: 1, ordered: true, retry: { initialDelayMs: 500, multiplier: 1, maxDelayMs: 500, jitter: 0 } })
+  await s.produce(['a', 'b'])
+  t.match(await s.pushed(1), { offset: 0, attempt: 1 })
+  s.clock.advance(1000 + 500)
+  t.match(await s.pushed(2), { offset: 0, attempt: 2 })
+  t.equal(s.pushes().length, 2, 'ordered: offset 1 waits')
+  s.clock.advance(1000)
+  await waitUntil(async () => (await s.committed()) === 1, 10_000, 'offset 0 dead-lettered (recorded as dead)')
+  t.match(await s.pushed(3), { offset: 1, attempt: 1 })
+})
+
+t.test('a delayed message is pushed when its delay ends on the clock, not before', async (t) => {
+  const s = await setup(t, 'delay', {})
+  // The stored produce time is the database's; the delay counts from it.
+  await s.produce(['later'], 60_000)
+  const producedAt = Number((await db.pool.query(`SELECT (extract(epoch from produced_at) * 1000)::float8 AS ms FROM messages`)).rows.at(-1).ms)
+  s.clock.advance(producedAt + 60_000 - s.clock.nowMs - 1)
+  t.equal(s.pushes().length, 0)
+  s.clock.advance(1)
+  t.match(await s.pushed(1), { offset: 0, attempt: 1 })
+})
+
+t.test('a seek while a push is out: its id no longer counts, and the partition starts again', async (t) => {
+  const s = await setup(t, 'seek', { ackTimeoutMs: 30_000 })
+  await s.produce(['a', 'b'])
+  const [a] = [await s.pushed(1), await s.pushed(2)]
+  s.clock.advance(10)
+  await s.dispatcher.seek({ name: 'seek', id: s.groupId }, (await topicStore.findByName('seek'))!.id, new Map([[0, 0]]))
+  t.same((await s.dispatcher.ack('seek', [a!.deliveryId])).map((r) => r.status), ['unknown'], 'an id from before the seek')
+  const again = await s.pushed(3)
+  t.match(again, { offset: 0, attempt: 1 }, 'replayed from the seek, attempt numbers start again')
+  t.same((await s.dispatcher.ack('seek', [again.deliveryId])).map((r) => r.status), ['acked'])
+  t.same(s.errors, [], 'no step failed')
+})
