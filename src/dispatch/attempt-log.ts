@@ -175,8 +175,14 @@ export class AttemptLog {
   }
 }
 
+/** The fields of `u` that are set (field by field: Object.entries per update showed in profiles). */
 function definedOnly(u: AttemptUpdate): Partial<AttemptUpdate> {
-  const out: Partial<AttemptUpdate> = {}
-  for (const [k, v] of Object.entries(u)) if (v !== undefined) (out as Record<string, unknown>)[k] = v
+  const out: Partial<AttemptUpdate> = { id: u.id }
+  if (u.outcome !== undefined) out.outcome = u.outcome
+  if (u.finishedAt !== undefined) out.finishedAt = u.finishedAt
+  if (u.statusCode !== undefined) out.statusCode = u.statusCode
+  if (u.durationMs !== undefined) out.durationMs = u.durationMs
+  if (u.error !== undefined) out.error = u.error
+  if (u.ackDeadline !== undefined) out.ackDeadline = u.ackDeadline
   return out
 }
