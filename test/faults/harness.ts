@@ -18,7 +18,9 @@
  *               message was produced (no phantom), at most once (no double storage of one call);
  *   failed      no message of a call answered non-2xx (503) is stored;
  *   monotonic   sampled committed offsets never move backwards, per partition;
- *   attempts    no attempt number above maxDeliveries (pushes and the deliveries table);
+ *   attempts    no attempt number above maxDeliveries (pushes and the deliveries table), and no
+ *               message pushed twice with one attempt number (the broker reserves first pushes and
+ *               records retries before they go out, so a crash cannot make it repeat one);
  *   exclusive   no message both acked (ack answered `acked`) and dead-lettered;
  *   no-repush   no message pushed again well after an ack for it was answered `acked`;
  *   resources   broker RSS below a generous bound; at rest, fewer than 256 file descriptors and
@@ -677,12 +679,15 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
   }
 
   // Every push carries what was stored at its coordinates.
+  const attemptsSeen = new Set<string>()
   for (const p of pushes) {
     const k = coord(p.partition, p.offset)
     const expected = history.okAt.has(k) ? history.okAt.get(k) : logAt.get(k)
     if (expected === undefined && !logAt.has(k)) v(`push of ${k} (attempt ${p.attempt}) is not in the log: ${JSON.stringify(p.value)}`)
     else if (!isDeepStrictEqual(p.value, expected)) v(`push of ${k} carries ${JSON.stringify(p.value)}, produced ${JSON.stringify(expected)}`)
     if (p.attempt > maxDeliveries) v(`push of ${k} with attempt ${p.attempt} > maxDeliveries ${maxDeliveries}`)
+    if (attemptsSeen.has(`${k}#${p.attempt}`)) v(`push of ${k} with attempt ${p.attempt} a second time`)
+    attemptsSeen.add(`${k}#${p.attempt}`)
     const ackAt = acked.get(k)
     // A push started before the ack can still arrive after it: at the latest its push timeout later
     // (2 s in every scenario), plus scheduling slack on a busy machine. Later than that, it started after.
