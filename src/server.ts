@@ -44,7 +44,10 @@ if (cluster.isPrimary) {
   }
 }
 
-const broker = await createBroker(config, { logger, log: (msg) => logger.info(msg) }).catch((err: unknown) => {
+// Signals count from here: a broker process of HOOKQ_PROCESSES stopped while it is still starting
+// (the primary passes SIGTERM on to every process, including one it has just started again) ends
+// cleanly once its start-up has, instead of dying to the signal's default action.
+const starting = createBroker(config, { logger, log: (msg) => logger.info(msg) }).catch((err: unknown) => {
   logger.fatal({ err }, 'start-up failed')
   process.exit(1)
 })
@@ -63,7 +66,7 @@ async function shutdown(signal: string): Promise<void> {
   }, config.shutdownGraceMs)
   timer.unref()
   try {
-    await broker.close()
+    await (await starting).close()
     logger.info('stopped')
     process.exit(0)
   } catch (err) {
@@ -76,24 +79,31 @@ process.on('SIGTERM', () => void shutdown('SIGTERM'))
 // group) to the primary, which passes on one SIGTERM: two signals would mean "exit now".
 process.on('SIGINT', cluster.isWorker ? () => {} : () => void shutdown('SIGINT'))
 
-let listening: string
-try {
-  listening = await broker.app.listen({ host: config.host, port: config.port })
-} catch (err) {
-  logger.fatal({ err }, `cannot listen on ${config.host}:${config.port}`)
-  await broker.close().catch(() => {})
-  process.exit(1)
-}
-// Other broker processes on this database forward acks to the one that pushes: tell them where.
-const wildcard = config.host === '0.0.0.0' || config.host === '::'
-if (wildcard && config.advertiseUrl === undefined) {
-  logger.warn('HOST is a wildcard and HOOKQ_ADVERTISE_URL is not set: if several broker processes share this database, set it so they can forward acks to the one that pushes')
-}
-if (cluster.isWorker) {
-  // Calls to the shared port land on any process: forwarded ones need this one's own address.
-  await broker.advertise(await ownLoopbackPort(broker.app.server))
-} else {
-  await broker.advertise(wildcard ? null : listening)
+const broker = await starting
+// Stopped during start-up: shutdown() closes what started and exits; nothing more to open.
+if (!stopping) await serve()
+
+async function serve(): Promise<void> {
+  let listening: string
+  try {
+    listening = await broker.app.listen({ host: config.host, port: config.port })
+  } catch (err) {
+    if (stopping) return // a signal came while listening: shutdown() has closed the server
+    logger.fatal({ err }, `cannot listen on ${config.host}:${config.port}`)
+    await broker.close().catch(() => {})
+    process.exit(1)
+  }
+  // Other broker processes on this database forward acks to the one that pushes: tell them where.
+  const wildcard = config.host === '0.0.0.0' || config.host === '::'
+  if (wildcard && config.advertiseUrl === undefined) {
+    logger.warn('HOST is a wildcard and HOOKQ_ADVERTISE_URL is not set: if several broker processes share this database, set it so they can forward acks to the one that pushes')
+  }
+  if (cluster.isWorker) {
+    // Calls to the shared port land on any process: forwarded ones need this one's own address.
+    await broker.advertise(await ownLoopbackPort(broker.app.server))
+  } else {
+    await broker.advertise(wildcard ? null : listening)
+  }
 }
 
 /** Serves `server`'s connections on a loopback port of this process alone; its URL. */

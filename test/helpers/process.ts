@@ -14,6 +14,21 @@ export interface BrokerProcess {
 
 /** Starts the broker with `env` on a free port; resolves once it listens. */
 export async function spawnBroker(env: Record<string, string>, timeoutMs = 30_000): Promise<BrokerProcess> {
+  const b = launchBroker(env)
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => { b.child.kill('SIGKILL'); reject(new Error(`broker did not start in ${timeoutMs} ms:\n${b.output()}`)) }, timeoutMs)
+    const check = () => {
+      const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(b.output())
+      if (m) { clearTimeout(timer); resolve(m[1]!) }
+    }
+    b.child.stdout!.on('data', check)
+    void b.exited.then((code) => { clearTimeout(timer); reject(new Error(`broker exited (${code}) before listening:\n${b.output()}`)) })
+  })
+  return { ...b, url }
+}
+
+/** Starts the broker with `env` on a free port without waiting for anything (for tests of start-up). */
+export function launchBroker(env: Record<string, string>): Omit<BrokerProcess, 'url'> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
@@ -23,16 +38,7 @@ export async function spawnBroker(env: Record<string, string>, timeoutMs = 30_00
   child.stdout!.on('data', (d) => { out += d })
   child.stderr!.on('data', (d) => { out += d })
   const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)))
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`broker did not start in ${timeoutMs} ms:\n${out}`)) }, timeoutMs)
-    const check = () => {
-      const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out)
-      if (m) { clearTimeout(timer); resolve(m[1]!) }
-    }
-    child.stdout!.on('data', check)
-    void exited.then((code) => { clearTimeout(timer); reject(new Error(`broker exited (${code}) before listening:\n${out}`)) })
-  })
-  return { child, url, exited, output: () => out }
+  return { child, exited, output: () => out }
 }
 
 /** Runs the broker to completion (for start-up failures); resolves with its exit code and output. */

@@ -1,25 +1,37 @@
 // HOOKQ_PROCESSES=2: one command, two broker processes on one port. Both take calls (one pushes,
 // the other forwards acks to it over its own loopback port), a process that dies is started again
-// while the other keeps serving, and SIGTERM stops them all with exit 0.
-import { execFileSync } from 'node:child_process'
+// while the other keeps serving, and SIGTERM stops them all with exit 0, even one still starting.
+import { readdirSync, readFileSync } from 'node:fs'
 import t from 'tap'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { spawnBroker, callBroker as call } from '../helpers/process.ts'
+import { launchBroker, spawnBroker, callBroker as call } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
-/** The pids of `pid`'s child processes. */
+/** The pids of `pid`'s live child processes, read from /proc (field 4 of stat is the parent's pid). */
 const childrenOf = (pid: number): number[] => {
-  try {
-    return execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number)
-  } catch { return [] } // pgrep exits 1 when there are none
+  const children: number[] = []
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    let stat: string
+    try { stat = readFileSync(`/proc/${name}/stat`, 'utf8') } catch { continue } // gone meanwhile
+    // After the command's closing parenthesis: state, ppid, ...; a zombie (Z) has exited already.
+    const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    if (Number(ppid) === pid && state !== 'Z') children.push(Number(name))
+  }
+  return children
 }
 
 t.test('two broker processes from one command', { skip: needsServer }, async (t) => {
   const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2', HOOKQ_LEADER_POLL_MS: '200' }
   const broker = await spawnBroker(env, 60_000)
   t.teardown(() => { for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL'); broker.child.kill('SIGKILL') })
-  await waitUntil(() => childrenOf(broker.child.pid!).length === 2, 30_000, 'two broker processes')
+  /** Waits as waitUntil does; on a timeout, shows what the processes logged. */
+  const waitFor = (ok: () => boolean | Promise<boolean>, ms: number, what: string) =>
+    waitUntil(ok, ms, what).catch((err: unknown) => { t.comment(broker.output()); throw err })
+  /** True once process `pid` has logged that it listens (logs are one JSON line each, with its pid). */
+  const listens = (pid: number) => broker.output().split('\n').some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
+  await waitFor(() => childrenOf(broker.child.pid!).length === 2, 30_000, 'two broker processes')
 
   /** hookq_leader of whichever process answers a fresh connection. */
   const leaderGauge = async () => /^hookq_leader (\d)/m.exec(String((await call(broker.url, 'GET', '/metrics', undefined, { connection: 'close' })).json))?.[1]
@@ -28,7 +40,7 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
     for (let i = 0; i < 20 && seen.size < 2; i++) seen.add(await leaderGauge())
     return seen.has('1') && seen.has('0')
   }
-  await waitUntil(bothAnswer, 30_000, 'the leader and the other process both answer on the port')
+  await waitFor(bothAnswer, 30_000, 'the leader and the other process both answer on the port')
 
   const acked: string[] = []
   const receiver = await startReceiver(t, (req) => {
@@ -46,19 +58,35 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
   for (let i = 0; i < 10; i++) {
     t.equal((await call(broker.url, 'POST', '/v1/topics/p/messages', { messages: Array.from({ length: 5 }, (_, j) => ({ value: i * 5 + j })) })).status, 201)
   }
-  await waitUntil(lagZero, 30_000, 'every message pushed and acked through either process')
+  await waitFor(lagZero, 30_000, 'every message pushed and acked through either process')
   t.ok(acked.length >= 50, `${acked.length} acks answered acked`)
 
   // One process dies: the primary starts another; the port keeps answering meanwhile.
-  const [victim] = childrenOf(broker.child.pid!)
+  const before = childrenOf(broker.child.pid!)
+  const [victim] = before
   process.kill(victim!, 'SIGKILL')
-  await waitUntil(() => { const c = childrenOf(broker.child.pid!); return c.length === 2 && !c.includes(victim!) }, 30_000, 'a new process in its place')
-  await waitUntil(bothAnswer, 30_000, 'two processes answer again, one of them pushing')
+  await waitFor(() => { const c = childrenOf(broker.child.pid!); return c.length === 2 && !c.includes(victim!) }, 30_000, 'a new process in its place')
+  const fresh = childrenOf(broker.child.pid!).find((pid) => !before.includes(pid))!
+  // Until it listens, the survivor alone answers, and may show both gauge values as it takes over.
+  await waitFor(() => listens(fresh), 60_000, 'the new process listens')
+  await waitFor(bothAnswer, 30_000, 'two processes answer again, one of them pushing')
   t.equal((await call(broker.url, 'POST', '/v1/topics/p/messages', { messages: Array.from({ length: 10 }, (_, j) => ({ value: 100 + j })) })).status, 201)
-  await waitUntil(lagZero, 30_000, 'messages produced after the restart pushed and acked too')
+  await waitFor(lagZero, 30_000, 'messages produced after the restart pushed and acked too')
   t.match(broker.output(), /a broker process exited; starting another/)
 
   broker.child.kill('SIGTERM')
   t.equal(await broker.exited, 0, 'SIGTERM: every process stopped cleanly')
   t.same(childrenOf(broker.child.pid!), [], 'no broker process left')
+})
+
+t.test('a broker process stopped while it starts exits 0', { skip: needsServer }, async (t) => {
+  // The primary passes SIGTERM to every process, one it has just started again included: that one
+  // must end cleanly, not die to the signal (which the primary reports as a failed stop, exit 1).
+  const b = launchBroker({ DATABASE_URL: (await testDatabase(t, { empty: true })).url })
+  t.teardown(() => { if (b.child.exitCode === null) b.child.kill('SIGKILL') })
+  // Migrations log from inside start-up, before the process listens.
+  await waitUntil(() => /applied migration|schema-engine/.test(b.output()), 60_000, 'start-up under way')
+  b.child.kill('SIGTERM')
+  t.equal(await b.exited, 0, 'exit 0')
+  t.match(b.output(), /"msg":"stopped"/, 'it says it stopped')
 })
