@@ -52,6 +52,8 @@ export interface LeadershipDeps {
   log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
   /** Told when the role changes (metrics). */
   onRole?(role: Role): void
+  /** How often the leader reconciles, ms (tests shorten it). */
+  reconcileEveryMs?: number
 }
 
 /** The leadership of this process, and the face of the pushing side to the services. */
@@ -70,6 +72,8 @@ export class Leadership {
   private flushScheduled = false
   private knownLeader: { url: string | null; atMs: number } | undefined
   private reconciledAtMs = 0
+  /** The term whose reconciliation is under way, if any: one at a time per term (an old term's may hang). */
+  private reconciling: Dispatcher | undefined
 
   constructor(private readonly deps: LeadershipDeps) {}
 
@@ -137,9 +141,14 @@ export class Leadership {
       this.lost(conn, err as Error)
       return
     }
-    if (this.termReady && Date.now() - this.reconciledAtMs >= RECONCILE_EVERY_MS) {
+    // Not awaited: a reconciliation runs on the pool, whose queries a silent cut hangs for as long
+    // as TCP takes to give up; the heartbeats must go on meanwhile, since they are what notices it.
+    if (this.termReady && this.reconciling !== term && Date.now() - this.reconciledAtMs >= (this.deps.reconcileEveryMs ?? RECONCILE_EVERY_MS)) {
       this.reconciledAtMs = Date.now()
-      await term.reconcile().catch((err: unknown) => this.deps.log.warn({ err }, 'reconciling with the database failed; trying again later'))
+      this.reconciling = term
+      void term.reconcile()
+        .catch((err: unknown) => this.deps.log.warn({ err }, 'reconciling with the database failed; trying again later'))
+        .finally(() => { if (this.reconciling === term) this.reconciling = undefined })
     }
   }
 

@@ -1,6 +1,7 @@
 /**
  * A loopback TCP proxy that a test can cut and heal, to take the database away from a broker the
- * way a network failure or a server restart does (connections reset, new ones refused).
+ * way a network failure or a server restart does (connections reset, new ones refused), or silence,
+ * the way a partition or a frozen VM does (nothing reset, nothing answered: only timeouts tell).
  */
 import net from 'node:net'
 
@@ -8,6 +9,8 @@ export interface TcpProxy {
   port: number
   /** Resets every open connection and refuses new ones. */
   cut(): Promise<void>
+  /** Stops forwarding in both directions, closing nothing; new connections are accepted and go nowhere too. */
+  silence(): void
   /** Accepts connections again, on the same port. */
   heal(): Promise<void>
   close(): Promise<void>
@@ -15,6 +18,7 @@ export interface TcpProxy {
 
 export async function startTcpProxy(targetHost: string, targetPort: number): Promise<TcpProxy> {
   const sockets = new Set<net.Socket>()
+  let silent = false
   const server = net.createServer((client) => {
     const upstream = net.connect(targetPort, targetHost)
     for (const s of [client, upstream]) {
@@ -22,8 +26,11 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
       s.on('close', () => sockets.delete(s))
       s.on('error', () => { client.destroy(); upstream.destroy() })
     }
-    client.pipe(upstream)
-    upstream.pipe(client)
+    // Not pipe(): a silenced proxy drops bytes instead of closing, and a close is not passed on.
+    client.on('data', (d) => { if (!silent) upstream.write(d) })
+    upstream.on('data', (d) => { if (!silent) client.write(d) })
+    client.on('end', () => { if (!silent) upstream.end() })
+    upstream.on('end', () => { if (!silent) client.end() })
   })
   const listen = (port: number) => new Promise<void>((resolve, reject) => {
     server.once('error', reject)
@@ -36,5 +43,5 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
     if (server.listening) server.close(() => resolve())
     else resolve()
   })
-  return { port, cut: stop, heal: () => listen(port), close: stop }
+  return { port, cut: stop, silence: () => { silent = true }, heal: () => { silent = false; return listen(port) }, close: stop }
 }

@@ -9,11 +9,11 @@
  */
 import t from 'tap'
 import http from 'node:http'
-import net from 'node:net'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { spawnBroker, callBroker as call, leads, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
+import { startTcpProxy } from '../helpers/tcp-proxy.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 async function client(url: string): Promise<pg.Client> {
@@ -22,29 +22,11 @@ async function client(url: string): Promise<pg.Client> {
   return c
 }
 
-/** A loopback TCP proxy to `target` that can stop forwarding without closing anything (a blackhole). */
-async function proxy(t: { teardown(fn: () => unknown): void }, target: URL) {
-  let cut = false
-  const sockets = new Set<net.Socket>()
-  const server = net.createServer((inbound) => {
-    const outbound = net.connect(Number(target.port || 5432), target.hostname)
-    sockets.add(inbound); sockets.add(outbound)
-    inbound.on('data', (d) => { if (!cut) outbound.write(d) })
-    outbound.on('data', (d) => { if (!cut) inbound.write(d) })
-    const end = () => { if (!cut) { inbound.destroy(); outbound.destroy() } }
-    inbound.on('close', end); outbound.on('close', end)
-    inbound.on('error', () => {}); outbound.on('error', () => {})
-  })
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  t.teardown(() => { for (const s of sockets) s.destroy(); server.close() })
-  const port = (server.address() as net.AddressInfo).port
-  return { port, cut() { cut = true } }
-}
-
 t.test('a leader cut off from the database without a reset is replaced', { skip: needsServer }, async (t) => {
   const db = await testDatabase(t)
   const url = new URL(db.url)
-  const p = await proxy(t, url)
+  const p = await startTcpProxy(url.hostname, Number(url.port || 5432))
+  t.teardown(() => p.close())
   const viaProxy = new URL(db.url); viaProxy.host = `127.0.0.1:${p.port}`
   const procs: BrokerProcess[] = []
   t.teardown(() => { for (const b of procs) if (b.child.exitCode === null) b.child.kill('SIGKILL') })
@@ -60,7 +42,7 @@ t.test('a leader cut off from the database without a reset is replaced', { skip:
   t.equal((await call(b.url, 'POST', '/v1/topics/cut/messages', { messages: [{ value: 0 }] })).status, 201)
   await receiver.waitFor(1, 20_000)
 
-  p.cut() // A's packets go nowhere; its sessions stay open on the server
+  p.silence() // A's packets go nowhere; its sessions stay open on the server
   t.equal((await call(b.url, 'POST', '/v1/topics/cut/messages', { messages: [{ value: 1 }] })).status, 201)
   await waitUntil(() => leads(b), 30_000, 'B leads (A gave up on its heartbeat)')
   t.pass('B takes over (A gave up on its heartbeat; the server ended its silent session)')
