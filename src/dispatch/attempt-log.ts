@@ -17,7 +17,9 @@
  * The log is history (the deliveries listing, attempt counts after a restart), not the record of
  * completion, which the completion transaction writes. A failed flush keeps its rows and retries;
  * past `maxBuffered` rows the oldest are dropped with an error, so a long database outage cannot
- * grow memory without bound.
+ * grow memory without bound. A flush refused for its data (a value PostgreSQL cannot hold) is not
+ * retried as it was, which would fail for ever and hold up every group's rows: it is written in
+ * halves until the row at fault is alone, and that row is written without its details.
  */
 import type { Database } from '../store/db.ts'
 import { insertAttempts, updateAttempts, type AttemptStart, type AttemptUpdate } from '../store/deliveries.ts'
@@ -105,8 +107,8 @@ export class AttemptLog {
     this.updates = new Map()
     this.flushing = (async () => {
       try {
-        await insertAttempts(this.db, [...inserts.values()])
-        await updateAttempts(this.db, [...updates.values()])
+        await this.writeApart([...inserts.values()], (rows) => insertAttempts(this.db, rows), withoutDetails)
+        await this.writeApart([...updates.values()], (rows) => updateAttempts(this.db, rows), (u, err) => ({ id: u.id, outcome: u.outcome, finishedAt: u.finishedAt, error: notStorable(err) }))
         this.failures = 0
       } catch (err) {
         // Put them back in front of what arrived meanwhile, and try again later.
@@ -163,6 +165,33 @@ export class AttemptLog {
     this.timer = setTimeout(() => { this.timer = undefined; this.timerAtMs = Infinity; void this.flush() }, Math.max(0, atMs - this.now()))
   }
 
+  /**
+   * Writes `rows`; when PostgreSQL refuses the batch for its data, writes it in halves, so the rows
+   * around a bad one land, and the bad one, alone, as `plain` makes it (dropped, and reported, if
+   * even that is refused). Rows written before another kind of error are written again at the retry:
+   * inserts skip what exists and updates set the same values, so that repeats nothing.
+   */
+  private async writeApart<R>(rows: R[], write: (rows: R[]) => Promise<void>, plain: (row: R, err: unknown) => R): Promise<void> {
+    if (rows.length === 0) return
+    try {
+      await write(rows)
+    } catch (err) {
+      if (!isDataError(err)) throw err
+      if (rows.length > 1) {
+        const half = rows.length >> 1
+        await this.writeApart(rows.slice(0, half), write, plain)
+        await this.writeApart(rows.slice(half), write, plain)
+        return
+      }
+      try {
+        await write([plain(rows[0]!, err)])
+      } catch (again) {
+        if (!isDataError(again)) throw again
+        this.opts.onError(again, 1)
+      }
+    }
+  }
+
   private trim(): number {
     let dropped = 0
     for (const id of this.ready.keys()) {
@@ -173,6 +202,22 @@ export class AttemptLog {
     }
     return dropped
   }
+}
+
+/** SQLSTATE class 22, data exception: the values are at fault, not the database; as they are, they fail again. */
+function isDataError(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code
+  return typeof code === 'string' && code.startsWith('22')
+}
+
+/** What a row's refused details become: the reason, so the log shows that something was there. */
+function notStorable(err: unknown): string {
+  return `attempt details not storable: ${(err as Error).message}`
+}
+
+/** An attempt row with only what identifies it, its times and its outcome. */
+function withoutDetails(row: AttemptStart, err: unknown): AttemptStart {
+  return { ...row, statusCode: undefined, durationMs: undefined, error: notStorable(err) }
 }
 
 /** The fields of `u` that are set (field by field: Object.entries per update showed in profiles). */

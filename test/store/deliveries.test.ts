@@ -6,6 +6,7 @@
  */
 import t from 'tap'
 import { epochMsArray, numberArray } from '../../src/store/arrays.ts'
+import { AttemptLog } from '../../src/dispatch/attempt-log.ts'
 import { insertAttempts, listAttempts, updateAttempts } from '../../src/store/deliveries.ts'
 import { newDeliveryId, parseDeliveryId } from '../../src/store/delivery-id.ts'
 import { api } from '../helpers/api.ts'
@@ -79,4 +80,42 @@ t.test('attempt rows round-trip through the database', async (t) => {
   const deadlines = await sql("SELECT id, (extract(epoch FROM ack_deadline) * 1000)::bigint::text AS ms FROM deliveries WHERE group_id = $1", [groupId])
   const deadlineOf = new Map(deadlines.map((r) => [r.id as string, Number(r.ms)]))
   t.ok(rows.every((r, i) => deadlineOf.get(r.id) === (i % 4 === 0 ? at(999) : r.ackDeadline).getTime()), 'ack deadlines as written and as updated')
+})
+
+t.test('a row PostgreSQL refuses fails alone: the rows around it are written, and it without its details', async (t) => {
+  const broker = await startBroker(t)
+  const { call, sql } = api(broker)
+  t.equal((await call('PUT', '/v1/topics/bad', { partitions: 1 })).status, 201)
+  t.equal((await call('PUT', '/v1/groups/bad-g', { topic: 'bad' })).status, 201)
+  const groupId = (await sql("SELECT id FROM consumer_groups WHERE name = 'bad-g'"))[0]!.id as number
+  const topicId = (await sql("SELECT id FROM topics WHERE name = 'bad'"))[0]!.id as number
+  const errors: { err: unknown; dropped: number }[] = []
+  const log = new AttemptLog(broker.db, { flushDelayMs: 1, holdMs: 60_000, maxBuffered: 10_000, onError: (err, dropped) => errors.push({ err, dropped }) })
+  const row = (offset: number) => ({
+    id: newDeliveryId({ groupId, partition: 0, offset, attempt: 1 }), groupId, topicId, partition: 0, offset, attempt: 1,
+    consumerId: 'c', startedAt: new Date(), ackDeadline: new Date(Date.now() + 30_000),
+  })
+  const rows = Array.from({ length: 9 }, (_, i) => row(i))
+  for (const r of rows) log.started({ ...r, outcome: 'failed', finishedAt: new Date(), statusCode: 500, durationMs: 3, error: 'boom' })
+  // A duration past int4: the whole statement is refused (22003), again at every retry as it is.
+  const bad = row(9)
+  log.started({ ...bad, outcome: 'failed', finishedAt: new Date(), statusCode: 500, durationMs: 2 ** 31, error: 'boom' })
+  // An update refused the same way, to a row written as in_flight first.
+  const late = row(10)
+  log.started(late)
+  await log.flush(true)
+  log.update({ id: late.id, outcome: 'failed', finishedAt: new Date(), statusCode: 70_000_000_000, error: 'late boom' })
+  await log.flush(true)
+
+  const listed = new Map((await listAttempts(broker.db, groupId, { limit: 100 })).map((r) => [r.deliveryId, r]))
+  t.equal(listed.size, 11, 'every row written')
+  t.ok(rows.every((r) => listed.get(r.id)?.error === 'boom' && listed.get(r.id)?.durationMs === 3), 'the rows around the bad one, as they were')
+  const b = listed.get(bad.id)
+  t.equal(b?.outcome, 'failed', 'the bad row keeps its outcome')
+  t.equal(b?.durationMs, null, 'and loses the value PostgreSQL refused')
+  t.match(b?.error, /^attempt details not storable: .*out of range/, 'it says why')
+  const l = listed.get(late.id)
+  t.equal(l?.outcome, 'failed', 'the refused update still lands its outcome')
+  t.match(l?.error, /^attempt details not storable/)
+  t.same(errors, [], 'nothing dropped, nothing left to retry')
 })
