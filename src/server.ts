@@ -11,6 +11,7 @@ import pino from 'pino'
 import { createBroker } from './broker.ts'
 import { runPrimary } from './cluster/processes.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
+import { startupFailure } from './startup-failure.ts'
 
 let config: Config
 try {
@@ -47,10 +48,7 @@ if (cluster.isPrimary) {
 // Signals count from here: a broker process of HOOKQ_PROCESSES stopped while it is still starting
 // (the primary passes SIGTERM on to every process, including one it has just started again) ends
 // cleanly once its start-up has, instead of dying to the signal's default action.
-const starting = createBroker(config, { logger, log: (msg) => logger.info(msg) }).catch((err: unknown) => {
-  logger.fatal({ err }, 'start-up failed')
-  process.exit(1)
-})
+const starting = createBroker(config, { logger, log: (msg) => logger.info(msg) }).catch((err: unknown) => cannotStart(err, 'start'))
 
 let stopping = false
 async function shutdown(signal: string): Promise<void> {
@@ -89,9 +87,8 @@ async function serve(): Promise<void> {
     listening = await broker.app.listen({ host: config.host, port: config.port })
   } catch (err) {
     if (stopping) return // a signal came while listening: shutdown() has closed the server
-    logger.fatal({ err }, `cannot listen on ${config.host}:${config.port}`)
     await broker.close().catch(() => {})
-    process.exit(1)
+    cannotStart(err, 'listen')
   }
   // Other broker processes on this database forward acks to the one that pushes: tell them where.
   const wildcard = config.host === '0.0.0.0' || config.host === '::'
@@ -104,6 +101,13 @@ async function serve(): Promise<void> {
   } else {
     await broker.advertise(wildcard ? null : listening)
   }
+}
+
+/** Ends a start that failed: one line that says why, like a configuration error, and exit 1. */
+function cannotStart(err: unknown, stage: 'start' | 'listen'): never {
+  logger.debug({ err }, 'start-up failed')
+  process.stderr.write(`hookq: cannot start: ${startupFailure(err, stage, config)}\n`)
+  process.exit(1)
 }
 
 /** Serves `server`'s connections on a loopback port of this process alone; its URL. */

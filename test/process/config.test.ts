@@ -1,4 +1,8 @@
 import t from 'tap'
+import net from 'node:net'
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
 import { loadConfig, ConfigError } from '../../src/config.ts'
 import { runBrokerToExit } from '../helpers/process.ts'
 
@@ -35,4 +39,45 @@ t.test('the broker refuses to start on a bad value, saying why, with exit code 2
   const { code, output } = await runBrokerToExit({ PORT: 'eighty' })
   t.equal(code, 2)
   t.match(output, /hookq: configuration error: PORT must be a whole number from 0 to 65535, got "eighty"/)
+})
+
+t.test('start-up failures say why in one line, with exit code 1', async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'hookq-startup-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  const oneLine = (output: string, reason: RegExp) => {
+    t.equal(output.match(/^hookq: cannot start: /gm)?.length, 1, 'one line says it')
+    t.match(output, reason)
+    t.notMatch(output, /"stack"|\n\s+at /, 'no stack trace')
+  }
+
+  // The data directory held by a live process (this one: its pid is in the lock file).
+  const held = path.join(dir, 'held')
+  await mkdir(held)
+  await writeFile(path.join(held, 'hookq.lock'), `${process.pid}\n`)
+  const inUse = await runBrokerToExit({ HOOKQ_DATA_DIR: held, HOST: '127.0.0.1', PORT: '0' }, 60_000)
+  t.equal(inUse.code, 1, 'data directory in use: exit 1')
+  oneLine(inUse.output, new RegExp(`^hookq: cannot start: the data directory ${held} is in use by process ${process.pid}$`, 'm'))
+
+  // A port another process listens on.
+  const taken = net.createServer()
+  await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r))
+  t.teardown(() => taken.close())
+  const port = (taken.address() as net.AddressInfo).port
+  const busy = await runBrokerToExit({ HOOKQ_DATA_DIR: path.join(dir, 'busy'), HOST: '127.0.0.1', PORT: String(port) }, 60_000)
+  t.equal(busy.code, 1, 'port in use: exit 1')
+  oneLine(busy.output, new RegExp(`^hookq: cannot start: 127\\.0\\.0\\.1:${port} is in use by another process \\(EADDRINUSE\\)`, 'm'))
+
+  // A HOST that does not resolve (.invalid never does, RFC 6761).
+  const nowhere = await runBrokerToExit({ HOOKQ_DATA_DIR: path.join(dir, 'nowhere'), HOST: 'hookq.invalid', PORT: '0' }, 60_000)
+  t.equal(nowhere.code, 1, 'HOST unresolvable: exit 1')
+  oneLine(nowhere.output, /^hookq: cannot start: HOST hookq\.invalid does not resolve \((ENOTFOUND|EAI_AGAIN)\)/m)
+
+  // PostgreSQL not answering: a loopback port nothing listens on (taken, then freed).
+  const gone = net.createServer()
+  await new Promise<void>((r) => gone.listen(0, '127.0.0.1', r))
+  const gonePort = (gone.address() as net.AddressInfo).port
+  await new Promise<void>((r) => gone.close(() => r()))
+  const noDb = await runBrokerToExit({ DATABASE_URL: `postgresql://postgres@127.0.0.1:${gonePort}/x`, HOST: '127.0.0.1', PORT: '0' }, 60_000)
+  t.equal(noDb.code, 1, 'no PostgreSQL: exit 1')
+  oneLine(noDb.output, new RegExp(`^hookq: cannot start: PostgreSQL does not answer at 127\\.0\\.0\\.1:${gonePort} \\(ECONNREFUSED\\)`, 'm'))
 })

@@ -354,3 +354,25 @@ t.test('Fastify: the plugin keeps the raw body for the signature; other routes s
   t.same(other.json, { parsed: { a: 1 } }, 'the app\'s own JSON parser is untouched')
   t.same(values.length, 1, 'the refused push ran nothing')
 })
+
+t.test('explicit mode against a broker with keys, without a key (or with a produce key): the refusal says what to do', async (t) => {
+  const keyed = await startListeningBroker(t, { HOOKQ_API_KEYS: 'ak_root:admin,pk_only:produce' })
+  const secret = generateSecret()
+  const nowS = Math.floor(Date.now() / 1000)
+  const id = 'msg_hand_0_0'
+  const body = envelope('keyed')
+  const headers = { 'webhook-id': id, 'webhook-timestamp': String(nowS), 'webhook-signature': signWebhook({ id, timestampS: nowS, body, secrets: [secret] }),
+    'hookq-signature': signHeaders({ id, timestampS: nowS, headers: {}, secrets: [secret] }) }
+  for (const [apiKey, why] of [[undefined, /no API key is set \(401\)/], ['pk_only', /its API key lacks the consume scope \(403\)/], ['wrong', /its API key is not valid \(401\)/]] as const) {
+    const errors = errorLog()
+    let runs = 0
+    // HOOKQ_API_KEY may be set where the tests run: '' means "none" to the client, as unset does.
+    const consumer = createConsumer({ secret, baseUrl: keyed.url, apiKey: apiKey ?? '', onError: errors.onError, handler: () => { runs++ } })
+    const answer = await post(await serve(t, consumer.listener), body, headers)
+    t.equal(runs, 1, `${apiKey ?? 'no key'}: the handler ran`)
+    t.match(answer, { status: 500, json: { error: 'ack_unauthorized' } }, 'the answer names the cause')
+    t.same(errors.seen.map((e) => e.stage), ['ack'])
+    t.match((errors.seen[0]!.error as Error).message, why)
+    t.match((errors.seen[0]!.error as Error).message, /Set HOOKQ_API_KEY \(or the apiKey option\) to a key with the consume scope/)
+  }
+})

@@ -19,7 +19,7 @@
  * Every 4xx and 5xx is a failed attempt for the broker, pushed again after the backoff.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { createClient, unwrap, type HookqClient } from './index.ts'
+import { createClient, HookqError, unwrap, type HookqClient } from './index.ts'
 import { MemoryIdempotencyStore, type IdempotencyStore } from './idempotency.ts'
 import { parsePush, PushParseError, type PushMessage, type RawPush } from './push.ts'
 import { decodeSecret, verifyWebhook, WebhookVerificationError, DEFAULT_TOLERANCE_SECONDS, type HeaderSource } from './verify.ts'
@@ -122,6 +122,11 @@ export interface Consumer {
   fastify: (instance: FastifyInstanceLike, options: { path?: string }) => Promise<void>
 }
 
+/** An environment variable where there is a process (the helper also runs where there is none). */
+function processEnv (name: string): string | undefined {
+  return (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env?.[name]
+}
+
 /** Default largest body, bytes. */
 export const DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
 /** Longest wait for an ack, nack or extend call, ms: below the broker's default push timeout (10 s). */
@@ -168,6 +173,21 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
   const client = ackMode === 'explicit'
     ? options.client ?? createClient({ ...(options.baseUrl !== undefined ? { baseUrl: options.baseUrl } : {}), ...(options.apiKey !== undefined ? { apiKey: options.apiKey } : {}) })
     : undefined
+  const keyGiven = options.client ? undefined : (options.apiKey ?? processEnv('HOOKQ_API_KEY') ?? '') !== ''
+
+  /**
+   * An ack, nack or extend the broker refused for the key (401/403) is a set-up mistake, not a
+   * passing failure: every push would fail and end as a dead letter. Say that, and what to do.
+   */
+  function explained (err: unknown): unknown {
+    if (!(err instanceof HookqError) || (err.status !== 401 && err.status !== 403)) return err
+    const why = err.status === 403
+      ? 'its API key lacks the consume scope (403)'
+      : keyGiven === false ? 'no API key is set (401)' : 'its API key is not valid (401)'
+    return new Error(`the broker refused this consumer's call: ${why}. Set HOOKQ_API_KEY (or the apiKey option) to a key with ` +
+      'the consume scope; until then every push fails and ends as a dead letter after the group\'s maxDeliveries', { cause: err })
+  }
+
   /** Per group/webhook-id, the tail of the pushes of that message being handled here, one after another. */
   const running = new Map<string, Promise<unknown>>()
 
@@ -191,8 +211,11 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
     try {
       status = await settle('acks', m, {})
     } catch (err) {
-      report(err, { stage: 'ack', message: m })
-      return reply(500, { error: 'ack_failed', detail: 'handled, but the ack did not go through' })
+      const reason = explained(err)
+      report(reason, { stage: 'ack', message: m })
+      return reason === err
+        ? reply(500, { error: 'ack_failed', detail: 'handled, but the ack did not go through' })
+        : reply(500, { error: 'ack_unauthorized', detail: 'handled, but the broker refused the ack for the API key' })
     }
     // unknown: the broker does not know this delivery (a seek voided it, or the group is gone);
     // failing the attempt is harmless if it is no longer in flight, and retries it if it still is.
@@ -222,7 +245,7 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
         await settle('nacks', m, delayMs === undefined ? {} : { delayMs })
         nacked = true
       } catch (err) {
-        report(err, { stage: 'nack', message: m })
+        report(explained(err), { stage: 'nack', message: m })
       }
     }
     const detail = options.exposeErrors === true
@@ -250,7 +273,7 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
       if (seen) return succeeded(m, 'duplicate')
     }
     const ctx: ConsumerContext = {
-      extend: (extendMs) => settle('extend', m, { extendMs }),
+      extend: (extendMs) => settle('extend', m, { extendMs }).catch((err: unknown) => { throw explained(err) }),
       requestHeaders: headers,
     }
     try {
