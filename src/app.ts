@@ -7,6 +7,7 @@ import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { Services } from './broker.ts'
 import { installAuth } from './http/auth.ts'
+import { installJsonParser } from './http/json-body.ts'
 import type { ApiKey } from './http/scopes.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
 import { ERRORS, problemType } from './errors.ts'
@@ -74,6 +75,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   // Only JSON bodies: without this, Fastify's default text/plain parser would hand a string to
   // validation (a 400) instead of refusing the media type (415).
   app.removeContentTypeParser('text/plain')
+  // JSON bodies nested past MAX_BODY_DEPTH are refused by a linear scan before JSON.parse builds them.
+  installJsonParser(app)
   for (const schema of ALL_SCHEMAS) app.addSchema(schema)
   app.setValidatorCompiler(validatorCompiler(ALL_SCHEMAS))
 

@@ -84,6 +84,31 @@ export function installProblemHandlers(app: FastifyInstance): void {
     else request.log.info({ code: problem.code, detail: problem.detail }, 'request rejected')
     return sendProblem(reply, problem, retryAfterS)
   })
-  app.setNotFoundHandler((request, reply) =>
-    sendProblem(reply, problemOf('route_not_found', `no route ${request.method} ${request.url.split('?')[0]}`)))
+  // A path some route serves under other methods is a 405 with Allow, not a 404. Like a 404, it is
+  // answered before authentication (the auth hook skips unmatched requests): the paths and their
+  // methods are public in /openapi.json anyway.
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0]!
+    const allowed = allowedMethods(app, request.url)
+    if (allowed.length > 0) {
+      reply.header('allow', allowed.join(', '))
+      return sendProblem(reply, problemOf('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(', ')}`))
+    }
+    return sendProblem(reply, problemOf('route_not_found', `no route ${request.method} ${path}`))
+  })
+}
+
+/**
+ * The methods some route takes for this URL, sorted (HEAD included where Fastify exposes it for a
+ * GET route). Asks the router itself, so params, wildcards and prefixes match as they do for routing.
+ *
+ * For a URL that would only match with a param past maxParamLength, the router answers with a
+ * stand-in route (the 414 handler), a new closure on every lookup; every real route shares one
+ * handler. So a method counts only when two lookups give the same handler.
+ */
+function allowedMethods(app: FastifyInstance, url: string): string[] {
+  return app.supportedMethods.filter((method) => {
+    const route = app.findRoute({ method, url })
+    return route !== null && route.handler === app.findRoute({ method, url })?.handler
+  }).sort()
 }
