@@ -9,6 +9,7 @@ import type { Services } from './broker.ts'
 import { installAuth } from './http/auth.ts'
 import type { ApiKey } from './http/scopes.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
+import { installUnreadBodyDrain } from './http/unread-body.ts'
 import { ERRORS, problemType } from './errors.ts'
 import compress from '@fastify/compress'
 import { ackRoutes } from './http/routes/acks.ts'
@@ -42,6 +43,10 @@ export interface AppOptions {
   /** Log every request and response at info (off by default: a line per call costs a broker a lot). */
   logRequests?: boolean
 }
+
+const MiB = 1024 * 1024
+/** How long the rest of a refused body may take to arrive (64 MiB at ~20 Mbit/s). */
+const UNREAD_BODY_MAX_MS = 30_000
 
 const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...groupSchemas, ...ackSchemas, ...operationSchemas, ...healthSchemas]
 
@@ -105,6 +110,9 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   let closing = false
   app.addHook('preClose', async () => { closing = true })
   app.addHook('onSend', async (_req, reply) => { if (closing) reply.header('connection', 'close') })
+  // An answer sent before the body was read (413, 401, ...) is read by the client only if the
+  // broker keeps reading too: the rest of the body is thrown away, within bounds (unread-body.ts).
+  installUnreadBodyDrain(app, { maxBytes: Math.max(64 * MiB, 2 * opts.maxRequestBytes), maxMs: UNREAD_BODY_MAX_MS, closing: () => closing })
 
   installProblemHandlers(app)
   installAuth(app, { keys: opts.apiKeys ?? [], rateLimitPerS: opts.rateLimitPerS ?? 0 })
