@@ -42,7 +42,11 @@ export interface AppOptions {
   leaders?: LeaderDirectory
   /** Log every request and response at info (off by default: a line per call costs a broker a lot). */
   logRequests?: boolean
+  /** Server timeouts, ms (see config.ts): a whole request, its headers, an idle keep-alive connection. */
+  timeouts?: { requestMs: number; headersMs: number; keepAliveMs: number }
 }
+
+const DEFAULT_TIMEOUTS = { requestMs: 30_000, headersMs: 10_000, keepAliveMs: 5000 }
 
 const MiB = 1024 * 1024
 /** How long the rest of a refused body may take to arrive (64 MiB at ~20 Mbit/s). */
@@ -60,7 +64,21 @@ export const API_INFO = {
 
 /** Builds the Fastify app with every route; call ready() or listen() on it. */
 export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
+  const timeouts = opts.timeouts ?? DEFAULT_TIMEOUTS
   const app = Fastify({
+    // A request (headers and body) that takes longer gets 408 and its connection is closed; so does
+    // one whose headers take longer (a connection that sends nothing included). Node checks both
+    // every connectionsCheckingInterval (30 s by default, longer than the timeouts themselves).
+    // These live on app.server, so connections a HOOKQ_PROCESSES broker process hands it from its
+    // own loopback port (server.ts) get them too.
+    requestTimeout: timeouts.requestMs,
+    keepAliveTimeout: timeouts.keepAliveMs,
+    http: {
+      headersTimeout: timeouts.headersMs,
+      requestTimeout: timeouts.requestMs,
+      keepAliveTimeout: timeouts.keepAliveMs,
+      connectionsCheckingInterval: Math.max(25, Math.min(1000, Math.floor(timeouts.headersMs / 4))),
+    },
     ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
     logController: new LogController({ disableRequestLogging: opts.logRequests !== true }),
     bodyLimit: opts.maxRequestBytes,
