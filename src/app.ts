@@ -10,6 +10,7 @@ import { installAuth } from './http/auth.ts'
 import { installJsonParser } from './http/json-body.ts'
 import type { ApiKey } from './http/scopes.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
+import { installUnreadBodyDrain } from './http/unread-body.ts'
 import { ERRORS, problemType } from './errors.ts'
 import compress from '@fastify/compress'
 import { ackRoutes } from './http/routes/acks.ts'
@@ -42,7 +43,15 @@ export interface AppOptions {
   leaders?: LeaderDirectory
   /** Log every request and response at info (off by default: a line per call costs a broker a lot). */
   logRequests?: boolean
+  /** Server timeouts, ms (see config.ts): a whole request, its headers, an idle keep-alive connection. */
+  timeouts?: { requestMs: number; headersMs: number; keepAliveMs: number }
 }
+
+const DEFAULT_TIMEOUTS = { requestMs: 30_000, headersMs: 10_000, keepAliveMs: 5000 }
+
+const MiB = 1024 * 1024
+/** How long the rest of a refused body may take to arrive (64 MiB at ~20 Mbit/s). */
+const UNREAD_BODY_MAX_MS = 30_000
 
 const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...groupSchemas, ...ackSchemas, ...operationSchemas, ...healthSchemas]
 
@@ -56,7 +65,21 @@ export const API_INFO = {
 
 /** Builds the Fastify app with every route; call ready() or listen() on it. */
 export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
+  const timeouts = opts.timeouts ?? DEFAULT_TIMEOUTS
   const app = Fastify({
+    // A request (headers and body) that takes longer gets 408 and its connection is closed; so does
+    // one whose headers take longer (a connection that sends nothing included). Node checks both
+    // every connectionsCheckingInterval (30 s by default, longer than the timeouts themselves).
+    // These live on app.server, so connections a HOOKQ_PROCESSES broker process hands it from its
+    // own loopback port (server.ts) get them too.
+    requestTimeout: timeouts.requestMs,
+    keepAliveTimeout: timeouts.keepAliveMs,
+    http: {
+      headersTimeout: timeouts.headersMs,
+      requestTimeout: timeouts.requestMs,
+      keepAliveTimeout: timeouts.keepAliveMs,
+      connectionsCheckingInterval: Math.max(25, Math.min(1000, Math.floor(timeouts.headersMs / 4))),
+    },
     ...(opts.logger ? { loggerInstance: opts.logger } : { logger: false }),
     logController: new LogController({ disableRequestLogging: opts.logRequests !== true }),
     bodyLimit: opts.maxRequestBytes,
@@ -108,6 +131,9 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   let closing = false
   app.addHook('preClose', async () => { closing = true })
   app.addHook('onSend', async (_req, reply) => { if (closing) reply.header('connection', 'close') })
+  // An answer sent before the body was read (413, 401, ...) is read by the client only if the
+  // broker keeps reading too: the rest of the body is thrown away, within bounds (unread-body.ts).
+  installUnreadBodyDrain(app, { maxBytes: Math.max(64 * MiB, 2 * opts.maxRequestBytes), maxMs: UNREAD_BODY_MAX_MS, closing: () => closing })
 
   installProblemHandlers(app)
   installAuth(app, { keys: opts.apiKeys ?? [], rateLimitPerS: opts.rateLimitPerS ?? 0 })

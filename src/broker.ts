@@ -157,6 +157,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const app = await buildApp({
       services, maxRequestBytes: config.maxRequestBytes, apiKeys: config.apiKeys, rateLimitPerS: config.rateLimitPerKey, logger: opts.logger,
       logRequests: config.logRequests,
+      timeouts: { requestMs: config.requestTimeoutMs, headersMs: config.headersTimeoutMs, keepAliveMs: config.keepAliveTimeoutMs },
       ...(singleConnection ? {} : { leaders: leadership }),
     })
 

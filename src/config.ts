@@ -46,6 +46,12 @@ export interface Config {
   processes: number
   /** How often a process that does not push tries to take over, ms (HOOKQ_LEADER_POLL_MS). */
   leaderPollMs: number
+  /** A request's headers and body must arrive within this, ms, or the connection gets 408 and is closed. */
+  requestTimeoutMs: number
+  /** A request's headers must arrive within this, ms (a new connection that sends nothing is closed after it too). */
+  headersTimeoutMs: number
+  /** An idle keep-alive connection is closed after this, ms. */
+  keepAliveTimeoutMs: number
 }
 
 /** A configuration value that cannot be used; the message names the variable and what it takes. */
@@ -137,6 +143,17 @@ export function loadConfig(env: Env = process.env): Config {
   if (maxMessageBytes > maxRequestBytes) {
     throw new ConfigError(`HOOKQ_MAX_MESSAGE_BYTES (${maxMessageBytes}) must not exceed HOOKQ_MAX_REQUEST_BYTES (${maxRequestBytes})`)
   }
+  // Server timeouts, so slow or idle clients cannot hold connections for ever (Node's own defaults
+  // are 300 s for a request and 60 s for headers, and Fastify turns the request one off):
+  // - a request, body included, in 30 s: 10 MiB (the default body limit) at ~3 Mbit/s;
+  // - headers in 10 s: they are a few KiB, so only a client dripping them takes longer;
+  // - an idle keep-alive connection closes after 5 s, Node's default; behind a load balancer, set
+  //   it above the balancer's own idle timeout, or the balancer may reuse a closing connection.
+  const requestTimeoutMs = int(env, 'HOOKQ_REQUEST_TIMEOUT_MS', 30_000, 100, 3_600_000)
+  const headersTimeoutMs = int(env, 'HOOKQ_HEADERS_TIMEOUT_MS', Math.min(10_000, requestTimeoutMs), 100, 3_600_000)
+  if (headersTimeoutMs > requestTimeoutMs) {
+    throw new ConfigError(`HOOKQ_HEADERS_TIMEOUT_MS (${headersTimeoutMs}) must not exceed HOOKQ_REQUEST_TIMEOUT_MS (${requestTimeoutMs})`)
+  }
   return {
     host: env.HOST?.trim() || '127.0.0.1',
     port: int(env, 'PORT', 8080, 0, 65535),
@@ -161,5 +178,8 @@ export function loadConfig(env: Env = process.env): Config {
     advertiseUrl: advertiseUrl(env),
     leaderPollMs: int(env, 'HOOKQ_LEADER_POLL_MS', 1000, 50, 60_000),
     processes: processes(env),
+    requestTimeoutMs,
+    headersTimeoutMs,
+    keepAliveTimeoutMs: int(env, 'HOOKQ_KEEP_ALIVE_TIMEOUT_MS', 5000, 100, 3_600_000),
   }
 }

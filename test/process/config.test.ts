@@ -12,6 +12,8 @@ t.test('defaults', async (t) => {
   t.equal(loadConfig({ HOOKQ_LOG_REQUESTS: 'yes' }).logRequests, true)
   t.equal(loadConfig({ HOOKQ_ADVERTISE_URL: 'http://10.0.0.5:8080/' }).advertiseUrl, 'http://10.0.0.5:8080')
   t.match(loadConfig({}), { advertiseUrl: undefined, leaderPollMs: 1000 })
+  t.match(loadConfig({}), { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, keepAliveTimeoutMs: 5000 })
+  t.match(loadConfig({ HOOKQ_REQUEST_TIMEOUT_MS: '2000' }), { requestTimeoutMs: 2000, headersTimeoutMs: 2000 }, 'headers default to at most the request timeout')
 })
 
 t.test('bad values are refused with the variable named', async (t) => {
@@ -29,6 +31,10 @@ t.test('bad values are refused with the variable named', async (t) => {
     [{ HOOKQ_LOG_REQUESTS: 'sometimes' }, /HOOKQ_LOG_REQUESTS must be true or false, got "sometimes"/],
     [{ HOOKQ_PUSH_WINDOW_MAX: '0' }, /HOOKQ_PUSH_WINDOW_MAX must be a whole number from 1/],
     [{ HOOKQ_PUSH_ALLOW_PRIVATE: 'maybe' }, /HOOKQ_PUSH_ALLOW_PRIVATE must be true or false/],
+    [{ HOOKQ_REQUEST_TIMEOUT_MS: '0' }, /HOOKQ_REQUEST_TIMEOUT_MS must be a whole number from 100 to 3600000, got 0/],
+    [{ HOOKQ_HEADERS_TIMEOUT_MS: '10s' }, /HOOKQ_HEADERS_TIMEOUT_MS must be a whole number from 100/],
+    [{ HOOKQ_KEEP_ALIVE_TIMEOUT_MS: '-1' }, /HOOKQ_KEEP_ALIVE_TIMEOUT_MS must be a whole number from 100/],
+    [{ HOOKQ_REQUEST_TIMEOUT_MS: '1000', HOOKQ_HEADERS_TIMEOUT_MS: '2000' }, /HOOKQ_HEADERS_TIMEOUT_MS \(2000\) must not exceed HOOKQ_REQUEST_TIMEOUT_MS \(1000\)/],
   ]
   for (const [env, message] of bad) t.throws(() => loadConfig(env), { name: 'ConfigError', message }, JSON.stringify(env))
   t.ok(new ConfigError('x') instanceof Error)
@@ -39,6 +45,9 @@ t.test('the broker refuses to start on a bad value, saying why, with exit code 2
   const { code, output } = await runBrokerToExit({ PORT: 'eighty' })
   t.equal(code, 2)
   t.match(output, /hookq: configuration error: PORT must be a whole number from 0 to 65535, got "eighty"/)
+  const timeout = await runBrokerToExit({ HOOKQ_KEEP_ALIVE_TIMEOUT_MS: 'forever' })
+  t.equal(timeout.code, 2)
+  t.match(timeout.output, /hookq: configuration error: HOOKQ_KEEP_ALIVE_TIMEOUT_MS must be a whole number/)
 })
 
 t.test('start-up failures say why in one line, with exit code 1', async (t) => {

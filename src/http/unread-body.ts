@@ -1,0 +1,57 @@
+/**
+ * Answers sent before the request body was read (413 for a body over the limit, 401/403/429 from
+ * the auth hook, 404 for an unknown route) must reach the client.
+ *
+ * Fastify answers a body-parser error with `connection: close`, and Node then destroys the socket
+ * as soon as the answer is written. With the rest of the body still unread, the kernel answers the
+ * close with a reset, and a client still sending (Node's fetch with an 11 MiB body, half the time)
+ * gets EPIPE or ECONNRESET instead of the 413: it cannot tell "too large" from "broker down".
+ *
+ * So an answer that goes out while the body is incomplete keeps the connection open, and the rest
+ * of the body is read and thrown away (HTTP framing stays intact, so the connection can serve the
+ * next request), up to `maxBytes` and `maxMs`; past either the socket is destroyed, so a client
+ * cannot make the broker read for ever.
+ */
+import type { FastifyInstance } from 'fastify'
+
+export interface UnreadBodyOptions {
+  /** Bytes of an unread body read and discarded at most before the connection is cut. */
+  maxBytes: number
+  /** How long the rest of the body may take before the connection is cut. */
+  maxMs: number
+  /** True once the app is shutting down: the connection closes after the answer then, as before. */
+  closing: () => boolean
+}
+
+export function installUnreadBodyDrain(app: FastifyInstance, opts: UnreadBodyOptions): void {
+  app.addHook('onSend', async (req, reply, payload) => {
+    const raw = req.raw
+    // inject() has no socket and always a complete body; `complete` is false only on a real
+    // connection whose body has not been received to its end.
+    if (raw.complete !== false || opts.closing()) return payload
+    const socket = raw.socket
+    reply.removeHeader('connection')
+
+    // A decompressing preParsing stream (@fastify/compress) may be piped from the request: unhook
+    // it, so what is thrown away is not inflated first.
+    raw.unpipe()
+    raw.removeAllListeners('data')
+    let read = 0
+    const cut = () => {
+      clearTimeout(timer)
+      raw.removeListener('data', count)
+      socket.destroy()
+    }
+    const count = (chunk: Buffer) => {
+      read += chunk.length
+      if (read > opts.maxBytes) cut()
+    }
+    const timer = setTimeout(cut, opts.maxMs)
+    timer.unref()
+    raw.on('data', count)
+    raw.once('end', () => clearTimeout(timer))
+    raw.once('close', () => clearTimeout(timer))
+    raw.resume()
+    return payload
+  })
+}
