@@ -90,7 +90,9 @@ export function installProblemHandlers(app: FastifyInstance): void {
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0]!
     const allowed = allowedMethods(app, request.url)
-    if (allowed.length > 0) {
+    // A route of this very method that answered "not found" itself (a static file that is not
+    // there, under the console's wildcard) is a 404: only a method no route takes is a 405.
+    if (allowed.length > 0 && !allowed.includes(request.method)) {
       reply.header('allow', allowed.join(', '))
       return sendProblem(reply, problemOf('method_not_allowed', `${request.method} is not allowed on ${path}; use ${allowed.join(', ')}`))
     }
