@@ -279,7 +279,10 @@ export class Dispatcher {
       w.readPos = offset
       w.reservedTo = offset
       w.reserving = false
-      w.seekAtMs = nowMs
+      // Pushes that started while the seek was being written belong to the old epoch: acks of
+      // them must not count (the database's seeked_at is the earlier time: after a crash they
+      // count as attempts since the seek, one too many at most, never one too few).
+      w.seekAtMs = Math.max(nowMs, this.now())
       w.epoch++
       w.gaps = []
       w.endHint = Math.max(w.endHint, offset + 1)
@@ -567,19 +570,24 @@ export class Dispatcher {
   }
 
   /**
-   * Records that first pushes of the partition's next offsets may be made, then pushes the
-   * messages waiting for it. One reservation covers the next `maxInFlight` offsets (1 when
-   * ordered), so it is one small write per that many pushes; after a crash those offsets count one
-   * attempt each, pushed or not — at most as many as could have been in flight anyway.
+   * Records that first pushes of the partition's waiting offsets may be made, then pushes them.
+   * One reservation covers every message that reached the wall meanwhile (a read batch, a produce
+   * batch), and the writes of all partitions go together, so it is one small write per batch, not
+   * per push. After a crash the reserved offsets without an attempt row count one attempt each:
+   * pushed or not, they were about to be (only a consumer's window filling up in between leaves
+   * one waiting).
    */
   private reserve(g: GroupRuntime, w: PartitionState): void {
     if (w.reserving) return
-    let first = Infinity
-    for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset < first) first = o.msg.offset
-    if (first === Infinity) return
+    // Exactly the offsets waiting to go out now: a reservation past them (the next maxInFlight
+    // offsets, as once) would make a restart count an attempt for messages never pushed, even for
+    // ones not yet produced, and dead-letter them at maxDeliveries 1.
+    let last = -1
+    for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset > last) last = o.msg.offset
+    if (last < 0) return
     w.reserving = true
     const epoch = w.epoch
-    const to = first + (g.row.ordered ? 1 : g.row.maxInFlight)
+    const to = last + 1
     const resume = () => {
       if (w.epoch !== epoch || w.dropped) return // a seek reset the partition (and its reservation)
       w.reserving = false

@@ -72,3 +72,39 @@ t.test('SIGKILL mid-stream loses nothing and re-pushes nothing acked', async (t)
   broker.child.kill('SIGTERM')
   t.equal(await broker.exited, 0)
 })
+
+t.test('a restart counts no attempt for a message never pushed (maxDeliveries 1)', async (t) => {
+  // Found by review: a reservation once covered the next maxInFlight offsets, produced or not, and
+  // a restart counted an attempt for each of them: at maxDeliveries 1, messages produced after the
+  // restart were dead-lettered without ever being pushed.
+  const env = databaseServerUrl
+    ? { DATABASE_URL: (await testDatabase(t)).url }
+    : await (async () => {
+      const dataDir = await mkdtemp(join(tmpdir(), 'hookq-push-restart-'))
+      t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+      return { HOOKQ_DATA_DIR: dataDir }
+    })()
+  let broker: BrokerProcess = await spawnBroker(env, 60_000)
+  t.teardown(() => { broker.child.kill('SIGKILL') })
+  const receiver = await startReceiver(t)
+  t.equal((await call(broker.url, 'PUT', '/v1/topics/once', { partitions: 1 })).status, 201)
+  t.equal((await call(broker.url, 'PUT', '/v1/groups/once-g', { topic: 'once', ackMode: 'auto', maxDeliveries: 1, maxInFlight: 100 })).status, 201)
+  t.equal((await call(broker.url, 'POST', '/v1/groups/once-g/consumers', { url: receiver.url })).status, 201)
+  t.equal((await call(broker.url, 'POST', '/v1/topics/once/messages', { messages: [{ value: 0 }] })).status, 201)
+  await receiver.waitFor(1, 20_000)
+  const lagZero = async () => (await call(broker.url, 'GET', '/v1/groups/once-g')).json.partitions?.[0]?.lag === 0
+  await waitUntil(lagZero, 20_000, 'offset 0 completed')
+
+  broker.child.kill('SIGTERM')
+  t.equal(await broker.exited, 0, 'stopped cleanly')
+  broker = await spawnBroker(env, 60_000)
+  t.equal((await call(broker.url, 'POST', '/v1/topics/once/messages', { messages: [1, 2, 3, 4, 5].map((value) => ({ value })) })).status, 201)
+  await waitUntil(lagZero, 20_000, 'offsets 1-5 completed')
+  await receiver.waitFor(6, 20_000)
+  const offsets = receiver.requests.map((r) => (r.json as { offset: number; attempt: number }))
+  t.same(offsets.map((p) => p.offset).sort((a, b) => a - b), [0, 1, 2, 3, 4, 5], 'every message pushed, once')
+  t.ok(offsets.every((p) => p.attempt === 1), 'each as attempt 1')
+  const dead = await call(broker.url, 'GET', '/v1/groups/once-g/deliveries?limit=100')
+  t.equal(dead.status, 200)
+  t.same(dead.json.deliveries.filter((d: { outcome: string }) => d.outcome === 'dead'), [], 'nothing dead-lettered')
+})
