@@ -44,6 +44,9 @@ export class AttemptLog {
   private timerAtMs = Infinity
   private flushing: Promise<void> | undefined
   private failures = 0
+  /** Ids of durable() rows not yet settled, and those of them dropped instead of written. */
+  private durables = new Set<string>()
+  private lostDurables = new Set<string>()
   private closed = false
   private readonly now: () => number
 
@@ -64,8 +67,15 @@ export class AttemptLog {
    */
   async durable(row: AttemptStart): Promise<void> {
     this.ready.set(row.id, row)
-    await this.flush()
-    if (!this.ready.has(row.id)) return
+    this.durables.add(row.id)
+    try {
+      await this.flush()
+    } finally {
+      this.durables.delete(row.id)
+    }
+    // Still waiting (the flush failed), or dropped (trimmed, or refused even without its details).
+    const lost = this.lostDurables.delete(row.id)
+    if (!lost && !this.ready.has(row.id)) return
     this.ready.delete(row.id)
     this.updates.delete(row.id)
     throw new Error('the attempt could not be recorded')
@@ -171,7 +181,7 @@ export class AttemptLog {
    * even that is refused). Rows written before another kind of error are written again at the retry:
    * inserts skip what exists and updates set the same values, so that repeats nothing.
    */
-  private async writeApart<R>(rows: R[], write: (rows: R[]) => Promise<void>, plain: (row: R, err: unknown) => R): Promise<void> {
+  private async writeApart<R extends { id: string }>(rows: R[], write: (rows: R[]) => Promise<void>, plain: (row: R, err: unknown) => R): Promise<void> {
     if (rows.length === 0) return
     try {
       await write(rows)
@@ -187,9 +197,15 @@ export class AttemptLog {
         await write([plain(rows[0]!, err)])
       } catch (again) {
         if (!isDataError(again)) throw again
+        this.dropped(rows[0]!.id)
         this.opts.onError(again, 1)
       }
     }
+  }
+
+  /** A row given up: a durable() waiting for it must fail, not take the silence for a write. */
+  private dropped(id: string): void {
+    if (this.durables.has(id)) this.lostDurables.add(id)
   }
 
   private trim(): number {
@@ -198,6 +214,7 @@ export class AttemptLog {
       if (this.buffered <= this.opts.maxBuffered) break
       this.ready.delete(id)
       this.updates.delete(id)
+      this.dropped(id)
       dropped++
     }
     return dropped

@@ -119,3 +119,21 @@ t.test('a row PostgreSQL refuses fails alone: the rows around it are written, an
   t.match(l?.error, /^attempt details not storable/)
   t.same(errors, [], 'nothing dropped, nothing left to retry')
 })
+
+t.test('durable() rejects a row that was dropped instead of written', async (t) => {
+  const broker = await startBroker(t)
+  const { call, sql } = api(broker)
+  t.equal((await call('PUT', '/v1/topics/dur', { partitions: 1 })).status, 201)
+  t.equal((await call('PUT', '/v1/groups/dur-g', { topic: 'dur' })).status, 201)
+  const groupId = (await sql("SELECT id FROM consumer_groups WHERE name = 'dur-g'"))[0]!.id as number
+  const topicId = (await sql("SELECT id FROM topics WHERE name = 'dur'"))[0]!.id as number
+  const errors: number[] = []
+  const log = new AttemptLog(broker.db, { flushDelayMs: 1, holdMs: 60_000, maxBuffered: 10_000, onError: (_err, dropped) => errors.push(dropped) })
+  // A start before PostgreSQL's timestamp range (271821 BC): refused with its details and without them (22008).
+  const id = newDeliveryId({ groupId, partition: 0, offset: 0, attempt: 2 })
+  const row = { id, groupId, topicId, partition: 0, offset: 0, attempt: 2, consumerId: 'c', startedAt: new Date(-8.64e15), ackDeadline: new Date(-8.64e15) }
+  await t.rejects(log.durable(row), /could not be recorded/, 'the caller learns the row is not on record, and does not push')
+  t.same(errors, [1], 'the drop is reported')
+  t.same(await listAttempts(broker.db, groupId, { limit: 10 }), [], 'nothing written')
+  await log.close()
+})
