@@ -226,7 +226,7 @@ export class Dispatcher {
       if (g.topic.id !== topicId) continue
       const w = g.parts[partition]
       if (!w) continue
-      if (messages && messages.length > 0) this.takeTail(w, messages)
+      if (messages && messages.length > 0) this.takeTail(g, w, messages)
       if (endOffset > w.endHint) w.endHint = endOffset
       this.fill(g, w)
     }
@@ -235,10 +235,14 @@ export class Dispatcher {
   /**
    * Appends freshly produced messages to the partition's buffer when they follow on from it
    * exactly. Otherwise (a read under way, or messages before them not read yet) the log has them
-   * and they are read as usual. Bounded, so a partition that is not keeping up reads instead.
+   * and they are read as usual. Only while the partition is pushing, and bounded by what its
+   * window can take soon (as much again as maxInFlight, at least a read batch), so messages held
+   * here stay of the order of those in flight; a partition that is not keeping up reads instead.
    */
-  private takeTail(w: PartitionState, messages: DispatchMessage[]): void {
-    if (w.reading || w.dropped || w.buffer.length + messages.length > MAX_TAIL) return
+  private takeTail(g: GroupRuntime, w: PartitionState, messages: DispatchMessage[]): void {
+    if (w.reading || w.dropped || g.row.paused || !g.owners[w.partition]) return
+    const room = Math.min(MAX_TAIL, Math.max(READ_BATCH, 2 * g.row.maxInFlight))
+    if (w.buffer.length + messages.length > room) return
     const next = w.buffer.length > 0 ? w.buffer[w.buffer.length - 1]!.offset + 1 : w.readPos
     if (messages[0]!.offset !== next || next < w.endHint) return
     for (const m of messages) w.buffer.push(m)
@@ -379,8 +383,13 @@ export class Dispatcher {
 
   /** A nacked attempt: dead-lettered at once when asked, else a failed attempt. */
   private nacked(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string, delayMs: number | undefined, deadLetter: boolean): void {
-    if (deadLetter) this.deadLetter(g, w, o, `${error}; dead-lettered by the nack`)
-    else this.failed(g, w, o, error, undefined, delayMs)
+    if (deadLetter) {
+      // Kept as the last error too: a dead letter whose write fails is retried with this text.
+      o.lastError = `${error}; dead-lettered by the nack`
+      this.deadLetter(g, w, o, o.lastError)
+    } else {
+      this.failed(g, w, o, error, undefined, delayMs)
+    }
   }
 
   /** Extends ack deadlines to now + extendMs. */
@@ -623,6 +632,8 @@ export class Dispatcher {
       if (w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && !o.entry) {
         const why = r.kind === 'delivered' ? undefined : errorOf(r, g.row.pushTimeoutMs)
         this.deps.attempts.update({ id, durationMs: r.durationMs, ...(r.kind === 'rejected' ? { statusCode: r.status } : {}), ...(why ? { error: why } : {}) })
+        // 410 Gone disables the consumer whichever way the attempt was settled.
+        if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
         return this.nacked(g, w, o, why ? `nacked: ${why}` : 'nacked', nack.delayMs, nack.deadLetter)
       }
     }

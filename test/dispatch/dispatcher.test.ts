@@ -90,8 +90,10 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   const pushes = () => receiver.requests.map((r) => r.json as Envelope)
   /** Waits (in real time) for the n-th push to arrive: the push itself is real HTTP. */
   const pushed = async (n: number) => { await receiver.waitFor(n, 10_000); return pushes()[n - 1]! }
+  /** Waits (in real time) until the broker has every push's answer: a nack before it waits for it. */
+  const answered = () => waitUntil(() => dispatcher.pushWindows().every((w) => w.inFlight === 0), 10_000, 'every push answered')
   const committed = async () => Number((await db.pool.query('SELECT committed_offset FROM group_offsets WHERE group_id = $1', [groupId])).rows[0].committed_offset)
-  return { clock, dispatcher, attempts, produce, pushes, pushed, committed, groupId, errors, receiver }
+  return { clock, dispatcher, attempts, produce, pushes, pushed, answered, committed, groupId, errors, receiver }
 }
 
 t.test('a passed ack deadline: timed out, pushed again after the backoff, and a late ack of attempt 1 still completes', async (t) => {
@@ -125,6 +127,9 @@ t.test('extend moves the deadline; nack with delayMs waits exactly that long', a
   const s = await setup(t, 'extend', { ackTimeoutMs: 5000, retry: { initialDelayMs: 100, multiplier: 2, maxDelayMs: 100, jitter: 0 } })
   await s.produce(['a'])
   const first = await s.pushed(1)
+  // A nack that comes while its push is out settles with the push's answer, and its delay counts
+  // from then: on this clock, only from the answer on.
+  await s.answered()
   s.clock.advance(4000)
   t.same((await s.dispatcher.extend('extend', [first.deliveryId], 10_000)).map((r) => r.status), ['extended'])
   s.clock.advance(9999) // past the old deadline, one ms before the new one
