@@ -117,8 +117,17 @@ export class AttemptLog {
     this.updates = new Map()
     this.flushing = (async () => {
       try {
-        await this.writeApart([...inserts.values()], (rows) => insertAttempts(this.db, rows), withoutDetails)
-        await this.writeApart([...updates.values()], (rows) => updateAttempts(this.db, rows), (u, err) => ({ id: u.id, outcome: u.outcome, finishedAt: u.finishedAt, error: notStorable(err) }))
+        // What is written leaves the batch as it goes: after a failure part-way, only the rest is
+        // put back, so a later outcome of a row already inserted becomes an UPDATE, not a merge
+        // into an INSERT that would then do nothing (ON CONFLICT DO NOTHING).
+        await this.writeApart([...inserts.values()], async (rows) => {
+          await insertAttempts(this.db, rows)
+          for (const r of rows) inserts.delete(r.id)
+        }, withoutDetails)
+        await this.writeApart([...updates.values()], async (rows) => {
+          await updateAttempts(this.db, rows)
+          for (const r of rows) updates.delete(r.id)
+        }, (u, err) => ({ id: u.id, outcome: u.outcome, finishedAt: u.finishedAt, error: notStorable(err) }))
         this.failures = 0
       } catch (err) {
         // Put them back in front of what arrived meanwhile, and try again later.

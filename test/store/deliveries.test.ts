@@ -137,3 +137,36 @@ t.test('durable() rejects a row that was dropped instead of written', async (t) 
   t.same(await listAttempts(broker.db, groupId, { limit: 10 }), [], 'nothing written')
   await log.close()
 })
+
+t.test('a flush that fails part-way keeps the outcomes that arrive afterwards', async (t) => {
+  const broker = await startBroker(t)
+  const { call, sql } = api(broker)
+  t.equal((await call('PUT', '/v1/topics/part', { partitions: 1 })).status, 201)
+  t.equal((await call('PUT', '/v1/groups/part-g', { topic: 'part' })).status, 201)
+  const groupId = (await sql("SELECT id FROM consumer_groups WHERE name = 'part-g'"))[0]!.id as number
+  const topicId = (await sql("SELECT id FROM topics WHERE name = 'part'"))[0]!.id as number
+  const errors: unknown[] = []
+  const log = new AttemptLog(broker.db, { flushDelayMs: 60_000, holdMs: 60_000, maxBuffered: 10_000, onError: (err) => errors.push(err) })
+  const row = (offset: number) => ({
+    id: newDeliveryId({ groupId, partition: 0, offset, attempt: 1 }), groupId, topicId, partition: 0, offset, attempt: 1,
+    consumerId: 'c', startedAt: new Date(), ackDeadline: new Date(Date.now() + 30_000),
+  })
+  const a = row(0)
+  const b = row(1)
+  log.started(a)
+  await log.flush(true) // a is written as in_flight
+  // Updates fail for now (not for their data: the database is at fault, so they are kept).
+  await broker.db.pool.query(`CREATE FUNCTION refuse_updates() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'updates refused' USING ERRCODE = '57P03'; END $$`)
+  await broker.db.pool.query('CREATE TRIGGER refuse_updates BEFORE UPDATE ON deliveries FOR EACH ROW EXECUTE FUNCTION refuse_updates()')
+  log.update({ id: a.id, outcome: 'acked', finishedAt: new Date(), statusCode: 200 })
+  log.started(b)
+  await log.flush(true) // b's INSERT lands; a's UPDATE fails
+  t.equal(errors.length, 1, 'the flush failed part-way')
+  log.update({ id: b.id, outcome: 'failed', finishedAt: new Date(), statusCode: 503, error: 'busy' })
+  await broker.db.pool.query('DROP TRIGGER refuse_updates ON deliveries')
+  await log.flush(true)
+  await log.close()
+  const listed = new Map((await listAttempts(broker.db, groupId, { limit: 10 })).map((r) => [r.deliveryId, r]))
+  t.match(listed.get(a.id), { outcome: 'acked', statusCode: 200 }, 'the failed update is written at the retry')
+  t.match(listed.get(b.id), { outcome: 'failed', statusCode: 503, error: 'busy' }, 'the outcome that came after the failure is written too')
+})
