@@ -5,7 +5,7 @@
 import { readFile, writeFile, mkdir } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { buildApp } from '../src/app.ts'
-import type { Services } from '../src/broker.ts'
+import type { Services } from '../src/service/services.ts'
 
 const file = fileURLToPath(new URL('../openapi/openapi.json', import.meta.url))
 const mode = process.argv[2]

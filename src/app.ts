@@ -5,7 +5,7 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
-import type { Services } from './broker.ts'
+import type { Services } from './service/services.ts'
 import { installAuth } from './http/auth.ts'
 import { installJsonParser } from './http/json-body.ts'
 import type { ApiKey } from './http/scopes.ts'

@@ -23,22 +23,9 @@ import { TopicStore } from './store/topics.ts'
 import { GroupStore } from './store/groups.ts'
 import { Metrics } from './metrics.ts'
 import { OperationsService } from './service/operations.ts'
+import type { Services } from './service/services.ts'
 
 /** What the HTTP routes call. */
-export interface Services {
-  topics: TopicService
-  produce: ProduceService
-  read: ReadService
-  groups: GroupService
-  acks: AckService
-  operations: OperationsService
-  metrics: Metrics
-  /** Messages outstanding (pushed or waiting for a retry) on a group's partition. */
-  inFlight(groupId: number, partition: number): number
-  /** Named checks, each 'ok' or what is wrong. */
-  readiness(): Promise<Record<string, string>>
-}
-
 export interface Broker {
   app: FastifyInstance
   services: Services

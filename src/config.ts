@@ -1,5 +1,7 @@
 /** Environment → typed configuration, validated once at start-up with messages a person can act on. */
 import { availableParallelism } from 'node:os'
+import { bool, ConfigError, type Env } from './config-values.ts'
+export { bool, ConfigError } from './config-values.ts'
 import { parsePolicy, type UrlPolicy } from './security/url-policy.ts'
 import { readFileSync } from 'node:fs'
 import { ApiKeySpecError, mergeKeys, parseKeyFile, parseKeyList, type ApiKey } from './http/scopes.ts'
@@ -55,11 +57,7 @@ export interface Config {
 }
 
 /** A configuration value that cannot be used; the message names the variable and what it takes. */
-export class ConfigError extends Error {
-  override name = 'ConfigError'
-}
 
-type Env = Record<string, string | undefined>
 
 /** HOOKQ_ADVERTISE_URL: an http(s) base URL without a path, query or credentials. */
 function advertiseUrl(env: Env): string | undefined {
@@ -70,15 +68,6 @@ function advertiseUrl(env: Env): string | undefined {
     throw new ConfigError(`HOOKQ_ADVERTISE_URL must be an http:// or https:// base URL such as http://10.0.0.5:8080, got ${JSON.stringify(raw)}`)
   }
   return url.origin
-}
-
-/** A true/false variable (also 1/0, yes/no); `fallback` when unset. */
-export function bool(env: Env, name: string, fallback: boolean): boolean {
-  const raw = env[name]?.trim().toLowerCase()
-  if (raw === undefined || raw === '') return fallback
-  if (raw === 'true' || raw === '1' || raw === 'yes') return true
-  if (raw === 'false' || raw === '0' || raw === 'no') return false
-  throw new ConfigError(`${name} must be true or false, got ${JSON.stringify(env[name])}`)
 }
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {

@@ -37,7 +37,7 @@
  * address in `allowCidrs`.
  */
 import { BlockList, isIP } from 'node:net'
-import { bool, ConfigError } from '../config.ts'
+import { bool, ConfigError } from '../config-values.ts'
 
 export interface UrlPolicy {
   /** Plain http:// URLs accepted (default true); false means https:// only. */

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problems, ref } from '../schemas/common.ts'
 import { AckRequest, AckResponse, ExtendRequest, NackRequest } from '../schemas/acks.ts'
 import { GroupParams } from '../schemas/groups.ts'
-import type { Services } from '../../broker.ts'
+import type { Services } from '../../service/services.ts'
 
 const tags = ['acks']
 const response = { 200: ref(AckResponse), ...problems(400, 401, 404, 415, 503) }

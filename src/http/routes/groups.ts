@@ -5,7 +5,7 @@ import { problems, ref } from '../schemas/common.ts'
 import {
   Consumer, ConsumerCreate, ConsumerList, ConsumerParams, Group, GroupConfig, GroupList, GroupParams, GroupStatus, RotatedConsumer, SecretRotation,
 } from '../schemas/groups.ts'
-import type { Services } from '../../broker.ts'
+import type { Services } from '../../service/services.ts'
 
 const tags = ['groups']
 

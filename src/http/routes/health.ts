@@ -1,7 +1,7 @@
 /** Liveness and readiness. Both stay open when API keys are configured. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
-import type { Services } from '../../broker.ts'
+import type { Services } from '../../service/services.ts'
 
 const tags = ['operations']
 

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problems, ref } from '../schemas/common.ts'
 import { FetchQuery, FetchResponse, PartitionParams, ProduceRequest, ProduceResponse } from '../schemas/messages.ts'
 import { TopicParams } from '../schemas/topics.ts'
-import type { Services } from '../../broker.ts'
+import type { Services } from '../../service/services.ts'
 
 const tags = ['messages']
 

@@ -3,7 +3,7 @@
  * /readyz: scrapers rarely carry bearer keys, and it names groups and topics but no message content.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { Services } from '../../broker.ts'
+import type { Services } from '../../service/services.ts'
 
 export function metricsRoutes(services: Services): FastifyPluginAsyncTypebox {
   return async (app) => {

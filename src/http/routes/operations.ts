@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problems, ref } from '../schemas/common.ts'
 import { GroupParams } from '../schemas/groups.ts'
 import { DeliveriesQuery, DeliveryList, SeekRequest, SeekResponse } from '../schemas/operations.ts'
-import type { Services } from '../../broker.ts'
+import type { Services } from '../../service/services.ts'
 
 const tags = ['operations']
 

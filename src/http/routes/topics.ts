@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { topicView } from '../../service/topics.ts'
 import { problems, ref } from '../schemas/common.ts'
 import { Topic, TopicConfig, TopicDetail, TopicList, TopicParams } from '../schemas/topics.ts'
-import type { Services } from '../../broker.ts'
+import type { Services } from '../../service/services.ts'
 
 const tags = ['topics']
 

@@ -1,0 +1,25 @@
+/**
+ * What the HTTP routes call: the services, as src/broker.ts wires them. Declared here, below both,
+ * so the routes (and app.ts) depend on the services and not on the wiring that builds the app.
+ */
+import type { Metrics } from '../metrics.ts'
+import type { AckService } from './acks.ts'
+import type { GroupService } from './groups.ts'
+import type { OperationsService } from './operations.ts'
+import type { ProduceService } from './produce.ts'
+import type { ReadService } from './read.ts'
+import type { TopicService } from './topics.ts'
+
+export interface Services {
+  topics: TopicService
+  produce: ProduceService
+  read: ReadService
+  groups: GroupService
+  acks: AckService
+  operations: OperationsService
+  metrics: Metrics
+  /** Messages outstanding (pushed or waiting for a retry) on a group's partition. */
+  inFlight(groupId: number, partition: number): number
+  /** Named checks, each 'ok' or what is wrong. */
+  readiness(): Promise<Record<string, string>>
+}
