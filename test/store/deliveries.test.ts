@@ -12,6 +12,22 @@ import { newDeliveryId, parseDeliveryId } from '../../src/store/delivery-id.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 
+/** A broker with a topic `name` and a group `name-g` on it; their ids, and attempt rows of the group's partition 0. */
+async function groupSetup(t: { teardown(fn: () => unknown): void; equal(a: unknown, b: unknown): unknown }, name: string, partitions = 1) {
+  const broker = await startBroker(t)
+  const { call, sql } = api(broker)
+  t.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
+  t.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name })).status, 201)
+  const groupId = (await sql('SELECT id FROM consumer_groups WHERE name = $1', [`${name}-g`]))[0]!.id as number
+  const topicId = (await sql('SELECT id FROM topics WHERE name = $1', [name]))[0]!.id as number
+  /** Attempt 1 of `offset`, started now, in flight. */
+  const row = (offset: number) => ({
+    id: newDeliveryId({ groupId, partition: 0, offset, attempt: 1 }), groupId, topicId, partition: 0, offset, attempt: 1,
+    consumerId: 'c', startedAt: new Date(), ackDeadline: new Date(Date.now() + 30_000),
+  })
+  return { broker, groupId, topicId, row }
+}
+
 t.test('array literals', async (t) => {
   t.equal(numberArray([]), '{}')
   t.equal(numberArray([1, -2, null, undefined, 9007199254740991]), '{1,-2,NULL,NULL,9007199254740991}')
@@ -31,13 +47,8 @@ t.test('delivery ids carry their coordinates and 128 random bits', async (t) => 
 })
 
 t.test('attempt rows round-trip through the database', async (t) => {
-  const broker = await startBroker(t)
-  const { call, sql } = api(broker)
-  t.equal((await call('PUT', '/v1/topics/att', { partitions: 2 })).status, 201)
-  const group = await call('PUT', '/v1/groups/att-g', { topic: 'att' })
-  t.equal(group.status, 201)
-  const groupId = (await sql("SELECT id FROM consumer_groups WHERE name = 'att-g'"))[0]!.id as number
-  const topicId = (await sql("SELECT id FROM topics WHERE name = 'att'"))[0]!.id as number
+  const { broker, groupId, topicId } = await groupSetup(t, 'att', 2)
+  const { sql } = api(broker)
 
   // Odd milliseconds across a wide range of dates: each must come back exactly.
   const base = Date.UTC(2026, 11, 1, 5, 44, 50, 7)
@@ -83,18 +94,9 @@ t.test('attempt rows round-trip through the database', async (t) => {
 })
 
 t.test('a row PostgreSQL refuses fails alone: the rows around it are written, and it without its details', async (t) => {
-  const broker = await startBroker(t)
-  const { call, sql } = api(broker)
-  t.equal((await call('PUT', '/v1/topics/bad', { partitions: 1 })).status, 201)
-  t.equal((await call('PUT', '/v1/groups/bad-g', { topic: 'bad' })).status, 201)
-  const groupId = (await sql("SELECT id FROM consumer_groups WHERE name = 'bad-g'"))[0]!.id as number
-  const topicId = (await sql("SELECT id FROM topics WHERE name = 'bad'"))[0]!.id as number
+  const { broker, groupId, topicId, row } = await groupSetup(t, 'bad')
   const errors: { err: unknown; dropped: number }[] = []
   const log = new AttemptLog(broker.db, { flushDelayMs: 1, holdMs: 60_000, maxBuffered: 10_000, onError: (err, dropped) => errors.push({ err, dropped }) })
-  const row = (offset: number) => ({
-    id: newDeliveryId({ groupId, partition: 0, offset, attempt: 1 }), groupId, topicId, partition: 0, offset, attempt: 1,
-    consumerId: 'c', startedAt: new Date(), ackDeadline: new Date(Date.now() + 30_000),
-  })
   const rows = Array.from({ length: 9 }, (_, i) => row(i))
   for (const r of rows) log.started({ ...r, outcome: 'failed', finishedAt: new Date(), statusCode: 500, durationMs: 3, error: 'boom' })
   // A duration past int4: the whole statement is refused (22003), again at every retry as it is.
@@ -121,12 +123,7 @@ t.test('a row PostgreSQL refuses fails alone: the rows around it are written, an
 })
 
 t.test('durable() rejects a row that was dropped instead of written', async (t) => {
-  const broker = await startBroker(t)
-  const { call, sql } = api(broker)
-  t.equal((await call('PUT', '/v1/topics/dur', { partitions: 1 })).status, 201)
-  t.equal((await call('PUT', '/v1/groups/dur-g', { topic: 'dur' })).status, 201)
-  const groupId = (await sql("SELECT id FROM consumer_groups WHERE name = 'dur-g'"))[0]!.id as number
-  const topicId = (await sql("SELECT id FROM topics WHERE name = 'dur'"))[0]!.id as number
+  const { broker, groupId, topicId } = await groupSetup(t, 'dur')
   const errors: number[] = []
   const log = new AttemptLog(broker.db, { flushDelayMs: 1, holdMs: 60_000, maxBuffered: 10_000, onError: (_err, dropped) => errors.push(dropped) })
   // A start before PostgreSQL's timestamp range (271821 BC): refused with its details and without them (22008).
@@ -139,18 +136,9 @@ t.test('durable() rejects a row that was dropped instead of written', async (t) 
 })
 
 t.test('a flush that fails part-way keeps the outcomes that arrive afterwards', async (t) => {
-  const broker = await startBroker(t)
-  const { call, sql } = api(broker)
-  t.equal((await call('PUT', '/v1/topics/part', { partitions: 1 })).status, 201)
-  t.equal((await call('PUT', '/v1/groups/part-g', { topic: 'part' })).status, 201)
-  const groupId = (await sql("SELECT id FROM consumer_groups WHERE name = 'part-g'"))[0]!.id as number
-  const topicId = (await sql("SELECT id FROM topics WHERE name = 'part'"))[0]!.id as number
+  const { broker, groupId, topicId, row } = await groupSetup(t, 'part')
   const errors: unknown[] = []
   const log = new AttemptLog(broker.db, { flushDelayMs: 60_000, holdMs: 60_000, maxBuffered: 10_000, onError: (err) => errors.push(err) })
-  const row = (offset: number) => ({
-    id: newDeliveryId({ groupId, partition: 0, offset, attempt: 1 }), groupId, topicId, partition: 0, offset, attempt: 1,
-    consumerId: 'c', startedAt: new Date(), ackDeadline: new Date(Date.now() + 30_000),
-  })
   const a = row(0)
   const b = row(1)
   log.started(a)
