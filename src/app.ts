@@ -10,7 +10,7 @@ import { installAuth } from './http/auth.ts'
 import { installJsonParser } from './http/json-body.ts'
 import type { ApiKey } from './http/scopes.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
-import { installUnreadBodyDrain } from './http/unread-body.ts'
+import { drainUnreadBody } from './http/unread-body.ts'
 import { ERRORS, problemType } from './errors.ts'
 import compress from '@fastify/compress'
 import { ackRoutes } from './http/routes/acks.ts'
@@ -130,10 +130,14 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   // get `connection: close` on their last response, or close() would wait out their keep-alive.
   let closing = false
   app.addHook('preClose', async () => { closing = true })
-  app.addHook('onSend', async (_req, reply) => { if (closing) reply.header('connection', 'close') })
   // An answer sent before the body was read (413, 401, ...) is read by the client only if the
   // broker keeps reading too: the rest of the body is thrown away, within bounds (unread-body.ts).
-  installUnreadBodyDrain(app, { maxBytes: Math.max(64 * MiB, 2 * opts.maxRequestBytes), maxMs: UNREAD_BODY_MAX_MS, closing: () => closing })
+  // One hook for both: it runs on every answer, produce and acks included.
+  const unread = { maxBytes: Math.max(64 * MiB, 2 * opts.maxRequestBytes), maxMs: UNREAD_BODY_MAX_MS }
+  app.addHook('onSend', async (req, reply) => {
+    if (closing) reply.header('connection', 'close')
+    else drainUnreadBody(req, reply, unread)
+  })
 
   installProblemHandlers(app)
   installAuth(app, { keys: opts.apiKeys ?? [], rateLimitPerS: opts.rateLimitPerS ?? 0 })

@@ -12,46 +12,42 @@
  * next request), up to `maxBytes` and `maxMs`; past either the socket is destroyed, so a client
  * cannot make the broker read for ever.
  */
-import type { FastifyInstance } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 
 export interface UnreadBodyOptions {
   /** Bytes of an unread body read and discarded at most before the connection is cut. */
   maxBytes: number
   /** How long the rest of the body may take before the connection is cut. */
   maxMs: number
-  /** True once the app is shutting down: the connection closes after the answer then, as before. */
-  closing: () => boolean
 }
 
-export function installUnreadBodyDrain(app: FastifyInstance, opts: UnreadBodyOptions): void {
-  app.addHook('onSend', async (req, reply, payload) => {
-    const raw = req.raw
-    // inject() has no socket and always a complete body; `complete` is false only on a real
-    // connection whose body has not been received to its end.
-    if (raw.complete !== false || opts.closing()) return payload
-    const socket = raw.socket
-    reply.removeHeader('connection')
+/** Called as an answer goes out (an onSend hook; not while shutting down, when the connection closes as before). */
+export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply, opts: UnreadBodyOptions): void {
+  const raw = req.raw
+  // inject() has no socket and always a complete body; `complete` is false only on a real
+  // connection whose body has not been received to its end.
+  if (raw.complete !== false) return
+  const socket = raw.socket
+  reply.removeHeader('connection')
 
-    // A decompressing preParsing stream (@fastify/compress) may be piped from the request: unhook
-    // it, so what is thrown away is not inflated first.
-    raw.unpipe()
-    raw.removeAllListeners('data')
-    let read = 0
-    const cut = () => {
-      clearTimeout(timer)
-      raw.removeListener('data', count)
-      socket.destroy()
-    }
-    const count = (chunk: Buffer) => {
-      read += chunk.length
-      if (read > opts.maxBytes) cut()
-    }
-    const timer = setTimeout(cut, opts.maxMs)
-    timer.unref()
-    raw.on('data', count)
-    raw.once('end', () => clearTimeout(timer))
-    raw.once('close', () => clearTimeout(timer))
-    raw.resume()
-    return payload
-  })
+  // A decompressing preParsing stream (@fastify/compress) may be piped from the request: unhook
+  // it, so what is thrown away is not inflated first.
+  raw.unpipe()
+  raw.removeAllListeners('data')
+  let read = 0
+  const cut = () => {
+    clearTimeout(timer)
+    raw.removeListener('data', count)
+    socket.destroy()
+  }
+  const count = (chunk: Buffer) => {
+    read += chunk.length
+    if (read > opts.maxBytes) cut()
+  }
+  const timer = setTimeout(cut, opts.maxMs)
+  timer.unref()
+  raw.on('data', count)
+  raw.once('end', () => clearTimeout(timer))
+  raw.once('close', () => clearTimeout(timer))
+  raw.resume()
 }
