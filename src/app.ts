@@ -15,7 +15,7 @@ import { ERRORS, problemType } from './errors.ts'
 import compress from '@fastify/compress'
 import { ackRoutes } from './http/routes/acks.ts'
 import { consoleRoutes } from './http/routes/console.ts'
-import { installLeaderForwarding, type LeaderDirectory } from './http/forward.ts'
+import { installForwarding, type PartitionDirectory } from './http/forward.ts'
 import { groupRoutes } from './http/routes/groups.ts'
 import { healthRoutes, healthSchemas } from './http/routes/health.ts'
 import { messageRoutes } from './http/routes/messages.ts'
@@ -40,7 +40,7 @@ export interface AppOptions {
   /** A pino logger; none means no logs. */
   logger?: FastifyBaseLogger
   /** Where the broker process that pushes is, for the calls only it can serve; unset: this process alone. */
-  leaders?: LeaderDirectory
+  owners?: PartitionDirectory
   /** Log every request and response at info (off by default: a line per call costs a broker a lot). */
   logRequests?: boolean
   /** Server timeouts, ms (see config.ts): a whole request, its headers, an idle keep-alive connection. */
@@ -141,7 +141,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
 
   installProblemHandlers(app)
   installAuth(app, { keys: opts.apiKeys ?? [], rateLimitPerS: opts.rateLimitPerS ?? 0 })
-  installLeaderForwarding(app, opts.leaders)
+  installForwarding(app, opts.owners)
 
   await app.register(healthRoutes(opts.services))
   await app.register(topicRoutes(opts.services))

@@ -10,7 +10,7 @@ import { GroupService } from './service/groups.ts'
 import { AckService } from './service/acks.ts'
 import { AttemptLog } from './dispatch/attempt-log.ts'
 import { Dispatcher } from './dispatch/dispatcher.ts'
-import { Leadership } from './cluster/leadership.ts'
+import { Cluster } from './cluster/cluster.ts'
 import { createPushAgent } from './dispatch/pusher.ts'
 import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
@@ -33,8 +33,8 @@ export interface Broker {
   retention: RetentionSweeper
   /** The database URL in use (the embedded server's when DATABASE_URL is unset). */
   databaseUrl: string
-  /** Whether this process pushes for the database (see src/cluster/leadership.ts). */
-  leadership: Leadership
+  /** This process among the broker processes of its database (see src/cluster/ownership.ts). */
+  cluster: Cluster
   /** Where the other broker processes reach this one (known once it listens); null: they cannot. */
   advertise(url: string | null): Promise<void>
   /** Stops taking requests, finishes those in progress, commits what is queued, closes the database. */
@@ -89,7 +89,9 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
     })
     const agent = createPushAgent({ policy: config.pushPolicy })
-    const newDispatcher = () => new Dispatcher({
+    // Set below: the dispatcher tells the cluster of partitions that moved on under it.
+    let onMoved: ((name: string, partition: number) => void) | undefined
+    const dispatcher = new Dispatcher({
       db: database, topics: topicStore, attempts, agent, metrics,
       pushWindow: { initial: config.pushWindowInitial, max: config.pushWindowMax },
       loadGroup: (name) => groups.load(name),
@@ -97,33 +99,35 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       ensureOffsets: async (row, topic) => { await groups.ensureOffsets(row, topic.id, topic.partitions) },
       disableConsumer: (id, reason) => groups.disableConsumer(id, reason),
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
+      onMoved: (name, partition) => onMoved?.(name, partition),
     })
-    // One process of those on this database pushes (the leader); see src/cluster/leadership.ts.
-    const leadership = new Leadership({
-      // A database that takes one connection (embedded, or a pool of 1) has room for no lock session:
-      // such a process leads alone, as only one process can use that database anyway.
+    // Every process on this database pushes the partitions it owns; see src/cluster/ownership.ts.
+    const cluster = new Cluster({
+      // A database that takes one connection (embedded, or a pool of 1) has room for no session of
+      // its own: such a process owns everything alone, as only one process can use that database anyway.
       connectionString: singleConnection ? null : databaseUrl,
-      pool: database.pool,
-      pollMs: config.leaderPollMs,
-      newDispatcher,
+      db: database,
+      pollMs: config.clusterPollMs,
+      dispatcher,
       groupsForTopic: (name) => groups.namesForTopic(name),
       log: { info: (o, m) => logger?.info(o, m), warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
-      onRole: (role) => metrics.leading(role === 'leader'),
+      onOwned: (count) => metrics.owned(count),
     })
-    groups.onChange((name) => leadership.groupChanged(name))
+    onMoved = (name, partition) => { void cluster.ownership.refresh(name, partition) }
+    groups.onChange((name) => cluster.groupChanged(name))
     topics.onChange(async ({ created, deleted }) => {
-      if (deleted) await leadership.topicDeleted(deleted.id)
-      if (created) await leadership.topicCreated(created.name)
+      if (deleted) await cluster.topicDeleted(deleted.id)
+      if (created) await cluster.topicCreated(created.name)
     })
     const services: Services = {
       topics,
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
       read: new ReadService(topics, messageStore),
       groups,
-      acks: new AckService(groups, leadership, metrics),
-      operations: new OperationsService(db, groups, topicStore, leadership),
+      acks: new AckService(groups, cluster, metrics),
+      operations: new OperationsService(db, groups, topicStore, cluster),
       metrics,
-      inFlight: (groupId, partition) => leadership.inFlight(groupId, partition),
+      inFlight: (groupId, partition) => cluster.inFlight(groupId, partition),
       async readiness() {
         try {
           const pending = await pendingMigrations((sql) => database.pool.query(sql))
@@ -134,7 +138,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       },
     }
     metrics.trackPartitions(() => services.operations.partitionStats())
-    metrics.trackPushWindows(() => leadership.pushWindows())
+    metrics.trackPushWindows(() => cluster.pushWindows())
     const retention = new RetentionSweeper(db, topicStore, {
       intervalMs: config.retentionIntervalMs,
       sliceRows: 10_000,
@@ -145,22 +149,22 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       services, maxRequestBytes: config.maxRequestBytes, apiKeys: config.apiKeys, rateLimitPerS: config.rateLimitPerKey, logger: opts.logger,
       logRequests: config.logRequests,
       timeouts: { requestMs: config.requestTimeoutMs, headersMs: config.headersTimeoutMs, keepAliveMs: config.keepAliveTimeoutMs },
-      ...(singleConnection ? {} : { leaders: leadership }),
+      ...(singleConnection ? {} : { owners: cluster.ownership }),
     })
 
-    services.produce.onAppend((topicId, partition, endOffset, messages) => leadership.appended(topicId, partition, endOffset, messages))
-    await leadership.start(config.advertiseUrl ?? null)
+    services.produce.onAppend((topicId, partition, endOffset, messages) => cluster.appended(topicId, partition, endOffset, messages))
+    await cluster.start(config.advertiseUrl ?? null)
     retention.start()
     let closing: Promise<void> | undefined
     return {
-      app, services, db, databaseUrl, retention, leadership,
-      advertise: (url) => leadership.advertise(config.advertiseUrl ?? url),
+      app, services, db, databaseUrl, retention, cluster,
+      advertise: (url) => cluster.advertise(config.advertiseUrl ?? url),
       close() {
         closing ??= (async () => {
           await app.close()
           await retention.stop()
           await committer.drain()
-          await leadership.stop()
+          await cluster.stop()
           // Pushes still in flight are abandoned: their messages are pushed again after a restart.
           await agent.destroy()
           await attempts.close()

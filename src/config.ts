@@ -46,8 +46,11 @@ export interface Config {
   advertiseUrl: string | undefined
   /** Broker processes `npm start` runs on the port (HOOKQ_PROCESSES; `auto`: one per core). */
   processes: number
-  /** How often a process that does not push tries to take over, ms (HOOKQ_LEADER_POLL_MS). */
-  leaderPollMs: number
+  /**
+   * How often each broker process proves its session to the others and rebalances the partitions,
+   * ms (HOOKQ_CLUSTER_POLL_MS; HOOKQ_LEADER_POLL_MS, its name before every process pushed, still works).
+   */
+  clusterPollMs: number
   /** A request's headers and body must arrive within this, ms, or the connection gets 408 and is closed. */
   requestTimeoutMs: number
   /** A request's headers must arrive within this, ms (a new connection that sends nothing is closed after it too). */
@@ -165,7 +168,7 @@ export function loadConfig(env: Env = process.env): Config {
     pushWindowMax: int(env, 'HOOKQ_PUSH_WINDOW_MAX', 1000, 1, 100_000),
     logRequests: bool(env, 'HOOKQ_LOG_REQUESTS', false),
     advertiseUrl: advertiseUrl(env),
-    leaderPollMs: int(env, 'HOOKQ_LEADER_POLL_MS', 1000, 50, 60_000),
+    clusterPollMs: int(env, env.HOOKQ_CLUSTER_POLL_MS === undefined && env.HOOKQ_LEADER_POLL_MS !== undefined ? 'HOOKQ_LEADER_POLL_MS' : 'HOOKQ_CLUSTER_POLL_MS', 1000, 50, 60_000),
     processes: processes(env),
     requestTimeoutMs,
     headersTimeoutMs,

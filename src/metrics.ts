@@ -100,14 +100,14 @@ export class Metrics implements DispatchMetrics {
     windowGauge('hookq_pushes_in_flight', 'Push HTTP calls under way to a consumer', (w) => w.inFlight)
   }
 
-  private readonly leaderGauge = new Gauge({
-    name: 'hookq_leader', help: '1 while this process pushes for the database (the leader), else 0',
+  private readonly ownedGauge = new Gauge({
+    name: 'hookq_partitions_owned', help: 'Group partitions this process pushes (owns among the broker processes of its database)',
     registers: [this.registry],
   })
 
-  /** This process became the leader (true) or stopped being it. */
-  leading(isLeader: boolean): void {
-    this.leaderGauge.set(isLeader ? 1 : 0)
+  /** This process owns `count` group partitions now. */
+  owned(count: number): void {
+    this.ownedGauge.set(count)
   }
 
   /** Sets where the push-window gauges come from (the dispatcher's windows, read at scrape time). */
@@ -159,7 +159,7 @@ export class Metrics implements DispatchMetrics {
   /** Both gauges collect in the same scrape: they share one read of the store. */
   private partitionStats(): Promise<PartitionStat[]> {
     // A database that stopped answering (cut off, not down) must not hang the scrape: the
-    // process's own metrics, hookq_leader among them, are what an operator looks at then.
+    // process's own metrics, hookq_partitions_owned among them, are what an operator looks at then.
     if (this.snapshot) return this.snapshot
     let timer: NodeJS.Timeout | undefined
     const deadline = new Promise<never>((_, reject) => {

@@ -1,8 +1,8 @@
 /**
  * `HOOKQ_PROCESSES=N`: one command runs N broker processes on one port (node:cluster), so every
  * core takes HTTP work — produce, reads, acks — each process on a pool of its own. They coordinate
- * only through PostgreSQL, exactly like processes started by hand (src/cluster/leadership.ts): one
- * of them pushes (the leader) and the others forward what only it can answer, each over a loopback
+ * only through PostgreSQL, exactly like processes started by hand (src/cluster/ownership.ts): each
+ * pushes its share of the partitions and forwards acks for the others to their owners, each over a loopback
  * port of its own, since calls to the shared port land on any of them.
  *
  * The primary here runs no broker: it starts the workers, starts a worker again when one dies

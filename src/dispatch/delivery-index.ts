@@ -67,6 +67,6 @@ export class DeliveryIndex {
   /** Whether `id` belongs to a message of `g` completed recently (and not before a seek of its partition). */
   completedRecently(g: GroupRuntime | undefined, id: string): boolean {
     const r = this.recent.get(id)
-    return g !== undefined && r !== undefined && g.parts[r.w.partition] === r.w && r.epoch === r.w.epoch
+    return g !== undefined && r !== undefined && g.parts.get(r.w.partition) === r.w && r.epoch === r.w.epoch
   }
 }

@@ -26,16 +26,19 @@
  * holds the truth, so a restart rebuilds all of this from committed offsets, completions and the
  * attempt log.
  *
- * One dispatcher pushes for a database at a time: the one of the leader process, one per term
- * (src/cluster/leadership.ts). Sharing partitions between processes is not built.
+ * Every broker process on a database runs one dispatcher, and it pushes only the partitions its
+ * process owns (src/cluster/ownership.ts): a group is loaded here in full (row, consumers), a
+ * partition only when acquire() is called for it, with the owner epoch that fences its writes. A
+ * write the database refuses for a stale epoch drops the partition here at once (onMoved).
  */
 import type { Agent } from 'undici'
+import { HookqError } from '../errors.ts'
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import type { TopicRow, TopicStore } from '../store/topics.ts'
 import { assignPartitions } from '../service/groups.ts'
 import { GroupCommitter } from '../service/group-commit.ts'
-import { attemptCounts, commitCompletions, loadProgress, readForDispatch, reservePushes, seekOffsets, type DispatchMessage, type PushReservation } from '../store/consumption.ts'
+import { attemptCounts, commitCompletions, loadProgress, readForDispatch, reservePushes, type DispatchMessage, type PartitionKey, type PushReservation } from '../store/consumption.ts'
 import { abandonInFlight, findAttempt } from '../store/deliveries.ts'
 import { newDeliveryId } from '../store/delivery-id.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
@@ -70,6 +73,8 @@ export interface DispatcherDeps {
   timers?: Timers
   /** The per-consumer push window's bounds (see push-window.ts). */
   pushWindow?: PushWindowOptions
+  /** A write for this partition was refused (its owner epoch moved on): it was dropped here. */
+  onMoved?(groupName: string, partition: number): void
 }
 
 /** What the dispatcher needs of timers: node's by default. */
@@ -98,10 +103,8 @@ export class Dispatcher {
   /** Delivery ids issued here → their messages, and those of recently completed messages. */
   private readonly deliveries = new DeliveryIndex(RECENT_IDS)
   private readonly completer: GroupCommitter<CompletionRequest, CompletionStatus>
-  /** Push reservations of many partitions, written together (see reserve()). */
-  private readonly reservations: GroupCommitter<PushReservation, void>
-  /** Completion writes and seeks run one at a time, so a seek never interleaves with a commit. */
-  private exclusive: Promise<unknown> = Promise.resolve()
+  /** Push reservations of many partitions, written together (see reserve()); true: the epoch held. */
+  private readonly reservations: GroupCommitter<PushReservation, boolean>
   /** Reloads of one group run one at a time (name → the last one queued). */
   private readonly reloads = new Map<string, Promise<void>>()
   /** The highest end offset produce has reported, per topic and partition, whether or not a group listens. */
@@ -119,16 +122,17 @@ export class Dispatcher {
     this.now = deps.now ?? Date.now
     this.timers = deps.timers ?? nodeTimers
     this.windows = new ConsumerWindows(deps.pushWindow)
-    this.completer = new GroupCommitter((reqs) => this.serialised(() => this.commitCompletions(reqs)),
+    this.completer = new GroupCommitter((reqs) => this.commitCompletions(reqs),
       { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 200_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
-    this.reservations = new GroupCommitter(async (rows) => { await reservePushes(this.deps.db, rows); return rows.map(() => undefined) },
-      { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 100_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
+    this.reservations = new GroupCommitter(async (rows) => {
+      const refused = await reservePushes(this.deps.db, rows)
+      return rows.map((r) => !refused.some((f) => f.groupId === r.groupId && f.partition === r.partition))
+    }, { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 100_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
   }
 
-  /** Loads every group and starts pushing. */
+  /** Loads every group (their partitions come with acquire()). */
   async start(): Promise<void> {
     for (const row of await this.deps.listGroups()) {
-      // Stopped while starting (a term that lost its leadership): load nothing more.
       if (this.stopped) return
       await this.reload(row.name)
     }
@@ -157,6 +161,7 @@ export class Dispatcher {
     this.stopped = true
     this.timers.clearTimeout(this.timer)
     await this.completer.drain()
+    await this.reservations.drain()
   }
 
   /** Re-reads a group (created, updated, deleted, consumers changed) and adjusts what it pushes. */
@@ -187,30 +192,117 @@ export class Dispatcher {
       this.setConsumers(existing, loaded.consumers)
       return
     }
+    // Committed offsets exist before any process claims a partition (the claim bumps their epoch).
     await this.deps.ensureOffsets(loaded.row, topic)
-    // A stopped term must not touch the attempts of the term that replaced it.
-    if (this.stopped) return
-    // Attempts a previous process left in flight ended with it; their messages are pushed again.
-    await abandonInFlight(this.deps.db, loaded.row.id)
-    const progress = await loadProgress(this.deps.db, loaded.row.id, topic.id)
-    const ends = await this.deps.topics.endOffsets(topic.id)
-    const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: [], policy: policyOf(loaded.row), dropped: false }
-    for (let p = 0; p < topic.partitions; p++) {
-      const pr = progress.get(p) ?? { committed: 0, completed: new Set<number>(), pushed: 0, seekedAtMs: 0 }
-      g.parts.push({
-        partition: p, committed: pr.committed, completed: pr.completed, readPos: pr.committed,
-        endHint: ends.find((e) => e.partition === p)?.endOffset ?? 0, buffer: [], reading: false,
-        outstanding: new Map(), priorAttempts: await attemptCounts(this.deps.db, loaded.row.id, topic.id, p, pr),
-        reservedTo: pr.pushed, reserving: false,
-        seekAtMs: pr.seekedAtMs, epoch: 0, delayed: 0, ready: [], gaps: [], dropped: false,
-      })
-    }
-    // Appends notified while this runtime was being built (between reading the end offsets and
-    // now) were missed by notifyAppend: take them from the per-topic record.
-    for (const w of g.parts) w.endHint = Math.max(w.endHint, this.ends.get(topic.id)?.get(w.partition) ?? 0)
+    if (this.stopped || this.groups.has(name)) return
+    const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(loaded.row), dropped: false }
     this.groups.set(name, g)
     this.groupsById.set(g.row.id, g)
     this.setConsumers(g, loaded.consumers)
+  }
+
+  /** Whether this process pushes the partition (owns it, and is not handing it over). */
+  owns(groupId: number, partition: number): boolean {
+    const w = this.groupsById.get(groupId)?.parts.get(partition)
+    return w !== undefined && !w.releasing
+  }
+
+  /** The id of a group running here, if it is. */
+  groupId(name: string): number | undefined {
+    return this.groups.get(name)?.row.id
+  }
+
+  /**
+   * Starts pushing a partition this process has just claimed (`ownerEpoch`, see
+   * src/store/membership.ts claimPartition): rebuilds its progress from PostgreSQL as a restart
+   * does. False when the group is not (or no longer) running here.
+   */
+  async acquire(name: string, partition: number, ownerEpoch: number): Promise<boolean> {
+    const g = this.groups.get(name)
+    if (!g || g.dropped || partition >= g.topic.partitions || this.stopped) return false
+    const old = g.parts.get(partition)
+    if (old) this.dropPartition(g, old, 'abandoned: the partition was claimed again')
+    const { db } = this.deps
+    // Attempts its previous owner left in flight ended with that ownership; their messages go again.
+    await abandonInFlight(db, g.row.id, partition)
+    const pr = (await loadProgress(db, g.row.id, g.topic.id, partition)) ?? { committed: 0, completed: new Set<number>(), pushed: 0, seekedAtMs: 0 }
+    const priorAttempts = await attemptCounts(db, g.row.id, g.topic.id, partition, pr)
+    const end = (await this.deps.topics.endOffsets(g.topic.id)).find((e) => e.partition === partition)?.endOffset ?? 0
+    if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
+    const w: PartitionState = {
+      partition, committed: pr.committed, completed: pr.completed, readPos: pr.committed,
+      // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
+      endHint: Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0), buffer: [], reading: false,
+      outstanding: new Map(), priorAttempts, reservedTo: pr.pushed, reserving: false,
+      seekAtMs: pr.seekedAtMs, epoch: 0, delayed: 0, ready: [], gaps: [], ownerEpoch, releasing: false, onIdle: undefined, dropped: false,
+    }
+    g.parts.set(partition, w)
+    this.fill(g, w)
+    return true
+  }
+
+  /**
+   * Stops pushing a partition. `graceful` (handing it to another process): nothing new goes out,
+   * the pushes under way are answered (at most the push timeout) and the completions written, so
+   * the next owner finds everything acked on record and an ordered partition never has two
+   * messages out. Otherwise (the session is lost, so the lock is gone already) at once.
+   */
+  async release(name: string, partition: number, graceful: boolean): Promise<void> {
+    const g = this.groups.get(name)
+    const w = g?.parts.get(partition)
+    if (!g || !w) return
+    if (graceful && !w.dropped) {
+      w.releasing = true
+      if ([...w.outstanding.values()].some((o) => o.pushing)) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, g.row.pushTimeoutMs + 1000)
+          w.onIdle = () => { clearTimeout(timer); resolve() }
+        })
+      }
+      await this.completer.settled()
+      await this.reservations.settled()
+    }
+    if (g.parts.get(partition) === w) this.dropPartition(g, w, 'abandoned: the partition moved to another broker process')
+  }
+
+  /** Drops every partition at once (the session that owned them is gone). */
+  releaseAll(): void {
+    for (const g of this.groups.values()) for (const w of [...g.parts.values()]) this.dropPartition(g, w, 'abandoned: this process lost its partitions')
+  }
+
+  /** Partitions owned here, for the metrics. */
+  ownedCount(): number {
+    let n = 0
+    for (const g of this.groups.values()) n += g.parts.size
+    return n
+  }
+
+  /** The owner epochs this process holds, to compare with the database's now and then. */
+  heldEpochs(): { name: string; key: PartitionKey; ownerEpoch: number }[] {
+    const out: { name: string; key: PartitionKey; ownerEpoch: number }[] = []
+    for (const g of this.groups.values()) {
+      for (const w of g.parts.values()) out.push({ name: g.row.name, key: { groupId: g.row.id, topicId: g.topic.id, partition: w.partition }, ownerEpoch: w.ownerEpoch })
+    }
+    return out
+  }
+
+  private dropPartition(g: GroupRuntime, w: PartitionState, reason: string): void {
+    w.dropped = true
+    for (const o of w.outstanding.values()) this.abandon(o, reason)
+    w.outstanding.clear()
+    w.ready = []
+    w.buffer = []
+    if (g.parts.get(w.partition) === w) g.parts.delete(w.partition)
+    w.onIdle?.()
+    this.armTimer()
+  }
+
+  /** A write for the partition was refused for its epoch: another process (or a seek) has it now. */
+  private moved(g: GroupRuntime, w: PartitionState): void {
+    if (w.dropped) return
+    this.deps.log.warn({ group: g.row.name, partition: w.partition }, 'the partition moved on (its owner epoch changed): it is dropped here')
+    this.dropPartition(g, w, 'abandoned: the partition moved to another broker process')
+    this.deps.onMoved?.(g.row.name, w.partition)
   }
 
   /**
@@ -224,7 +316,7 @@ export class Dispatcher {
     if (endOffset > (topicEnds.get(partition) ?? -1)) topicEnds.set(partition, endOffset)
     for (const g of this.groups.values()) {
       if (g.topic.id !== topicId) continue
-      const w = g.parts[partition]
+      const w = g.parts.get(partition)
       if (!w) continue
       if (messages && messages.length > 0) this.takeTail(g, w, messages)
       if (endOffset > w.endHint) w.endHint = endOffset
@@ -240,7 +332,7 @@ export class Dispatcher {
    * here stay of the order of those in flight; a partition that is not keeping up reads instead.
    */
   private takeTail(g: GroupRuntime, w: PartitionState, messages: DispatchMessage[]): void {
-    if (w.reading || w.dropped || g.row.paused || !g.owners[w.partition]) return
+    if (w.reading || w.dropped || w.releasing || g.row.paused || !g.owners[w.partition]) return
     const room = Math.min(MAX_TAIL, Math.max(READ_BATCH, 2 * g.row.maxInFlight))
     if (w.buffer.length + messages.length > room) return
     const next = w.buffer.length > 0 ? w.buffer[w.buffer.length - 1]!.offset + 1 : w.readPos
@@ -254,57 +346,9 @@ export class Dispatcher {
     for (const g of [...this.groups.values()]) if (g.topic.id === topicId) this.drop(g)
   }
 
-  /**
-   * Moves the group's committed offsets (seek): what is outstanding on those partitions is
-   * abandoned, remembered completions are forgotten, and pushing restarts from the new offsets.
-   * Delivery ids issued before the seek no longer count (acks of them answer `unknown`).
-   */
-  seek(group: { name: string; id: number }, topicId: number, offsets: Map<number, number>): Promise<void> {
-    return this.serialised(() => this.seekNow(group, topicId, offsets))
-  }
-
-  private async seekNow(group: { name: string; id: number }, topicId: number, offsets: Map<number, number>): Promise<void> {
-    // Written first: if the write fails, nothing in memory has changed.
-    const nowMs = this.now()
-    await seekOffsets(this.deps.db, group.id, topicId, offsets, nowMs)
-    const g = this.groups.get(group.name)
-    if (!g || g.topic.id !== topicId) return
-    for (const [partition, offset] of offsets) {
-      const w = g.parts[partition]
-      if (!w) continue
-      for (const o of w.outstanding.values()) this.abandon(o, 'abandoned by a seek')
-      w.outstanding.clear()
-      w.delayed = 0
-      w.ready = []
-      w.buffer = []
-      w.completed = new Set()
-      w.priorAttempts = new Map()
-      w.committed = offset
-      w.readPos = offset
-      w.reservedTo = offset
-      w.reserving = false
-      // Pushes that started while the seek was being written belong to the old epoch: acks of
-      // them must not count (the database's seeked_at is the earlier time: after a crash they
-      // count as attempts since the seek, one too many at most, never one too few).
-      w.seekAtMs = Math.max(nowMs, this.now())
-      w.epoch++
-      w.gaps = []
-      w.endHint = Math.max(w.endHint, offset + 1)
-      this.fill(g, w)
-    }
-    this.armTimer()
-  }
-
   /** already_completed for an id of a message this group completed recently, else unknown. */
   private recentStatus(g: GroupRuntime | undefined, id: string): AckStatus {
     return this.deliveries.completedRecently(g, id) ? 'already_completed' : 'unknown'
-  }
-
-  /** Runs `fn` after every completion write and seek queued before it has finished. */
-  private serialised<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.exclusive.then(fn, fn)
-    this.exclusive = run.catch(() => {})
-    return run
   }
 
   /** Forgets an outstanding message (seek, group change): its open attempts end as failed. */
@@ -323,7 +367,7 @@ export class Dispatcher {
 
   /** Messages outstanding on a partition (for the group status). */
   inFlight(groupId: number, partition: number): number {
-    return this.groupsById.get(groupId)?.parts[partition]?.outstanding.size ?? 0
+    return this.groupsById.get(groupId)?.parts.get(partition)?.outstanding.size ?? 0
   }
 
   /** Acks: completes each message; durable when this resolves. */
@@ -351,11 +395,15 @@ export class Dispatcher {
       for (const { req } of reqs) this.completionFailed(req)
       throw err
     }
+    let moved = false
     for (const [k, { i, req }] of reqs.entries()) {
       const status = statuses[k]!
+      if (status === 'moved') { moved = true; continue }
       out[i]!.status = status === 'dead' ? 'acked' : status
       this.completed(req, deliveryIds[i]!, status === 'acked' ? 'acked' : undefined)
     }
+    // The others are durable; the caller asks again, and the partition's new owner answers for these.
+    if (moved) throw movedError()
     return out
   }
 
@@ -414,7 +462,7 @@ export class Dispatcher {
   // ---- reading and pushing ----
 
   private fill(g: GroupRuntime, w: PartitionState): void {
-    if (this.stopped || g.dropped || w.dropped) return
+    if (this.stopped || g.dropped || w.dropped || w.releasing) return
     // Nothing to push to: read nothing (a consumer joining, or unpausing, calls fill again).
     if (g.row.paused || !g.owners[w.partition]) return
     const ordered = g.row.ordered
@@ -495,7 +543,7 @@ export class Dispatcher {
 
   private startPush(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
     const owner = g.owners[w.partition]
-    if (g.row.paused || !owner || this.stopped) { this.setState(w, o, 'parked'); return }
+    if (g.row.paused || !owner || this.stopped || w.releasing || w.dropped) { this.setState(w, o, 'parked'); return }
     // Attempts made before a restart count: one that already had them all is dead-lettered now.
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
@@ -540,8 +588,12 @@ export class Dispatcher {
       win.window.release('neutral')
       this.windows.wake(owner.id, (g, w) => this.safely(() => this.fill(g, w)))
     }
-    this.deps.attempts.durable(row).then(() => {
-      if (current() && !this.stopped) this.send(g, w, o, id, owner, attempt, deadlineMs, this.now())
+    // With a check, in the database, that this process still holds the partition's epoch: one
+    // that lost it (paused past its session, say) must not push for it again.
+    const fence = this.reservations.submit([{ groupId: g.row.id, topicId: g.topic.id, partition: w.partition, pushedOffset: w.reservedTo, ownerEpoch: w.ownerEpoch }], 1)
+    Promise.all([this.deps.attempts.durable(row), fence]).then(([, [held]]) => {
+      if (!held) { giveBack(); return this.moved(g, w) }
+      if (current() && !this.stopped && !w.releasing) this.send(g, w, o, id, owner, attempt, deadlineMs, this.now())
       else giveBack()
     }, (err: unknown) => {
       giveBack()
@@ -603,7 +655,8 @@ export class Dispatcher {
       for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.startPush(g, w, o)
       this.fill(g, w)
     }
-    this.reservations.submit([{ groupId: g.row.id, topicId: g.topic.id, partition: w.partition, pushedOffset: to }], 1).then(() => {
+    this.reservations.submit([{ groupId: g.row.id, topicId: g.topic.id, partition: w.partition, pushedOffset: to, ownerEpoch: w.ownerEpoch }], 1).then(([held]) => {
+      if (!held) return this.moved(g, w)
       if (w.epoch === epoch && to > w.reservedTo) w.reservedTo = to
       this.safely(resume)
     }, (err: unknown) => {
@@ -626,6 +679,8 @@ export class Dispatcher {
   private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
     const finishedAt = new Date(this.now())
     if (o.pushing === id) o.pushing = undefined
+    // A partition being handed over waits for its last push to be answered.
+    if (w.releasing && w.onIdle && ![...w.outstanding.values()].some((x) => x.pushing)) queueMicrotask(w.onIdle)
     const nack = o.nackedPush?.id === id ? o.nackedPush : undefined
     if (nack) {
       o.nackedPush = undefined
@@ -757,7 +812,7 @@ export class Dispatcher {
 
   private findOutstanding(entry: TrackerEntry) {
     const g = this.groupsById.get(entry.groupId)
-    const w = g?.parts[entry.partition]
+    const w = g?.parts.get(entry.partition)
     const o = w?.outstanding.get(entry.offset)
     return g && w && o && o.entry === entry ? { g, w, o } : undefined
   }
@@ -771,7 +826,7 @@ export class Dispatcher {
     // Not in memory: issued before a restart, or its message completed already.
     const row = await findAttempt(this.deps.db, g.row.id, id)
     if (!row || row.topicId !== g.topic.id) return null
-    const w = g.parts[row.partition]
+    const w = g.parts.get(row.partition)
     return w && row.startedAt.getTime() >= w.seekAtMs ? { w, offset: row.offset } : null
   }
 
@@ -780,7 +835,9 @@ export class Dispatcher {
     const statuses: CompletionStatus[] = []
     const marked: CompletionRequest[] = []
     for (const r of reqs) {
-      if (r.w.dropped || r.epoch !== r.w.epoch) { statuses.push('unknown'); continue } // voided by a seek
+      // Not this process's partition any more (handed over, claimed again after a seek): ask its owner.
+      if (r.w.dropped) { statuses.push('moved'); continue }
+      if (r.epoch !== r.w.epoch) { statuses.push('unknown'); continue }
       if (r.offset < r.w.committed || r.w.completed.has(r.offset)) { statuses.push('already_completed'); continue }
       r.w.completed.add(r.offset)
       marked.push(r)
@@ -792,26 +849,35 @@ export class Dispatcher {
       if (advanced.has(r.w)) continue
       advanced.set(r.w, { g: r.g, to: nextIncomplete(r.w) })
     }
-    let deadLettered: { topicId: number; partition: number; offset: number }[]
+    const keyOf = (g: GroupRuntime, w: PartitionState) => ({ groupId: g.row.id, topicId: g.topic.id, partition: w.partition })
+    let result: Awaited<ReturnType<typeof commitCompletions>>
     try {
-      deadLettered = await commitCompletions(this.deps.db, {
-        completions: marked.filter((r) => r.offset >= advanced.get(r.w)!.to)
-          .map((r) => ({ groupId: r.g.row.id, topicId: r.g.topic.id, partition: r.w.partition, offset: r.offset })),
-        committed: [...advanced].filter(([w, a]) => a.to > w.committed)
-          .map(([w, a]) => ({ groupId: a.g.row.id, topicId: a.g.topic.id, partition: w.partition, committedOffset: a.to })),
-        deadLetters: marked.flatMap((r) => (r.deadLetter ? [r.deadLetter] : [])),
+      result = await commitCompletions(this.deps.db, {
+        completions: marked.filter((r) => r.offset >= advanced.get(r.w)!.to).map((r) => ({ ...keyOf(r.g, r.w), offset: r.offset })),
+        committed: [...advanced].filter(([w, a]) => a.to > w.committed).map(([w, a]) => ({ ...keyOf(a.g, w), committedOffset: a.to })),
+        deadLetters: marked.flatMap((r) => (r.deadLetter ? [{ from: keyOf(r.g, r.w), entry: r.deadLetter }] : [])),
+        fences: [...advanced].map(([w, a]) => ({ ...keyOf(a.g, w), ownerEpoch: w.ownerEpoch })),
       })
     } catch (err) {
       for (const r of marked) r.w.completed.delete(r.offset)
       throw err
     }
+    // Partitions whose epoch moved on wrote nothing: their requests are the new owner's to answer.
+    const refused = new Set<PartitionState>()
+    for (const [w, a] of advanced) if (result.refused.some((k) => k.groupId === a.g.row.id && k.partition === w.partition)) refused.add(w)
+    for (const [k, r] of reqs.entries()) {
+      if (!refused.has(r.w) || !marked.includes(r)) continue
+      r.w.completed.delete(r.offset)
+      statuses[k] = 'moved'
+    }
     for (const [w, a] of advanced) {
+      if (refused.has(w)) { this.moved(a.g, w); continue }
       for (const o of w.completed) if (o < a.to) w.completed.delete(o)
       if (a.to > w.committed) w.committed = a.to
       w.gaps = w.gaps.filter(([, to]) => to > w.committed)
     }
     // Dead letters are appended here, not by produce: wake the groups reading their topics.
-    for (const d of deadLettered) this.notifyAppend(d.topicId, d.partition, d.offset + 1)
+    for (const d of result.deadLettered) this.notifyAppend(d.topicId, d.partition, d.offset + 1)
     return statuses
   }
 
@@ -857,7 +923,7 @@ export class Dispatcher {
     const owners = assignPartitions(g.topic.partitions, consumers)
     g.owners = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
     // Messages parked for want of a consumer (or while paused) go out now, then new ones.
-    for (const w of g.parts) {
+    for (const w of g.parts.values()) {
       for (const o of w.outstanding.values()) if (o.state === 'parked') this.startPush(g, w, o)
       this.fill(g, w)
     }
@@ -879,7 +945,7 @@ export class Dispatcher {
   private drop(g: GroupRuntime): void {
     g.dropped = true
     for (const c of g.consumers) this.windows.forget(c.id)
-    for (const w of g.parts) {
+    for (const w of g.parts.values()) {
       w.dropped = true
       for (const o of w.outstanding.values()) this.abandon(o, 'abandoned: the group or its topic changed')
     }
@@ -890,6 +956,11 @@ export class Dispatcher {
 }
 
 /** What a failed push's answer says, for the attempt log and dead letters. */
+/** An ack for a partition that is moving between processes: the caller tries again (acks are idempotent). */
+function movedError(): HookqError {
+  return new HookqError('unavailable', 'a partition of these deliveries is moving to another broker process; retry', { retryAfterS: 1 })
+}
+
 function errorOf(r: Exclude<PushResult, { kind: 'delivered' }>, pushTimeoutMs: number): string {
   return r.kind === 'rejected' ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
     : r.kind === 'timeout' ? `no answer within ${pushTimeoutMs} ms` : r.error

@@ -61,6 +61,12 @@ export interface PartitionState {
   ready: Outstanding[]
   /** Ranges [from, to) of offsets not in the log any more (retention deleted them): they count as completed. */
   gaps: [number, number][]
+  /** The partition's owner epoch this process holds (group_offsets.owner_epoch): every write names it. */
+  ownerEpoch: number
+  /** Being handed to another process: nothing new is pushed, the pushes under way are waited for. */
+  releasing: boolean
+  /** Told when the last push under way of a releasing partition ends. */
+  onIdle: (() => void) | undefined
   dropped: boolean
 }
 
@@ -69,7 +75,8 @@ export interface GroupRuntime {
   topic: TopicRow
   consumers: ConsumerRow[]
   owners: (ConsumerRow | null)[]
-  parts: PartitionState[]
+  /** The partitions this process owns (see src/cluster/ownership.ts), by number. */
+  parts: Map<number, PartitionState>
   policy: RetryPolicy
   dropped: boolean
 }
@@ -84,7 +91,8 @@ export interface CompletionRequest {
   deadLetter?: AppendEntry
 }
 
-export type CompletionStatus = 'acked' | 'dead' | 'already_completed' | 'unknown'
+/** `moved`: the partition is not this process's any more (handed over, or its epoch moved on): ask again. */
+export type CompletionStatus = 'acked' | 'dead' | 'already_completed' | 'unknown' | 'moved'
 
 /** The first offset from the committed one on that is neither completed nor in a retention gap. */
 export function nextIncomplete(w: PartitionState): number {

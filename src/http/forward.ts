@@ -1,87 +1,175 @@
 /**
- * Calls that need the pushing process's memory (acks, nacks, extend, seek, the group status) are
- * forwarded by any other broker process on the same database to the leader, and its answer is
- * relayed as it is (see src/cluster/leadership.ts). The caller was already authenticated, rate
- * limited and validated here; the leader checks the same key again (the processes share their
- * configuration). A forwarded call carries `hookq-forwarded`, so a process that stopped leading
- * meanwhile answers 503 instead of forwarding it on: no loops.
+ * Calls that need the memory of the process pushing a partition reach it (src/cluster/cluster.ts):
+ *
+ * - Acks, nacks and extend: each delivery id names its partition (src/store/delivery-id.ts), so the
+ *   ids are split by owner; each other owner gets its ids in a call of the same shape, and this
+ *   process answers for its own, the answers merged in request order. Acks are idempotent, so when
+ *   an owner cannot be reached the whole call is 503 with Retry-After and the caller sends it again.
+ * - The group status: each owner's in-flight counts for the partitions it owns.
+ *
+ * Owners are as the last cluster poll saw them (src/cluster/ownership.ts); a partition that moved
+ * since is answered 503 by the process the call reached, and the caller's retry finds the new one.
+ * The caller was already authenticated, rate limited and validated here; the owner checks the same
+ * key again (the processes share their configuration). A forwarded call carries `hookq-forwarded`
+ * and is never forwarded on: no loops.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Agent, request as undiciRequest } from 'undici'
 import { HookqError } from '../errors.ts'
+import { parseDeliveryId } from '../store/delivery-id.ts'
 
-/** The routes the leader serves, `METHOD path` as registered. */
-const LEADER_ROUTES = new Set([
-  'POST /v1/groups/:group/acks',
-  'POST /v1/groups/:group/nacks',
-  'POST /v1/groups/:group/extend',
-  'POST /v1/groups/:group/seek',
-  'GET /v1/groups/:group',
-])
+/** The routes whose delivery ids are split between owners, `METHOD path` as registered. */
+const ID_ROUTES = new Set(['POST /v1/groups/:group/acks', 'POST /v1/groups/:group/nacks', 'POST /v1/groups/:group/extend'])
+const STATUS_ROUTE = 'GET /v1/groups/:group'
 
 const FORWARDED_HEADER = 'hookq-forwarded'
-/** Headers passed on to the leader; everything else (hop-by-hop, host, lengths) is the client's business. */
+/** Headers passed on to an owner; everything else (hop-by-hop, host, lengths) is the client's business. */
 const PASSED_HEADERS = ['authorization', 'accept', 'user-agent']
-/** Headers of the leader's answer relayed to the caller. */
+/** Headers of an owner's failed answer relayed to the caller. */
 const RELAYED_HEADERS = ['content-type', 'retry-after', 'www-authenticate']
 const FORWARD_TIMEOUT_MS = 15_000
 
-export interface LeaderDirectory {
-  /** Whether this process leads (serves these routes itself). */
-  readonly isLeader: boolean
-  /** The leader's base URL, or null when there is none (or it is not reachable). */
-  leaderUrl(): Promise<string | null>
+export interface PartitionDirectory {
+  /** 'self', the owner's base URL, or null when nobody owns the partition right now. */
+  ownerOf(groupName: string, partition: number): 'self' | string | null
+  /** A group's partition count, if known. */
+  partitionsOf(groupName: string): number | undefined
 }
 
-/** Installs the forwarding hook; `directory` undefined means a single process (nothing to forward). */
-export function installLeaderForwarding(app: FastifyInstance, directory: LeaderDirectory | undefined): void {
+type Result = { deliveryId: string; status: string }
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** In-flight counts of the group's partitions owned by other processes (the status route). */
+    inFlightElsewhere: Map<number, number> | null
+    /** Answers other owners gave for some of the ids, by their index in the request. */
+    answeredElsewhere: { total: number; results: Map<number, Result>; local: number[] } | null
+  }
+}
+
+/** An owner's answer: its status and text. */
+interface Answer {
+  status: number
+  headers: Record<string, string | string[] | undefined>
+  text: string
+}
+
+/** Installs the routing hooks; `directory` undefined means a single process (nothing to forward). */
+export function installForwarding(app: FastifyInstance, directory: PartitionDirectory | undefined): void {
+  app.decorateRequest('inFlightElsewhere', null)
+  app.decorateRequest('answeredElsewhere', null)
   if (!directory) return
-  const leaders = directory
+  const owners = directory
   const agent = new Agent({ connections: 16, keepAliveTimeout: 10_000 })
   app.addHook('onClose', async () => { await agent.close() })
 
-  // A hook on these routes only: produce and the rest never pay for it.
+  // Hooks on these routes only: produce and the rest never pay for them.
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method]
-    if (!methods.some((m) => LEADER_ROUTES.has(`${m} ${route.url}`))) return
-    const existing = route.preHandler
-    route.preHandler = [...(existing === undefined ? [] : Array.isArray(existing) ? existing : [existing]), forward]
+    const key = (m: string) => `${m} ${route.url}`
+    const hooks = methods.some((m) => ID_ROUTES.has(key(m))) ? { pre: splitIds, ser: mergeIds }
+      : methods.some((m) => key(m) === STATUS_ROUTE) ? { pre: countsElsewhere, ser: undefined } : undefined
+    if (!hooks) return
+    route.preHandler = [...asArray(route.preHandler), hooks.pre]
+    if (hooks.ser) route.preSerialization = [...asArray(route.preSerialization), hooks.ser]
   })
 
-  async function forward(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    if (leaders.isLeader) return undefined
-    if (req.headers[FORWARDED_HEADER] !== undefined) throw notPushing('this broker process does not push for the database any more')
-    const leader = await leaders.leaderUrl().catch(() => null)
-    if (!leader) throw notPushing('no broker process is pushing for this database right now')
+  async function call(base: string, req: FastifyRequest, body: unknown): Promise<Answer> {
     const headers: Record<string, string> = { [FORWARDED_HEADER]: '1' }
     for (const name of PASSED_HEADERS) {
       const value = req.headers[name]
       if (typeof value === 'string') headers[name] = value
     }
-    let answer: Awaited<ReturnType<typeof undiciRequest>>
-    let text: string
+    if (body !== undefined) headers['content-type'] = 'application/json'
     try {
-      const body = req.body === undefined ? undefined : JSON.stringify(req.body)
-      if (body !== undefined) headers['content-type'] = 'application/json'
-      answer = await undiciRequest(new URL(req.url, leader), {
-        method: req.method as 'GET' | 'POST', headers, body, dispatcher: agent,
+      const answer = await undiciRequest(new URL(req.url, base), {
+        method: req.method as 'GET' | 'POST', headers, body: body === undefined ? undefined : JSON.stringify(body), dispatcher: agent,
         headersTimeout: FORWARD_TIMEOUT_MS, bodyTimeout: FORWARD_TIMEOUT_MS,
       })
-      // Inside the try: a leader that dies after its headers is as unreachable as one that never answered.
-      text = await answer.body.text()
+      // Inside the try: an owner that dies after its headers is as unreachable as one that never answered.
+      return { status: answer.statusCode, headers: answer.headers, text: await answer.body.text() }
     } catch (err) {
-      throw notPushing('the broker process that pushes for this database did not answer', err)
+      throw unavailable('the broker process that pushes this partition did not answer', err)
     }
-    reply.code(answer.statusCode)
+  }
+
+  /** An owner's failure goes to the caller as the owner said it. */
+  function relay(reply: FastifyReply, a: Answer): FastifyReply {
+    reply.code(a.status)
     for (const name of RELAYED_HEADERS) {
-      const value = answer.headers[name]
+      const value = a.headers[name]
       if (typeof value === 'string') reply.header(name, value)
     }
-    // Sent as it came: the leader already serialised it against the same response schema.
-    return reply.serializer((payload: unknown) => payload as string).send(text)
+    return reply.serializer((payload: unknown) => payload as string).send(a.text)
+  }
+
+  async function splitIds(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
+    if (req.headers[FORWARDED_HEADER] !== undefined) return undefined
+    const body = req.body as { deliveryIds: string[] }
+    const group = (req.params as { group: string }).group
+    const local: number[] = []
+    const remote = new Map<string, number[]>()
+    for (const [i, id] of body.deliveryIds.entries()) {
+      const key = parseDeliveryId(id)
+      // Not an id of ours: answered here (unknown), like any id of no partition.
+      const owner = key ? owners.ownerOf(group, key.partition) : 'self'
+      if (owner === null) throw unavailable('a partition of these deliveries is moving between broker processes')
+      if (owner === 'self') local.push(i)
+      else remote.set(owner, [...(remote.get(owner) ?? []), i])
+    }
+    if (remote.size === 0) return undefined
+    const results = new Map<number, Result>()
+    const answers = await Promise.all([...remote].map(async ([base, indexes]) => {
+      const a = await call(base, req, { ...body, deliveryIds: indexes.map((i) => body.deliveryIds[i]!) })
+      return { a, indexes }
+    }))
+    for (const { a, indexes } of answers) {
+      if (a.status !== 200) return relay(reply, a)
+      const got = (JSON.parse(a.text) as { results: Result[] }).results
+      indexes.forEach((i, k) => results.set(i, got[k]!))
+    }
+    if (local.length === 0) return reply.send({ results: body.deliveryIds.map((_, i) => results.get(i)!) })
+    // This process answers for its own ids; mergeIds puts the answers back in request order.
+    req.answeredElsewhere = { total: body.deliveryIds.length, results, local }
+    ;(req as { body: unknown }).body = { ...body, deliveryIds: local.map((i) => body.deliveryIds[i]!) }
+    return undefined
+  }
+
+  async function mergeIds(req: FastifyRequest, reply: FastifyReply, payload: unknown): Promise<unknown> {
+    const elsewhere = req.answeredElsewhere
+    if (!elsewhere || reply.statusCode !== 200) return payload
+    const mine = (payload as { results: Result[] }).results
+    const merged: Result[] = new Array<Result>(elsewhere.total)
+    elsewhere.local.forEach((i, k) => { merged[i] = mine[k]! })
+    for (const [i, r] of elsewhere.results) merged[i] = r
+    return { results: merged }
+  }
+
+  async function countsElsewhere(req: FastifyRequest): Promise<void> {
+    if (req.headers[FORWARDED_HEADER] !== undefined) return
+    const group = (req.params as { group: string }).group
+    const partitions = owners.partitionsOf(group) ?? 0
+    const byOwner = new Map<string, number[]>()
+    for (let p = 0; p < partitions; p++) {
+      const owner = owners.ownerOf(group, p)
+      if (owner !== null && owner !== 'self') byOwner.set(owner, [...(byOwner.get(owner) ?? []), p])
+    }
+    if (byOwner.size === 0) return
+    const counts = new Map<number, number>()
+    await Promise.all([...byOwner].map(async ([base, ps]) => {
+      const a = await call(base, req, undefined)
+      if (a.status !== 200) return // the status is read here; a group deleted meanwhile is this process's 404
+      const status = JSON.parse(a.text) as { partitions: { partition: number; inFlight: number }[] }
+      for (const p of status.partitions) if (ps.includes(p.partition)) counts.set(p.partition, p.inFlight)
+    }))
+    req.inFlightElsewhere = counts
   }
 }
 
-function notPushing(detail: string, cause?: unknown): HookqError {
+function asArray<T>(v: T | T[] | undefined): T[] {
+  return v === undefined ? [] : Array.isArray(v) ? v : [v]
+}
+
+function unavailable(detail: string, cause?: unknown): HookqError {
   return new HookqError('unavailable', `${detail}; retry`, { retryAfterS: 1, ...(cause === undefined ? {} : { cause }) })
 }

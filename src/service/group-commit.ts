@@ -69,6 +69,11 @@ export class GroupCommitter<E, R> {
   /** Stops taking new calls and resolves once every queued call has been committed or failed. */
   async drain(): Promise<void> {
     this.closed = true
+    await this.settled()
+  }
+
+  /** Resolves once every call queued so far (and any queued meanwhile) has been committed or failed; keeps taking calls. */
+  async settled(): Promise<void> {
     if (this.running === 0 && this.head === this.queue.length) return
     await new Promise<void>((resolve) => this.idleWaiters.push(resolve))
   }

@@ -3,7 +3,7 @@
  * opaque keyset cursor), seek (moving committed offsets, to replay or to skip), and the
  * per-partition figures the metrics gauges show.
  */
-import type { Dispatcher } from '../dispatch/dispatcher.ts'
+import type { Cluster } from '../cluster/cluster.ts'
 import { HookqError } from '../errors.ts'
 import type { PartitionStat } from '../metrics.ts'
 import type { Database } from '../store/db.ts'
@@ -60,7 +60,7 @@ export class OperationsService {
     private readonly db: Database,
     private readonly groups: GroupService,
     private readonly topics: TopicStore,
-    private readonly dispatcher: Pick<Dispatcher, 'seek' | 'inFlight'>,
+    private readonly dispatcher: Pick<Cluster, 'seek' | 'inFlight'>,
   ) {}
 
   /** A page of the group's push attempts, newest first. */

@@ -28,6 +28,18 @@ export interface PartitionProgress {
   seekedAtMs: number
 }
 
+/** A group's partition, as the fences name it. */
+export interface PartitionKey {
+  groupId: number
+  topicId: number
+  partition: number
+}
+
+/** The owner epoch a writer holds for a partition (group_offsets.owner_epoch, see src/store/membership.ts). */
+export interface Fence extends PartitionKey {
+  ownerEpoch: number
+}
+
 /** One completion: acked, or dead (dead-lettered, or recorded as dead without a dead-letter topic). */
 export interface Completion {
   groupId: number
@@ -42,23 +54,28 @@ export interface CompletionBatch {
   completions: Completion[]
   /** New committed offsets (never lower than the stored ones). */
   committed: { groupId: number; topicId: number; partition: number; committedOffset: number }[]
-  /** Dead letters to append to dead-letter topics in the same transaction. */
-  deadLetters: AppendEntry[]
+  /** Dead letters to append to dead-letter topics in the same transaction, with the partition they come from. */
+  deadLetters: { from: PartitionKey; entry: AppendEntry }[]
+  /** The epoch held for every partition above: the partitions whose epoch has moved on get nothing written. */
+  fences: Fence[]
 }
 
-/** Committed offset and out-of-order completions of a group on every partition of a topic. */
-export async function loadProgress(db: Database, groupId: number, topicId: number): Promise<Map<number, PartitionProgress>> {
-  const offsets = await db.pool.query<{ partition: number; committed_offset: number; pushed_offset: number; seeked_ms: number | null }>(
-    `SELECT partition, committed_offset, pushed_offset, (extract(epoch from seeked_at) * 1000)::float8 AS seeked_ms
-     FROM group_offsets WHERE group_id = $1 AND topic_id = $2`, [groupId, topicId])
-  const done = await db.pool.query<{ partition: number; offset: number }>(
-    'SELECT partition, "offset" FROM group_completions WHERE group_id = $1 AND topic_id = $2', [groupId, topicId])
-  const progress = new Map<number, PartitionProgress>()
-  for (const r of offsets.rows) {
-    progress.set(r.partition, { committed: r.committed_offset, completed: new Set(), pushed: r.pushed_offset, seekedAtMs: r.seeked_ms ?? 0 })
-  }
-  for (const r of done.rows) progress.get(r.partition)?.completed.add(r.offset)
-  return progress
+/** What a completion batch did: partitions refused for their epoch, and where the dead letters landed. */
+export interface CompletionResult {
+  refused: PartitionKey[]
+  deadLettered: { topicId: number; partition: number; offset: number }[]
+}
+
+/** Committed offset and out-of-order completions of a group on one partition; null when it has no offsets row. */
+export async function loadProgress(db: Database, groupId: number, topicId: number, partition: number): Promise<PartitionProgress | null> {
+  const offsets = await db.pool.query<{ committed_offset: number; pushed_offset: number; seeked_ms: number | null }>(
+    `SELECT committed_offset, pushed_offset, (extract(epoch from seeked_at) * 1000)::float8 AS seeked_ms
+     FROM group_offsets WHERE group_id = $1 AND topic_id = $2 AND partition = $3`, [groupId, topicId, partition])
+  const row = offsets.rows[0]
+  if (!row) return null
+  const done = await db.pool.query<{ offset: number }>(
+    'SELECT "offset" FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = $3', [groupId, topicId, partition])
+  return { committed: row.committed_offset, completed: new Set(done.rows.map((r) => r.offset)), pushed: row.pushed_offset, seekedAtMs: row.seeked_ms ?? 0 }
 }
 
 /** Up to `limit` messages of a partition from `fromOffset`, in offset order. */
@@ -92,26 +109,39 @@ export async function attemptCounts(db: Database, groupId: number, topicId: numb
   return counts
 }
 
-/** One partition's reservation: its first pushes below `pushedOffset` may go out. */
-export interface PushReservation {
-  groupId: number
-  topicId: number
-  partition: number
+/** One partition's reservation: its first pushes below `pushedOffset` may go out, if the epoch is still held. */
+export interface PushReservation extends Fence {
   pushedOffset: number
 }
 
 /**
  * Records, before the pushes go out, that first pushes below each reservation's offset may be
  * made (one statement for many partitions; see attemptCounts for what a restart makes of it).
+ * Returns the partitions refused because their owner epoch moved on: nothing may be pushed for them.
  */
-export async function reservePushes(db: Database, rows: PushReservation[]): Promise<void> {
-  await db.pool.query(
+export async function reservePushes(db: Database, rows: PushReservation[]): Promise<PartitionKey[]> {
+  const res = await db.pool.query<{ group_id: number; topic_id: number; partition: number }>(
     `UPDATE group_offsets o SET pushed_offset = GREATEST(o.pushed_offset, u.r)
-     FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) AS u(g, t, p, r)
-     WHERE o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p`,
+     FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[], $5::bigint[]) AS u(g, t, p, r, e)
+     WHERE o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p AND o.owner_epoch = u.e
+     RETURNING o.group_id, o.topic_id, o.partition`,
     [numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)),
-      numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.pushedOffset))])
+      numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.pushedOffset)), numberArray(rows.map((r) => r.ownerEpoch))])
+  return refusedOf(rows, res.rows)
 }
+
+/** The fences (or rows) whose partition is not among those the database let through. */
+function refusedOf(asked: PartitionKey[], held: { group_id: number; topic_id: number; partition: number }[]): PartitionKey[] {
+  const ok = new Set(held.map((h) => `${h.group_id}:${h.topic_id}:${h.partition}`))
+  const refused = new Map<string, PartitionKey>()
+  for (const a of asked) {
+    const k = `${a.groupId}:${a.topicId}:${a.partition}`
+    if (!ok.has(k)) refused.set(k, { groupId: a.groupId, topicId: a.topicId, partition: a.partition })
+  }
+  return [...refused.values()]
+}
+
+const sameKey = (a: PartitionKey, b: PartitionKey) => a.groupId === b.groupId && a.topicId === b.topicId && a.partition === b.partition
 
 /**
  * Writes a batch of completions in one transaction: dead letters appended to their topics,
@@ -119,44 +149,69 @@ export async function reservePushes(db: Database, rows: PushReservation[]): Prom
  * passed deleted. A dead letter is therefore both in its dead-letter topic and completed, or neither.
  * Returns where the dead letters landed (so their topics' readers can be woken).
  */
-export async function commitCompletions(db: Database, batch: CompletionBatch): Promise<{ topicId: number; partition: number; offset: number }[]> {
-  if (batch.deadLetters.length === 0) {
-    await commitWithoutDeadLetters(db, batch)
-    return []
-  }
+export async function commitCompletions(db: Database, batch: CompletionBatch): Promise<CompletionResult> {
+  if (batch.deadLetters.length === 0) return commitWithoutDeadLetters(db, batch)
   return inTransaction(db, async (client) => {
-    const rows = await appendRows(client, batch.deadLetters)
-    if (rows.length !== batch.deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
-    await insertCompletions(client, batch.completions)
-    await advanceCommitted(client, batch.committed)
-    return rows.map((r) => ({ topicId: batch.deadLetters[r.ord - 1]!.topicId, partition: r.partition, offset: r.offset }))
+    const held = await client.query<{ group_id: number; topic_id: number; partition: number }>(`${HELD(1)} SELECT * FROM held`, fenceParams(batch.fences))
+    const refused = refusedOf(batch.fences, held.rows)
+    const ok = (k: PartitionKey) => !refused.some((r) => sameKey(r, k))
+    const deadLetters = batch.deadLetters.filter((d) => ok(d.from)).map((d) => d.entry)
+    const rows = await appendRows(client, deadLetters)
+    if (rows.length !== deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
+    await insertCompletions(client, batch.completions.filter(ok))
+    await advanceCommitted(client, batch.committed.filter(ok))
+    return { refused, deadLettered: rows.map((r) => ({ topicId: deadLetters[r.ord - 1]!.topicId, partition: r.partition, offset: r.offset })) }
   })
+}
+
+/**
+ * The fence: the offsets rows whose epoch the writer still holds, locked until it commits. A new
+ * owner's claim (or a seek) bumps the epoch with an UPDATE of the same row, so it waits for this
+ * write to commit, and this write, if it comes second, finds the new epoch and writes nothing.
+ */
+const HELD = (base: number) => `
+WITH held AS MATERIALIZED (
+  SELECT o.group_id, o.topic_id, o.partition FROM group_offsets o
+  JOIN unnest($${base}::int[], $${base + 1}::int[], $${base + 2}::int[], $${base + 3}::bigint[]) AS f(g, t, p, e)
+    ON o.group_id = f.g AND o.topic_id = f.t AND o.partition = f.p AND o.owner_epoch = f.e
+  FOR NO KEY UPDATE OF o
+)`
+
+function fenceParams(fences: Fence[]): unknown[] {
+  return [numberArray(fences.map((f) => f.groupId)), numberArray(fences.map((f) => f.topicId)),
+    numberArray(fences.map((f) => f.partition)), numberArray(fences.map((f) => f.ownerEpoch))]
 }
 
 // The common case (acks only) as one statement, committed on its own: one round trip. The rows it
 // inserts (offsets at or above the new committed offset) and those it deletes (below it) are
-// disjoint, so it does not matter that the sub-statements share one snapshot.
-const COMPLETE = `
-WITH done AS (
+// disjoint, so it does not matter that the sub-statements share one snapshot. Each writes only
+// for partitions in `held`.
+const COMPLETE = `${HELD(9)}, done AS (
   INSERT INTO group_completions (group_id, topic_id, partition, "offset")
-  SELECT * FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) ON CONFLICT DO NOTHING
+  SELECT u.g, u.t, u.p, u.x FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) AS u(g, t, p, x)
+  JOIN held h ON h.group_id = u.g AND h.topic_id = u.t AND h.partition = u.p
+  ON CONFLICT DO NOTHING
 ), moved AS (
   UPDATE group_offsets o SET committed_offset = GREATEST(o.committed_offset, u.c)
   FROM unnest($5::int[], $6::int[], $7::int[], $8::bigint[]) AS u(g, t, p, c)
+  JOIN held h ON h.group_id = u.g AND h.topic_id = u.t AND h.partition = u.p
   WHERE o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p
 ), passed AS (
   DELETE FROM group_completions gc USING unnest($5::int[], $6::int[], $7::int[], $8::bigint[]) AS u(g, t, p, c)
+  JOIN held h ON h.group_id = u.g AND h.topic_id = u.t AND h.partition = u.p
   WHERE gc.group_id = u.g AND gc.topic_id = u.t AND gc.partition = u.p AND gc."offset" < u.c
 )
-SELECT 1`
+SELECT * FROM held`
 
-async function commitWithoutDeadLetters(db: Database, batch: CompletionBatch): Promise<void> {
+async function commitWithoutDeadLetters(db: Database, batch: CompletionBatch): Promise<CompletionResult> {
   const c = batch.completions
   const o = batch.committed
-  await db.pool.query(COMPLETE, [
+  const res = await db.pool.query<{ group_id: number; topic_id: number; partition: number }>(COMPLETE, [
     numberArray(c.map((r) => r.groupId)), numberArray(c.map((r) => r.topicId)), numberArray(c.map((r) => r.partition)), numberArray(c.map((r) => r.offset)),
     numberArray(o.map((r) => r.groupId)), numberArray(o.map((r) => r.topicId)), numberArray(o.map((r) => r.partition)), numberArray(o.map((r) => r.committedOffset)),
+    ...fenceParams(batch.fences),
   ])
+  return { refused: refusedOf(batch.fences, res.rows), deadLettered: [] }
 }
 
 async function insertCompletions(client: pg.PoolClient, rows: Completion[]): Promise<void> {
@@ -182,7 +237,9 @@ async function advanceCommitted(client: pg.PoolClient, rows: CompletionBatch['co
 /**
  * Moves a group's committed offsets (seek) and forgets its completions on those partitions. The
  * replayed messages start again at attempt 1: the push reservation moves back with the offset, and
- * the seek time hides earlier attempts from a restart's count.
+ * the seek time hides earlier attempts from a restart's count. The owner epoch moves on too, so the
+ * partition's owner (any process) can write nothing more from before the seek; it claims the
+ * partition again and reloads it.
  */
 export async function seekOffsets(db: Database, groupId: number, topicId: number, offsets: Map<number, number>, seekedAtMs: number): Promise<void> {
   const partitions = [...offsets.keys()]
@@ -192,7 +249,8 @@ export async function seekOffsets(db: Database, groupId: number, topicId: number
       `INSERT INTO group_offsets (group_id, topic_id, partition, committed_offset, pushed_offset, seeked_at)
        SELECT $1, $2, p, c, c, to_timestamp($5 / 1000.0) FROM unnest($3::int[], $4::bigint[]) AS u(p, c)
        ON CONFLICT (group_id, topic_id, partition) DO UPDATE
-       SET committed_offset = EXCLUDED.committed_offset, pushed_offset = EXCLUDED.pushed_offset, seeked_at = EXCLUDED.seeked_at`,
+       SET committed_offset = EXCLUDED.committed_offset, pushed_offset = EXCLUDED.pushed_offset, seeked_at = EXCLUDED.seeked_at,
+         owner_epoch = group_offsets.owner_epoch + 1`,
       [groupId, topicId, partitions, values, seekedAtMs])
     await client.query('DELETE FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = ANY($3::int[])',
       [groupId, topicId, partitions])

@@ -139,9 +139,9 @@ export async function listAttempts(db: Database, groupId: number, f: {
 }
 
 /** Marks attempts left in flight by a previous process as failed (run when a group's runtime starts). */
-export async function abandonInFlight(db: Database, groupId: number): Promise<void> {
+export async function abandonInFlight(db: Database, groupId: number, partition: number): Promise<void> {
   await db.pool.query(
     `UPDATE deliveries SET outcome = 'failed', finished_at = coalesce(finished_at, clock_timestamp()),
        error = coalesce(error, 'the broker stopped before the outcome was known')
-     WHERE group_id = $1 AND outcome = 'in_flight'`, [groupId])
+     WHERE group_id = $1 AND partition = $2 AND outcome = 'in_flight'`, [groupId, partition])
 }

@@ -14,6 +14,8 @@ import { openDatabase } from '../../src/store/db.ts'
 import { GroupStore } from '../../src/store/groups.ts'
 import { MessageStore } from '../../src/store/messages.ts'
 import { TopicStore } from '../../src/store/topics.ts'
+import { claimPartition } from '../../src/store/membership.ts'
+import { seekOffsets } from '../../src/store/consumption.ts'
 import { testDatabase } from '../helpers/db.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
@@ -79,6 +81,9 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   await dispatcher.start()
   const topic = (await topicStore.findByName(name))!
   const groupId = (await groups.load(name))!.row.id
+  // This process owns the partition, as src/cluster/ownership.ts would make it: a new epoch, then acquire.
+  const own = async () => t.ok(await dispatcher.acquire(name, 0, (await claimPartition(db, groupId, 0))!), 'the partition is acquired')
+  await own()
   const produce = async (values: unknown[], delayMs = 0) => {
     const at = await messages.append(values.map((v) => ({
       topicId: topic.id, partition: 0, key: null, value: JSON.stringify(v), headers: '{}', delayMs, idempotencyKey: null,
@@ -93,7 +98,7 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   /** Waits (in real time) until the broker has every push's answer: a nack before it waits for it. */
   const answered = () => waitUntil(() => dispatcher.pushWindows().every((w) => w.inFlight === 0), 10_000, 'every push answered')
   const committed = async () => Number((await db.pool.query('SELECT committed_offset FROM group_offsets WHERE group_id = $1', [groupId])).rows[0].committed_offset)
-  return { clock, dispatcher, attempts, produce, pushes, pushed, answered, committed, groupId, errors, receiver }
+  return { clock, dispatcher, attempts, produce, pushes, pushed, answered, committed, groupId, errors, receiver, topic, own }
 }
 
 t.test('a passed ack deadline: timed out, pushed again after the backoff, and a late ack of attempt 1 still completes', async (t) => {
@@ -170,7 +175,10 @@ t.test('a seek while a push is out: its id no longer counts, and the partition s
   await s.produce(['a', 'b'])
   const [a] = [await s.pushed(1), await s.pushed(2)]
   s.clock.advance(10)
-  await s.dispatcher.seek({ name: 'seek', id: s.groupId }, (await topicStore.findByName('seek'))!.id, new Map([[0, 0]]))
+  // What src/cluster/cluster.ts seek does: offsets written with a new epoch, then the owner claims the partition again.
+  await seekOffsets(db, s.groupId, s.topic.id, new Map([[0, 0]]), s.clock.nowMs)
+  await s.dispatcher.release('seek', 0, false)
+  await s.own()
   t.same((await s.dispatcher.ack('seek', [a!.deliveryId])).map((r) => r.status), ['unknown'], 'an id from before the seek')
   const again = await s.pushed(3)
   t.match(again, { offset: 0, attempt: 1 }, 'replayed from the seek, attempt numbers start again')

@@ -34,9 +34,8 @@ import { isDeepStrictEqual } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import type { Test } from 'tap'
-import { LEADER_LOCK_KEY } from '../../src/store/leadership.ts'
 import { testDatabase } from '../helpers/db.ts'
-import { leads, spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { spawnBroker, type BrokerProcess } from '../helpers/process.ts'
 import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts'
 import { startReceiver, type BehaviourSpec, type Receiver } from '../helpers/receiver.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
@@ -73,13 +72,14 @@ export interface ClusterOptions {
   env?: Record<string, string>
   /**
    * Broker processes sharing the database (default 1). With more than one, each gets
-   * HOOKQ_LEADER_POLL_MS=200: one leads (pushes), the others forward acks and group status to it.
+   * HOOKQ_CLUSTER_POLL_MS=200: each owns (pushes) its share of the partitions, and the others
+   * forward acks and the group status to the owners.
    */
   processes?: number
 }
 
-/** How often a follower tries to take over, with several processes (HOOKQ_LEADER_POLL_MS). */
-export const LEADER_POLL_MS = 200
+/** How often the processes poll and rebalance, with several of them (HOOKQ_CLUSTER_POLL_MS). */
+export const CLUSTER_POLL_MS = 200
 
 /**
  * One or several broker processes on one fresh database; restartable; a process's base URL
@@ -122,7 +122,7 @@ export class Cluster {
     }
     c.env = {
       DATABASE_URL: brokerDb, HOOKQ_DB_POOL_SIZE: '5', HOOKQ_SHUTDOWN_GRACE_MS: '5000',
-      ...(n > 1 ? { HOOKQ_LEADER_POLL_MS: String(LEADER_POLL_MS) } : {}), ...opts.env,
+      ...(n > 1 ? { HOOKQ_CLUSTER_POLL_MS: String(CLUSTER_POLL_MS) } : {}), ...opts.env,
     }
     t.teardown(async () => {
       const live = c.live
@@ -233,42 +233,59 @@ export class Cluster {
     return [...counts].sort((a, b) => b[1] - a[1]).slice(0, max).map(([k, n]) => `${n}× ${k}`)
   }
 
-  /** Whether a process says it leads (`hookq_leader 1` in /metrics); false when it does not answer. */
-  reportsLeader(b: BrokerProcess, timeoutMs = 2000): Promise<boolean> {
-    return leads(b, timeoutMs).catch(() => false)
+  /** How many group partitions a process says it owns (`hookq_partitions_owned`); 0 when it does not answer. */
+  async ownedBy(b: BrokerProcess, timeoutMs = 2000): Promise<number> {
+    try {
+      const res = await fetch(`${b.url}/metrics`, { signal: AbortSignal.timeout(timeoutMs) })
+      return Number(/^hookq_partitions_owned (\d+)$/m.exec(await res.text())?.[1] ?? 0)
+    } catch {
+      return 0
+    }
   }
 
-  /** The live processes that say they lead now (asked side by side). */
-  async leaders(timeoutMs = 2000): Promise<BrokerProcess[]> {
+  /** The live processes that own partitions now (asked side by side). */
+  async owners(timeoutMs = 2000): Promise<BrokerProcess[]> {
     const live = this.live
-    const says = await Promise.all(live.map((b) => this.reportsLeader(b, timeoutMs)))
-    return live.filter((_, i) => says[i])
-  }
-
-  /** The one live process that leads; waits (bounded) until exactly one says so. */
-  async leader(timeoutMs = 10_000): Promise<BrokerProcess> {
-    return waitUntil(async () => {
-      const l = await this.leaders()
-      return l.length === 1 ? l[0] : undefined
-    }, timeoutMs, 'exactly one broker process to lead', 100)
+    const owned = await Promise.all(live.map((b) => this.ownedBy(b, timeoutMs)))
+    return live.filter((_, i) => owned[i]! > 0)
   }
 
   /**
-   * SIGKILL the leader, wait until another live process leads (bounded by `takeoverTimeoutMs`; the
-   * caller asserts the time), then start a replacement on the same database (it joins as a follower).
+   * Who holds each group partition, from pg_locks: problems (a partition held twice, by no one, or
+   * by a process that is not a live member), none when every partition has exactly one live owner.
    */
-  async killLeaderAndReplace(takeoverTimeoutMs = 20_000): Promise<{ killed: BrokerProcess; leader: BrokerProcess; takeoverMs: number; replacement: BrokerProcess }> {
-    if (this.processCount < 2) throw new Error('killLeaderAndReplace needs a cluster of several processes')
-    const killed = await this.leader()
-    this.faults.push('SIGKILL leader')
+  async ownershipProblems(): Promise<string[]> {
+    const db = await this.sql()
+    const { rows } = await db.query<{ group_name: string; partition: number; holders: number; live: number }>(`
+      WITH locks AS (SELECT pid, classid::bigint AS hi, objid::bigint AS lo, mode FROM pg_locks
+                     WHERE locktype = 'advisory' AND granted AND objsubid = 1
+                       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),
+           members AS (SELECT m.backend_pid FROM broker_members m JOIN locks l ON l.pid = m.backend_pid AND l.mode = 'ShareLock')
+      SELECT g.name AS group_name, p.partition,
+             (SELECT count(*)::int FROM locks l WHERE l.hi = $1 + g.id AND l.lo = p.partition AND l.mode = 'ExclusiveLock') AS holders,
+             (SELECT count(*)::int FROM locks l JOIN members m ON m.backend_pid = l.pid WHERE l.hi = $1 + g.id AND l.lo = p.partition AND l.mode = 'ExclusiveLock') AS live
+      FROM consumer_groups g JOIN topics t ON t.name = g.topic, generate_series(0, t.partitions - 1) AS p(partition)`, [0x48000000])
+    return rows.filter((r) => r.holders !== 1 || r.live !== 1)
+      .map((r) => `${r.group_name}/${r.partition}: ${r.holders} holder(s), ${r.live} of them live members`)
+  }
+
+  /**
+   * SIGKILL a process that owns partitions, wait until every partition has a live owner again
+   * (bounded by `takeoverTimeoutMs`; the caller asserts the time), then start a replacement on the
+   * same database (it takes its share from the others).
+   */
+  async killOwnerAndReplace(takeoverTimeoutMs = 20_000): Promise<{ killed: BrokerProcess; takeoverMs: number; replacement: BrokerProcess }> {
+    if (this.processCount < 2) throw new Error('killOwnerAndReplace needs a cluster of several processes')
+    const killed = await waitUntil(async () => (await this.owners())[0], 10_000, 'a broker process that owns partitions', 100)
+    this.faults.push('SIGKILL of an owner')
     const t0 = Date.now()
     this.killedAt.set(killed, t0)
     killed.child.kill('SIGKILL')
     await waitUntil(() => this.exited.has(killed), 10_000, `pid ${killed.child.pid} to exit after SIGKILL`)
-    const leader = await waitUntil(async () => (await this.leaders(1000))[0], takeoverTimeoutMs, 'another broker process to lead', 25)
+    await waitUntil(async () => (await this.ownershipProblems()).length === 0, takeoverTimeoutMs, 'every partition owned by a live process again', 25)
     const takeoverMs = Date.now() - t0
     const replacement = await this.spawn()
-    return { killed, leader, takeoverMs, replacement }
+    return { killed, takeoverMs, replacement }
   }
 
   /** SIGTERM: resolves with the exit code and how long it took; then starts again. */
@@ -545,23 +562,18 @@ export class OffsetSampler {
   async stop(): Promise<void> { this.stopped = true; await this.loop }
 }
 
-// ---------------------------------------------------------------- leader sampler
+// ---------------------------------------------------------------- ownership sampler
 
 /**
- * Asks every live process whether it leads (`hookq_leader 1` in /metrics), side by side, every
- * `everyMs`, sequentially. A sample is not one instant: a process SIGKILLed while the sample was
- * under way may have answered 1 just before it died, and its successor 1 just after; such a
- * process's answer is left out of that sample (it is dead, it pushes nothing). Every other sample
- * with two processes saying 1 is two leaders at once: leadership changes here only when a leader is
- * killed, so both were leading when the later answer was written.
+ * Reads who holds each group partition (pg_locks ⨝ the live members) every `everyMs` for the whole
+ * run. A partition held by two processes at once would be two pushers; one held by nobody is a move
+ * under way (counted, and bounded by the takeover assertions).
  */
-export class LeaderSampler {
+export class OwnershipSampler {
   samples = 0
-  /** Samples with no process leading (a takeover under way). */
-  leaderless = 0
-  /** Samples where a process killed during the sample answered 1 and was left out. */
-  discounted = 0
-  /** Samples with two or more leaders, described. */
+  /** Samples with some partition owned by no live process (a move under way). */
+  unowned = 0
+  /** Samples with a partition held twice, described. */
   overlaps: string[] = []
   private stopped = false
   private loop: Promise<void>
@@ -569,18 +581,12 @@ export class LeaderSampler {
   constructor(private cluster: Cluster, everyMs = 200) {
     this.loop = (async () => {
       for (let i = 0; i < 20_000 && !this.stopped; i++) {
-        const t0 = Date.now()
-        const live = cluster.live
-        const says = await Promise.all(live.map((b) => cluster.reportsLeader(b, 1500)))
-        const t1 = Date.now()
-        // Killed before the sample began: it cannot have answered. Killed during it: its answer may predate its death.
-        const killedDuring = (b: BrokerProcess) => { const k = cluster.killedAt.get(b); return k !== undefined && k <= t1 }
-        const leaders = live.filter((b, j) => says[j] && !killedDuring(b))
-        if (live.some((b, j) => says[j] && killedDuring(b))) this.discounted++
-        this.samples++
-        if (!says.some(Boolean)) this.leaderless++
-        if (leaders.length > 1 && this.overlaps.length < 50) {
-          this.overlaps.push(`${new Date(t0).toISOString()} (+${t1 - t0} ms): pids ${leaders.map((b) => b.child.pid).join(', ')} all report hookq_leader 1`)
+        const problems = await cluster.ownershipProblems().catch(() => undefined)
+        if (problems) {
+          this.samples++
+          const twice = problems.filter((p) => /^[^:]+: ([2-9]|\d\d+) holder/.test(p))
+          if (problems.length > twice.length) this.unowned++
+          if (twice.length > 0 && this.overlaps.length < 50) this.overlaps.push(`${new Date().toISOString()}: ${twice.join('; ')}`)
         }
         await sleep(everyMs)
       }
@@ -630,7 +636,7 @@ export interface CheckInput {
   /** RSS bound, bytes (default 768 MiB). */
   maxRssBytes?: number
   /** Several processes: the leader samples taken during the run (stopped before the check). */
-  leaders?: LeaderSampler
+  owners?: OwnershipSampler
 }
 
 export interface CheckResult { lost: number; duplicates: number; pushes: number; messages: number; deadLettered: number; violations: string[] }
@@ -766,27 +772,21 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
     if (!(fds < 256)) v(`${who} holds ${fds} file descriptors (${sockets} sockets) at rest`)
   }
   const rss = Math.max(...rssAll), fds = Math.max(...fdsAll), sockets = Math.max(...socketsAll)
-  // Each process: its pool plus its leadership session. Those of killed processes must be gone.
+  // Each process: its pool plus its member session. Those of killed processes must be gone.
   const dbConnections = await cluster.databaseConnections()
   const pool = Number(cluster.envValue('HOOKQ_DB_POOL_SIZE') ?? 10)
   if (!(dbConnections <= live.length * (pool + 1))) v(`${dbConnections} connections to the database at rest, ${live.length} process(es) of pool size ${pool}`)
 
-  // Several processes: never two leaders at once; at rest exactly one, the one the database names.
+  // Several processes: never a partition held twice; at rest every one owned by exactly one live process.
   let leaderNote = ''
-  if (inp.leaders) {
-    for (const o of inp.leaders.overlaps) v(`two leaders at once: ${o}`)
-    const leading = await cluster.leaders()
-    if (leading.length !== 1) v(`${leading.length} live processes report hookq_leader 1 at rest (pids ${leading.map((b) => b.child.pid).join(', ')})`)
-    const named = (await db.query(
-      `SELECT r.url FROM broker_leader r JOIN pg_locks l ON l.pid = r.backend_pid AND l.locktype = 'advisory' AND l.granted
-        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-        AND ((l.classid::bigint << 32) | l.objid::bigint) = $1 WHERE r.id = 1`, [LEADER_LOCK_KEY])).rows[0]?.url as string | undefined
-    if (leading.length === 1 && named !== leading[0]!.url) v(`the database names ${named ?? 'no leader'} (lock held), the leading process is ${leading[0]!.url}`)
-    const sessions = (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND application_name = 'hookq-leader'`, [cluster.dbName])).rows[0].n as number
-    if (sessions > live.length) v(`${sessions} leadership sessions open for ${live.length} live processes (a killed process's session survived)`)
-    const l = inp.leaders
-    leaderNote = `; ${live.length} live processes of ${cluster.procs.length} started; leader samples ${l.samples} (${l.leaderless} with no leader, `
-      + `${l.discounted} with a just-killed leader left out, ${l.overlaps.length} with two)`
+  if (inp.owners) {
+    for (const o of inp.owners.overlaps) v(`a partition held by two processes at once: ${o}`)
+    for (const p of await cluster.ownershipProblems()) v(`at rest: ${p}`)
+    const sessions = (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND application_name = 'hookq-member'`, [cluster.dbName])).rows[0].n as number
+    if (sessions > live.length) v(`${sessions} member sessions open for ${live.length} live processes (a killed process's session survived)`)
+    const o = inp.owners
+    leaderNote = `; ${live.length} live processes of ${cluster.procs.length} started; ownership samples ${o.samples} (${o.unowned} with a partition moving, `
+      + `${o.overlaps.length} with one held twice)`
   }
 
   const distinct = new Set(pushes.map((p) => coord(p.partition, p.offset))).size

@@ -75,11 +75,3 @@ export async function callBroker(base: string, method: string, path: string, bod
   try { json = text ? JSON.parse(text) : undefined } catch { json = text }
   return { status: res.status, json, headers: res.headers, retryAfter: res.headers.get('retry-after') }
 }
-
-/** True when the process says it is the leader (the hookq_leader gauge); throws when it does not answer. */
-export async function leads(b: BrokerProcess, timeoutMs = 10_000): Promise<boolean> {
-  const res = await fetch(`${b.url}/metrics`, { signal: AbortSignal.timeout(timeoutMs) })
-  const text = await res.text()
-  if (res.status !== 200) throw new Error(`GET /metrics of pid ${b.child.pid}: ${res.status}`)
-  return /^hookq_leader 1$/m.test(text)
-}

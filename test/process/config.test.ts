@@ -11,7 +11,8 @@ t.test('defaults', async (t) => {
   t.match(c, { host: '127.0.0.1', port: 8080, databaseUrl: undefined, dataDir: './data', maxMessageBytes: 1048576, maxRequestBytes: 10485760, apiKeys: [], pushWindowInitial: 8, pushWindowMax: 1000, logRequests: false })
   t.equal(loadConfig({ HOOKQ_LOG_REQUESTS: 'yes' }).logRequests, true)
   t.equal(loadConfig({ HOOKQ_ADVERTISE_URL: 'http://10.0.0.5:8080/' }).advertiseUrl, 'http://10.0.0.5:8080')
-  t.match(loadConfig({}), { advertiseUrl: undefined, leaderPollMs: 1000 })
+  t.match(loadConfig({}), { advertiseUrl: undefined, clusterPollMs: 1000 })
+  t.match(loadConfig({ HOOKQ_LEADER_POLL_MS: '300' }), { clusterPollMs: 300 }, 'the old name still works')
   t.match(loadConfig({}), { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, keepAliveTimeoutMs: 5000 })
   t.match(loadConfig({ HOOKQ_REQUEST_TIMEOUT_MS: '2000' }), { requestTimeoutMs: 2000, headersTimeoutMs: 2000 }, 'headers default to at most the request timeout')
 })
@@ -27,7 +28,7 @@ t.test('bad values are refused with the variable named', async (t) => {
     [{ DATABASE_URL: 'postgresql://u@h/db?schema=hq' }, /DATABASE_URL names schema "hq": hookq keeps its tables in the public schema/],
     [{ HOOKQ_ADVERTISE_URL: 'ftp://x' }, /HOOKQ_ADVERTISE_URL must be an http:\/\/ or https:\/\/ base URL/],
     [{ HOOKQ_ADVERTISE_URL: 'http://10.0.0.5:8080/hookq' }, /HOOKQ_ADVERTISE_URL must be/],
-    [{ HOOKQ_LEADER_POLL_MS: '10' }, /HOOKQ_LEADER_POLL_MS must be a whole number from 50/],
+    [{ HOOKQ_CLUSTER_POLL_MS: '10' }, /HOOKQ_CLUSTER_POLL_MS must be a whole number from 50/],
     [{ HOOKQ_LOG_REQUESTS: 'sometimes' }, /HOOKQ_LOG_REQUESTS must be true or false, got "sometimes"/],
     [{ HOOKQ_PUSH_WINDOW_MAX: '0' }, /HOOKQ_PUSH_WINDOW_MAX must be a whole number from 1/],
     [{ HOOKQ_PUSH_ALLOW_PRIVATE: 'maybe' }, /HOOKQ_PUSH_ALLOW_PRIVATE must be true or false/],

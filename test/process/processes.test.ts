@@ -23,7 +23,7 @@ const childrenOf = (pid: number): number[] => {
 }
 
 t.test('two broker processes from one command', { skip: needsServer }, async (t) => {
-  const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2', HOOKQ_LEADER_POLL_MS: '200' }
+  const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2', HOOKQ_CLUSTER_POLL_MS: '200' }
   const broker = await spawnBroker(env, 60_000)
   t.teardown(() => { for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL'); broker.child.kill('SIGKILL') })
   /** Waits as waitUntil does; on a timeout, shows what the processes logged. */
@@ -33,14 +33,14 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
   const listens = (pid: number) => broker.output().split('\n').some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
   await waitFor(() => childrenOf(broker.child.pid!).length === 2, 30_000, 'two broker processes')
 
-  /** hookq_leader of whichever process answers a fresh connection. */
-  const leaderGauge = async () => /^hookq_leader (\d)/m.exec(String((await call(broker.url, 'GET', '/metrics', undefined, { connection: 'close' })).json))?.[1]
-  const bothAnswer = async () => {
-    const seen = new Set<string | undefined>()
-    for (let i = 0; i < 20 && seen.size < 2; i++) seen.add(await leaderGauge())
-    return seen.has('1') && seen.has('0')
+  await waitFor(() => childrenOf(broker.child.pid!).every(listens), 30_000, 'both processes listen')
+  /** hookq_partitions_owned of whichever process answers a fresh connection. */
+  const ownedGauge = async () => /^hookq_partitions_owned (\d+)/m.exec(String((await call(broker.url, 'GET', '/metrics', undefined, { connection: 'close' })).json))?.[1]
+  /** Both processes own one of the group's two partitions: every answer, from either, says 1. */
+  const oneEach = async () => {
+    for (let i = 0; i < 10; i++) if (await ownedGauge() !== '1') return false
+    return true
   }
-  await waitFor(bothAnswer, 30_000, 'the leader and the other process both answer on the port')
 
   const acked: string[] = []
   const receiver = await startReceiver(t, (req) => {
@@ -53,6 +53,7 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
   t.equal((await call(broker.url, 'PUT', '/v1/topics/p', { partitions: 2 })).status, 201)
   t.equal((await call(broker.url, 'PUT', '/v1/groups/g', { topic: 'p' })).status, 201)
   t.equal((await call(broker.url, 'POST', '/v1/groups/g/consumers', { url: receiver.url })).status, 201)
+  await waitFor(oneEach, 30_000, 'each process owns one partition')
   const lagZero = async () => (await call(broker.url, 'GET', '/v1/groups/g')).json.partitions?.every((p: { lag: number; inFlight: number }) => p.lag === 0 && p.inFlight === 0)
 
   for (let i = 0; i < 10; i++) {
@@ -67,9 +68,8 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
   process.kill(victim!, 'SIGKILL')
   await waitFor(() => { const c = childrenOf(broker.child.pid!); return c.length === 2 && !c.includes(victim!) }, 30_000, 'a new process in its place')
   const fresh = childrenOf(broker.child.pid!).find((pid) => !before.includes(pid))!
-  // Until it listens, the survivor alone answers, and may show both gauge values as it takes over.
   await waitFor(() => listens(fresh), 60_000, 'the new process listens')
-  await waitFor(bothAnswer, 30_000, 'two processes answer again, one of them pushing')
+  await waitFor(oneEach, 30_000, 'the new process took its partition back from the survivor')
   t.equal((await call(broker.url, 'POST', '/v1/topics/p/messages', { messages: Array.from({ length: 10 }, (_, j) => ({ value: 100 + j })) })).status, 201)
   await waitFor(lagZero, 30_000, 'messages produced after the restart pushed and acked too')
   t.match(broker.output(), /a broker process exited; starting another/)

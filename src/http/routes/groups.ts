@@ -31,7 +31,8 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
         operationId: 'getGroup', tags, summary: 'A group with its per-partition offsets, lag and consumers',
         params: GroupParams, response: { 200: ref(GroupStatus), ...problems(400, 401, 404, 503) },
       },
-    }, async (req) => services.groups.status(req.params.group, (groupId, partition) => services.inFlight(groupId, partition)))
+    }, async (req) => services.groups.status(req.params.group,
+      (groupId, partition) => req.inFlightElsewhere?.get(partition) ?? services.inFlight(groupId, partition)))
 
     app.delete('/v1/groups/:group', {
       schema: {

@@ -1,0 +1,337 @@
+/**
+ * Every broker process on a database pushes: each (group, partition) is owned by exactly one live
+ * process at a time, and the partitions spread evenly over the live ones.
+ *
+ *   not held ──lock taken, epoch claimed, progress loaded──▶ owned (this dispatcher pushes it)
+ *      ▲                                                        │
+ *      └── handed over (graceful) / session lost (at once) ─────┘
+ *
+ * - A process is a member while its own session holds the members' lock; owning a partition is
+ *   holding its advisory lock on that session (src/store/membership.ts). The server frees the locks
+ *   of a session that ends, so a killed process's partitions are free at once, and a frozen or cut
+ *   off one's when idle_session_timeout ends its session; by then it has stopped by itself, since
+ *   every poll is a query on that session and one left unanswered drops everything it owned.
+ * - Every poll (HOOKQ_CLUSTER_POLL_MS) each member reads the live members and holders and computes
+ *   the same target (src/cluster/assignment.ts). It hands over what it holds beyond its share and
+ *   takes what is its share and free, so a member that joins, leaves or dies is balanced within two
+ *   polls, and partitions that need not move do not.
+ * - The lock says who may take a partition; the owner epoch fences the writes: a new owner bumps
+ *   it, and completions, reservations and retries name the epoch they hold, so a process that lost a
+ *   partition (paused past its session, say) has its writes refused by the database.
+ * - Moves run beside the polls, never holding them up: a poll is also the session's heartbeat.
+ *
+ * With the embedded database (one connection) there is one process by construction: it owns every
+ * partition, with no session and no locks, and epochs all the same.
+ */
+import type { Dispatcher } from '../dispatch/dispatcher.ts'
+import type { Database } from '../store/db.ts'
+import { claimPartition, forgetDeadMembers, groupPartitions, MemberSession, ownerEpochs, type ClusterView } from '../store/membership.ts'
+import { assign, pairKey } from './assignment.ts'
+
+/** How often the members re-read groups, end offsets and owner epochs (what a lost NOTIFY did not tell), ms. */
+const RECONCILE_EVERY_MS = 5000
+
+type Log = { info(obj: object, msg: string): void; warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
+
+export interface OwnershipDeps {
+  /** The database, for the session of its own; null: the embedded database (own everything, alone). */
+  connectionString: string | null
+  db: Database
+  pollMs: number
+  dispatcher: Pick<Dispatcher, 'hasGroup' | 'reload' | 'acquire' | 'release' | 'releaseAll' | 'heldEpochs' | 'reconcile' | 'owns'>
+  /** Every NOTIFY heard on the session (other members' changes and appends). */
+  onNotify(channel: string, payload: string): void
+  log: Log
+  /** Told how many partitions this process owns whenever that changes (metrics). */
+  onOwned?(count: number): void
+  /** How often to reconcile, ms (tests shorten it). */
+  reconcileEveryMs?: number
+}
+
+interface Held {
+  groupId: number
+  name: string
+  partition: number
+}
+
+/** What a process must do with the partitions' locks: a session's, or none when alone. */
+interface Locks {
+  tryLock(groupId: number, partition: number): Promise<boolean>
+  unlock(groupId: number, partition: number): Promise<void>
+  readonly isLost: boolean
+}
+const ALONE: Locks = { tryLock: async () => true, unlock: async () => {}, isLost: false }
+
+export class Ownership {
+  private session: MemberSession | undefined
+  private view: ClusterView | undefined
+  /** Partitions whose lock this process holds ("groupId:partition"). */
+  private readonly held = new Map<string, Held>()
+  /** Partitions being taken, handed over or claimed again: one move at a time each. */
+  private readonly moving = new Map<string, Promise<void>>()
+  private url: string | null = null
+  private timer: NodeJS.Timeout | undefined
+  private polling: Promise<void> | undefined
+  private pollAgain = false
+  private stopped = false
+  private reconciledAtMs = 0
+  private reconciling = false
+
+  constructor(private readonly deps: OwnershipDeps) {}
+
+  /** Joins (or, alone, takes everything) and waits until the first share is taken. */
+  async start(url: string | null): Promise<void> {
+    this.url = url
+    this.reconciledAtMs = Date.now()
+    await this.poll()
+    // Polls go on while the first partitions load (each poll is the session's heartbeat).
+    this.schedule()
+    await Promise.allSettled([...this.moving.values()])
+  }
+
+  /** The address became known (after listen): recorded at once. */
+  async advertise(url: string | null): Promise<void> {
+    this.url = url
+    const s = this.session
+    if (s && !s.isLost) await s.record(url).catch((err: unknown) => this.deps.log.warn({ err }, 'recording this member\'s URL failed'))
+  }
+
+  /** Stops taking partitions and ends the session: the others take them within a poll. The caller stops the dispatcher first. */
+  async stop(): Promise<void> {
+    this.stopped = true
+    clearTimeout(this.timer)
+    await this.polling?.catch(() => {})
+    await this.session?.close()
+    this.session = undefined
+    this.held.clear()
+  }
+
+  /** Polls again soon (a group or topic was created or deleted here). */
+  pollSoon(): void {
+    if (this.stopped) return
+    if (this.polling) { this.pollAgain = true; return }
+    clearTimeout(this.timer)
+    void this.poll().finally(() => this.schedule())
+  }
+
+  /** The session, for NOTIFY (no pool connection needed), if it is up. */
+  get liveSession(): MemberSession | undefined {
+    return this.session && !this.session.isLost ? this.session : undefined
+  }
+
+  /** How many members the last poll saw (1 alone). */
+  get memberCount(): number {
+    return this.deps.connectionString === null ? 1 : this.view?.members.length ?? 1
+  }
+
+  /**
+   * Where calls for a partition go: 'self' when this process owns it, the owner's URL when another
+   * live member holds it (as of the last poll), null when nobody does right now (it is moving).
+   */
+  ownerOf(groupName: string, partition: number): 'self' | string | null {
+    const group = this.view?.groups.find((g) => g.name === groupName)
+    if (this.deps.connectionString === null) return 'self'
+    if (!group) return null
+    if (this.deps.dispatcher.owns(group.groupId, partition)) return 'self'
+    const pid = this.view!.holders.find((h) => h.groupId === group.groupId && h.partition === partition)?.pid
+    if (pid === undefined || pid === this.view!.self) return null
+    return this.view!.members.find((m) => m.pid === pid)?.url ?? null
+  }
+
+  /** The partition count of a group, as of the last poll (undefined: not known here). */
+  partitionsOf(groupName: string): number | undefined {
+    return this.view?.groups.find((g) => g.name === groupName)?.partitions
+  }
+
+  /**
+   * A partition this process holds must be loaded again with a new epoch: it was seeked, or a write
+   * was refused for its epoch while the lock is still ours (a seek elsewhere moved it on).
+   */
+  refresh(name: string, partition: number): Promise<void> {
+    const h = [...this.held.values()].find((x) => x.name === name && x.partition === partition)
+    const locks = this.locks()
+    if (!h || !locks) return Promise.resolve()
+    return this.move(pairKey(h.groupId, partition), async () => {
+      await this.deps.dispatcher.release(name, partition, false)
+      await this.claim(locks, h)
+    })
+  }
+
+  private schedule(): void {
+    if (this.stopped) return
+    clearTimeout(this.timer)
+    this.timer = setTimeout(() => { void this.poll().finally(() => this.schedule()) }, this.deps.pollMs)
+    this.timer.unref()
+  }
+
+  private poll(): Promise<void> {
+    this.polling ??= this.pollOnce().finally(() => {
+      this.polling = undefined
+      if (this.pollAgain && !this.stopped) { this.pollAgain = false; this.pollSoon() }
+    })
+    return this.polling
+  }
+
+  private async pollOnce(): Promise<void> {
+    if (this.stopped) return
+    if (this.deps.connectionString === null) {
+      try {
+        const groups = await groupPartitions(this.deps.db)
+        const holders = [...this.held.values()].map((h) => ({ groupId: h.groupId, partition: h.partition, pid: 0 }))
+        this.view = { self: 0, members: [{ pid: 0, url: null }], holders, groups }
+        this.balance(ALONE, this.view)
+      } catch (err) {
+        this.deps.log.warn({ err }, 'reading the groups failed; trying again at the next poll')
+      }
+      this.maybeReconcile()
+      return
+    }
+    let session = this.session
+    try {
+      if (!session || session.isLost) session = await this.join()
+      const view = await session.view()
+      if (session !== this.session || this.stopped) return
+      this.view = view
+      this.balance(session, view)
+    } catch (err) {
+      this.deps.log.warn({ err }, 'the member session did not answer: this process stops pushing until it joins again')
+      if (session) {
+        session.destroy()
+        this.lost(session)
+      }
+      return
+    }
+    this.maybeReconcile()
+  }
+
+  private async join(): Promise<MemberSession> {
+    // The server drops a silent member only after the member would have given up by itself.
+    const queryTimeoutMs = Math.max(2000, 4 * this.deps.pollMs)
+    const session = await MemberSession.open(this.deps.connectionString!,
+      { queryTimeoutMs, idleTimeoutMs: 2 * queryTimeoutMs + this.deps.pollMs },
+      (channel, payload) => this.deps.onNotify(channel, payload))
+    session.onLost(() => this.lost(session))
+    try {
+      await session.join(this.url)
+    } catch (err) {
+      await session.close()
+      throw err
+    }
+    this.session = session
+    this.deps.log.info({ url: this.url, backendPid: session.pid }, 'joined the broker processes of this database')
+    return session
+  }
+
+  /** The session ended: every lock on it is gone, so is every partition (another may push them now). */
+  private lost(session: MemberSession): void {
+    if (this.session !== session) return
+    this.session = undefined
+    this.view = undefined
+    if (this.held.size > 0 && !this.stopped) this.deps.log.warn({ partitions: this.held.size }, 'the member session ended: this process stops pushing its partitions')
+    this.held.clear()
+    this.deps.dispatcher.releaseAll()
+    this.deps.onOwned?.(0)
+  }
+
+  private locks(): Locks | undefined {
+    if (this.deps.connectionString === null) return ALONE
+    return this.session && !this.session.isLost ? this.session : undefined
+  }
+
+  /** Hands over what is beyond this member's share, takes what is its share and free. */
+  private balance(locks: Locks, view: ClusterView): void {
+    const target = assign(view)
+    const holderOf = new Map(view.holders.map((h) => [pairKey(h.groupId, h.partition), h.pid]))
+    for (const [k, h] of this.held) {
+      if (this.moving.has(k)) continue
+      if (target.get(k) !== view.self) this.move(k, () => this.handOver(locks, k, h))
+      // Held, but the dispatcher let it go (its group was loaded again for a new topic): claim it again.
+      else if (!this.deps.dispatcher.owns(h.groupId, h.partition)) void this.refresh(h.name, h.partition)
+    }
+    for (const g of view.groups) {
+      for (let p = 0; p < g.partitions; p++) {
+        const k = pairKey(g.groupId, p)
+        if (target.get(k) !== view.self || this.held.has(k) || this.moving.has(k)) continue
+        // Held by another member that has yet to hand it over (it will, at its next poll).
+        const holder = holderOf.get(k)
+        if (holder !== undefined && holder !== view.self) continue
+        this.move(k, () => this.take(locks, { groupId: g.groupId, name: g.name, partition: p }))
+      }
+    }
+  }
+
+  private move(k: string, fn: () => Promise<void>): Promise<void> {
+    const previous = this.moving.get(k) ?? Promise.resolve()
+    const next = previous.then(fn).catch((err: unknown) => this.deps.log.error({ err, partition: k }, 'moving a partition failed; the next poll tries again'))
+      .finally(() => {
+        if (this.moving.get(k) === next) this.moving.delete(k)
+        this.deps.onOwned?.(this.held.size)
+      })
+    this.moving.set(k, next)
+    return next
+  }
+
+  private async take(locks: Locks, h: Held): Promise<void> {
+    if (this.stopped || locks.isLost || !(await locks.tryLock(h.groupId, h.partition))) return
+    this.held.set(pairKey(h.groupId, h.partition), h)
+    await this.claim(locks, h)
+  }
+
+  /** With the lock held: a new epoch, then the dispatcher loads the partition under it. */
+  private async claim(locks: Locks, h: Held): Promise<void> {
+    const k = pairKey(h.groupId, h.partition)
+    try {
+      if (!this.deps.dispatcher.hasGroup(h.name)) await this.deps.dispatcher.reload(h.name)
+      const epoch = await claimPartition(this.deps.db, h.groupId, h.partition)
+      if (locks.isLost || this.stopped || this.held.get(k) !== h) return
+      if (epoch !== null && await this.deps.dispatcher.acquire(h.name, h.partition, epoch)) {
+        // The session may have been lost while loading: then the partition is not ours to push.
+        if (locks.isLost || this.held.get(k) !== h) await this.deps.dispatcher.release(h.name, h.partition, false)
+        return
+      }
+      // The group or its topic is gone (or not running here yet): let go, the next poll sees.
+      await this.letGo(locks, k, h)
+    } catch (err) {
+      await this.letGo(locks, k, h).catch(() => {})
+      throw err
+    }
+  }
+
+  private async handOver(locks: Locks, k: string, h: Held): Promise<void> {
+    await this.deps.dispatcher.release(h.name, h.partition, true)
+    await this.letGo(locks, k, h)
+  }
+
+  private async letGo(locks: Locks, k: string, h: Held): Promise<void> {
+    if (this.held.get(k) !== h) return
+    this.held.delete(k)
+    if (locks.isLost) return
+    try {
+      await locks.unlock(h.groupId, h.partition)
+    } catch (err) {
+      // A lock we cannot give back is one we can no longer account for: start over on a new session.
+      this.deps.log.warn({ err }, 'giving a partition lock back failed: this process joins again')
+      if (this.session && locks === this.session) { this.session.destroy(); this.lost(this.session) }
+    }
+  }
+
+  /** Now and then, not awaited: groups and end offsets reloaded, and partitions whose epoch moved (a seek elsewhere) claimed again. */
+  private maybeReconcile(): void {
+    if (this.reconciling || Date.now() - this.reconciledAtMs < (this.deps.reconcileEveryMs ?? RECONCILE_EVERY_MS)) return
+    this.reconciledAtMs = Date.now()
+    this.reconciling = true
+    const run = async () => {
+      await this.deps.dispatcher.reconcile()
+      const held = this.deps.dispatcher.heldEpochs()
+      const now = await ownerEpochs(this.deps.db, held.map((h) => h.key))
+      for (const h of held) {
+        if (this.moving.has(pairKey(h.key.groupId, h.key.partition))) continue
+        const epoch = now.get(pairKey(h.key.groupId, h.key.partition))
+        if (epoch !== undefined && epoch !== h.ownerEpoch) void this.refresh(h.name, h.key.partition)
+      }
+      if (this.deps.connectionString !== null) await forgetDeadMembers(this.deps.db)
+    }
+    void run().catch((err: unknown) => this.deps.log.warn({ err }, 'reconciling with the database failed; trying again later'))
+      .finally(() => { this.reconciling = false })
+  }
+}
