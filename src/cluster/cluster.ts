@@ -4,8 +4,8 @@
  * the others.
  *
  * - Acks, nacks and extend reach the owner of each delivery's partition: src/http/forward.ts sends
- *   each owner its ids, and here a call for a partition this process does not own (it moved since)
- *   is 503 with Retry-After, never `unknown`.
+ *   each owner its ids, and the dispatcher answers a call for a partition it does not push (it
+ *   moved since) with 503 and Retry-After, never `unknown`.
  * - A seek is written by whichever process takes it, with a new owner epoch for each partition it
  *   moves (src/store/consumption.ts seekOffsets): the owner can write nothing more from before it,
  *   and claims the partition again when told (NOTIFY), at its next refused write, or at its next
@@ -18,7 +18,6 @@ import { HookqError } from '../errors.ts'
 import type { DispatchMessage } from '../store/consumption.ts'
 import { seekOffsets } from '../store/consumption.ts'
 import type { Database } from '../store/db.ts'
-import { parseDeliveryId } from '../store/delivery-id.ts'
 import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, publish } from '../store/membership.ts'
 import { Ownership, type OwnershipDeps } from './ownership.ts'
 
@@ -74,32 +73,27 @@ export class Cluster {
   }
 
   ack(group: string, ids: string[]): Results {
-    this.requireOwned(group, ids)
+    this.requireLoaded(group)
     return this.dispatcher.ack(group, ids)
   }
 
   nack(group: string, ids: string[], delayMs: number | undefined, deadLetter: boolean): Results {
-    this.requireOwned(group, ids)
+    this.requireLoaded(group)
     return this.dispatcher.nack(group, ids, delayMs, deadLetter)
   }
 
   extend(group: string, ids: string[], extendMs: number): Results {
-    this.requireOwned(group, ids)
+    this.requireLoaded(group)
     return this.dispatcher.extend(group, ids, extendMs)
   }
 
-  /** Ids of this group's partitions that this process does not push (moving, or not yet taken): 503, ask again. */
-  private requireOwned(group: string, ids: string[]): void {
-    const groupId = this.dispatcher.groupId(group)
-    if (groupId === undefined) {
-      // A group that exists but is not loaded here yet (just created elsewhere): its owner answers.
-      if (this.ownership.partitionsOf(group) !== undefined) throw moving()
-      return
-    }
-    for (const id of ids) {
-      const k = parseDeliveryId(id)
-      if (k && k.groupId === groupId && !this.dispatcher.owns(groupId, k.partition)) throw moving()
-    }
+  /**
+   * A group that exists but is not loaded here yet (just created by another process) would answer
+   * every id `unknown`: its owners answer instead. (Ids of partitions owned elsewhere are the
+   * dispatcher's to refuse: it tells them from its own.)
+   */
+  private requireLoaded(group: string): void {
+    if (!this.dispatcher.hasGroup(group) && this.ownership.partitionsOf(group) !== undefined) throw moving()
   }
 
   /** Moves committed offsets; the partitions' owners (here or elsewhere) load them again from there. */
@@ -217,5 +211,5 @@ export class Cluster {
 }
 
 function moving(): HookqError {
-  return new HookqError('unavailable', 'the partition of a delivery is moving between broker processes; retry', { retryAfterS: 1 })
+  return new HookqError('unavailable', 'this group is not loaded by this broker process yet; retry', { retryAfterS: 1 })
 }

@@ -60,11 +60,22 @@ interface Locks {
   unlock(groupId: number, partition: number): Promise<void>
   readonly isLost: boolean
 }
+interface ViewIndex {
+  groups: Map<string, ClusterView['groups'][number]>
+  /** "groupId:partition" → the holder's backend pid. */
+  holders: Map<string, number>
+  /** Backend pid → the member's URL. */
+  urls: Map<number, string>
+}
+const EMPTY_INDEX: ViewIndex = { groups: new Map(), holders: new Map(), urls: new Map() }
+
 const ALONE: Locks = { tryLock: async () => true, unlock: async () => {}, isLost: false }
 
 export class Ownership {
   private session: MemberSession | undefined
   private view: ClusterView | undefined
+  /** The last view by name and key, for routing each call without a scan. */
+  private index: ViewIndex = EMPTY_INDEX
   /** Partitions whose lock this process holds ("groupId:partition"). */
   private readonly held = new Map<string, Held>()
   /** Partitions being taken, handed over or claimed again: one move at a time each. */
@@ -129,18 +140,23 @@ export class Ownership {
    * live member holds it (as of the last poll), null when nobody does right now (it is moving).
    */
   ownerOf(groupName: string, partition: number): 'self' | string | null {
-    const group = this.view?.groups.find((g) => g.name === groupName)
     if (this.deps.connectionString === null) return 'self'
+    const group = this.index.groups.get(groupName)
     if (!group) return null
     if (this.deps.dispatcher.owns(group.groupId, partition)) return 'self'
-    const pid = this.view!.holders.find((h) => h.groupId === group.groupId && h.partition === partition)?.pid
+    const pid = this.index.holders.get(pairKey(group.groupId, partition))
     if (pid === undefined || pid === this.view!.self) return null
-    return this.view!.members.find((m) => m.pid === pid)?.url ?? null
+    return this.index.urls.get(pid) ?? null
   }
 
   /** The partition count of a group, as of the last poll (undefined: not known here). */
   partitionsOf(groupName: string): number | undefined {
-    return this.view?.groups.find((g) => g.name === groupName)?.partitions
+    return this.index.groups.get(groupName)?.partitions
+  }
+
+  /** True when no other member was seen at the last poll: nothing to route elsewhere. */
+  get alone(): boolean {
+    return this.memberCount <= 1
   }
 
   /**
@@ -178,8 +194,8 @@ export class Ownership {
       try {
         const groups = await groupPartitions(this.deps.db)
         const holders = [...this.held.values()].map((h) => ({ groupId: h.groupId, partition: h.partition, pid: 0 }))
-        this.view = { self: 0, members: [{ pid: 0, url: null }], holders, groups }
-        this.balance(ALONE, this.view)
+        this.setView({ self: 0, members: [{ pid: 0, url: null }], holders, groups })
+        this.balance(ALONE, this.view!)
       } catch (err) {
         this.deps.log.warn({ err }, 'reading the groups failed; trying again at the next poll')
       }
@@ -191,7 +207,7 @@ export class Ownership {
       if (!session || session.isLost) session = await this.join()
       const view = await session.view()
       if (session !== this.session || this.stopped) return
-      this.view = view
+      this.setView(view)
       this.balance(session, view)
     } catch (err) {
       this.deps.log.warn({ err }, 'the member session did not answer: this process stops pushing until it joins again')
@@ -226,11 +242,20 @@ export class Ownership {
   private lost(session: MemberSession): void {
     if (this.session !== session) return
     this.session = undefined
-    this.view = undefined
+    this.setView(undefined)
     if (this.held.size > 0 && !this.stopped) this.deps.log.warn({ partitions: this.held.size }, 'the member session ended: this process stops pushing its partitions')
     this.held.clear()
     this.deps.dispatcher.releaseAll()
     this.deps.onOwned?.(0)
+  }
+
+  private setView(view: ClusterView | undefined): void {
+    this.view = view
+    this.index = view === undefined ? EMPTY_INDEX : {
+      groups: new Map(view.groups.map((g) => [g.name, g])),
+      holders: new Map(view.holders.map((h) => [pairKey(h.groupId, h.partition), h.pid])),
+      urls: new Map(view.members.flatMap((m) => (m.url === null ? [] : [[m.pid, m.url] as const]))),
+    }
   }
 
   private locks(): Locks | undefined {
@@ -241,7 +266,7 @@ export class Ownership {
   /** Hands over what is beyond this member's share, takes what is its share and free. */
   private balance(locks: Locks, view: ClusterView): void {
     const target = assign(view)
-    const holderOf = new Map(view.holders.map((h) => [pairKey(h.groupId, h.partition), h.pid]))
+    const holderOf = this.index.holders
     for (const [k, h] of this.held) {
       if (this.moving.has(k)) continue
       if (target.get(k) !== view.self) this.move(k, () => this.handOver(locks, k, h))

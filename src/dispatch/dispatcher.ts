@@ -40,7 +40,7 @@ import { assignPartitions } from '../service/groups.ts'
 import { GroupCommitter } from '../service/group-commit.ts'
 import { attemptCounts, commitCompletions, loadProgress, readForDispatch, reservePushes, type DispatchMessage, type PartitionKey, type PushReservation } from '../store/consumption.ts'
 import { abandonInFlight, findAttempt } from '../store/deliveries.ts'
-import { newDeliveryId } from '../store/delivery-id.ts'
+import { newDeliveryId, parseDeliveryId } from '../store/delivery-id.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { buildPush, signingSecrets } from './envelope.ts'
@@ -270,13 +270,6 @@ export class Dispatcher {
     for (const g of this.groups.values()) for (const w of [...g.parts.values()]) this.dropPartition(g, w, 'abandoned: this process lost its partitions')
   }
 
-  /** Partitions owned here, for the metrics. */
-  ownedCount(): number {
-    let n = 0
-    for (const g of this.groups.values()) n += g.parts.size
-    return n
-  }
-
   /** The owner epochs this process holds, to compare with the database's now and then. */
   heldEpochs(): { name: string; key: PartitionKey; ownerEpoch: number }[] {
     const out: { name: string; key: PartitionKey; ownerEpoch: number }[] = []
@@ -376,8 +369,10 @@ export class Dispatcher {
     const out: { deliveryId: string; status: AckStatus }[] = deliveryIds.map((deliveryId) => ({ deliveryId, status: 'unknown' as AckStatus }))
     if (!g) return out
     const reqs: { i: number; req: CompletionRequest }[] = []
+    let moved = false
     for (const [i, id] of deliveryIds.entries()) {
       const loc = await this.locate(g, id)
+      if (loc === 'moved') { moved = true; continue }
       if (!loc) {
         out[i]!.status = this.recentStatus(g, id)
         continue
@@ -395,7 +390,6 @@ export class Dispatcher {
       for (const { req } of reqs) this.completionFailed(req)
       throw err
     }
-    let moved = false
     for (const [k, { i, req }] of reqs.entries()) {
       const status = statuses[k]!
       if (status === 'moved') { moved = true; continue }
@@ -411,8 +405,10 @@ export class Dispatcher {
   async nack(groupName: string, deliveryIds: string[], delayMs: number | undefined, deadLetter: boolean): Promise<{ deliveryId: string; status: AckStatus }[]> {
     const g = this.groups.get(groupName)
     const out: { deliveryId: string; status: AckStatus }[] = []
+    let moved = false
     for (const id of deliveryIds) {
       const loc = g ? await this.locate(g, id) : null
+      if (loc === 'moved') { moved = true; continue }
       if (!g || !loc) { out.push({ deliveryId: id, status: this.recentStatus(g, id) }); continue }
       const o = loc.w.outstanding.get(loc.offset)
       if (!o || o.state === 'completing') { out.push({ deliveryId: id, status: 'already_completed' }); continue }
@@ -426,6 +422,8 @@ export class Dispatcher {
       else this.nacked(g, loc.w, o, 'nacked', delayMs, deadLetter)
       out.push({ deliveryId: id, status: 'nacked' })
     }
+    // The others are applied; the caller asks again, and the partition's new owner answers for these.
+    if (moved) throw movedError()
     return out
   }
 
@@ -444,8 +442,10 @@ export class Dispatcher {
   async extend(groupName: string, deliveryIds: string[], extendMs: number): Promise<{ deliveryId: string; status: AckStatus }[]> {
     const g = this.groups.get(groupName)
     const out: { deliveryId: string; status: AckStatus }[] = []
+    let moved = false
     for (const id of deliveryIds) {
       const loc = g ? await this.locate(g, id) : null
+      if (loc === 'moved') { moved = true; continue }
       if (!g || !loc) { out.push({ deliveryId: id, status: this.recentStatus(g, id) }); continue }
       const deadlineMs = this.now() + extendMs
       if (this.tracker.touch(id, deadlineMs)) {
@@ -456,6 +456,7 @@ export class Dispatcher {
         out.push({ deliveryId: id, status: 'already_completed' })
       }
     }
+    if (moved) throw movedError()
     return out
   }
 
@@ -819,15 +820,24 @@ export class Dispatcher {
 
   // ---- completion ----
 
-  /** Where a delivery id points, if this group issued it. */
-  private async locate(g: GroupRuntime, id: string): Promise<{ w: PartitionState; offset: number } | null> {
+  /**
+   * Where a delivery id points, if this group issued it; `moved` when its partition is not pushed
+   * here (another process owns it, or it is being handed over): its owner answers for it.
+   */
+  private async locate(g: GroupRuntime, id: string): Promise<{ w: PartitionState; offset: number } | null | 'moved'> {
+    // Ids in memory are of partitions owned here: dropping a partition forgets its ids.
     const known = this.deliveries.find(id)
-    if (known) return known.g === g ? known : null
-    // Not in memory: issued before a restart, or its message completed already.
+    if (known) return known.g !== g ? null : known.w.releasing ? 'moved' : known
+    // Not in memory: issued before a restart or by another process, or its message completed already.
+    // The id names its partition: one not pushed here is its owner's to answer, whether or not its
+    // attempt row is written yet (a first push's row waits for its outcome).
+    const key = parseDeliveryId(id)
+    if (!key || key.groupId !== g.row.id || key.partition >= g.topic.partitions) return null
+    const w = g.parts.get(key.partition)
+    if (!w || w.releasing) return 'moved'
     const row = await findAttempt(this.deps.db, g.row.id, id)
-    if (!row || row.topicId !== g.topic.id) return null
-    const w = g.parts.get(row.partition)
-    return w && row.startedAt.getTime() >= w.seekAtMs ? { w, offset: row.offset } : null
+    if (!row || row.topicId !== g.topic.id || row.partition !== key.partition) return null
+    return row.startedAt.getTime() >= w.seekAtMs ? { w, offset: row.offset } : null
   }
 
   /** Serialised by the GroupCommitter: decides each request's status against memory, writes, then applies. */

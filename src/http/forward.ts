@@ -30,6 +30,8 @@ const RELAYED_HEADERS = ['content-type', 'retry-after', 'www-authenticate']
 const FORWARD_TIMEOUT_MS = 15_000
 
 export interface PartitionDirectory {
+  /** No other process was seen at the last poll: every call is this process's own. */
+  readonly alone: boolean
   /** 'self', the owner's base URL, or null when nobody owns the partition right now. */
   ownerOf(groupName: string, partition: number): 'self' | string | null
   /** A group's partition count, if known. */
@@ -104,7 +106,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
   }
 
   async function splitIds(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    if (req.headers[FORWARDED_HEADER] !== undefined) return undefined
+    if (owners.alone || req.headers[FORWARDED_HEADER] !== undefined) return undefined
     const body = req.body as { deliveryIds: string[] }
     const group = (req.params as { group: string }).group
     const local: number[] = []
@@ -115,7 +117,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       const owner = key ? owners.ownerOf(group, key.partition) : 'self'
       if (owner === null) throw unavailable('a partition of these deliveries is moving between broker processes')
       if (owner === 'self') local.push(i)
-      else remote.set(owner, [...(remote.get(owner) ?? []), i])
+      else pushTo(remote, owner, i)
     }
     if (remote.size === 0) return undefined
     const results = new Map<number, Result>()
@@ -146,13 +148,13 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
   }
 
   async function countsElsewhere(req: FastifyRequest): Promise<void> {
-    if (req.headers[FORWARDED_HEADER] !== undefined) return
+    if (owners.alone || req.headers[FORWARDED_HEADER] !== undefined) return
     const group = (req.params as { group: string }).group
     const partitions = owners.partitionsOf(group) ?? 0
     const byOwner = new Map<string, number[]>()
     for (let p = 0; p < partitions; p++) {
       const owner = owners.ownerOf(group, p)
-      if (owner !== null && owner !== 'self') byOwner.set(owner, [...(byOwner.get(owner) ?? []), p])
+      if (owner !== null && owner !== 'self') pushTo(byOwner, owner, p)
     }
     if (byOwner.size === 0) return
     const counts = new Map<number, number>()
@@ -164,6 +166,12 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     }))
     req.inFlightElsewhere = counts
   }
+}
+
+function pushTo<K, V>(m: Map<K, V[]>, k: K, v: V): void {
+  const list = m.get(k)
+  if (list) list.push(v)
+  else m.set(k, [v])
 }
 
 function asArray<T>(v: T | T[] | undefined): T[] {
