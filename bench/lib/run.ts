@@ -16,7 +16,7 @@ export function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     await Promise.all([...children].filter((c) => c !== run.broker?.child).map((c) => stopChild(c, 2000, 'SIGKILL')))
     if (run.broker) await stopBroker(run.broker).catch((err: unknown) => console.error('stopping the broker:', err))
-    if (run.db) await run.db.drop().catch((err: unknown) => console.error(`dropping ${run.db!.name}:`, err))
+    if (run.db && !process.env.BENCH_KEEP_DB) await run.db.drop().catch((err: unknown) => console.error(`dropping ${run.db!.name}:`, err))
   })()
   return cleaning
 }

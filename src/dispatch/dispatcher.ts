@@ -37,8 +37,7 @@ import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import type { TopicRow, TopicStore } from '../store/topics.ts'
 import { assignPartitions } from '../service/groups.ts'
-import { GroupCommitter } from '../service/group-commit.ts'
-import { attemptCounts, commitCompletions, loadProgress, readForDispatch, reservePushes, type DispatchMessage, type PartitionKey, type PushReservation } from '../store/consumption.ts'
+import { attemptCounts, loadProgress, readForDispatch, type DispatchMessage, type PartitionKey } from '../store/consumption.ts'
 import { abandonInFlight, findAttempt } from '../store/deliveries.ts'
 import { newDeliveryId, parseDeliveryId } from '../store/delivery-id.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
@@ -48,6 +47,7 @@ import { push, type PushResult } from './pusher.ts'
 import { pushSignal, type PushWindowOptions } from './push-window.ts'
 import { ConsumerWindows } from './consumer-windows.ts'
 import { DeliveryIndex } from './delivery-index.ts'
+import { ProgressWriter } from './progress.ts'
 import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import { InFlightTracker, TrackerEntry } from './tracker.ts'
 import { active, deadLetterEntry, nextIncomplete, policyOf, type CompletionRequest, type CompletionStatus, type GroupRuntime, type Outstanding, type PartitionState, type State } from './partition-state.ts'
@@ -102,9 +102,8 @@ export class Dispatcher {
   private readonly groupsById = new Map<number, GroupRuntime>()
   /** Delivery ids issued here → their messages, and those of recently completed messages. */
   private readonly deliveries = new DeliveryIndex(RECENT_IDS)
-  private readonly completer: GroupCommitter<CompletionRequest, CompletionStatus>
-  /** Push reservations of many partitions, written together (see reserve()); true: the epoch held. */
-  private readonly reservations: GroupCommitter<PushReservation, boolean>
+  /** Completions and push reservations of every partition, written together (see progress.ts). */
+  private readonly progress: ProgressWriter
   /** Reloads of one group run one at a time (name → the last one queued). */
   private readonly reloads = new Map<string, Promise<void>>()
   /** The highest end offset produce has reported, per topic and partition, whether or not a group listens. */
@@ -122,12 +121,11 @@ export class Dispatcher {
     this.now = deps.now ?? Date.now
     this.timers = deps.timers ?? nodeTimers
     this.windows = new ConsumerWindows(deps.pushWindow)
-    this.completer = new GroupCommitter((reqs) => this.commitCompletions(reqs),
-      { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 200_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
-    this.reservations = new GroupCommitter(async (rows) => {
-      const refused = await reservePushes(this.deps.db, rows)
-      return rows.map((r) => !refused.some((f) => f.groupId === r.groupId && f.partition === r.partition))
-    }, { maxBatchMessages: 5000, maxConcurrentCommits: 1, maxPendingMessages: 100_000, maxPendingBytes: Number.MAX_SAFE_INTEGER })
+    this.progress = new ProgressWriter({
+      db: deps.db,
+      onRefused: (g, w) => this.moved(g, w),
+      onAppended: (topicId, partition, endOffset) => this.notifyAppend(topicId, partition, endOffset),
+    })
   }
 
   /** Loads every group (their partitions come with acquire()). */
@@ -160,8 +158,7 @@ export class Dispatcher {
   async stop(): Promise<void> {
     this.stopped = true
     this.timers.clearTimeout(this.timer)
-    await this.completer.drain()
-    await this.reservations.drain()
+    await this.progress.drain()
   }
 
   /** Re-reads a group (created, updated, deleted, consumers changed) and adjusts what it pushes. */
@@ -259,8 +256,7 @@ export class Dispatcher {
           w.onIdle = () => { clearTimeout(timer); resolve() }
         })
       }
-      await this.completer.settled()
-      await this.reservations.settled()
+      await this.progress.settled()
     }
     if (g.parts.get(partition) === w) this.dropPartition(g, w, 'abandoned: the partition moved to another broker process')
   }
@@ -385,7 +381,7 @@ export class Dispatcher {
     }
     let statuses: CompletionStatus[]
     try {
-      statuses = await this.completer.submit(reqs.map((r) => r.req), reqs.length)
+      statuses = await this.completeAll(reqs.map((r) => r.req))
     } catch (err) {
       for (const { req } of reqs) this.completionFailed(req)
       throw err
@@ -591,8 +587,8 @@ export class Dispatcher {
     }
     // With a check, in the database, that this process still holds the partition's epoch: one
     // that lost it (paused past its session, say) must not push for it again.
-    const fence = this.reservations.submit([{ groupId: g.row.id, topicId: g.topic.id, partition: w.partition, pushedOffset: w.reservedTo, ownerEpoch: w.ownerEpoch }], 1)
-    Promise.all([this.deps.attempts.durable(row), fence]).then(([, [held]]) => {
+    const fence = new Promise<boolean>((resolve, reject) => this.progress.reserve(g, w, w.reservedTo, resolve, reject))
+    Promise.all([this.deps.attempts.durable(row), fence]).then(([, held]) => {
       if (!held) { giveBack(); return this.moved(g, w) }
       if (current() && !this.stopped && !w.releasing) this.send(g, w, o, id, owner, attempt, deadlineMs, this.now())
       else giveBack()
@@ -656,9 +652,8 @@ export class Dispatcher {
       for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.startPush(g, w, o)
       this.fill(g, w)
     }
-    this.reservations.submit([{ groupId: g.row.id, topicId: g.topic.id, partition: w.partition, pushedOffset: to, ownerEpoch: w.ownerEpoch }], 1).then(([held]) => {
+    this.progress.reserve(g, w, to, (held) => {
       if (!held) return this.moved(g, w)
-      if (w.epoch === epoch && to > w.reservedTo) w.reservedTo = to
       this.safely(resume)
     }, (err: unknown) => {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reserving pushes failed; retrying in 1 s')
@@ -700,10 +695,9 @@ export class Dispatcher {
         this.cancel(o)
         this.setState(w, o, 'completing')
         const req: CompletionRequest = { g, w, epoch: w.epoch, offset: o.msg.offset, outcome: 'acked' }
-        this.completer.submit([req], 1).then(
-          ([status]) => this.completed(req, id, status === 'acked' ? 'acked' : undefined),
-          (err: unknown) => { this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again'); this.completionFailed(req) })
-          .catch((err: unknown) => this.deps.log.error({ err }, 'settling an auto ack failed'))
+        this.progress.complete(req,
+          (status) => this.safely(() => this.completed(req, id, status === 'acked' ? 'acked' : undefined)),
+          (err: unknown) => { this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again'); this.safely(() => this.completionFailed(req)) })
       }
       return
     }
@@ -739,7 +733,7 @@ export class Dispatcher {
         if (!topic) throw new Error(`dead-letter topic ${dlq} does not exist`)
         req.deadLetter = deadLetterEntry(g, w, o, topic, error)
       }
-      return this.completer.submit([req], 1)
+      return this.completeAll([req])
     }
     finish().then(([status]) => {
       // An ack can win the race with the dead-lettering; then the message is simply acked.
@@ -840,55 +834,20 @@ export class Dispatcher {
     return row.startedAt.getTime() >= w.seekAtMs ? { w, offset: row.offset } : null
   }
 
-  /** Serialised by the GroupCommitter: decides each request's status against memory, writes, then applies. */
-  private async commitCompletions(reqs: CompletionRequest[]): Promise<CompletionStatus[]> {
-    const statuses: CompletionStatus[] = []
-    const marked: CompletionRequest[] = []
-    for (const r of reqs) {
-      // Not this process's partition any more (handed over, claimed again after a seek): ask its owner.
-      if (r.w.dropped) { statuses.push('moved'); continue }
-      if (r.epoch !== r.w.epoch) { statuses.push('unknown'); continue }
-      if (r.offset < r.w.committed || r.w.completed.has(r.offset)) { statuses.push('already_completed'); continue }
-      r.w.completed.add(r.offset)
-      marked.push(r)
-      statuses.push(r.outcome)
-    }
-    if (marked.length === 0) return statuses
-    const advanced = new Map<PartitionState, { g: GroupRuntime; to: number }>()
-    for (const r of marked) {
-      if (advanced.has(r.w)) continue
-      advanced.set(r.w, { g: r.g, to: nextIncomplete(r.w) })
-    }
-    const keyOf = (g: GroupRuntime, w: PartitionState) => ({ groupId: g.row.id, topicId: g.topic.id, partition: w.partition })
-    let result: Awaited<ReturnType<typeof commitCompletions>>
-    try {
-      result = await commitCompletions(this.deps.db, {
-        completions: marked.filter((r) => r.offset >= advanced.get(r.w)!.to).map((r) => ({ ...keyOf(r.g, r.w), offset: r.offset })),
-        committed: [...advanced].filter(([w, a]) => a.to > w.committed).map(([w, a]) => ({ ...keyOf(a.g, w), committedOffset: a.to })),
-        deadLetters: marked.flatMap((r) => (r.deadLetter ? [{ from: keyOf(r.g, r.w), entry: r.deadLetter }] : [])),
-        fences: [...advanced].map(([w, a]) => ({ ...keyOf(a.g, w), ownerEpoch: w.ownerEpoch })),
-      })
-    } catch (err) {
-      for (const r of marked) r.w.completed.delete(r.offset)
-      throw err
-    }
-    // Partitions whose epoch moved on wrote nothing: their requests are the new owner's to answer.
-    const refused = new Set<PartitionState>()
-    for (const [w, a] of advanced) if (result.refused.some((k) => k.groupId === a.g.row.id && k.partition === w.partition)) refused.add(w)
-    for (const [k, r] of reqs.entries()) {
-      if (!refused.has(r.w) || !marked.includes(r)) continue
-      r.w.completed.delete(r.offset)
-      statuses[k] = 'moved'
-    }
-    for (const [w, a] of advanced) {
-      if (refused.has(w)) { this.moved(a.g, w); continue }
-      for (const o of w.completed) if (o < a.to) w.completed.delete(o)
-      if (a.to > w.committed) w.committed = a.to
-      w.gaps = w.gaps.filter(([, to]) => to > w.committed)
-    }
-    // Dead letters are appended here, not by produce: wake the groups reading their topics.
-    for (const d of result.deadLettered) this.notifyAppend(d.topicId, d.partition, d.offset + 1)
-    return statuses
+  /** Completes the messages together; their statuses once durable. */
+  private completeAll(reqs: CompletionRequest[]): Promise<CompletionStatus[]> {
+    if (reqs.length === 0) return Promise.resolve([])
+    return new Promise((resolve, reject) => {
+      const statuses = new Array<CompletionStatus>(reqs.length)
+      let waiting = reqs.length
+      let failed = false
+      reqs.forEach((req, k) => this.progress.complete(req, (status) => {
+        statuses[k] = status
+        if (--waiting === 0 && !failed) resolve(statuses)
+      }, (err) => {
+        if (!failed) { failed = true; reject(err) }
+      }))
+    })
   }
 
   /** After a completion is durable: forget the message, log the outcome, push the next. */

@@ -2,7 +2,6 @@
  * Storage of a group's progress on a topic: committed offsets, offsets completed above them, and
  * the reads and writes of the dispatcher's hot path (raw SQL: arrays in, one statement each).
  */
-import type pg from 'pg'
 import { numberArray } from './arrays.ts'
 import { inTransaction, type Database } from './db.ts'
 import { appendRows, type AppendEntry } from './messages.ts'
@@ -48,20 +47,26 @@ export interface Completion {
   offset: number
 }
 
-/** Everything one completion transaction writes. */
-export interface CompletionBatch {
-  /** Completions that stay above the new committed offset (out of order). */
-  completions: Completion[]
-  /** New committed offsets (never lower than the stored ones). */
-  committed: { groupId: number; topicId: number; partition: number; committedOffset: number }[]
-  /** Dead letters to append to dead-letter topics in the same transaction, with the partition they come from. */
-  deadLetters: { from: PartitionKey; entry: AppendEntry }[]
-  /** The epoch held for every partition above: the partitions whose epoch has moved on get nothing written. */
-  fences: Fence[]
+/** A partition a progress write touches: the epoch held, and where its offsets move (null: they stay). */
+export interface PartitionWrite extends Fence {
+  /** The new committed offset (never lower than the stored one). */
+  committedOffset: number | null
+  /** The new push reservation: first pushes below it may go out (see attemptCounts). */
+  pushedOffset: number | null
 }
 
-/** What a completion batch did: partitions refused for their epoch, and where the dead letters landed. */
-export interface CompletionResult {
+/** Everything one progress write changes, for many partitions at once. */
+export interface ProgressBatch {
+  /** Every partition written for (a reservation alone, with both offsets null, only checks the fence). */
+  partitions: PartitionWrite[]
+  /** Completions that stay above their partition's new committed offset (out of order). */
+  completions: Completion[]
+  /** Dead letters to append to dead-letter topics in the same transaction, with the partition they come from. */
+  deadLetters: { from: PartitionKey; entry: AppendEntry }[]
+}
+
+/** What a progress write did: partitions refused for their epoch, and where the dead letters landed. */
+export interface ProgressResult {
   refused: PartitionKey[]
   deadLettered: { topicId: number; partition: number; offset: number }[]
 }
@@ -109,28 +114,80 @@ export async function attemptCounts(db: Database, groupId: number, topicId: numb
   return counts
 }
 
-/** One partition's reservation: its first pushes below `pushedOffset` may go out, if the epoch is still held. */
-export interface PushReservation extends Fence {
-  pushedOffset: number
+/**
+ * Writes the progress of many partitions in one statement (one round trip, one commit): for each
+ * partition whose owner epoch the writer still holds, its out-of-order completions, its committed
+ * offset and its push reservation, and the completions the new committed offset passed deleted;
+ * with dead letters, those are appended to their topics in the same transaction, so a dead letter
+ * is both in its dead-letter topic and completed, or neither. Partitions whose epoch moved on get
+ * nothing written and come back in `refused`.
+ *
+ * The rows of group_offsets are locked in key order (`held`): a claim or a seek of one of them
+ * waits for this write, and two writers can never lock the same rows in opposite orders.
+ */
+export async function writeProgress(db: Database, batch: ProgressBatch): Promise<ProgressResult> {
+  if (batch.partitions.length === 0) return { refused: [], deadLettered: [] }
+  if (batch.deadLetters.length === 0) {
+    const res = await db.pool.query<{ group_id: number; topic_id: number; partition: number }>(PROGRESS, progressParams(batch))
+    return { refused: refusedOf(batch.partitions, res.rows), deadLettered: [] }
+  }
+  return inTransaction(db, async (client) => {
+    const held = await client.query<{ group_id: number; topic_id: number; partition: number }>(`${HELD} SELECT group_id, topic_id, partition FROM held`,
+      progressParams({ ...batch, completions: [] }).slice(0, 6))
+    const refused = refusedOf(batch.partitions, held.rows)
+    const ok = (k: PartitionKey) => !refused.some((r) => sameKey(r, k))
+    const deadLetters = batch.deadLetters.filter((d) => ok(d.from)).map((d) => d.entry)
+    const rows = await appendRows(client, deadLetters)
+    if (rows.length !== deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
+    await client.query(PROGRESS, progressParams(batch))
+    return { refused, deadLettered: rows.map((r) => ({ topicId: deadLetters[r.ord - 1]!.topicId, partition: r.partition, offset: r.offset })) }
+  })
+}
+
+function progressParams(batch: ProgressBatch): unknown[] {
+  const p = batch.partitions
+  const c = batch.completions
+  return [
+    numberArray(p.map((r) => r.groupId)), numberArray(p.map((r) => r.topicId)), numberArray(p.map((r) => r.partition)),
+    numberArray(p.map((r) => r.ownerEpoch)), numberArray(p.map((r) => r.committedOffset)), numberArray(p.map((r) => r.pushedOffset)),
+    numberArray(c.map((r) => r.groupId)), numberArray(c.map((r) => r.topicId)), numberArray(c.map((r) => r.partition)), numberArray(c.map((r) => r.offset)),
+  ]
 }
 
 /**
- * Records, before the pushes go out, that first pushes below each reservation's offset may be
- * made (one statement for many partitions; see attemptCounts for what a restart makes of it).
- * Returns the partitions refused because their owner epoch moved on: nothing may be pushed for them.
+ * The fence: the offsets rows whose epoch the writer still holds, locked (in key order) until it
+ * commits. A new owner's claim (or a seek) bumps the epoch with an UPDATE of the same row, so it
+ * waits for this write to commit, and this write, if it comes second, finds the new epoch and
+ * writes nothing.
  */
-export async function reservePushes(db: Database, rows: PushReservation[]): Promise<PartitionKey[]> {
-  const res = await db.pool.query<{ group_id: number; topic_id: number; partition: number }>(
-    `UPDATE group_offsets o SET pushed_offset = GREATEST(o.pushed_offset, u.r)
-     FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[], $5::bigint[]) AS u(g, t, p, r, e)
-     WHERE o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p AND o.owner_epoch = u.e
-     RETURNING o.group_id, o.topic_id, o.partition`,
-    [numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)),
-      numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.pushedOffset)), numberArray(rows.map((r) => r.ownerEpoch))])
-  return refusedOf(rows, res.rows)
-}
+const HELD = `
+WITH held AS MATERIALIZED (
+  SELECT o.group_id, o.topic_id, o.partition, u.c, u.r FROM group_offsets o
+  JOIN unnest($1::int[], $2::int[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[]) AS u(g, t, p, e, c, r)
+    ON o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p AND o.owner_epoch = u.e
+  ORDER BY o.group_id, o.topic_id, o.partition
+  FOR NO KEY UPDATE OF o
+)`
 
-/** The fences (or rows) whose partition is not among those the database let through. */
+// The rows it inserts (offsets at or above the new committed offset) and those it deletes (below
+// it) are disjoint, so it does not matter that the sub-statements share one snapshot.
+const PROGRESS = `${HELD}, done AS (
+  INSERT INTO group_completions (group_id, topic_id, partition, "offset")
+  SELECT x.g, x.t, x.p, x.x FROM unnest($7::int[], $8::int[], $9::int[], $10::bigint[]) AS x(g, t, p, x)
+  JOIN held h ON h.group_id = x.g AND h.topic_id = x.t AND h.partition = x.p
+  ON CONFLICT DO NOTHING
+), moved AS (
+  UPDATE group_offsets o SET committed_offset = GREATEST(o.committed_offset, coalesce(h.c, 0)),
+                             pushed_offset = GREATEST(o.pushed_offset, coalesce(h.r, 0))
+  FROM held h
+  WHERE o.group_id = h.group_id AND o.topic_id = h.topic_id AND o.partition = h.partition AND (h.c IS NOT NULL OR h.r IS NOT NULL)
+), passed AS (
+  DELETE FROM group_completions gc USING held h
+  WHERE h.c IS NOT NULL AND gc.group_id = h.group_id AND gc.topic_id = h.topic_id AND gc.partition = h.partition AND gc."offset" < h.c
+)
+SELECT group_id, topic_id, partition FROM held`
+
+/** The partitions asked about that are not among those the database let through. */
 function refusedOf(asked: PartitionKey[], held: { group_id: number; topic_id: number; partition: number }[]): PartitionKey[] {
   const ok = new Set(held.map((h) => `${h.group_id}:${h.topic_id}:${h.partition}`))
   const refused = new Map<string, PartitionKey>()
@@ -142,97 +199,6 @@ function refusedOf(asked: PartitionKey[], held: { group_id: number; topic_id: nu
 }
 
 const sameKey = (a: PartitionKey, b: PartitionKey) => a.groupId === b.groupId && a.topicId === b.topicId && a.partition === b.partition
-
-/**
- * Writes a batch of completions in one transaction: dead letters appended to their topics,
- * out-of-order completions recorded, committed offsets moved forward and the completions they
- * passed deleted. A dead letter is therefore both in its dead-letter topic and completed, or neither.
- * Returns where the dead letters landed (so their topics' readers can be woken).
- */
-export async function commitCompletions(db: Database, batch: CompletionBatch): Promise<CompletionResult> {
-  if (batch.deadLetters.length === 0) return commitWithoutDeadLetters(db, batch)
-  return inTransaction(db, async (client) => {
-    const held = await client.query<{ group_id: number; topic_id: number; partition: number }>(`${HELD(1)} SELECT * FROM held`, fenceParams(batch.fences))
-    const refused = refusedOf(batch.fences, held.rows)
-    const ok = (k: PartitionKey) => !refused.some((r) => sameKey(r, k))
-    const deadLetters = batch.deadLetters.filter((d) => ok(d.from)).map((d) => d.entry)
-    const rows = await appendRows(client, deadLetters)
-    if (rows.length !== deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
-    await insertCompletions(client, batch.completions.filter(ok))
-    await advanceCommitted(client, batch.committed.filter(ok))
-    return { refused, deadLettered: rows.map((r) => ({ topicId: deadLetters[r.ord - 1]!.topicId, partition: r.partition, offset: r.offset })) }
-  })
-}
-
-/**
- * The fence: the offsets rows whose epoch the writer still holds, locked until it commits. A new
- * owner's claim (or a seek) bumps the epoch with an UPDATE of the same row, so it waits for this
- * write to commit, and this write, if it comes second, finds the new epoch and writes nothing.
- */
-const HELD = (base: number) => `
-WITH held AS MATERIALIZED (
-  SELECT o.group_id, o.topic_id, o.partition FROM group_offsets o
-  JOIN unnest($${base}::int[], $${base + 1}::int[], $${base + 2}::int[], $${base + 3}::bigint[]) AS f(g, t, p, e)
-    ON o.group_id = f.g AND o.topic_id = f.t AND o.partition = f.p AND o.owner_epoch = f.e
-  FOR NO KEY UPDATE OF o
-)`
-
-function fenceParams(fences: Fence[]): unknown[] {
-  return [numberArray(fences.map((f) => f.groupId)), numberArray(fences.map((f) => f.topicId)),
-    numberArray(fences.map((f) => f.partition)), numberArray(fences.map((f) => f.ownerEpoch))]
-}
-
-// The common case (acks only) as one statement, committed on its own: one round trip. The rows it
-// inserts (offsets at or above the new committed offset) and those it deletes (below it) are
-// disjoint, so it does not matter that the sub-statements share one snapshot. Each writes only
-// for partitions in `held`.
-const COMPLETE = `${HELD(9)}, done AS (
-  INSERT INTO group_completions (group_id, topic_id, partition, "offset")
-  SELECT u.g, u.t, u.p, u.x FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) AS u(g, t, p, x)
-  JOIN held h ON h.group_id = u.g AND h.topic_id = u.t AND h.partition = u.p
-  ON CONFLICT DO NOTHING
-), moved AS (
-  UPDATE group_offsets o SET committed_offset = GREATEST(o.committed_offset, u.c)
-  FROM unnest($5::int[], $6::int[], $7::int[], $8::bigint[]) AS u(g, t, p, c)
-  JOIN held h ON h.group_id = u.g AND h.topic_id = u.t AND h.partition = u.p
-  WHERE o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p
-), passed AS (
-  DELETE FROM group_completions gc USING unnest($5::int[], $6::int[], $7::int[], $8::bigint[]) AS u(g, t, p, c)
-  JOIN held h ON h.group_id = u.g AND h.topic_id = u.t AND h.partition = u.p
-  WHERE gc.group_id = u.g AND gc.topic_id = u.t AND gc.partition = u.p AND gc."offset" < u.c
-)
-SELECT * FROM held`
-
-async function commitWithoutDeadLetters(db: Database, batch: CompletionBatch): Promise<CompletionResult> {
-  const c = batch.completions
-  const o = batch.committed
-  const res = await db.pool.query<{ group_id: number; topic_id: number; partition: number }>(COMPLETE, [
-    numberArray(c.map((r) => r.groupId)), numberArray(c.map((r) => r.topicId)), numberArray(c.map((r) => r.partition)), numberArray(c.map((r) => r.offset)),
-    numberArray(o.map((r) => r.groupId)), numberArray(o.map((r) => r.topicId)), numberArray(o.map((r) => r.partition)), numberArray(o.map((r) => r.committedOffset)),
-    ...fenceParams(batch.fences),
-  ])
-  return { refused: refusedOf(batch.fences, res.rows), deadLettered: [] }
-}
-
-async function insertCompletions(client: pg.PoolClient, rows: Completion[]): Promise<void> {
-  if (rows.length === 0) return
-  await client.query(
-    `INSERT INTO group_completions (group_id, topic_id, partition, "offset")
-     SELECT * FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) ON CONFLICT DO NOTHING`,
-    [numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)), numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.offset))])
-}
-
-async function advanceCommitted(client: pg.PoolClient, rows: CompletionBatch['committed']): Promise<void> {
-  if (rows.length === 0) return
-  const params = [numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)), numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.committedOffset))]
-  await client.query(
-    `UPDATE group_offsets o SET committed_offset = GREATEST(o.committed_offset, u.c)
-     FROM unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) AS u(g, t, p, c)
-     WHERE o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p`, params)
-  await client.query(
-    `DELETE FROM group_completions gc USING unnest($1::int[], $2::int[], $3::int[], $4::bigint[]) AS u(g, t, p, c)
-     WHERE gc.group_id = u.g AND gc.topic_id = u.t AND gc.partition = u.p AND gc."offset" < u.c`, params)
-}
 
 /**
  * Moves a group's committed offsets (seek) and forgets its completions on those partitions. The
