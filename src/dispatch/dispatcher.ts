@@ -31,7 +31,6 @@
  * partition only when acquire() is called for it, with the owner epoch that fences its writes. A
  * write the database refuses for a stale epoch drops the partition here at once (onMoved).
  */
-import type { Agent } from 'undici'
 import { HookqError } from '../errors.ts'
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
@@ -43,7 +42,7 @@ import { newDeliveryId, parseDeliveryId } from '../store/delivery-id.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { buildPush, signingSecrets } from './envelope.ts'
-import { push, type PushResult } from './pusher.ts'
+import { send as sendPush, type PushAgent, type PushResult } from './pusher.ts'
 import { pushSignal, type PushWindowOptions } from './push-window.ts'
 import { ConsumerWindows } from './consumer-windows.ts'
 import { DeliveryIndex } from './delivery-index.ts'
@@ -65,7 +64,7 @@ export interface DispatcherDeps {
   /** Marks a consumer disabled (410 Gone). */
   disableConsumer(id: string, reason: string): Promise<void>
   attempts: AttemptLog
-  agent: Agent
+  agent: PushAgent
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
   metrics?: DispatchMetrics
   now?: () => number
@@ -622,9 +621,8 @@ export class Dispatcher {
     const { body, headers } = request
     o.pushedTo = owner.id
     o.pushing = id
-    void push(this.deps.agent, { url: owner.url, body, headers, timeoutMs: g.row.pushTimeoutMs })
-      .then((result) => this.settlePush(g, w, o, id, owner, result))
-      .catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'settling a push failed'))
+    sendPush(this.deps.agent, { url: owner.url, body, headers, timeoutMs: g.row.pushTimeoutMs },
+      (result) => this.safely(() => this.settlePush(g, w, o, id, owner, result)))
   }
 
   /**

@@ -7,15 +7,13 @@
  *   timeout     no complete answer (headers and body) within `timeoutMs`, queueing time included
  *   network     refused, reset, DNS failure, bad URL, ...: no HTTP answer at all
  *
- * undici's `headersTimeout`/`bodyTimeout` alone cannot give a deadline: both are idle timers (a
- * consumer sending one byte a second never trips `bodyTimeout`), neither counts connecting or
- * waiting for a pooled connection, and above 1 s undici runs them on a coarse ~500 ms tick. So a
- * native timer that aborts the request is the deadline, and the two undici timeouts are backstops.
+ * The requests go out on the broker's own HTTP/1.1 client (http-client.ts; why not undici is said
+ * there), one native timer per push being the deadline.
  */
 import dns from 'node:dns'
 import type { LookupFunction } from 'node:net'
-import { Agent, type Dispatcher } from 'undici'
 import { checkAddress, checkUrl, type UrlPolicy } from '../security/url-policy.ts'
+import { HttpClient, type HttpOutcome, type Origin } from './http-client.ts'
 
 /** What the dispatcher asks for: a POST of `body` with `headers` to `url`. */
 export interface PushRequest {
@@ -40,7 +38,7 @@ export const DEFAULT_MAX_RESPONSE_BYTES = 4096
 
 /** Options of `createPushAgent`; the defaults suit a broker pushing to many consumers. */
 export interface PushAgentOptions {
-  /** Sockets per origin (default 32); more pushes to one consumer queue inside undici. */
+  /** Sockets per origin (default 32); more pushes to one consumer queue in the client. */
   connections?: number
   /** Idle time before a pooled socket is closed, ms (default 4000: below Node's 5 s server default, so we close first). */
   keepAliveTimeoutMs?: number
@@ -57,8 +55,14 @@ export interface PushAgentOptions {
   lookup?: LookupFunction
 }
 
-/** The policy of each agent `createPushAgent` built with one, for `push` to check URLs against. */
-const agentPolicies = new WeakMap<Dispatcher, UrlPolicy>()
+/** The pooled connections pushes go out on, with the URL policy they were built with. */
+export class PushAgent extends HttpClient {
+  /** Each consumer URL, parsed and checked against the policy once (see targetOf). */
+  readonly targets = new Map<string, Target>()
+  constructor(readonly policy: UrlPolicy | undefined, opts: ConstructorParameters<typeof HttpClient>[0]) {
+    super(opts)
+  }
+}
 
 /** A push refused by the URL policy, before or while connecting. */
 export class PushPolicyError extends Error {
@@ -86,39 +90,33 @@ export function policyLookup(policy: UrlPolicy, lookup: LookupFunction = dns.loo
 }
 
 /**
- * The undici dispatcher for pushes: pooled keep-alive sockets, a bounded number per origin, no
- * pipelining (a slow consumer must not hold up the pushes queued behind it on one socket).
- * It follows no redirects: in undici 7 only the redirect interceptor does, and none is composed
- * here. Response size is capped by `push` itself, not `maxResponseSize`, which would fail a 2xx
- * with an error and lose its status. Call `close()` (or `destroy()`) on shutdown.
+ * The client for pushes: pooled keep-alive sockets, a bounded number per origin, no pipelining (a
+ * slow consumer must not hold up the pushes queued behind it on one socket), no redirects
+ * followed. Call `close()` (or `destroy()`) on shutdown.
  */
-export function createPushAgent(opts: PushAgentOptions = {}): Agent {
+export function createPushAgent(opts: PushAgentOptions = {}): PushAgent {
   const lookup = opts.policy ? policyLookup(opts.policy, opts.lookup) : opts.lookup
-  const agent = new Agent({
+  return new PushAgent(opts.policy, {
     connections: opts.connections ?? 32,
-    pipelining: 1,
-    keepAliveTimeout: opts.keepAliveTimeoutMs ?? 4_000,
-    keepAliveMaxTimeout: opts.keepAliveMaxTimeoutMs ?? 60_000,
-    connect: { timeout: opts.connectTimeoutMs ?? 10_000, ...(lookup ? { lookup } : {}) },
+    keepAliveTimeoutMs: opts.keepAliveTimeoutMs ?? 4_000,
+    keepAliveMaxTimeoutMs: opts.keepAliveMaxTimeoutMs ?? 60_000,
+    connectTimeoutMs: opts.connectTimeoutMs ?? 10_000,
+    ...(lookup ? { lookup } : {}),
   })
-  if (opts.policy) agentPolicies.set(agent, opts.policy)
-  return agent
 }
 
 /** A consumer URL as `push` uses it: where to send, or why it may not. */
-type Target = { origin: string; path: string } | { error: string }
+type Target = { origin: Origin; path: string } | { error: string }
 
 /**
- * Each agent's URLs, parsed and checked against its policy once: both are pure functions of the
- * URL (the policy is fixed per agent), and per push they cost ~8% of the broker's CPU (BlockList
+ * Each URL, parsed and checked against the agent's policy once: both are pure functions of the URL
+ * (the policy is fixed per agent), and per push they cost ~8% of the broker's CPU (BlockList
  * checks allocate). Bounded: cleared past TARGETS_MAX distinct URLs.
  */
-const targets = new WeakMap<Dispatcher, Map<string, Target>>()
 const TARGETS_MAX = 10_000
 
-function targetOf(dispatcher: Dispatcher, raw: string): Target {
-  let cache = targets.get(dispatcher)
-  if (!cache) targets.set(dispatcher, (cache = new Map()))
+function targetOf(agent: PushAgent, raw: string): Target {
+  const cache = agent.targets
   let target = cache.get(raw)
   if (target) return target
   try {
@@ -126,10 +124,14 @@ function targetOf(dispatcher: Dispatcher, raw: string): Target {
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`unsupported protocol ${url.protocol}`)
     // The agent's lookup checks resolved names; an IP literal (or a URL registered before the
     // policy changed) is checked here.
-    const policy = agentPolicies.get(dispatcher)
-    const verdict = policy ? checkUrl(url, policy) : { allowed: true as const }
+    const verdict = agent.policy ? checkUrl(url, agent.policy) : { allowed: true as const }
     if (!verdict.allowed) throw new PushPolicyError(verdict.reason.includes('push URL policy') ? verdict.reason : `${verdict.reason}: denied by the push URL policy`)
-    target = { origin: url.origin, path: url.pathname + url.search }
+    if (url.username || url.password) throw new Error('credentials in a push URL are not sent')
+    const tls = url.protocol === 'https:'
+    const port = url.port ? Number(url.port) : tls ? 443 : 80
+    // URL keeps IPv6 literals in brackets; a socket wants them bare.
+    const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname
+    target = { origin: { key: `${url.protocol}//${url.host}`, tls, hostname, port, host: url.host }, path: url.pathname + url.search }
   } catch (err) {
     target = { error: describeError(err) }
   }
@@ -138,105 +140,59 @@ function targetOf(dispatcher: Dispatcher, raw: string): Target {
   return target
 }
 
-/** Response bytes read (and dropped past the cap) before a push gives up on its socket. */
-const DISCARD_BYTES = 64 * 1024
-
-/** Our own reasons to abort a request, told apart from every other error. */
-const DEADLINE = new Error('push deadline passed')
-const CUT = new Error('response body cut at the cap')
+/** Header lines as the client writes them; a value with a line break would split the request, so it throws. */
+function headerLines(headers: Record<string, string>): string {
+  let lines = ''
+  for (const name in headers) {
+    const value = headers[name]!
+    if (/[\r\n]/.test(value) || /[\r\n:]/.test(name)) throw new Error(`header ${JSON.stringify(name)} holds a line break`)
+    lines += `${name}: ${value}\r\n`
+  }
+  return lines
+}
 
 /**
- * POSTs one push and classifies the answer. Never throws: every failure is a `PushResult`.
- * It drives undici's `dispatch()` with a handler rather than `request()`: no response stream, no
- * AbortController, half the client CPU per push (bench:e2e measures both). The response body is
- * kept up to `maxResponseBytes`; the rest is dropped, and past 64 KiB the request is aborted
- * (closing its socket), so an endless body costs neither memory nor time, and the status still counts.
- * `nowMs` is a monotonic clock for `durationMs`.
+ * POSTs one push and classifies the answer: `onResult` is called exactly once, never synchronously,
+ * never with an exception. The response body is kept up to `maxResponseBytes`; the rest is
+ * dropped, and past 64 KiB the connection is closed, so an endless body costs neither memory nor
+ * time, and the status still counts. `nowMs` is a monotonic clock for `durationMs`.
  */
-export function push(dispatcher: Dispatcher, req: PushRequest, nowMs: () => number = () => performance.now()): Promise<PushResult> {
+export function send(agent: PushAgent, req: PushRequest, onResult: (r: PushResult) => void, nowMs: () => number = () => performance.now()): void {
   const startMs = nowMs()
   const elapsedMs = () => Math.round(nowMs() - startMs)
-  // 0 turns undici's timeouts off and setTimeout fires at once past 2^31-1 ms, so clamp a bad value.
+  // setTimeout fires at once past 2^31-1 ms, so clamp a bad value.
   const timeoutMs = Math.min(Math.max(1, req.timeoutMs || 0), 2 ** 31 - 1)
-  const maxBytes = req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES
-  const target = targetOf(dispatcher, req.url)
-  if ('error' in target) return Promise.resolve({ kind: 'network', durationMs: elapsedMs(), error: target.error })
-  return new Promise<PushResult>((resolve) => {
-    let settled = false
-    let status = 0
-    let retryAfter: string | undefined
-    const kept: Buffer[] = []
-    let keptBytes = 0
-    let seenBytes = 0
-    let abort: ((reason?: Error) => void) | undefined
-    const settle = (result: PushResult) => {
-      if (settled) return
-      settled = true
-      clearTimeout(timer)
-      resolve(result)
-    }
-    const answered = (): PushResult => {
-      const body = Buffer.concat(kept).toString('utf8')
-      if (status >= 200 && status < 300) return { kind: 'delivered', status, durationMs: elapsedMs(), body }
-      const result: PushResult = { kind: 'rejected', status, durationMs: elapsedMs(), body }
-      if (status === 429 || status === 503) {
-        const retryAfterMs = parseRetryAfterMs(retryAfter)
-        if (retryAfterMs !== undefined) result.retryAfterMs = retryAfterMs
-      }
-      return result
-    }
-    const timer = setTimeout(() => {
-      settle({ kind: 'timeout', durationMs: elapsedMs() })
-      abort?.(DEADLINE)
-    }, timeoutMs)
-    const handler = {
-      onConnect(abortRequest: (reason?: Error) => void) {
-        abort = abortRequest
-        if (settled) abortRequest(DEADLINE) // the deadline passed while waiting for a connection
-      },
-      onHeaders(statusCode: number, rawHeaders: Buffer[]) {
-        status = statusCode
-        for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-          if (rawHeaders[i]!.length === 11 && rawHeaders[i]!.toString('latin1').toLowerCase() === 'retry-after') {
-            retryAfter = rawHeaders[i + 1]!.toString('latin1')
-          }
-        }
-        return true
-      },
-      onData(chunk: Buffer) {
-        const room = maxBytes - keptBytes
-        if (room > 0) {
-          kept.push(chunk.length > room ? chunk.subarray(0, room) : chunk)
-          keptBytes += Math.min(chunk.length, room)
-        }
-        // Past the cap the rest is read and dropped, so a modest body still leaves its keep-alive
-        // socket reusable; past DISCARD_BYTES (an endless body) the request is aborted instead.
-        seenBytes += chunk.length
-        if (seenBytes > Math.max(DISCARD_BYTES, maxBytes)) {
-          settle(answered())
-          abort?.(CUT)
-          return false
-        }
-        return true
-      },
-      onComplete() {
-        settle(answered())
-      },
-      onError(err: Error) {
-        if (settled) return // our own abort (deadline or cap) after the result was settled
-        if (isUndiciTimeout(err)) settle({ kind: 'timeout', durationMs: elapsedMs() })
-        else settle({ kind: 'network', durationMs: elapsedMs(), error: describeError(err) })
-      },
-    }
-    try {
-      dispatcher.dispatch({
-        origin: target.origin, path: target.path, method: 'POST',
-        headers: req.headers, body: req.body, headersTimeout: timeoutMs, bodyTimeout: timeoutMs,
-      }, handler as unknown as Dispatcher.DispatchHandler)
-    } catch (err) {
-      settle({ kind: 'network', durationMs: elapsedMs(), error: describeError(err) })
-    }
+  const target = targetOf(agent, req.url)
+  let lines: string
+  try {
+    if ('error' in target) throw new Error(target.error)
+    lines = headerLines(req.headers)
+  } catch (err) {
+    const error = 'error' in target ? target.error : describeError(err)
+    queueMicrotask(() => onResult({ kind: 'network', durationMs: elapsedMs(), error }))
+    return
+  }
+  agent.request(target.origin, {
+    path: target.path, headerLines: lines, body: req.body, timeoutMs, maxBodyBytes: req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
+    done: (o) => onResult(classify(o, elapsedMs())),
   })
+}
+
+/** `send` as a promise (for callers that await one push). */
+export function push(agent: PushAgent, req: PushRequest, nowMs?: () => number): Promise<PushResult> {
+  return new Promise((resolve) => send(agent, req, resolve, nowMs))
+}
+
+function classify(o: HttpOutcome, durationMs: number): PushResult {
+  if (o.kind === 'timeout') return { kind: 'timeout', durationMs }
+  if (o.kind === 'network') return { kind: 'network', durationMs, error: describeError(o.error) }
+  if (o.status >= 200 && o.status < 300) return { kind: 'delivered', status: o.status, durationMs, body: o.body }
+  const result: PushResult = { kind: 'rejected', status: o.status, durationMs, body: o.body }
+  if (o.status === 429 || o.status === 503) {
+    const retryAfterMs = parseRetryAfterMs(o.retryAfter)
+    if (retryAfterMs !== undefined) result.retryAfterMs = retryAfterMs
+  }
+  return result
 }
 
 /**
@@ -252,12 +208,6 @@ export function parseRetryAfterMs(value: string | string[] | undefined, wallNowM
   if (!/[A-Za-z]{3}/.test(text)) return undefined
   const dateMs = Date.parse(text)
   return Number.isNaN(dateMs) ? undefined : Math.max(0, dateMs - wallNowMs)
-}
-
-/** undici's own header and body timeouts are backstops of the same deadline, not network failures. */
-function isUndiciTimeout(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code
-  return code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT'
 }
 
 /** A short, log-friendly description: code and message, with the cause's code (e.g. ECONNRESET). */
