@@ -85,7 +85,7 @@ export class AttemptLog {
   update(change: AttemptUpdate): void {
     const held = this.held.get(change.id)
     if (held) {
-      Object.assign(held, definedOnly(change))
+      mergeInto(held, change)
       if (change.outcome && change.outcome !== 'in_flight') {
         this.held.delete(change.id)
         this.ready.set(change.id, held)
@@ -95,7 +95,7 @@ export class AttemptLog {
     }
     const pending = this.ready.get(change.id)
     if (pending) {
-      Object.assign(pending, definedOnly(change))
+      mergeInto(pending, change)
       return
     }
     const prev = this.updates.get(change.id)
@@ -244,6 +244,16 @@ function notStorable(err: unknown): string {
 /** An attempt row with only what identifies it, its times and its outcome. */
 function withoutDetails(row: AttemptStart, err: unknown): AttemptStart {
   return { ...row, statusCode: undefined, durationMs: undefined, error: notStorable(err) }
+}
+
+/** Copies the fields of `u` that are set onto a row not yet written (no object made: this runs per push). */
+function mergeInto(row: AttemptStart, u: AttemptUpdate): void {
+  if (u.outcome !== undefined) row.outcome = u.outcome
+  if (u.finishedAt !== undefined) row.finishedAt = u.finishedAt
+  if (u.statusCode !== undefined) row.statusCode = u.statusCode
+  if (u.durationMs !== undefined) row.durationMs = u.durationMs
+  if (u.error !== undefined) row.error = u.error
+  if (u.ackDeadline !== undefined) row.ackDeadline = u.ackDeadline
 }
 
 /** The fields of `u` that are set (field by field: Object.entries per update showed in profiles). */

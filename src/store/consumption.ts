@@ -85,10 +85,12 @@ export async function loadProgress(db: Database, groupId: number, topicId: numbe
 
 /** Up to `limit` messages of a partition from `fromOffset`, in offset order. */
 export async function readForDispatch(db: Database, topicId: number, partition: number, fromOffset: number, limit: number): Promise<DispatchMessage[]> {
-  const res = await db.pool.query<{ offset: number; key: string | null; value: string; headers: string; produced_at: Date; available_ms: number }>(
-    `SELECT "offset", key, value, headers, produced_at, (extract(epoch from available_at) * 1000)::float8 AS available_ms
-     FROM messages WHERE topic_id = $1 AND partition = $2 AND "offset" >= $3 ORDER BY "offset" LIMIT $4`,
-    [topicId, partition, fromOffset, limit])
+  const res = await db.pool.query<{ offset: number; key: string | null; value: string; headers: string; produced_at: Date; available_ms: number }>({
+    name: 'hookq_read_for_dispatch',
+    text: `SELECT "offset", key, value, headers, produced_at, (extract(epoch from available_at) * 1000)::float8 AS available_ms
+           FROM messages WHERE topic_id = $1 AND partition = $2 AND "offset" >= $3 ORDER BY "offset" LIMIT $4`,
+    values: [topicId, partition, fromOffset, limit],
+  })
   return res.rows.map((r) => ({
     offset: r.offset, key: r.key, value: r.value, headers: r.headers, producedAt: r.produced_at, availableAtMs: r.available_ms,
   }))
@@ -128,7 +130,7 @@ export async function attemptCounts(db: Database, groupId: number, topicId: numb
 export async function writeProgress(db: Database, batch: ProgressBatch): Promise<ProgressResult> {
   if (batch.partitions.length === 0) return { refused: [], deadLettered: [] }
   if (batch.deadLetters.length === 0) {
-    const res = await db.pool.query<{ group_id: number; topic_id: number; partition: number }>(PROGRESS, progressParams(batch))
+    const res = await db.pool.query<{ group_id: number; topic_id: number; partition: number }>({ name: 'hookq_progress', text: PROGRESS, values: progressParams(batch) })
     return { refused: refusedOf(batch.partitions, res.rows), deadLettered: [] }
   }
   return inTransaction(db, async (client) => {
@@ -139,7 +141,7 @@ export async function writeProgress(db: Database, batch: ProgressBatch): Promise
     const deadLetters = batch.deadLetters.filter((d) => ok(d.from)).map((d) => d.entry)
     const rows = await appendRows(client, deadLetters)
     if (rows.length !== deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
-    await client.query(PROGRESS, progressParams(batch))
+    await client.query({ name: 'hookq_progress', text: PROGRESS, values: progressParams(batch) })
     return { refused, deadLettered: rows.map((r) => ({ topicId: deadLetters[r.ord - 1]!.topicId, partition: r.partition, offset: r.offset })) }
   })
 }

@@ -116,7 +116,8 @@ const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
 
 /** Something that runs a query: the pool (own transaction) or a client inside a transaction. */
 export interface Queryable {
-  query<R extends object = Record<string, unknown>>(text: string, values?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }>
+  /** `text`, or a named statement (prepared once per connection: the hot statements skip PostgreSQL's parse and plan). */
+  query<R extends object = Record<string, unknown>>(text: string | { name: string; text: string }, values?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }>
 }
 
 /**
@@ -125,7 +126,7 @@ export interface Queryable {
  * appended entry, its 1-based position in `entries` with its partition and offset.
  */
 export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<AppendedRow[]> {
-  const res = await q.query<AppendedRow>(APPEND, [
+  const res = await q.query<AppendedRow>({ name: 'hookq_append', text: APPEND }, [
     numberArray(entries.map((e) => e.topicId)),
     numberArray(entries.map((e) => e.partition)),
     JSON.stringify(entries.map((e) => e.key)),
