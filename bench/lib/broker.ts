@@ -29,12 +29,13 @@ async function freePort(): Promise<number> {
  * Starts the broker on `databaseUrl` and resolves once GET /healthz answers 200. The bench
  * environment is passed through, so HOOKQ_* settings (HOOKQ_COMMIT_CONCURRENCY…) reach it.
  * `cpuProfDir` adds --cpu-prof: V8 writes the profile there when the process exits.
+ * `env` adds to (or overrides) the environment the broker gets, HOOKQ_PROCESSES for one.
  * `inspect` adds --inspect on a free loopback port, so that a profile can be taken over one window
  * (bench/lib/inspector.ts); resolves only once the inspector's URL is known.
  */
-export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number }): Promise<BrokerProcess> {
+export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number; env?: Record<string, string> }): Promise<BrokerProcess> {
   const port = await freePort()
-  const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn' }
+  const env: NodeJS.ProcessEnv = { ...process.env, ...opts.env, DATABASE_URL: databaseUrl, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn' }
   delete env.HOOKQ_API_KEYS // the load sends no Authorization header
   const nodeArgs = ['--import', 'tsx', 'src/server.ts']
   if (opts.cpuProfDir !== undefined) {

@@ -1,0 +1,215 @@
+/**
+ * Several broker processes on one database (`npm run bench:scale`): the same load through 1, 2 and
+ * 4 processes, each count a fresh database and a fresh `HOOKQ_PROCESSES=N npm start` (one command,
+ * N processes on one port, node:cluster), so that what is measured is the design of issue 10: every
+ * process owns its share of the partitions and pushes it.
+ *
+ * Per process count, once every process has joined and the partitions are spread:
+ *   - produce BENCH_MESSAGES messages (batches of 100, 4 producer loops, through the shared port) to
+ *     a topic of BENCH_PARTITIONS partitions with one auto-mode group pushing to one receiver
+ *     (bench/e2e-receiver.ts), and time it from the first produce call to the last completion;
+ *   - CPU from /proc of every broker process (and of the primary, which runs no broker) and of all
+ *     PostgreSQL processes, per message completed;
+ *   - each process's partitions (hookq_partitions_owned) and pushes (hookq_pushes_total), read from
+ *     its own /metrics on the loopback port it advertises to the others (broker_members).
+ *
+ * On a 2-core machine the total cannot grow much (PostgreSQL, the receiver and the load share the
+ * cores): what this shows is that coordination is cheap (CPU per message flat as processes are
+ * added) and that each process pushes its share. Ratios, not bare times: the machine is shared.
+ *
+ * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_MESSAGES=60000
+ *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60  BENCH_DATABASE_URL=...
+ */
+import { readFileSync } from 'node:fs'
+import { cpus } from 'node:os'
+import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
+import { startBroker, stopBroker } from './lib/broker.ts'
+import { createBenchDatabase } from './lib/db.ts'
+import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
+import { cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
+import { cleanUpOnInterrupt, cleanup, run } from './lib/run.ts'
+import type { ReceiverStats } from './e2e-receiver.ts'
+
+const num = (name: string, fallback: number) => {
+  const raw = process.env[name]
+  const n = raw === undefined || raw === '' ? fallback : Number(raw)
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number, got ${JSON.stringify(raw)}`)
+  return Math.round(n)
+}
+const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s) => num('BENCH_SCALE_PROCESSES', Number(s)))
+const MESSAGES = num('BENCH_MESSAGES', 60_000)
+const PARTITIONS = num('BENCH_PARTITIONS', 8)
+const MAX_IN_FLIGHT = num('BENCH_MAX_IN_FLIGHT', 200)
+const MAX_SECONDS = num('BENCH_MAX_SECONDS', 60)
+const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
+const wallNow = () => performance.timeOrigin + performance.now()
+
+cleanUpOnInterrupt('the brokers, the receiver and the load')
+
+/** The pids of a process's children (the broker processes node:cluster started). */
+function childPids(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number)
+  } catch {
+    return []
+  }
+}
+
+interface Member { url: string; backendPid: number }
+
+/** The live members (their session holds the members' lock), with the URL each advertises. */
+async function members(c: pg.Client): Promise<Member[]> {
+  const { rows } = await c.query<{ url: string | null; pid: number }>(
+    `SELECT m.url, m.backend_pid AS pid FROM broker_members m JOIN pg_locks l ON l.pid = m.backend_pid
+     AND l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted`)
+  return rows.filter((r) => r.url !== null).map((r) => ({ url: r.url!, backendPid: r.pid }))
+}
+
+/** One process's own counters, from its /metrics: its CPU seconds (getrusage, as /proc counts them), partitions owned, pushes made. */
+async function metricsOf(url: string): Promise<{ cpuS: number; owned: number; pushes: number }> {
+  const text = await (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
+  const one = (re: RegExp) => Number(re.exec(text)?.[1] ?? NaN)
+  let pushes = 0
+  for (const m of text.matchAll(/^hookq_pushes_total\{[^}]*\} (\d+)/gm)) pushes += Number(m[1])
+  return { cpuS: one(/^process_cpu_seconds_total ([\d.e+-]+)/m), owned: one(/^hookq_partitions_owned (\d+)/m), pushes }
+}
+
+async function api(base: string, method: string, path: string, body?: unknown): Promise<unknown> {
+  const res = await fetch(`${base}${path}`, {
+    method, ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
+    signal: AbortSignal.timeout(30_000),
+  })
+  const text = await res.text()
+  if (res.status >= 300) throw new Error(`${method} ${path}: HTTP ${res.status} ${text.slice(0, 300)}`)
+  return text ? JSON.parse(text) : undefined
+}
+
+interface Row {
+  processes: number
+  msgPerS: number
+  seconds: number
+  brokerUs: number
+  pgUs: number
+  primaryUs: number
+  perProcess: { usPerMsg: number; usPerPush: number; owned: number; pushShare: number }[]
+  duplicates: number
+  notes: string
+}
+
+async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, load: IpcWorker): Promise<Row> {
+  const db = (run.db = await createBenchDatabase(SERVER_URL))
+  const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000, env: { HOOKQ_PROCESSES: String(n), HOOKQ_CLUSTER_POLL_MS: '500' } }))
+  const c = new pg.Client({ connectionString: db.url })
+  await c.connect()
+  try {
+    const name = `scale-${n}`
+    await api(broker.url, 'PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
+    await api(broker.url, 'PUT', `/v1/groups/${name}`, { topic: name, ackMode: 'auto', maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000 })
+    await api(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
+    // Every process joined and the partitions spread (each owns its share, all of them owned).
+    let ms: Member[] = []
+    let before: Awaited<ReturnType<typeof metricsOf>>[] = []
+    const share = Math.floor(PARTITIONS / n)
+    for (let i = 0; i < 600; i++) {
+      ms = await members(c)
+      if (ms.length === n) {
+        before = await Promise.all(ms.map((m) => metricsOf(m.url)))
+        if (before.reduce((a, b) => a + b.owned, 0) === PARTITIONS && before.every((b) => b.owned >= share)) break
+      }
+      await sleep(100)
+    }
+    if (ms.length !== n) throw new Error(`${n} processes asked for, ${ms.length} joined`)
+    // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
+    const workers = n === 1 ? [broker.pid] : childPids(broker.pid)
+    await receiver.call('scenario', { name, mode: 'count', expect: MESSAGES }, 5000)
+    await sleep(500)
+    const cpu0 = workers.map((pid) => processCpuSeconds(pid) ?? NaN)
+    const primary0 = processCpuSeconds(broker.pid) ?? NaN
+    const base = cpuSnapshot(undefined)
+    const startedAt = wallNow()
+    const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
+    const r = await load.call<{ produced: number; firstSendAt: number; lastAnswerAt: number; timedOut: boolean }>('bulk', {
+      url: `${broker.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: 100, concurrency: 4, maxSeconds: MAX_SECONDS,
+    }, MAX_SECONDS * 1000 + 60_000)
+    if (r.produced < MESSAGES) await receiver.call('expect', { n: r.produced }, 5000)
+    await Promise.race([done, sleep(Math.max(0, startedAt + MAX_SECONDS * 1000 - wallNow()))])
+    // Completed: the committed offsets (the receiver's count says pushed, not yet committed).
+    let completed = 0
+    for (let i = 0; i < 1000 && wallNow() < startedAt + (MAX_SECONDS + 10) * 1000; i++) {
+      const s = await api(broker.url, 'GET', `/v1/groups/${name}`) as { partitions: { committedOffset: number }[] }
+      completed = s.partitions.reduce((a, p) => a + p.committedOffset, 0)
+      if (completed >= r.produced) break
+      await sleep(10)
+    }
+    const endAt = wallNow()
+    const w = cpuSince(base, undefined)
+    const workersS = workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
+    const primary = n === 1 ? 0 : (processCpuSeconds(broker.pid) ?? NaN) - primary0
+    const after = await Promise.all(ms.map((m) => metricsOf(m.url)))
+    const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
+    const pushes = after.map((a, i) => a.pushes - before[i]!.pushes)
+    const totalPushes = pushes.reduce((a, b) => a + b, 0)
+    const cpu = after.map((a, i) => a.cpuS - before[i]!.cpuS)
+    const brokerS = workersS
+    const seconds = (endAt - r.firstSendAt) / 1000
+    return {
+      processes: n, msgPerS: completed / seconds, seconds,
+      brokerUs: (1e6 * brokerS) / completed, pgUs: (1e4 * w.postgresPct * w.seconds) / completed, primaryUs: (1e6 * primary) / completed,
+      perProcess: after.map((a, i) => ({
+        usPerMsg: (1e6 * cpu[i]!) / completed, usPerPush: (1e6 * cpu[i]!) / Math.max(1, pushes[i]!), owned: a.owned, pushShare: pushes[i]! / Math.max(1, totalPushes),
+      })),
+      duplicates: st.duplicates,
+      notes: [completed < r.produced ? `ONLY ${completed} of ${r.produced} completed` : '', workers.length !== n ? `${workers.length} worker pids seen` : '',
+        `${Math.round(w.hostPct * w.cores)}% of one core busy on the host`].filter(Boolean).join('; '),
+    }
+  } finally {
+    await c.end()
+    await stopBroker(broker)
+    run.broker = undefined
+    if (!process.env.BENCH_KEEP_DB) await db.drop()
+    run.db = undefined
+  }
+}
+
+async function main(): Promise<void> {
+  const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: 'http://127.0.0.1:1' }, 30_000)
+  const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
+  const receiverUrl = `http://127.0.0.1:${receiver.ready.port as number}`
+  console.log(`hookq scale bench: ${MESSAGES.toLocaleString('en-US')} messages per run, ${PARTITIONS} partitions, auto mode, maxInFlight ${MAX_IN_FLIGHT}, ` +
+    `processes ${COUNTS.join(', ')}; host ${cpus().length} cores\n`)
+  const rows: Row[] = []
+  for (const n of COUNTS) {
+    const row = await scenario(n, receiver, receiverUrl, load)
+    rows.push(row)
+    console.log(`${n} process${n > 1 ? 'es' : ''}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
+      `broker ${row.brokerUs.toFixed(0)} us/msg (all processes; the primary ${row.primaryUs.toFixed(1)}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg; duplicates ${row.duplicates}` +
+      (row.notes ? `\n  ${row.notes}` : ''))
+    for (const [i, p] of row.perProcess.entries()) {
+      console.log(`  process ${i + 1}: ${p.owned} partitions, ${(100 * p.pushShare).toFixed(0)}% of the pushes, ${p.usPerMsg.toFixed(0)} us CPU per message of the run, ${p.usPerPush.toFixed(0)} us per own push`)
+    }
+  }
+  const base = rows[0]!
+  console.log('\nprocesses  msg/s   ratio  broker us/msg  ratio  pg us/msg  spread of pushes (min..max share)  partitions owned')
+  for (const r of rows) {
+    const shares = r.perProcess.map((p) => p.pushShare)
+    console.log(`${String(r.processes).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
+      `  ${r.brokerUs.toFixed(0).padStart(13)}  ${(r.brokerUs / base.brokerUs).toFixed(2).padStart(4)}x  ${r.pgUs.toFixed(0).padStart(9)}` +
+      `  ${(100 * Math.min(...shares)).toFixed(0).padStart(16)}%..${(100 * Math.max(...shares)).toFixed(0)}%` +
+      `${''.padStart(13)}${r.perProcess.map((p) => p.owned).join(' / ')}`)
+  }
+  console.log('\nbroker us/msg: CPU of every broker process (not the primary, which only supervises) per message completed;\n' +
+    'pg: all PostgreSQL processes; ratios to the 1-process run of this bench. Spread: each process\'s share of the pushes.')
+  await Promise.all([receiver.stop(), load.stop()])
+}
+
+try {
+  await main()
+} catch (err) {
+  if (!run.interrupted) {
+    console.error('bench failed:', err instanceof Error ? err.stack ?? err.message : err)
+    process.exitCode = 1
+  }
+} finally {
+  await cleanup()
+}
