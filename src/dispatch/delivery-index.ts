@@ -15,8 +15,8 @@ export interface IssuedId {
 
 export class DeliveryIndex {
   private readonly issued = new Map<string, IssuedId>()
-  /** Ids of completed messages → their partition and its epoch then (a seek voids them). */
-  private readonly recent = new Map<string, { w: PartitionState; epoch: number }>()
+  /** Ids of completed messages → their partition (a seek replaces it, and so voids them). */
+  private readonly recent = new Map<string, PartitionState>()
   /**
    * The same ids in the order they were remembered, a ring of `recentCapacity`: the oldest is
    * forgotten through it, not by iterating the Map, whose deleted entries stay as holes at its
@@ -60,13 +60,13 @@ export class DeliveryIndex {
         this.ring[this.next] = id
         this.next = (this.next + 1) % this.recentCapacity
       }
-      this.recent.set(id, { w, epoch: w.epoch })
+      this.recent.set(id, w)
     }
   }
 
   /** Whether `id` belongs to a message of `g` completed recently (and not before a seek of its partition). */
   completedRecently(g: GroupRuntime | undefined, id: string): boolean {
-    const r = this.recent.get(id)
-    return g !== undefined && r !== undefined && g.parts.get(r.w.partition) === r.w && r.epoch === r.w.epoch
+    const w = this.recent.get(id)
+    return g !== undefined && w !== undefined && !w.dropped && g.parts.get(w.partition) === w
   }
 }

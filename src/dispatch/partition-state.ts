@@ -9,6 +9,7 @@ import type { DispatchMessage } from '../store/consumption.ts'
 import { partitionForKey } from '../service/partitioner.ts'
 import type { RetryPolicy } from './retry-policy.ts'
 import type { TrackerEntry } from './tracker.ts'
+import type { Wait } from './waits.ts'
 
 export type State = 'delayed' | 'ready' | 'parked' | 'reserving' | 'in_flight' | 'retry_wait' | 'completing'
 
@@ -16,8 +17,10 @@ export interface Outstanding {
   msg: DispatchMessage
   attempts: number
   state: State
-  /** The tracker entry now scheduled for this message (ack deadline, retry or delay), if any. */
-  entry: TrackerEntry | undefined
+  /** The ack deadline of the attempt now in flight (its delivery id's entry in the tracker), if any. */
+  inFlight: TrackerEntry | undefined
+  /** What the message waits for instead (its delay, a retry's backoff, dead-lettering again), if anything. */
+  wait: Wait | undefined
   /** Delivery ids issued for it (a late ack of any of them completes it). */
   ids: string[]
   /** Ids whose attempt row has no final outcome yet: the completion gives them theirs. */
@@ -53,8 +56,6 @@ export interface PartitionState {
   reserving: boolean
   /** When the partition was last seeked: older delivery ids no longer count. */
   seekAtMs: number
-  /** Bumped by seek, so a read started before it is discarded. */
-  epoch: number
   /** Outstanding messages in state `delayed`. */
   delayed: number
   /** Messages in state `ready`, in the order they fell due. */
@@ -67,6 +68,7 @@ export interface PartitionState {
   releasing: boolean
   /** Told when the last push under way of a releasing partition ends. */
   onIdle: (() => void) | undefined
+  /** No longer pushed here (moved, seeked, its group changed): whatever still refers to it is void. */
   dropped: boolean
 }
 
@@ -84,8 +86,6 @@ export interface GroupRuntime {
 export interface CompletionRequest {
   g: GroupRuntime
   w: PartitionState
-  /** The partition's epoch when the request was made: a seek since then voids it. */
-  epoch: number
   offset: number
   outcome: 'acked' | 'dead'
   deadLetter?: AppendEntry
@@ -103,6 +103,15 @@ export function nextIncomplete(w: PartitionState): number {
     else if (w.completed.has(c)) c++
     else return c
   }
+}
+
+/** Moves a message to another state, keeping the partition's delayed count and ready queue right. */
+export function setState(w: PartitionState, o: Outstanding, state: State): void {
+  if (o.state === 'delayed') w.delayed--
+  if (o.state === 'ready') w.ready.splice(w.ready.indexOf(o), 1)
+  o.state = state
+  if (state === 'delayed') w.delayed++
+  if (state === 'ready') w.ready.push(o)
 }
 
 /** Messages of a partition that count against maxInFlight: outstanding, neither delayed nor ready. */

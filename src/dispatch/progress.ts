@@ -108,7 +108,6 @@ export class ProgressWriter {
       const r = jobs[i]!.req
       // Not this process's partition any more (handed over, claimed again after a seek): ask its owner.
       if (r.w.dropped) statuses[i] = 'moved'
-      else if (r.epoch !== r.w.epoch) statuses[i] = 'unknown'
       else if (r.offset < r.w.committed || r.w.completed.has(r.offset)) statuses[i] = 'already_completed'
       else {
         r.w.completed.add(r.offset)

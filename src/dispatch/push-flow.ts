@@ -1,0 +1,451 @@
+/**
+ * The way of a message through its pushes, for the partitions this process owns:
+ *
+ *   fill ─▶ delayed ──due──▶ start ─▶ reserving ─▶ in_flight ──settle: 2xx (auto) / ack──▶ completing ──written──▶ gone
+ *                              │  ▲                    │  fail / deadline / nack            │
+ *                              │  └──── retry_wait ◀───┘                                    │ not written: retry in 1 s
+ *                              │                       └─ attempts = maxDeliveries ─▶ completing (dead letter)
+ *                              └▶ parked (no consumer, paused) / ready (partition or consumer window full)
+ *
+ * Invariant: every push attempt ends in exactly one outcome (acked, failed, timed_out, nacked or
+ * dead) and has exactly one attempt row, written once its outcome is known (or as in_flight if
+ * that takes long, then updated; see attempt-log.ts).
+ *
+ * - `fill` admits messages from the partition's buffer while the partition has room (maxInFlight
+ *   active; one outstanding of any state when ordered) and the consumer's push window too.
+ * - A first push goes out only below the partition's reservation (group_offsets.pushed_offset), a
+ *   retry only once its attempt row is written and the owner epoch checked: a crash can never make
+ *   the next owner push a message as attempt 1 again, and a process that lost the partition pushes
+ *   nothing more for it.
+ * - Completions (auto acks, dead letters) are written by the progress writer; `completed` then
+ *   forgets the message and fills the partition again.
+ */
+import type { ConsumerRow } from '../store/groups.ts'
+import type { Database } from '../store/db.ts'
+import type { TopicRow } from '../store/topics.ts'
+import { newDeliveryId } from '../store/delivery-id.ts'
+import { assignPartitions } from '../service/groups.ts'
+import type { DispatchMetrics } from '../metrics.ts'
+import type { AttemptLog } from './attempt-log.ts'
+import type { ConsumerWindows } from './consumer-windows.ts'
+import type { DeliveryIndex } from './delivery-index.ts'
+import { buildPush, signingSecrets } from './envelope.ts'
+import type { PartitionReader } from './partition-reader.ts'
+import type { ProgressWriter } from './progress.ts'
+import { send as sendPush, type PushAgent, type PushResult } from './pusher.ts'
+import { pushSignal } from './push-window.ts'
+import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
+import type { Schedule, Timers } from './schedule.ts'
+import type { TrackerEntry } from './tracker.ts'
+import { Wait } from './waits.ts'
+import { active, deadLetterEntry, setState, type CompletionRequest, type GroupRuntime, type Outstanding, type PartitionState } from './partition-state.ts'
+
+/** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
+const MAX_DELAYED = 1000
+
+export interface PushFlowDeps {
+  db: Database
+  findTopic(name: string): Promise<TopicRow | null>
+  attempts: AttemptLog
+  agent: PushAgent
+  log: { error(obj: object, msg: string): void }
+  metrics?: DispatchMetrics
+  now(): number
+  timers: Timers
+  schedule: Schedule
+  windows: ConsumerWindows
+  deliveries: DeliveryIndex
+  progress: ProgressWriter
+  reader: PartitionReader
+  /** The runtime of a group loaded here, by id. */
+  group(groupId: number): GroupRuntime | undefined
+  /** True once the dispatcher is stopping: nothing new goes out. */
+  stopped(): boolean
+  /** Records a consumer as disabled (410 Gone). */
+  disableConsumer(id: string, reason: string): Promise<void>
+  /** A write for the partition was refused for its owner epoch: it is not this process's any more. */
+  moved(g: GroupRuntime, w: PartitionState): void
+}
+
+export class PushFlow {
+  constructor(private readonly deps: PushFlowDeps) {}
+
+  // ---- admission ----
+
+  /** Admits what may go out now: messages that fell due while there was no room, then the buffer's. */
+  fill(g: GroupRuntime, w: PartitionState): void {
+    if (this.deps.stopped() || g.dropped || w.dropped || w.releasing) return
+    // Nothing to push to: read nothing (a consumer joining, or unpausing, calls fill again).
+    const owner = g.owners[w.partition]
+    if (g.row.paused || !owner) return
+    const ordered = g.row.ordered
+    const limit = ordered ? 1 : g.row.maxInFlight
+    const win = this.deps.windows.of(owner.id)
+    while (w.ready.length > 0 && active(w) < limit) {
+      if (!win.window.hasRoom()) return this.deps.windows.wait(win, g, w)
+      this.start(g, w, w.ready[0]!)
+    }
+    const nowMs = this.deps.now()
+    while ((ordered ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
+      if (!win.window.hasRoom()) return this.deps.windows.wait(win, g, w)
+      const msg = w.buffer.shift()
+      if (!msg) return this.deps.reader.read(g, w)
+      if (msg.offset < w.readPos) continue
+      w.readPos = msg.offset + 1
+      if (msg.offset < w.committed || w.completed.has(msg.offset)) continue
+      const o: Outstanding = {
+        msg, attempts: w.priorAttempts.get(msg.offset) ?? 0, state: 'parked', inFlight: undefined, wait: undefined, ids: [], open: new Set(), lastError: undefined,
+      }
+      if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
+      w.outstanding.set(msg.offset, o)
+      if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
+      else this.start(g, w, o)
+    }
+  }
+
+  /**
+   * The group's consumers changed (or one was disabled): each partition's consumer is chosen
+   * again, and messages parked for want of one (or while paused) go out, then new ones.
+   */
+  consumersChanged(g: GroupRuntime, consumers: ConsumerRow[]): void {
+    const kept = new Set(consumers.map((c) => c.id))
+    for (const c of g.consumers) if (!kept.has(c.id)) this.deps.windows.forget(c.id)
+    g.consumers = consumers
+    const owners = assignPartitions(g.topic.partitions, consumers)
+    g.owners = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
+    for (const w of g.parts.values()) {
+      for (const o of w.outstanding.values()) if (o.state === 'parked') this.start(g, w, o)
+      this.fill(g, w)
+    }
+  }
+
+  // ---- a push ----
+
+  private start(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
+    const owner = g.owners[w.partition]
+    if (g.row.paused || !owner || this.deps.stopped() || w.releasing || w.dropped) return setState(w, o, 'parked')
+    // Attempts made before a restart count: one that already had them all is dead-lettered now.
+    if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
+    // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
+    const win = this.deps.windows.of(owner.id)
+    if (!win.window.hasRoom()) {
+      setState(w, o, 'ready')
+      return this.deps.windows.wait(win, g, w)
+    }
+    if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
+      setState(w, o, 'reserving')
+      return this.reserve(g, w)
+    }
+    const attempt = ++o.attempts
+    if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
+    const id = newDeliveryId({ groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt })
+    const nowMs = this.deps.now()
+    const deadlineMs = nowMs + g.row.ackTimeoutMs
+    o.ids.push(id)
+    o.open.add(id)
+    this.deps.deliveries.issue(id, { g, w, offset: o.msg.offset })
+    setState(w, o, 'in_flight')
+    o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs)
+    const row = {
+      id, groupId: g.row.id, topicId: g.topic.id, partition: w.partition, offset: o.msg.offset, attempt,
+      consumerId: owner.id, startedAt: new Date(nowMs), ackDeadline: new Date(deadlineMs),
+    }
+    // The window's slot is taken now, while it is known to be free; settle (or giveBack) returns it.
+    win.window.acquire()
+    if (attempt === 1) {
+      this.deps.attempts.started(row)
+      return this.send(g, w, o, id, owner, attempt, deadlineMs, nowMs)
+    }
+    // A retry's row is written before its push: a crash then leaves the attempt on record, and the
+    // next process counts it (retries are few, so waiting for the write costs little). With it, a
+    // check that this process still holds the partition's epoch: one that lost it (paused past its
+    // session, say) must not push for it again.
+    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.inFlight?.deliveryId === id
+    const giveBack = () => {
+      win.window.release('neutral')
+      this.deps.windows.wake(owner.id, (g, w) => this.fill(g, w))
+    }
+    const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
+    Promise.all([this.deps.attempts.durable(row), fence]).then(([, held]) => {
+      if (!held) { giveBack(); return this.deps.moved(g, w) }
+      if (current() && !this.deps.stopped() && !w.releasing) this.send(g, w, o, id, owner, attempt, deadlineMs, this.deps.now())
+      else giveBack()
+    }, (err: unknown) => {
+      giveBack()
+      if (!current()) return
+      // Not pushed, and not on record: the attempt did not happen. Try again in a second.
+      this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'recording a retry failed; retrying in 1 s')
+      this.cancel(o)
+      o.attempts--
+      o.ids.pop()
+      o.open.delete(id)
+      this.deps.deliveries.withdraw(id)
+      this.wait(g, w, o, 'retry', this.deps.now() + 1000)
+    }).catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'starting a retry failed'))
+  }
+
+  /**
+   * Records that first pushes of the partition's waiting offsets may be made, then pushes them.
+   * Exactly the offsets waiting to go out now: a reservation past them would make a restart count
+   * an attempt for messages never pushed (and dead-letter them at maxDeliveries 1). One
+   * reservation covers every message that reached it meanwhile, and the progress writer writes
+   * those of all partitions together with the completions.
+   */
+  private reserve(g: GroupRuntime, w: PartitionState): void {
+    if (w.reserving) return
+    let last = -1
+    for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset > last) last = o.msg.offset
+    if (last < 0) return
+    w.reserving = true
+    const resume = () => {
+      if (w.dropped) return
+      w.reserving = false
+      for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.start(g, w, o)
+      this.fill(g, w)
+    }
+    this.deps.progress.reserve(g, w, last + 1, (held) => {
+      if (!held) return this.deps.moved(g, w)
+      this.safely(resume)
+    }, (err: unknown) => {
+      this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reserving pushes failed; retrying in 1 s')
+      this.deps.timers.setTimeout(() => this.safely(resume), 1000)
+    })
+  }
+
+  /** Sends one push: the attempt is on its way from here, and settle gets its answer. */
+  private send(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, attempt: number, deadlineMs: number, nowMs: number): void {
+    let request: ReturnType<typeof buildPush>
+    try {
+      request = buildPush({
+        groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
+        pushFormat: g.row.pushFormat, consumerSecrets: signingSecrets(owner, nowMs),
+      }, o.msg, id, attempt, deadlineMs, nowMs)
+    } catch (err) {
+      // Nothing went out: the slot goes back, and the ack deadline retries the attempt.
+      this.deps.windows.find(owner.id)?.window.release('neutral')
+      throw err
+    }
+    o.pushedTo = owner.id
+    o.pushing = id
+    sendPush(this.deps.agent, { url: owner.url, body: request.body, headers: request.headers, timeoutMs: g.row.pushTimeoutMs },
+      (result) => this.safely(() => this.settle(g, w, o, id, owner, result)))
+  }
+
+  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
+    this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
+    this.deps.windows.find(owner.id)?.window.release(pushSignal(r))
+    try {
+      this.settleAttempt(g, w, o, id, owner, r)
+    } finally {
+      // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
+      this.deps.windows.wake(owner.id, (g, w) => this.safely(() => this.fill(g, w)))
+    }
+  }
+
+  private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
+    if (o.pushing === id) o.pushing = undefined
+    // A partition being handed over waits for its last push to be answered.
+    if (w.releasing && w.onIdle && !anyPushing(w)) queueMicrotask(w.onIdle)
+    const nack = o.nackedPush?.id === id ? o.nackedPush : undefined
+    if (nack) {
+      o.nackedPush = undefined
+      if (w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && !o.inFlight) {
+        const why = r.kind === 'delivered' ? undefined : errorOf(r, g.row.pushTimeoutMs)
+        this.deps.attempts.update({ id, durationMs: r.durationMs, ...(r.kind === 'rejected' ? { statusCode: r.status } : {}), ...(why ? { error: why } : {}) })
+        // 410 Gone disables the consumer whichever way the attempt was settled.
+        if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
+        return this.nacked(g, w, o, why ? `nacked: ${why}` : 'nacked', nack.delayMs, nack.deadLetter)
+      }
+    }
+    const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.inFlight?.deliveryId === id
+    if (r.kind === 'delivered') {
+      this.deps.attempts.update({ id, statusCode: r.status, durationMs: r.durationMs })
+      if (current && g.row.ackMode === 'auto') this.complete(g, w, o, id)
+      return
+    }
+    const error = errorOf(r, g.row.pushTimeoutMs)
+    // Not current: the message was acked (or the partition seeked) while the push was under way;
+    // the attempt row keeps the outcome that gave it, with this answer's details.
+    this.deps.attempts.update({
+      id, finishedAt: new Date(this.deps.now()), durationMs: r.durationMs, error, ...(current ? { outcome: 'failed' as const } : {}),
+      ...(r.kind === 'rejected' ? { statusCode: r.status } : {}),
+    })
+    if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
+    if (!current) return
+    o.open.delete(id)
+    this.cancel(o)
+    this.failed(g, w, o, error, r.kind === 'rejected' ? r.retryAfterMs : undefined)
+  }
+
+  /** An auto ack: the 2xx completes the message. */
+  private complete(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string): void {
+    this.cancel(o)
+    setState(w, o, 'completing')
+    const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'acked' }
+    this.deps.progress.complete(req,
+      (status) => this.safely(() => this.completed(req, id, status === 'acked' ? 'acked' : undefined)),
+      (err: unknown) => { this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again'); this.safely(() => this.completionFailed(req)) })
+  }
+
+  // ---- failures, retries and dead letters ----
+
+  /** A failed attempt: dead-letter after maxDeliveries, else wait out the backoff. */
+  failed(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string, retryAfterMs?: number, delayMs?: number): void {
+    o.lastError = error
+    if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, error)
+    const waitMs = delayMs ?? honourRetryAfterMs(nextDelayMs(o.attempts, g.policy), retryAfterMs, g.policy)
+    this.wait(g, w, o, 'retry', this.deps.now() + waitMs)
+  }
+
+  /** A nacked attempt: dead-lettered at once when asked, else a failed attempt. */
+  nacked(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string, delayMs: number | undefined, deadLetter: boolean): void {
+    if (deadLetter) {
+      // Kept as the last error too: a dead letter whose write fails is retried with this text.
+      o.lastError = `${error}; dead-lettered by the nack`
+      this.deadLetter(g, w, o, o.lastError)
+    } else {
+      this.failed(g, w, o, error, undefined, delayMs)
+    }
+  }
+
+  private deadLetter(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string): void {
+    setState(w, o, 'completing')
+    const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'dead' }
+    const dlq = g.row.deadLetterTopic
+    const write = async () => {
+      if (dlq) {
+        const topic = await this.deps.findTopic(dlq)
+        if (!topic) throw new Error(`dead-letter topic ${dlq} does not exist`)
+        req.deadLetter = deadLetterEntry(g, w, o, topic, error)
+      }
+      return new Promise<string>((resolve, reject) => this.deps.progress.complete(req, resolve, reject))
+    }
+    write().then((status) => {
+      // An ack can win the race with the dead-lettering; then the message is simply acked.
+      if (status === 'dead') this.deps.metrics?.deadLettered(g.row.name)
+      this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
+    }, (err: unknown) => {
+      this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'dead-lettering failed; retrying in 5 s')
+      // Unless an ack or a seek settled the message meanwhile.
+      if (w.dropped || w.outstanding.get(o.msg.offset) !== o || o.state !== 'completing') return
+      this.cancel(o)
+      this.wait(g, w, o, 'dead_letter_retry', this.deps.now() + 5000)
+    }).catch((err: unknown) => this.deps.log.error({ err }, 'settling a dead letter failed'))
+  }
+
+  // ---- completion ----
+
+  /** After a completion is durable: forget the message, log the outcome, push the next. */
+  completed(req: CompletionRequest, deliveryId: string | undefined, outcome: 'acked' | 'dead' | undefined): void {
+    if (req.w.dropped) return // moved or seeked: nothing here is ours any more
+    const o = req.w.outstanding.get(req.offset)
+    const finishedAt = new Date(this.deps.now())
+    if (o) {
+      this.cancel(o)
+      setState(req.w, o, 'completing')
+      req.w.outstanding.delete(req.offset)
+      this.deps.deliveries.complete(o.ids, req.w)
+      // Attempts still open end with the message's outcome (a late ack of attempt 1 also
+      // settles attempt 2, which was pushed meanwhile).
+      for (const id of o.open) {
+        this.deps.attempts.update(outcome ? { id, outcome, finishedAt }
+          : { id, outcome: 'failed', finishedAt, error: 'the message was completed by another attempt' })
+      }
+    }
+    if (deliveryId && outcome && !(o?.open.has(deliveryId))) this.deps.attempts.update({ id: deliveryId, outcome, finishedAt })
+    this.fill(req.g, req.w)
+  }
+
+  /** A completion could not be written: the message stays outstanding and is pushed again soon. */
+  completionFailed(req: CompletionRequest): void {
+    const o = req.w.outstanding.get(req.offset)
+    if (req.w.dropped || !o || o.state !== 'completing' || req.w.completed.has(req.offset)) return
+    this.wait(req.g, req.w, o, 'retry', this.deps.now() + 1000)
+  }
+
+  // ---- deadlines and waits ----
+
+  /** An ack deadline passed or a wait ended (the schedule calls this; it never throws). */
+  due(entry: TrackerEntry | Wait): void {
+    this.safely(() => {
+      const g = this.deps.group(entry.groupId)
+      const w = g?.parts.get(entry.partition)
+      const o = w?.outstanding.get(entry.offset)
+      if (!g || !w || !o) return
+      if (entry instanceof Wait) {
+        if (o.wait !== entry) return
+        o.wait = undefined
+        if (entry.kind === 'dead_letter_retry') return this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
+        if (entry.kind === 'delay' && !g.row.ordered) {
+          // Due now, and active from here on: wait for a slot if the partition is full.
+          setState(w, o, 'parked')
+          if (active(w) > g.row.maxInFlight) return setState(w, o, 'ready')
+        }
+        return this.start(g, w, o)
+      }
+      if (o.inFlight !== entry) return
+      o.inFlight = undefined
+      o.open.delete(entry.deliveryId)
+      this.deps.attempts.update({ id: entry.deliveryId, outcome: 'timed_out', finishedAt: new Date(this.deps.now()), error: `no ack within ${g.row.ackTimeoutMs} ms` })
+      // Took the push but not the message in time: as much a sign of overload as a slow answer.
+      if (o.pushedTo) this.deps.windows.find(o.pushedTo)?.window.shrink()
+      this.failed(g, w, o, `no ack within ${g.row.ackTimeoutMs} ms`)
+    })
+  }
+
+  /** Puts a message on the schedule: its delay, a retry's backoff, or dead-lettering again. */
+  private wait(g: GroupRuntime, w: PartitionState, o: Outstanding, kind: Wait['kind'], atMs: number): void {
+    setState(w, o, kind === 'delay' ? 'delayed' : 'retry_wait')
+    o.wait = this.deps.schedule.wait(kind, g.row.id, w.partition, o.msg.offset, atMs)
+  }
+
+  /** Takes the message off the schedule (its ack deadline or its wait). */
+  cancel(o: Outstanding): void {
+    if (o.inFlight) this.deps.schedule.cancel(o.inFlight)
+    if (o.wait) this.deps.schedule.cancel(o.wait)
+    o.inFlight = undefined
+    o.wait = undefined
+  }
+
+  /** Forgets an outstanding message (its partition moved, its group changed): its open attempts end as failed. */
+  abandon(o: Outstanding, reason: string): void {
+    this.cancel(o)
+    this.deps.deliveries.abandon(o.ids)
+    const finishedAt = new Date(this.deps.now())
+    for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAt, error: reason })
+    o.open.clear()
+  }
+
+  /**
+   * 410 Gone: the consumer gets nothing more until registered again. Disabled in memory at once,
+   * so the retry that follows goes to the partition's new consumer, then recorded in the database.
+   */
+  private disable(g: GroupRuntime, owner: ConsumerRow): void {
+    if (owner.disabledAt !== null) return
+    owner.disabledAt = new Date(this.deps.now())
+    owner.disabledReason = 'answered 410 Gone'
+    this.consumersChanged(g, g.consumers)
+    this.deps.disableConsumer(owner.id, 'answered 410 Gone').catch((err: unknown) =>
+      this.deps.log.error({ err, consumer: owner.id }, 'recording a disabled consumer failed'))
+  }
+
+  /** Runs a step outside any caller that could handle its error: logs instead of crashing. */
+  safely(fn: () => void): void {
+    try {
+      fn()
+    } catch (err) {
+      this.deps.log.error({ err }, 'dispatcher step failed')
+    }
+  }
+}
+
+function anyPushing(w: PartitionState): boolean {
+  for (const o of w.outstanding.values()) if (o.pushing) return true
+  return false
+}
+
+/** What a failed push's answer says, for the attempt log and dead letters. */
+export function errorOf(r: Exclude<PushResult, { kind: 'delivered' }>, pushTimeoutMs: number): string {
+  return r.kind === 'rejected' ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
+    : r.kind === 'timeout' ? `no answer within ${pushTimeoutMs} ms` : r.error
+}
