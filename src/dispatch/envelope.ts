@@ -47,7 +47,7 @@ export function webhookId(topicId: number, partition: number, offset: number): s
 
 /** Body and headers of one push attempt. */
 export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: string, attempt: number, ackDeadlineMs: number, nowMs: number): { body: string; headers: Record<string, string> } {
-  const timestamp = msg.producedAt.toISOString()
+  const timestamp = (msg.timestamp ??= new Date(msg.producedAtMs).toISOString())
   const ackDeadline = new Date(ackDeadlineMs).toISOString()
   let body: string
   const headers: Record<string, string> = {

@@ -231,7 +231,10 @@ class Connection {
   private trailers = false
   /** The answer is complete (its request settled once the data at hand is read). */
   private answered = false
+  /** The body kept so far, decoded piece by piece (a piece may end inside a UTF-8 sequence: see finish). */
   private kept: Buffer[] = []
+  /** kept[i] for i >= this are views of the socket's current chunk, to copy if the answer goes on past it. */
+  private keptOwned = 0
   private keptBytes = 0
   private seenBytes = 0
 
@@ -300,6 +303,7 @@ class Connection {
     this.trailers = false
     this.answered = false
     this.kept = []
+    this.keptOwned = 0
     this.keptBytes = 0
     this.seenBytes = 0
   }
@@ -334,7 +338,11 @@ class Connection {
       buf = this.readBody(buf)
     }
     // Bytes past the answer: a server answering twice; the connection cannot be trusted again.
-    if (this.answered && !this.closed) this.finish(buf.length > 0)
+    if (this.answered && !this.closed) return this.finish(buf.length > 0)
+    // The answer goes on in a later chunk: what was kept of this one is copied out of it, so a
+    // body dripping in byte by byte cannot pin a socket buffer per byte.
+    for (let i = this.keptOwned; i < this.kept.length; i++) this.kept[i] = Buffer.from(this.kept[i]!)
+    this.keptOwned = this.kept.length
   }
 
   /** Parses the status line and headers; false when the connection was given up. */
@@ -354,16 +362,18 @@ class Connection {
     let hintMs: number | undefined
     let at = head.indexOf('\r\n')
     while (at >= 0) {
-      const next = head.indexOf('\r\n', at + 2)
-      const line = head.slice(at + 2, next < 0 ? head.length : next)
+      const start = at + 2
+      const next = head.indexOf('\r\n', start)
+      const end = next < 0 ? head.length : next
       at = next
-      const colon = line.indexOf(':')
-      if (colon <= 0) continue
-      const nameLength = colon
-      // Only a few names matter: compare by length first, lower-case only those that may match.
+      const colon = head.indexOf(':', start)
+      if (colon <= start || colon >= end) continue
+      // Only a few names matter: compare by length first, and cut out only those that may match
+      // (a header line costs no string of its own otherwise).
+      const nameLength = colon - start
       if (nameLength !== 14 && nameLength !== 17 && nameLength !== 10 && nameLength !== 11) continue
-      const name = line.slice(0, colon).toLowerCase()
-      const value = line.slice(colon + 1).trim()
+      const name = head.slice(start, colon).toLowerCase()
+      const value = head.slice(colon + 1, end).trim()
       if (name === 'content-length') {
         if (!/^\d+$/.test(value)) { this.destroy(protocolError('a bad Content-Length')); return false }
         const n = Number(value)
@@ -450,8 +460,7 @@ class Connection {
     const maxBytes = this.pending!.req.maxBodyBytes
     const room = maxBytes - this.keptBytes
     if (room > 0 && part.length > 0) {
-      // Copied: the socket's buffer is not ours to hold on to.
-      const piece = Buffer.from(part.length > room ? part.subarray(0, room) : part)
+      const piece = part.length > room ? part.subarray(0, room) : part
       this.kept.push(piece)
       this.keptBytes += piece.length
     }

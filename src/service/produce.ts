@@ -119,7 +119,7 @@ export class ProduceService {
       if (!list) appended.set(c.partition, (list = []))
       list.push({
         offset: c.offset, key: e.key, value: e.value, headers: e.headers,
-        producedAt: new Date(c.producedAtMs), availableAtMs: c.producedAtMs + e.delayMs,
+        producedAtMs: c.producedAtMs, availableAtMs: c.producedAtMs + e.delayMs,
       })
     }
     for (const [partition, messages] of appended) {

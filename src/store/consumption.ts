@@ -12,8 +12,11 @@ export interface DispatchMessage {
   key: string | null
   value: string
   headers: string
-  producedAt: Date
+  /** The produce time, epoch ms (timestamptz(3): whole milliseconds). */
+  producedAtMs: number
   availableAtMs: number
+  /** The produce time as the push envelope writes it, made once per message (see envelope.ts). */
+  timestamp?: string
 }
 
 /** Where a group stands on one partition. */
@@ -85,14 +88,15 @@ export async function loadProgress(db: Database, groupId: number, topicId: numbe
 
 /** Up to `limit` messages of a partition from `fromOffset`, in offset order. */
 export async function readForDispatch(db: Database, topicId: number, partition: number, fromOffset: number, limit: number): Promise<DispatchMessage[]> {
-  const res = await db.pool.query<{ offset: number; key: string | null; value: string; headers: string; produced_at: Date; available_ms: number }>({
+  const res = await db.pool.query<{ offset: number; key: string | null; value: string; headers: string; produced_ms: number; available_ms: number }>({
     name: 'hookq_read_for_dispatch',
-    text: `SELECT "offset", key, value, headers, produced_at, (extract(epoch from available_at) * 1000)::float8 AS available_ms
+    text: `SELECT "offset", key, value, headers, (extract(epoch from produced_at) * 1000)::float8 AS produced_ms,
+                  (extract(epoch from available_at) * 1000)::float8 AS available_ms
            FROM messages WHERE topic_id = $1 AND partition = $2 AND "offset" >= $3 ORDER BY "offset" LIMIT $4`,
     values: [topicId, partition, fromOffset, limit],
   })
   return res.rows.map((r) => ({
-    offset: r.offset, key: r.key, value: r.value, headers: r.headers, producedAt: r.produced_at, availableAtMs: r.available_ms,
+    offset: r.offset, key: r.key, value: r.value, headers: r.headers, producedAtMs: r.produced_ms, availableAtMs: r.available_ms,
   }))
 }
 

@@ -25,9 +25,12 @@ const LENGTH = 48 // base64url of 36 bytes, no padding
 const pool = Buffer.allocUnsafe(16 * 1024)
 let poolUsed = pool.length
 
+/** The bytes of the id being made: one buffer for all of them (the id is a string once made). */
+const scratch = Buffer.alloc(BYTES)
+
 /** A new delivery id for the attempt at `key`. */
 export function newDeliveryId(key: AttemptKey): string {
-  const b = Buffer.allocUnsafe(BYTES)
+  const b = scratch
   b.writeUInt32BE(key.groupId, 0)
   b.writeUInt32BE(key.partition, 4)
   b.writeBigUInt64BE(BigInt(key.offset), 8)
@@ -35,7 +38,7 @@ export function newDeliveryId(key: AttemptKey): string {
   if (poolUsed === pool.length) { randomFillSync(pool); poolUsed = 0 }
   pool.copy(b, 20, poolUsed, poolUsed + 16)
   poolUsed += 16
-  return b.toString('base64url')
+  return b.toString('base64url', 0, BYTES)
 }
 
 /** The coordinates a delivery id carries, or null for anything that is not one of ours. */
