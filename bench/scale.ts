@@ -37,7 +37,11 @@ const num = (name: string, fallback: number) => {
   if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number, got ${JSON.stringify(raw)}`)
   return Math.round(n)
 }
-const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s) => num('BENCH_SCALE_PROCESSES', Number(s)))
+const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s) => {
+  const n = Number(s)
+  if (!Number.isInteger(n) || n < 1 || n > 64) throw new Error(`BENCH_SCALE_PROCESSES: ${JSON.stringify(s)} is not a process count`)
+  return n
+})
 const MESSAGES = num('BENCH_MESSAGES', 60_000)
 const PARTITIONS = num('BENCH_PARTITIONS', 8)
 const MAX_IN_FLIGHT = num('BENCH_MAX_IN_FLIGHT', 200)

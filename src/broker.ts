@@ -84,8 +84,11 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const groups = new GroupService(db, new GroupStore(db.prisma), topicStore, config.pushPolicy)
     const logger = opts.logger
     const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
+    // Finished attempts wait up to 20 ms for company: the log is history, and fewer, larger inserts
+    // cost PostgreSQL and the broker less per row (bench:scale, 2 rounds: ~10% less CPU per message
+    // than at 5 ms, within the noise of one round). A retry's row does not wait (durable()).
     const attempts = new AttemptLog(db, {
-      flushDelayMs: 5, holdMs: 1000, maxBuffered: 200_000,
+      flushDelayMs: 20, holdMs: 1000, maxBuffered: 200_000,
       onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
     })
     const agent = createPushAgent({ policy: config.pushPolicy })

@@ -73,6 +73,8 @@ export class MemberSession {
   private lost = false
   /** The session's backend pid (known once joined). */
   pid = 0
+  /** The last query asked for: the next one runs after it (see query). */
+  private queue: Promise<void> = Promise.resolve()
 
   private constructor(private readonly client: pg.Client) {
     const onLost = (err?: Error) => {
@@ -112,15 +114,15 @@ export class MemberSession {
 
   /** Becomes a member reachable at `url` (null: the others cannot forward to it), listening for changes. */
   async join(url: string | null): Promise<void> {
-    const { rows } = await this.client.query<{ pid: number }>('SELECT pg_advisory_lock_shared($1), pg_backend_pid() AS pid', [MEMBERS_LOCK_KEY])
+    const { rows } = await this.query<{ pid: number }>('SELECT pg_advisory_lock_shared($1), pg_backend_pid() AS pid', [MEMBERS_LOCK_KEY])
     this.pid = rows[0]!.pid
     await this.record(url)
-    for (const channel of [APPEND_CHANNEL, CHANGE_CHANNEL]) await this.client.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
+    for (const channel of [APPEND_CHANNEL, CHANGE_CHANNEL]) await this.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
   }
 
   /** Records where this member takes forwarded calls (its row replaces a dead backend's of the same pid). */
   async record(url: string | null): Promise<void> {
-    await this.client.query(
+    await this.query(
       `INSERT INTO broker_members (backend_pid, url, since) VALUES (pg_backend_pid(), $1, now())
        ON CONFLICT (backend_pid) DO UPDATE SET url = EXCLUDED.url, since = EXCLUDED.since`, [url])
   }
@@ -130,7 +132,7 @@ export class MemberSession {
    * also the proof that the session (and every lock on it) is still ours.
    */
   async view(): Promise<ClusterView> {
-    const res = await this.client.query<{ kind: string; a: number; b: number; c: number; url: string | null; name: string | null }>(VIEW, [MEMBERS_LOCK_KEY, PARTITION_LOCK_BASE, MAX_GROUP_ID])
+    const res = await this.query<{ kind: string; a: number; b: number; c: number; url: string | null; name: string | null }>(VIEW, [MEMBERS_LOCK_KEY, PARTITION_LOCK_BASE, MAX_GROUP_ID])
     const view: ClusterView = { self: this.pid, members: [], holders: [], groups: [] }
     for (const r of res.rows) {
       if (r.kind === 'm') view.members.push({ pid: r.a, url: r.url })
@@ -142,18 +144,18 @@ export class MemberSession {
 
   /** Takes a partition's lock if nobody holds it; never waits. */
   async tryLock(groupId: number, partition: number): Promise<boolean> {
-    const { rows } = await this.client.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1::bigint) AS ok', [partitionLockKey(groupId, partition)])
+    const { rows } = await this.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1::bigint) AS ok', [partitionLockKey(groupId, partition)])
     return rows[0]?.ok === true
   }
 
   /** Gives a partition's lock up (for another member to take). */
   async unlock(groupId: number, partition: number): Promise<void> {
-    await this.client.query('SELECT pg_advisory_unlock($1::bigint)', [partitionLockKey(groupId, partition)])
+    await this.query('SELECT pg_advisory_unlock($1::bigint)', [partitionLockKey(groupId, partition)])
   }
 
   /** NOTIFY on this session (it does not wait for a pool connection). */
   async notify(channel: string, payload: string): Promise<void> {
-    await this.client.query('SELECT pg_notify($1, $2)', [channel, payload])
+    await this.query('SELECT pg_notify($1, $2)', [channel, payload])
   }
 
   /** Drops the socket at once (a session that stopped answering cannot be ended politely). */
@@ -161,6 +163,16 @@ export class MemberSession {
     this.lost = true
     const stream = (this.client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream
     stream?.destroy()
+  }
+
+  /**
+   * One query at a time on the session, in the order asked: polls, moves and NOTIFY share it, and
+   * pg only queues overlapping queries with a deprecation warning (pg 9 will refuse them).
+   */
+  private query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
+    const run = this.queue.then(() => this.client.query<R>(text, values))
+    this.queue = run.then(() => undefined, () => undefined)
+    return run
   }
 
   /** Called once, when the session ends or fails: whatever it held is gone. */

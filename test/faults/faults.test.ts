@@ -85,14 +85,22 @@ t.test('faults', { skip: needsServer }, async (t) => {
   t.jobs = LONG ? 1 : 2
   const runs: Promise<unknown>[] = []
 
-  runs.push(t.test('1. SIGKILL under produce and push load, restart on the same database', async (t) => {
-    await scenario(t, 'kill', {}, async ({ cluster, progress }) => {
-      for (let i = 0; i < P.kills; i++) {
-        await progress(LONG ? 80 : 40)
-        await cluster.killAndRestart()
-      }
-    })
-  }))
+  // Scenarios 1, 3, 5 and 6 run again with two broker processes sharing the partitions (1 and 6 in
+  // the short profile too): the fault lands on the oldest process, the other keeps pushing its share.
+  const twice = (all: boolean) => (all || LONG ? [1, 2] : [1])
+  const procs = (n: number) => (n > 1 ? { cluster: { processes: n } } : {})
+  const label = (n: number) => (n > 1 ? `, ${n} broker processes` : '')
+
+  for (const n of twice(true)) {
+    runs.push(t.test(`1. SIGKILL under produce and push load, restart on the same database${label(n)}`, async (t) => {
+      await scenario(t, `kill${n}`, procs(n), async ({ cluster, progress }) => {
+        for (let i = 0; i < P.kills; i++) {
+          await progress(LONG ? 80 : 40)
+          await cluster.killAndRestart()
+        }
+      })
+    }))
+  }
 
   runs.push(t.test('2. SIGTERM mid-load exits 0 within the grace period; restart', async (t) => {
     await scenario(t, 'term', {}, async ({ cluster, progress }) => {
@@ -105,16 +113,18 @@ t.test('faults', { skip: needsServer }, async (t) => {
     })
   }))
 
-  runs.push(t.test('3. SIGSTOP longer than the ack deadline, then SIGCONT', async (t) => {
-    // A third of the acks come up to 2.5 s late: some land after their deadline, some after a redelivery.
-    await scenario(t, 'stop', { group: { ackTimeoutMs: 2000, pushTimeoutMs: 1500 }, consumer: { slowAckChance: 0.3, slowAckMs: 2500 } }, async ({ cluster, progress }) => {
-      for (let i = 0; i < P.pauses; i++) {
-        await progress(60)
-        await cluster.pause(3500)
-        t.ok(cluster.alive, 'alive after SIGCONT')
-      }
-    })
-  }))
+  for (const n of twice(false)) {
+    runs.push(t.test(`3. SIGSTOP longer than the ack deadline, then SIGCONT${label(n)}`, async (t) => {
+      // A third of the acks come up to 2.5 s late: some land after their deadline, some after a redelivery.
+      await scenario(t, `stop${n}`, { ...procs(n), group: { ackTimeoutMs: 2000, pushTimeoutMs: 1500 }, consumer: { slowAckChance: 0.3, slowAckMs: 2500 } }, async ({ cluster, progress }) => {
+        for (let i = 0; i < P.pauses; i++) {
+          await progress(60)
+          await cluster.pause(3500)
+          t.ok(cluster.alive, 'alive after SIGCONT')
+        }
+      })
+    }))
+  }
 
   runs.push(t.test('4. database cut away (TCP proxy) mid-load, then healed: 503s, no crash, recovery without restart', async (t) => {
     const probes: string[] = []
@@ -176,34 +186,38 @@ t.test('faults', { skip: needsServer }, async (t) => {
       t.ok(readiness.every((s) => s === 503), '/readyz answered 503 throughout')
     }))
 
-  runs.push(t.test('5. the broker\'s database connections terminated mid-load', async (t) => {
-    await scenario(t, 'terminate', {}, async ({ cluster, progress }) => {
-      for (let i = 0; i < P.terminations; i++) {
-        await progress(60)
-        const n = await cluster.terminateBrokerConnections()
-        t.comment(`terminated ${n} backends of ${cluster.dbName}`)
-      }
-      t.ok(cluster.alive, 'no crash')
-      t.equal(cluster.starts, 1, 'no restart needed')
-    })
-  }))
+  for (const n of twice(false)) {
+    runs.push(t.test(`5. the broker's database connections terminated mid-load${label(n)}`, async (t) => {
+      await scenario(t, `terminate${n}`, procs(n), async ({ cluster, progress }) => {
+        for (let i = 0; i < P.terminations; i++) {
+          await progress(60)
+          const killed = await cluster.terminateBrokerConnections()
+          t.comment(`terminated ${killed} backends of ${cluster.dbName}`)
+        }
+        t.ok(cluster.alive, 'no crash')
+        t.equal(cluster.starts, n, 'no restart needed')
+      })
+    }))
+  }
 
-  runs.push(t.test('6. flapping consumers (200/500/hang past the push timeout/no ack): all acked or dead-lettered', async (t) => {
-    const answer: ConsumerOptions['answer'] = () => {
-      const r = Math.random()
-      if (r < 0.3) return { spec: { status: 500 }, ack: false }
-      if (r < 0.4) return { spec: { hang: true }, ack: false } // past pushTimeoutMs
-      if (r < 0.45) return { spec: { status: 200 }, ack: false } // ack deadline passes
-      if (r < 0.5) return { spec: { status: 503, headers: { 'retry-after': '0' } }, ack: false }
-      return { spec: { status: 200 }, ack: true }
-    }
-    await scenario(t, 'flap', {
-      dlq: 'faults.dlq', messages: P.flapMessages, consumer: { answer },
-      group: { maxDeliveries: 4, ackTimeoutMs: 1500, pushTimeoutMs: 800, retry: { initialDelayMs: 50, multiplier: 2, maxDelayMs: 400, jitter: 0.1 } },
-    }, async ({ cluster, progress }) => {
-      if (LONG) for (let i = 0; i < 2; i++) { await progress(100); await cluster.killAndRestart() }
-    })
-  }))
+  for (const n of twice(true)) {
+    runs.push(t.test(`6. flapping consumers (200/500/hang past the push timeout/no ack): all acked or dead-lettered${label(n)}`, async (t) => {
+      const answer: ConsumerOptions['answer'] = () => {
+        const r = Math.random()
+        if (r < 0.3) return { spec: { status: 500 }, ack: false }
+        if (r < 0.4) return { spec: { hang: true }, ack: false } // past pushTimeoutMs
+        if (r < 0.45) return { spec: { status: 200 }, ack: false } // ack deadline passes
+        if (r < 0.5) return { spec: { status: 503, headers: { 'retry-after': '0' } }, ack: false }
+        return { spec: { status: 200 }, ack: true }
+      }
+      await scenario(t, `flap${n}`, {
+        ...procs(n), dlq: 'faults.dlq', messages: P.flapMessages, consumer: { answer },
+        group: { maxDeliveries: 4, ackTimeoutMs: 1500, pushTimeoutMs: 800, retry: { initialDelayMs: 50, multiplier: 2, maxDelayMs: 400, jitter: 0.1 } },
+      }, async ({ cluster, progress }) => {
+        if (LONG) for (let i = 0; i < 2; i++) { await progress(100); await cluster.killAndRestart() }
+      })
+    }))
+  }
 
   runs.push(t.test('7. producer timeouts retried with the same idempotency key: exactly one message per key', async (t) => {
     const cluster = await Cluster.start(t)

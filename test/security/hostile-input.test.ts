@@ -11,6 +11,7 @@ import t, { type Test } from 'tap'
 import type { InjectOptions } from 'fastify'
 import type { Broker } from '../../src/broker.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
+import { waitUntil } from '../helpers/wait.ts'
 
 const MAX_REQUEST_BYTES = 65536
 const { broker, url: baseUrl } = await startListeningBroker(t, {
@@ -31,6 +32,10 @@ await must('PUT', '/v1/topics/base', { partitions: 2 }, 201)
 await must('PUT', '/v1/topics/sink', { partitions: 1 }, 201)
 await must('PUT', '/v1/groups/g', { topic: 'base' }, 201)
 const consumer = await must('POST', '/v1/groups/g/consumers', { url: 'http://127.0.0.1:9/hook' }, 201) as { id: string }
+// This process claims the group's partitions in the background, each claim a new owner epoch in
+// group_offsets: waited for here, so that no snapshot below takes it for a change a request made.
+await waitUntil(async () => (await broker.db.pool.query('SELECT count(*)::int AS n FROM group_offsets WHERE owner_epoch > 0')).rows[0].n === 2,
+  20_000, 'the group\'s two partitions claimed')
 
 // ---- database snapshot: row count and content hash of every table ----
 const TABLES = ['topics', 'topic_partitions', 'messages', 'consumer_groups', 'consumers', 'group_offsets', 'group_completions', 'deliveries']
