@@ -252,6 +252,10 @@ export class Dispatcher {
       await this.progress.settled()
     }
     if (g.parts.get(partition) === w) this.dropPartition(g, w, 'abandoned: the partition moved to another broker process')
+    // Handing over: the attempt rows of its pushes are written before the next owner can take it,
+    // so an ack that follows the partition there finds its attempt (a row still in memory here
+    // would make the new owner answer `unknown` for a delivery id it cannot check).
+    if (graceful) await this.deps.attempts.flush().catch((err: unknown) => this.deps.log.warn({ err }, 'writing the attempt log before a handover failed'))
   }
 
   /** Drops every partition at once (the session that owned them is gone). */

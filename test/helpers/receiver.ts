@@ -17,6 +17,8 @@ export interface Received {
   json: unknown
   /** The client's port: the same value for two requests means one reused socket. */
   remotePort: number
+  /** When the whole request had arrived (Date.now()). */
+  receivedAt: number
   /** Body bytes the receiver wrote back, updated while it writes. */
   sentBytes: number
   /** Whether the response is over: finished, or its socket closed under it. */
@@ -81,7 +83,7 @@ export async function startReceiver(t: { teardown(fn: () => unknown): void }, in
       try { json = JSON.parse(body) } catch { json = undefined }
       const received: Received = {
         method: req.method ?? '', path: req.url ?? '', headers: req.headers, body, json,
-        remotePort: req.socket.remotePort ?? 0, sentBytes: 0, closed: false,
+        remotePort: req.socket.remotePort ?? 0, receivedAt: Date.now(), sentBytes: 0, closed: false,
       }
       requests.push(received)
       res.on('close', () => { received.closed = true })

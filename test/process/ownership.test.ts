@@ -160,3 +160,69 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
   await waitUntil(() => values().size === 155, 20_000, 'pushed by the last process')
   t.pass('the last process pushes every partition')
 })
+
+t.test('acks under way while partitions move: none is lost, nothing acked is pushed again', { skip: needsServer }, async (t) => {
+  const db = await testDatabase(t)
+  const c = new pg.Client({ connectionString: db.url })
+  await c.connect()
+  t.teardown(() => c.end())
+  const env = { DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }
+  const procs: BrokerProcess[] = []
+  t.teardown(() => { for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL') })
+  const spawn = async () => { const p = await spawnBroker(env, 60_000); procs.push(p); return p }
+  const [a, b] = await Promise.all([spawn(), spawn()]) as [BrokerProcess, BrokerProcess]
+  const receiver = await startReceiver(t)
+  t.equal((await call(a.url, 'PUT', '/v1/topics/mv', { partitions: PARTITIONS })).status, 201)
+  t.equal((await call(a.url, 'PUT', '/v1/groups/mv-g', { topic: 'mv', ackMode: 'explicit', ackTimeoutMs: 60_000 })).status, 201)
+  t.equal((await call(a.url, 'POST', '/v1/groups/mv-g/consumers', { url: receiver.url })).status, 201)
+  await waitUntil(async () => (await holders(c, 'mv-g')).size === PARTITIONS, 20_000, 'every partition owned')
+
+  // The consumer acks every push it got, always through `a` (which owns only part of the
+  // partitions), again and again until each ack is answered: a 503 (a partition moving) is asked
+  // again, and so is a call `a` could not forward. When an ack is answered `acked`, that moment is kept.
+  const ackedAt = new Map<number, number>()
+  const unknown: string[] = []
+  let acking = true
+  const acker = (async () => {
+    while (acking) {
+      const pending = receiver.requests.filter((r) => !ackedAt.has((r.json as { value: number }).value))
+      if (pending.length > 0) {
+        const res = await call(a.url, 'POST', '/v1/groups/mv-g/acks', { deliveryIds: pending.map((r) => (r.json as { deliveryId: string }).deliveryId) })
+          .catch(() => ({ status: 0, json: undefined }))
+        if (res.status === 200) {
+          res.json.results.forEach((r: { status: string }, i: number) => {
+            const v = (pending[i]!.json as { value: number }).value
+            if (r.status === 'acked' || r.status === 'already_completed') { if (!ackedAt.has(v)) ackedAt.set(v, Date.now()) }
+            else if (r.status === 'unknown') unknown.push(`value ${v}, attempt ${(pending[i]!.json as { attempt: number }).attempt}`)
+          })
+        }
+      }
+      await new Promise((r) => setTimeout(r, 20))
+    }
+  })()
+  const produce = async (from: number, n: number) => t.equal((await call(a.url, 'POST', '/v1/topics/mv/messages',
+    { messages: Array.from({ length: n }, (_, i) => ({ key: `k${from + i}`, value: from + i })) })).status, 201)
+
+  // A third process joins while messages flow and acks are under way: partitions move to it.
+  await produce(0, 100)
+  const d = await spawn()
+  for (let i = 1; i <= 4; i++) { await produce(i * 100, 100); await new Promise((r) => setTimeout(r, 100)) }
+  await waitUntil(async () => new Set([...(await holders(c, 'mv-g')).values()].map((h) => h[0])).size === 3, 20_000, 'the new process took a share')
+  // Then one leaves (its partitions handed over), while acks still go through `a`.
+  b.child.kill('SIGTERM')
+  t.equal(await b.exited, 0, 'the leaving process exits 0')
+  await produce(500, 100)
+  await waitUntil(() => ackedAt.size === 600, 60_000, 'every message acked', 100)
+  acking = false
+  await acker
+  await waitUntil(async () => (await call(d.url, 'GET', '/v1/groups/mv-g')).json.partitions.every((p: { lag: number }) => p.lag === 0), 30_000, 'lag 0')
+
+  // A push that arrives more than a second after its message's ack was answered acked is a re-push of an acked message.
+  const late = receiver.requests.filter((r) => {
+    const at = ackedAt.get((r.json as { value: number }).value)
+    return at !== undefined && r.receivedAt > at + 1000
+  }).map((r) => `value ${(r.json as { value: number }).value} attempt ${(r.json as { attempt: number }).attempt}`)
+  t.same(late, [], 'nothing acked was pushed again')
+  t.same(unknown, [], 'no ack of a delivery id that was pushed was answered unknown')
+  t.equal(ackedAt.size, 600, 'every one of the 600 messages acked through a process that owned only some of them')
+})
