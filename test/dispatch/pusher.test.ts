@@ -148,8 +148,7 @@ t.test('keep-alive: sequential pushes to one consumer reuse one socket', async (
   const own = createPushAgent()
   t.teardown(() => own.destroy())
   const receiver = await startReceiver(t, { status: 200, body: 'ok' })
-  // undici hands a pipelining-1 socket back to the pool one event-loop turn after the answer ends
-  // (a setImmediate), so a push issued in the very same turn would open a second socket.
+  // A turn of the event loop between pushes, as between pushes of a real consumer's partition.
   const nextTurn = () => new Promise((resolve) => setImmediate(resolve))
   for (let i = 0; i < 3; i++) {
     t.match(await push(own, request(receiver.url)), { kind: 'delivered' })
