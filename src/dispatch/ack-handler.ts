@@ -79,7 +79,7 @@ export class AckHandler {
       if (!g || !loc) { out.push({ deliveryId: id, status: this.recentStatus(g, id) }); continue }
       const o = loc.w.outstanding.get(loc.offset)
       // Only the current attempt can be nacked; an older id names an attempt already settled.
-      if (!o || o.state !== 'in_flight' || o.inFlight?.deliveryId !== id) { out.push({ deliveryId: id, status: 'already_completed' }); continue }
+      if (!o || o.state !== 'in_flight' || o.current !== id) { out.push({ deliveryId: id, status: 'already_completed' }); continue }
       this.deps.flow.cancel(o)
       o.open.delete(id)
       this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.deps.now()) })
@@ -102,7 +102,7 @@ export class AckHandler {
       if (loc === 'moved') { moved = true; continue }
       if (!g || !loc) { out.push({ deliveryId: id, status: this.recentStatus(g, id) }); continue }
       const deadlineMs = this.deps.now() + extendMs
-      if (this.deps.schedule.touch(id, deadlineMs)) {
+      if (this.deps.schedule.touch(id, deadlineMs) || this.deadlineFor(loc.w, loc.offset, g, id, deadlineMs)) {
         this.deps.attempts.update({ id, ackDeadline: new Date(deadlineMs) })
         out.push({ deliveryId: id, status: 'extended' })
       } else {
@@ -111,6 +111,14 @@ export class AckHandler {
     }
     if (moved) throw movedError()
     return out
+  }
+
+  /** An attempt in flight without an ack deadline (auto mode) gets one when it is extended. */
+  private deadlineFor(w: PartitionState, offset: number, g: GroupRuntime, id: string, deadlineMs: number): boolean {
+    const o = w.outstanding.get(offset)
+    if (!o || o.state !== 'in_flight' || o.current !== id || o.inFlight) return false
+    o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, offset, o.attempts, deadlineMs)
+    return true
   }
 
   /**

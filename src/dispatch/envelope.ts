@@ -46,7 +46,7 @@ export function webhookId(topicId: number, partition: number, offset: number): s
 }
 
 /** Body and headers of one push attempt. */
-export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: string, attempt: number, ackDeadlineMs: number, nowMs: number): { body: string; headers: Record<string, string> } {
+export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: string, attempt: number, ackDeadlineMs: number, nowMs: number): { body: string; headers: Record<string, string>; headerLines: string } {
   const timestamp = (msg.timestamp ??= new Date(msg.producedAtMs).toISOString())
   const ackDeadline = new Date(ackDeadlineMs).toISOString()
   let body: string
@@ -83,5 +83,8 @@ export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: 
     // The hookq-* headers too: in raw format they are the message's coordinates.
     headers['hookq-signature'] = signHeaders({ id, timestampS, headers, secrets: target.consumerSecrets })
   }
-  return { body, headers }
+  // Every value above is ours: numbers, ids, ISO times, validated names, ASCII-escaped JSON, base64.
+  let headerLines = ''
+  for (const name in headers) headerLines += `${name}: ${headers[name]}\r\n`
+  return { body, headers, headerLines }
 }

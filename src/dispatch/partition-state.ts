@@ -17,7 +17,12 @@ export interface Outstanding {
   msg: DispatchMessage
   attempts: number
   state: State
-  /** The ack deadline of the attempt now in flight (its delivery id's entry in the tracker), if any. */
+  /** The delivery id of the attempt in flight, until it is settled (acked, nacked, failed, timed out). */
+  current: string | undefined
+  /**
+   * Its ack deadline in the tracker. Not in auto mode when the push's own timeout comes first (the
+   * answer settles the attempt before any deadline could); an extend makes one then.
+   */
   inFlight: TrackerEntry | undefined
   /** What the message waits for instead (its delay, a retry's backoff, dead-lettering again), if anything. */
   wait: Wait | undefined

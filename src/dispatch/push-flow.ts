@@ -68,6 +68,9 @@ export interface PushFlowDeps {
 }
 
 export class PushFlow {
+  /** fill, logging instead of throwing: what a window's wake-up runs (one function, not one per push). */
+  private readonly fillSafely = (g: GroupRuntime, w: PartitionState): void => this.safely(() => this.fill(g, w))
+
   constructor(private readonly deps: PushFlowDeps) {}
 
   // ---- admission ----
@@ -94,7 +97,7 @@ export class PushFlow {
       w.readPos = msg.offset + 1
       if (msg.offset < w.committed || w.completed.has(msg.offset)) continue
       const o: Outstanding = {
-        msg, attempts: w.priorAttempts.get(msg.offset) ?? 0, state: 'parked', inFlight: undefined, wait: undefined, ids: [], open: new Set(), lastError: undefined,
+        msg, attempts: w.priorAttempts.get(msg.offset) ?? 0, state: 'parked', current: undefined, inFlight: undefined, wait: undefined, ids: [], open: new Set(), lastError: undefined,
       }
       if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
       w.outstanding.set(msg.offset, o)
@@ -145,7 +148,11 @@ export class PushFlow {
     o.open.add(id)
     this.deps.deliveries.issue(id, { g, w, offset: o.msg.offset })
     setState(w, o, 'in_flight')
-    o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs)
+    o.current = id
+    // In auto mode the answer settles the attempt; a deadline is needed only if it can pass before the push's timeout.
+    if (g.row.ackMode === 'explicit' || g.row.ackTimeoutMs < g.row.pushTimeoutMs) {
+      o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs)
+    }
     const row = {
       id, groupId: g.row.id, topicId: g.topic.id, partition: w.partition, offset: o.msg.offset, attempt,
       consumerId: owner.id, startedAt: new Date(nowMs), ackDeadline: new Date(deadlineMs),
@@ -160,10 +167,10 @@ export class PushFlow {
     // next process counts it (retries are few, so waiting for the write costs little). With it, a
     // check that this process still holds the partition's epoch: one that lost it (paused past its
     // session, say) must not push for it again.
-    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.inFlight?.deliveryId === id
+    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === id
     const giveBack = () => {
       win.window.release('neutral')
-      this.deps.windows.wake(owner.id, (g, w) => this.fill(g, w))
+      this.deps.windows.wake(owner.id, this.fillSafely)
     }
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
     Promise.all([this.deps.attempts.durable(row), fence]).then(([, held]) => {
@@ -227,7 +234,7 @@ export class PushFlow {
     }
     o.pushedTo = owner.id
     o.pushing = id
-    sendPush(this.deps.agent, { url: owner.url, body: request.body, headers: request.headers, timeoutMs: g.row.pushTimeoutMs },
+    sendPush(this.deps.agent, { url: owner.url, body: request.body, headers: request.headers, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
       (result) => this.safely(() => this.settle(g, w, o, id, owner, result)))
   }
 
@@ -238,7 +245,7 @@ export class PushFlow {
       this.settleAttempt(g, w, o, id, owner, r)
     } finally {
       // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
-      this.deps.windows.wake(owner.id, (g, w) => this.safely(() => this.fill(g, w)))
+      this.deps.windows.wake(owner.id, this.fillSafely)
     }
   }
 
@@ -249,7 +256,7 @@ export class PushFlow {
     const nack = o.nackedPush?.id === id ? o.nackedPush : undefined
     if (nack) {
       o.nackedPush = undefined
-      if (w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && !o.inFlight) {
+      if (w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === undefined) {
         const why = r.kind === 'delivered' ? undefined : errorOf(r, g.row.pushTimeoutMs)
         this.deps.attempts.update({ id, durationMs: r.durationMs, ...(r.kind === 'rejected' ? { statusCode: r.status } : {}), ...(why ? { error: why } : {}) })
         // 410 Gone disables the consumer whichever way the attempt was settled.
@@ -257,7 +264,7 @@ export class PushFlow {
         return this.nacked(g, w, o, why ? `nacked: ${why}` : 'nacked', nack.delayMs, nack.deadLetter)
       }
     }
-    const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.inFlight?.deliveryId === id
+    const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === id
     if (r.kind === 'delivered') {
       this.deps.attempts.update({ id, statusCode: r.status, durationMs: r.durationMs })
       if (current && g.row.ackMode === 'auto') this.complete(g, w, o, id)
@@ -385,6 +392,7 @@ export class PushFlow {
       }
       if (o.inFlight !== entry) return
       o.inFlight = undefined
+      o.current = undefined
       o.open.delete(entry.deliveryId)
       this.deps.attempts.update({ id: entry.deliveryId, outcome: 'timed_out', finishedAt: new Date(this.deps.now()), error: `no ack within ${g.row.ackTimeoutMs} ms` })
       // Took the push but not the message in time: as much a sign of overload as a slow answer.
@@ -403,6 +411,7 @@ export class PushFlow {
   cancel(o: Outstanding): void {
     if (o.inFlight) this.deps.schedule.cancel(o.inFlight)
     if (o.wait) this.deps.schedule.cancel(o.wait)
+    o.current = undefined
     o.inFlight = undefined
     o.wait = undefined
   }

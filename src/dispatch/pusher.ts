@@ -20,6 +20,11 @@ export interface PushRequest {
   url: string
   body: string | Buffer
   headers: Record<string, string>
+  /**
+   * The same headers as `name: value\r\n` lines, when the caller built them from values it made
+   * itself (the envelope's): used as they are, unchecked. Without it, `headers` is checked for line breaks.
+   */
+  headerLines?: string
   /** Deadline for the complete answer, headers and body, ms. */
   timeoutMs: number
   /** Bytes of the answer's body kept for the attempt log; the rest is discarded. Default 4 KiB. */
@@ -166,7 +171,7 @@ export function send(agent: PushAgent, req: PushRequest, onResult: (r: PushResul
   let lines: string
   try {
     if ('error' in target) throw new Error(target.error)
-    lines = headerLines(req.headers)
+    lines = req.headerLines ?? headerLines(req.headers)
   } catch (err) {
     const error = 'error' in target ? target.error : describeError(err)
     queueMicrotask(() => onResult({ kind: 'network', durationMs: elapsedMs(), error }))

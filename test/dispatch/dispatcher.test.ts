@@ -185,3 +185,23 @@ t.test('a seek while a push is out: its id no longer counts, and the partition s
   t.same((await s.dispatcher.ack('seek', [again.deliveryId])).map((r) => r.status), ['acked'])
   t.same(s.errors, [], 'no step failed')
 })
+
+t.test('auto mode: a push in flight has no ack deadline of its own until extended; then the deadline holds', async (t) => {
+  // pushTimeoutMs never exceeds ackTimeoutMs, so in auto mode the answer (or the push's own timeout,
+  // in real time here: 20 s, longer than the test) settles an attempt before its ack deadline could.
+  const s = await setup(t, 'autoext', { ackMode: 'auto', ackTimeoutMs: 30_000, pushTimeoutMs: 20_000, retry: { initialDelayMs: 100, multiplier: 1, maxDelayMs: 100, jitter: 0 } })
+  s.receiver.setBehaviour({ hang: true })
+  await s.produce(['a'])
+  const first = await s.pushed(1)
+  s.clock.advance(60_000)
+  t.equal(s.pushes().length, 1, 'no deadline passed: the first push is still waiting for its answer')
+  t.same((await s.dispatcher.extend('autoext', [first.deliveryId], 2000)).map((r) => r.status), ['extended'])
+  s.receiver.setBehaviour({ status: 200 })
+  s.clock.advance(1999)
+  t.equal(s.pushes().length, 1)
+  s.clock.advance(1) // the extended deadline passes: timed out, pushed again after the 100 ms backoff
+  s.clock.advance(100)
+  t.match(await s.pushed(2), { offset: 0, attempt: 2 })
+  await waitUntil(async () => (await s.committed()) === 1, 10_000, 'the second push, answered 200, completes it')
+  t.same(s.errors, [], 'no step failed')
+})
