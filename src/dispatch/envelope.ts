@@ -69,10 +69,13 @@ export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: 
     if (msg.key !== null) headers['hookq-key'] = asciiJson(msg.key)
     if (msg.headers !== '{}') headers['hookq-headers'] = asciiJson(JSON.parse(msg.headers))
   } else {
-    body = `{"deliveryId":${JSON.stringify(deliveryId)},"topic":${JSON.stringify(target.topicName)},` +
-      `"group":${JSON.stringify(target.groupName)},"partition":${target.partition},"offset":${msg.offset},` +
-      `"key":${JSON.stringify(msg.key)},"value":${msg.value},"headers":${msg.headers},"attempt":${attempt},` +
-      `"timestamp":"${timestamp}","ackDeadline":"${ackDeadline}"}`
+    // One join, not a chain of +: V8 builds a chain of string pieces and copies them all again when
+    // the request is written (String::WriteToFlat was 5% of the broker's main thread in perf).
+    // Delivery ids are base64url and names match [A-Za-z0-9._-]: neither needs JSON escaping.
+    body = ['{"deliveryId":"', deliveryId, '","topic":"', target.topicName, '","group":"', target.groupName,
+      '","partition":', String(target.partition), ',"offset":', String(msg.offset), ',"key":', msg.key === null ? 'null' : JSON.stringify(msg.key),
+      ',"value":', msg.value, ',"headers":', msg.headers, ',"attempt":', String(attempt),
+      ',"timestamp":"', timestamp, '","ackDeadline":"', ackDeadline, '"}'].join('')
   }
   const id = webhookId(target.topicId, target.partition, msg.offset)
   const timestampS = Math.floor(nowMs / 1000)
@@ -84,7 +87,7 @@ export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: 
     headers['hookq-signature'] = signHeaders({ id, timestampS, headers, secrets: target.consumerSecrets })
   }
   // Every value above is ours: numbers, ids, ISO times, validated names, ASCII-escaped JSON, base64.
-  let headerLines = ''
-  for (const name in headers) headerLines += `${name}: ${headers[name]}\r\n`
-  return { body, headers, headerLines }
+  const lines: string[] = []
+  for (const name in headers) lines.push(name, ': ', headers[name]!, '\r\n')
+  return { body, headers, headerLines: lines.join('') }
 }

@@ -264,9 +264,14 @@ class Connection {
     this.reset()
     const { req } = p
     const length = typeof req.body === 'string' ? Buffer.byteLength(req.body) : req.body.length
-    const head = `POST ${req.path} HTTP/1.1\r\nhost: ${this.pool.origin.host}\r\n${req.headerLines}content-length: ${length}\r\n\r\n`
+    const head = ['POST ', req.path, ' HTTP/1.1\r\nhost: ', this.pool.origin.host, '\r\n', req.headerLines, 'content-length: ', String(length), '\r\n\r\n'].join('')
     if (typeof req.body === 'string') {
-      this.socket.write(head + req.body)
+      // One buffer, one write: the head is ASCII, the body UTF-8, each copied once.
+      const headLength = head.length
+      const bytes = Buffer.allocUnsafe(headLength + length)
+      bytes.write(head, 0, headLength, 'latin1')
+      bytes.write(req.body, headLength, length, 'utf8')
+      this.socket.write(bytes)
     } else {
       this.socket.cork()
       this.socket.write(head)

@@ -145,12 +145,15 @@ function targetOf(agent: PushAgent, raw: string): Target {
   return target
 }
 
-/** Header lines as the client writes them; a value with a line break would split the request, so it throws. */
+/**
+ * Header lines as the client writes them (one byte a character): a value with a line break would
+ * split the request, and one beyond Latin-1 cannot be written as it is, so either throws.
+ */
 function headerLines(headers: Record<string, string>): string {
   let lines = ''
   for (const name in headers) {
     const value = headers[name]!
-    if (/[\r\n]/.test(value) || /[\r\n:]/.test(name)) throw new Error(`header ${JSON.stringify(name)} holds a line break`)
+    if (/[\r\n]|[^\x00-\xff]/.test(value) || /[\r\n:]|[^\x00-\xff]/.test(name)) throw new Error(`header ${JSON.stringify(name)} holds a line break or a character beyond Latin-1`)
     lines += `${name}: ${value}\r\n`
   }
   return lines
