@@ -136,8 +136,9 @@ export class AckHandler {
     if (!key || key.groupId !== g.row.id || key.partition >= g.topic.partitions) return null
     const w = g.parts.get(key.partition)
     if (!w || w.releasing) return 'moved'
-    const row = await findAttempt(this.deps.db, g.row.id, id)
-    if (!row || row.topicId !== g.topic.id || row.partition !== key.partition) return null
+    // Its attempt row: still in this process's attempt log (not written yet), or in the table.
+    const row = this.deps.attempts.pending(id) ?? await findAttempt(this.deps.db, g.row.id, id)
+    if (!row || row.groupId !== g.row.id || row.topicId !== g.topic.id || row.partition !== key.partition) return null
     return row.startedAt.getTime() >= w.seekAtMs ? { w, offset: row.offset } : null
   }
 

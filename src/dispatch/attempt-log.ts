@@ -81,6 +81,11 @@ export class AttemptLog {
     throw new Error('the attempt could not be recorded')
   }
 
+  /** An attempt's row not written yet (started, or ready for the next flush), if it is one. */
+  pending(id: string): AttemptStart | undefined {
+    return this.held.get(id) ?? this.ready.get(id)
+  }
+
   /** Records a change to an attempt; later changes to one id merge over earlier ones. */
   update(change: AttemptUpdate): void {
     const held = this.held.get(change.id)

@@ -49,10 +49,15 @@ export class DeliveryIndex {
     for (const id of ids) this.issued.delete(id)
   }
 
-  /** The message completed: its ids answer `already_completed`, the oldest forgotten past capacity. */
-  complete(ids: Iterable<string>, w: PartitionState): void {
+  /**
+   * The message completed: its ids answer `already_completed` from memory (the oldest forgotten
+   * past capacity) when `remember`; otherwise they are only forgotten, and a repeated ack is answered
+   * from the attempt log.
+   */
+  complete(ids: Iterable<string>, w: PartitionState, remember = true): void {
     for (const id of ids) {
       this.issued.delete(id)
+      if (!remember) continue
       if (this.ring.length < this.recentCapacity) {
         this.ring.push(id)
       } else {

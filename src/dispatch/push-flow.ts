@@ -351,7 +351,10 @@ export class PushFlow {
       this.cancel(o)
       setState(req.w, o, 'completing')
       req.w.outstanding.delete(req.offset)
-      this.deps.deliveries.complete(o.ids, req.w)
+      // Acks are what explicit groups send, and may repeat: their ids are remembered to answer a
+      // repeat from memory. An auto group's consumer acks by answering; an ack of its id, rare, is
+      // answered from the attempt log (in memory until written, then the table).
+      this.deps.deliveries.complete(o.ids, req.w, req.g.row.ackMode === 'explicit')
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
       for (const id of o.open) {

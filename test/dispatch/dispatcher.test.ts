@@ -205,3 +205,17 @@ t.test('auto mode: a push in flight has no ack deadline of its own until extende
   await waitUntil(async () => (await s.committed()) === 1, 10_000, 'the second push, answered 200, completes it')
   t.same(s.errors, [], 'no step failed')
 })
+
+t.test('auto mode: an ack of a delivery id whose message the answer completed is already_completed; a forged one unknown', async (t) => {
+  const s = await setup(t, 'autoack', { ackMode: 'auto' })
+  await s.produce(['a'])
+  const first = await s.pushed(1)
+  await waitUntil(async () => (await s.committed()) === 1, 10_000, 'completed by the 2xx')
+  t.same((await s.dispatcher.ack('autoack', [first.deliveryId])).map((r) => r.status), ['already_completed'], 'answered from the attempt log')
+  await s.attempts.flush(true)
+  t.same((await s.dispatcher.ack('autoack', [first.deliveryId])).map((r) => r.status), ['already_completed'], 'and from the table once written')
+  // The same coordinates with other random bits: never issued.
+  const raw = Buffer.from(first.deliveryId, 'base64url')
+  raw[35] = raw[35]! ^ 0xff
+  t.same((await s.dispatcher.ack('autoack', [raw.toString('base64url')])).map((r) => r.status), ['unknown'])
+})
