@@ -70,44 +70,45 @@ export class AckHandler {
   }
 
   /** A failed attempt each: pushed again after `delayMs` (else the backoff), or dead-lettered at once. */
-  async nack(g: GroupRuntime | undefined, deliveryIds: string[], delayMs: number | undefined, deadLetter: boolean): Promise<AckResult[]> {
-    const out: AckResult[] = []
-    let moved = false
-    for (const id of deliveryIds) {
-      const loc = g ? await this.locate(g, id) : null
-      if (loc === 'moved') { moved = true; continue }
-      if (!g || !loc) { out.push({ deliveryId: id, status: this.recentStatus(g, id) }); continue }
-      const o = loc.w.outstanding.get(loc.offset)
+  nack(g: GroupRuntime | undefined, deliveryIds: string[], delayMs: number | undefined, deadLetter: boolean): Promise<AckResult[]> {
+    return this.each(g, deliveryIds, (g, id, w, offset) => {
+      const o = w.outstanding.get(offset)
       // Only the current attempt can be nacked; an older id names an attempt already settled.
-      if (!o || o.state !== 'in_flight' || o.current !== id) { out.push({ deliveryId: id, status: 'already_completed' }); continue }
+      if (!o || o.state !== 'in_flight' || o.current !== id) return 'already_completed'
       this.deps.flow.cancel(o)
       o.open.delete(id)
       this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.deps.now()) })
       // The push's answer is still to come: it says why (the push flow acts on the nack then).
       if (o.pushing === id) o.nackedPush = { id, delayMs, deadLetter }
-      else this.deps.flow.nacked(g, loc.w, o, 'nacked', delayMs, deadLetter)
-      out.push({ deliveryId: id, status: 'nacked' })
-    }
-    // The others are applied; the caller asks again, and the partition's new owner answers for these.
-    if (moved) throw movedError()
-    return out
+      else this.deps.flow.nacked(g, w, o, 'nacked', delayMs, deadLetter)
+      return 'nacked'
+    })
   }
 
   /** Moves ack deadlines to now + extendMs. */
-  async extend(g: GroupRuntime | undefined, deliveryIds: string[], extendMs: number): Promise<AckResult[]> {
+  extend(g: GroupRuntime | undefined, deliveryIds: string[], extendMs: number): Promise<AckResult[]> {
+    return this.each(g, deliveryIds, (g, id, w, offset) => {
+      const deadlineMs = this.deps.now() + extendMs
+      if (!this.deps.schedule.touch(id, deadlineMs) && !this.deadlineFor(w, offset, g, id, deadlineMs)) return 'already_completed'
+      this.deps.attempts.update({ id, ackDeadline: new Date(deadlineMs) })
+      return 'extended'
+    })
+  }
+
+  /**
+   * Applies `fn` to each id this group issued, in order; ids it never issued (or from before a
+   * seek) are answered `unknown` or, if their message completed lately, `already_completed`.
+   * Ids of partitions pushed elsewhere are left to their owner: the call then fails with 503 once
+   * the others are applied (the caller asks again; nacks and extends of settled ids change nothing).
+   */
+  private async each(g: GroupRuntime | undefined, deliveryIds: string[],
+    fn: (g: GroupRuntime, id: string, w: PartitionState, offset: number) => AckStatus): Promise<AckResult[]> {
     const out: AckResult[] = []
     let moved = false
     for (const id of deliveryIds) {
       const loc = g ? await this.locate(g, id) : null
       if (loc === 'moved') { moved = true; continue }
-      if (!g || !loc) { out.push({ deliveryId: id, status: this.recentStatus(g, id) }); continue }
-      const deadlineMs = this.deps.now() + extendMs
-      if (this.deps.schedule.touch(id, deadlineMs) || this.deadlineFor(loc.w, loc.offset, g, id, deadlineMs)) {
-        this.deps.attempts.update({ id, ackDeadline: new Date(deadlineMs) })
-        out.push({ deliveryId: id, status: 'extended' })
-      } else {
-        out.push({ deliveryId: id, status: 'already_completed' })
-      }
+      out.push({ deliveryId: id, status: !g || !loc ? this.recentStatus(g, id) : fn(g, id, loc.w, loc.offset) })
     }
     if (moved) throw movedError()
     return out

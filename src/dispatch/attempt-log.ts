@@ -251,8 +251,8 @@ function withoutDetails(row: AttemptStart, err: unknown): AttemptStart {
   return { ...row, statusCode: undefined, durationMs: undefined, error: notStorable(err) }
 }
 
-/** Copies the fields of `u` that are set onto a row not yet written (no object made: this runs per push). */
-function mergeInto(row: AttemptStart, u: AttemptUpdate): void {
+/** Copies the fields of `u` that are set onto a row (or update) not yet written: no object made, this runs per push. */
+function mergeInto(row: Omit<AttemptUpdate, 'id'>, u: AttemptUpdate): void {
   if (u.outcome !== undefined) row.outcome = u.outcome
   if (u.finishedAt !== undefined) row.finishedAt = u.finishedAt
   if (u.statusCode !== undefined) row.statusCode = u.statusCode
@@ -261,14 +261,9 @@ function mergeInto(row: AttemptStart, u: AttemptUpdate): void {
   if (u.ackDeadline !== undefined) row.ackDeadline = u.ackDeadline
 }
 
-/** The fields of `u` that are set (field by field: Object.entries per update showed in profiles). */
+/** The fields of `u` that are set, as an update of their own. */
 function definedOnly(u: AttemptUpdate): Partial<AttemptUpdate> {
   const out: Partial<AttemptUpdate> = { id: u.id }
-  if (u.outcome !== undefined) out.outcome = u.outcome
-  if (u.finishedAt !== undefined) out.finishedAt = u.finishedAt
-  if (u.statusCode !== undefined) out.statusCode = u.statusCode
-  if (u.durationMs !== undefined) out.durationMs = u.durationMs
-  if (u.error !== undefined) out.error = u.error
-  if (u.ackDeadline !== undefined) out.ackDeadline = u.ackDeadline
+  mergeInto(out, u)
   return out
 }

@@ -5,7 +5,7 @@
  * polls: nothing acknowledged is lost, nothing acked is pushed again, committed offsets never move
  * back, and an ordered group never has two messages of a partition out at once.
  */
-import t from 'tap'
+import t, { type Test } from 'tap'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
@@ -40,7 +40,8 @@ async function pushesOf(b: BrokerProcess): Promise<number> {
   return n
 }
 
-t.test('every process pushes its share; a killed one\'s partitions move', { skip: needsServer }, async (t) => {
+/** A fresh database, a client on it, and `spawn()` for broker processes on it (all killed at the end). */
+async function cluster(t: Test) {
   const db = await testDatabase(t)
   const c = new pg.Client({ connectionString: db.url })
   await c.connect()
@@ -48,8 +49,13 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
   const env = { DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }
   const procs: BrokerProcess[] = []
   t.teardown(() => { for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL') })
-  const started = await Promise.all([0, 1, 2].map(async () => { const p = await spawnBroker(env, 60_000); procs.push(p); return p }))
-  const [a, b, d] = started as [BrokerProcess, BrokerProcess, BrokerProcess]
+  const spawn = async () => { const p = await spawnBroker(env, 60_000); procs.push(p); return p }
+  return { c, spawn }
+}
+
+t.test('every process pushes its share; a killed one\'s partitions move', { skip: needsServer }, async (t) => {
+  const { c, spawn } = await cluster(t)
+  const [a, b, d] = await Promise.all([spawn(), spawn(), spawn()]) as [BrokerProcess, BrokerProcess, BrokerProcess]
 
   // An explicit group and an ordered auto group, on one topic. The ordered group's receiver checks,
   // at every push, that no other push of the same partition is still unanswered.
@@ -162,14 +168,7 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
 })
 
 t.test('acks under way while partitions move: none is lost, nothing acked is pushed again', { skip: needsServer }, async (t) => {
-  const db = await testDatabase(t)
-  const c = new pg.Client({ connectionString: db.url })
-  await c.connect()
-  t.teardown(() => c.end())
-  const env = { DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }
-  const procs: BrokerProcess[] = []
-  t.teardown(() => { for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL') })
-  const spawn = async () => { const p = await spawnBroker(env, 60_000); procs.push(p); return p }
+  const { c, spawn } = await cluster(t)
   const [a, b] = await Promise.all([spawn(), spawn()]) as [BrokerProcess, BrokerProcess]
   const receiver = await startReceiver(t)
   t.equal((await call(a.url, 'PUT', '/v1/topics/mv', { partitions: PARTITIONS })).status, 201)
