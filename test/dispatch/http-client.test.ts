@@ -5,7 +5,9 @@
  * extensions and trailers, 1xx first, HTTP/1.0, close-delimited bodies, a second answer nobody
  * asked for, a head that is not HTTP), and when a connection may be used again.
  */
+import { readFileSync } from 'node:fs'
 import net from 'node:net'
+import tls from 'node:tls'
 import t, { type Test } from 'tap'
 import { HttpClient, type HttpOutcome, type Origin } from '../../src/dispatch/http-client.ts'
 
@@ -189,4 +191,20 @@ t.test('close() lets answers under way end, then takes no more', async (t) => {
   t.match(await pending, { kind: 'answer', status: 200 })
   await closed
   t.match(await send(client, s.origin), { kind: 'network' }, 'refused once closed')
+})
+
+t.test('https: the server\'s certificate is checked against the trusted ones; a self-signed one is refused', async (t) => {
+  // A key and a self-signed certificate for 127.0.0.1 (valid for 100 years), made for this test with openssl.
+  const pem = readFileSync(new URL('./self-signed-127.0.0.1.pem', import.meta.url), 'utf8')
+  const server = tls.createServer({ key: pem, cert: pem }, (socket) => {
+    socket.on('data', () => socket.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'))
+    socket.on('error', () => {})
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  t.teardown(() => server.close())
+  const port = (server.address() as net.AddressInfo).port
+  const client = new HttpClient()
+  t.teardown(() => client.destroy())
+  const origin: Origin = { key: `https://127.0.0.1:${port}`, tls: true, hostname: '127.0.0.1', port, host: `127.0.0.1:${port}` }
+  t.match(await send(client, origin), { kind: 'network', error: { code: 'DEPTH_ZERO_SELF_SIGNED_CERT' } })
 })
