@@ -9,7 +9,7 @@
  * attempt row says whether it counts (not when it started before the partition's last seek).
  */
 import { HookqError } from '../errors.ts'
-import { findAttempt } from '../store/deliveries.ts'
+import { findAttempts } from '../store/deliveries.ts'
 import type { Database } from '../store/db.ts'
 import { parseDeliveryId } from '../store/delivery-id.ts'
 import type { AttemptLog } from './attempt-log.ts'
@@ -41,10 +41,10 @@ export class AckHandler {
     if (!g) return out
     const reqs: { i: number; req: CompletionRequest }[] = []
     let moved = false
-    for (const [i, id] of deliveryIds.entries()) {
-      const loc = await this.locate(g, id)
+    const locs = await this.locate(g, deliveryIds)
+    for (const [i, loc] of locs.entries()) {
       if (loc === 'moved') { moved = true; continue }
-      if (!loc) { out[i]!.status = this.recentStatus(g, id); continue }
+      if (!loc) continue
       const { w, offset } = loc
       const o = w.outstanding.get(offset)
       if (o && o.state !== 'completing') this.deps.flow.cancel(o)
@@ -53,7 +53,7 @@ export class AckHandler {
     }
     let statuses: CompletionStatus[]
     try {
-      statuses = await this.completeAll(reqs.map((r) => r.req))
+      statuses = await this.deps.progress.completeAll(reqs.map((r) => r.req))
     } catch (err) {
       for (const { req } of reqs) this.deps.flow.completionFailed(req)
       throw err
@@ -97,18 +97,19 @@ export class AckHandler {
 
   /**
    * Applies `fn` to each id this group issued, in order; ids it never issued (or from before a
-   * seek) are answered `unknown` or, if their message completed lately, `already_completed`.
-   * Ids of partitions pushed elsewhere are left to their owner: the call then fails with 503 once
-   * the others are applied (the caller asks again; nacks and extends of settled ids change nothing).
+   * seek) are answered `unknown`. Ids of partitions pushed elsewhere are left to their owner: the
+   * call then fails with 503 once the others are applied (the caller asks again; nacks and extends
+   * of settled ids change nothing).
    */
   private async each(g: GroupRuntime | undefined, deliveryIds: string[],
     fn: (g: GroupRuntime, id: string, w: PartitionState, offset: number) => AckStatus): Promise<AckResult[]> {
     const out: AckResult[] = []
     let moved = false
-    for (const id of deliveryIds) {
-      const loc = g ? await this.locate(g, id) : null
+    const locs = g ? await this.locate(g, deliveryIds) : []
+    for (const [i, id] of deliveryIds.entries()) {
+      const loc = locs[i]
       if (loc === 'moved') { moved = true; continue }
-      out.push({ deliveryId: id, status: !g || !loc ? this.recentStatus(g, id) : fn(g, id, loc.w, loc.offset) })
+      out.push({ deliveryId: id, status: !g || !loc ? 'unknown' : fn(g, id, loc.w, loc.offset) })
     }
     if (moved) throw movedError()
     return out
@@ -123,47 +124,51 @@ export class AckHandler {
   }
 
   /**
-   * Where a delivery id points, if this group issued it; `moved` when its partition is not pushed
-   * here (another process owns it, or it is being handed over): its owner answers for it.
+   * Where each delivery id points, if this group issued it (null: not, or from before a seek of its
+   * partition); `moved` when its partition is not pushed here (another process owns it, or it is
+   * being handed over): its owner answers for it.
+   *
+   * An id of an outstanding message is in memory. Any other (its message completed, or the id was
+   * issued before a restart or by another process) names its partition, and its attempt row says
+   * whether it was issued: the row is still in this process's attempt log, or in the table, where
+   * the ids of one call are looked up in one statement. A completed message's id thus answers
+   * `already_completed` (its offset is below the committed one), however long ago it was pushed.
    */
-  private async locate(g: GroupRuntime, id: string): Promise<{ w: PartitionState; offset: number } | null | 'moved'> {
-    // Ids in memory are of partitions owned here: dropping a partition forgets its ids.
-    const known = this.deps.deliveries.find(id)
-    if (known) return known.g !== g ? null : known.w.releasing ? 'moved' : known
-    // Not in memory: issued before a restart or by another process, or its message completed already.
-    // The id names its partition: one not pushed here is its owner's to answer, whether or not its
-    // attempt row is written yet (a first push's row waits for its outcome).
-    const key = parseDeliveryId(id)
-    if (!key || key.groupId !== g.row.id || key.partition >= g.topic.partitions) return null
-    const w = g.parts.get(key.partition)
-    if (!w || w.releasing) return 'moved'
-    // Its attempt row: still in this process's attempt log (not written yet), or in the table.
-    const row = this.deps.attempts.pending(id) ?? await findAttempt(this.deps.db, g.row.id, id)
-    if (!row || row.groupId !== g.row.id || row.topicId !== g.topic.id || row.partition !== key.partition) return null
+  private async locate(g: GroupRuntime, ids: string[]): Promise<(Location | null | 'moved')[]> {
+    const out: (Location | null | 'moved')[] = new Array(ids.length).fill(null)
+    const lookUp: { i: number; w: PartitionState }[] = []
+    for (const [i, id] of ids.entries()) {
+      // Ids in memory are of partitions owned here: dropping a partition forgets its ids.
+      const known = this.deps.deliveries.find(id)
+      if (known) { out[i] = known.g !== g ? null : known.w.releasing ? 'moved' : known; continue }
+      const key = parseDeliveryId(id)
+      if (!key || key.groupId !== g.row.id || key.partition >= g.topic.partitions) continue
+      // One not pushed here is its owner's to answer, whether or not its row is written yet.
+      const w = g.parts.get(key.partition)
+      if (!w || w.releasing) { out[i] = 'moved'; continue }
+      const row = this.deps.attempts.pending(id)
+      if (row) out[i] = this.counts(g, w, row)
+      else lookUp.push({ i, w })
+    }
+    if (lookUp.length > 0) {
+      const rows = await findAttempts(this.deps.db, g.row.id, lookUp.map(({ i }) => ids[i]!))
+      for (const { i, w } of lookUp) {
+        const row = rows.get(ids[i]!)
+        if (row) out[i] = this.counts(g, w, row)
+      }
+    }
+    return out
+  }
+
+  /** The message an attempt row names, unless the row is of another partition's life (before a seek). */
+  private counts(g: GroupRuntime, w: PartitionState, row: { topicId: number; partition: number; offset: number; startedAt: Date }): Location | null {
+    if (row.topicId !== g.topic.id || row.partition !== w.partition) return null
     return row.startedAt.getTime() >= w.seekAtMs ? { w, offset: row.offset } : null
   }
-
-  /** already_completed for an id of a message this group completed recently, else unknown. */
-  private recentStatus(g: GroupRuntime | undefined, id: string): AckStatus {
-    return this.deps.deliveries.completedRecently(g, id) ? 'already_completed' : 'unknown'
-  }
-
-  /** Completes the messages together; their statuses once durable. */
-  private completeAll(reqs: CompletionRequest[]): Promise<CompletionStatus[]> {
-    if (reqs.length === 0) return Promise.resolve([])
-    return new Promise((resolve, reject) => {
-      const statuses = new Array<CompletionStatus>(reqs.length)
-      let waiting = reqs.length
-      let failed = false
-      reqs.forEach((req, k) => this.deps.progress.complete(req, (status) => {
-        statuses[k] = status
-        if (--waiting === 0 && !failed) resolve(statuses)
-      }, (err) => {
-        if (!failed) { failed = true; reject(err) }
-      }))
-    })
-  }
 }
+
+/** The message of a delivery id, on a partition this process pushes. */
+interface Location { w: PartitionState; offset: number }
 
 /** An ack for a partition that is moving between processes: the caller tries again (acks are idempotent). */
 function movedError(): HookqError {

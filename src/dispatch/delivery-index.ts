@@ -1,8 +1,8 @@
 /**
- * Which message a delivery id names, for the acks, nacks and extends of ids this process issued:
- * ids of outstanding messages (until their message completes), then the ids of recently completed
- * messages, so that a repeated ack answers `already_completed` from memory even before the attempt
- * row is written. A pure structure: no I/O, no clock.
+ * Which message a delivery id names, for the ids this process issued and whose message is still
+ * outstanding. Once the message completes (or is abandoned) its ids are forgotten: a later ack,
+ * nack or extend of one is answered from its attempt row (see ack-handler.ts), which says as much
+ * and costs nothing per push. A pure structure: no I/O, no clock.
  */
 import type { GroupRuntime, PartitionState } from './partition-state.ts'
 
@@ -15,19 +15,6 @@ export interface IssuedId {
 
 export class DeliveryIndex {
   private readonly issued = new Map<string, IssuedId>()
-  /** Ids of completed messages → their partition (a seek replaces it, and so voids them). */
-  private readonly recent = new Map<string, PartitionState>()
-  /**
-   * The same ids in the order they were remembered, a ring of `recentCapacity`: the oldest is
-   * forgotten through it, not by iterating the Map, whose deleted entries stay as holes at its
-   * front until it rehashes (each iteration skipped up to ~100k of them: 8% of the CPU with acks
-   * over HTTP).
-   */
-  private readonly ring: string[] = []
-  private next = 0
-
-  /** `recentCapacity`: completed ids remembered (~100 bytes each). */
-  constructor(private readonly recentCapacity: number) {}
 
   /** A new id for an attempt of the message at `at`. */
   issue(id: string, at: IssuedId): void {
@@ -39,39 +26,8 @@ export class DeliveryIndex {
     return this.issued.get(id)
   }
 
-  /** Forgets an id whose attempt never went out. */
-  withdraw(id: string): void {
-    this.issued.delete(id)
-  }
-
-  /** The message was abandoned (seek, group change): its ids answer `unknown` from now on. */
-  abandon(ids: Iterable<string>): void {
+  /** The ids' message completed or was abandoned, or the attempt never went out: they are forgotten. */
+  forget(ids: Iterable<string>): void {
     for (const id of ids) this.issued.delete(id)
-  }
-
-  /**
-   * The message completed: its ids answer `already_completed` from memory (the oldest forgotten
-   * past capacity) when `remember`; otherwise they are only forgotten, and a repeated ack is answered
-   * from the attempt log.
-   */
-  complete(ids: Iterable<string>, w: PartitionState, remember = true): void {
-    for (const id of ids) {
-      this.issued.delete(id)
-      if (!remember) continue
-      if (this.ring.length < this.recentCapacity) {
-        this.ring.push(id)
-      } else {
-        this.recent.delete(this.ring[this.next]!)
-        this.ring[this.next] = id
-        this.next = (this.next + 1) % this.recentCapacity
-      }
-      this.recent.set(id, w)
-    }
-  }
-
-  /** Whether `id` belongs to a message of `g` completed recently (and not before a seek of its partition). */
-  completedRecently(g: GroupRuntime | undefined, id: string): boolean {
-    const w = this.recent.get(id)
-    return g !== undefined && w !== undefined && !w.dropped && g.parts.get(w.partition) === w
   }
 }

@@ -9,7 +9,7 @@
  *   progress.ts           completions and push reservations, written together, fenced by epoch
  *   schedule.ts           ack deadlines (tracker.ts, by delivery id) and waits (waits.ts), one timer
  *   consumer-windows.ts   each consumer's push window (push-window.ts) and who waits for it
- *   delivery-index.ts     delivery ids issued here, and those of recently completed messages
+ *   delivery-index.ts     delivery ids issued here for messages still outstanding
  *   attempt-log.ts        the attempt rows, written in batches
  *
  * A group is loaded here in full (its row, its consumers); a partition only once this process has
@@ -66,9 +66,6 @@ export interface DispatcherDeps {
   onMoved?(groupName: string, partition: number): void
 }
 
-/** Completed delivery ids remembered for duplicate acks (~100 bytes each). */
-const RECENT_IDS = 100_000
-
 export class Dispatcher {
   private readonly groups = new Map<string, GroupRuntime>()
   /** The same runtimes by group id: deadlines and the status view look groups up by id. */
@@ -88,7 +85,7 @@ export class Dispatcher {
   constructor(private readonly deps: DispatcherDeps) {
     const now = deps.now ?? Date.now
     const timers = deps.timers ?? nodeTimers
-    const deliveries = new DeliveryIndex(RECENT_IDS)
+    const deliveries = new DeliveryIndex()
     this.windows = new ConsumerWindows(deps.pushWindow)
     this.schedule = new Schedule(now, timers, (entry) => this.flow.due(entry))
     this.progress = new ProgressWriter({

@@ -64,6 +64,22 @@ export class ProgressWriter {
     this.schedule()
   }
 
+  /** Completes the messages together (queued in one turn, so written in one statement): their statuses once durable. */
+  completeAll(reqs: CompletionRequest[]): Promise<CompletionStatus[]> {
+    if (reqs.length === 0) return Promise.resolve([])
+    return new Promise((resolve, reject) => {
+      const statuses = new Array<CompletionStatus>(reqs.length)
+      let waiting = reqs.length
+      let failed = false
+      reqs.forEach((req, k) => this.complete(req, (status) => {
+        statuses[k] = status
+        if (--waiting === 0 && !failed) resolve(statuses)
+      }, (err) => {
+        if (!failed) { failed = true; reject(err) }
+      }))
+    })
+  }
+
   /** Records a push reservation (or, at w.reservedTo, checks the fence only): `done(held)` once written. */
   reserve(g: GroupRuntime, w: PartitionState, pushedOffset: number, done: (held: boolean) => void, fail: (err: unknown) => void): void {
     if (this.closed) return fail(closedError())

@@ -186,7 +186,7 @@ export class PushFlow {
       o.attempts--
       o.ids.pop()
       o.open.delete(id)
-      this.deps.deliveries.withdraw(id)
+      this.deps.deliveries.forget([id])
       this.wait(g, w, o, 'retry', this.deps.now() + 1000)
     }).catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'starting a retry failed'))
   }
@@ -325,9 +325,9 @@ export class PushFlow {
         if (!topic) throw new Error(`dead-letter topic ${dlq} does not exist`)
         req.deadLetter = deadLetterEntry(g, w, o, topic, error)
       }
-      return new Promise<string>((resolve, reject) => this.deps.progress.complete(req, resolve, reject))
+      return this.deps.progress.completeAll([req])
     }
-    write().then((status) => {
+    write().then(([status]) => {
       // An ack can win the race with the dead-lettering; then the message is simply acked.
       if (status === 'dead') this.deps.metrics?.deadLettered(g.row.name)
       this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
@@ -351,10 +351,7 @@ export class PushFlow {
       this.cancel(o)
       setState(req.w, o, 'completing')
       req.w.outstanding.delete(req.offset)
-      // Acks are what explicit groups send, and may repeat: their ids are remembered to answer a
-      // repeat from memory. An auto group's consumer acks by answering; an ack of its id, rare, is
-      // answered from the attempt log (in memory until written, then the table).
-      this.deps.deliveries.complete(o.ids, req.w, req.g.row.ackMode === 'explicit')
+      this.deps.deliveries.forget(o.ids)
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
       for (const id of o.open) {
@@ -422,7 +419,7 @@ export class PushFlow {
   /** Forgets an outstanding message (its partition moved, its group changed): its open attempts end as failed. */
   abandon(o: Outstanding, reason: string): void {
     this.cancel(o)
-    this.deps.deliveries.abandon(o.ids)
+    this.deps.deliveries.forget(o.ids)
     const finishedAt = new Date(this.deps.now())
     for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAt, error: reason })
     o.open.clear()

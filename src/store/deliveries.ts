@@ -134,15 +134,26 @@ export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promi
       epochMsArray(keyed.map(({ r }) => r.ackDeadline))])
 }
 
-/** The attempt a delivery id names, if this group issued it. */
-export async function findAttempt(db: Database, groupId: number, id: string): Promise<(AttemptKey & { topicId: number; startedAt: Date }) | null> {
-  const key = parseDeliveryId(id)
-  if (!key || key.groupId !== groupId) return null
-  const res = await db.pool.query<{ topic_id: number; started_at: Date }>(
-    'SELECT topic_id, started_at FROM deliveries WHERE group_id = $1 AND partition = $2 AND "offset" = $3 AND attempt = $4 AND id = $5',
-    [groupId, key.partition, key.offset, key.attempt, id])
-  const r = res.rows[0]
-  return r ? { ...key, topicId: r.topic_id, startedAt: r.started_at } : null
+/** An attempt found by its delivery id. */
+export type FoundAttempt = AttemptKey & { topicId: number; startedAt: Date }
+
+/**
+ * The attempts these delivery ids name, among this group's, in one statement (by primary key: the
+ * ids carry it); ids of other groups, or not ours, are not looked up. Keyed by delivery id.
+ */
+export async function findAttempts(db: Database, groupId: number, ids: string[]): Promise<Map<string, FoundAttempt>> {
+  const keyed = ids.flatMap((id) => { const k = parseDeliveryId(id); return k && k.groupId === groupId ? [{ id, k }] : [] })
+  const found = new Map<string, FoundAttempt>()
+  if (keyed.length === 0) return found
+  const res = await db.pool.query<{ id: string; topic_id: number; started_at: Date }>(
+    `SELECT d.id, d.topic_id, d.started_at FROM deliveries d
+     JOIN unnest($2::int[], $3::bigint[], $4::int[], $5::text[]) AS u(p, o, a, id)
+       ON d.group_id = $1 AND d.partition = u.p AND d."offset" = u.o AND d.attempt = u.a AND d.id = u.id`,
+    [groupId, numberArray(keyed.map(({ k }) => k.partition)), numberArray(keyed.map(({ k }) => k.offset)),
+      numberArray(keyed.map(({ k }) => k.attempt)), keyed.map(({ id }) => id)])
+  const keys = new Map(keyed.map(({ id, k }) => [id, k]))
+  for (const r of res.rows) found.set(r.id, { ...keys.get(r.id)!, topicId: r.topic_id, startedAt: r.started_at })
+  return found
 }
 
 /** Attempts of a group, newest first, after an optional (startedAt, id) cursor. */
