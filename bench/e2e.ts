@@ -55,7 +55,7 @@ import { startBroker, stopBroker } from './lib/broker.ts'
 import { ROOT } from './lib/child.ts'
 import { formatSummary, inclusiveTimes, summarizeProfile } from './lib/cpuprofile.ts'
 import { createBenchDatabase, serverSettings } from './lib/db.ts'
-import { cleanUpOnInterrupt, cleanup, run } from './lib/run.ts'
+import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 import { startProfile, type WindowProfiler } from './lib/inspector.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { sampleWaits, type WaitSampler } from './lib/pgwaits.ts'
@@ -454,13 +454,4 @@ async function main(): Promise<void> {
   console.log(`\nwhole run ${((Date.now() - started) / 1000).toFixed(0)} s`)
 }
 
-try {
-  await main()
-} catch (err) {
-  if (!run.interrupted) {
-    console.error('bench failed:', err instanceof Error ? err.stack ?? err.message : err)
-    process.exitCode = 1
-  }
-} finally {
-  await cleanup()
-}
+await runBench(main)

@@ -27,7 +27,7 @@ import { formatSummary, summarizeProfile } from './lib/cpuprofile.ts'
 import { sampleWaits, type WaitSampler } from './lib/pgwaits.ts'
 import { cpuSince, cpuSnapshot } from './lib/proc.ts'
 import { createBenchDatabase, serverSettings } from './lib/db.ts'
-import { cleanUpOnInterrupt, cleanup, run } from './lib/run.ts'
+import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 import type { Measured } from './lib/stats.ts'
 
 function envNumber(name: string, fallback: number): number {
@@ -181,13 +181,4 @@ async function main(): Promise<void> {
   console.log(`\nwhole run ${((Date.now() - started) / 1000).toFixed(0)} s`)
 }
 
-try {
-  await main()
-} catch (err) {
-  if (!run.interrupted) {
-    console.error('bench failed:', err instanceof Error ? err.message : err)
-    process.exitCode = 1
-  }
-} finally {
-  await cleanup()
-}
+await runBench(main)

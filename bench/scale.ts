@@ -28,7 +28,7 @@ import { startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
-import { cleanUpOnInterrupt, cleanup, run } from './lib/run.ts'
+import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
 
 const num = (name: string, fallback: number) => {
@@ -207,13 +207,4 @@ async function main(): Promise<void> {
   await Promise.all([receiver.stop(), load.stop()])
 }
 
-try {
-  await main()
-} catch (err) {
-  if (!run.interrupted) {
-    console.error('bench failed:', err instanceof Error ? err.stack ?? err.message : err)
-    process.exitCode = 1
-  }
-} finally {
-  await cleanup()
-}
+await runBench(main)

@@ -32,3 +32,20 @@ export function cleanUpOnInterrupt(what: string): void {
     })
   }
 }
+
+/**
+ * Runs a benchmark's main: a failure (not an interruption, which cleans up on its own) is printed
+ * and exits 1; either way what the run started is stopped and its database dropped.
+ */
+export async function runBench(main: () => Promise<void>): Promise<void> {
+  try {
+    await main()
+  } catch (err) {
+    if (!run.interrupted) {
+      console.error('bench failed:', err instanceof Error ? err.stack ?? err.message : err)
+      process.exitCode = 1
+    }
+  } finally {
+    await cleanup()
+  }
+}

@@ -10,7 +10,7 @@
  *
  * Two kinds of rows do not wait:
  * - `durable(row)`: a retry's row, written before its push goes out. With the first pushes'
- *   reservations (group_offsets.pushed_offset, see dispatcher.ts) this is what keeps attempt
+ *   reservations (group_offsets.pushed_offset, see push-flow.ts) this is what keeps attempt
  *   numbers strictly increasing per message, and maxDeliveries a bound on pushes, across crashes.
  * - rows of an attempt that has ended: written within `flushDelayMs`.
  *

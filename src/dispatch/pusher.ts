@@ -131,7 +131,6 @@ function targetOf(agent: PushAgent, raw: string): Target {
     // policy changed) is checked here.
     const verdict = agent.policy ? checkUrl(url, agent.policy) : { allowed: true as const }
     if (!verdict.allowed) throw new PushPolicyError(verdict.reason.includes('push URL policy') ? verdict.reason : `${verdict.reason}: denied by the push URL policy`)
-    if (url.username || url.password) throw new Error('credentials in a push URL are not sent')
     const tls = url.protocol === 'https:'
     const port = url.port ? Number(url.port) : tls ? 443 : 80
     // URL keeps IPv6 literals in brackets; a socket wants them bare.

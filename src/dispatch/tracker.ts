@@ -13,10 +13,10 @@
  *   in_flight ──requeue──▶ retry_wait
  *   either ──finish / expireDue / removeWhere──▶ untracked (the caller gets the entry back)
  *
- * All kinds share one heap, so the dispatcher arms a single timer for `nextDeadlineMs()`. When an
- * in_flight entry expires (ack deadline passed) the dispatcher records the timeout and, to retry,
- * inserts it again as retry_wait; when a retry_wait entry expires it pushes the next attempt under
- * a new delivery id. `finish` accepts both kinds: a late ack still cancels the redelivery.
+ * All kinds share one heap. The dispatcher keeps only in_flight entries here, the ack deadlines of
+ * delivery ids (src/dispatch/schedule.ts arms one timer for them and for the waits of messages,
+ * which are typed entries of src/dispatch/waits.ts, not delivery ids); the other kinds and
+ * `requeue` remain for a caller that keeps waits by id.
  *
  * Cost, measured by bench/tracker.ts with 1,000,000 entries (Node 20, 64-bit, no pointer
  * compression): ~144 bytes an entry right after filling (entry object with its boxed deadline 88,

@@ -58,43 +58,16 @@ function storableText(text: string | undefined): string | null {
 
 /**
  * Inserts attempt rows in one statement (outcome in_flight unless already known), a named one:
- * prepared once per connection, it skips PostgreSQL's parse and plan at every flush. The columns go
- * as array literals built in one pass over the rows.
+ * prepared once per connection, it skips PostgreSQL's parse and plan at every flush.
  */
 export async function insertAttempts(db: Database, rows: AttemptStart[]): Promise<void> {
   if (rows.length === 0) return
-  const ids: (string | null)[] = new Array(rows.length)
-  const consumers: (string | null)[] = new Array(rows.length)
-  const outcomes: (string | null)[] = new Array(rows.length)
-  const errors: (string | null)[] = new Array(rows.length)
-  let groups = '{', topics = '{', partitions = '{', offsets = '{', attempts = '{', started = '{', deadlines = '{', finished = '{', statuses = '{', durations = '{'
-  for (let i = 0; i < rows.length; i++) {
-    const r = rows[i]!
-    const sep = i === 0 ? '' : ','
-    ids[i] = r.id
-    consumers[i] = r.consumerId
-    outcomes[i] = r.outcome ?? null
-    errors[i] = storableText(r.error)
-    groups += sep + int(r.groupId)
-    topics += sep + int(r.topicId)
-    partitions += sep + int(r.partition)
-    offsets += sep + int(r.offset)
-    attempts += sep + int(r.attempt)
-    started += sep + int(r.startedAt.getTime())
-    deadlines += sep + int(r.ackDeadline.getTime())
-    finished += sep + (r.finishedAt ? int(r.finishedAt.getTime()) : 'NULL')
-    statuses += sep + (r.statusCode == null ? 'NULL' : int(r.statusCode))
-    durations += sep + (r.durationMs == null ? 'NULL' : int(r.durationMs))
-  }
   await db.pool.query({ name: 'hookq_insert_attempts', text: INSERT_ATTEMPTS, values: [
-    ids, groups + '}', topics + '}', partitions + '}', offsets + '}', attempts + '}', consumers, started + '}', deadlines + '}',
-    outcomes, finished + '}', statuses + '}', durations + '}', errors] })
-}
-
-/** A number as an array literal's element; anything else is refused before it reaches SQL. */
-function int(n: number): string {
-  if (!Number.isFinite(n)) throw new TypeError(`not a finite number: ${n}`)
-  return String(n)
+    rows.map((r) => r.id), numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)),
+    numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.offset)), numberArray(rows.map((r) => r.attempt)),
+    rows.map((r) => r.consumerId), epochMsArray(rows.map((r) => r.startedAt)), epochMsArray(rows.map((r) => r.ackDeadline)),
+    rows.map((r) => r.outcome ?? null), epochMsArray(rows.map((r) => r.finishedAt)),
+    numberArray(rows.map((r) => r.statusCode)), numberArray(rows.map((r) => r.durationMs)), rows.map((r) => storableText(r.error))] })
 }
 
 // A group or topic deleted meanwhile takes its attempts with it: rows of ids no longer there are
