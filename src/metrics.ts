@@ -25,6 +25,8 @@ export interface DispatchMetrics {
   redelivered(group: string): void
   /** A message was dead-lettered (to its dead-letter topic, or recorded as dead). */
   deadLettered(group: string): void
+  /** Pushes to a consumer of the group waited for its rate limit (once per wait, not per message). */
+  rateLimited(group: string): void
 }
 
 /** One consumer's push window, as its gauges show it. */
@@ -67,6 +69,10 @@ export class Metrics implements DispatchMetrics {
   })
   private readonly deadLettersTotal = new Counter({
     name: 'hookq_dead_letters_total', help: 'Messages dead-lettered',
+    labelNames: ['group'] as const, registers: [this.registry],
+  })
+  private readonly rateLimitedTotal = new Counter({
+    name: 'hookq_rate_limited_waits_total', help: 'Times pushes to a consumer waited for its rateLimitPerSecond',
     labelNames: ['group'] as const, registers: [this.registry],
   })
   private partitionSource: () => Promise<PartitionStat[]> = async () => []
@@ -154,6 +160,10 @@ export class Metrics implements DispatchMetrics {
 
   deadLettered(group: string): void {
     this.deadLettersTotal.inc({ group })
+  }
+
+  rateLimited(group: string): void {
+    this.rateLimitedTotal.inc({ group })
   }
 
   /** Both gauges collect in the same scrape: they share one read of the store. */

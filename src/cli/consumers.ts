@@ -1,4 +1,4 @@
-/** `hookq consumers add|list|remove`: the webhook endpoints of a group. */
+/** `hookq consumers add|list|update|remove`: the webhook endpoints of a group. */
 import type { Command } from 'commander'
 import { unwrap } from '@hookq/client'
 import { contextOf } from './context.ts'
@@ -11,10 +11,17 @@ export function registerConsumers (program: Command): void {
   consumers.command('add <group> <url>')
     .description("register a webhook endpoint; the group's partitions are rebalanced over its consumers")
     .option('--secret <whsec>', 'Standard Webhooks secret (whsec_ + base64) to sign pushes with')
-    .action(async (group: string, url: string, opts: { secret?: string }, cmd: Command) => {
+    .option('--rate-limit <n>', 'at most n pushes start in any one second', Number)
+    .option('--max-concurrency <n>', 'at most n pushes in flight at once', Number)
+    .action(async (group: string, url: string, opts: { secret?: string; rateLimit?: number; maxConcurrency?: number }, cmd: Command) => {
       const ctx = contextOf(cmd)
       const consumer = await unwrap(ctx.client.POST('/v1/groups/{group}/consumers', {
-        params: { path: { group } }, body: { url, ...(opts.secret === undefined ? {} : { secret: opts.secret }) },
+        params: { path: { group } },
+        body: {
+          url, ...(opts.secret === undefined ? {} : { secret: opts.secret }),
+          ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit }),
+          ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency }),
+        },
       }))
       if (ctx.json) return printJson(consumer)
       printLine(`added: consumer ${consumer.id} of group ${group} → ${consumer.url}${consumer.hasSecret === true ? ' (signed)' : ''}`)
@@ -26,9 +33,29 @@ export function registerConsumers (program: Command): void {
       const ctx = contextOf(cmd)
       const { consumers: list } = await unwrap(ctx.client.GET('/v1/groups/{group}/consumers', { params: { path: { group } } }))
       if (ctx.json) return printJson({ consumers: list })
-      printTable(['id', 'url', 'signed', 'state', 'created'], list.map((c) => [
-        c.id, c.url, c.hasSecret === true ? 'yes' : 'no', c.disabled === true ? `disabled: ${short(c.disabledReason ?? '410 Gone', 40)}` : 'active', c.createdAt,
+      printTable(['id', 'url', 'signed', 'limits', 'state', 'created'], list.map((c) => [
+        c.id, c.url, c.hasSecret === true ? 'yes' : 'no', limitsText(c),
+        c.disabled === true ? `disabled: ${short(c.disabledReason ?? '410 Gone', 40)}` : 'active', c.createdAt,
       ]))
+    })
+
+  consumers.command('update <group> <id>')
+    .description("change a consumer's url or limits in place; its partitions stay")
+    .option('--endpoint <url>', 'push to this url from now on (--url names the broker)')
+    .option('--rate-limit <n>', "at most n pushes start in any one second ('none' removes the limit)", limitArg)
+    .option('--max-concurrency <n>', "at most n pushes in flight at once ('none' removes the cap)", limitArg)
+    .action(async (group: string, id: string, opts: { endpoint?: string; rateLimit?: Limit; maxConcurrency?: Limit }, cmd: Command) => {
+      const ctx = contextOf(cmd)
+      const consumer = await unwrap(ctx.client.PATCH('/v1/groups/{group}/consumers/{id}', {
+        params: { path: { group, id } },
+        body: {
+          ...(opts.endpoint === undefined ? {} : { url: opts.endpoint }),
+          ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit === 'none' ? null : opts.rateLimit }),
+          ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency === 'none' ? null : opts.maxConcurrency }),
+        },
+      }))
+      if (ctx.json) return printJson(consumer)
+      printLine(`updated: consumer ${consumer.id} of group ${group} → ${consumer.url} (${limitsText(consumer)})`)
     })
 
   consumers.command('remove <group> <id>').alias('rm')
@@ -39,4 +66,15 @@ export function registerConsumers (program: Command): void {
       if (ctx.json) return printJson({ removed: id, group })
       printLine(`removed: consumer ${id} of group ${group}`)
     })
+}
+
+/** A limit flag's value: a number, or `none` to remove the limit (commander turns a null from a parser into ''). */
+type Limit = number | 'none'
+function limitArg (value: string): Limit {
+  return value === 'none' ? 'none' : Number(value)
+}
+
+function limitsText (c: { rateLimitPerSecond: number | null; maxConcurrency: number | null }): string {
+  const parts = [c.rateLimitPerSecond === null ? '' : `${c.rateLimitPerSecond}/s`, c.maxConcurrency === null ? '' : `≤${c.maxConcurrency} at once`]
+  return parts.filter(Boolean).join(', ') || '-'
 }

@@ -1,30 +1,62 @@
 /**
- * The push windows of the consumers a dispatcher pushes to (see push-window.ts), and the
- * partitions waiting for room in each, served in the order they started waiting. A pure
- * structure: what to do when a window has room is the caller's (`wake` hands the partitions back).
+ * What may be pushed to each consumer at once, and the partitions waiting for room. A consumer's
+ * room is the smallest of three limits:
+ *
+ *   the push window       adaptive, grows while the consumer keeps up (push-window.ts)
+ *   maxConcurrency        the consumer's fixed cap on pushes in flight, if it has one
+ *   rateLimitPerSecond    pushes started in any one second (rate-limit.ts), if it has one
+ *
+ * Partitions that found no room wait here and are handed back to `fill`, longest waiting first,
+ * when a push ends or, for the rate, when the next push may start (one timer per consumer).
+ *
+ * The fixed limits are the consumer's own, over all broker processes: a process that pushes only
+ * some of the consumer's partitions gets their share of each limit (see `limit`).
  */
-import type { PushWindowStat } from '../metrics.ts'
+import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import type { GroupRuntime, PartitionState } from './partition-state.ts'
 import { PushWindow, type PushWindowOptions } from './push-window.ts'
+import { RateLimit } from './rate-limit.ts'
+import type { Timers } from './schedule.ts'
 
-/** A consumer's push window and the partitions waiting for room in it. */
+/** A consumer's push window, fixed limits and the partitions waiting for room. */
 export interface ConsumerWindow {
   window: PushWindow
+  /** The cap on pushes in flight here (this process's share of maxConcurrency), if any. */
+  cap: number | undefined
+  /** This process's share of the rate limit, if any. */
+  rate: RateLimit | undefined
+  /** A timer is set for the moment the rate lets the next push start. */
+  rateTimer: boolean
   waiting: Map<PartitionState, GroupRuntime>
   /** The consumer left while pushes to it were under way: the window goes when the last one ends. */
   retired: boolean
 }
 
+/** A consumer's fixed limits, as registered (null: none). */
+export interface ConsumerLimits {
+  rateLimitPerSecond: number | null
+  maxConcurrency: number | null
+}
+
+export interface ConsumerWindowsDeps {
+  options?: PushWindowOptions
+  now(): number
+  timers: Timers
+  /** A partition that waited may push again. */
+  fill(g: GroupRuntime, w: PartitionState): void
+  metrics?: DispatchMetrics
+}
+
 export class ConsumerWindows {
   private readonly windows = new Map<string, ConsumerWindow>()
 
-  constructor(private readonly options?: PushWindowOptions) {}
+  constructor(private readonly deps: ConsumerWindowsDeps) {}
 
   /** The consumer's window, made on first use (and no longer retired: the consumer is back). */
   of(consumerId: string): ConsumerWindow {
     let win = this.windows.get(consumerId)
     if (!win) {
-      win = { window: new PushWindow(this.options), waiting: new Map(), retired: false }
+      win = { window: new PushWindow(this.deps.options), cap: undefined, rate: undefined, rateTimer: false, waiting: new Map(), retired: false }
       this.windows.set(consumerId, win)
     }
     win.retired = false
@@ -36,23 +68,64 @@ export class ConsumerWindows {
     return this.windows.get(consumerId)
   }
 
-  /** The partition waits for room in the window (once, however often it asks). */
-  wait(win: ConsumerWindow, g: GroupRuntime, w: PartitionState): void {
-    win.waiting.set(w, g)
+  /**
+   * Sets the consumer's fixed limits, scaled to `share` (the fraction of its partitions this
+   * process pushes): the rate exactly, the cap rounded up (at least 1), so with one process the
+   * limits hold exactly and with several their sums are at most the rate, and the cap plus one less
+   * than the number of processes. A rate limit that changes keeps the pushes already made.
+   */
+  limit(consumerId: string, limits: ConsumerLimits, share: number): void {
+    if (limits.maxConcurrency === null && limits.rateLimitPerSecond === null && !this.windows.has(consumerId)) return
+    const win = this.of(consumerId)
+    win.cap = limits.maxConcurrency === null ? undefined : Math.max(1, Math.ceil(limits.maxConcurrency * share))
+    const rate = limits.rateLimitPerSecond === null || share <= 0 ? undefined : limits.rateLimitPerSecond * share
+    if (rate === undefined) win.rate = undefined
+    else if (win.rate) win.rate.setRate(rate)
+    else win.rate = new RateLimit(rate)
+  }
+
+  /** Whether one more push to the consumer may start now. */
+  hasRoom(win: ConsumerWindow): boolean {
+    if (!win.window.hasRoom()) return false
+    if (win.cap !== undefined && win.window.inFlight >= win.cap) return false
+    return win.rate === undefined || win.rate.waitMs(this.deps.now()) === 0
+  }
+
+  /** A push to the consumer starts (callers check `hasRoom` first). */
+  started(win: ConsumerWindow): void {
+    win.window.acquire()
+    win.rate?.take(this.deps.now())
   }
 
   /**
-   * A push to the consumer ended: calls `fill` for the partitions waiting, longest waiting first,
-   * while there is room (a partition that fills the window again waits anew, behind the others),
-   * and drops a retired window once nothing is in flight to it.
+   * The partition waits for room in the window (once, however often it asks). When the rate is
+   * what holds it, a timer wakes the waiting partitions as soon as the next push may start.
    */
-  wake(consumerId: string, fill: (g: GroupRuntime, w: PartitionState) => void): void {
+  wait(win: ConsumerWindow, consumerId: string, g: GroupRuntime, w: PartitionState): void {
+    win.waiting.set(w, g)
+    if (win.rateTimer || win.rate === undefined) return
+    const ms = win.rate.waitMs(this.deps.now())
+    if (ms === 0) return
+    win.rateTimer = true
+    this.deps.metrics?.rateLimited(g.row.name)
+    this.deps.timers.setTimeout(() => {
+      win.rateTimer = false
+      this.wake(consumerId)
+    }, ms)
+  }
+
+  /**
+   * A push to the consumer ended (or its rate allows another): calls `fill` for the partitions
+   * waiting, longest waiting first, while there is room (a partition that fills the window again
+   * waits anew, behind the others), and drops a retired window once nothing is in flight to it.
+   */
+  wake(consumerId: string): void {
     const win = this.windows.get(consumerId)
     if (!win) return
     for (const [w, g] of win.waiting) {
-      if (!win.window.hasRoom()) break
+      if (!this.hasRoom(win)) break
       win.waiting.delete(w)
-      fill(g, w)
+      this.deps.fill(g, w)
     }
     if (win.retired && win.window.inFlight === 0) this.windows.delete(consumerId)
   }

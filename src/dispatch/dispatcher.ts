@@ -86,7 +86,10 @@ export class Dispatcher {
     const now = deps.now ?? Date.now
     const timers = deps.timers ?? nodeTimers
     const deliveries = new DeliveryIndex()
-    this.windows = new ConsumerWindows(deps.pushWindow)
+    this.windows = new ConsumerWindows({
+      ...(deps.pushWindow ? { options: deps.pushWindow } : {}), ...(deps.metrics ? { metrics: deps.metrics } : {}),
+      now, timers, fill: (g, w) => this.flow.safely(() => this.flow.fill(g, w)),
+    })
     this.schedule = new Schedule(now, timers, (entry) => this.flow.due(entry))
     this.progress = new ProgressWriter({
       db: deps.db,
@@ -224,6 +227,7 @@ export class Dispatcher {
       seekAtMs: pr.seekedAtMs, delayed: 0, ready: [], gaps: [], ownerEpoch, releasing: false, onIdle: undefined, dropped: false,
     }
     g.parts.set(partition, w)
+    this.flow.limitConsumers(g)
     this.flow.fill(g, w)
     return true
   }
@@ -275,7 +279,10 @@ export class Dispatcher {
     w.outstanding.clear()
     w.ready = []
     w.buffer = []
-    if (g.parts.get(w.partition) === w) g.parts.delete(w.partition)
+    if (g.parts.get(w.partition) === w) {
+      g.parts.delete(w.partition)
+      if (!g.dropped) this.flow.limitConsumers(g)
+    }
     w.onIdle?.()
   }
 

@@ -68,9 +68,6 @@ export interface PushFlowDeps {
 }
 
 export class PushFlow {
-  /** fill, logging instead of throwing: what a window's wake-up runs (one function, not one per push). */
-  private readonly fillSafely = (g: GroupRuntime, w: PartitionState): void => this.safely(() => this.fill(g, w))
-
   constructor(private readonly deps: PushFlowDeps) {}
 
   // ---- admission ----
@@ -83,14 +80,15 @@ export class PushFlow {
     if (g.row.paused || !owner) return
     const ordered = g.row.ordered
     const limit = ordered ? 1 : g.row.maxInFlight
-    const win = this.deps.windows.of(owner.id)
+    const windows = this.deps.windows
+    const win = windows.of(owner.id)
     while (w.ready.length > 0 && active(w) < limit) {
-      if (!win.window.hasRoom()) return this.deps.windows.wait(win, g, w)
+      if (!windows.hasRoom(win)) return windows.wait(win, owner.id, g, w)
       this.start(g, w, w.ready[0]!)
     }
     const nowMs = this.deps.now()
     while ((ordered ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
-      if (!win.window.hasRoom()) return this.deps.windows.wait(win, g, w)
+      if (!windows.hasRoom(win)) return windows.wait(win, owner.id, g, w)
       const msg = w.buffer.shift()
       if (!msg) return this.deps.reader.read(g, w)
       if (msg.offset < w.readPos) continue
@@ -116,9 +114,29 @@ export class PushFlow {
     g.consumers = consumers
     const owners = assignPartitions(g.topic.partitions, consumers)
     g.owners = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
+    this.limitConsumers(g)
     for (const w of g.parts.values()) {
       for (const o of w.outstanding.values()) if (o.state === 'parked') this.start(g, w, o)
       this.fill(g, w)
+    }
+  }
+
+  /**
+   * Gives each consumer of the group its fixed limits (rateLimitPerSecond, maxConcurrency), scaled
+   * to the share of its partitions this process pushes: called when the consumers change and when
+   * a partition of the group comes or goes.
+   */
+  limitConsumers(g: GroupRuntime): void {
+    const total = new Map<string, number>()
+    const here = new Map<string, number>()
+    g.owners.forEach((c, p) => {
+      if (!c) return
+      total.set(c.id, (total.get(c.id) ?? 0) + 1)
+      if (g.parts.has(p)) here.set(c.id, (here.get(c.id) ?? 0) + 1)
+    })
+    for (const c of g.consumers) {
+      const n = total.get(c.id)
+      if (n) this.deps.windows.limit(c.id, c, (here.get(c.id) ?? 0) / n)
     }
   }
 
@@ -131,9 +149,9 @@ export class PushFlow {
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
     const win = this.deps.windows.of(owner.id)
-    if (!win.window.hasRoom()) {
+    if (!this.deps.windows.hasRoom(win)) {
       setState(w, o, 'ready')
-      return this.deps.windows.wait(win, g, w)
+      return this.deps.windows.wait(win, owner.id, g, w)
     }
     if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
       setState(w, o, 'reserving')
@@ -158,7 +176,7 @@ export class PushFlow {
       consumerId: owner.id, startedAt: new Date(nowMs), ackDeadline: new Date(deadlineMs),
     }
     // The window's slot is taken now, while it is known to be free; settle (or giveBack) returns it.
-    win.window.acquire()
+    this.deps.windows.started(win)
     if (attempt === 1) {
       this.deps.attempts.started(row)
       return this.send(g, w, o, id, owner, attempt, deadlineMs, nowMs)
@@ -170,7 +188,7 @@ export class PushFlow {
     const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === id
     const giveBack = () => {
       win.window.release('neutral')
-      this.deps.windows.wake(owner.id, this.fillSafely)
+      this.deps.windows.wake(owner.id)
     }
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
     Promise.all([this.deps.attempts.durable(row), fence]).then(([, held]) => {
@@ -245,7 +263,7 @@ export class PushFlow {
       this.settleAttempt(g, w, o, id, owner, r)
     } finally {
       // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
-      this.deps.windows.wake(owner.id, this.fillSafely)
+      this.deps.windows.wake(owner.id)
     }
   }
 

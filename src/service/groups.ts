@@ -39,6 +39,21 @@ export interface GroupInput {
   paused?: boolean
 }
 
+/** A consumer's registration (POST body). */
+export interface ConsumerInput {
+  url: string
+  secret?: string
+  rateLimitPerSecond?: number
+  maxConcurrency?: number
+}
+
+/** A consumer's change (PATCH body): what is named changes, null removes a limit. */
+export interface ConsumerPatch {
+  url?: string
+  rateLimitPerSecond?: number | null
+  maxConcurrency?: number | null
+}
+
 /** The push timeout of a group that sets none, unless its ackTimeoutMs is shorter. */
 export const DEFAULT_PUSH_TIMEOUT_MS = 10_000
 
@@ -63,6 +78,7 @@ export function consumerView(c: ConsumerRow) {
   return {
     id: c.id, url: c.url, createdAt: c.createdAt.toISOString(),
     disabled: c.disabledAt !== null, disabledReason: c.disabledReason, hasSecret: c.secret !== null,
+    rateLimitPerSecond: c.rateLimitPerSecond, maxConcurrency: c.maxConcurrency,
   }
 }
 
@@ -229,8 +245,36 @@ export class GroupService {
     return { ...groupView(group), partitions, consumers: consumers.map(consumerView) }
   }
 
-  async addConsumer(groupName: string, url: string, secret: string | undefined): Promise<ConsumerRow> {
+  async addConsumer(groupName: string, input: ConsumerInput): Promise<ConsumerRow> {
     const group = await this.get(groupName)
+    const url = this.consumerUrl(input.url)
+    if (input.secret !== undefined) checkSecret(input.secret)
+    const consumer = await this.groups.addConsumer(group.id, randomUUID(), url, input.secret ?? null, {
+      rateLimitPerSecond: input.rateLimitPerSecond ?? null, maxConcurrency: input.maxConcurrency ?? null,
+    })
+    await this.changed(groupName)
+    return consumer
+  }
+
+  /**
+   * Changes a consumer in place (its url, its limits; null removes a limit). It keeps its id, its
+   * place in the group's consumer order and so its partitions; the dispatcher reloads the group
+   * before this returns, so the next push goes to the new url with the new limits.
+   */
+  async updateConsumer(groupName: string, id: string, patch: ConsumerPatch): Promise<ConsumerRow> {
+    const group = await this.get(groupName)
+    const changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency'>> = {}
+    if (patch.url !== undefined) changes.url = this.consumerUrl(patch.url)
+    if (patch.rateLimitPerSecond !== undefined) changes.rateLimitPerSecond = patch.rateLimitPerSecond
+    if (patch.maxConcurrency !== undefined) changes.maxConcurrency = patch.maxConcurrency
+    const consumer = await this.groups.updateConsumer(group.id, id, changes)
+    if (!consumer) throw new HookqError('consumer_not_found', `group ${groupName} has no consumer ${id}`)
+    await this.changed(groupName)
+    return consumer
+  }
+
+  /** A consumer url as it is stored, after the checks every url passes (scheme, no credentials, the push policy). */
+  private consumerUrl(url: string): string {
     const parsed = parseUrl(url)
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
       throw new HookqError('invalid_request', `consumer url must be http:// or https://, got ${parsed.protocol}`)
@@ -242,10 +286,7 @@ export class GroupService {
     if (verdict && !verdict.allowed) {
       throw new HookqError('url_not_allowed', `consumer url ${parsed.href} is not allowed: ${verdict.reason}`)
     }
-    if (secret !== undefined) checkSecret(secret)
-    const consumer = await this.groups.addConsumer(group.id, randomUUID(), parsed.href, secret ?? null)
-    await this.changed(groupName)
-    return consumer
+    return parsed.href
   }
 
   /**

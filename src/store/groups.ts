@@ -69,8 +69,15 @@ export class GroupStore {
     })
   }
 
-  async addConsumer(groupId: number, id: string, url: string, secret: string | null): Promise<ConsumerRow> {
-    return this.prisma.consumer.create({ data: { id, groupId, url, secret } })
+  async addConsumer(groupId: number, id: string, url: string, secret: string | null,
+    limits: Pick<ConsumerRow, 'rateLimitPerSecond' | 'maxConcurrency'>): Promise<ConsumerRow> {
+    return this.prisma.consumer.create({ data: { id, groupId, url, secret, ...limits } })
+  }
+
+  /** Changes a consumer's url or limits; null when the group has no such consumer. */
+  async updateConsumer(groupId: number, id: string, changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency'>>): Promise<ConsumerRow | null> {
+    const { count } = await this.prisma.consumer.updateMany({ where: { groupId, id }, data: changes })
+    return count === 0 ? null : this.prisma.consumer.findFirst({ where: { groupId, id } })
   }
 
   /**

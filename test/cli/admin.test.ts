@@ -68,6 +68,17 @@ t.test('groups create and status; consumers add, list and remove', async (t) => 
   const listed = await cli('consumers', 'list', 'workers')
   t.match(listed.stdout, consumer.id)
 
+  const limited = await cli('--json', 'consumers', 'add', 'workers', 'http://127.0.0.1:9/limited', '--rate-limit', '5', '--max-concurrency', '2')
+  t.equal(limited.code, 0, limited.stderr)
+  const limitedId = (JSON.parse(limited.stdout) as { id: string }).id
+  t.match(JSON.parse(limited.stdout), { rateLimitPerSecond: 5, maxConcurrency: 2 })
+  t.match((await cli('consumers', 'list', 'workers')).stdout, new RegExp(`${limitedId}\\s+http://127\\.0\\.0\\.1:9/limited\\s+no\\s+5/s, ≤2 at once`))
+  const updated = await cli('consumers', 'update', 'workers', limitedId, '--rate-limit', 'none', '--endpoint', 'http://127.0.0.1:9/moved')
+  t.equal(updated.code, 0, updated.stderr)
+  t.match(updated.stdout, `updated: consumer ${limitedId} of group workers → http://127.0.0.1:9/moved (≤2 at once)`)
+  t.equal((await cli('consumers', 'update', 'workers', limitedId, '--max-concurrency', '0')).code === 0, false, 'a bad limit is refused')
+  t.equal((await cli('consumers', 'remove', 'workers', limitedId)).code, 0)
+
   const removed = await cli('consumers', 'remove', 'workers', consumer.id)
   t.equal(removed.code, 0, removed.stderr)
   t.same((await unwrap(hookq.GET('/v1/groups/{group}/consumers', { params: { path: { group: 'workers' } } }))).consumers, [])

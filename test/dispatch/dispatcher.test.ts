@@ -66,7 +66,7 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   await topics.put(name, 1)
   await groups.put(name, { topic: name, ...group })
   const receiver = await startReceiver(t)
-  await groups.addConsumer(name, receiver.url, undefined)
+  await groups.addConsumer(name, { url: receiver.url })
   const clock = new SteppedClock()
   const attempts = new AttemptLog(db, { flushDelayMs: 1, holdMs: 1000, maxBuffered: 10_000, onError: () => {}, now: clock.now })
   const errors: unknown[] = []

@@ -162,6 +162,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/groups/{group}/consumers/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Remove a consumer; its partitions move to the others */
+        delete: operations["removeConsumer"];
+        options?: never;
+        head?: never;
+        /** Change a consumer's url or limits in place; its partitions stay */
+        patch: operations["updateConsumer"];
+        trace?: never;
+    };
     "/v1/groups/{group}/consumers/{id}/secret": {
         parameters: {
             query?: never;
@@ -177,23 +195,6 @@ export interface paths {
          */
         post: operations["rotateConsumerSecret"];
         delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/groups/{group}/consumers/{id}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post?: never;
-        /** Remove a consumer; its partitions move to the others */
-        delete: operations["removeConsumer"];
         options?: never;
         head?: never;
         patch?: never;
@@ -472,6 +473,10 @@ export interface components {
             disabledReason?: string | null;
             /** @description Pushes are signed; the secret itself is never returned */
             hasSecret?: boolean;
+            /** @description Pushes started in any one second at most; null: no limit */
+            rateLimitPerSecond: number | null;
+            /** @description Pushes in flight at once at most; null: only the adaptive push window */
+            maxConcurrency: number | null;
         };
         ConsumerCreate: {
             /**
@@ -481,6 +486,22 @@ export interface components {
             url: string;
             /** @description Standard Webhooks secret: whsec_ followed by base64 of 24 to 64 random bytes */
             secret?: string;
+            /** @description At most this many pushes start in any one second (a fraction below 1: one push every 1/n seconds); on top of the adaptive push window */
+            rateLimitPerSecond?: number;
+            /** @description At most this many pushes in flight at once, a cap on top of the adaptive push window */
+            maxConcurrency?: number;
+        };
+        /** @description Any of url, rateLimitPerSecond, maxConcurrency; what is not named stays as it is */
+        ConsumerPatch: {
+            /**
+             * Format: uri
+             * @description http:// or https:// endpoint
+             */
+            url?: string;
+            /** @description null removes the limit */
+            rateLimitPerSecond?: number | null;
+            /** @description null removes the cap */
+            maxConcurrency?: number | null;
         };
         ConsumerList: {
             consumers: components["schemas"]["Consumer"][];
@@ -1639,7 +1660,82 @@ export interface operations {
             };
         };
     };
-    rotateConsumerSecret: {
+    removeConsumer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                group: string;
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The request is not valid */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope this call needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after the Retry-After header */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Overloaded or unavailable; retry after the Retry-After header */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateConsumer: {
         parameters: {
             query?: never;
             header?: never;
@@ -1651,7 +1747,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["SecretRotation"];
+                "application/json": components["schemas"]["ConsumerPatch"];
             };
         };
         responses: {
@@ -1661,7 +1757,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RotatedConsumer"];
+                    "application/json": components["schemas"]["Consumer"];
                 };
             };
             /** @description The request is not valid */
@@ -1729,7 +1825,7 @@ export interface operations {
             };
         };
     };
-    removeConsumer: {
+    rotateConsumerSecret: {
         parameters: {
             query?: never;
             header?: never;
@@ -1739,14 +1835,20 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SecretRotation"];
+            };
+        };
         responses: {
-            /** @description Removed */
-            204: {
+            /** @description Default Response */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["RotatedConsumer"];
+                };
             };
             /** @description The request is not valid */
             400: {
@@ -1777,6 +1879,15 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

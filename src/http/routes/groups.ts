@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { consumerView, groupView, rotationView } from '../../service/groups.ts'
 import { problems, ref } from '../schemas/common.ts'
 import {
-  Consumer, ConsumerCreate, ConsumerList, ConsumerParams, Group, GroupConfig, GroupList, GroupParams, GroupStatus, RotatedConsumer, SecretRotation,
+  Consumer, ConsumerCreate, ConsumerList, ConsumerPatch, ConsumerParams, Group, GroupConfig, GroupList, GroupParams, GroupStatus, RotatedConsumer, SecretRotation,
 } from '../schemas/groups.ts'
 import type { Services } from '../../service/services.ts'
 
@@ -51,9 +51,17 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
         response: { 201: ref(Consumer), ...problems(400, 401, 404, 415, 503) },
       },
     }, async (req, reply) => {
-      const consumer = await services.groups.addConsumer(req.params.group, req.body.url, req.body.secret)
+      const consumer = await services.groups.addConsumer(req.params.group, req.body)
       return reply.code(201).send(consumerView(consumer))
     })
+
+    app.patch('/v1/groups/:group/consumers/:id', {
+      schema: {
+        operationId: 'updateConsumer', tags, summary: 'Change a consumer\'s url or limits in place; its partitions stay',
+        params: ConsumerParams, body: ref(ConsumerPatch),
+        response: { 200: ref(Consumer), ...problems(400, 401, 404, 415, 503) },
+      },
+    }, async (req) => consumerView(await services.groups.updateConsumer(req.params.group, req.params.id, req.body)))
 
     app.get('/v1/groups/:group/consumers', {
       schema: {

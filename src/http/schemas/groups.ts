@@ -74,15 +74,32 @@ export const Consumer = Type.Object({
   disabled: Type.Optional(Type.Boolean({ description: 'true after the endpoint answered 410 Gone' })),
   disabledReason: Type.Optional(Type.Union([Type.String(), Type.Null()])),
   hasSecret: Type.Optional(Type.Boolean({ description: 'Pushes are signed; the secret itself is never returned' })),
+  rateLimitPerSecond: Type.Union([Type.Number(), Type.Null()], { description: 'Pushes started in any one second at most; null: no limit' }),
+  maxConcurrency: Type.Union([Type.Integer(), Type.Null()], { description: 'Pushes in flight at once at most; null: only the adaptive push window' }),
 }, { $id: 'Consumer' })
 
 const SECRET_PATTERN = '^whsec_[A-Za-z0-9+/=]{16,256}$'
 
+const consumerUrl = Type.String({ minLength: 8, maxLength: 2048, format: 'uri', description: 'http:// or https:// endpoint' })
+const rateLimitPerSecond = Type.Number({ exclusiveMinimum: 0, maximum: 1_000_000,
+  description: 'At most this many pushes start in any one second (a fraction below 1: one push every 1/n seconds); on top of the adaptive push window' })
+const maxConcurrency = Type.Integer({ minimum: 1, maximum: 1000,
+  description: 'At most this many pushes in flight at once, a cap on top of the adaptive push window' })
+
 export const ConsumerCreate = Type.Object({
-  url: Type.String({ minLength: 8, maxLength: 2048, format: 'uri', description: 'http:// or https:// endpoint' }),
+  url: consumerUrl,
   secret: Type.Optional(Type.String({ pattern: SECRET_PATTERN,
     description: 'Standard Webhooks secret: whsec_ followed by base64 of 24 to 64 random bytes' })),
+  rateLimitPerSecond: Type.Optional(rateLimitPerSecond),
+  maxConcurrency: Type.Optional(maxConcurrency),
 }, { $id: 'ConsumerCreate', additionalProperties: false })
+
+export const ConsumerPatch = Type.Object({
+  url: Type.Optional(consumerUrl),
+  rateLimitPerSecond: Type.Optional(Type.Union([rateLimitPerSecond, Type.Null()], { description: 'null removes the limit' })),
+  maxConcurrency: Type.Optional(Type.Union([maxConcurrency, Type.Null()], { description: 'null removes the cap' })),
+}, { $id: 'ConsumerPatch', additionalProperties: false, minProperties: 1,
+  description: 'Any of url, rateLimitPerSecond, maxConcurrency; what is not named stays as it is' })
 
 export const SecretRotation = Type.Object({
   secret: Type.Optional(Type.String({ pattern: SECRET_PATTERN,
@@ -120,4 +137,4 @@ export const GroupStatus = Type.Object({
   consumers: Type.Array(ref(Consumer)),
 }, { $id: 'GroupStatus' })
 
-export const groupSchemas = [RetryPolicy, GroupConfig, Group, GroupList, Consumer, ConsumerCreate, ConsumerList, SecretRotation, RotatedConsumer, PartitionStatus, GroupStatus]
+export const groupSchemas = [RetryPolicy, GroupConfig, Group, GroupList, Consumer, ConsumerCreate, ConsumerPatch, ConsumerList, SecretRotation, RotatedConsumer, PartitionStatus, GroupStatus]

@@ -1,0 +1,123 @@
+/**
+ * A consumer's fixed limits (contract v1.1 "Consumer limits"): maxConcurrency caps the pushes in
+ * flight to it, rateLimitPerSecond the pushes started in any one second, both on top of the
+ * adaptive push window; PATCH changes a consumer in place. Measured at a real receiver, with
+ * margins for the time a request takes to arrive, and no bound on how fast the machine is.
+ */
+import t from 'tap'
+import { api } from '../helpers/api.ts'
+import { startBroker } from '../helpers/broker.ts'
+import { startReceiver, type Received } from '../helpers/receiver.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+const broker = await startBroker(t)
+const { call, produce, groupStatus, allCompleted } = api(broker)
+
+async function group(name: string, partitions: number) {
+  t.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
+  t.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ackMode: 'auto', maxInFlight: 50 })).status, 201)
+}
+
+t.test('limits are validated, reported, changed in place and removed with null', async (t) => {
+  await group('lim', 4)
+  const receiver = await startReceiver(t)
+  for (const bad of [
+    { url: receiver.url, rateLimitPerSecond: 0 }, { url: receiver.url, rateLimitPerSecond: -1 },
+    { url: receiver.url, maxConcurrency: 0 }, { url: receiver.url, maxConcurrency: 1001 }, { url: receiver.url, maxConcurrency: 1.5 },
+    { url: receiver.url, rateLimitPerSecond: 'fast' },
+  ]) {
+    const res = await call('POST', '/v1/groups/lim-g/consumers', bad)
+    t.equal(res.status, 400, `refused: ${JSON.stringify(bad)}`)
+    t.equal(res.json.type.endsWith('invalid_request'), true)
+  }
+  t.same((await call('GET', '/v1/groups/lim-g/consumers')).json.consumers, [], 'a refused registration stored nothing')
+
+  const a = (await call('POST', '/v1/groups/lim-g/consumers', { url: receiver.url, rateLimitPerSecond: 2.5, maxConcurrency: 3 }))
+  t.equal(a.status, 201)
+  t.equal(a.json.rateLimitPerSecond, 2.5)
+  t.equal(a.json.maxConcurrency, 3)
+  const b = (await call('POST', '/v1/groups/lim-g/consumers', { url: receiver.url })).json
+  t.equal(b.rateLimitPerSecond, null, 'no limit: null')
+  t.equal(b.maxConcurrency, null)
+  const owners = (await groupStatus('lim-g')).partitions.map((p: { consumerId: string }) => p.consumerId)
+
+  for (const bad of [{}, { maxConcurrency: 0 }, { url: 'ftp://127.0.0.1/x' }, { url: 'http://u:p@127.0.0.1/' }, { secret: 'whsec_x' }, { rateLimitPerSecond: 0 }]) {
+    const res = await call('PATCH', `/v1/groups/lim-g/consumers/${a.json.id}`, bad)
+    t.equal(res.status, 400, `PATCH refused: ${JSON.stringify(bad)}`)
+  }
+  t.equal((await call('PATCH', '/v1/groups/lim-g/consumers/nope', { maxConcurrency: 1 })).status, 404)
+  t.equal((await call('PATCH', '/v1/groups/nope/consumers/nope', { maxConcurrency: 1 })).status, 404)
+  const unchanged = (await call('GET', '/v1/groups/lim-g/consumers')).json.consumers.find((c: { id: string }) => c.id === a.json.id)
+  t.match(unchanged, { rateLimitPerSecond: 2.5, maxConcurrency: 3, url: a.json.url }, 'refused changes changed nothing')
+
+  const other = await startReceiver(t)
+  const patched = await call('PATCH', `/v1/groups/lim-g/consumers/${a.json.id}`, { url: other.url, rateLimitPerSecond: null })
+  t.equal(patched.status, 200)
+  t.match(patched.json, { id: a.json.id, url: `${other.url}/`, rateLimitPerSecond: null, maxConcurrency: 3 }, 'url changed, rate removed, cap kept')
+  t.same((await groupStatus('lim-g')).partitions.map((p: { consumerId: string }) => p.consumerId), owners, 'its partitions stay')
+
+  // The new url gets the pushes of its partitions.
+  t.equal((await produce('lim', Array.from({ length: 20 }, (_, k) => ({ value: k })))).status, 201)
+  await allCompleted('lim-g')
+  const mine = (await groupStatus('lim-g')).partitions.filter((p: { consumerId: string }) => p.consumerId === a.json.id)
+  const pushedThere = other.requests.map((r) => (r.json as { partition: number }).partition)
+  t.ok(pushedThere.length > 0 && pushedThere.every((p) => mine.some((m: { partition: number }) => m.partition === p)),
+    'the consumer\'s partitions were pushed to its new url')
+})
+
+t.test('maxConcurrency caps the pushes in flight to a consumer across its partitions', async (t) => {
+  await group('cap', 8)
+  /** For each request, how many the receiver held open as it arrived (itself included). */
+  const open: number[] = []
+  const receiver = await startReceiver(t, (req: Received) => {
+    open.push(receiver.requests.filter((r) => !r.closed && r !== req).length + 1)
+    return { status: 200, delayMs: 30 }
+  })
+  t.equal((await call('POST', '/v1/groups/cap-g/consumers', { url: receiver.url, maxConcurrency: 2 })).status, 201)
+  t.equal((await produce('cap', Array.from({ length: 120 }, (_, k) => ({ value: k })))).status, 201)
+  await allCompleted('cap-g', 60_000)
+  t.equal(open.length, 120, 'every message pushed once')
+  t.equal(Math.max(...open), 2, 'never more than 2 pushes at once, and 2 were used')
+
+  // Lifted: the adaptive window (initially 8) is the limit again.
+  const id = (await call('GET', '/v1/groups/cap-g/consumers')).json.consumers[0].id
+  t.equal((await call('PATCH', `/v1/groups/cap-g/consumers/${id}`, { maxConcurrency: null })).status, 200)
+  open.length = 0
+  t.equal((await produce('cap', Array.from({ length: 120 }, (_, k) => ({ value: k })))).status, 201)
+  await allCompleted('cap-g', 60_000)
+  t.ok(Math.max(...open) > 2, `without the cap more pushes run at once (${Math.max(...open)})`)
+})
+
+t.test('rateLimitPerSecond bounds the pushes in any one second', async (t) => {
+  await group('rate', 4)
+  const receiver = await startReceiver(t)
+  const RATE = 20
+  t.equal((await call('POST', '/v1/groups/rate-g/consumers', { url: receiver.url, rateLimitPerSecond: RATE })).status, 201)
+  const N = 70
+  t.equal((await produce('rate', Array.from({ length: N }, (_, k) => ({ value: k })))).status, 201)
+  await allCompleted('rate-g', 60_000)
+  const times = receiver.requests.map((r) => r.receivedAt).sort((x, y) => x - y)
+  t.equal(times.length, N)
+  // Pushes start at most RATE in any 1000 ms; they arrive a little later, each by its own delay,
+  // so the arrivals are counted over 900 ms windows.
+  let most = 0
+  for (let i = 0; i < times.length; i++) {
+    let j = i
+    while (j < times.length && times[j]! - times[i]! < 900) j++
+    most = Math.max(most, j - i)
+  }
+  t.ok(most <= RATE, `at most ${RATE} pushes arrived in any 900 ms (${most})`)
+  t.ok(times.at(-1)! - times[0]! >= (N / RATE - 1) * 1000 - 100, `${N} pushes took at least ${N / RATE - 1} s (${times.at(-1)! - times[0]!} ms)`)
+  const metrics = (await broker.app.inject({ method: 'GET', url: '/metrics' })).body
+  t.match(metrics, /hookq_rate_limited_waits_total\{group="rate-g"\} [1-9]/, 'the waits are counted')
+})
+
+t.test('a rate below one a second spaces the pushes', async (t) => {
+  await group('slow', 1)
+  const receiver = await startReceiver(t)
+  t.equal((await call('POST', '/v1/groups/slow-g/consumers', { url: receiver.url, rateLimitPerSecond: 0.5 })).status, 201)
+  t.equal((await produce('slow', [{ value: 1 }, { value: 2 }])).status, 201)
+  const [first, second] = await receiver.waitFor(2, 20_000)
+  t.ok(second!.receivedAt - first!.receivedAt >= 1900, `one push every 2 s (${second!.receivedAt - first!.receivedAt} ms apart)`)
+  await waitUntil(async () => (await groupStatus('slow-g')).partitions[0].lag === 0, 10_000, 'completed')
+})
