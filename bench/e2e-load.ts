@@ -109,7 +109,11 @@ async function posts(a: PostsArgs) {
 
 // ---- bulk: produce as fast as the broker answers
 
-interface BulkArgs { url: string; total: number; batch: number; concurrency: number; maxSeconds: number }
+interface BulkArgs {
+  url: string; total: number; batch: number; concurrency: number; maxSeconds: number
+  /** Every keepEvery-th message of a batch carries the header keep: yes, the others keep: no (for a group's filter). */
+  keepEvery?: number
+}
 
 async function bulk(a: BulkArgs) {
   const pool = new Pool(new URL(a.url).origin, { connections: a.concurrency, pipelining: 1 })
@@ -133,7 +137,8 @@ async function bulk(a: BulkArgs) {
         const sentAt = wallNow()
         if (Number.isNaN(firstSendAt)) firstSendAt = sentAt
         const one = `{"value":${valueWith(`"t":${sentAt}`)}}`
-        const body = `{"messages":[${Array.from({ length: n }, () => one).join(',')}]}`
+        const keep = a.keepEvery
+        const body = `{"messages":[${Array.from({ length: n }, (_, k) => keep ? `${one.slice(0, -1)},"headers":{"keep":"${k % keep === 0 ? 'yes' : 'no'}"}}` : one).join(',')}]}`
         const t0 = performance.now()
         try {
           const res = await pool.request({ path, method: 'POST', body, headers: { 'content-type': 'application/json' }, headersTimeout: 30_000, bodyTimeout: 30_000 })

@@ -15,6 +15,8 @@
  *             partitions with a group in ackMode auto: messages/s from the first produce call to
  *             the last message completed (committed offsets read back from GET /v1/groups/{g}),
  *             produce included, the broker's CPU, duplicates seen by the receiver
+ *   filtered  the `auto` load and group with a filter that keeps 1 message in BENCH_FILTER_KEEP_EVERY (10):
+ *             the cost of a filtered message (broker us per produced message, beside produce and auto)
  *   explicit  the same with ackMode explicit: the receiver acks over HTTP like a consumer library,
  *             batching delivery ids (500 ids or 5 ms, 4 ack calls at most at once)
  *   latency   single-message produce calls paced at 5,000/s for 10 s (after a 2 s warm-up), ackMode
@@ -28,7 +30,8 @@
  * time; a throughput scenario that does not finish within BENCH_MAX_SECONDS reports what completed.
  *
  * Environment (all optional):
- *   BENCH_SCENARIOS=ceiling,produce,auto,explicit,latency
+ *   BENCH_SCENARIOS=ceiling,produce,auto,explicit,latency (and filtered, not run unless named)
+ *   BENCH_FILTER_KEEP_EVERY=10  the filtered scenario pushes one message in this many
  *   BENCH_MESSAGES=100000       messages per throughput scenario
  *   BENCH_PRODUCE_MESSAGES=30000  messages of the produce-only scenario
  *   BENCH_BATCH=100             messages per produce call (throughput scenarios)
@@ -71,10 +74,11 @@ function envNumber(name: string, fallback: number): number {
 }
 
 const SCENARIOS = new Set((process.env.BENCH_SCENARIOS || 'ceiling,produce,auto,explicit,latency').split(',').map((s) => s.trim()))
-for (const s of SCENARIOS) if (!['ceiling', 'produce', 'auto', 'explicit', 'latency'].includes(s)) throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
+for (const s of SCENARIOS) if (!['ceiling', 'produce', 'auto', 'filtered', 'explicit', 'latency'].includes(s)) throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
 const MESSAGES = Math.round(envNumber('BENCH_MESSAGES', 100_000))
 const PRODUCE_MESSAGES = Math.round(envNumber('BENCH_PRODUCE_MESSAGES', 30_000))
 const BATCH = Math.min(1000, Math.round(envNumber('BENCH_BATCH', 100)))
+const KEEP_EVERY = Math.max(1, Math.round(envNumber('BENCH_FILTER_KEEP_EVERY', 10)))
 const PRODUCERS = Math.round(envNumber('BENCH_PRODUCERS', 4))
 const PARTITIONS = Math.round(envNumber('BENCH_PARTITIONS', 8))
 const MAX_IN_FLIGHT = Math.round(envNumber('BENCH_MAX_IN_FLIGHT', 200))
@@ -155,9 +159,9 @@ async function waitCompleted(group: string, expected: number, deadlineMs: number
   return { at: NaN, completed }
 }
 
-async function createGroup(name: string, ackMode: 'auto' | 'explicit', receiverUrl: string): Promise<void> {
+async function createGroup(name: string, ackMode: 'auto' | 'explicit', receiverUrl: string, filter?: object): Promise<void> {
   await api('PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
-  await api('PUT', `/v1/groups/${name}`, { topic: name, ackMode, maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000 })
+  await api('PUT', `/v1/groups/${name}`, { topic: name, ackMode, maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000, ...(filter ? { filter } : {}) })
   await api('POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
 }
 
@@ -265,10 +269,13 @@ async function produceOnly(receiver: IpcWorker, load: IpcWorker): Promise<Row> {
   }
 }
 
-async function throughput(mode: 'auto' | 'explicit', receiver: IpcWorker, load: IpcWorker, receiverUrl: string): Promise<Row & { waits?: string | undefined }> {
+async function throughput(mode: 'auto' | 'explicit' | 'filtered', receiver: IpcWorker, load: IpcWorker, receiverUrl: string): Promise<Row & { waits?: string | undefined }> {
   const name = `e2e-${mode}`
-  await createGroup(name, mode, receiverUrl)
-  await receiver.call('scenario', { name, mode: mode === 'auto' ? 'count' : 'ack', expect: MESSAGES, group: name, ...ACK }, 5000)
+  const ackMode = mode === 'explicit' ? 'explicit' : 'auto'
+  const filtered = mode === 'filtered'
+  const pushed = (produced: number) => filtered ? Math.ceil(produced / BATCH) * Math.ceil(BATCH / KEEP_EVERY) : produced
+  await createGroup(name, ackMode, receiverUrl, filtered ? { 'headers.keep': 'yes' } : undefined)
+  await receiver.call('scenario', { name, mode: ackMode === 'auto' ? 'count' : 'ack', expect: pushed(MESSAGES), group: name, ...ACK }, 5000)
   await sleep(500) // let the group's start-up reads settle
   const profiler = await profileStart()
   const waits = startWaits()
@@ -278,14 +285,15 @@ async function throughput(mode: 'auto' | 'explicit', receiver: IpcWorker, load: 
   const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
   const r = await load.call<BulkResult>('bulk', {
     url: `${run.broker!.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: BATCH, concurrency: PRODUCERS, maxSeconds: MAX_SECONDS,
+    ...(filtered ? { keepEvery: KEEP_EVERY } : {}),
   }, MAX_SECONDS * 1000 + 60_000)
-  if (r.produced < MESSAGES) await receiver.call('expect', { n: r.produced }, 5000)
+  if (r.produced < MESSAGES) await receiver.call('expect', { n: pushed(r.produced) }, 5000)
   await Promise.race([done, sleep(Math.max(0, deadline - wallNow()))])
   const completed = await waitCompleted(name, r.produced, Math.max(deadline, wallNow() + 2000))
   const cpu = cpuEnd(c0, receiver, load)
   const waited = await stopWaits(waits)
   await profileStop(profiler, mode)
-  await pauseGroup(name, mode)
+  await pauseGroup(name, ackMode)
   assertBrokerAlive(mode)
   const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
   const finished = Number.isFinite(completed.at)
@@ -301,7 +309,7 @@ async function throughput(mode: 'auto' | 'explicit', receiver: IpcWorker, load: 
     st.acks ? `acks: ${st.acks.calls} calls, ${codes(st.acks.statuses)}, call p99 ${fixed(st.acks.callMs.p99, 0)} ms${st.acks.errors ? `, errors ${st.acks.errors}` : ''}` : '',
   ].filter(Boolean).join('; ')
   return {
-    label: `${mode}: ${int(MESSAGES)} msgs, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}`,
+    label: `${mode}: ${int(MESSAGES)} msgs, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}${filtered ? `, 1 in ${KEEP_EVERY} pushed` : ''}`,
     messages: completed.completed, seconds, perS: completed.completed / seconds,
     p50: st.latencyMs.p50, p99: st.latencyMs.p99, cpu, duplicates: st.duplicates, notes, waits: waited,
   }
@@ -406,6 +414,7 @@ async function main(): Promise<void> {
   let ceil: Row | undefined
   let auto: (Row & { waits?: string | undefined }) | undefined
   let explicit: (Row & { waits?: string | undefined }) | undefined
+  let filtered: Row | undefined
   let produced: Row | undefined
   const lats: (Row & { achievedRate: number })[] = []
   const say = (r: Row) => console.log(`${r.label}: ${int(r.perS)}/s over ${fixed(r.seconds, 2)} s, p50/p99 ${fixed(r.p50, 2)}/${fixed(r.p99, 2)} ms, ` +
@@ -418,10 +427,11 @@ async function main(): Promise<void> {
   }
   if (SCENARIOS.has('produce')) { produced = await produceOnly(receiver, load); say(produced) }
   if (SCENARIOS.has('auto')) { auto = await throughput('auto', receiver, load, receiverUrl); say(auto); if (auto.waits) console.log(`  ${auto.waits}`) }
+  if (SCENARIOS.has('filtered')) { filtered = await throughput('filtered', receiver, load, receiverUrl); say(filtered) }
   if (SCENARIOS.has('explicit')) { explicit = await throughput('explicit', receiver, load, receiverUrl); say(explicit); if (explicit.waits) console.log(`  ${explicit.waits}`) }
   if (SCENARIOS.has('latency')) for (const rate of RATES) { const l = await latency(rate, receiver, load, receiverUrl); lats.push(l); say(l) }
 
-  const rows = [ceil, ceilDispatch, produced, auto, explicit, ...lats].filter((r): r is Row => r !== undefined)
+  const rows = [ceil, ceilDispatch, produced, auto, filtered, explicit, ...lats].filter((r): r is Row => r !== undefined)
   console.log(`\n${table(rows)}\n`)
   console.log(`msg/s: ceiling = receiver POSTs/s; produce = messages/s produced; auto/explicit = messages completed /\n` +
     `  (last completion - first produce call); latency = produce calls/s sent. p50/p99: ceiling = POST round trip; produce =\n` +
@@ -433,6 +443,11 @@ async function main(): Promise<void> {
     const us = (r: Row) => (1e6 * r.cpu.brokerS) / Math.max(1, r.messages)
     console.log(`broker CPU per message: produce ${fixed(us(produced), 0)} us; push + completion ${fixed(us(auto) - us(produced), 0)} us (auto), ` +
       `${fixed(us(explicit) - us(produced), 0)} us (explicit, acks included)\n`)
+  }
+  if (produced && filtered) {
+    const us = (r: Row) => (1e6 * r.cpu.brokerS) / Math.max(1, r.messages)
+    console.log(`broker CPU per message with a filter pushing 1 in ${KEEP_EVERY}: ${fixed(us(filtered), 0)} us per produced message, ` +
+      `${fixed(us(filtered) - us(produced), 0)} us beyond produce${auto ? ` (auto, every message pushed: ${fixed(us(auto) - us(produced), 0)} us)` : ''}\n`)
   }
   console.log(goals(ceil, ceilDispatch, auto, explicit, lats[0]))
 

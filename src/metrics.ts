@@ -25,6 +25,8 @@ export interface DispatchMetrics {
   redelivered(group: string): void
   /** A message was dead-lettered (to its dead-letter topic, or recorded as dead). */
   deadLettered(group: string): void
+  /** A message was completed without a push: the group's filter did not match it. */
+  filtered(group: string): void
   /** Pushes to a consumer of the group waited for its rate limit (once per wait, not per message). */
   rateLimited(group: string): void
 }
@@ -71,6 +73,11 @@ export class Metrics implements DispatchMetrics {
     name: 'hookq_dead_letters_total', help: 'Messages dead-lettered',
     labelNames: ['group'] as const, registers: [this.registry],
   })
+  private readonly filteredTotal = new Counter({
+    name: 'hookq_filtered_total', help: "Messages completed without a push: the group's filter did not match them",
+    labelNames: ['group'] as const, registers: [this.registry],
+  })
+  private readonly filteredSeries = new Map<string, { inc(): void }>()
   private readonly rateLimitedTotal = new Counter({
     name: 'hookq_rate_limited_waits_total', help: 'Times pushes to a consumer waited for its rateLimitPerSecond',
     labelNames: ['group'] as const, registers: [this.registry],
@@ -160,6 +167,13 @@ export class Metrics implements DispatchMetrics {
 
   deadLettered(group: string): void {
     this.deadLettersTotal.inc({ group })
+  }
+
+  filtered(group: string): void {
+    // Kept per group, as pushed() keeps its series: one call per filtered message.
+    let series = this.filteredSeries.get(group)
+    if (!series) this.filteredSeries.set(group, (series = this.filteredTotal.labels({ group })))
+    series.inc()
   }
 
   rateLimited(group: string): void {

@@ -47,3 +47,15 @@ export function oneOf<T extends string> (words: readonly T[]): (text: string) =>
     return text as T
   }
 }
+
+/** A --filter value: a JSON object (the broker checks its members). */
+export function jsonObject (value: string): Record<string, unknown> {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(value)
+  } catch {
+    throw new InvalidArgumentError('not JSON')
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new InvalidArgumentError('a JSON object is expected')
+  return parsed as Record<string, unknown>
+}

@@ -1,7 +1,7 @@
 /** `hookq groups create|update|list|status|pause|resume|delete`. */
 import { Option, type Command } from 'commander'
 import { unwrap, type GroupConfig, type GroupStatus, type HookqClient } from '@hookq/client'
-import { decimal, wholeNumber } from './args.ts'
+import { decimal, jsonObject, wholeNumber } from './args.ts'
 import { contextOf, unwrapWithStatus, type CliContext } from './context.ts'
 import { printJson, printLine, printTable, short } from './output.ts'
 import { duration } from './topics.ts'
@@ -23,6 +23,8 @@ interface GroupOptions {
   retryMultiplier?: number
   retryMaxDelayMs?: number
   retryJitter?: number
+  /** A filter as JSON, or false (--no-filter) to remove it. */
+  filter?: Record<string, unknown> | false
 }
 
 /** Adds the `groups` command group to `program`. */
@@ -87,6 +89,8 @@ function configOptions (cmd: Command): Command {
     .option('--no-ordered', 'several messages of a partition in flight (the default)')
     .option('--push-timeout-ms <ms>', 'time a push may take (default 10000)', wholeNumber(100, 600_000))
     .addOption(new Option('--push-format <format>', 'envelope (default) or raw: the bare value, the rest in hookq-* headers').choices(['envelope', 'raw']))
+    .option('--filter <json>', 'push only the messages this filter matches, e.g. \'{"headers.type":"paid"}\'', jsonObject)
+    .option('--no-filter', 'remove the filter: every message is pushed')
     .option('--paused', 'create or keep the group paused')
     .option('--no-paused', 'push (the default)')
     .option('--retry-initial-delay-ms <ms>', 'delay before the second attempt (default 1000)', wholeNumber(0, 86_400_000))
@@ -122,6 +126,7 @@ function bodyOf (topic: string, o: GroupOptions): GroupConfig {
   if (o.pushTimeoutMs !== undefined) body.pushTimeoutMs = o.pushTimeoutMs
   if (o.pushFormat !== undefined) body.pushFormat = o.pushFormat
   if (o.paused !== undefined) body.paused = o.paused
+  if (o.filter !== undefined) body.filter = o.filter === false ? null : o.filter
   const retry: NonNullable<GroupConfig['retry']> = {}
   if (o.retryInitialDelayMs !== undefined) retry.initialDelayMs = o.retryInitialDelayMs
   if (o.retryMultiplier !== undefined) retry.multiplier = o.retryMultiplier
@@ -137,10 +142,12 @@ function printStatus (s: GroupStatus): void {
   printLine(`  ack ${s.ackMode}, ack timeout ${duration(s.ackTimeoutMs)}, push timeout ${duration(s.pushTimeoutMs)}, push format ${s.pushFormat}`)
   printLine(`  max deliveries ${s.maxDeliveries}, retry ${r.initialDelayMs}ms ×${r.multiplier} up to ${r.maxDelayMs}ms ±${r.jitter * 100}%, dead letters ${s.deadLetterTopic ?? 'recorded only'}`)
   printLine(`  max in flight ${s.maxInFlight}${s.ordered ? ', ordered' : ''}, start at ${s.startAt}`)
+  if (s.filter) printLine(`  filter ${JSON.stringify(s.filter)}`)
   printLine('')
-  printTable(['partition', 'committed', 'end', 'lag', 'in flight', 'consumer'],
-    s.partitions.map((p) => [p.partition, p.committedOffset, p.endOffset, p.lag, p.inFlight, p.consumerId]))
+  printTable(['partition', 'committed', 'end', 'lag', 'in flight', 'filtered', 'consumer'],
+    s.partitions.map((p) => [p.partition, p.committedOffset, p.endOffset, p.lag, p.inFlight, p.filtered, p.consumerId]))
   printLine('')
   printTable(['consumer', 'url', 'signed', 'state', 'created'],
     s.consumers.map((c) => [c.id, c.url, c.hasSecret === true ? 'yes' : 'no', c.disabled === true ? `disabled: ${short(c.disabledReason ?? '410 Gone', 40)}` : 'active', c.createdAt]))
 }
+

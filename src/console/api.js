@@ -15,12 +15,14 @@
  * @typedef {{ name: string, topic: string, ackMode: 'explicit' | 'auto', ackTimeoutMs: number, maxDeliveries: number,
  *   retry: { initialDelayMs: number, multiplier: number, maxDelayMs: number, jitter: number },
  *   deadLetterTopic: string | null, startAt: string, maxInFlight: number, ordered: boolean, pushTimeoutMs: number,
- *   pushFormat: 'envelope' | 'raw', paused: boolean, createdAt: string, updatedAt: string }} Group
+ *   pushFormat: 'envelope' | 'raw', paused: boolean, filter: Record<string, unknown> | null, createdAt: string, updatedAt: string }} Group
  * @typedef {{ partition: number, committedOffset: number, endOffset: number, lag: number, inFlight: number,
- *   consumerId: string | null }} PartitionStatus
+ *   consumerId: string | null, filtered: number }} PartitionStatus
  * @typedef {{ id: string, url: string, createdAt: string, disabled?: boolean, disabledReason?: string | null,
- *   hasSecret?: boolean }} Consumer
- * @typedef {Group & { partitions: PartitionStatus[], consumers: Consumer[] }} GroupStatus
+ *   hasSecret?: boolean, rateLimitPerSecond: number | null, maxConcurrency: number | null }} Consumer
+ * @typedef {{ lastSuccessAt: string | null, lastFailureAt: string | null, lastError: string | null,
+ *   recentFailureRate: number | null }} ConsumerHealth
+ * @typedef {Group & { partitions: PartitionStatus[], consumers: (Consumer & { health: ConsumerHealth })[] }} GroupStatus
  * @typedef {'acked' | 'failed' | 'timed_out' | 'nacked' | 'dead' | 'in_flight'} Outcome
  * @typedef {{ deliveryId: string, partition: number, offset: number, attempt: number, consumerId: string | null,
  *   startedAt: string, finishedAt: string | null, statusCode: number | null, error: string | null,

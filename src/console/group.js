@@ -25,10 +25,11 @@ function partitionsTable(g) {
       h('td', { class: 'num end' }, fmtInt(p.endOffset)),
       h('td', { class: `num lag${p.lag > 0 ? ' hot' : ''}` }, fmtInt(p.lag)),
       h('td', { class: 'num in-flight' }, fmtInt(p.inFlight)),
+      h('td', { class: 'num filtered' }, fmtInt(p.filtered)),
       h('td', { class: 'consumer' }, c ? [shortId(c.id), ' ', h('span', { class: 'muted' }, c.url)] : badge('unassigned', 'warn')),
       h('td', {}, h('a', { href: `${hashLink('groups', g.name, 'deliveries')}?partition=${p.partition}` }, 'attempts')))
   })
-  return table(['Partition', 'Committed', 'End offset', 'Lag', 'In flight', 'Consumer', ''], rows, 'The topic has no partitions.',
+  return table(['Partition', 'Committed', 'End offset', 'Lag', 'In flight', 'Filtered', 'Consumer', ''], rows, 'The topic has no partitions.',
     { class: 'partitions' })
 }
 
@@ -40,12 +41,38 @@ function consumersTable(g) {
   const rows = g.consumers.map((c) => h('tr', { 'data-consumer': c.id },
     h('td', {}, shortId(c.id)),
     h('td', {}, h('code', {}, c.url)),
-    h('td', { class: 'health' }, c.disabled ? [badge('disabled', 'bad'), ' ', c.disabledReason ?? ''] : badge('enabled', 'ok')),
+    h('td', { class: 'health' }, c.disabled ? [badge('disabled', 'bad'), ' ', c.disabledReason ?? ''] : healthCell(c.health)),
     h('td', {}, c.hasSecret ? 'signed' : h('span', { class: 'muted' }, 'unsigned')),
+    h('td', { class: 'limits' }, limitsText(c)),
     h('td', { class: 'num' }, g.partitions.filter((p) => p.consumerId === c.id).length),
     h('td', {}, fmtTime(c.createdAt))))
-  return table(['Consumer', 'URL', 'Health', 'Signature', 'Partitions', 'Registered'], rows,
+  return table(['Consumer', 'URL', 'Health', 'Signature', 'Limits', 'Partitions', 'Registered'], rows,
     'No consumers: register one with POST /v1/groups/{group}/consumers.', { class: 'consumers' })
+}
+
+/**
+ * An enabled consumer's health, as Svix and Convoy show it: failing when most recent pushes failed,
+ * degraded when some did, with the last error and when things last went right and wrong.
+ * @param {import('./api.js').ConsumerHealth} health
+ */
+function healthCell(health) {
+  const rate = health.recentFailureRate
+  const state = rate === null ? badge('enabled', 'ok') : rate >= 0.5 ? badge(`failing ${Math.round(rate * 100)}%`, 'bad')
+    : rate > 0 ? badge(`degraded ${Math.round(rate * 100)}%`, 'warn') : badge('healthy', 'ok')
+  const lines = [
+    health.lastSuccessAt ? `last success ${fmtTime(health.lastSuccessAt)}` : '',
+    health.lastFailureAt ? `last failure ${fmtTime(health.lastFailureAt)}: ${health.lastError ?? ''}` : '',
+  ].filter(Boolean)
+  return [state, ...lines.map((l) => h('div', { class: 'muted small' }, l))]
+}
+
+/**
+ * A consumer's fixed limits, or the adaptive window alone.
+ * @param {{ rateLimitPerSecond: number | null, maxConcurrency: number | null }} c
+ */
+function limitsText(c) {
+  const parts = [c.rateLimitPerSecond === null ? '' : `${c.rateLimitPerSecond}/s`, c.maxConcurrency === null ? '' : `≤ ${c.maxConcurrency} at once`]
+  return parts.filter(Boolean).join(', ') || 'adaptive'
 }
 
 /** The settings as a definition list. @param {import('./api.js').GroupStatus} g */
@@ -56,6 +83,7 @@ function settings(g) {
     ['Retry', `${fmtDuration(g.retry.initialDelayMs)} × ${g.retry.multiplier}^n, at most ${fmtDuration(g.retry.maxDelayMs)}, ±${Math.round(g.retry.jitter * 100)}%`],
     ['Max in flight', `${g.maxInFlight} a partition`], ['Ordered', g.ordered ? 'yes' : 'no'], ['Push timeout', fmtDuration(g.pushTimeoutMs)],
     ['Push format', g.pushFormat], ['Start at', g.startAt], ['Dead-letter topic', g.deadLetterTopic ?? 'none (recorded as dead)'],
+    ['Filter', g.filter ? JSON.stringify(g.filter) : 'none (every message is pushed)'],
   ]
   return h('dl', { class: 'settings' }, items.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]))
 }

@@ -9,15 +9,18 @@ import { poll } from './samples.js'
 import { mapLimit } from './topics.js'
 
 /**
- * The group's consumers in one badge: how many are enabled, and how many disabled.
- * @param {import('./api.js').Consumer[]} consumers
+ * The group's consumers in badges: how many are enabled, how many of those are failing (most of
+ * their pushes of the last 5 minutes failed), and how many are disabled.
+ * @param {import('./api.js').GroupStatus['consumers']} consumers
  */
 export function consumerHealth(consumers) {
   const disabled = consumers.filter((c) => c.disabled).length
+  const failing = consumers.filter((c) => !c.disabled && (c.health.recentFailureRate ?? 0) >= 0.5).length
   const enabled = consumers.length - disabled
   if (consumers.length === 0) return badge('no consumer', 'warn')
   return h('span', {},
-    badge(`${enabled} enabled`, enabled > 0 ? 'ok' : 'warn'),
+    badge(`${enabled} enabled`, enabled > failing ? 'ok' : 'warn'),
+    failing > 0 ? [' ', badge(`${failing} failing`, 'bad')] : null,
     disabled > 0 ? [' ', badge(`${disabled} disabled`, 'bad')] : null)
 }
 

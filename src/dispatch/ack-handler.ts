@@ -61,7 +61,9 @@ export class AckHandler {
     for (const [k, { i, req }] of reqs.entries()) {
       const status = statuses[k]!
       if (status === 'moved') { moved = true; continue }
-      out[i]!.status = status === 'dead' ? 'acked' : status
+      // Its own request's outcome (acked), or one written before it: a dead letter counts as acked
+      // for the caller, and a filtered message had no delivery id to ack.
+      out[i]!.status = status === 'dead' || status === 'filtered' ? 'acked' : status
       this.deps.flow.completed(req, deliveryIds[i]!, status === 'acked' ? 'acked' : undefined)
     }
     // The others are durable; the caller asks again, and the partition's new owner answers for these.

@@ -8,9 +8,11 @@
  *   ack-handler.ts        acks, nacks and extends of delivery ids
  *   progress.ts           completions and push reservations, written together, fenced by epoch
  *   schedule.ts           ack deadlines (tracker.ts, by delivery id) and waits (waits.ts), one timer
- *   consumer-windows.ts   each consumer's push window (push-window.ts) and who waits for it
+ *   consumer-windows.ts   each consumer's push window (push-window.ts), its fixed limits and who waits for them
  *   delivery-index.ts     delivery ids issued here for messages still outstanding
  *   attempt-log.ts        the attempt rows, written in batches
+ *   health.ts             each consumer's successes and failures, for the group status
+ *   filter.ts             the group's filter, compiled
  *
  * A group is loaded here in full (its row, its consumers); a partition only once this process has
  * claimed it (src/cluster/ownership.ts: acquire() with the owner epoch that fences its writes) and
@@ -31,9 +33,10 @@ import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import { AckHandler, type AckResult } from './ack-handler.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { ConsumerWindows } from './consumer-windows.ts'
+import { HealthRecorder } from './health.ts'
 import { DeliveryIndex } from './delivery-index.ts'
 import { PartitionReader } from './partition-reader.ts'
-import { policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
+import { filterOf, policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
 import { ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import type { PushAgent } from './pusher.ts'
@@ -80,12 +83,14 @@ export class Dispatcher {
   private readonly reader: PartitionReader
   private readonly flow: PushFlow
   private readonly acks: AckHandler
+  private readonly health: HealthRecorder
   private stopped = false
 
   constructor(private readonly deps: DispatcherDeps) {
     const now = deps.now ?? Date.now
     const timers = deps.timers ?? nodeTimers
     const deliveries = new DeliveryIndex()
+    this.health = new HealthRecorder({ db: deps.db, now, timers, log: deps.log })
     this.windows = new ConsumerWindows({
       ...(deps.pushWindow ? { options: deps.pushWindow } : {}), ...(deps.metrics ? { metrics: deps.metrics } : {}),
       now, timers, fill: (g, w) => this.flow.safely(() => this.flow.fill(g, w)),
@@ -101,7 +106,7 @@ export class Dispatcher {
       db: deps.db, findTopic: (name) => deps.topics.findByName(name), attempts: deps.attempts, agent: deps.agent, log: deps.log,
       ...(deps.metrics ? { metrics: deps.metrics } : {}), now, timers, schedule: this.schedule, windows: this.windows, deliveries,
       progress: this.progress, reader: this.reader, group: (id) => this.groupsById.get(id), stopped: () => this.stopped,
-      disableConsumer: (id, reason) => deps.disableConsumer(id, reason), moved: (g, w) => this.moved(g, w),
+      disableConsumer: (id, reason) => deps.disableConsumer(id, reason), moved: (g, w) => this.moved(g, w), health: this.health,
     })
     this.acks = new AckHandler({ db: deps.db, attempts: deps.attempts, deliveries, progress: this.progress, flow: this.flow, schedule: this.schedule, now })
   }
@@ -139,6 +144,7 @@ export class Dispatcher {
     this.stopped = true
     this.schedule.stop()
     await this.progress.drain()
+    await this.health.close()
   }
 
   // ---- groups ----
@@ -166,15 +172,17 @@ export class Dispatcher {
     }
     const existing = this.groups.get(name)
     if (existing) {
+      const filterChanged = existing.row.filter !== loaded.row.filter
       existing.row = loaded.row
       existing.policy = policyOf(loaded.row)
+      if (filterChanged) this.flow.filterChanged(existing, filterOf(loaded.row))
       this.flow.consumersChanged(existing, loaded.consumers)
       return
     }
     // Committed offsets exist before any process claims a partition (the claim bumps their epoch).
     await this.deps.ensureOffsets(loaded.row, topic)
     if (this.stopped || this.groups.has(name)) return
-    const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(loaded.row), dropped: false }
+    const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(loaded.row), filter: filterOf(loaded.row), dropped: false }
     this.groups.set(name, g)
     this.groupsById.set(g.row.id, g)
     this.flow.consumersChanged(g, loaded.consumers)

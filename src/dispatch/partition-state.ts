@@ -10,6 +10,7 @@ import { partitionForKey } from '../service/partitioner.ts'
 import type { RetryPolicy } from './retry-policy.ts'
 import type { TrackerEntry } from './tracker.ts'
 import type { Wait } from './waits.ts'
+import { compileFilter, type MessageFilter } from './filter.ts'
 
 export type State = 'delayed' | 'ready' | 'parked' | 'reserving' | 'in_flight' | 'retry_wait' | 'completing'
 
@@ -33,6 +34,8 @@ export interface Outstanding {
   lastError: string | undefined
   /** The consumer the latest attempt went to (whose push window a passed ack deadline shrinks). */
   pushedTo?: string
+  /** The group's filter was checked (and matched) for its first push. */
+  matched?: boolean
   /** The delivery id of the push under way (sent, not answered yet), if any. */
   pushing?: string
   /**
@@ -85,6 +88,8 @@ export interface GroupRuntime {
   /** The partitions this process owns (see src/cluster/ownership.ts), by number. */
   parts: Map<number, PartitionState>
   policy: RetryPolicy
+  /** The group's filter, compiled; undefined: every message is pushed. */
+  filter: MessageFilter | undefined
   dropped: boolean
 }
 
@@ -92,12 +97,13 @@ export interface CompletionRequest {
   g: GroupRuntime
   w: PartitionState
   offset: number
-  outcome: 'acked' | 'dead'
+  /** filtered: the group's filter did not match it; completed without a push */
+  outcome: 'acked' | 'dead' | 'filtered'
   deadLetter?: AppendEntry
 }
 
 /** `moved`: the partition is not this process's any more (handed over, or its epoch moved on): ask again. */
-export type CompletionStatus = 'acked' | 'dead' | 'already_completed' | 'unknown' | 'moved'
+export type CompletionStatus = 'acked' | 'dead' | 'filtered' | 'already_completed' | 'unknown' | 'moved'
 
 /** The first offset from the committed one on that is neither completed nor in a retention gap. */
 export function nextIncomplete(w: PartitionState): number {
@@ -122,6 +128,11 @@ export function setState(w: PartitionState, o: Outstanding, state: State): void 
 /** Messages of a partition that count against maxInFlight: outstanding, neither delayed nor ready. */
 export function active(w: PartitionState): number {
   return w.outstanding.size - w.delayed - w.ready.length
+}
+
+/** The group's filter, compiled (validated when it was set). */
+export function filterOf(row: GroupRow): MessageFilter | undefined {
+  return row.filter === null ? undefined : compileFilter(JSON.parse(row.filter))
 }
 
 export function policyOf(row: GroupRow): RetryPolicy {

@@ -136,14 +136,15 @@ export class ProgressWriter {
     const part = (g: GroupRuntime, w: PartitionState) => {
       let p = parts.get(w)
       if (!p) {
-        p = { g, write: { groupId: g.row.id, topicId: g.topic.id, partition: w.partition, ownerEpoch: w.ownerEpoch, committedOffset: null, pushedOffset: null } }
+        p = { g, write: { groupId: g.row.id, topicId: g.topic.id, partition: w.partition, ownerEpoch: w.ownerEpoch, committedOffset: null, pushedOffset: null, filtered: 0 } }
         parts.set(w, p)
       }
       return p
     }
     for (const i of marked) {
-      const { g, w } = jobs[i]!.req
+      const { g, w, outcome } = jobs[i]!.req
       const p = part(g, w)
+      if (outcome === 'filtered') p.write.filtered++
       if (p.write.committedOffset === null) {
         const to = nextIncomplete(w)
         if (to > w.committed) p.write.committedOffset = to

@@ -38,6 +38,7 @@ import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import type { Schedule, Timers } from './schedule.ts'
 import type { TrackerEntry } from './tracker.ts'
 import { Wait } from './waits.ts'
+import type { HealthRecorder } from './health.ts'
 import { active, deadLetterEntry, setState, type CompletionRequest, type GroupRuntime, type Outstanding, type PartitionState } from './partition-state.ts'
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
@@ -65,6 +66,8 @@ export interface PushFlowDeps {
   disableConsumer(id: string, reason: string): Promise<void>
   /** A write for the partition was refused for its owner epoch: it is not this process's any more. */
   moved(g: GroupRuntime, w: PartitionState): void
+  /** Each consumer's successes and failures, for its health. */
+  health?: HealthRecorder
 }
 
 export class PushFlow {
@@ -94,10 +97,18 @@ export class PushFlow {
       if (msg.offset < w.readPos) continue
       w.readPos = msg.offset + 1
       if (msg.offset < w.committed || w.completed.has(msg.offset)) continue
-      const o: Outstanding = {
-        msg, attempts: w.priorAttempts.get(msg.offset) ?? 0, state: 'parked', current: undefined, inFlight: undefined, wait: undefined, ids: [], open: new Set(), lastError: undefined,
-      }
+      const attempts = w.priorAttempts.get(msg.offset) ?? 0
       if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
+      // The filter, once per message: now for one that may go now, when its delay ends otherwise
+      // (the filter may change meanwhile). One pushed before a restart goes on being pushed.
+      const due = msg.availableAtMs <= nowMs
+      if (due && attempts === 0 && g.filter && !g.filter(msg)) {
+        this.filterOut(g, w, msg.offset)
+        continue
+      }
+      const o: Outstanding = {
+        msg, attempts, state: 'parked', current: undefined, inFlight: undefined, wait: undefined, ids: [], open: new Set(), lastError: undefined, matched: due,
+      }
       w.outstanding.set(msg.offset, o)
       if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
       else this.start(g, w, o)
@@ -140,9 +151,44 @@ export class PushFlow {
     }
   }
 
+  // ---- the filter ----
+
+  /**
+   * Completes a message the group's filter does not match: no push, no attempt, no attempt row.
+   * It takes no slot and nothing waits for the write: until it is written, the partition's
+   * committed offset cannot pass it (the progress writer moves it in the same statement that
+   * counts it), and after a crash the next owner reads the message again and filters it again.
+   */
+  private filterOut(g: GroupRuntime, w: PartitionState, offset: number): void {
+    this.deps.metrics?.filtered(g.row.name)
+    const req: CompletionRequest = { g, w, offset, outcome: 'filtered' }
+    const write = () => this.deps.progress.complete(req, () => {}, (err: unknown) => {
+      if (w.dropped) return
+      this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'recording a filtered message failed; retrying in 1 s')
+      this.deps.timers.setTimeout(() => { if (!w.dropped) write() }, 1000)
+    })
+    write()
+  }
+
+  /** The group's filter changed: it applies to every message not pushed yet, those already admitted too. */
+  filterChanged(g: GroupRuntime, filter: GroupRuntime['filter']): void {
+    g.filter = filter
+    for (const w of g.parts.values()) for (const o of w.outstanding.values()) if (o.attempts === 0) o.matched = false
+  }
+
   // ---- a push ----
 
   private start(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
+    if (!o.matched && o.attempts === 0 && o.state !== 'reserving') {
+      o.matched = true
+      if (g.filter && !g.filter(o.msg)) {
+        this.cancel(o)
+        setState(w, o, 'completing')
+        w.outstanding.delete(o.msg.offset)
+        this.filterOut(g, w, o.msg.offset)
+        return this.fill(g, w)
+      }
+    }
     const owner = g.owners[w.partition]
     if (g.row.paused || !owner || this.deps.stopped() || w.releasing || w.dropped) return setState(w, o, 'parked')
     // Attempts made before a restart count: one that already had them all is dead-lettered now.
@@ -258,6 +304,8 @@ export class PushFlow {
 
   private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
     this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
+    if (r.kind === 'delivered') this.deps.health?.success(owner.id)
+    else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
     this.deps.windows.find(owner.id)?.window.release(pushSignal(r))
     try {
       this.settleAttempt(g, w, o, id, owner, r)
@@ -414,7 +462,10 @@ export class PushFlow {
       o.open.delete(entry.deliveryId)
       this.deps.attempts.update({ id: entry.deliveryId, outcome: 'timed_out', finishedAt: new Date(this.deps.now()), error: `no ack within ${g.row.ackTimeoutMs} ms` })
       // Took the push but not the message in time: as much a sign of overload as a slow answer.
-      if (o.pushedTo) this.deps.windows.find(o.pushedTo)?.window.shrink()
+      if (o.pushedTo) {
+        this.deps.windows.find(o.pushedTo)?.window.shrink()
+        this.deps.health?.failure(o.pushedTo, `no ack within ${g.row.ackTimeoutMs} ms`)
+      }
       this.failed(g, w, o, `no ack within ${g.row.ackTimeoutMs} ms`)
     })
   }

@@ -13,9 +13,11 @@ import { checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow, GroupSettings, GroupStore } from '../store/groups.ts'
 import { firstOffsets, offsetsAtTime } from '../store/messages.ts'
+import { readHealth, type ConsumerHealthView } from '../store/consumer-health.ts'
 import { parseInstant } from './instants.ts'
 import type { TopicStore } from '../store/topics.ts'
 import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
+import { compileFilter, FilterError } from '../dispatch/filter.ts'
 
 /** How long a rotated-out secret keeps signing pushes when the caller does not say: 24 h. */
 export const DEFAULT_SECRET_OVERLAP_MS = 86_400_000
@@ -37,7 +39,11 @@ export interface GroupInput {
   pushTimeoutMs?: number | null
   pushFormat?: 'envelope' | 'raw'
   paused?: boolean
+  /** null: no filter (every message is pushed) */
+  filter?: Record<string, unknown> | null
 }
+
+const NO_HEALTH: ConsumerHealthView = { lastSuccessAt: null, lastFailureAt: null, lastError: null, recentFailureRate: null }
 
 /** A consumer's registration (POST body). */
 export interface ConsumerInput {
@@ -61,7 +67,7 @@ export const GROUP_DEFAULTS: Omit<GroupSettings, 'topic'> = {
   ackMode: 'explicit', ackTimeoutMs: 30_000, maxDeliveries: 5,
   retryInitialDelayMs: 1000, retryMultiplier: 2, retryMaxDelayMs: 60_000, retryJitter: 0.1,
   deadLetterTopic: null, startAt: 'earliest', maxInFlight: 100, ordered: false,
-  pushTimeoutMs: DEFAULT_PUSH_TIMEOUT_MS, pushTimeoutSet: false, pushFormat: 'envelope', paused: false,
+  pushTimeoutMs: DEFAULT_PUSH_TIMEOUT_MS, pushTimeoutSet: false, pushFormat: 'envelope', paused: false, filter: null,
 }
 
 export function groupView(g: GroupRow) {
@@ -70,6 +76,7 @@ export function groupView(g: GroupRow) {
     retry: { initialDelayMs: g.retryInitialDelayMs, multiplier: g.retryMultiplier, maxDelayMs: g.retryMaxDelayMs, jitter: g.retryJitter },
     deadLetterTopic: g.deadLetterTopic, startAt: g.startAt, maxInFlight: g.maxInFlight, ordered: g.ordered,
     pushTimeoutMs: g.pushTimeoutMs, pushFormat: g.pushFormat, paused: g.paused,
+    filter: g.filter === null ? null : JSON.parse(g.filter) as Record<string, unknown>,
     createdAt: g.createdAt.toISOString(), updatedAt: g.updatedAt.toISOString(),
   }
 }
@@ -133,6 +140,7 @@ function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): Gr
     pushTimeoutSet,
     pushFormat: input.pushFormat ?? base.pushFormat,
     paused: input.paused ?? base.paused,
+    filter: input.filter === undefined ? base.filter : input.filter === null ? null : JSON.stringify(input.filter),
   }
 }
 
@@ -229,20 +237,22 @@ export class GroupService {
     const group = await this.get(name)
     const consumers = await this.groups.consumers(group.id)
     const topic = await this.topicStore.findByName(group.topic)
-    const partitions: { partition: number; committedOffset: number; endOffset: number; lag: number; inFlight: number; consumerId: string | null }[] = []
+    const partitions: { partition: number; committedOffset: number; endOffset: number; lag: number; inFlight: number; consumerId: string | null; filtered: number }[] = []
     if (topic) {
       const ends = await this.topicStore.endOffsets(topic.id)
       const committed = await this.ensureOffsets(group, topic.id, topic.partitions)
       const owners = assignPartitions(topic.partitions, consumers)
+      const filtered = await this.groups.filteredCounts(group.id, topic.id)
       for (const { partition, endOffset } of ends) {
         const committedOffset = committed.get(partition) ?? 0
         partitions.push({
           partition, committedOffset, endOffset, lag: Math.max(0, endOffset - committedOffset),
-          inFlight: inFlight(group.id, partition), consumerId: owners[partition] ?? null,
+          inFlight: inFlight(group.id, partition), consumerId: owners[partition] ?? null, filtered: filtered.get(partition) ?? 0,
         })
       }
     }
-    return { ...groupView(group), partitions, consumers: consumers.map(consumerView) }
+    const health = await readHealth(this.db, consumers.map((c) => c.id), Date.now())
+    return { ...groupView(group), partitions, consumers: consumers.map((c) => ({ ...consumerView(c), health: health.get(c.id) ?? NO_HEALTH })) }
   }
 
   async addConsumer(groupName: string, input: ConsumerInput): Promise<ConsumerRow> {
@@ -386,6 +396,14 @@ function validated(s: GroupSettings): GroupSettings {
   }
   if (s.retryInitialDelayMs > s.retryMaxDelayMs) {
     throw new HookqError('invalid_request', `retry.initialDelayMs (${s.retryInitialDelayMs}) must not exceed retry.maxDelayMs (${s.retryMaxDelayMs})`)
+  }
+  if (s.filter !== null) {
+    try {
+      compileFilter(JSON.parse(s.filter))
+    } catch (err) {
+      if (err instanceof FilterError) throw new HookqError('invalid_request', err.message)
+      throw err
+    }
   }
   return s
 }

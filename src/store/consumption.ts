@@ -56,6 +56,8 @@ export interface PartitionWrite extends Fence {
   committedOffset: number | null
   /** The new push reservation: first pushes below it may go out (see attemptCounts). */
   pushedOffset: number | null
+  /** Messages completed by the group's filter in this write (added to group_offsets.filtered). */
+  filtered: number
 }
 
 /** Everything one progress write changes, for many partitions at once. */
@@ -139,7 +141,7 @@ export async function writeProgress(db: Database, batch: ProgressBatch): Promise
   }
   return inTransaction(db, async (client) => {
     const held = await client.query<{ group_id: number; topic_id: number; partition: number }>(`${HELD} SELECT group_id, topic_id, partition FROM held`,
-      progressParams({ ...batch, completions: [] }).slice(0, 6))
+      progressParams({ ...batch, completions: [] }).slice(0, 7))
     const refused = refusedOf(batch.partitions, held.rows)
     const ok = (k: PartitionKey) => !refused.some((r) => sameKey(r, k))
     const deadLetters = batch.deadLetters.filter((d) => ok(d.from)).map((d) => d.entry)
@@ -156,6 +158,7 @@ function progressParams(batch: ProgressBatch): unknown[] {
   return [
     numberArray(p.map((r) => r.groupId)), numberArray(p.map((r) => r.topicId)), numberArray(p.map((r) => r.partition)),
     numberArray(p.map((r) => r.ownerEpoch)), numberArray(p.map((r) => r.committedOffset)), numberArray(p.map((r) => r.pushedOffset)),
+    numberArray(p.map((r) => r.filtered)),
     numberArray(c.map((r) => r.groupId)), numberArray(c.map((r) => r.topicId)), numberArray(c.map((r) => r.partition)), numberArray(c.map((r) => r.offset)),
   ]
 }
@@ -168,8 +171,8 @@ function progressParams(batch: ProgressBatch): unknown[] {
  */
 const HELD = `
 WITH held AS MATERIALIZED (
-  SELECT o.group_id, o.topic_id, o.partition, u.c, u.r FROM group_offsets o
-  JOIN unnest($1::int[], $2::int[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[]) AS u(g, t, p, e, c, r)
+  SELECT o.group_id, o.topic_id, o.partition, u.c, u.r, u.f FROM group_offsets o
+  JOIN unnest($1::int[], $2::int[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) AS u(g, t, p, e, c, r, f)
     ON o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p AND o.owner_epoch = u.e
   ORDER BY o.group_id, o.topic_id, o.partition
   FOR NO KEY UPDATE OF o
@@ -179,14 +182,15 @@ WITH held AS MATERIALIZED (
 // it) are disjoint, so it does not matter that the sub-statements share one snapshot.
 const PROGRESS = `${HELD}, done AS (
   INSERT INTO group_completions (group_id, topic_id, partition, "offset")
-  SELECT x.g, x.t, x.p, x.x FROM unnest($7::int[], $8::int[], $9::int[], $10::bigint[]) AS x(g, t, p, x)
+  SELECT x.g, x.t, x.p, x.x FROM unnest($8::int[], $9::int[], $10::int[], $11::bigint[]) AS x(g, t, p, x)
   JOIN held h ON h.group_id = x.g AND h.topic_id = x.t AND h.partition = x.p
   ON CONFLICT DO NOTHING
 ), moved AS (
   UPDATE group_offsets o SET committed_offset = GREATEST(o.committed_offset, coalesce(h.c, 0)),
-                             pushed_offset = GREATEST(o.pushed_offset, coalesce(h.r, 0))
+                             pushed_offset = GREATEST(o.pushed_offset, coalesce(h.r, 0)),
+                             filtered = o.filtered + h.f
   FROM held h
-  WHERE o.group_id = h.group_id AND o.topic_id = h.topic_id AND o.partition = h.partition AND (h.c IS NOT NULL OR h.r IS NOT NULL)
+  WHERE o.group_id = h.group_id AND o.topic_id = h.topic_id AND o.partition = h.partition AND (h.c IS NOT NULL OR h.r IS NOT NULL OR h.f > 0)
 ), passed AS (
   DELETE FROM group_completions gc USING held h
   WHERE h.c IS NOT NULL AND gc.group_id = h.group_id AND gc.topic_id = h.topic_id AND gc.partition = h.partition AND gc."offset" < h.c

@@ -61,6 +61,12 @@ export class GroupStore {
     return new Map(rows.map((r) => [r.partition, Number(r.committedOffset)]))
   }
 
+  /** Messages the group's filter completed without a push, per partition. */
+  async filteredCounts(groupId: number, topicId: number): Promise<Map<number, number>> {
+    const rows = await this.prisma.groupOffset.findMany({ where: { groupId, topicId }, select: { partition: true, filtered: true } })
+    return new Map(rows.map((r) => [r.partition, Number(r.filtered)]))
+  }
+
   /** Records committed offsets for partitions that have none yet (a topic recreated under the group). */
   async initOffsets(groupId: number, offsets: { topicId: number; partition: number; committedOffset: number }[]): Promise<void> {
     await this.prisma.groupOffset.createMany({

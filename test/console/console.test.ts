@@ -205,6 +205,10 @@ async function browserTests(t: Test): Promise<void> {
     const page = await context.newPage()
     t.teardown(() => page.close())
     const errors = watchErrors(page)
+    // The consumer that answered 500 shows as failing on the group page, with its error.
+    await page.goto(`${url}/console/#/groups/settle`)
+    await waitForText(page, 'table.consumers tr[data-consumer] td.health span.badge', 'failing 100%')
+    t.match(await page.locator('table.consumers tr[data-consumer] td.health').textContent(), /last failure .*: HTTP 500/)
     await page.goto(`${url}/console/#/dead-letters`)
     await page.click('tr[data-group="settle"] a[href$="/dead-letters"]')
     const row = 'table.dead-letters tr[data-dlq-partition="0"][data-dlq-offset="0"]'

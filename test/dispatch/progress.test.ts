@@ -32,7 +32,7 @@ async function setup(t: Test, name: string, dlq?: string) {
   const loaded = (await groups.load(name))!
   const topic = (await topicStore.findByName(name))!
   await groups.ensureOffsets(loaded.row, topic.id, 2)
-  const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(loaded.row), dropped: false }
+  const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(loaded.row), filter: undefined, dropped: false }
   const part = async (partition: number): Promise<PartitionState> => ({
     partition, committed: 0, completed: new Set(), readPos: 0, endHint: 0, buffer: [], reading: false, outstanding: new Map(),
     priorAttempts: new Map(), reservedTo: 0, reserving: false, seekAtMs: 0, delayed: 0, ready: [], gaps: [],

@@ -401,6 +401,31 @@ export interface components {
             /** @description The offset to fetch from next */
             nextOffset: number;
         };
+        /**
+         * @description Members that must all match (AND): "key", "headers.<name>" or "value.<a.b.c>" (a path into a JSON object value), each with a condition: a string, number, boolean or null (equal), an array of them (any), {"prefix": "eu-"}, {"exists": true|false}, {"gt"|"gte"|"lt"|"lte": n} (several form a range) or {"not": <condition>}; and "$or": [<filter>, ...], matching when any does. A path that does not exist matches only {"exists": false}.
+         * @example {
+         *       "headers.type": [
+         *         "order.created",
+         *         "order.paid"
+         *       ],
+         *       "value.region": {
+         *         "prefix": "eu-"
+         *       },
+         *       "$or": [
+         *         {
+         *           "value.total": {
+         *             "gte": 100
+         *           }
+         *         },
+         *         {
+         *           "key": "vip"
+         *         }
+         *       ]
+         *     }
+         */
+        Filter: {
+            [key: string]: unknown;
+        };
         /** @description Delay before attempt n+1: min(maxDelayMs, initialDelayMs × multiplier^(n-1)), ±jitter */
         RetryPolicy: {
             /** @description Default 1000 */
@@ -435,6 +460,8 @@ export interface components {
             pushFormat?: "envelope" | "raw";
             /** @description Default false */
             paused?: boolean;
+            /** @description Only matching messages are pushed; the others are completed without a push. null removes it; default none */
+            filter?: components["schemas"]["Filter"] | null;
         };
         Group: {
             name: string;
@@ -455,6 +482,7 @@ export interface components {
             pushTimeoutMs: number;
             pushFormat: "envelope" | "raw";
             paused: boolean;
+            filter: components["schemas"]["Filter"] | null;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
@@ -535,6 +563,34 @@ export interface components {
             inFlight: number;
             /** @description The consumer this partition is pushed to */
             consumerId: string | null;
+            /** @description Messages completed without a push because the group's filter did not match them, since the group was created */
+            filtered: number;
+        };
+        ConsumerHealth: {
+            /** @description The last push it answered 2xx */
+            lastSuccessAt: string | null;
+            /** @description The last push that failed: another status, no answer in time, a network error, or (explicit mode) no ack before the deadline */
+            lastFailureAt: string | null;
+            /** @description What that failure was, as the attempt log records it */
+            lastError: string | null;
+            /** @description Failed pushes / pushes over the last 5 minutes (10-second granularity); null when there was none */
+            recentFailureRate: number | null;
+        };
+        ConsumerWithHealth: {
+            id: string;
+            url: string;
+            /** Format: date-time */
+            createdAt: string;
+            /** @description true after the endpoint answered 410 Gone */
+            disabled?: boolean;
+            disabledReason?: string | null;
+            /** @description Pushes are signed; the secret itself is never returned */
+            hasSecret?: boolean;
+            /** @description Pushes started in any one second at most; null: no limit */
+            rateLimitPerSecond: number | null;
+            /** @description Pushes in flight at once at most; null: only the adaptive push window */
+            maxConcurrency: number | null;
+            health: components["schemas"]["ConsumerHealth"];
         };
         GroupStatus: {
             name: string;
@@ -555,12 +611,13 @@ export interface components {
             pushTimeoutMs: number;
             pushFormat: "envelope" | "raw";
             paused: boolean;
+            filter: components["schemas"]["Filter"] | null;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
             updatedAt: string;
             partitions: components["schemas"]["PartitionStatus"][];
-            consumers: components["schemas"]["Consumer"][];
+            consumers: components["schemas"]["ConsumerWithHealth"][];
         };
         AckRequest: {
             deliveryIds: string[];

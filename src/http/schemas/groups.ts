@@ -23,6 +23,17 @@ export const RetryPolicy = Type.Object({
 }, { $id: 'RetryPolicy', additionalProperties: false,
   description: 'Delay before attempt n+1: min(maxDelayMs, initialDelayMs × multiplier^(n-1)), ±jitter' })
 
+// The filter's grammar is checked by the service (src/dispatch/filter.ts), which names the member at
+// fault; the schema says only that it is an object, and describes it for the OpenAPI reader.
+export const Filter = Type.Record(Type.String(), Type.Unknown(), {
+  $id: 'Filter',
+  description: 'Members that must all match (AND): "key", "headers.<name>" or "value.<a.b.c>" (a path into a JSON object value), ' +
+    'each with a condition: a string, number, boolean or null (equal), an array of them (any), {"prefix": "eu-"}, {"exists": true|false}, ' +
+    '{"gt"|"gte"|"lt"|"lte": n} (several form a range) or {"not": <condition>}; and "$or": [<filter>, ...], matching when any does. ' +
+    'A path that does not exist matches only {"exists": false}.',
+  examples: [{ 'headers.type': ['order.created', 'order.paid'], 'value.region': { prefix: 'eu-' }, $or: [{ 'value.total': { gte: 100 } }, { key: 'vip' }] }],
+})
+
 const groupFields = {
   topic: Type.String({ pattern: NAME_PATTERN, description: 'The topic consumed; fixed once created' }),
   ackMode: Type.Optional(Type.Union([Type.Literal('explicit'), Type.Literal('auto')], {
@@ -39,6 +50,8 @@ const groupFields = {
     description: 'Default min(10000, ackTimeoutMs), following ackTimeoutMs until set; null returns to the default' })),
   pushFormat: Type.Optional(Type.Union([Type.Literal('envelope'), Type.Literal('raw')], { description: 'Default envelope' })),
   paused: Type.Optional(Type.Boolean({ description: 'Default false' })),
+  filter: Type.Optional(Type.Union([ref(Filter), Type.Null()], {
+    description: 'Only matching messages are pushed; the others are completed without a push. null removes it; default none' })),
 }
 
 export const GroupConfig = Type.Object(groupFields, { $id: 'GroupConfig', additionalProperties: false })
@@ -59,6 +72,7 @@ const resolvedFields = {
   pushTimeoutMs: Type.Integer(),
   pushFormat: Type.Union([Type.Literal('envelope'), Type.Literal('raw')]),
   paused: Type.Boolean(),
+  filter: Type.Union([ref(Filter), Type.Null()]),
   createdAt: Type.String({ format: 'date-time' }),
   updatedAt: Type.String({ format: 'date-time' }),
 }
@@ -129,12 +143,27 @@ export const PartitionStatus = Type.Object({
   lag: Type.Integer({ description: 'endOffset - committedOffset' }),
   inFlight: Type.Integer(),
   consumerId: Type.Union([Type.String(), Type.Null()], { description: 'The consumer this partition is pushed to' }),
+  filtered: Type.Integer({ description: "Messages completed without a push because the group's filter did not match them, since the group was created" }),
 }, { $id: 'PartitionStatus' })
+
+export const ConsumerHealth = Type.Object({
+  lastSuccessAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: 'The last push it answered 2xx' }),
+  lastFailureAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+    description: 'The last push that failed: another status, no answer in time, a network error, or (explicit mode) no ack before the deadline' }),
+  lastError: Type.Union([Type.String(), Type.Null()], { description: 'What that failure was, as the attempt log records it' }),
+  recentFailureRate: Type.Union([Type.Number({ minimum: 0, maximum: 1 }), Type.Null()], {
+    description: 'Failed pushes / pushes over the last 5 minutes (10-second granularity); null when there was none' }),
+}, { $id: 'ConsumerHealth' })
+
+export const ConsumerWithHealth = Type.Object({
+  ...Consumer.properties,
+  health: ref(ConsumerHealth),
+}, { $id: 'ConsumerWithHealth' })
 
 export const GroupStatus = Type.Object({
   ...resolvedFields,
   partitions: Type.Array(ref(PartitionStatus)),
-  consumers: Type.Array(ref(Consumer)),
+  consumers: Type.Array(ref(ConsumerWithHealth)),
 }, { $id: 'GroupStatus' })
 
-export const groupSchemas = [RetryPolicy, GroupConfig, Group, GroupList, Consumer, ConsumerCreate, ConsumerPatch, ConsumerList, SecretRotation, RotatedConsumer, PartitionStatus, GroupStatus]
+export const groupSchemas = [Filter, RetryPolicy, GroupConfig, Group, GroupList, Consumer, ConsumerCreate, ConsumerPatch, ConsumerList, SecretRotation, RotatedConsumer, PartitionStatus, ConsumerHealth, ConsumerWithHealth, GroupStatus]
