@@ -16,6 +16,7 @@ interface GroupOptions {
   startAt?: string
   maxInFlight?: number
   ordered?: boolean
+  ordering?: 'none' | 'partition' | 'key'
   pushTimeoutMs?: number
   pushFormat?: 'envelope' | 'raw'
   paused?: boolean
@@ -47,8 +48,8 @@ export function registerGroups (program: Command): void {
       const ctx = contextOf(cmd)
       const { groups: list } = await unwrap(ctx.client.GET('/v1/groups'))
       if (ctx.json) return printJson({ groups: list })
-      printTable(['name', 'topic', 'ack mode', 'max deliveries', 'dead letters', 'ordered', 'paused'],
-        list.map((g) => [g.name, g.topic, g.ackMode, g.maxDeliveries, g.deadLetterTopic, g.ordered ? 'yes' : 'no', g.paused ? 'yes' : 'no']))
+      printTable(['name', 'topic', 'ack mode', 'max deliveries', 'dead letters', 'ordering', 'paused'],
+        list.map((g) => [g.name, g.topic, g.ackMode, g.maxDeliveries, g.deadLetterTopic, g.ordering, g.paused ? 'yes' : 'no']))
     })
 
   groups.command('status <name>').alias('show')
@@ -85,8 +86,10 @@ function configOptions (cmd: Command): Command {
     .option('--no-dead-letter-topic', 'record dead letters as dead instead of producing them to a topic')
     .option('--start-at <where>', 'where a new group starts: earliest (default), latest, or an ISO-8601 timestamp')
     .option('--max-in-flight <n>', 'messages in flight a partition at most (default 100)', wholeNumber(1, 10_000))
-    .option('--ordered', 'one message of a partition in flight at a time (strict order)')
-    .option('--no-ordered', 'several messages of a partition in flight (the default)')
+    .addOption(new Option('--ordering <ordering>', 'none (default): in parallel; partition: one message of a partition out at a time; ' +
+      'key: one message per key out at a time, keys in parallel').choices(['none', 'partition', 'key']))
+    .option('--ordered', 'the same as --ordering partition')
+    .option('--no-ordered', 'the same as --ordering none')
     .option('--push-timeout-ms <ms>', 'time a push may take (default 10000)', wholeNumber(100, 600_000))
     .addOption(new Option('--push-format <format>', 'envelope (default) or raw: the bare value, the rest in hookq-* headers').choices(['envelope', 'raw']))
     .option('--filter <json>', 'push only the messages this filter matches, e.g. \'{"headers.type":"paid"}\'', jsonObject)
@@ -123,6 +126,7 @@ function bodyOf (topic: string, o: GroupOptions): GroupConfig {
   if (o.startAt !== undefined) body.startAt = o.startAt
   if (o.maxInFlight !== undefined) body.maxInFlight = o.maxInFlight
   if (o.ordered !== undefined) body.ordered = o.ordered
+  if (o.ordering !== undefined) body.ordering = o.ordering
   if (o.pushTimeoutMs !== undefined) body.pushTimeoutMs = o.pushTimeoutMs
   if (o.pushFormat !== undefined) body.pushFormat = o.pushFormat
   if (o.paused !== undefined) body.paused = o.paused
@@ -141,7 +145,7 @@ function printStatus (s: GroupStatus): void {
   printLine(`group ${s.name} on topic ${s.topic}${s.paused ? ' (PAUSED)' : ''}`)
   printLine(`  ack ${s.ackMode}, ack timeout ${duration(s.ackTimeoutMs)}, push timeout ${duration(s.pushTimeoutMs)}, push format ${s.pushFormat}`)
   printLine(`  max deliveries ${s.maxDeliveries}, retry ${r.initialDelayMs}ms ×${r.multiplier} up to ${r.maxDelayMs}ms ±${r.jitter * 100}%, dead letters ${s.deadLetterTopic ?? 'recorded only'}`)
-  printLine(`  max in flight ${s.maxInFlight}${s.ordered ? ', ordered' : ''}, start at ${s.startAt}`)
+  printLine(`  max in flight ${s.maxInFlight}${s.ordering === 'none' ? '' : `, ordered by ${s.ordering}`}, start at ${s.startAt}`)
   if (s.filter) printLine(`  filter ${JSON.stringify(s.filter)}`)
   printLine('')
   printTable(['partition', 'committed', 'end', 'lag', 'in flight', 'filtered', 'consumer'],

@@ -14,7 +14,8 @@
  *   headers: Record<string, string>, timestamp: string }} Message
  * @typedef {{ name: string, topic: string, ackMode: 'explicit' | 'auto', ackTimeoutMs: number, maxDeliveries: number,
  *   retry: { initialDelayMs: number, multiplier: number, maxDelayMs: number, jitter: number },
- *   deadLetterTopic: string | null, startAt: string, maxInFlight: number, ordered: boolean, pushTimeoutMs: number,
+ *   deadLetterTopic: string | null, startAt: string, maxInFlight: number, ordered: boolean,
+ *   ordering: 'none' | 'partition' | 'key', pushTimeoutMs: number,
  *   pushFormat: 'envelope' | 'raw', paused: boolean, filter: Record<string, unknown> | null, createdAt: string, updatedAt: string }} Group
  * @typedef {{ partition: number, committedOffset: number, endOffset: number, lag: number, inFlight: number,
  *   consumerId: string | null, filtered: number }} PartitionStatus

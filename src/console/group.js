@@ -81,7 +81,7 @@ function settings(g) {
   const items = [
     ['Ack mode', g.ackMode], ['Ack timeout', fmtDuration(g.ackTimeoutMs)], ['Max deliveries', String(g.maxDeliveries)],
     ['Retry', `${fmtDuration(g.retry.initialDelayMs)} × ${g.retry.multiplier}^n, at most ${fmtDuration(g.retry.maxDelayMs)}, ±${Math.round(g.retry.jitter * 100)}%`],
-    ['Max in flight', `${g.maxInFlight} a partition`], ['Ordered', g.ordered ? 'yes' : 'no'], ['Push timeout', fmtDuration(g.pushTimeoutMs)],
+    ['Max in flight', `${g.maxInFlight} a partition`], ['Ordering', { none: 'none (in parallel)', partition: 'by partition (one message at a time)', key: 'by key (one message per key at a time)' }[g.ordering]], ['Push timeout', fmtDuration(g.pushTimeoutMs)],
     ['Push format', g.pushFormat], ['Start at', g.startAt], ['Dead-letter topic', g.deadLetterTopic ?? 'none (recorded as dead)'],
     ['Filter', g.filter ? JSON.stringify(g.filter) : 'none (every message is pushed)'],
   ]

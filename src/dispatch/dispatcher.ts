@@ -34,6 +34,7 @@ import { AckHandler, type AckResult } from './ack-handler.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { ConsumerWindows } from './consumer-windows.ts'
 import { HealthRecorder } from './health.ts'
+import { KeyOrder } from './key-order.ts'
 import { DeliveryIndex } from './delivery-index.ts'
 import { PartitionReader } from './partition-reader.ts'
 import { filterOf, policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
@@ -173,9 +174,11 @@ export class Dispatcher {
     const existing = this.groups.get(name)
     if (existing) {
       const filterChanged = existing.row.filter !== loaded.row.filter
+      const previousOrdering = existing.row.ordering
       existing.row = loaded.row
       existing.policy = policyOf(loaded.row)
       if (filterChanged) this.flow.filterChanged(existing, filterOf(loaded.row))
+      if (previousOrdering !== loaded.row.ordering) this.flow.orderingChanged(existing, previousOrdering)
       this.flow.consumersChanged(existing, loaded.consumers)
       return
     }
@@ -232,7 +235,7 @@ export class Dispatcher {
       // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
       endHint: Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0), buffer: [], reading: false,
       outstanding: new Map(), priorAttempts, reservedTo: pr.pushed, reserving: false,
-      seekAtMs: pr.seekedAtMs, delayed: 0, ready: [], gaps: [], ownerEpoch, releasing: false, onIdle: undefined, dropped: false,
+      seekAtMs: pr.seekedAtMs, delayed: 0, ready: [], gaps: [], ownerEpoch, releasing: false, onIdle: undefined, dropped: false, keys: new KeyOrder(),
     }
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)

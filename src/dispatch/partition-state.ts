@@ -11,6 +11,7 @@ import type { RetryPolicy } from './retry-policy.ts'
 import type { TrackerEntry } from './tracker.ts'
 import type { Wait } from './waits.ts'
 import { compileFilter, type MessageFilter } from './filter.ts'
+import type { KeyOrder } from './key-order.ts'
 
 export type State = 'delayed' | 'ready' | 'parked' | 'reserving' | 'in_flight' | 'retry_wait' | 'completing'
 
@@ -78,6 +79,8 @@ export interface PartitionState {
   onIdle: (() => void) | undefined
   /** No longer pushed here (moved, seeked, its group changed): whatever still refers to it is void. */
   dropped: boolean
+  /** Ordering "key": which keys have a message outstanding, and their later messages waiting. */
+  keys: KeyOrder
 }
 
 export interface GroupRuntime {

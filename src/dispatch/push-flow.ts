@@ -21,6 +21,7 @@
  *   forgets the message and fills the partition again.
  */
 import type { ConsumerRow } from '../store/groups.ts'
+import type { DispatchMessage } from '../store/consumption.ts'
 import type { Database } from '../store/db.ts'
 import type { TopicRow } from '../store/topics.ts'
 import { newDeliveryId } from '../store/delivery-id.ts'
@@ -43,6 +44,8 @@ import { active, deadLetterEntry, setState, type CompletionRequest, type GroupRu
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
 const MAX_DELAYED = 1000
+/** Messages held per partition behind their keys' outstanding ones (ordering "key") at most; later ones wait in the log. */
+const MAX_KEY_QUEUED = 10_000
 
 export interface PushFlowDeps {
   db: Database
@@ -81,8 +84,8 @@ export class PushFlow {
     // Nothing to push to: read nothing (a consumer joining, or unpausing, calls fill again).
     const owner = g.owners[w.partition]
     if (g.row.paused || !owner) return
-    const ordered = g.row.ordered
-    const limit = ordered ? 1 : g.row.maxInFlight
+    const ordering = g.row.ordering
+    const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
     const windows = this.deps.windows
     const win = windows.of(owner.id)
     while (w.ready.length > 0 && active(w) < limit) {
@@ -90,29 +93,73 @@ export class PushFlow {
       this.start(g, w, w.ready[0]!)
     }
     const nowMs = this.deps.now()
-    while ((ordered ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
+    const byKey = ordering === 'key' ? w.keys : undefined
+    while ((ordering === 'partition' ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
       if (!windows.hasRoom(win)) return windows.wait(win, owner.id, g, w)
-      const msg = w.buffer.shift()
-      if (!msg) return this.deps.reader.read(g, w)
+      const next = w.buffer[0]
+      if (!next) return this.deps.reader.read(g, w)
+      // Keys that hold many messages back: read no further until some complete (memory stays bounded).
+      if (byKey && byKey.queued >= MAX_KEY_QUEUED && next.key !== null && byKey.isBusy(next.key)) return
+      const msg = w.buffer.shift()!
       if (msg.offset < w.readPos) continue
       w.readPos = msg.offset + 1
       if (msg.offset < w.committed || w.completed.has(msg.offset)) continue
-      const attempts = w.priorAttempts.get(msg.offset) ?? 0
-      if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
       // The filter, once per message: now for one that may go now, when its delay ends otherwise
       // (the filter may change meanwhile). One pushed before a restart goes on being pushed.
       const due = msg.availableAtMs <= nowMs
-      if (due && attempts === 0 && g.filter && !g.filter(msg)) {
+      if (due && g.filter && !w.priorAttempts.has(msg.offset) && !g.filter(msg)) {
         this.filterOut(g, w, msg.offset)
         continue
       }
-      const o: Outstanding = {
-        msg, attempts, state: 'parked', current: undefined, inFlight: undefined, wait: undefined, ids: [], open: new Set(), lastError: undefined, matched: due,
-      }
-      w.outstanding.set(msg.offset, o)
-      if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
-      else this.start(g, w, o)
+      if (byKey && !byKey.take(msg)) continue // waits behind its key's outstanding message
+      this.admit(g, w, msg, due, nowMs)
     }
+  }
+
+  /**
+   * The group's ordering changed. To "key": the messages already out hold their keys (later ones
+   * of those keys wait for all of them). From "key": the messages waiting behind their keys are
+   * outstanding now, in offset order, ready to go as the new ordering and maxInFlight allow.
+   */
+  orderingChanged(g: GroupRuntime, previous: GroupRuntime['row']['ordering']): void {
+    const nowMs = this.deps.now()
+    for (const w of g.parts.values()) {
+      if (g.row.ordering === 'key') {
+        for (const o of w.outstanding.values()) if (o.msg.key !== null) w.keys.hold(o.msg.key)
+      } else if (previous === 'key') {
+        for (const msg of w.keys.drain()) this.admit(g, w, msg, false, nowMs, true)
+      }
+      this.fill(g, w)
+    }
+  }
+
+  /**
+   * Makes a message outstanding: it waits for its delay, or starts (or, `ready`, waits for room
+   * like a message that fell due). `matched`: the filter was checked.
+   */
+  private admit(g: GroupRuntime, w: PartitionState, msg: DispatchMessage, matched: boolean, nowMs: number, ready = false): void {
+    const attempts = w.priorAttempts.get(msg.offset) ?? 0
+    if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
+    const o: Outstanding = {
+      msg, attempts, state: 'parked', current: undefined, inFlight: undefined, wait: undefined, ids: [], open: new Set(), lastError: undefined, matched,
+    }
+    w.outstanding.set(msg.offset, o)
+    if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
+    else if (ready) setState(w, o, 'ready')
+    else this.start(g, w, o)
+  }
+
+  /**
+   * A message is no longer outstanding (completed, or filtered out before its first push). In
+   * ordering "key" its key goes to the key's next message, admitted now: a queued message was
+   * admitted in offset order already, so it does not wait for room in the partition.
+   */
+  private forget(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
+    w.outstanding.delete(o.msg.offset)
+    if (g.row.ordering !== 'key' || o.msg.key === null) return
+    const next = w.keys.release(o.msg.key)
+    // Checked by the filter when it starts (it may have changed while the message waited).
+    if (next) this.admit(g, w, next, false, this.deps.now())
   }
 
   /**
@@ -184,7 +231,7 @@ export class PushFlow {
       if (g.filter && !g.filter(o.msg)) {
         this.cancel(o)
         setState(w, o, 'completing')
-        w.outstanding.delete(o.msg.offset)
+        this.forget(g, w, o)
         this.filterOut(g, w, o.msg.offset)
         return this.fill(g, w)
       }
@@ -416,7 +463,7 @@ export class PushFlow {
     if (o) {
       this.cancel(o)
       setState(req.w, o, 'completing')
-      req.w.outstanding.delete(req.offset)
+      this.forget(req.g, req.w, o)
       this.deps.deliveries.forget(o.ids)
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
@@ -449,7 +496,7 @@ export class PushFlow {
         if (o.wait !== entry) return
         o.wait = undefined
         if (entry.kind === 'dead_letter_retry') return this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
-        if (entry.kind === 'delay' && !g.row.ordered) {
+        if (entry.kind === 'delay' && g.row.ordering !== 'partition') {
           // Due now, and active from here on: wait for a slot if the partition is full.
           setState(w, o, 'parked')
           if (active(w) > g.row.maxInFlight) return setState(w, o, 'ready')

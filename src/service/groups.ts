@@ -34,7 +34,9 @@ export interface GroupInput {
   deadLetterTopic?: string | null
   startAt?: string
   maxInFlight?: number
+  /** The v1 spelling of ordering: true is "partition", false "none" */
   ordered?: boolean
+  ordering?: 'none' | 'partition' | 'key'
   /** null: back to the default, min(10000, ackTimeoutMs) */
   pushTimeoutMs?: number | null
   pushFormat?: 'envelope' | 'raw'
@@ -66,7 +68,7 @@ export const DEFAULT_PUSH_TIMEOUT_MS = 10_000
 export const GROUP_DEFAULTS: Omit<GroupSettings, 'topic'> = {
   ackMode: 'explicit', ackTimeoutMs: 30_000, maxDeliveries: 5,
   retryInitialDelayMs: 1000, retryMultiplier: 2, retryMaxDelayMs: 60_000, retryJitter: 0.1,
-  deadLetterTopic: null, startAt: 'earliest', maxInFlight: 100, ordered: false,
+  deadLetterTopic: null, startAt: 'earliest', maxInFlight: 100, ordering: 'none',
   pushTimeoutMs: DEFAULT_PUSH_TIMEOUT_MS, pushTimeoutSet: false, pushFormat: 'envelope', paused: false, filter: null,
 }
 
@@ -74,7 +76,8 @@ export function groupView(g: GroupRow) {
   return {
     name: g.name, topic: g.topic, ackMode: g.ackMode, ackTimeoutMs: g.ackTimeoutMs, maxDeliveries: g.maxDeliveries,
     retry: { initialDelayMs: g.retryInitialDelayMs, multiplier: g.retryMultiplier, maxDelayMs: g.retryMaxDelayMs, jitter: g.retryJitter },
-    deadLetterTopic: g.deadLetterTopic, startAt: g.startAt, maxInFlight: g.maxInFlight, ordered: g.ordered,
+    deadLetterTopic: g.deadLetterTopic, startAt: g.startAt, maxInFlight: g.maxInFlight,
+    ordered: g.ordering === 'partition', ordering: g.ordering,
     pushTimeoutMs: g.pushTimeoutMs, pushFormat: g.pushFormat, paused: g.paused,
     filter: g.filter === null ? null : JSON.parse(g.filter) as Record<string, unknown>,
     createdAt: g.createdAt.toISOString(), updatedAt: g.updatedAt.toISOString(),
@@ -135,7 +138,7 @@ function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): Gr
     deadLetterTopic: input.deadLetterTopic === undefined ? base.deadLetterTopic : input.deadLetterTopic,
     startAt: input.startAt ?? base.startAt,
     maxInFlight: input.maxInFlight ?? base.maxInFlight,
-    ordered: input.ordered ?? base.ordered,
+    ordering: orderingOf(input) ?? base.ordering,
     pushTimeoutMs,
     pushTimeoutSet,
     pushFormat: input.pushFormat ?? base.pushFormat,
@@ -378,6 +381,19 @@ function parseUrl(url: string): URL {
   } catch {
     throw new HookqError('invalid_request', `consumer url ${JSON.stringify(url)} is not a valid URL (check the port, 0 to 65535, and the host name)`)
   }
+}
+
+/**
+ * The ordering a PUT asks for, from either spelling (`ordered: true` is `ordering: "partition"`,
+ * `ordered: false` is "none"); both given must agree. Undefined: neither given, it stays.
+ */
+function orderingOf(input: GroupInput): GroupSettings['ordering'] | undefined {
+  if (input.ordering === undefined) return input.ordered === undefined ? undefined : input.ordered ? 'partition' : 'none'
+  if (input.ordered !== undefined && input.ordered !== (input.ordering === 'partition')) {
+    throw new HookqError('invalid_request', `ordered: ${input.ordered} contradicts ordering: "${input.ordering}" ` +
+      '(ordered: true is ordering: "partition"; send one of them)')
+  }
+  return input.ordering
 }
 
 function validateStartAt(startAt: string | undefined): void {

@@ -10,6 +10,7 @@ import { ProgressWriter } from '../../src/dispatch/progress.ts'
 import { policyOf, type CompletionStatus, type GroupRuntime, type PartitionState } from '../../src/dispatch/partition-state.ts'
 import { GroupService } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
+import { KeyOrder } from '../../src/dispatch/key-order.ts'
 import { writeProgress, type ProgressBatch } from '../../src/store/consumption.ts'
 import { openDatabase } from '../../src/store/db.ts'
 import { GroupStore } from '../../src/store/groups.ts'
@@ -36,7 +37,7 @@ async function setup(t: Test, name: string, dlq?: string) {
   const part = async (partition: number): Promise<PartitionState> => ({
     partition, committed: 0, completed: new Set(), readPos: 0, endHint: 0, buffer: [], reading: false, outstanding: new Map(),
     priorAttempts: new Map(), reservedTo: 0, reserving: false, seekAtMs: 0, delayed: 0, ready: [], gaps: [],
-    ownerEpoch: (await claimPartition(db, g.row.id, partition))!, releasing: false, onIdle: undefined, dropped: false,
+    ownerEpoch: (await claimPartition(db, g.row.id, partition))!, releasing: false, onIdle: undefined, dropped: false, keys: new KeyOrder(),
   })
   const w0 = await part(0)
   const w1 = await part(1)

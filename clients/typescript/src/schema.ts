@@ -452,8 +452,10 @@ export interface components {
             startAt?: string;
             /** @description Per partition; default 100 */
             maxInFlight?: number;
-            /** @description At most one message of a partition in flight; default false */
+            /** @description The v1 spelling of ordering: true is "partition", false "none" */
             ordered?: boolean;
+            /** @description none (default): messages of a partition in parallel up to maxInFlight; partition: one message of a partition outstanding at a time; key: one message per key outstanding at a time, keys in parallel (a message without a key is not ordered) */
+            ordering?: "none" | "partition" | "key";
             /** @description Default min(10000, ackTimeoutMs), following ackTimeoutMs until set; null returns to the default */
             pushTimeoutMs?: number | null;
             /** @description Default envelope */
@@ -478,7 +480,9 @@ export interface components {
             deadLetterTopic: string | null;
             startAt: string;
             maxInFlight: number;
+            /** @description true exactly when ordering is "partition" */
             ordered: boolean;
+            ordering: "none" | "partition" | "key";
             pushTimeoutMs: number;
             pushFormat: "envelope" | "raw";
             paused: boolean;
@@ -607,7 +611,9 @@ export interface components {
             deadLetterTopic: string | null;
             startAt: string;
             maxInFlight: number;
+            /** @description true exactly when ordering is "partition" */
             ordered: boolean;
+            ordering: "none" | "partition" | "key";
             pushTimeoutMs: number;
             pushFormat: "envelope" | "raw";
             paused: boolean;

@@ -45,7 +45,10 @@ const groupFields = {
   startAt: Type.Optional(Type.String({
     description: '"earliest" (default), "latest", or an RFC 3339 date-time (2026-01-01T00:00:00Z): where a new group starts' })),
   maxInFlight: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000, description: 'Per partition; default 100' })),
-  ordered: Type.Optional(Type.Boolean({ description: 'At most one message of a partition in flight; default false' })),
+  ordered: Type.Optional(Type.Boolean({ description: 'The v1 spelling of ordering: true is "partition", false "none"' })),
+  ordering: Type.Optional(Type.Union([Type.Literal('none'), Type.Literal('partition'), Type.Literal('key')], {
+    description: 'none (default): messages of a partition in parallel up to maxInFlight; partition: one message of a partition ' +
+      'outstanding at a time; key: one message per key outstanding at a time, keys in parallel (a message without a key is not ordered)' })),
   pushTimeoutMs: Type.Optional(Type.Union([Type.Integer({ minimum: 100, maximum: 600_000 }), Type.Null()], {
     description: 'Default min(10000, ackTimeoutMs), following ackTimeoutMs until set; null returns to the default' })),
   pushFormat: Type.Optional(Type.Union([Type.Literal('envelope'), Type.Literal('raw')], { description: 'Default envelope' })),
@@ -68,7 +71,8 @@ const resolvedFields = {
   deadLetterTopic: Type.Union([Type.String(), Type.Null()]),
   startAt: Type.String(),
   maxInFlight: Type.Integer(),
-  ordered: Type.Boolean(),
+  ordered: Type.Boolean({ description: 'true exactly when ordering is "partition"' }),
+  ordering: Type.Union([Type.Literal('none'), Type.Literal('partition'), Type.Literal('key')]),
   pushTimeoutMs: Type.Integer(),
   pushFormat: Type.Union([Type.Literal('envelope'), Type.Literal('raw')]),
   paused: Type.Boolean(),
