@@ -103,15 +103,7 @@ export class ConsumerWindows {
    */
   wait(win: ConsumerWindow, consumerId: string, g: GroupRuntime, w: PartitionState): void {
     win.waiting.set(w, g)
-    if (win.rateTimer || win.rate === undefined) return
-    const ms = win.rate.waitMs(this.deps.now())
-    if (ms === 0) return
-    win.rateTimer = true
-    this.deps.metrics?.rateLimited(g.row.name)
-    this.deps.timers.setTimeout(() => {
-      win.rateTimer = false
-      this.wake(consumerId)
-    }, ms)
+    this.armRate(win, consumerId, g)
   }
 
   /**
@@ -123,11 +115,28 @@ export class ConsumerWindows {
     const win = this.windows.get(consumerId)
     if (!win) return
     for (const [w, g] of win.waiting) {
-      if (!this.hasRoom(win)) break
+      if (!this.hasRoom(win)) {
+        // Held by the rate now, not by the pushes under way: their ends would not wake these.
+        this.armRate(win, consumerId, g)
+        break
+      }
       win.waiting.delete(w)
       this.deps.fill(g, w)
     }
     if (win.retired && win.window.inFlight === 0) this.windows.delete(consumerId)
+  }
+
+  /** Sets the rate's timer, unless it is set or the rate does not hold the consumer back now. */
+  private armRate(win: ConsumerWindow, consumerId: string, g: GroupRuntime): void {
+    if (win.rateTimer || win.rate === undefined) return
+    const ms = win.rate.waitMs(this.deps.now())
+    if (ms === 0) return
+    win.rateTimer = true
+    this.deps.metrics?.rateLimited(g.row.name)
+    this.deps.timers.setTimeout(() => {
+      win.rateTimer = false
+      this.wake(consumerId)
+    }, ms)
   }
 
   /** A consumer left: its window goes now, or when the last push to it ends. */
