@@ -100,10 +100,16 @@ interface Envelope { deliveryId?: string; partition?: number; offset?: number; v
 function onPush(url: string, body: Buffer, at: number): void {
   const s = current
   if (s === undefined || url !== `/p/${s.cfg.name}`) { strays++; return }
-  let env: Envelope
-  try { env = JSON.parse(body.toString('utf8')) as Envelope } catch { s.badBodies++; return }
+  let parsed: Envelope & { deliveries?: Envelope[] }
+  try { parsed = JSON.parse(body.toString('utf8')) as Envelope & { deliveries?: Envelope[] } } catch { s.badBodies++; return }
   s.pushes++
   if (s.pushes === 1) s.firstAt = at
+  // A batch push carries its envelopes in `deliveries`: each counts as a message received.
+  for (const env of parsed.deliveries ?? [parsed]) onMessage(s, env, at)
+  checkDone(s)
+}
+
+function onMessage(s: Scenario, env: Envelope, at: number): void {
   if (typeof env.partition !== 'number' || typeof env.offset !== 'number') { s.badBodies++; return }
   if (s.seen.mark(env.partition, env.offset)) {
     s.unique++
@@ -117,7 +123,6 @@ function onPush(url: string, body: Buffer, at: number): void {
     s.pending.push(env.deliveryId)
     scheduleFlush(s)
   }
-  checkDone(s)
 }
 
 function scheduleFlush(s: Scenario): void {

@@ -15,6 +15,7 @@
  *             partitions with a group in ackMode auto: messages/s from the first produce call to
  *             the last message completed (committed offsets read back from GET /v1/groups/{g}),
  *             produce included, the broker's CPU, duplicates seen by the receiver
+ *   batch10, batch100  the `auto` load and group with batch push of up to 10 / 100 messages a POST
  *   filtered  the `auto` load and group with a filter that keeps 1 message in BENCH_FILTER_KEEP_EVERY (10):
  *             the cost of a filtered message (broker us per produced message, beside produce and auto)
  *   explicit  the same with ackMode explicit: the receiver acks over HTTP like a consumer library,
@@ -30,7 +31,7 @@
  * time; a throughput scenario that does not finish within BENCH_MAX_SECONDS reports what completed.
  *
  * Environment (all optional):
- *   BENCH_SCENARIOS=ceiling,produce,auto,explicit,latency (and filtered, not run unless named)
+ *   BENCH_SCENARIOS=ceiling,produce,auto,explicit,latency (and batch10, batch100, filtered: not run unless named)
  *   BENCH_FILTER_KEEP_EVERY=10  the filtered scenario pushes one message in this many
  *   BENCH_MESSAGES=100000       messages per throughput scenario
  *   BENCH_PRODUCE_MESSAGES=30000  messages of the produce-only scenario
@@ -74,7 +75,7 @@ function envNumber(name: string, fallback: number): number {
 }
 
 const SCENARIOS = new Set((process.env.BENCH_SCENARIOS || 'ceiling,produce,auto,explicit,latency').split(',').map((s) => s.trim()))
-for (const s of SCENARIOS) if (!['ceiling', 'produce', 'auto', 'filtered', 'explicit', 'latency'].includes(s)) throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
+for (const s of SCENARIOS) if (!['ceiling', 'produce', 'auto', 'batch10', 'batch100', 'filtered', 'explicit', 'latency'].includes(s)) throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
 const MESSAGES = Math.round(envNumber('BENCH_MESSAGES', 100_000))
 const PRODUCE_MESSAGES = Math.round(envNumber('BENCH_PRODUCE_MESSAGES', 30_000))
 const BATCH = Math.min(1000, Math.round(envNumber('BENCH_BATCH', 100)))
@@ -159,9 +160,9 @@ async function waitCompleted(group: string, expected: number, deadlineMs: number
   return { at: NaN, completed }
 }
 
-async function createGroup(name: string, ackMode: 'auto' | 'explicit', receiverUrl: string, filter?: object): Promise<void> {
+async function createGroup(name: string, ackMode: 'auto' | 'explicit', receiverUrl: string, extra: object = {}): Promise<void> {
   await api('PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
-  await api('PUT', `/v1/groups/${name}`, { topic: name, ackMode, maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000, ...(filter ? { filter } : {}) })
+  await api('PUT', `/v1/groups/${name}`, { topic: name, ackMode, maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000, ...extra })
   await api('POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
 }
 
@@ -269,12 +270,13 @@ async function produceOnly(receiver: IpcWorker, load: IpcWorker): Promise<Row> {
   }
 }
 
-async function throughput(mode: 'auto' | 'explicit' | 'filtered', receiver: IpcWorker, load: IpcWorker, receiverUrl: string): Promise<Row & { waits?: string | undefined }> {
+async function throughput(mode: 'auto' | 'explicit' | 'filtered' | 'batch10' | 'batch100', receiver: IpcWorker, load: IpcWorker, receiverUrl: string): Promise<Row & { waits?: string | undefined }> {
   const name = `e2e-${mode}`
   const ackMode = mode === 'explicit' ? 'explicit' : 'auto'
   const filtered = mode === 'filtered'
   const pushed = (produced: number) => filtered ? Math.ceil(produced / BATCH) * Math.ceil(BATCH / KEEP_EVERY) : produced
-  await createGroup(name, ackMode, receiverUrl, filtered ? { 'headers.keep': 'yes' } : undefined)
+  const batch = mode === 'batch10' ? 10 : mode === 'batch100' ? 100 : undefined
+  await createGroup(name, ackMode, receiverUrl, filtered ? { filter: { 'headers.keep': 'yes' } } : batch ? { batch: { maxMessages: batch } } : {})
   await receiver.call('scenario', { name, mode: ackMode === 'auto' ? 'count' : 'ack', expect: pushed(MESSAGES), group: name, ...ACK }, 5000)
   await sleep(500) // let the group's start-up reads settle
   const profiler = await profileStart()
@@ -415,6 +417,7 @@ async function main(): Promise<void> {
   let auto: (Row & { waits?: string | undefined }) | undefined
   let explicit: (Row & { waits?: string | undefined }) | undefined
   let filtered: Row | undefined
+  const batched: Row[] = []
   let produced: Row | undefined
   const lats: (Row & { achievedRate: number })[] = []
   const say = (r: Row) => console.log(`${r.label}: ${int(r.perS)}/s over ${fixed(r.seconds, 2)} s, p50/p99 ${fixed(r.p50, 2)}/${fixed(r.p99, 2)} ms, ` +
@@ -427,11 +430,12 @@ async function main(): Promise<void> {
   }
   if (SCENARIOS.has('produce')) { produced = await produceOnly(receiver, load); say(produced) }
   if (SCENARIOS.has('auto')) { auto = await throughput('auto', receiver, load, receiverUrl); say(auto); if (auto.waits) console.log(`  ${auto.waits}`) }
+  for (const b of ['batch10', 'batch100'] as const) if (SCENARIOS.has(b)) { const r = await throughput(b, receiver, load, receiverUrl); batched.push(r); say(r) }
   if (SCENARIOS.has('filtered')) { filtered = await throughput('filtered', receiver, load, receiverUrl); say(filtered) }
   if (SCENARIOS.has('explicit')) { explicit = await throughput('explicit', receiver, load, receiverUrl); say(explicit); if (explicit.waits) console.log(`  ${explicit.waits}`) }
   if (SCENARIOS.has('latency')) for (const rate of RATES) { const l = await latency(rate, receiver, load, receiverUrl); lats.push(l); say(l) }
 
-  const rows = [ceil, ceilDispatch, produced, auto, filtered, explicit, ...lats].filter((r): r is Row => r !== undefined)
+  const rows = [ceil, ceilDispatch, produced, auto, ...batched, filtered, explicit, ...lats].filter((r): r is Row => r !== undefined)
   console.log(`\n${table(rows)}\n`)
   console.log(`msg/s: ceiling = receiver POSTs/s; produce = messages/s produced; auto/explicit = messages completed /\n` +
     `  (last completion - first produce call); latency = produce calls/s sent. p50/p99: ceiling = POST round trip; produce =\n` +
@@ -443,6 +447,9 @@ async function main(): Promise<void> {
     const us = (r: Row) => (1e6 * r.cpu.brokerS) / Math.max(1, r.messages)
     console.log(`broker CPU per message: produce ${fixed(us(produced), 0)} us; push + completion ${fixed(us(auto) - us(produced), 0)} us (auto), ` +
       `${fixed(us(explicit) - us(produced), 0)} us (explicit, acks included)\n`)
+  }
+  for (const b of batched) {
+    if (auto) console.log(`${b.label.split(':')[0]}: ${(b.perS / auto.perS).toFixed(2)}x the single-push msg/s of this run (goal for batch100: >= 3x)`)
   }
   if (produced && filtered) {
     const us = (r: Row) => (1e6 * r.cpu.brokerS) / Math.max(1, r.messages)

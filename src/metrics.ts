@@ -25,6 +25,8 @@ export interface DispatchMetrics {
   redelivered(group: string): void
   /** A message was dead-lettered (to its dead-letter topic, or recorded as dead). */
   deadLettered(group: string): void
+  /** A batch push went out carrying `size` messages. */
+  batchSent(group: string, size: number): void
   /** A message was completed without a push: the group's filter did not match it. */
   filtered(group: string): void
   /** Pushes to a consumer of the group waited for its rate limit (once per wait, not per message). */
@@ -78,6 +80,10 @@ export class Metrics implements DispatchMetrics {
     labelNames: ['group'] as const, registers: [this.registry],
   })
   private readonly filteredSeries = new Map<string, { inc(): void }>()
+  private readonly batchSize = new Histogram({
+    name: 'hookq_batch_size', help: 'Messages per batch push', labelNames: ['group'] as const,
+    buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], registers: [this.registry],
+  })
   private readonly rateLimitedTotal = new Counter({
     name: 'hookq_rate_limited_waits_total', help: 'Times pushes to a consumer waited for its rateLimitPerSecond',
     labelNames: ['group'] as const, registers: [this.registry],
@@ -167,6 +173,10 @@ export class Metrics implements DispatchMetrics {
 
   deadLettered(group: string): void {
     this.deadLettersTotal.inc({ group })
+  }
+
+  batchSent(group: string, size: number): void {
+    this.batchSize.observe({ group }, size)
   }
 
   filtered(group: string): void {

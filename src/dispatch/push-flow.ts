@@ -30,11 +30,12 @@ import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import type { ConsumerWindows } from './consumer-windows.ts'
 import type { DeliveryIndex } from './delivery-index.ts'
-import { buildPush, signingSecrets } from './envelope.ts'
+import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type PushTarget } from './envelope.ts'
+import { Batches, type BatchEntry } from './batches.ts'
 import type { PartitionReader } from './partition-reader.ts'
 import type { ProgressWriter } from './progress.ts'
 import { send as sendPush, type PushAgent, type PushResult } from './pusher.ts'
-import { pushSignal } from './push-window.ts'
+import { pushSignal, type PushSignal } from './push-window.ts'
 import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import type { Schedule, Timers } from './schedule.ts'
 import type { TrackerEntry } from './tracker.ts'
@@ -44,6 +45,8 @@ import { active, deadLetterEntry, setState, type CompletionRequest, type GroupRu
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
 const MAX_DELAYED = 1000
+/** Bytes of a batch's answer read (a `failed` list of 1000 delivery ids is about 45 KB). */
+const BATCH_ANSWER_BYTES = 64 * 1024
 /** Messages held per partition behind their keys' outstanding ones (ordering "key") at most; later ones wait in the log. */
 const MAX_KEY_QUEUED = 10_000
 
@@ -74,7 +77,11 @@ export interface PushFlowDeps {
 }
 
 export class PushFlow {
-  constructor(private readonly deps: PushFlowDeps) {}
+  private readonly batches: Batches
+
+  constructor(private readonly deps: PushFlowDeps) {
+    this.batches = new Batches({ timers: deps.timers, send: (g, w, owner, entries) => this.safely(() => this.sendBatch(g, w, owner, entries)) })
+  }
 
   // ---- admission ----
 
@@ -330,14 +337,23 @@ export class PushFlow {
     })
   }
 
-  /** Sends one push: the attempt is on its way from here, and settle gets its answer. */
+  /** Sends one push (or adds it to its partition's batch): the attempt is on its way from here, and settle gets its answer. */
   private send(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, attempt: number, deadlineMs: number, nowMs: number): void {
+    if (g.row.batchMaxMessages !== null) {
+      let envelope: string
+      try {
+        envelope = buildEnvelope(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs)
+      } catch (err) {
+        this.deps.windows.find(owner.id)?.window.release('neutral')
+        throw err
+      }
+      o.pushedTo = owner.id
+      o.pushing = id
+      return this.batches.add(g, w, owner, { o, id, envelope })
+    }
     let request: ReturnType<typeof buildPush>
     try {
-      request = buildPush({
-        groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
-        pushFormat: g.row.pushFormat, consumerSecrets: signingSecrets(owner, nowMs),
-      }, o.msg, id, attempt, deadlineMs, nowMs)
+      request = buildPush(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs, nowMs)
     } catch (err) {
       // Nothing went out: the slot goes back, and the ack deadline retries the attempt.
       this.deps.windows.find(owner.id)?.window.release('neutral')
@@ -349,11 +365,68 @@ export class PushFlow {
       (result) => this.safely(() => this.settle(g, w, o, id, owner, result)))
   }
 
-  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
+  /**
+   * Sends a batch (see batches.ts): its attempts still current, in offset order, in one POST.
+   * Each one keeps its slot in the consumer's window until the answer, like a single push.
+   */
+  private sendBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): void {
+    const live: BatchEntry[] = []
+    for (const e of entries) {
+      if (!w.dropped && w.outstanding.get(e.o.msg.offset) === e.o && e.o.current === e.id) live.push(e)
+      else this.giveUp(e, owner) // settled (acked, seeked) or dropped while the batch gathered
+    }
+    if (live.length === 0) return
+    if (this.deps.stopped() || w.dropped) return live.forEach((e) => this.giveUp(e, owner))
+    live.sort((a, b) => a.o.msg.offset - b.o.msg.offset)
+    const nowMs = this.deps.now()
+    let request: ReturnType<typeof buildBatchPush>
+    try {
+      request = buildBatchPush(this.targetOf(g, w, owner, nowMs), live.map((e) => e.envelope), `batch_${live[0]!.id}`, nowMs)
+    } catch (err) {
+      live.forEach((e) => this.giveUp(e, owner))
+      throw err
+    }
+    this.deps.metrics?.batchSent(g.row.name, live.length)
+    sendPush(this.deps.agent, {
+      url: owner.url, body: request.body, headers: request.headers, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs,
+      maxResponseBytes: BATCH_ANSWER_BYTES,
+    }, (r) => this.safely(() => this.settleBatch(g, w, owner, live, r)))
+  }
+
+  /**
+   * A batch's answer, message by message: a failure of the request fails each; a 2xx fails those
+   * its body lists in `failed` and delivers the others. The window sees one signal of congestion
+   * for the batch (its first message), not one per message, and grows by each message delivered.
+   */
+  private settleBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[], r: PushResult): void {
+    const failed = r.kind === 'delivered' ? failedIds(r.body) : undefined
+    entries.forEach((e, i) => {
+      const result: PushResult = failed?.has(e.id)
+        ? { kind: 'rejected', status: (r as { status: number }).status, durationMs: r.durationMs, body: 'listed in "failed" by the batch answer' }
+        : r
+      this.settle(g, w, e.o, e.id, owner, result, i > 0 && r.kind !== 'delivered' ? 'neutral' : undefined)
+    })
+  }
+
+  /** An attempt that went into a batch and will not be sent: its slot goes back, its ack deadline (if current) retries it. */
+  private giveUp(e: BatchEntry, owner: ConsumerRow): void {
+    if (e.o.pushing === e.id) e.o.pushing = undefined
+    this.deps.windows.find(owner.id)?.window.release('neutral')
+    this.deps.windows.wake(owner.id)
+  }
+
+  private targetOf(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, nowMs: number): PushTarget {
+    return {
+      groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
+      pushFormat: g.row.pushFormat, consumerSecrets: signingSecrets(owner, nowMs),
+    }
+  }
+
+  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult, signal?: PushSignal): void {
     this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
     if (r.kind === 'delivered') this.deps.health?.success(owner.id)
     else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
-    this.deps.windows.find(owner.id)?.window.release(pushSignal(r))
+    this.deps.windows.find(owner.id)?.window.release(signal ?? pushSignal(r))
     try {
       this.settleAttempt(g, w, o, id, owner, r)
     } finally {
@@ -567,6 +640,17 @@ export class PushFlow {
 function anyPushing(w: PartitionState): boolean {
   for (const o of w.outstanding.values()) if (o.pushing) return true
   return false
+}
+
+/** The delivery ids a batch's 2xx answer lists as failed (`{"failed": [...]}`); none for any other body. */
+export function failedIds(body: string): Set<string> {
+  if (!body.includes('"failed"')) return new Set()
+  try {
+    const parsed = JSON.parse(body) as { failed?: unknown }
+    return new Set(Array.isArray(parsed.failed) ? parsed.failed.filter((x): x is string => typeof x === 'string') : [])
+  } catch {
+    return new Set()
+  }
 }
 
 /** What a failed push's answer says, for the attempt log and dead letters. */

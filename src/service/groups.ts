@@ -43,6 +43,8 @@ export interface GroupInput {
   paused?: boolean
   /** null: no filter (every message is pushed) */
   filter?: Record<string, unknown> | null
+  /** null: one message a push */
+  batch?: { maxMessages: number; maxWaitMs?: number; maxBytes?: number } | null
 }
 
 const NO_HEALTH: ConsumerHealthView = { lastSuccessAt: null, lastFailureAt: null, lastError: null, recentFailureRate: null }
@@ -70,6 +72,7 @@ export const GROUP_DEFAULTS: Omit<GroupSettings, 'topic'> = {
   retryInitialDelayMs: 1000, retryMultiplier: 2, retryMaxDelayMs: 60_000, retryJitter: 0.1,
   deadLetterTopic: null, startAt: 'earliest', maxInFlight: 100, ordering: 'none',
   pushTimeoutMs: DEFAULT_PUSH_TIMEOUT_MS, pushTimeoutSet: false, pushFormat: 'envelope', paused: false, filter: null,
+  batchMaxMessages: null, batchMaxWaitMs: 0, batchMaxBytes: null,
 }
 
 export function groupView(g: GroupRow) {
@@ -80,6 +83,7 @@ export function groupView(g: GroupRow) {
     ordered: g.ordering === 'partition', ordering: g.ordering,
     pushTimeoutMs: g.pushTimeoutMs, pushFormat: g.pushFormat, paused: g.paused,
     filter: g.filter === null ? null : JSON.parse(g.filter) as Record<string, unknown>,
+    batch: g.batchMaxMessages === null ? null : { maxMessages: g.batchMaxMessages, maxWaitMs: g.batchMaxWaitMs, maxBytes: g.batchMaxBytes },
     createdAt: g.createdAt.toISOString(), updatedAt: g.updatedAt.toISOString(),
   }
 }
@@ -144,6 +148,10 @@ function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): Gr
     pushFormat: input.pushFormat ?? base.pushFormat,
     paused: input.paused ?? base.paused,
     filter: input.filter === undefined ? base.filter : input.filter === null ? null : JSON.stringify(input.filter),
+    // A batch is given whole: what it leaves out takes its default, not the previous value.
+    batchMaxMessages: input.batch === undefined ? base.batchMaxMessages : input.batch?.maxMessages ?? null,
+    batchMaxWaitMs: input.batch === undefined ? base.batchMaxWaitMs : input.batch?.maxWaitMs ?? 0,
+    batchMaxBytes: input.batch === undefined ? base.batchMaxBytes : input.batch?.maxBytes ?? null,
   }
 }
 
@@ -412,6 +420,9 @@ function validated(s: GroupSettings): GroupSettings {
   }
   if (s.retryInitialDelayMs > s.retryMaxDelayMs) {
     throw new HookqError('invalid_request', `retry.initialDelayMs (${s.retryInitialDelayMs}) must not exceed retry.maxDelayMs (${s.retryMaxDelayMs})`)
+  }
+  if (s.batchMaxMessages !== null && s.pushFormat !== 'envelope') {
+    throw new HookqError('invalid_request', `batch needs pushFormat "envelope" (a batch is {"deliveries": [<envelope>, ...]}); the group's pushFormat is "${s.pushFormat}"`)
   }
   if (s.filter !== null) {
     try {

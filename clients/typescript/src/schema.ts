@@ -426,6 +426,15 @@ export interface components {
         Filter: {
             [key: string]: unknown;
         };
+        /** @description One push carries up to maxMessages messages of a partition as {"deliveries": [<envelope>, ...]}; needs pushFormat "envelope" */
+        BatchSettings: {
+            /** @description Messages a push carries at most */
+            maxMessages: number;
+            /** @description How long a batch waits for more messages after its first is ready; default 0 (the messages ready together) */
+            maxWaitMs?: number;
+            /** @description A batch is sent before its body would pass this size (a single message larger than it goes alone); default none */
+            maxBytes?: number;
+        };
         /** @description Delay before attempt n+1: min(maxDelayMs, initialDelayMs × multiplier^(n-1)), ±jitter */
         RetryPolicy: {
             /** @description Default 1000 */
@@ -462,6 +471,8 @@ export interface components {
             pushFormat?: "envelope" | "raw";
             /** @description Default false */
             paused?: boolean;
+            /** @description Batch push; given whole (what it leaves out takes its default); null: one message a push (the default) */
+            batch?: components["schemas"]["BatchSettings"] | null;
             /** @description Only matching messages are pushed; the others are completed without a push. null removes it; default none */
             filter?: components["schemas"]["Filter"] | null;
         };
@@ -487,6 +498,11 @@ export interface components {
             pushFormat: "envelope" | "raw";
             paused: boolean;
             filter: components["schemas"]["Filter"] | null;
+            batch: {
+                maxMessages: number;
+                maxWaitMs: number;
+                maxBytes: number | null;
+            } | null;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
@@ -618,6 +634,11 @@ export interface components {
             pushFormat: "envelope" | "raw";
             paused: boolean;
             filter: components["schemas"]["Filter"] | null;
+            batch: {
+                maxMessages: number;
+                maxWaitMs: number;
+                maxBytes: number | null;
+            } | null;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */

@@ -34,6 +34,15 @@ export const Filter = Type.Record(Type.String(), Type.Unknown(), {
   examples: [{ 'headers.type': ['order.created', 'order.paid'], 'value.region': { prefix: 'eu-' }, $or: [{ 'value.total': { gte: 100 } }, { key: 'vip' }] }],
 })
 
+export const BatchSettings = Type.Object({
+  maxMessages: Type.Integer({ minimum: 1, maximum: 1000, description: 'Messages a push carries at most' }),
+  maxWaitMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 10_000,
+    description: 'How long a batch waits for more messages after its first is ready; default 0 (the messages ready together)' })),
+  maxBytes: Type.Optional(Type.Integer({ minimum: 1024, maximum: 16 * 1024 * 1024,
+    description: 'A batch is sent before its body would pass this size (a single message larger than it goes alone); default none' })),
+}, { $id: 'BatchSettings', additionalProperties: false,
+  description: 'One push carries up to maxMessages messages of a partition as {"deliveries": [<envelope>, ...]}; needs pushFormat "envelope"' })
+
 const groupFields = {
   topic: Type.String({ pattern: NAME_PATTERN, description: 'The topic consumed; fixed once created' }),
   ackMode: Type.Optional(Type.Union([Type.Literal('explicit'), Type.Literal('auto')], {
@@ -53,6 +62,8 @@ const groupFields = {
     description: 'Default min(10000, ackTimeoutMs), following ackTimeoutMs until set; null returns to the default' })),
   pushFormat: Type.Optional(Type.Union([Type.Literal('envelope'), Type.Literal('raw')], { description: 'Default envelope' })),
   paused: Type.Optional(Type.Boolean({ description: 'Default false' })),
+  batch: Type.Optional(Type.Union([ref(BatchSettings), Type.Null()], {
+    description: 'Batch push; given whole (what it leaves out takes its default); null: one message a push (the default)' })),
   filter: Type.Optional(Type.Union([ref(Filter), Type.Null()], {
     description: 'Only matching messages are pushed; the others are completed without a push. null removes it; default none' })),
 }
@@ -77,6 +88,7 @@ const resolvedFields = {
   pushFormat: Type.Union([Type.Literal('envelope'), Type.Literal('raw')]),
   paused: Type.Boolean(),
   filter: Type.Union([ref(Filter), Type.Null()]),
+  batch: Type.Union([Type.Object({ maxMessages: Type.Integer(), maxWaitMs: Type.Integer(), maxBytes: Type.Union([Type.Integer(), Type.Null()]) }), Type.Null()]),
   createdAt: Type.String({ format: 'date-time' }),
   updatedAt: Type.String({ format: 'date-time' }),
 }
@@ -170,4 +182,4 @@ export const GroupStatus = Type.Object({
   consumers: Type.Array(ref(ConsumerWithHealth)),
 }, { $id: 'GroupStatus' })
 
-export const groupSchemas = [Filter, RetryPolicy, GroupConfig, Group, GroupList, Consumer, ConsumerCreate, ConsumerPatch, ConsumerList, SecretRotation, RotatedConsumer, PartitionStatus, ConsumerHealth, ConsumerWithHealth, GroupStatus]
+export const groupSchemas = [Filter, BatchSettings, RetryPolicy, GroupConfig, Group, GroupList, Consumer, ConsumerCreate, ConsumerPatch, ConsumerList, SecretRotation, RotatedConsumer, PartitionStatus, ConsumerHealth, ConsumerWithHealth, GroupStatus]

@@ -1,0 +1,78 @@
+/**
+ * Batch push (a group's `batch` setting): the attempts of a partition that are ready to go are
+ * gathered here and sent as one POST `{"deliveries": [...]}` when the batch is full (maxMessages),
+ * when one more would pass maxBytes, or maxWaitMs after its first attempt was ready (0: the
+ * attempts made ready in the same turn of the event loop, which is when a partition fills its room).
+ *
+ * Only the gathering lives here; what a batch is made of (attempts, each with its delivery id,
+ * attempt row and ack deadline) and what its answer does to each belong to the push flow. A
+ * batch holds one partition's attempts for one consumer: a partition whose consumer changes
+ * sends what it gathered first.
+ */
+import type { ConsumerRow } from '../store/groups.ts'
+import type { GroupRuntime, Outstanding, PartitionState } from './partition-state.ts'
+import type { Timers } from './schedule.ts'
+
+/** One attempt in a batch: the message, its delivery id and its envelope (the single push's body). */
+export interface BatchEntry {
+  o: Outstanding
+  id: string
+  envelope: string
+}
+
+interface Gathering {
+  g: GroupRuntime
+  owner: ConsumerRow
+  entries: BatchEntry[]
+  bytes: number
+  timer: unknown
+}
+
+/** `{"deliveries":[` and `]}` */
+const FRAME_BYTES = 17
+
+export interface BatchesDeps {
+  timers: Timers
+  /** A batch is complete: send it. */
+  send(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): void
+}
+
+export class Batches {
+  private readonly gathering = new Map<PartitionState, Gathering>()
+
+  constructor(private readonly deps: BatchesDeps) {}
+
+  /** Adds an attempt ready to go to its partition's batch, sending the batch when it is complete. */
+  add(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entry: BatchEntry): void {
+    let b = this.gathering.get(w)
+    if (b && b.owner !== owner) b = this.send(w)
+    const maxBytes = g.row.batchMaxBytes
+    // Bytes matter only against a limit (a comma between envelopes).
+    const size = maxBytes === null ? 0 : Buffer.byteLength(entry.envelope) + 1
+    if (b && maxBytes !== null && b.bytes + size > maxBytes) b = this.send(w)
+    if (!b) {
+      b = { g, owner, entries: [], bytes: FRAME_BYTES, timer: undefined }
+      this.gathering.set(w, b)
+      const waitMs = g.row.batchMaxWaitMs
+      if (waitMs > 0) b.timer = this.deps.timers.setTimeout(() => this.flush(w, b!), waitMs)
+      else setImmediate(() => this.flush(w, b!))
+    }
+    b.entries.push(entry)
+    b.bytes += size
+    if (b.entries.length >= (g.row.batchMaxMessages ?? 1)) this.send(w)
+  }
+
+  /** Sends the batch `b` if it is still the one gathering (its timer may outlive it). */
+  private flush(w: PartitionState, b: Gathering): void {
+    if (this.gathering.get(w) === b) this.send(w)
+  }
+
+  private send(w: PartitionState): undefined {
+    const b = this.gathering.get(w)
+    if (!b) return undefined
+    this.gathering.delete(w)
+    if (b.timer !== undefined) this.deps.timers.clearTimeout(b.timer)
+    this.deps.send(b.g, w, b.owner, b.entries)
+    return undefined
+  }
+}

@@ -1,0 +1,141 @@
+/**
+ * Batch push (contract v1.1 "Batch push") against a real broker and receiver: up to maxMessages
+ * messages of a partition in one POST `{"deliveries": [...]}`, in offset order, signed over the
+ * batch; `{"failed": [...]}` in a 2xx fails those messages only, a non-2xx fails them all; each
+ * message keeps its own attempts and rows; explicit mode waits for each message's own ack.
+ */
+import t from 'tap'
+import { verifyWebhook } from '@hookq/client/consumer'
+import { api } from '../helpers/api.ts'
+import { startBroker } from '../helpers/broker.ts'
+import { startReceiver, type Received } from '../helpers/receiver.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+const broker = await startBroker(t)
+const { call, produce, sql, allCompleted, ack } = api(broker)
+
+interface Envelope { deliveryId: string; offset: number; attempt: number; value: unknown; partition: number }
+const deliveries = (r: Received) => (r.json as { deliveries: Envelope[] }).deliveries
+const SECRET = `whsec_${Buffer.alloc(32, 7).toString('base64')}`
+
+async function batchGroup(name: string, settings: object, partitions = 1) {
+  t.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
+  const res = await call('PUT', `/v1/groups/${name}-g`, { topic: name, ...settings })
+  t.equal(res.status, 201, JSON.stringify(res.json))
+  return res.json
+}
+
+t.test('the setting: validated, needs the envelope format, given whole, null removes it', async (t) => {
+  t.equal((await call('PUT', '/v1/topics/bs', { partitions: 1 })).status, 201)
+  for (const batch of [{ maxMessages: 0 }, { maxMessages: 1001 }, { maxMessages: 5, maxWaitMs: 10_001 }, { maxMessages: 5, maxBytes: 10 }, { maxWaitMs: 5 }, { maxMessages: 5, other: 1 }]) {
+    t.equal((await call('PUT', '/v1/groups/bs-g', { topic: 'bs', batch })).status, 400, JSON.stringify(batch))
+  }
+  const raw = await call('PUT', '/v1/groups/bs-g', { topic: 'bs', pushFormat: 'raw', batch: { maxMessages: 5 } })
+  t.equal(raw.status, 400)
+  t.match(raw.json.detail, /batch needs pushFormat "envelope"/)
+  t.equal((await call('GET', '/v1/groups/bs-g')).status, 404, 'nothing was created')
+  t.same((await call('PUT', '/v1/groups/bs-g', { topic: 'bs', batch: { maxMessages: 5 } })).json.batch, { maxMessages: 5, maxWaitMs: 0, maxBytes: null })
+  t.equal((await call('PUT', '/v1/groups/bs-g', { topic: 'bs', pushFormat: 'raw' })).status, 400, 'raw refused while batching')
+  t.same((await call('PUT', '/v1/groups/bs-g', { topic: 'bs', maxInFlight: 9 })).json.batch, { maxMessages: 5, maxWaitMs: 0, maxBytes: null }, 'kept when not named')
+  t.same((await call('PUT', '/v1/groups/bs-g', { topic: 'bs', batch: { maxMessages: 7, maxBytes: 4096 } })).json.batch, { maxMessages: 7, maxWaitMs: 0, maxBytes: 4096 })
+  t.equal((await call('PUT', '/v1/groups/bs-g', { topic: 'bs', batch: null })).json.batch, null)
+})
+
+t.test('batches of up to maxMessages, in offset order, signed over the batch; every message once', async (t) => {
+  const receiver = await startReceiver(t)
+  await batchGroup('b1', { ackMode: 'auto', maxInFlight: 200, batch: { maxMessages: 10 } })
+  t.equal((await call('POST', '/v1/groups/b1-g/consumers', { url: receiver.url, secret: SECRET })).status, 201)
+  t.equal((await produce('b1', Array.from({ length: 95 }, (_, i) => ({ value: { i } })))).status, 201)
+  await allCompleted('b1-g', 20_000)
+
+  const offsets: number[] = []
+  for (const r of receiver.requests) {
+    const ds = deliveries(r)
+    t.ok(ds.length >= 1 && ds.length <= 10, `a batch of ${ds.length}`)
+    t.same(ds.map((d) => d.offset), [...ds.map((d) => d.offset)].sort((a, b) => a - b), 'in offset order')
+    t.equal(r.headers['hookq-batch-size'], String(ds.length))
+    t.match(r.headers['webhook-id'], /^batch_/, 'webhook-id names the batch')
+    const verified = verifyWebhook({ secret: SECRET, headers: r.headers as Record<string, string>, body: r.body })
+    t.equal(verified.webhookId, r.headers['webhook-id'], 'the signature verifies over the batch body')
+    offsets.push(...ds.map((d) => d.offset))
+  }
+  t.same(offsets.sort((a, b) => a - b), Array.from({ length: 95 }, (_, i) => i), 'every message exactly once')
+  t.ok(receiver.requests.length < 95, `fewer POSTs than messages (${receiver.requests.length})`)
+  const metrics = (await broker.app.inject({ method: 'GET', url: '/metrics' })).body
+  t.match(metrics, /hookq_batch_size_count\{group="b1-g"\} [1-9]/)
+  const rows = await sql(`SELECT count(*)::int AS n, count(DISTINCT d."offset")::int AS messages FROM deliveries d
+    JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = 'b1-g' AND d.outcome = 'acked'`)
+  t.same(rows[0], { n: 95, messages: 95 }, 'one attempt row per message, acked')
+})
+
+t.test('a 2xx listing failed ids fails those only; a non-2xx fails the whole batch', async (t) => {
+  let firstBatch: number[] | undefined
+  const receiver = await startReceiver(t, (r) => {
+    // The first batch fails whole; after it, odd offsets are named as failed in their first two 2xx answers.
+    if (!firstBatch) {
+      firstBatch = deliveries(r).map((d) => d.offset)
+      return { status: 503 }
+    }
+    const failed = deliveries(r).filter((d) => d.offset % 2 === 1 && d.attempt <= (firstBatch!.includes(d.offset) ? 3 : 2)).map((d) => d.deliveryId)
+    return { status: 200, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ failed }) }
+  })
+  await batchGroup('b2', {
+    ackMode: 'auto', maxDeliveries: 5, batch: { maxMessages: 20 }, retry: { initialDelayMs: 10, maxDelayMs: 10, jitter: 0 },
+  })
+  t.equal((await call('POST', '/v1/groups/b2-g/consumers', { url: receiver.url })).status, 201)
+  t.equal((await produce('b2', Array.from({ length: 6 }, (_, i) => ({ value: i })))).status, 201)
+  await allCompleted('b2-g', 20_000)
+  t.ok(firstBatch!.length >= 1)
+  const attempts = new Map<number, number[]>()
+  for (const r of receiver.requests) for (const d of deliveries(r)) attempts.set(d.offset, [...(attempts.get(d.offset) ?? []), d.attempt])
+  for (let o = 0; o < 6; o++) {
+    const n = (firstBatch!.includes(o) ? 1 : 0) + (o % 2 === 1 ? 2 : 0) + 1
+    t.same(attempts.get(o), Array.from({ length: n }, (_, i) => i + 1), `offset ${o}: ${n} attempts`)
+  }
+  const inFirst = firstBatch![0]!
+  const rows = await sql(`SELECT d.attempt, d.outcome, d.error FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id
+    WHERE g.name = 'b2-g' AND d."offset" = $1 ORDER BY d.attempt`, [inFirst])
+  t.match(rows[0], { attempt: 1, outcome: 'failed', error: /^HTTP 503/ }, 'the failed batch: an attempt row per message')
+  const odd = await sql(`SELECT d.attempt, d.outcome, d.error FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id
+    WHERE g.name = 'b2-g' AND d."offset" = 5 ORDER BY d.attempt`)
+  t.match(odd.at(-2), { outcome: 'failed', error: /listed in "failed" by the batch answer/ })
+  t.match(odd.at(-1), { outcome: 'acked' })
+})
+
+t.test('explicit mode: a delivered batch waits for each message\'s own ack', async (t) => {
+  const receiver = await startReceiver(t)
+  await batchGroup('b3', { ackMode: 'explicit', ackTimeoutMs: 60_000, batch: { maxMessages: 50 } })
+  t.equal((await call('POST', '/v1/groups/b3-g/consumers', { url: receiver.url })).status, 201)
+  t.equal((await produce('b3', Array.from({ length: 5 }, (_, i) => ({ value: i })))).status, 201)
+  const [first] = await receiver.waitFor(1, 10_000)
+  await waitUntil(() => receiver.requests.flatMap(deliveries).length >= 5, 10_000, 'all five pushed')
+  const ids = receiver.requests.flatMap(deliveries).map((d) => d.deliveryId)
+  t.ok(deliveries(first!).length >= 1)
+  t.same(await ack('b3-g', ids.slice(0, 4)), ['acked', 'acked', 'acked', 'acked'])
+  const nack = await call('POST', '/v1/groups/b3-g/nacks', { deliveryIds: [ids[4]], delayMs: 0 })
+  t.equal(nack.status, 200)
+  const again = await waitUntil(() => receiver.requests.flatMap(deliveries).find((d) => d.attempt === 2), 10_000, 'the nacked one again')
+  t.equal(again.offset, 4)
+  t.same(await ack('b3-g', [again.deliveryId]), ['acked'])
+  await allCompleted('b3-g')
+})
+
+t.test('maxWaitMs gathers messages produced apart; maxBytes bounds a batch', async (t) => {
+  const receiver = await startReceiver(t)
+  await batchGroup('b4', { ackMode: 'auto', batch: { maxMessages: 100, maxWaitMs: 3000 } })
+  t.equal((await call('POST', '/v1/groups/b4-g/consumers', { url: receiver.url })).status, 201)
+  t.equal((await produce('b4', [{ value: 'a' }, { value: 'b' }])).status, 201)
+  t.equal((await produce('b4', [{ value: 'c' }])).status, 201)
+  await allCompleted('b4-g', 20_000)
+  t.same(receiver.requests.map((r) => deliveries(r).map((d) => d.value)), [['a', 'b', 'c']], 'one batch of the three')
+
+  const sized = await startReceiver(t)
+  const big = 'x'.repeat(400)
+  await batchGroup('b5', { ackMode: 'auto', batch: { maxMessages: 100, maxBytes: 2048 } })
+  t.equal((await call('POST', '/v1/groups/b5-g/consumers', { url: sized.url })).status, 201)
+  t.equal((await produce('b5', Array.from({ length: 8 }, (_, i) => ({ value: `${big}${i}` })))).status, 201)
+  await allCompleted('b5-g', 20_000)
+  t.ok(sized.requests.every((r) => Buffer.byteLength(r.body) <= 2048), `every body within 2048 bytes (${sized.requests.map((r) => Buffer.byteLength(r.body)).join(', ')})`)
+  t.equal(sized.requests.flatMap(deliveries).length, 8)
+  t.ok(sized.requests.some((r) => deliveries(r).length > 1), 'and still several messages a batch')
+})
