@@ -17,15 +17,19 @@
  *   500  the handler threw (after the nack; 503 + Retry-After when nackDelayMs is set and there was
  *        no nack: auto mode, or a nack call that failed), or the ack did not go through
  * Every 4xx and 5xx is a failed attempt for the broker, pushed again after the backoff.
+ *
+ * A batch push (`{"deliveries": [...]}`, a group with `batch`) is verified as a whole, then each
+ * message is handled in turn (or all at once by `batchHandler`), and the answer is 200 with
+ * `{"failed": [<deliveryId>, ...]}`: only those are pushed again (see processBatch).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createClient, HookqError, unwrap, type HookqClient } from './index.ts'
 import { MemoryIdempotencyStore, type IdempotencyStore } from './idempotency.ts'
-import { parsePush, PushParseError, type PushMessage, type RawPush } from './push.ts'
+import { parsePushes, PushParseError, type PushMessage, type RawPush } from './push.ts'
 import { decodeSecret, verifyWebhook, WebhookVerificationError, DEFAULT_TOLERANCE_SECONDS, type HeaderSource } from './verify.ts'
 
 export { MemoryIdempotencyStore, type IdempotencyStore, type MemoryIdempotencyStoreOptions } from './idempotency.ts'
-export { parsePush, PushParseError, type PushMessage, type RawPush } from './push.ts'
+export { parsePush, parsePushes, PushParseError, type ParsedPush, type PushMessage, type RawPush } from './push.ts'
 export { SIGNED_HEADERS, signedHeaderContent, signHeaders, signWebhook, verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookVerificationReason } from './verify.ts'
 
 /** How the group settles pushes: `explicit` (the default) by acks and nacks, `auto` by the push's answer. */
@@ -45,11 +49,22 @@ export interface ConsumerContext {
 /** Your function: return to have the message acked, throw to have it pushed again. */
 export type PushHandler<T = unknown> = (message: PushMessage<T>, ctx: ConsumerContext) => Promise<void> | void
 
+/**
+ * Your function for a batch push, all its messages at once (those not handled before, with
+ * `idempotency`): return the delivery ids that failed (or nothing: all succeeded); throw to fail
+ * them all. The failed ones are pushed again, the others acked.
+ */
+export type BatchHandler<T = unknown> = (messages: PushMessage<T>[], ctx: { requestHeaders: HeaderSource }) =>
+  Promise<{ failed?: readonly string[] } | void> | { failed?: readonly string[] } | void
+
 /** Where something went wrong, for `onError`. */
 export type ConsumerErrorStage = 'verify' | 'parse' | 'handler' | 'ack' | 'nack' | 'idempotency' | 'internal'
 
 export interface ConsumerOptions<T = unknown> {
+  /** Runs per message: for a single push, and for each message of a batch push (in order) unless `batchHandler` is set. */
   handler: PushHandler<T>
+  /** Runs once per batch push instead of `handler` per message (a group with `batch`). */
+  batchHandler?: BatchHandler<T>
   /** The consumer's secret (`whsec_...`), or several while you rotate. Required unless `unsigned: true`. */
   secret?: string | readonly string[]
   /** Accept unsigned pushes (a consumer registered without a secret). Anyone who can reach the URL can then push. */
@@ -193,15 +208,111 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
 
   /** Calls acks, nacks or extend for one delivery id; resolves with its status. */
   async function settle (verb: 'acks' | 'nacks' | 'extend', m: PushMessage<T>, extra: { delayMs?: number, extendMs?: number }): Promise<string> {
+    return (await settleAll(verb, m.group, [m.deliveryId], extra))[0] ?? 'unknown'
+  }
+
+  /** Calls acks, nacks or extend for delivery ids of one group, in one call; resolves with their statuses. */
+  async function settleAll (verb: 'acks' | 'nacks' | 'extend', group: string, deliveryIds: string[], extra: { delayMs?: number, extendMs?: number }): Promise<string[]> {
     if (!client) throw new Error(`${verb} needs ackMode "explicit"`)
-    const init = { params: { path: { group: m.group } }, signal: AbortSignal.timeout(API_TIMEOUT_MS) }
-    const deliveryIds = [m.deliveryId]
+    const init = { params: { path: { group } }, signal: AbortSignal.timeout(API_TIMEOUT_MS) }
     const answer = verb === 'acks'
       ? await unwrap(client.POST('/v1/groups/{group}/acks', { ...init, body: { deliveryIds } }))
       : verb === 'nacks'
         ? await unwrap(client.POST('/v1/groups/{group}/nacks', { ...init, body: { deliveryIds, ...(extra.delayMs !== undefined ? { delayMs: extra.delayMs } : {}) } }))
         : await unwrap(client.POST('/v1/groups/{group}/extend', { ...init, body: { deliveryIds, extendMs: extra.extendMs ?? 0 } }))
-    return answer.results[0]?.status ?? 'unknown'
+    return answer.results.map((r) => r.status)
+  }
+
+  /** The delay a failed message is nacked with (undefined: the group's backoff). */
+  function delayFor (m: PushMessage<T>, error: unknown): number | undefined {
+    let delayMs: number | undefined
+    try {
+      delayMs = typeof options.nackDelayMs === 'function' ? options.nackDelayMs(error, m) : options.nackDelayMs
+    } catch (err) {
+      report(err, { stage: 'internal', message: m })
+    }
+    if (delayMs !== undefined && !(Number.isSafeInteger(delayMs) && delayMs >= 0)) {
+      report(new RangeError(`nackDelayMs must be a whole number ≥ 0, got ${delayMs}`), { stage: 'internal', message: m })
+      return undefined
+    }
+    return delayMs
+  }
+
+  /**
+   * A batch push: the handler per message in order (or the batch handler once), then one answer
+   * naming the messages that failed (`{"failed": [...]}`), which the broker pushes again. In
+   * explicit mode the others are acked first and the failed ones nacked, each by its own delivery
+   * id; one whose ack or nack call failed is named as failed too (with idempotency, its second
+   * push is acked without running the handler again).
+   */
+  async function processBatch (messages: PushMessage<T>[], headers: HeaderSource): Promise<ConsumerResponse> {
+    const keyOf = (m: PushMessage<T>) => `${m.group}/${m.webhookId}`
+    const ok: PushMessage<T>[] = []
+    const failed: { m: PushMessage<T>, error: unknown }[] = []
+    let todo = messages
+    if (store) {
+      todo = []
+      try {
+        for (const m of messages) (await store.has(keyOf(m)) ? ok : todo).push(m)
+      } catch (err) {
+        report(err, { stage: 'idempotency' })
+        return reply(503, { error: 'idempotency_store_failed' })
+      }
+    }
+    if (options.batchHandler && todo.length > 0) {
+      try {
+        const named = new Set((await options.batchHandler(todo, { requestHeaders: headers }))?.failed ?? [])
+        for (const m of todo) (named.has(m.deliveryId) ? failed.push({ m, error: new Error('named as failed by the batch handler') }) : ok.push(m))
+      } catch (err) {
+        for (const m of todo) failed.push({ m, error: err })
+      }
+    } else {
+      for (const m of todo) {
+        const ctx: ConsumerContext = {
+          extend: (extendMs) => settle('extend', m, { extendMs }).catch((err: unknown) => { throw explained(err) }),
+          requestHeaders: headers,
+        }
+        try {
+          await options.handler(m, ctx)
+          ok.push(m)
+        } catch (err) {
+          failed.push({ m, error: err })
+        }
+      }
+    }
+    for (const { m, error } of failed) report(error, { stage: 'handler', message: m })
+    if (store) {
+      for (const m of ok) {
+        try {
+          await store.add(keyOf(m))
+        } catch (err) {
+          report(err, { stage: 'idempotency', message: m })
+        }
+      }
+    }
+    const answerFailed = new Set(failed.map((f) => f.m.deliveryId))
+    if (ackMode === 'explicit') {
+      const group = messages[0]!.group
+      if (ok.length > 0) {
+        try {
+          const statuses = await settleAll('acks', group, ok.map((m) => m.deliveryId), {})
+          statuses.forEach((status, i) => { if (status === 'unknown') answerFailed.add(ok[i]!.deliveryId) })
+        } catch (err) {
+          report(explained(err), { stage: 'ack' })
+          for (const m of ok) answerFailed.add(m.deliveryId)
+        }
+      }
+      // Nacked by delay: one call per distinct delay.
+      const byDelay = new Map<number | undefined, string[]>()
+      for (const { m, error } of failed) {
+        const d = delayFor(m, error)
+        byDelay.set(d, [...(byDelay.get(d) ?? []), m.deliveryId])
+      }
+      for (const [delayMs, ids] of byDelay) {
+        await settleAll('nacks', group, ids, delayMs === undefined ? {} : { delayMs }).catch((err: unknown) => report(explained(err), { stage: 'nack' }))
+      }
+    }
+    return reply(200, { failed: [...answerFailed] })
   }
 
   /** The handler succeeded (or had already): ack it, then say so. */
@@ -229,16 +340,7 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
   /** The handler threw: nack with the delay (explicit mode), then answer 5xx. */
   async function failed (m: PushMessage<T>, error: unknown): Promise<ConsumerResponse> {
     report(error, { stage: 'handler', message: m })
-    let delayMs: number | undefined
-    try {
-      delayMs = typeof options.nackDelayMs === 'function' ? options.nackDelayMs(error, m) : options.nackDelayMs
-    } catch (err) {
-      report(err, { stage: 'internal', message: m })
-    }
-    if (delayMs !== undefined && !(Number.isSafeInteger(delayMs) && delayMs >= 0)) {
-      report(new RangeError(`nackDelayMs must be a whole number ≥ 0, got ${delayMs}`), { stage: 'internal', message: m })
-      delayMs = undefined
-    }
+    const delayMs = delayFor(m, error)
     let nacked = false
     if (ackMode === 'explicit') {
       try {
@@ -305,18 +407,20 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
           return reply(401, { error: 'invalid_signature', reason: err.reason })
         }
       }
-      let m: PushMessage<T>
+      let parsed: { batch: boolean, messages: PushMessage<T>[] }
       try {
-        m = parsePush<T>({ headers, body })
+        parsed = parsePushes<T>({ headers, body })
       } catch (err) {
         if (!(err instanceof PushParseError)) throw err
         report(err, { stage: 'parse' })
         return reply(400, { error: 'invalid_push', detail: err.message })
       }
-      if (options.group !== undefined && m.group !== options.group) {
+      const m = parsed.messages[0]!
+      if (options.group !== undefined && parsed.messages.some((x) => x.group !== options.group)) {
         report(new Error(`a push for group ${m.group} reached the consumer of ${options.group}`), { stage: 'parse', message: m })
         return reply(400, { error: 'wrong_group', detail: `this consumer handles group ${options.group}` })
       }
+      if (parsed.batch) return await processBatch(parsed.messages, headers)
       if (!store) return await processPush(m, headers)
       // Pushes of one message run one after another: a redelivery that arrives while the first push
       // is still being handled (a push timeout) waits for it, then finds its id in the store.

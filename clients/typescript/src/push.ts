@@ -61,6 +61,42 @@ export function parsePush<T = unknown> ({ headers, body }: RawPush): PushMessage
     : fromEnvelope<T>(webhookId, value)
 }
 
+/** A push as it arrived: one message, or a batch of them. */
+export interface ParsedPush<T = unknown> {
+  /** A batch push (`{"deliveries": [...]}`, a group with `batch` set): its webhook-id names the batch. */
+  batch: boolean
+  webhookId: string
+  /** The message, or the batch's messages in the order they came (offset order). */
+  messages: PushMessage<T>[]
+}
+
+/**
+ * Reads a push of either kind. A batch's messages have no webhook-id of their own on the wire;
+ * each gets `<topic>/<partition>/<offset>`, the same for every attempt of the message (what the
+ * idempotency store keys on). Throws a PushParseError naming the first thing wrong.
+ */
+export function parsePushes<T = unknown> ({ headers, body }: RawPush): ParsedPush<T> {
+  const webhookId = headerValue(headers, 'webhook-id')
+  if (!webhookId) throw new PushParseError('the webhook-id header is missing')
+  const text = typeof body === 'string' ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')
+  const value = json(text, 'the body')
+  if (headerValue(headers, 'hookq-topic') === undefined && typeof value === 'object' && value !== null && 'deliveries' in value) {
+    const list = (value as { deliveries: unknown }).deliveries
+    if (!Array.isArray(list) || list.length === 0) throw new PushParseError('deliveries must be a non-empty array of envelopes')
+    const messages = list.map((e, i) => {
+      try {
+        const m = fromEnvelope<T>('', e)
+        return { ...m, webhookId: `${m.topic}/${m.partition}/${m.offset}` }
+      } catch (err) {
+        throw new PushParseError(`deliveries[${i}]: ${(err as Error).message}`)
+      }
+    })
+    return { batch: true, webhookId, messages }
+  }
+  const message = headerValue(headers, 'hookq-topic') !== undefined ? fromRaw<T>(headers, webhookId, value) : fromEnvelope<T>(webhookId, value)
+  return { batch: false, webhookId, messages: [message] }
+}
+
 function fromEnvelope<T> (webhookId: string, body: unknown): PushMessage<T> {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new PushParseError('the envelope is not a JSON object')
   const e = body as Record<string, unknown>
