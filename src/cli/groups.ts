@@ -24,6 +24,11 @@ interface GroupOptions {
   retryMultiplier?: number
   retryMaxDelayMs?: number
   retryJitter?: number
+  batchMaxMessages?: number
+  batchMaxWaitMs?: number
+  batchMaxBytes?: number
+  /** false: --no-batch */
+  batch?: false
   /** A filter as JSON, or false (--no-filter) to remove it. */
   filter?: Record<string, unknown> | false
 }
@@ -92,6 +97,10 @@ function configOptions (cmd: Command): Command {
     .option('--no-ordered', 'the same as --ordering none')
     .option('--push-timeout-ms <ms>', 'time a push may take (default 10000)', wholeNumber(100, 600_000))
     .addOption(new Option('--push-format <format>', 'envelope (default) or raw: the bare value, the rest in hookq-* headers').choices(['envelope', 'raw']))
+    .option('--batch-max-messages <n>', 'batch push: up to n messages a push (the batch is given whole: set its other flags with it)', wholeNumber(1, 1000))
+    .option('--batch-max-wait-ms <ms>', 'batch push: wait this long for more messages after the first (default 0)', wholeNumber(0, 10_000))
+    .option('--batch-max-bytes <n>', 'batch push: send before the body would pass n bytes', wholeNumber(1024, 16 * 1024 * 1024))
+    .option('--no-batch', 'one message a push (the default)')
     .option('--filter <json>', 'push only the messages this filter matches, e.g. \'{"headers.type":"paid"}\'', jsonObject)
     .option('--no-filter', 'remove the filter: every message is pushed')
     .option('--paused', 'create or keep the group paused')
@@ -131,6 +140,14 @@ function bodyOf (topic: string, o: GroupOptions): GroupConfig {
   if (o.pushFormat !== undefined) body.pushFormat = o.pushFormat
   if (o.paused !== undefined) body.paused = o.paused
   if (o.filter !== undefined) body.filter = o.filter === false ? null : o.filter
+  if (o.batch === false) body.batch = null
+  else if (o.batchMaxMessages !== undefined) {
+    body.batch = {
+      maxMessages: o.batchMaxMessages,
+      ...(o.batchMaxWaitMs === undefined ? {} : { maxWaitMs: o.batchMaxWaitMs }),
+      ...(o.batchMaxBytes === undefined ? {} : { maxBytes: o.batchMaxBytes }),
+    }
+  }
   const retry: NonNullable<GroupConfig['retry']> = {}
   if (o.retryInitialDelayMs !== undefined) retry.initialDelayMs = o.retryInitialDelayMs
   if (o.retryMultiplier !== undefined) retry.multiplier = o.retryMultiplier
@@ -147,6 +164,7 @@ function printStatus (s: GroupStatus): void {
   printLine(`  max deliveries ${s.maxDeliveries}, retry ${r.initialDelayMs}ms ×${r.multiplier} up to ${r.maxDelayMs}ms ±${r.jitter * 100}%, dead letters ${s.deadLetterTopic ?? 'recorded only'}`)
   printLine(`  max in flight ${s.maxInFlight}${s.ordering === 'none' ? '' : `, ordered by ${s.ordering}`}, start at ${s.startAt}`)
   if (s.filter) printLine(`  filter ${JSON.stringify(s.filter)}`)
+  if (s.batch) printLine(`  batch push: up to ${s.batch.maxMessages} messages, wait ${s.batch.maxWaitMs} ms${s.batch.maxBytes === null ? '' : `, at most ${s.batch.maxBytes} bytes`}`)
   printLine('')
   printTable(['partition', 'committed', 'end', 'lag', 'in flight', 'filtered', 'consumer'],
     s.partitions.map((p) => [p.partition, p.committedOffset, p.endOffset, p.lag, p.inFlight, p.filtered, p.consumerId]))

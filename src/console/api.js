@@ -16,7 +16,8 @@
  *   retry: { initialDelayMs: number, multiplier: number, maxDelayMs: number, jitter: number },
  *   deadLetterTopic: string | null, startAt: string, maxInFlight: number, ordered: boolean,
  *   ordering: 'none' | 'partition' | 'key', pushTimeoutMs: number,
- *   pushFormat: 'envelope' | 'raw', paused: boolean, filter: Record<string, unknown> | null, createdAt: string, updatedAt: string }} Group
+ *   pushFormat: 'envelope' | 'raw', paused: boolean, filter: Record<string, unknown> | null,
+ *   batch: { maxMessages: number, maxWaitMs: number, maxBytes: number | null } | null, createdAt: string, updatedAt: string }} Group
  * @typedef {{ partition: number, committedOffset: number, endOffset: number, lag: number, inFlight: number,
  *   consumerId: string | null, filtered: number }} PartitionStatus
  * @typedef {{ id: string, url: string, createdAt: string, disabled?: boolean, disabledReason?: string | null,

@@ -84,6 +84,7 @@ function settings(g) {
     ['Max in flight', `${g.maxInFlight} a partition`], ['Ordering', { none: 'none (in parallel)', partition: 'by partition (one message at a time)', key: 'by key (one message per key at a time)' }[g.ordering]], ['Push timeout', fmtDuration(g.pushTimeoutMs)],
     ['Push format', g.pushFormat], ['Start at', g.startAt], ['Dead-letter topic', g.deadLetterTopic ?? 'none (recorded as dead)'],
     ['Filter', g.filter ? JSON.stringify(g.filter) : 'none (every message is pushed)'],
+    ['Batch push', g.batch ? `up to ${g.batch.maxMessages} messages, wait ${fmtDuration(g.batch.maxWaitMs)}${g.batch.maxBytes === null ? '' : `, ≤ ${g.batch.maxBytes} bytes`}` : 'off (one message a push)'],
   ]
   return h('dl', { class: 'settings' }, items.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]))
 }

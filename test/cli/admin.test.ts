@@ -46,11 +46,12 @@ t.test('groups create and status; consumers add, list and remove', async (t) => 
   await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'jobs' } }, body: { messages: [{ value: 1, partition: 1 }, { value: 2, partition: 1 }] } }))
 
   const created = await cli('groups', 'create', 'workers', '--topic', 'jobs', '--ack-mode', 'auto', '--max-deliveries', '3',
-    '--dead-letter-topic', 'jobs.dlq', '--retry-initial-delay-ms', '250', '--retry-jitter', '0', '--paused', '--filter', '{"value.n":{"gte":1}}')
+    '--dead-letter-topic', 'jobs.dlq', '--retry-initial-delay-ms', '250', '--retry-jitter', '0', '--paused', '--filter', '{"value.n":{"gte":1}}',
+    '--ordering', 'key', '--batch-max-messages', '10', '--batch-max-wait-ms', '5')
   t.equal(created.code, 0, created.stderr)
   t.match(created.stdout, /^created: group workers on topic jobs/)
   const group = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'workers' } } }))
-  t.match(group, { filter: { 'value.n': { gte: 1 } }, ackMode: 'auto', maxDeliveries: 3, deadLetterTopic: 'jobs.dlq', paused: true, retry: { initialDelayMs: 250, jitter: 0, multiplier: 2 } })
+  t.match(group, { ordering: 'key', batch: { maxMessages: 10, maxWaitMs: 5, maxBytes: null }, filter: { 'value.n': { gte: 1 } }, ackMode: 'auto', maxDeliveries: 3, deadLetterTopic: 'jobs.dlq', paused: true, retry: { initialDelayMs: 250, jitter: 0, multiplier: 2 } })
 
   // A receiver is not needed: the group is paused, so the consumer is registered and never pushed to.
   const added = await cli('--json', 'consumers', 'add', 'workers', 'http://127.0.0.1:9/hook')
@@ -62,6 +63,10 @@ t.test('groups create and status; consumers add, list and remove', async (t) => 
   t.equal(status.code, 0, status.stderr)
   t.match(status.stdout, /group workers on topic jobs \(PAUSED\)/)
   t.match(status.stdout, '  filter {"value.n":{"gte":1}}')
+  t.match(status.stdout, '  batch push: up to 10 messages, wait 5 ms')
+  t.match(status.stdout, 'ordered by key')
+  t.equal((await cli('groups', 'update', 'workers', '--topic', 'jobs', '--no-batch')).code, 0)
+  t.equal((await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'workers' } } }))).batch, null, '--no-batch turns it off')
   t.match(status.stdout, /PARTITION\s+COMMITTED\s+END\s+LAG\s+IN FLIGHT\s+FILTERED\s+CONSUMER/)
   t.match(status.stdout, new RegExp(`\\n1\\s+0\\s+2\\s+2\\s+0\\s+0\\s+${consumer.id}`), 'partition 1: committed 0, end 2, lag 2, owned by the consumer')
   t.match(status.stdout, new RegExp(`${consumer.id}\\s+http://127\\.0\\.0\\.1:9/hook\\s+no\\s+active`))
