@@ -139,3 +139,18 @@ t.test('maxWaitMs gathers messages produced apart; maxBytes bounds a batch', asy
   t.equal(sized.requests.flatMap(deliveries).length, 8)
   t.ok(sized.requests.some((r) => deliveries(r).length > 1), 'and still several messages a batch')
 })
+
+t.test('with ordering by key a batch carries one message of a key, and keys stay in order', async (t) => {
+  const receiver = await startReceiver(t, { status: 200, delayMs: 5 })
+  await batchGroup('b6', { ackMode: 'auto', ordering: 'key', maxInFlight: 100, batch: { maxMessages: 50 } })
+  t.equal((await call('POST', '/v1/groups/b6-g/consumers', { url: receiver.url })).status, 201)
+  t.equal((await produce('b6', Array.from({ length: 60 }, (_, i) => ({ key: `k${i % 4}`, value: i })))).status, 201)
+  await allCompleted('b6-g', 20_000)
+  const batches = receiver.requests.map(deliveries)
+  t.ok(batches.every((b) => new Set(b.map((d) => (d.value as number) % 4)).size === b.length), 'no two messages of a key in one batch')
+  t.ok(batches.some((b) => b.length > 1), 'keys share batches')
+  const byKey = new Map<number, number[]>()
+  for (const d of batches.flat()) byKey.set((d.value as number) % 4, [...(byKey.get((d.value as number) % 4) ?? []), d.offset])
+  for (const [k, offsets] of byKey) t.same(offsets, [...offsets].sort((a, b) => a - b), `k${k} in offset order`)
+  t.equal(batches.flat().length, 60, 'every message once')
+})
