@@ -16,6 +16,9 @@
  *             the last message completed (committed offsets read back from GET /v1/groups/{g}),
  *             produce included, the broker's CPU, duplicates seen by the receiver
  *   batch10, batch100  the `auto` load and group with batch push of up to 10 / 100 messages a POST
+ *   drain, drain-batch10, drain-batch100  BENCH_MESSAGES produced to a paused group (auto mode; single
+ *             pushes, batches of 10, of 100), then unpaused: the push path alone, from the unpause to
+ *             the last completion, where the scenarios above are bounded by how fast produce runs
  *   filtered  the `auto` load and group with a filter that keeps 1 message in BENCH_FILTER_KEEP_EVERY (10):
  *             the cost of a filtered message (broker us per produced message, beside produce and auto)
  *   explicit  the same with ackMode explicit: the receiver acks over HTTP like a consumer library,
@@ -31,7 +34,7 @@
  * time; a throughput scenario that does not finish within BENCH_MAX_SECONDS reports what completed.
  *
  * Environment (all optional):
- *   BENCH_SCENARIOS=ceiling,produce,auto,explicit,latency (and batch10, batch100, filtered: not run unless named)
+ *   BENCH_SCENARIOS=ceiling,produce,auto,explicit,latency (batch*, drain*, filtered: not run unless named)
  *   BENCH_FILTER_KEEP_EVERY=10  the filtered scenario pushes one message in this many
  *   BENCH_MESSAGES=100000       messages per throughput scenario
  *   BENCH_PRODUCE_MESSAGES=30000  messages of the produce-only scenario
@@ -75,7 +78,7 @@ function envNumber(name: string, fallback: number): number {
 }
 
 const SCENARIOS = new Set((process.env.BENCH_SCENARIOS || 'ceiling,produce,auto,explicit,latency').split(',').map((s) => s.trim()))
-for (const s of SCENARIOS) if (!['ceiling', 'produce', 'auto', 'batch10', 'batch100', 'filtered', 'explicit', 'latency'].includes(s)) throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
+for (const s of SCENARIOS) if (!['ceiling', 'produce', 'auto', 'batch10', 'batch100', 'drain', 'drain-batch10', 'drain-batch100', 'filtered', 'explicit', 'latency'].includes(s)) throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
 const MESSAGES = Math.round(envNumber('BENCH_MESSAGES', 100_000))
 const PRODUCE_MESSAGES = Math.round(envNumber('BENCH_PRODUCE_MESSAGES', 30_000))
 const BATCH = Math.min(1000, Math.round(envNumber('BENCH_BATCH', 100)))
@@ -317,6 +320,38 @@ async function throughput(mode: 'auto' | 'explicit' | 'filtered' | 'batch10' | '
   }
 }
 
+/** A backlog pushed to a consumer: produced while the group is paused, timed from the unpause. */
+async function drain(batch: number | undefined, receiver: IpcWorker, load: IpcWorker, receiverUrl: string): Promise<Row> {
+  const name = `e2e-drain${batch ? `-b${batch}` : ''}`
+  const settings = { ...(batch ? { batch: { maxMessages: batch } } : {}) }
+  await createGroup(name, 'auto', receiverUrl, { ...settings, paused: true })
+  await receiver.call('scenario', { name, mode: 'count', expect: MESSAGES, group: name }, 5000)
+  const r = await load.call<BulkResult>('bulk', {
+    url: `${run.broker!.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: BATCH, concurrency: PRODUCERS, maxSeconds: MAX_SECONDS,
+  }, MAX_SECONDS * 1000 + 60_000)
+  if (r.produced < MESSAGES) await receiver.call('expect', { n: r.produced }, 5000)
+  await sleep(500)
+  const profiler = await profileStart()
+  const c0 = cpuStart(receiver, load)
+  const startedAt = wallNow()
+  const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
+  await api('PUT', `/v1/groups/${name}`, { topic: name, ackMode: 'auto', maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000, ...settings, paused: false })
+  await Promise.race([done, sleep(MAX_SECONDS * 1000)])
+  const completed = await waitCompleted(name, r.produced, wallNow() + 5000)
+  const cpu = cpuEnd(c0, receiver, load)
+  await profileStop(profiler, name.slice(4))
+  await pauseGroup(name, 'auto')
+  assertBrokerAlive(name)
+  const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
+  const finished = Number.isFinite(completed.at)
+  const seconds = ((finished ? completed.at : wallNow()) - startedAt) / 1000
+  return {
+    label: `drain: backlog of ${int(r.produced)}, ${batch ? `batches of ${batch}` : 'single pushes'}`,
+    messages: completed.completed, seconds, perS: completed.completed / seconds, p50: NaN, p99: NaN, cpu, duplicates: st.duplicates,
+    notes: finished ? `${int(st.pushes)} POSTs` : `TIMED OUT: ${int(completed.completed)} of ${int(r.produced)} completed`,
+  }
+}
+
 async function latency(rate: number, receiver: IpcWorker, load: IpcWorker, receiverUrl: string): Promise<Row & { achievedRate: number }> {
   const name = `e2e-latency-${rate}`
   await createGroup(name, 'auto', receiverUrl)
@@ -431,11 +466,15 @@ async function main(): Promise<void> {
   if (SCENARIOS.has('produce')) { produced = await produceOnly(receiver, load); say(produced) }
   if (SCENARIOS.has('auto')) { auto = await throughput('auto', receiver, load, receiverUrl); say(auto); if (auto.waits) console.log(`  ${auto.waits}`) }
   for (const b of ['batch10', 'batch100'] as const) if (SCENARIOS.has(b)) { const r = await throughput(b, receiver, load, receiverUrl); batched.push(r); say(r) }
+  const drains: Row[] = []
+  for (const [s, b] of [['drain', undefined], ['drain-batch10', 10], ['drain-batch100', 100]] as const) {
+    if (SCENARIOS.has(s)) { const r = await drain(b, receiver, load, receiverUrl); drains.push(r); say(r) }
+  }
   if (SCENARIOS.has('filtered')) { filtered = await throughput('filtered', receiver, load, receiverUrl); say(filtered) }
   if (SCENARIOS.has('explicit')) { explicit = await throughput('explicit', receiver, load, receiverUrl); say(explicit); if (explicit.waits) console.log(`  ${explicit.waits}`) }
   if (SCENARIOS.has('latency')) for (const rate of RATES) { const l = await latency(rate, receiver, load, receiverUrl); lats.push(l); say(l) }
 
-  const rows = [ceil, ceilDispatch, produced, auto, ...batched, filtered, explicit, ...lats].filter((r): r is Row => r !== undefined)
+  const rows = [ceil, ceilDispatch, produced, auto, ...batched, ...drains, filtered, explicit, ...lats].filter((r): r is Row => r !== undefined)
   console.log(`\n${table(rows)}\n`)
   console.log(`msg/s: ceiling = receiver POSTs/s; produce = messages/s produced; auto/explicit = messages completed /\n` +
     `  (last completion - first produce call); latency = produce calls/s sent. p50/p99: ceiling = POST round trip; produce =\n` +
@@ -448,6 +487,8 @@ async function main(): Promise<void> {
     console.log(`broker CPU per message: produce ${fixed(us(produced), 0)} us; push + completion ${fixed(us(auto) - us(produced), 0)} us (auto), ` +
       `${fixed(us(explicit) - us(produced), 0)} us (explicit, acks included)\n`)
   }
+  const single = drains.find((d) => d.label.endsWith('single pushes'))
+  for (const d of drains) if (single && d !== single) console.log(`${d.label}: ${(d.perS / single.perS).toFixed(2)}x the msg/s of the single-push drain`)
   for (const b of batched) {
     if (auto) console.log(`${b.label.split(':')[0]}: ${(b.perS / auto.perS).toFixed(2)}x the single-push msg/s of this run (goal for batch100: >= 3x)`)
   }

@@ -434,9 +434,14 @@ export class History {
 export function loadGenerator(cluster: Cluster, history: History, topic: string, opts: { batch: number; concurrency: number; minMessages: number; pauseMs: number; maxMs: number }) {
   let stopping = false
   let ok = 0
+  // The load lasts until stop() (the scenario's faults are done) and minMessages are in, or maxMs
+  // passed by then: a scenario whose restarts run slow on a busy machine still has load to the
+  // end, where it once ran dry and a fault left waiting for acks of messages never produced.
+  // Never past three times maxMs, nor 50,000 calls a loop.
   const deadline = Date.now() + opts.maxMs
+  const hardDeadline = Date.now() + 3 * opts.maxMs
   const loops = Array.from({ length: opts.concurrency }, async () => {
-    for (let i = 0; i < 50_000 && Date.now() < deadline && !(stopping && ok >= opts.minMessages); i++) {
+    for (let i = 0; i < 50_000 && Date.now() < hardDeadline && !(stopping && (ok >= opts.minMessages || Date.now() >= deadline)); i++) {
       const messages = Array.from({ length: opts.batch }, (_, j) => {
         const value = history.value()
         return j % 3 === 0 ? { value, key: `k${value.n % 13}` } : { value }
@@ -449,7 +454,7 @@ export function loadGenerator(cluster: Cluster, history: History, topic: string,
   const done = Promise.all(loops)
   return {
     get ok() { return ok },
-    /** Resolves once the load has ended (at least minMessages ok, or maxMs passed). */
+    /** Ends the load (once at least minMessages are ok, or maxMs has passed) and resolves when it has. */
     stop: async () => { stopping = true; await done },
   }
 }

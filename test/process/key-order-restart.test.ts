@@ -68,3 +68,46 @@ t.test('SIGKILL mid-stream keeps one message per key outstanding', { skip: datab
     t.equal(new Set(offsets).size, offsets.length, `k${k}: no message acked twice`)
   }
 })
+
+t.test('partitions moving between processes keep one message per key outstanding', { skip: databaseServerUrl ? false : 'needs a PostgreSQL server (set DATABASE_URL)' }, async (t) => {
+  const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }
+  const procs: BrokerProcess[] = []
+  t.teardown(() => { for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL') })
+  const spawn = async () => { const p = await spawnBroker(env, 60_000); procs.push(p); return p }
+  const [a, b] = await Promise.all([spawn(), spawn()]) as [BrokerProcess, BrokerProcess]
+
+  // Auto mode: a push is outstanding until it is answered (20 ms here); a push of a key arriving
+  // while another offset of that key is still unanswered breaks the rule.
+  const overlaps: string[] = []
+  const receiver = await startReceiver(t, (req: Received) => {
+    const p = req.json as { key: string; offset: number; partition: number }
+    const open = receiver.requests.filter((q) => q !== req && !q.closed && (q.json as typeof p).key === p.key && (q.json as typeof p).offset !== p.offset)
+    if (open.length > 0) overlaps.push(`${p.key}@${p.partition}/${p.offset} while ${open.map((q) => (q.json as typeof p).offset).join(',')} open`)
+    return { status: 200, delayMs: 20 }
+  })
+  t.equal((await call(a.url, 'PUT', '/v1/topics/mk', { partitions: 6 })).status, 201)
+  t.equal((await call(a.url, 'PUT', '/v1/groups/mk-g', { topic: 'mk', ackMode: 'auto', ordering: 'key', maxInFlight: 50 })).status, 201)
+  t.equal((await call(a.url, 'POST', '/v1/groups/mk-g/consumers', { url: receiver.url })).status, 201)
+  const produce = async (from: number, n: number) => t.equal((await call(a.url, 'POST', '/v1/topics/mk/messages',
+    { messages: Array.from({ length: n }, (_, i) => ({ key: `k${(from + i) % 24}`, value: from + i })) })).status, 201)
+
+  await produce(0, 200)
+  const d = await spawn() // partitions move to the newcomer while messages flow
+  for (let i = 1; i <= 4; i++) { await produce(i * 200, 200); await new Promise((r) => setTimeout(r, 100)) }
+  b.child.kill('SIGTERM') // and a leaver hands its partitions over
+  t.equal(await b.exited, 0)
+  await produce(1000, 200)
+  await waitUntil(async () => (await call(d.url, 'GET', '/v1/groups/mk-g')).json.partitions.every((p: { lag: number }) => p.lag === 0), 60_000, 'lag 0')
+
+  t.same(overlaps, [], 'never two messages of a key outstanding, across the handovers')
+  const firsts = new Map<string, number[]>()
+  const seen = new Set<string>()
+  for (const r of receiver.requests) {
+    const p = r.json as { key: string; offset: number; partition: number }
+    if (seen.has(`${p.partition}/${p.offset}`)) continue
+    seen.add(`${p.partition}/${p.offset}`)
+    firsts.set(p.key, [...(firsts.get(p.key) ?? []), p.offset])
+  }
+  t.equal(seen.size, 1200, 'every message pushed')
+  t.ok([...firsts.values()].every((o) => o.every((x, i) => i === 0 || x > o[i - 1]!)), 'each key first pushed in offset order')
+})

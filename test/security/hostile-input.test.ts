@@ -75,16 +75,22 @@ async function rejected(t: Test, what: string, opts: InjectOptions, statuses: nu
 }
 
 // ---- the routes: every route with a body, and every route with path params, from openapi.json ----
-interface BodyRoute { method: 'PUT' | 'POST'; path: string; valid: Record<string, unknown>; wrongTypes: unknown[]; nestedUnknown?: Record<string, unknown> }
+interface BodyRoute { method: 'PUT' | 'POST' | 'PATCH'; path: string; valid: Record<string, unknown>; wrongTypes: unknown[]; nestedUnknown?: Record<string, unknown> }
 const BODY_ROUTES: BodyRoute[] = [
   { method: 'PUT', path: '/v1/topics/fresh', valid: { partitions: 1 },
     wrongTypes: [{ partitions: '1' }, { partitions: 1.5 }, { partitions: true }, { partitions: null }, { partitions: [1] }, { partitions: 0 }, { partitions: -1 }, { partitions: 1025 }, { partitions: 1, retentionMs: '60000' }, { partitions: 1, retentionMs: 1 }, {}, [], 'x', 1, null] },
   { method: 'POST', path: '/v1/topics/base/messages', valid: { messages: [{ value: 1 }] }, nestedUnknown: { messages: [{ value: 1, bogus: 1 }] },
     wrongTypes: [{ messages: {} }, { messages: 'x' }, { messages: [] }, { messages: [1] }, { messages: [{}] }, { messages: [{ value: 1, key: 1 }] }, { messages: [{ value: 1, partition: '0' }] }, { messages: [{ value: 1, partition: -1 }] }, { messages: [{ value: 1, delayMs: -1 }] }, { messages: [{ value: 1, headers: { a: 1 } }] }, { messages: [{ value: 1, headers: 'h' }] }, { messages: [{ value: 1, idempotencyKey: 1 }] }, {}, [], null] },
   { method: 'PUT', path: '/v1/groups/g', valid: { topic: 'base', maxInFlight: 50 }, nestedUnknown: { topic: 'base', retry: { initialDelayMs: 1000, bogus: 1 } },
-    wrongTypes: [{ topic: 1 }, { topic: 'base', ackMode: 'sometimes' }, { topic: 'base', ackTimeoutMs: '30000' }, { topic: 'base', maxDeliveries: 0 }, { topic: 'base', retry: 'fast' }, { topic: 'base', retry: { multiplier: 'x' } }, { topic: 'base', ordered: 'yes' }, { topic: 'base', paused: 1 }, { topic: 'base', pushFormat: 'xml' }, { topic: 'base', deadLetterTopic: 'bad name' }, { topic: 'bad name' }, {}, [], null] },
+    wrongTypes: [{ topic: 1 }, { topic: 'base', ackMode: 'sometimes' }, { topic: 'base', ackTimeoutMs: '30000' }, { topic: 'base', maxDeliveries: 0 }, { topic: 'base', retry: 'fast' }, { topic: 'base', retry: { multiplier: 'x' } }, { topic: 'base', ordered: 'yes' }, { topic: 'base', paused: 1 }, { topic: 'base', pushFormat: 'xml' }, { topic: 'base', deadLetterTopic: 'bad name' }, { topic: 'bad name' }, {}, [], null,
+      { topic: 'base', ordering: 'sometimes' }, { topic: 'base', ordered: true, ordering: 'key' }, { topic: 'base', filter: [] }, { topic: 'base', filter: { nope: 1 } },
+      { topic: 'base', filter: { 'value.a': { gt: 'x' } } }, { topic: 'base', batch: { maxMessages: 0 } }, { topic: 'base', batch: 10 },
+      { topic: 'base', batch: { maxMessages: 10, maxWaitMs: -1 } }, { topic: 'base', batch: { maxMessages: 10 }, pushFormat: 'raw' }] },
   { method: 'POST', path: '/v1/groups/g/consumers', valid: { url: 'http://127.0.0.1:9/other' },
-    wrongTypes: [{ url: 1 }, { url: 'not a url' }, { url: 'http://127.0.0.1:9/', secret: 1 }, { url: 'http://127.0.0.1:9/', secret: 'nope' }, { url: ['http://127.0.0.1:9/'] }, {}, [], null] },
+    wrongTypes: [{ url: 1 }, { url: 'not a url' }, { url: 'http://127.0.0.1:9/', secret: 1 }, { url: 'http://127.0.0.1:9/', secret: 'nope' }, { url: ['http://127.0.0.1:9/'] }, {}, [], null,
+      { url: 'http://127.0.0.1:9/', rateLimitPerSecond: 0 }, { url: 'http://127.0.0.1:9/', maxConcurrency: 0 }, { url: 'http://127.0.0.1:9/', maxConcurrency: '2' }] },
+  { method: 'PATCH', path: `/v1/groups/g/consumers/${consumer.id}`, valid: { maxConcurrency: 5 },
+    wrongTypes: [{}, { url: 1 }, { url: 'not a url' }, { rateLimitPerSecond: 0 }, { rateLimitPerSecond: 'x' }, { maxConcurrency: 1001 }, { maxConcurrency: 1.5 }, { secret: 'whsec_x' }, [], 'x', null] },
   { method: 'POST', path: `/v1/groups/g/consumers/${consumer.id}/secret`, valid: { secret: 'whsec_' + Buffer.alloc(32, 9).toString('base64'), overlapMs: 1000 },
     wrongTypes: [{ secret: 1 }, { secret: 'nope' }, { secret: 'whsec_' + Buffer.alloc(12, 9).toString('base64') }, { overlapMs: -1 }, { overlapMs: '1000' }, { overlapMs: 604_800_001 }, { overlapMs: 0.5 }, [], 'x', null] },
   { method: 'POST', path: '/v1/groups/g/acks', valid: { deliveryIds: ['x'] },
@@ -98,7 +104,7 @@ const BODY_ROUTES: BodyRoute[] = [
 ]
 
 /** Every route with path params, as a template of its params ({topic}, {group}, {partition}, {id}). */
-const PARAM_ROUTES: { method: 'GET' | 'PUT' | 'POST' | 'DELETE'; template: string; body?: unknown }[] = [
+const PARAM_ROUTES: { method: 'GET' | 'PUT' | 'POST' | 'PATCH' | 'DELETE'; template: string; body?: unknown }[] = [
   { method: 'PUT', template: '/v1/topics/{topic}', body: { partitions: 1 } },
   { method: 'GET', template: '/v1/topics/{topic}' },
   { method: 'DELETE', template: '/v1/topics/{topic}' },
@@ -109,6 +115,7 @@ const PARAM_ROUTES: { method: 'GET' | 'PUT' | 'POST' | 'DELETE'; template: strin
   { method: 'DELETE', template: '/v1/groups/{group}' },
   { method: 'POST', template: '/v1/groups/{group}/consumers', body: { url: 'http://127.0.0.1:9/x' } },
   { method: 'GET', template: '/v1/groups/{group}/consumers' },
+  { method: 'PATCH', template: '/v1/groups/{group}/consumers/{id}', body: { maxConcurrency: 5 } },
   { method: 'DELETE', template: '/v1/groups/{group}/consumers/{id}' },
   { method: 'POST', template: '/v1/groups/{group}/consumers/{id}/secret', body: { secret: 'whsec_' + Buffer.alloc(32, 9).toString('base64') } },
   { method: 'POST', template: '/v1/groups/{group}/acks', body: { deliveryIds: ['x'] } },

@@ -1,3 +1,0 @@
--- AlterTable
-ALTER TABLE "consumers" ADD COLUMN     "max_concurrency" INTEGER,
-ADD COLUMN     "rate_limit_per_second" DOUBLE PRECISION;
