@@ -85,7 +85,9 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
     }
     return true
   }
-  await waitUntil(() => spread([a, b, d]), 20_000, 'each partition held by exactly one process, 2 each')
+  // Generous windows: on a loaded 2-core CI machine three processes start and settle slowly. How
+  // long a move takes is printed, not judged (the heartbeat and lease figures are in the README).
+  await waitUntil(() => spread([a, b, d]), 60_000, 'each partition held by exactly one process, 2 each')
   t.pass('every partition has exactly one owner, and each process owns 2 of each group')
 
   // Committed offsets, sampled all along: they never move back.
@@ -138,7 +140,7 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
   a.child.kill('SIGKILL')
   await a.exited
   const killedAt = Date.now()
-  await waitUntil(() => spread([b, d]), 15_000, 'the killed process\'s partitions taken by the others, 3 each')
+  await waitUntil(() => spread([b, d]), 60_000, 'the killed process\'s partitions taken by the others, 3 each')
   t.pass(`partitions moved in ${Date.now() - killedAt} ms`)
   await produce(d, 120, 30)
   await waitUntil(() => values().size === 150, 30_000, 'all 150 values pushed')
@@ -161,7 +163,7 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
   // A graceful stop hands over too: its partitions go to the one left.
   b.child.kill('SIGTERM')
   t.equal(await b.exited, 0, 'a stopped process exits 0')
-  await waitUntil(() => spread([d]), 15_000, 'the last process holds everything')
+  await waitUntil(() => spread([d]), 60_000, 'the last process holds everything')
   await produce(d, 150, 5)
   await waitUntil(() => values().size === 155, 20_000, 'pushed by the last process')
   t.pass('the last process pushes every partition')
@@ -174,7 +176,7 @@ t.test('acks under way while partitions move: none is lost, nothing acked is pus
   t.equal((await call(a.url, 'PUT', '/v1/topics/mv', { partitions: PARTITIONS })).status, 201)
   t.equal((await call(a.url, 'PUT', '/v1/groups/mv-g', { topic: 'mv', ackMode: 'explicit', ackTimeoutMs: 60_000 })).status, 201)
   t.equal((await call(a.url, 'POST', '/v1/groups/mv-g/consumers', { url: receiver.url })).status, 201)
-  await waitUntil(async () => (await holders(c, 'mv-g')).size === PARTITIONS, 20_000, 'every partition owned')
+  await waitUntil(async () => (await holders(c, 'mv-g')).size === PARTITIONS, 60_000, 'every partition owned')
 
   // The consumer acks every push it got, always through `a` (which owns only part of the
   // partitions), again and again until each ack is answered: a 503 (a partition moving) is asked
@@ -206,7 +208,7 @@ t.test('acks under way while partitions move: none is lost, nothing acked is pus
   await produce(0, 100)
   const d = await spawn()
   for (let i = 1; i <= 4; i++) { await produce(i * 100, 100); await new Promise((r) => setTimeout(r, 100)) }
-  await waitUntil(async () => new Set([...(await holders(c, 'mv-g')).values()].map((h) => h[0])).size === 3, 20_000, 'the new process took a share')
+  await waitUntil(async () => new Set([...(await holders(c, 'mv-g')).values()].map((h) => h[0])).size === 3, 60_000, 'the new process took a share')
   // Then one leaves (its partitions handed over), while acks still go through `a`.
   b.child.kill('SIGTERM')
   t.equal(await b.exited, 0, 'the leaving process exits 0')
