@@ -35,6 +35,8 @@ export interface BatchesDeps {
   timers: Timers
   /** A batch is complete: send it. */
   send(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): void
+  /** A new batch started gathering (it will be one request to `owner`). */
+  opened(owner: ConsumerRow): void
 }
 
 export class Batches {
@@ -53,6 +55,7 @@ export class Batches {
     if (!b) {
       b = { g, owner, entries: [], bytes: FRAME_BYTES, timer: undefined }
       this.gathering.set(w, b)
+      this.deps.opened(owner)
       const waitMs = g.row.batchMaxWaitMs
       if (waitMs > 0) b.timer = this.deps.timers.setTimeout(() => this.flush(w, b!), waitMs)
       else setImmediate(() => this.flush(w, b!))
@@ -60,6 +63,11 @@ export class Batches {
     b.entries.push(entry)
     b.bytes += size
     if (b.entries.length >= (g.row.batchMaxMessages ?? 1)) this.send(w)
+  }
+
+  /** Whether the partition has a batch gathering for `owner`: one more attempt joins it, no new request. */
+  isOpen(w: PartitionState, owner: ConsumerRow): boolean {
+    return this.gathering.get(w)?.owner === owner
   }
 
   /** Sends the batch `b` if it is still the one gathering (its timer may outlive it). */

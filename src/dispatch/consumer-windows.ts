@@ -27,6 +27,10 @@ export interface ConsumerWindow {
   rate: RateLimit | undefined
   /** A timer is set for the moment the rate lets the next push start. */
   rateTimer: boolean
+  /** Its group pushes in batches: the cap counts batch requests in flight (`requests`), not messages. */
+  batching: boolean
+  /** Batch requests in flight. */
+  requests: number
   waiting: Map<PartitionState, GroupRuntime>
   /** The consumer left while pushes to it were under way: the window goes when the last one ends. */
   retired: boolean
@@ -56,7 +60,7 @@ export class ConsumerWindows {
   of(consumerId: string): ConsumerWindow {
     let win = this.windows.get(consumerId)
     if (!win) {
-      win = { window: new PushWindow(this.deps.options), cap: undefined, rate: undefined, rateTimer: false, waiting: new Map(), retired: false }
+      win = { window: new PushWindow(this.deps.options), cap: undefined, rate: undefined, rateTimer: false, batching: false, requests: 0, waiting: new Map(), retired: false }
       this.windows.set(consumerId, win)
     }
     win.retired = false
@@ -74,9 +78,10 @@ export class ConsumerWindows {
    * limits hold exactly and with several their sums are at most the rate, and the cap plus one less
    * than the number of processes. A rate limit that changes keeps the pushes already made.
    */
-  limit(consumerId: string, limits: ConsumerLimits, share: number): void {
+  limit(consumerId: string, limits: ConsumerLimits, share: number, batching: boolean): void {
     if (limits.maxConcurrency === null && limits.rateLimitPerSecond === null && !this.windows.has(consumerId)) return
     const win = this.of(consumerId)
+    win.batching = batching
     win.cap = limits.maxConcurrency === null ? undefined : Math.max(1, Math.ceil(limits.maxConcurrency * share))
     const rate = limits.rateLimitPerSecond === null || share <= 0 ? undefined : limits.rateLimitPerSecond * share
     if (rate === undefined) win.rate = undefined
@@ -84,10 +89,15 @@ export class ConsumerWindows {
     else win.rate = new RateLimit(rate)
   }
 
-  /** Whether one more push to the consumer may start now. */
-  hasRoom(win: ConsumerWindow): boolean {
+  /**
+   * Whether one more push to the consumer may start now. `joining`: the push joins a batch already
+   * gathering (no new request, so the cap on requests does not hold it back).
+   */
+  hasRoom(win: ConsumerWindow, joining = false): boolean {
     if (!win.window.hasRoom()) return false
-    if (win.cap !== undefined && win.window.inFlight >= win.cap) return false
+    // The contract's cap is on pushes in flight: HTTP requests, which a batch is one of. The rate
+    // and the adaptive window count messages either way.
+    if (win.cap !== undefined && !(win.batching && joining) && (win.batching ? win.requests : win.window.inFlight) >= win.cap) return false
     return win.rate === undefined || win.rate.waitMs(this.deps.now()) === 0
   }
 
@@ -95,6 +105,19 @@ export class ConsumerWindows {
   started(win: ConsumerWindow): void {
     win.window.acquire()
     win.rate?.take(this.deps.now())
+  }
+
+  /** A batch to the consumer started gathering: a request from now until its answer. */
+  batchOpened(consumerId: string): void {
+    this.of(consumerId).requests++
+  }
+
+  /** A batch request to the consumer was answered (or never sent): wakes what its cap held back. */
+  batchAnswered(consumerId: string): void {
+    const win = this.windows.get(consumerId)
+    if (!win) return
+    win.requests = Math.max(0, win.requests - 1)
+    this.wake(consumerId)
   }
 
   /**

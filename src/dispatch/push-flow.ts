@@ -80,7 +80,10 @@ export class PushFlow {
   private readonly batches: Batches
 
   constructor(private readonly deps: PushFlowDeps) {
-    this.batches = new Batches({ timers: deps.timers, send: (g, w, owner, entries) => this.safely(() => this.sendBatch(g, w, owner, entries)) })
+    this.batches = new Batches({
+      timers: deps.timers, send: (g, w, owner, entries) => this.safely(() => this.sendBatch(g, w, owner, entries)),
+      opened: (owner) => deps.windows.batchOpened(owner.id),
+    })
   }
 
   // ---- admission ----
@@ -96,13 +99,13 @@ export class PushFlow {
     const windows = this.deps.windows
     const win = windows.of(owner.id)
     while (w.ready.length > 0 && active(w) < limit) {
-      if (!windows.hasRoom(win)) return windows.wait(win, owner.id, g, w)
+      if (!windows.hasRoom(win, this.batches.isOpen(w, owner))) return windows.wait(win, owner.id, g, w)
       this.start(g, w, w.ready[0]!)
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key' ? w.keys : undefined
     while ((ordering === 'partition' ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
-      if (!windows.hasRoom(win)) return windows.wait(win, owner.id, g, w)
+      if (!windows.hasRoom(win, this.batches.isOpen(w, owner))) return windows.wait(win, owner.id, g, w)
       const next = w.buffer[0]
       if (!next) return this.deps.reader.read(g, w)
       // Keys that hold many messages back: read no further until some complete (memory stays bounded).
@@ -201,7 +204,7 @@ export class PushFlow {
     })
     for (const c of g.consumers) {
       const n = total.get(c.id)
-      if (n) this.deps.windows.limit(c.id, c, (here.get(c.id) ?? 0) / n)
+      if (n) this.deps.windows.limit(c.id, c, (here.get(c.id) ?? 0) / n, g.row.batchMaxMessages !== null)
     }
   }
 
@@ -249,7 +252,7 @@ export class PushFlow {
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
     const win = this.deps.windows.of(owner.id)
-    if (!this.deps.windows.hasRoom(win)) {
+    if (!this.deps.windows.hasRoom(win, this.batches.isOpen(w, owner))) {
       setState(w, o, 'ready')
       return this.deps.windows.wait(win, owner.id, g, w)
     }
@@ -370,13 +373,26 @@ export class PushFlow {
    * Each one keeps its slot in the consumer's window until the answer, like a single push.
    */
   private sendBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): void {
+    let sent = false
+    try {
+      sent = this.sendLive(g, w, owner, entries)
+    } finally {
+      if (!sent) this.deps.windows.batchAnswered(owner.id) // the request it counted for never went
+    }
+  }
+
+  /** sendBatch's work: true once the request is on its way (its answer ends it). */
+  private sendLive(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): boolean {
     const live: BatchEntry[] = []
     for (const e of entries) {
       if (!w.dropped && w.outstanding.get(e.o.msg.offset) === e.o && e.o.current === e.id) live.push(e)
       else this.giveUp(e, owner) // settled (acked, seeked) or dropped while the batch gathered
     }
-    if (live.length === 0) return
-    if (this.deps.stopped() || w.dropped) return live.forEach((e) => this.giveUp(e, owner))
+    if (live.length === 0) return false
+    if (this.deps.stopped() || w.dropped) {
+      live.forEach((e) => this.giveUp(e, owner))
+      return false
+    }
     live.sort((a, b) => a.o.msg.offset - b.o.msg.offset)
     const nowMs = this.deps.now()
     let request: ReturnType<typeof buildBatchPush>
@@ -391,6 +407,7 @@ export class PushFlow {
       url: owner.url, body: request.body, headers: request.headers, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs,
       maxResponseBytes: BATCH_ANSWER_BYTES,
     }, (r) => this.safely(() => this.settleBatch(g, w, owner, live, r)))
+    return true
   }
 
   /**
@@ -399,6 +416,7 @@ export class PushFlow {
    * for the batch (its first message), not one per message, and grows by each message delivered.
    */
   private settleBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[], r: PushResult): void {
+    this.deps.windows.batchAnswered(owner.id)
     const failed = r.kind === 'delivered' ? failedIds(r.body) : undefined
     entries.forEach((e, i) => {
       const result: PushResult = failed?.has(e.id)

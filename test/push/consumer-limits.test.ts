@@ -130,3 +130,20 @@ t.test('a rate below one a second spaces the pushes', async (t) => {
   const [first, second] = await startTimes('slow-g', 2) as [number, number]
   t.ok(second - first >= 1998, `one push every 2 s (started ${second - first} ms apart)`)
 })
+
+t.test('under batch push maxConcurrency caps batch requests in flight, not messages', async (t) => {
+  t.equal((await call('PUT', '/v1/topics/capb', { partitions: 4 })).status, 201)
+  t.equal((await call('PUT', '/v1/groups/capb-g', { topic: 'capb', ackMode: 'auto', maxInFlight: 50, batch: { maxMessages: 20 } })).status, 201)
+  const open: number[] = []
+  const receiver = await startReceiver(t, (req: Received) => {
+    open.push(receiver.requests.filter((r) => !r.closed && r !== req).length + 1)
+    return { status: 200, delayMs: 30 }
+  })
+  t.equal((await call('POST', '/v1/groups/capb-g/consumers', { url: receiver.url, maxConcurrency: 1 })).status, 201)
+  t.equal((await produce('capb', Array.from({ length: 200 }, (_, k) => ({ value: k })))).status, 201)
+  await allCompleted('capb-g', 60_000)
+  const sizes = receiver.requests.map((r) => (r.json as { deliveries: unknown[] }).deliveries.length)
+  t.equal(sizes.reduce((a, b) => a + b, 0), 200, 'every message once')
+  t.equal(Math.max(...open), 1, 'one batch request at a time')
+  t.ok(Math.max(...sizes) > 1, `and batches of more than one message (up to ${Math.max(...sizes)})`)
+})
