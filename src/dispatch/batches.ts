@@ -7,7 +7,7 @@
  * Only the gathering lives here; what a batch is made of (attempts, each with its delivery id,
  * attempt row and ack deadline) and what its answer does to each belong to the push flow. A
  * batch holds one partition's attempts for one consumer: a partition whose consumer changes
- * sends what it gathered first.
+ * sends what it gathered first (compared by id: a reload of the group makes new consumer objects).
  */
 import type { ConsumerRow } from '../store/groups.ts'
 import type { GroupRuntime, Outstanding, PartitionState } from './partition-state.ts'
@@ -47,7 +47,7 @@ export class Batches {
   /** Adds an attempt ready to go to its partition's batch, sending the batch when it is complete. */
   add(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entry: BatchEntry): void {
     let b = this.gathering.get(w)
-    if (b && b.owner !== owner) b = this.send(w)
+    if (b && b.owner.id !== owner.id) b = this.send(w)
     const maxBytes = g.row.batchMaxBytes
     // Bytes matter only against a limit (a comma between envelopes).
     const size = maxBytes === null ? 0 : Buffer.byteLength(entry.envelope) + 1
@@ -67,7 +67,7 @@ export class Batches {
 
   /** Whether the partition has a batch gathering for `owner`: one more attempt joins it, no new request. */
   isOpen(w: PartitionState, owner: ConsumerRow): boolean {
-    return this.gathering.get(w)?.owner === owner
+    return this.gathering.get(w)?.owner.id === owner.id
   }
 
   /** Sends the batch `b` if it is still the one gathering (its timer may outlive it). */
