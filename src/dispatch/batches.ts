@@ -46,12 +46,14 @@ export class Batches {
 
   /** Adds an attempt ready to go to its partition's batch, sending the batch when it is complete. */
   add(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entry: BatchEntry): void {
-    let b = this.gathering.get(w)
-    if (b && b.owner.id !== owner.id) b = this.send(w)
     const maxBytes = g.row.batchMaxBytes
     // Bytes matter only against a limit (a comma between envelopes).
     const size = maxBytes === null ? 0 : Buffer.byteLength(entry.envelope) + 1
-    if (b && maxBytes !== null && b.bytes + size > maxBytes) b = this.send(w)
+    let b = this.gathering.get(w)
+    if (b && (b.owner.id !== owner.id || (maxBytes !== null && b.bytes + size > maxBytes))) {
+      this.send(w)
+      b = undefined
+    }
     if (!b) {
       b = { g, owner, entries: [], bytes: FRAME_BYTES, timer: undefined }
       this.gathering.set(w, b)
@@ -75,12 +77,11 @@ export class Batches {
     if (this.gathering.get(w) === b) this.send(w)
   }
 
-  private send(w: PartitionState): undefined {
+  private send(w: PartitionState): void {
     const b = this.gathering.get(w)
-    if (!b) return undefined
+    if (!b) return
     this.gathering.delete(w)
     if (b.timer !== undefined) this.deps.timers.clearTimeout(b.timer)
     this.deps.send(b.g, w, b.owner, b.entries)
-    return undefined
   }
 }

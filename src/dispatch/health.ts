@@ -8,6 +8,9 @@
  * A success is a push answered 2xx. A failure is a push answered otherwise (non-2xx, no answer in
  * time, a network error) or, in explicit mode, an ack deadline that passed. A nack is the
  * consumer's own answer about a message it received, so it is not counted either way.
+ *
+ * On the push path a success costs a map lookup and two number writes: times stay epoch ms until
+ * they are written, and a consumer's counts of the current bucket are found by its id alone.
  */
 import { HEALTH_BUCKET_MS, recordHealth, type HealthCounts } from '../store/consumer-health.ts'
 import type { Database } from '../store/db.ts'
@@ -25,9 +28,22 @@ export interface HealthRecorderDeps {
   write?: (db: Database, rows: HealthCounts[]) => Promise<void>
 }
 
+/** One consumer's counts in one bucket, times as epoch ms (0: none). */
+interface Counts {
+  consumerId: string
+  bucketMs: number
+  successes: number
+  failures: number
+  lastSuccessMs: number
+  lastFailureMs: number
+  lastError: string | null
+}
+
 export class HealthRecorder {
-  /** Counts since the last write, by consumer and bucket. */
-  private pending = new Map<string, HealthCounts>()
+  /** Each consumer's counts of its latest bucket since the last write. */
+  private current = new Map<string, Counts>()
+  /** Counts of buckets that ended before the next write. */
+  private ended: Counts[] = []
   private timer = false
   private writing: Promise<void> | undefined
   private closed = false
@@ -36,25 +52,28 @@ export class HealthRecorder {
 
   /** A push to the consumer succeeded. */
   success(consumerId: string): void {
-    const c = this.counts(consumerId)
+    const nowMs = this.deps.now()
+    const c = this.counts(consumerId, nowMs)
     c.successes++
-    c.lastSuccessAt = new Date(this.deps.now())
+    c.lastSuccessMs = nowMs
   }
 
   /** A push to the consumer failed (or its ack deadline passed), with the error the attempt log records. */
   failure(consumerId: string, error: string): void {
-    const c = this.counts(consumerId)
+    const nowMs = this.deps.now()
+    const c = this.counts(consumerId, nowMs)
     c.failures++
-    c.lastFailureAt = new Date(this.deps.now())
+    c.lastFailureMs = nowMs
     c.lastError = error.slice(0, 1000)
   }
 
   /** Writes what is pending (at shutdown, and in tests). */
   async flush(): Promise<void> {
     while (this.writing) await this.writing
-    if (this.pending.size === 0) return
-    const rows = [...this.pending.values()]
-    this.pending = new Map()
+    if (this.current.size === 0 && this.ended.length === 0) return
+    const rows = [...this.ended, ...this.current.values()].map(row)
+    this.current = new Map()
+    this.ended = []
     this.writing = (this.deps.write ?? recordHealth)(this.deps.db, rows)
       .catch((err: unknown) => this.deps.log.warn({ err }, 'writing consumer health failed; those counts are lost'))
       .finally(() => { this.writing = undefined })
@@ -66,13 +85,13 @@ export class HealthRecorder {
     await this.flush()
   }
 
-  private counts(consumerId: string): HealthCounts {
-    const bucketMs = Math.floor(this.deps.now() / HEALTH_BUCKET_MS) * HEALTH_BUCKET_MS
-    const key = `${consumerId}\u0000${bucketMs}`
-    let c = this.pending.get(key)
-    if (!c) {
-      c = { consumerId, bucketMs, successes: 0, failures: 0, lastSuccessAt: null, lastFailureAt: null, lastError: null }
-      this.pending.set(key, c)
+  private counts(consumerId: string, nowMs: number): Counts {
+    const bucketMs = nowMs - (nowMs % HEALTH_BUCKET_MS)
+    let c = this.current.get(consumerId)
+    if (!c || c.bucketMs !== bucketMs) {
+      if (c) this.ended.push(c)
+      c = { consumerId, bucketMs, successes: 0, failures: 0, lastSuccessMs: 0, lastFailureMs: 0, lastError: null }
+      this.current.set(consumerId, c)
     }
     if (!this.timer && !this.closed) {
       this.timer = true
@@ -82,5 +101,14 @@ export class HealthRecorder {
       }, FLUSH_MS)
     }
     return c
+  }
+}
+
+function row(c: Counts): HealthCounts {
+  return {
+    consumerId: c.consumerId, bucketMs: c.bucketMs, successes: c.successes, failures: c.failures,
+    lastSuccessAt: c.lastSuccessMs ? new Date(c.lastSuccessMs) : null,
+    lastFailureAt: c.lastFailureMs ? new Date(c.lastFailureMs) : null,
+    lastError: c.lastError,
   }
 }

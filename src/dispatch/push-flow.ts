@@ -417,13 +417,13 @@ export class PushFlow {
    */
   private settleBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[], r: PushResult): void {
     this.deps.windows.batchAnswered(owner.id)
-    const failed = r.kind === 'delivered' ? failedIds(r.body) : undefined
-    entries.forEach((e, i) => {
-      const result: PushResult = failed?.has(e.id)
-        ? { kind: 'rejected', status: (r as { status: number }).status, durationMs: r.durationMs, body: 'listed in "failed" by the batch answer' }
-        : r
-      this.settle(g, w, e.o, e.id, owner, result, i > 0 && r.kind !== 'delivered' ? 'neutral' : undefined)
-    })
+    if (r.kind !== 'delivered') {
+      entries.forEach((e, i) => this.settle(g, w, e.o, e.id, owner, r, i > 0 ? 'neutral' : undefined))
+      return
+    }
+    const failed = failedIds(r.body)
+    const named: PushResult = { kind: 'rejected', status: r.status, durationMs: r.durationMs, body: 'listed in "failed" by the batch answer' }
+    for (const e of entries) this.settle(g, w, e.o, e.id, owner, failed.has(e.id) ? named : r)
   }
 
   /** An attempt that went into a batch and will not be sent: its slot goes back, its ack deadline (if current) retries it. */

@@ -20,6 +20,16 @@ async function startTimes(group: string, n: number): Promise<number[]> {
   return waitUntil(async () => { const times = await read(); return times.length >= n ? times : undefined }, 10_000, `${n} attempt rows of ${group}`)
 }
 
+/** A receiver answering 200 after 30 ms that records, for each request, how many it held open as it arrived (itself included). */
+async function concurrencyReceiver(t: { teardown(fn: () => unknown): void }) {
+  const open: number[] = []
+  const receiver = await startReceiver(t, (req: Received) => {
+    open.push(receiver.requests.filter((r) => !r.closed && r !== req).length + 1)
+    return { status: 200, delayMs: 30 }
+  })
+  return { receiver, open }
+}
+
 async function group(name: string, partitions: number) {
   t.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
   t.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ackMode: 'auto', maxInFlight: 50 })).status, 201)
@@ -74,12 +84,7 @@ t.test('limits are validated, reported, changed in place and removed with null',
 
 t.test('maxConcurrency caps the pushes in flight to a consumer across its partitions', async (t) => {
   await group('cap', 8)
-  /** For each request, how many the receiver held open as it arrived (itself included). */
-  const open: number[] = []
-  const receiver = await startReceiver(t, (req: Received) => {
-    open.push(receiver.requests.filter((r) => !r.closed && r !== req).length + 1)
-    return { status: 200, delayMs: 30 }
-  })
+  const { receiver, open } = await concurrencyReceiver(t)
   t.equal((await call('POST', '/v1/groups/cap-g/consumers', { url: receiver.url, maxConcurrency: 2 })).status, 201)
   t.equal((await produce('cap', Array.from({ length: 120 }, (_, k) => ({ value: k })))).status, 201)
   await allCompleted('cap-g', 60_000)
@@ -134,11 +139,7 @@ t.test('a rate below one a second spaces the pushes', async (t) => {
 t.test('under batch push maxConcurrency caps batch requests in flight, not messages', async (t) => {
   t.equal((await call('PUT', '/v1/topics/capb', { partitions: 4 })).status, 201)
   t.equal((await call('PUT', '/v1/groups/capb-g', { topic: 'capb', ackMode: 'auto', maxInFlight: 50, batch: { maxMessages: 20 } })).status, 201)
-  const open: number[] = []
-  const receiver = await startReceiver(t, (req: Received) => {
-    open.push(receiver.requests.filter((r) => !r.closed && r !== req).length + 1)
-    return { status: 200, delayMs: 30 }
-  })
+  const { receiver, open } = await concurrencyReceiver(t)
   t.equal((await call('POST', '/v1/groups/capb-g/consumers', { url: receiver.url, maxConcurrency: 1 })).status, 201)
   t.equal((await produce('capb', Array.from({ length: 200 }, (_, k) => ({ value: k })))).status, 201)
   await allCompleted('capb-g', 60_000)
