@@ -40,6 +40,8 @@ export class AttemptLog {
   /** Rows to insert at the next flush. */
   private ready = new Map<string, AttemptStart>()
   private updates = new Map<string, AttemptUpdate>()
+  /** The rows the flush under way is inserting (each leaves it once written). */
+  private inserting: Map<string, AttemptStart> | undefined
   private timer: NodeJS.Timeout | undefined
   private timerAtMs = Infinity
   private flushing: Promise<void> | undefined
@@ -81,9 +83,13 @@ export class AttemptLog {
     throw new Error('the attempt could not be recorded')
   }
 
-  /** An attempt's row not written yet (started, or ready for the next flush), if it is one. */
+  /**
+   * An attempt's row not written yet (started, ready for the next flush, or in the flush under way
+   * and not yet committed), if it is one. While a flush runs its rows are in neither place a reader
+   * could find them otherwise: not here, and not yet visible in the table.
+   */
   pending(id: string): AttemptStart | undefined {
-    return this.held.get(id) ?? this.ready.get(id)
+    return this.held.get(id) ?? this.ready.get(id) ?? this.inserting?.get(id)
   }
 
   /** Records a change to an attempt; later changes to one id merge over earlier ones. */
@@ -120,6 +126,7 @@ export class AttemptLog {
     const updates = this.updates
     this.ready = new Map()
     this.updates = new Map()
+    this.inserting = inserts
     this.flushing = (async () => {
       try {
         // What is written leaves the batch as it goes: after a failure part-way, only the rest is
@@ -144,6 +151,7 @@ export class AttemptLog {
         this.failures++
         this.opts.onError(err, dropped)
       } finally {
+        this.inserting = undefined
         this.flushing = undefined
       }
     })()
