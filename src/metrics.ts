@@ -19,8 +19,13 @@ export interface PartitionStat {
 
 /** What the dispatcher reports: each push, each redelivery, each dead letter. */
 export interface DispatchMetrics {
-  /** A push ended; `seconds` is its HTTP duration. */
-  pushed(group: string, outcome: PushOutcome, seconds: number): void
+  /**
+   * A push call ended, `seconds` its HTTP duration, ending `messages` attempts (a batch's size;
+   * default 1) with `outcome`.
+   */
+  pushed(group: string, outcome: PushOutcome, seconds: number, messages?: number): void
+  /** Attempts a batch's 2xx answer listed in `failed` (its call is counted by pushed). */
+  failedInBatch(group: string, messages: number): void
   /** A message is pushed again (attempt 2 or later). */
   redelivered(group: string): void
   /** A message was dead-lettered (to its dead-letter topic, or recorded as dead). */
@@ -58,7 +63,7 @@ export class Metrics implements DispatchMetrics {
     name: 'hookq_pushes_total', help: 'Push attempts by how they ended',
     labelNames: ['group', 'outcome'] as const, registers: [this.registry],
   })
-  private readonly pushSeries = new Map<string, { count: { inc(): void }; seconds: { observe(v: number): void } }>()
+  private readonly pushSeries = new Map<string, { count: { inc(n?: number): void }; seconds: { observe(v: number): void } }>()
   private readonly pushSeconds = new Histogram({
     name: 'hookq_push_duration_seconds', help: 'Duration of push HTTP calls',
     labelNames: ['group'] as const, buckets: PUSH_BUCKETS_S, registers: [this.registry],
@@ -154,7 +159,17 @@ export class Metrics implements DispatchMetrics {
     this.acksTotal.inc({ group, status })
   }
 
-  pushed(group: string, outcome: PushOutcome, seconds: number): void {
+  pushed(group: string, outcome: PushOutcome, seconds: number, messages = 1): void {
+    const series = this.pushSeriesOf(group, outcome)
+    if (messages > 0) series.count.inc(messages)
+    series.seconds.observe(seconds)
+  }
+
+  failedInBatch(group: string, messages: number): void {
+    if (messages > 0) this.pushSeriesOf(group, 'rejected').count.inc(messages)
+  }
+
+  private pushSeriesOf(group: string, outcome: PushOutcome): { count: { inc(n?: number): void }; seconds: { observe(v: number): void } } {
     // The labelled children are kept: prom-client would otherwise hash the label values on every
     // push (2% of the broker's CPU in bench:e2e). These series are never removed, so none goes stale.
     const key = `${group}\u0000${outcome}`
@@ -163,8 +178,7 @@ export class Metrics implements DispatchMetrics {
       series = { count: this.pushesTotal.labels({ group, outcome }), seconds: this.pushSeconds.labels({ group }) }
       this.pushSeries.set(key, series)
     }
-    series.count.inc()
-    series.seconds.observe(seconds)
+    return series
   }
 
   redelivered(group: string): void {

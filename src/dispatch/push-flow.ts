@@ -417,13 +417,22 @@ export class PushFlow {
    */
   private settleBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[], r: PushResult): void {
     this.deps.windows.batchAnswered(owner.id)
-    if (r.kind !== 'delivered') {
-      entries.forEach((e, i) => this.settle(g, w, e.o, e.id, owner, r, i > 0 ? 'neutral' : undefined))
-      return
+    try {
+      if (r.kind !== 'delivered') {
+        this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000, entries.length)
+        entries.forEach((e, i) => this.settleOne(g, w, e.o, e.id, owner, r, i > 0 ? 'neutral' : undefined))
+        return
+      }
+      const failed = failedIds(r.body)
+      const listed = entries.filter((e) => failed.has(e.id)).length
+      this.deps.metrics?.pushed(g.row.name, 'delivered', r.durationMs / 1000, entries.length - listed)
+      this.deps.metrics?.failedInBatch(g.row.name, listed)
+      const named: PushResult = { kind: 'rejected', status: r.status, durationMs: r.durationMs, body: 'listed in "failed" by the batch answer' }
+      for (const e of entries) this.settleOne(g, w, e.o, e.id, owner, failed.has(e.id) ? named : r)
+    } finally {
+      // Once for the batch: the slots it freed are filled together, into the next batch.
+      this.deps.windows.wake(owner.id)
     }
-    const failed = failedIds(r.body)
-    const named: PushResult = { kind: 'rejected', status: r.status, durationMs: r.durationMs, body: 'listed in "failed" by the batch answer' }
-    for (const e of entries) this.settle(g, w, e.o, e.id, owner, failed.has(e.id) ? named : r)
   }
 
   /** An attempt that went into a batch and will not be sent: its slot goes back, its ack deadline (if current) retries it. */
@@ -440,17 +449,22 @@ export class PushFlow {
     }
   }
 
-  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult, signal?: PushSignal): void {
+  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
     this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
-    if (r.kind === 'delivered') this.deps.health?.success(owner.id)
-    else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
-    this.deps.windows.find(owner.id)?.window.release(signal ?? pushSignal(r))
     try {
-      this.settleAttempt(g, w, o, id, owner, r)
+      this.settleOne(g, w, o, id, owner, r)
     } finally {
       // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
       this.deps.windows.wake(owner.id)
     }
+  }
+
+  /** One attempt's answer: health, the window's slot, the attempt (the caller counts the call and wakes the consumer). */
+  private settleOne(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult, signal?: PushSignal): void {
+    if (r.kind === 'delivered') this.deps.health?.success(owner.id)
+    else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
+    this.deps.windows.find(owner.id)?.window.release(signal ?? pushSignal(r))
+    this.settleAttempt(g, w, o, id, owner, r)
   }
 
   private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {

@@ -100,6 +100,11 @@ t.test('a 2xx listing failed ids fails those only; a non-2xx fails the whole bat
     WHERE g.name = 'b2-g' AND d."offset" = 5 ORDER BY d.attempt`)
   t.match(odd.at(-2), { outcome: 'failed', error: /listed in "failed" by the batch answer/ })
   t.match(odd.at(-1), { outcome: 'acked' })
+  // Attempts are counted per message, by how each ended; the duration once per POST.
+  const metrics = (await broker.app.inject({ method: 'GET', url: '/metrics' })).body
+  t.match(metrics, new RegExp(`hookq_pushes_total\\{group="b2-g",outcome="delivered"\\} 6\\n`))
+  t.match(metrics, new RegExp(`hookq_pushes_total\\{group="b2-g",outcome="rejected"\\} ${firstBatch!.length + 6}\\n`))
+  t.match(metrics, new RegExp(`hookq_push_duration_seconds_count\\{group="b2-g"\\} ${receiver.requests.length}\\n`))
 })
 
 t.test('explicit mode: a delivered batch waits for each message\'s own ack', async (t) => {
