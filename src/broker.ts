@@ -12,6 +12,7 @@ import { AttemptLog } from './dispatch/attempt-log.ts'
 import { Dispatcher } from './dispatch/dispatcher.ts'
 import { Cluster } from './cluster/cluster.ts'
 import { createPushAgent } from './dispatch/pusher.ts'
+import { OutboxMover } from './service/outbox.ts'
 import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
@@ -31,6 +32,8 @@ export interface Broker {
   services: Services
   db: Database
   retention: RetentionSweeper
+  /** Moves what hookq_produce() committed into the log (src/service/outbox.ts). */
+  outbox: OutboxMover
   /** The database URL in use (the embedded server's when DATABASE_URL is unset). */
   databaseUrl: string
   /** This process among the broker processes of its database (see src/cluster/ownership.ts). */
@@ -156,16 +159,23 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     })
 
     services.produce.onAppend((topicId, partition, endOffset, messages) => cluster.appended(topicId, partition, endOffset, messages))
+    const outbox = new OutboxMover({
+      db, produce: services.produce, pollMs: config.outboxPollMs, batchRows: config.commitMaxMessages,
+      onMoved: (topic, n) => metrics.produced(topic, n),
+      log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
+    })
     await cluster.start(config.advertiseUrl ?? null)
     retention.start()
+    outbox.start()
     let closing: Promise<void> | undefined
     return {
-      app, services, db, databaseUrl, retention, cluster,
+      app, services, db, databaseUrl, retention, outbox, cluster,
       advertise: (url) => cluster.advertise(config.advertiseUrl ?? url),
       close() {
         closing ??= (async () => {
           await app.close()
           await retention.stop()
+          await outbox.stop()
           await committer.drain()
           await cluster.stop()
           // Pushes still in flight are abandoned: their messages are pushed again after a restart.

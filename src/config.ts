@@ -51,6 +51,8 @@ export interface Config {
    * ms (HOOKQ_CLUSTER_POLL_MS; HOOKQ_LEADER_POLL_MS, its name before every process pushed, still works).
    */
   clusterPollMs: number
+  /** How often each process looks for messages hookq_produce() committed, ms (HOOKQ_OUTBOX_POLL_MS). */
+  outboxPollMs: number
   /** A request's headers and body must arrive within this, ms, or the connection gets 408 and is closed. */
   requestTimeoutMs: number
   /** A request's headers must arrive within this, ms (a new connection that sends nothing is closed after it too). */
@@ -169,6 +171,7 @@ export function loadConfig(env: Env = process.env): Config {
     logRequests: bool(env, 'HOOKQ_LOG_REQUESTS', false),
     advertiseUrl: advertiseUrl(env),
     clusterPollMs: int(env, env.HOOKQ_CLUSTER_POLL_MS === undefined && env.HOOKQ_LEADER_POLL_MS !== undefined ? 'HOOKQ_LEADER_POLL_MS' : 'HOOKQ_CLUSTER_POLL_MS', 1000, 50, 60_000),
+    outboxPollMs: int(env, 'HOOKQ_OUTBOX_POLL_MS', 50, 5, 60_000),
     processes: processes(env),
     requestTimeoutMs,
     headersTimeoutMs,

@@ -67,19 +67,12 @@ export class ProduceService {
         throw new HookqError('message_too_large',
           `message ${i} is ${size} bytes; the limit is ${this.maxMessageBytes} bytes`, { extra: { index: i } })
       }
-      let partition: number
-      if (m.partition !== undefined) {
-        if (m.partition >= topic.partitions) {
-          throw new HookqError('invalid_request',
-            `message ${i}: partition ${m.partition} does not exist; topic ${topic.name} has ${topic.partitions} (0 to ${topic.partitions - 1})`,
-            { extra: { index: i } })
-        }
-        partition = m.partition
-      } else if (key !== null) {
-        partition = partitionForKey(key, topic.partitions)
-      } else {
-        partition = this.spread.pick(topic.id, topic.partitions)
+      if (m.partition !== undefined && m.partition >= topic.partitions) {
+        throw new HookqError('invalid_request',
+          `message ${i}: partition ${m.partition} does not exist; topic ${topic.name} has ${topic.partitions} (0 to ${topic.partitions - 1})`,
+          { extra: { index: i } })
       }
+      const partition = m.partition ?? this.partitionFor(topic.id, topic.partitions, key)
       bytes += size
       entries[i] = {
         topicId: topic.id, partition, key, value, headers,
@@ -109,7 +102,13 @@ export class ProduceService {
     return results
   }
 
-  private notify(topicId: number, entries: AppendEntry[], coordinates: Coordinates[]): void {
+  /** Where a message without an explicit partition goes: its key's partition, else the next in turn. */
+  partitionFor(topicId: number, partitions: number, key: string | null): number {
+    return key !== null ? partitionForKey(key, partitions) : this.spread.pick(topicId, partitions)
+  }
+
+  /** Tells the append listeners of committed entries (duplicates skipped); also for the outbox's moves. */
+  notify(topicId: number, entries: AppendEntry[], coordinates: Coordinates[]): void {
     if (this.listeners.size === 0) return
     const appended = new Map<number, DispatchMessage[]>()
     for (const [i, c] of coordinates.entries()) {

@@ -174,41 +174,8 @@ export class MessageStore {
     }))
   }
 
-  private async appendOnce(entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
-    const result: (Coordinates | null)[] = new Array(entries.length).fill(null)
-    // Idempotency keys are looked up before the append, without locks. A concurrent writer that
-    // stores the same key in between makes the append fail on the unique index; the retry then
-    // finds the key here.
-    const hasKeys = entries.some((e) => e.idempotencyKey !== null)
-    const known = hasKeys ? await this.findKnownKeys(entries) : new Map<string, Omit<Coordinates, 'duplicate'>>()
-    const duplicateOf = new Map<number, number>() // a repeat within this batch → the first
-    const firstWithKey = new Map<string, number>()
-    const fresh: AppendEntry[] = []
-    const freshIndex: number[] = []
-    for (let i = 0; i < entries.length; i++) {
-      const e = entries[i]!
-      if (e.idempotencyKey !== null) {
-        const k = idKey(e.topicId, e.idempotencyKey)
-        const stored = known.get(k)
-        if (stored) { result[i] = { ...stored, duplicate: true }; continue }
-        const first = firstWithKey.get(k)
-        if (first !== undefined) { duplicateOf.set(i, first); continue }
-        firstWithKey.set(k, i)
-      }
-      fresh.push(e)
-      freshIndex.push(i)
-    }
-    if (fresh.length > 0) {
-      // Rows come back only for partitions that still exist; a deleted topic's entries stay null.
-      for (const row of await this.appendChecked(fresh)) {
-        result[freshIndex[row.ord - 1]!] = { partition: row.partition, offset: row.offset, duplicate: false, producedAtMs: row.at_ms }
-      }
-    }
-    for (const [i, first] of duplicateOf) {
-      const original = result[first]
-      result[i] = original ? { ...original, duplicate: true } : null
-    }
-    return result
+  private appendOnce(entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
+    return appendDeduplicated(entries, (keyed) => findKnownKeys(this.db.pool, keyed), (fresh) => this.appendChecked(fresh))
   }
 
   /**
@@ -231,27 +198,74 @@ export class MessageStore {
       client.release(broken)
     }
   }
+}
 
-  /** Idempotency keys of this batch already stored within retention, with their coordinates. */
-  private async findKnownKeys(entries: AppendEntry[]): Promise<Map<string, Omit<Coordinates, 'duplicate'>>> {
-    const known = new Map<string, Omit<Coordinates, 'duplicate'>>()
-    const topicIds: number[] = []
-    const keys: string[] = []
-    for (const e of entries) {
-      if (e.idempotencyKey !== null) { topicIds.push(e.topicId); keys.push(e.idempotencyKey) }
+/**
+ * Appends entries, settling idempotency keys first: an entry whose key is stored (within
+ * retention) gets the stored coordinates as a duplicate, a repeat within `entries` those of its
+ * first, and only the rest are appended. `find` looks keys up and `append` runs the APPEND: on
+ * the pool for HTTP produce, on one transaction's client for the outbox (src/store/outbox.ts).
+ */
+export async function appendDeduplicated(
+  entries: AppendEntry[],
+  find: (keyed: AppendEntry[]) => Promise<Map<string, Omit<Coordinates, 'duplicate'>>>,
+  append: (fresh: AppendEntry[]) => Promise<AppendedRow[]>,
+): Promise<(Coordinates | null)[]> {
+  const result: (Coordinates | null)[] = new Array(entries.length).fill(null)
+  // Idempotency keys are looked up before the append, without locks. A concurrent writer that
+  // stores the same key in between makes the append fail on the unique index; the retry then
+  // finds the key here.
+  const keyed = entries.filter((e) => e.idempotencyKey !== null)
+  const known = keyed.length > 0 ? await find(keyed) : new Map<string, Omit<Coordinates, 'duplicate'>>()
+  const duplicateOf = new Map<number, number>() // a repeat within this batch → the first
+  const firstWithKey = new Map<string, number>()
+  const fresh: AppendEntry[] = []
+  const freshIndex: number[] = []
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i]!
+    if (e.idempotencyKey !== null) {
+      const k = idKey(e.topicId, e.idempotencyKey)
+      const stored = known.get(k)
+      if (stored) { result[i] = { ...stored, duplicate: true }; continue }
+      const first = firstWithKey.get(k)
+      if (first !== undefined) { duplicateOf.set(i, first); continue }
+      firstWithKey.set(k, i)
     }
-    if (keys.length === 0) return known
-    const found = await this.db.pool.query<{ topic_id: number; idempotency_key: string; partition: number; offset: number; expired: boolean }>(
-      FIND_IDEMPOTENCY_KEYS, [topicIds, keys])
-    const expired = found.rows.filter((r) => r.expired)
-    if (expired.length > 0) {
-      await this.db.pool.query(RELEASE_IDEMPOTENCY_KEYS, [expired.map((r) => r.topic_id), expired.map((r) => r.idempotency_key)])
-    }
-    for (const r of found.rows) {
-      if (!r.expired) known.set(idKey(r.topic_id, r.idempotency_key), { partition: r.partition, offset: r.offset })
-    }
-    return known
+    fresh.push(e)
+    freshIndex.push(i)
   }
+  if (fresh.length > 0) {
+    // Rows come back only for partitions that still exist; a deleted topic's entries stay null.
+    for (const row of await append(fresh)) {
+      result[freshIndex[row.ord - 1]!] = { partition: row.partition, offset: row.offset, duplicate: false, producedAtMs: row.at_ms }
+    }
+  }
+  for (const [i, first] of duplicateOf) {
+    const original = result[first]
+    result[i] = original ? { ...original, duplicate: true } : null
+  }
+  return result
+}
+
+/** Idempotency keys of these entries already stored within retention, with their coordinates; frees the expired ones. */
+export async function findKnownKeys(q: Queryable, entries: AppendEntry[]): Promise<Map<string, Omit<Coordinates, 'duplicate'>>> {
+  const known = new Map<string, Omit<Coordinates, 'duplicate'>>()
+  const topicIds: number[] = []
+  const keys: string[] = []
+  for (const e of entries) {
+    if (e.idempotencyKey !== null) { topicIds.push(e.topicId); keys.push(e.idempotencyKey) }
+  }
+  if (keys.length === 0) return known
+  const found = await q.query<{ topic_id: number; idempotency_key: string; partition: number; offset: number; expired: boolean }>(
+    FIND_IDEMPOTENCY_KEYS, [topicIds, keys])
+  const expired = found.rows.filter((r) => r.expired)
+  if (expired.length > 0) {
+    await q.query(RELEASE_IDEMPOTENCY_KEYS, [expired.map((r) => r.topic_id), expired.map((r) => r.idempotency_key)])
+  }
+  for (const r of found.rows) {
+    if (!r.expired) known.set(idKey(r.topic_id, r.idempotency_key), { partition: r.partition, offset: r.offset })
+  }
+  return known
 }
 
 // Deletes one bounded slice of the expired messages of a topic, so a large backlog is removed in

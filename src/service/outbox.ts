@@ -1,0 +1,133 @@
+/**
+ * Transactional produce: moving what hookq_produce() wrote into the log.
+ *
+ * Design. An application calls hookq_produce() inside its own transaction on the broker's
+ * database; the message must exist if and only if that transaction commits, get a dense offset
+ * like any other, and never make another producer wait, whatever the caller does before its
+ * COMMIT. Offsets are handed out under the partition row's lock, held until commit (that is what
+ * keeps a partition's commits in offset order: see APPEND in src/store/messages.ts). Taking that
+ * lock in the caller's transaction would hold every producer of the partition behind the slowest
+ * caller. So the function takes no such lock: it checks its arguments and INSERTs a row into
+ * produce_outbox, which nobody else waits on. The offset comes later:
+ *
+ * - Every broker process polls the outbox (HOOKQ_OUTBOX_POLL_MS, default 50 ms: one index probe of
+ *   an empty table, so a message is pushed within ~100 ms of its commit). Not LISTEN/NOTIFY: a
+ *   NOTIFY in the caller's transaction takes a lock on the whole notification queue at commit,
+ *   serialising every committer of the database behind it.
+ * - A process that sees rows moves them in a short transaction of its own: DELETE ... RETURNING
+ *   the oldest rows, idempotency keys settled against the log, APPEND, COMMIT (store/outbox.ts).
+ *   Deleting and appending commit together, so a row is moved once and only once: a process killed
+ *   midway leaves the transaction to roll back and the rows where they were, for the next mover.
+ * - One mover at a time (a transaction-scoped advisory lock, try-locked: the others skip that
+ *   round), oldest row first, so messages enter the log in the order their transactions made them
+ *   visible: two transactions of which one committed before the other called the function keep
+ *   that order in the log (and per key, in a partition).
+ * - Rows carry no partition: the mover chooses it as HTTP produce does (the key's murmur2, else
+ *   round robin), so a key's messages share a partition whichever way they came in, and
+ *   idempotency keys deduplicate across both ways.
+ * - Uncommitted rows are invisible to the mover, and rolled-back ones never become visible: a
+ *   rollback leaves nothing but a used id of the outbox's sequence.
+ */
+import type { AppendEntry, Coordinates } from '../store/messages.ts'
+import type { Database } from '../store/db.ts'
+import { moveOutbox, outboxWaiting, type Moved, type OutboxRow } from '../store/outbox.ts'
+import type { ProduceService } from './produce.ts'
+
+export interface OutboxMoverOptions {
+  db: Database
+  produce: ProduceService
+  /** How often an idle process looks for rows, ms. */
+  pollMs: number
+  /** Rows one transaction moves at most. */
+  batchRows: number
+  /** `n` messages were appended to topic `name`. */
+  onMoved?(name: string, n: number): void
+  log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
+}
+
+export class OutboxMover {
+  private timer: NodeJS.Timeout | undefined
+  private running: Promise<void> | undefined
+  private stopped = true
+  private failing = false
+
+  constructor(private readonly opts: OutboxMoverOptions) {}
+
+  start(): void {
+    if (!this.stopped) return
+    this.stopped = false
+    this.schedule(0)
+  }
+
+  /** Stops polling and waits for a move under way to commit or roll back. */
+  async stop(): Promise<void> {
+    this.stopped = true
+    clearTimeout(this.timer)
+    this.timer = undefined
+    await this.running
+  }
+
+  /** Looks for rows now (tests, and after a burst), unless a round is under way. */
+  async poke(): Promise<void> {
+    if (this.stopped) return
+    if (!this.running) {
+      clearTimeout(this.timer)
+      this.running = this.round().finally(() => { this.running = undefined; this.schedule(this.opts.pollMs) })
+    }
+    await this.running
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return
+    clearTimeout(this.timer)
+    this.timer = setTimeout(() => { void this.poke() }, ms)
+    this.timer.unref()
+  }
+
+  /** Moves batches until the outbox is empty, another process is moving, or a batch fails. */
+  private async round(): Promise<void> {
+    try {
+      if (!(await outboxWaiting(this.opts.db))) return
+      for (;;) {
+        const moved = await moveOutbox(this.opts.db, this.opts.batchRows, (row) => this.place(row))
+        if (!moved) return
+        this.announce(moved)
+        if (this.failing) this.opts.log.warn({}, 'moving the produce outbox works again')
+        this.failing = false
+        if (moved.rows.length < this.opts.batchRows || this.stopped) return
+      }
+    } catch (err) {
+      // The rows stay in the outbox (the move rolled back); the next poll tries again.
+      if (!this.failing) this.opts.log.error({ err }, 'moving the produce outbox failed; retrying at the next poll')
+      this.failing = true
+    }
+  }
+
+  private place(row: OutboxRow): AppendEntry | null {
+    if (!row.topic) return null
+    return {
+      topicId: row.topicId, partition: this.opts.produce.partitionFor(row.topicId, row.topic.partitions, row.key),
+      key: row.key, value: row.value, headers: row.headers, delayMs: row.delayMs, idempotencyKey: row.idempotencyKey,
+    }
+  }
+
+  /** Wakes the dispatchers (this process's directly, the others through the cluster), as HTTP produce does. */
+  private announce({ rows, entries, coordinates }: Moved): void {
+    const byTopic = new Map<number, { name: string; entries: AppendEntry[]; coordinates: Coordinates[] }>()
+    let dropped = 0
+    rows.forEach((row, i) => {
+      const e = entries[i]
+      const c = coordinates[i]
+      if (!e || !c || !row.topic) { dropped++; return }
+      let t = byTopic.get(row.topicId)
+      if (!t) byTopic.set(row.topicId, (t = { name: row.topic.name, entries: [], coordinates: [] }))
+      t.entries.push(e)
+      t.coordinates.push(c)
+    })
+    if (dropped > 0) this.opts.log.warn({ dropped }, 'dropped produce outbox rows whose topic was deleted')
+    for (const [topicId, t] of byTopic) {
+      this.opts.produce.notify(topicId, t.entries, t.coordinates)
+      this.opts.onMoved?.(t.name, t.coordinates.filter((c) => !c.duplicate).length)
+    }
+  }
+}
