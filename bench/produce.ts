@@ -14,10 +14,16 @@
  *   BENCH_BASELINE=0           skip the INSERT baseline
  *   BENCH_PG_WAITS=0           do not sample pg_stat_activity wait events during each scenario
  *   BENCH_CPU_PROF=1           run the broker with --cpu-prof into bench/out and print its top self time
+ *   BENCH_SQL_SCENARIOS=16x1,16x100  transactional produce: connections x messages per transaction
+ *                              (hookq_produce in the load's own transactions; empty: skip), each followed
+ *                              by the time the broker takes to move what is left in the outbox
+ *   BENCH_SQL_LATENCY_RATE=200  transactions/s (one message each) of the commit-to-push scenario (0: skip)
  *   BENCH_DATABASE_URL=...     server to create the bench database on (default postgres@127.0.0.1:5432)
  *   HOOKQ_*                    passed to the broker (e.g. HOOKQ_COMMIT_CONCURRENCY=4)
  */
 import { readdirSync } from 'node:fs'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { cpus } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -28,7 +34,8 @@ import { sampleWaits, type WaitSampler } from './lib/pgwaits.ts'
 import { cpuSince, cpuSnapshot } from './lib/proc.ts'
 import { createBenchDatabase, serverSettings } from './lib/db.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
-import type { Measured } from './lib/stats.ts'
+import { Latencies, type Measured } from './lib/stats.ts'
+import pg from 'pg'
 
 function envNumber(name: string, fallback: number): number {
   const raw = process.env[name]
@@ -51,6 +58,12 @@ const SCENARIOS = (process.env.BENCH_SCENARIOS || '1x1,16x1,64x1,1x100,16x100,64
   if (!m) throw new Error(`BENCH_SCENARIOS: "${s}" is not <connections>x<batch>`)
   return { connections: Number(m[1]), batch: Number(m[2]) }
 })
+const SQL_SCENARIOS = (process.env.BENCH_SQL_SCENARIOS ?? '16x1,16x100').split(',').filter((s) => s.trim() !== '').map((s) => {
+  const m = /^\s*(\d+)x(\d+)\s*$/.exec(s)
+  if (!m) throw new Error(`BENCH_SQL_SCENARIOS: "${s}" is not <connections>x<batch>`)
+  return { connections: Number(m[1]), batch: Number(m[2]) }
+})
+const SQL_LATENCY_RATE = process.env.BENCH_SQL_LATENCY_RATE === '0' ? 0 : envNumber('BENCH_SQL_LATENCY_RATE', 200)
 const TOPIC = 'bench'
 const GOALS = { singleMsgPerS: 15_000, vsBaseline: 1.2, singleP99Ms: 10, batchMsgPerS: 100_000 }
 
@@ -100,6 +113,72 @@ function goals(rows: Row[], baseline: Measured | undefined): string {
   const w1 = Math.max(...lines.map((l) => l[1].length))
   return ['goals:', ...lines.map(([what, got, goal, met]) =>
     `  ${what.padEnd(w0)}  ${got.padStart(w1)}   goal ${goal.padEnd(10)}  ${met === undefined ? '' : met ? 'met' : 'MISSED'}`)].join('\n')
+}
+
+
+// ---- transactional produce
+
+/** Seconds until the produce outbox is empty (the broker has moved every committed row), at most 120. */
+async function outboxDrained(databaseUrl: string): Promise<number> {
+  const c = new pg.Client({ connectionString: databaseUrl })
+  await c.connect()
+  try {
+    const t0 = performance.now()
+    while (performance.now() - t0 < 120_000) {
+      if ((await c.query('SELECT 1 FROM produce_outbox LIMIT 1')).rowCount === 0) return (performance.now() - t0) / 1000
+      await sleep(10)
+    }
+    return NaN
+  } finally {
+    await c.end()
+  }
+}
+
+/**
+ * From COMMIT returning to the push arriving: one-message transactions at `rate` a second for
+ * `seconds`, to a group in auto mode whose consumer is a node:http server in this process (one
+ * clock for both ends). Includes the broker's outbox poll (HOOKQ_OUTBOX_POLL_MS).
+ */
+async function commitToPush(brokerUrl: string, databaseUrl: string, rate: number, seconds: number): Promise<{ n: number; p50: number; p99: number; max: number }> {
+  const topic = 'bench-sql-latency'
+  const committedAt = new Map<number, number>()
+  const delays = new Latencies()
+  const server = http.createServer((req, res) => {
+    let body = ''
+    req.on('data', (d) => { body += d })
+    req.on('end', () => {
+      const id = (JSON.parse(body) as { value: { id: number } }).value.id
+      const at = committedAt.get(id)
+      if (at !== undefined) delays.add(performance.now() - at)
+      res.end('ok')
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const c = new pg.Client({ connectionString: databaseUrl })
+  await c.connect()
+  try {
+    const api = (method: string, path: string, body: unknown) => fetch(`${brokerUrl}${path}`, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+    await api('PUT', `/v1/topics/${topic}`, { partitions: PARTITIONS })
+    await api('PUT', `/v1/groups/${topic}`, { topic, ackMode: 'auto' })
+    await api('POST', `/v1/groups/${topic}/consumers`, { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/` })
+    const total = Math.round(rate * seconds)
+    const t0 = performance.now()
+    for (let id = 0; id < total; id++) {
+      const due = t0 + (id * 1000) / rate
+      const now = performance.now()
+      if (due > now) await sleep(due - now)
+      await c.query('BEGIN')
+      await c.query('SELECT hookq_produce($1, $2)', [topic, JSON.stringify({ id })])
+      await c.query('COMMIT')
+      committedAt.set(id, performance.now())
+    }
+    const deadline = performance.now() + 30_000
+    while (delays.count < total && performance.now() < deadline) await sleep(20)
+    return { n: delays.count, ...delays.summary() }
+  } finally {
+    await c.end()
+    await new Promise((resolve) => server.close(resolve))
+  }
 }
 
 // ---- the run
@@ -160,6 +239,22 @@ async function main(): Promise<void> {
       console.log(`  pg backends, average count by state (${waited.samples} samples): ` +
         waited.avg.filter(([, n]) => n >= 0.05).map(([what, n]) => `${what} ${n.toFixed(2)}`).join(', '))
     }
+  }
+
+  for (const { connections, batch } of SQL_SCENARIOS) {
+    const m = await runJsonWorker<Measured>('bench/sql-produce-worker.ts', {
+      databaseUrl: db.url, topic: TOPIC, connections, batch, warmupS: WARMUP_S, measureS: MEASURE_S, maxRows: MAX_REQUESTS, brokerPid: broker.pid,
+    }, workerTimeoutMs)
+    const drainS = await outboxDrained(db.url)
+    const label = `SQL ${connections} conn x ${batch} msg/tx`
+    rows.push({ label, connections, batch, m })
+    console.log(`${label}: ${int(perS(m).items)} msg/s committed, p99 ${fixed(m.latencyMs.p99, 2)} ms per transaction, errors ${m.errors}; ` +
+      `the outbox was empty ${fixed(drainS, 2)} s after the load stopped`)
+  }
+  if (SQL_LATENCY_RATE > 0) {
+    const lat = await commitToPush(broker.url, db.url, SQL_LATENCY_RATE, MEASURE_S)
+    console.log(`commit to push (hookq_produce, ${SQL_LATENCY_RATE} transactions/s for ${MEASURE_S} s, ${lat.n} messages): ` +
+      `p50 ${fixed(lat.p50, 1)} ms, p99 ${fixed(lat.p99, 1)} ms, max ${fixed(lat.max, 1)} ms`)
   }
 
   const all = baseline ? [{ label: 'INSERT baseline (pool 8, 64 loops)', connections: 64, batch: 1, m: baseline }, ...rows] : rows
