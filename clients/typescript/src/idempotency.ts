@@ -15,6 +15,22 @@ export interface IdempotencyStore {
   add (id: string): void | Promise<void>
 }
 
+/**
+ * A store that records ids in the same transaction as the handler's own writes (PgIdempotencyStore
+ * for PostgreSQL), so the effects in that database happen exactly once: either both the writes and
+ * the id commit, or neither does. The consumer recognises it by `runOnce` and passes `tx` to the
+ * handler (`ctx.tx`).
+ */
+export interface TransactionalIdempotencyStore<Tx> {
+  /**
+   * In one transaction: records those of `ids` not recorded yet, runs `work(tx, fresh)` with them
+   * (not at all when every id was recorded before), and commits. Resolves with the ids recorded now;
+   * the others were handled before. When `work` throws, rolls back and rejects with its error; any
+   * other rejection (a connection, BEGIN or COMMIT that failed) means nothing is known to be recorded.
+   */
+  runOnce (ids: readonly string[], work: (tx: Tx, fresh: readonly string[]) => Promise<void>): Promise<readonly string[]>
+}
+
 /** Limits of the in-memory store. */
 export interface MemoryIdempotencyStoreOptions {
   /** Most ids kept; the oldest is forgotten first beyond it. Default 10 000 (~1 MB). */
