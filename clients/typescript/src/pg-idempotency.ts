@@ -41,6 +41,13 @@ export interface PgClientLike {
   query (text: string, values?: unknown[]): Promise<PgResultLike>
   /** Back to the pool; with an error, the connection is closed instead (it may be mid-transaction). */
   release (err?: Error | boolean): void
+  /**
+   * A node-postgres client emits 'error' when its connection ends, and a checked-out one has no
+   * listener of the pool's: unheard, the error would end the process. The store listens while it
+   * holds the client (the handler's next query then rejects), and closes it at release.
+   */
+  on? (event: 'error', listener: (err: Error) => void): unknown
+  removeListener? (event: 'error', listener: (err: Error) => void): unknown
 }
 
 /** A pool with a promise `connect()`. */
@@ -87,6 +94,8 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
   private ready: Promise<void> | undefined
   /** The statements that create the table and its index, for `createTable: false`. */
   readonly createTableSql: string
+  /** The index's name, quoted and in the table's schema. */
+  private readonly index: string
 
   constructor ({ pool, table = DEFAULT_HANDLED_TABLE, createTable = true }: PgIdempotencyStoreOptions<C>) {
     if (typeof pool?.connect !== 'function') throw new TypeError('PgIdempotencyStore needs a pool with connect() (a node-postgres Pool)')
@@ -99,41 +108,41 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
     this.table = parts.map((p) => `"${p}"`).join('.')
     this.createTable = createTable
     const indexName = `"${`${parts.at(-1)}_handled_at`.slice(0, 63)}"`
+    this.index = [...parts.slice(0, -1).map((p) => `"${p}"`), indexName].join('.')
     this.createTableSql = `CREATE TABLE IF NOT EXISTS ${this.table} (id text PRIMARY KEY, handled_at timestamptz NOT NULL DEFAULT now());\n` +
       `CREATE INDEX IF NOT EXISTS ${indexName} ON ${this.table} (handled_at);`
   }
 
   async runOnce (ids: readonly string[], work: (tx: C, fresh: readonly string[]) => Promise<void>): Promise<readonly string[]> {
     await this.ensureTable()
-    const client = await this.pool.connect()
-    let broken: Error | undefined
-    try {
-      await client.query('BEGIN')
-      // One statement for one id or a batch's; unnest keeps the array's (offset) order, so two
-      // transactions inserting overlapping batches take their row locks in the same order.
-      const inserted = await client.query(
-        `INSERT INTO ${this.table} (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING RETURNING id`, [[...ids]])
-      const fresh = inserted.rows.map((r) => String(r.id))
-      if (fresh.length === 0) {
-        await client.query('ROLLBACK')
+    return this.withClient(async (client, broken) => {
+      await client.query('BEGIN').catch((err: unknown) => { broken(err); throw err })
+      try {
+        // One statement for one id or a batch's; unnest keeps the array's (offset) order, so two
+        // transactions inserting overlapping batches take their row locks in the same order.
+        const inserted = await client.query(
+          `INSERT INTO ${this.table} (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING RETURNING id`, [[...ids]])
+        const fresh = inserted.rows.map((r) => String(r.id))
+        if (fresh.length === 0) {
+          await client.query('ROLLBACK')
+          return fresh
+        }
+        await work(client, fresh)
+        const done = await client.query('COMMIT')
+        // A COMMIT of a transaction in which a statement failed (the handler caught the error and
+        // returned) rolls back and still succeeds, tagged ROLLBACK: nothing was recorded.
+        if (done.command !== undefined && done.command !== 'COMMIT') {
+          throw new Error('the transaction was rolled back at COMMIT: a statement in it had failed (did the handler catch a query error?)')
+        }
         return fresh
+      } catch (err) {
+        // Never back to the pool mid-transaction. A ROLLBACK that fails leaves the connection in
+        // doubt: closed at release rather than reused (the server rolls back a transaction whose
+        // connection is gone).
+        await client.query('ROLLBACK').catch(broken)
+        throw err
       }
-      await work(client, fresh)
-      const done = await client.query('COMMIT')
-      // A COMMIT of a transaction in which a statement failed (the handler caught the error and
-      // returned) rolls back and still succeeds, tagged ROLLBACK: nothing was recorded.
-      if (done.command !== undefined && done.command !== 'COMMIT') {
-        throw new Error('the transaction was rolled back at COMMIT: a statement in it had failed (did the handler catch a query error?)')
-      }
-      return fresh
-    } catch (err) {
-      // A ROLLBACK that fails leaves the connection in doubt: closed (release(err)) rather than
-      // reused; the server rolls back a transaction whose connection is gone.
-      await client.query('ROLLBACK').catch((e: unknown) => { broken = e instanceof Error ? e : new Error(String(e)) })
-      throw err
-    } finally {
-      client.release(broken)
-    }
+    })
   }
 
   /**
@@ -145,12 +154,26 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
   async prune ({ olderThanMs }: { olderThanMs: number }): Promise<number> {
     if (!(Number.isFinite(olderThanMs) && olderThanMs >= 0)) throw new RangeError(`olderThanMs must be a finite number ≥ 0, got ${olderThanMs}`)
     await this.ensureTable()
-    const client = await this.pool.connect()
-    try {
+    return this.withClient(async (client) => {
       const deleted = await client.query(`DELETE FROM ${this.table} WHERE handled_at < now() - $1::double precision * interval '1 millisecond'`, [olderThanMs])
       return deleted.rowCount ?? 0
+    })
+  }
+
+  /**
+   * A client from the pool for `use`, released after it; closed instead when its connection failed
+   * or `use` called `broken` (the connection's state is unknown).
+   */
+  private async withClient<R> (use: (client: C, broken: (err: unknown) => void) => Promise<R>): Promise<R> {
+    const client = await this.pool.connect()
+    let failure: Error | undefined
+    const broken = (err: unknown) => { failure ??= err instanceof Error ? err : new Error(String(err)) }
+    client.on?.('error', broken)
+    try {
+      return await use(client, broken)
     } finally {
-      client.release()
+      client.removeListener?.('error', broken)
+      client.release(failure)
     }
   }
 
@@ -165,8 +188,12 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
   }
 
   private async create (): Promise<void> {
-    const client = await this.pool.connect()
-    try {
+    await this.withClient(async (client) => {
+      // Looked up first: CREATE INDEX IF NOT EXISTS takes its SHARE lock on the table before it
+      // finds the index, so it would wait for every handler transaction open in other processes,
+      // and hold up their new INSERTs behind it meanwhile.
+      const found = await client.query('SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AS present', [this.table, this.index])
+      if (found.rows[0]?.present === true) return
       for (const statement of this.createTableSql.split('\n')) {
         try {
           await client.query(statement)
@@ -177,8 +204,6 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
           if (code !== '23505' && code !== '42P07') throw err
         }
       }
-    } finally {
-      client.release()
-    }
+    })
   }
 }
