@@ -28,7 +28,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createClient, HookqError, unwrap, type HookqClient } from './index.ts'
-import { MemoryIdempotencyStore, type IdempotencyStore, type TransactionalIdempotencyStore } from './idempotency.ts'
+import { isTransactional, MemoryIdempotencyStore, transact, type IdempotencyStore, type TransactionalIdempotencyStore } from './idempotency.ts'
 import { parsePushes, PushParseError, type PushMessage, type RawPush } from './push.ts'
 import { decodeSecret, verifyWebhook, WebhookVerificationError, DEFAULT_TOLERANCE_SECONDS, type HeaderSource } from './verify.ts'
 
@@ -294,33 +294,6 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
     }
   }
 
-  /**
-   * Runs `work` in one transaction of the transactional store with the ids of `messages`, and says
-   * what came of it: `done` with the messages handled now (the others had been before), `threw`
-   * when work threw (rolled back), `store` when the store failed (`fresh` undefined: before work ran;
-   * else at COMMIT, after it returned: rolled back, or in doubt until the redelivery finds the id).
-   */
-  async function transact (txs: TransactionalIdempotencyStore<Tx>, messages: PushMessage<T>[],
-    work: (tx: Tx, fresh: PushMessage<T>[]) => Promise<void>): Promise<TransactOutcome<T>> {
-    const byKey = new Map(messages.map((m) => [keyOf(m), m]))
-    let fresh: PushMessage<T>[] | undefined
-    let threw: { error: unknown } | undefined
-    try {
-      const recorded = await txs.runOnce([...byKey.keys()], async (tx, ids) => {
-        fresh = messages.filter((m) => ids.includes(keyOf(m)))
-        try {
-          await work(tx, fresh)
-        } catch (error) {
-          threw = { error }
-          throw error
-        }
-      })
-      return { kind: 'done', fresh: messages.filter((m) => recorded.includes(keyOf(m))) }
-    } catch (error) {
-      return threw ? { kind: 'threw', error: threw.error, fresh: fresh ?? [] } : { kind: 'store', error, fresh }
-    }
-  }
-
   /** A batch's messages handled: those to ack, and those that failed with the stage to report. */
   interface BatchOutcome { ok: PushMessage<T>[], failed: { m: PushMessage<T>, error: unknown, stage: ConsumerErrorStage }[] }
 
@@ -379,7 +352,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
   async function handleBatchInTransactions (txs: TransactionalIdempotencyStore<Tx>, messages: PushMessage<T>[], headers: HeaderSource): Promise<BatchOutcome> {
     const out: BatchOutcome = { ok: [], failed: [] }
     if (batchHandler) {
-      const result = await transact(txs, messages, async (tx, fresh) => {
+      const result = await transact(txs, messages, keyOf, async (tx, fresh) => {
         const named = (await batchHandler(fresh, { requestHeaders: headers, tx }))?.failed ?? []
         if (named.length > 0) throw new Error(`the batch handler named ${named.length} of ${fresh.length} as failed: with a transactional store the batch is rolled back whole`)
       })
@@ -390,7 +363,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
       }
     } else {
       for (const [i, m] of messages.entries()) {
-        const result = await transact(txs, [m], (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
+        const result = await transact(txs, [m], keyOf, (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
         if (result.kind === 'done') out.ok.push(m)
         else if (result.kind === 'threw') out.failed.push({ m, error: result.error, stage: 'handler' })
         else {
@@ -495,7 +468,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
    * the id (it committed after all) or runs the handler again (it did not).
    */
   async function processTransactional (txs: TransactionalIdempotencyStore<Tx>, m: PushMessage<T>, headers: HeaderSource): Promise<ConsumerResponse> {
-    const result = await transact(txs, [m], (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
+    const result = await transact(txs, [m], keyOf, (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
     if (result.kind === 'done') return succeeded(m, result.fresh.length === 0 ? 'duplicate' : 'handled')
     if (result.kind === 'threw') return failed(m, result.error)
     if (result.fresh) return failed(m, result.error, 'commit_failed')
@@ -600,17 +573,6 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
   }
 
   return { handle, listener, fastify }
-}
-
-/** What came of one transaction of a transactional store (see transact in createConsumer). */
-type TransactOutcome<T> =
-  | { kind: 'done', fresh: PushMessage<T>[] }
-  | { kind: 'threw', error: unknown, fresh: PushMessage<T>[] }
-  | { kind: 'store', error: unknown, fresh: PushMessage<T>[] | undefined }
-
-/** A transactional store is told from a plain one by its `runOnce`. */
-function isTransactional<Tx> (store: IdempotencyStore | boolean | TransactionalIdempotencyStore<Tx> | undefined): store is TransactionalIdempotencyStore<Tx> {
-  return typeof store === 'object' && store !== null && typeof (store as Partial<TransactionalIdempotencyStore<Tx>>).runOnce === 'function'
 }
 
 function reply (status: number, body: Record<string, unknown>, headers: Record<string, string> = {}): ConsumerResponse {
