@@ -199,9 +199,10 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
           await client.query(statement)
         } catch (err) {
           // Two processes creating it at once: IF NOT EXISTS checks before it inserts, so the loser
-          // can fail on the catalog's unique index (23505) or find the relation made (42P07).
+          // can fail on the catalog's unique index (23505), or find the relation (42P07) or the
+          // table's row type (42710, "type ... already exists") made meanwhile.
           const code = typeof err === 'object' && err !== null && 'code' in err ? err.code : undefined
-          if (code !== '23505' && code !== '42P07') throw err
+          if (code !== '23505' && code !== '42P07' && code !== '42710') throw err
         }
       }
     })
