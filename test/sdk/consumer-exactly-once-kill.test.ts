@@ -9,11 +9,11 @@
 import t from 'tap'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import pg from 'pg'
 import { createClient, unwrap } from '@hookq/client'
 import { generateSecret } from '../../src/dispatch/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
+import { testPool } from '../helpers/pg-pool.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
@@ -72,8 +72,7 @@ async function partition (group: string) {
 /** The consumer's database, with an effects table that is not unique on purpose: an effect that happened twice is two rows. */
 async function consumerDatabase (tt: TT) {
   const db = await testDatabase(tt, { empty: true })
-  const pool = new pg.Pool({ connectionString: db.url, max: 2 })
-  tt.teardown(() => pool.end())
+  const pool = testPool(tt, db.url, 2)
   await pool.query('CREATE TABLE effects (webhook_id text NOT NULL, value int NOT NULL, pid int NOT NULL)')
   return { url: db.url, rows: async (sql: string) => (await pool.query(sql)).rows }
 }

@@ -19,6 +19,7 @@ import { createConsumer, PgIdempotencyStore, type ConsumerErrorStage } from '@ho
 import { generateSecret } from '../../src/dispatch/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
+import { testPool } from '../helpers/pg-pool.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
@@ -78,8 +79,7 @@ async function serve (tt: TT, listener: http.RequestListener): Promise<string> {
  */
 async function consumerDatabase (tt: TT) {
   const db = await testDatabase(tt, { empty: true })
-  const pool = new pg.Pool({ connectionString: db.url, max: 4 })
-  tt.teardown(() => pool.end())
+  const pool = testPool(tt, db.url, 4)
   await pool.query(`CREATE TABLE effects (webhook_id text NOT NULL, value int NOT NULL, attempt int NOT NULL,
     txid bigint NOT NULL DEFAULT txid_current())`)
   const rows = async (sql: string) => (await pool.query(sql)).rows
