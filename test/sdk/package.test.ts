@@ -141,7 +141,7 @@ console.log(JSON.stringify({
 /** A typed consumer of the package, as an application would write it. */
 const GOOD = `import http from 'node:http'
 import { createClient, unwrap, HookqError, type ProduceMessage, type Topic } from '@hookq/client'
-import { createConsumer, verifyWebhook, WebhookVerificationError, type PushMessage } from '@hookq/client/consumer'
+import { createConsumer, PgIdempotencyStore, verifyWebhook, WebhookVerificationError, type PgClientLike, type PushMessage } from '@hookq/client/consumer'
 
 const hookq = createClient({ baseUrl: 'http://127.0.0.1:8080', apiKey: process.env.HOOKQ_API_KEY })
 
@@ -172,6 +172,21 @@ const consumer = createConsumer<Order>({
 })
 http.createServer(consumer.listener)
 
+// A transactional store on a pool of the app's own (no pg installed): ctx.tx is its client type.
+interface AppClient extends PgClientLike { appName: string }
+declare const pool: { connect (): Promise<AppClient> }
+const exactlyOnce = createConsumer({
+  secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+  idempotency: new PgIdempotencyStore({ pool, table: 'app.handled' }),
+  async handler (message, { tx }) {
+    const name: string = tx.appName
+    const { rowCount } = await tx.query('INSERT INTO seen (id) VALUES ($1)', [message.webhookId])
+    void name
+    void rowCount
+  },
+})
+void exactlyOnce
+
 export function check (headers: Record<string, string>, body: string): string {
   try {
     return verifyWebhook({ secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', headers, body }).webhookId
@@ -193,7 +208,8 @@ export const topic = await unwrap(hookq.PUT('/v1/topics/{topic}', {
 
 t.test('the tarball holds the built package, with a package.json fit to publish', async (t) => {
   const files = tarball!.files.map((f) => f.path)
-  for (const f of ['package.json', 'README.md', 'LICENSE', 'index.js', 'index.d.ts', 'index.d.ts.map', 'consumer.js', 'consumer.d.ts', 'schema.d.ts', 'src/index.ts']) {
+  for (const f of ['package.json', 'README.md', 'LICENSE', 'index.js', 'index.d.ts', 'index.d.ts.map', 'consumer.js', 'consumer.d.ts', 'schema.d.ts', 'src/index.ts',
+    'pg-idempotency.js', 'pg-idempotency.d.ts']) {
     t.ok(files.includes(f), `packs ${f}`)
   }
   t.notOk(files.some((f) => f.startsWith('scripts/') || f.includes('tsconfig')), 'no build files')
@@ -208,6 +224,8 @@ t.test('the tarball holds the built package, with a package.json fit to publish'
   const declarations = await fs.readFile(path.join(installed, 'consumer.d.ts'), 'utf8')
   t.match(declarations, "from './index.js'", 'declarations import the .js names')
   t.notMatch(declarations, /from '\.\/[^']+\.ts'/)
+  const pgStore = await fs.readFile(path.join(installed, 'pg-idempotency.js'), 'utf8')
+  t.notMatch(pgStore, /from ['"]pg['"]|import\(['"]pg['"]\)/, 'the PostgreSQL store loads no pg (the app\'s pool is passed in)')
   const map = JSON.parse(await fs.readFile(path.join(installed, 'index.d.ts.map'), 'utf8'))
   t.same(map.sources, ['src/index.ts'], 'the declaration map points at the shipped source')
 })

@@ -157,5 +157,11 @@ The handler's return acks the message and a throw nacks it. For Fastify,
 \`app.register(consumer.fastify, { path: '/hookq' })\`; anywhere else,
 \`await consumer.handle({ headers, body })\` with the raw body. \`verifyWebhook\`, \`signWebhook\` and
 \`parsePush\` from the same entry check a signature and read a push by hand.
+
+For exactly-once effects in your own PostgreSQL database, pass
+\`idempotency: new PgIdempotencyStore({ pool })\` with a node-postgres \`Pool\` and write through
+\`ctx.tx\` in the handler (\`async handler (message, { tx }) { await tx.query(...) }\`): each
+message's id is recorded in the same transaction as your writes, and the ack follows the COMMIT.
+This package does not depend on \`pg\`; bring your own.
 `
 }

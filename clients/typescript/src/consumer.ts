@@ -21,14 +21,19 @@
  * A batch push (`{"deliveries": [...]}`, a group with `batch`) is verified as a whole, then each
  * message is handled in turn (or all at once by `batchHandler`), and the answer is 200 with
  * `{"failed": [<deliveryId>, ...]}`: only those are pushed again (see processBatch).
+ *
+ * With a transactional store as `idempotency` (PgIdempotencyStore), each message's id is recorded
+ * in the handler's own transaction (`ctx.tx`) and the ack follows the COMMIT: the handler's effects
+ * in that database happen exactly once (see pg-idempotency.ts).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createClient, HookqError, unwrap, type HookqClient } from './index.ts'
-import { MemoryIdempotencyStore, type IdempotencyStore } from './idempotency.ts'
+import { isTransactional, MemoryIdempotencyStore, transact, type IdempotencyStore, type TransactionalIdempotencyStore } from './idempotency.ts'
 import { parsePushes, PushParseError, type PushMessage, type RawPush } from './push.ts'
 import { decodeSecret, verifyWebhook, WebhookVerificationError, DEFAULT_TOLERANCE_SECONDS, type HeaderSource } from './verify.ts'
 
-export { MemoryIdempotencyStore, type IdempotencyStore, type MemoryIdempotencyStoreOptions } from './idempotency.ts'
+export { MemoryIdempotencyStore, type IdempotencyStore, type MemoryIdempotencyStoreOptions, type TransactionalIdempotencyStore } from './idempotency.ts'
+export { DEFAULT_HANDLED_TABLE, PgIdempotencyStore, type PgClientLike, type PgIdempotencyStoreOptions, type PgPoolLike, type PgResultLike } from './pg-idempotency.ts'
 export { parsePush, parsePushes, PushParseError, type ParsedPush, type PushMessage, type RawPush } from './push.ts'
 export { SIGNED_HEADERS, signedHeaderContent, signHeaders, signWebhook, verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookVerificationReason } from './verify.ts'
 
@@ -46,25 +51,52 @@ export interface ConsumerContext {
   requestHeaders: HeaderSource
 }
 
+/** The handler's context with a transactional store (`idempotency: new PgIdempotencyStore({ pool })`). */
+export interface TransactionalContext<Tx> extends ConsumerContext {
+  /**
+   * The transaction the message's id is recorded in: write through it, and the writes commit
+   * together with the id (then the ack), or roll back with it when the handler throws. Do not
+   * COMMIT or ROLLBACK it yourself, nor use it after the handler returns.
+   */
+  tx: Tx
+}
+
+/** The handler's second argument: ConsumerContext, with `tx` when `idempotency` is a transactional store. */
+export type HandlerContext<Tx = never> = [Tx] extends [never] ? ConsumerContext : TransactionalContext<Tx>
+
 /** Your function: return to have the message acked, throw to have it pushed again. */
-export type PushHandler<T = unknown> = (message: PushMessage<T>, ctx: ConsumerContext) => Promise<void> | void
+export type PushHandler<T = unknown, Tx = never> = (message: PushMessage<T>, ctx: HandlerContext<Tx>) => Promise<void> | void
+
+/** The batch handler's second argument; `tx` as in TransactionalContext, one transaction for the whole batch. */
+export type BatchContext<Tx = never> = [Tx] extends [never] ? { requestHeaders: HeaderSource } : { requestHeaders: HeaderSource, tx: Tx }
+
+/** What a batch handler returns. */
+export type BatchResult = { failed?: readonly string[] } | void
 
 /**
  * Your function for a batch push, all its messages at once (those not handled before, with
  * `idempotency`): return the delivery ids that failed (or nothing: all succeeded); throw to fail
- * them all. The failed ones are pushed again, the others acked.
+ * them all. The failed ones are pushed again, the others acked. With a transactional store the
+ * batch is one transaction, all or nothing: naming any as failed rolls back the whole batch and
+ * fails every message of it, since the writes for the others cannot be told apart.
  */
-export type BatchHandler<T = unknown> = (messages: PushMessage<T>[], ctx: { requestHeaders: HeaderSource }) =>
-  Promise<{ failed?: readonly string[] } | void> | { failed?: readonly string[] } | void
+export type BatchHandler<T = unknown, Tx = never> = (messages: PushMessage<T>[], ctx: BatchContext<Tx>) => Promise<BatchResult> | BatchResult
 
 /** Where something went wrong, for `onError`. */
 export type ConsumerErrorStage = 'verify' | 'parse' | 'handler' | 'ack' | 'nack' | 'idempotency' | 'internal'
 
-export interface ConsumerOptions<T = unknown> {
-  /** Runs per message: for a single push, and for each message of a batch push (in order) unless `batchHandler` is set. */
-  handler: PushHandler<T>
+/**
+ * `Tx` is the transaction client a transactional `idempotency` store hands the handler (a pg
+ * PoolClient for a PgIdempotencyStore on a pg Pool), inferred from the store; `never` without one.
+ */
+export interface ConsumerOptions<T = unknown, Tx = never> {
+  /**
+   * Runs per message: for a single push, and for each message of a batch push (in order) unless
+   * `batchHandler` is set. With a transactional store, each run is its own transaction.
+   */
+  handler: PushHandler<T, Tx>
   /** Runs once per batch push instead of `handler` per message (a group with `batch`). */
-  batchHandler?: BatchHandler<T>
+  batchHandler?: BatchHandler<T, Tx>
   /** The consumer's secret (`whsec_...`), or several while you rotate. Required unless `unsigned: true`. */
   secret?: string | readonly string[]
   /** Accept unsigned pushes (a consumer registered without a secret). Anyone who can reach the URL can then push. */
@@ -85,8 +117,12 @@ export interface ConsumerOptions<T = unknown> {
    * it; auto mode can only answer 503 with Retry-After (whole seconds, capped at the group's maxDelayMs).
    */
   nackDelayMs?: number | ((error: unknown, message: PushMessage<T>) => number | undefined)
-  /** Skip the handler for a webhook-id already handled: `true` for an in-memory store, or your own store. */
-  idempotency?: IdempotencyStore | boolean
+  /**
+   * Skip the handler for a webhook-id already handled: `true` for an in-memory store, or your own
+   * store; or a transactional store (`new PgIdempotencyStore({ pool })`), which records the id in
+   * the same transaction as the handler's writes through `ctx.tx`.
+   */
+  idempotency?: IdempotencyStore | boolean | TransactionalIdempotencyStore<Tx>
   /** Largest body accepted, bytes (default 2 MiB: the broker's default 1 MiB message plus room). */
   maxBodyBytes?: number
   /**
@@ -167,7 +203,7 @@ const API_TIMEOUT_MS = 8000
  * pushTimeoutMs (default 10 s); past it the broker counts a timeout and pushes again, and the late
  * ack still completes the message (with idempotency the second push waits for the first here).
  */
-export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consumer {
+export function createConsumer<T = unknown, Tx = never> (options: ConsumerOptions<T, Tx>): Consumer {
   if (typeof options?.handler !== 'function') throw new TypeError('createConsumer needs a handler function')
   const secrets = options.secret === undefined ? [] : typeof options.secret === 'string' ? [options.secret] : [...options.secret]
   if (secrets.length === 0 && options.unsigned !== true) {
@@ -180,7 +216,15 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
   if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 1) throw new TypeError(`maxBodyBytes must be a whole number ≥ 1, got ${maxBodyBytes}`)
   const toleranceSeconds = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS
   if (!(Number.isFinite(toleranceSeconds) && toleranceSeconds >= 0)) throw new TypeError(`toleranceSeconds must be a finite number ≥ 0, got ${toleranceSeconds}`)
-  const store = options.idempotency === true ? new MemoryIdempotencyStore() : options.idempotency || undefined
+  const idempotency = options.idempotency
+  const txStore = isTransactional(idempotency) ? idempotency : undefined
+  const store = idempotency === true ? new MemoryIdempotencyStore()
+    : idempotency === false || idempotency === undefined || isTransactional(idempotency) ? undefined : idempotency
+  // HandlerContext<Tx> and BatchContext<Tx> are conditional types: ConsumerContext, plus `tx` when
+  // there is a transactional store. The contexts built below are always the right one, which
+  // TypeScript cannot follow through the condition on an unresolved Tx.
+  const handler = options.handler as (message: PushMessage<T>, ctx: ConsumerContext & { tx?: Tx }) => Promise<void> | void
+  const batchHandler = options.batchHandler as ((messages: PushMessage<T>[], ctx: { requestHeaders: HeaderSource, tx?: Tx }) => Promise<BatchResult> | BatchResult) | undefined
   const report = options.onError ?? ((error, { stage, message }) => {
     console.error(`hookq consumer: ${stage} failed${message ? ` for ${message.webhookId} (attempt ${message.attempt})` : ''}:`, error)
   })
@@ -238,6 +282,100 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
     return delayMs
   }
 
+  /** The store key: webhook-ids are per message, the same for every group, so it names the group too. */
+  function keyOf (m: PushMessage<T>): string {
+    return `${m.group}/${m.webhookId}`
+  }
+
+  function contextFor (m: PushMessage<T>, headers: HeaderSource): ConsumerContext {
+    return {
+      extend: (extendMs) => settle('extend', m, { extendMs }).catch((err: unknown) => { throw explained(err) }),
+      requestHeaders: headers,
+    }
+  }
+
+  /** A batch's messages handled: those to ack, and those that failed with the stage to report. */
+  interface BatchOutcome { ok: PushMessage<T>[], failed: { m: PushMessage<T>, error: unknown, stage: ConsumerErrorStage }[] }
+
+  /**
+   * A batch with a plain store (or none): the ids the store has are acked without running anything;
+   * the rest go to the handler per message (or the batch handler once). Undefined when `has` failed.
+   */
+  async function handleBatch (messages: PushMessage<T>[], headers: HeaderSource): Promise<BatchOutcome | undefined> {
+    const out: BatchOutcome = { ok: [], failed: [] }
+    let todo = messages
+    if (store) {
+      todo = []
+      try {
+        for (const m of messages) (await store.has(keyOf(m)) ? out.ok : todo).push(m)
+      } catch (err) {
+        report(err, { stage: 'idempotency' })
+        return undefined
+      }
+    }
+    if (batchHandler && todo.length > 0) {
+      try {
+        const named = new Set((await batchHandler(todo, { requestHeaders: headers }))?.failed ?? [])
+        for (const m of todo) (named.has(m.deliveryId) ? out.failed.push({ m, error: new Error('named as failed by the batch handler'), stage: 'handler' }) : out.ok.push(m))
+      } catch (err) {
+        for (const m of todo) out.failed.push({ m, error: err, stage: 'handler' })
+      }
+    } else {
+      for (const m of todo) {
+        try {
+          await handler(m, contextFor(m, headers))
+          out.ok.push(m)
+        } catch (err) {
+          out.failed.push({ m, error: err, stage: 'handler' })
+        }
+      }
+    }
+    for (const { m, error, stage } of out.failed) report(error, { stage, message: m })
+    if (store) {
+      for (const m of out.ok) {
+        try {
+          await store.add(keyOf(m))
+        } catch (err) {
+          report(err, { stage: 'idempotency', message: m })
+        }
+      }
+    }
+    return out
+  }
+
+  /**
+   * A batch with a transactional store. Per message (the handler): each in its own transaction, in
+   * order; a store failure fails that message and, not run, the ones after it (the database is
+   * likely down), while those committed before it are acked. The batch handler: one transaction for
+   * the batch, all or nothing (see BatchHandler).
+   */
+  async function handleBatchInTransactions (txs: TransactionalIdempotencyStore<Tx>, messages: PushMessage<T>[], headers: HeaderSource): Promise<BatchOutcome> {
+    const out: BatchOutcome = { ok: [], failed: [] }
+    if (batchHandler) {
+      const result = await transact(txs, messages, keyOf, async (tx, fresh) => {
+        const named = (await batchHandler(fresh, { requestHeaders: headers, tx }))?.failed ?? []
+        if (named.length > 0) throw new Error(`the batch handler named ${named.length} of ${fresh.length} as failed: with a transactional store the batch is rolled back whole`)
+      })
+      if (result.kind === 'done') out.ok.push(...messages)
+      else {
+        const failing = result.fresh ?? messages
+        for (const m of messages) (failing.includes(m) ? out.failed.push({ m, error: result.error, stage: result.kind === 'threw' ? 'handler' : 'idempotency' }) : out.ok.push(m))
+      }
+    } else {
+      for (const [i, m] of messages.entries()) {
+        const result = await transact(txs, [m], keyOf, (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
+        if (result.kind === 'done') out.ok.push(m)
+        else if (result.kind === 'threw') out.failed.push({ m, error: result.error, stage: 'handler' })
+        else {
+          for (const later of messages.slice(i)) out.failed.push({ m: later, error: result.error, stage: 'idempotency' })
+          break
+        }
+      }
+    }
+    for (const { m, error, stage } of out.failed) report(error, { stage, message: m })
+    return out
+  }
+
   /**
    * A batch push: the handler per message in order (or the batch handler once), then one answer
    * naming the messages that failed (`{"failed": [...]}`), which the broker pushes again. In
@@ -246,50 +384,9 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
    * push is acked without running the handler again).
    */
   async function processBatch (messages: PushMessage<T>[], headers: HeaderSource): Promise<ConsumerResponse> {
-    const keyOf = (m: PushMessage<T>) => `${m.group}/${m.webhookId}`
-    const ok: PushMessage<T>[] = []
-    const failed: { m: PushMessage<T>, error: unknown }[] = []
-    let todo = messages
-    if (store) {
-      todo = []
-      try {
-        for (const m of messages) (await store.has(keyOf(m)) ? ok : todo).push(m)
-      } catch (err) {
-        report(err, { stage: 'idempotency' })
-        return reply(503, { error: 'idempotency_store_failed' })
-      }
-    }
-    if (options.batchHandler && todo.length > 0) {
-      try {
-        const named = new Set((await options.batchHandler(todo, { requestHeaders: headers }))?.failed ?? [])
-        for (const m of todo) (named.has(m.deliveryId) ? failed.push({ m, error: new Error('named as failed by the batch handler') }) : ok.push(m))
-      } catch (err) {
-        for (const m of todo) failed.push({ m, error: err })
-      }
-    } else {
-      for (const m of todo) {
-        const ctx: ConsumerContext = {
-          extend: (extendMs) => settle('extend', m, { extendMs }).catch((err: unknown) => { throw explained(err) }),
-          requestHeaders: headers,
-        }
-        try {
-          await options.handler(m, ctx)
-          ok.push(m)
-        } catch (err) {
-          failed.push({ m, error: err })
-        }
-      }
-    }
-    for (const { m, error } of failed) report(error, { stage: 'handler', message: m })
-    if (store) {
-      for (const m of ok) {
-        try {
-          await store.add(keyOf(m))
-        } catch (err) {
-          report(err, { stage: 'idempotency', message: m })
-        }
-      }
-    }
+    const outcome = txStore ? await handleBatchInTransactions(txStore, messages, headers) : await handleBatch(messages, headers)
+    if (!outcome) return reply(503, { error: 'idempotency_store_failed' })
+    const { ok, failed } = outcome
     const answerFailed = new Set(failed.map((f) => f.m.deliveryId))
     if (ackMode === 'explicit') {
       const group = messages[0]!.group
@@ -337,9 +434,12 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
     return reply(200, { outcome, ack: status })
   }
 
-  /** The handler threw: nack with the delay (explicit mode), then answer 5xx. */
-  async function failed (m: PushMessage<T>, error: unknown): Promise<ConsumerResponse> {
-    report(error, { stage: 'handler', message: m })
+  /**
+   * The handler threw (or, `commit_failed`, a transactional store's COMMIT failed after it returned):
+   * nack with the delay (explicit mode), then answer 5xx.
+   */
+  async function failed (m: PushMessage<T>, error: unknown, code: 'handler_failed' | 'commit_failed' = 'handler_failed'): Promise<ConsumerResponse> {
+    report(error, { stage: code === 'handler_failed' ? 'handler' : 'idempotency', message: m })
     const delayMs = delayFor(m, error)
     let nacked = false
     if (ackMode === 'explicit') {
@@ -357,13 +457,28 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
     // After a nack the answer changes nothing but the push window: a 500 says the message failed,
     // where a 503 would tell the broker this consumer is overloaded and halve its concurrency.
     return delayMs === undefined || nacked
-      ? reply(500, { error: 'handler_failed', ...detail })
-      : reply(503, { error: 'handler_failed', ...detail }, { 'retry-after': String(Math.ceil(delayMs / 1000)) })
+      ? reply(500, { error: code, ...detail })
+      : reply(503, { error: code, ...detail }, { 'retry-after': String(Math.ceil(delayMs / 1000)) })
+  }
+
+  /**
+   * A single push with a transactional store: the id and the handler's writes in one transaction,
+   * then the ack. A store that failed before the handler ran is answered as a failed `has` is
+   * (503, nothing ran); one that failed at COMMIT fails the message, whose redelivery then finds
+   * the id (it committed after all) or runs the handler again (it did not).
+   */
+  async function processTransactional (txs: TransactionalIdempotencyStore<Tx>, m: PushMessage<T>, headers: HeaderSource): Promise<ConsumerResponse> {
+    const result = await transact(txs, [m], keyOf, (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
+    if (result.kind === 'done') return succeeded(m, result.fresh.length === 0 ? 'duplicate' : 'handled')
+    if (result.kind === 'threw') return failed(m, result.error)
+    if (result.fresh) return failed(m, result.error, 'commit_failed')
+    report(result.error, { stage: 'idempotency', message: m })
+    return reply(503, { error: 'idempotency_store_failed' })
   }
 
   async function processPush (m: PushMessage<T>, headers: HeaderSource): Promise<ConsumerResponse> {
-    // The store key names the group too: webhook-ids are per message, the same for every group.
-    const key = `${m.group}/${m.webhookId}`
+    if (txStore) return processTransactional(txStore, m, headers)
+    const key = keyOf(m)
     if (store) {
       let seen: boolean
       try {
@@ -374,12 +489,8 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
       }
       if (seen) return succeeded(m, 'duplicate')
     }
-    const ctx: ConsumerContext = {
-      extend: (extendMs) => settle('extend', m, { extendMs }).catch((err: unknown) => { throw explained(err) }),
-      requestHeaders: headers,
-    }
     try {
-      await options.handler(m, ctx)
+      await handler(m, contextFor(m, headers))
     } catch (err) {
       return failed(m, err)
     }
@@ -421,10 +532,11 @@ export function createConsumer<T = unknown> (options: ConsumerOptions<T>): Consu
         return reply(400, { error: 'wrong_group', detail: `this consumer handles group ${options.group}` })
       }
       if (parsed.batch) return await processBatch(parsed.messages, headers)
-      if (!store) return await processPush(m, headers)
+      if (!store && !txStore) return await processPush(m, headers)
       // Pushes of one message run one after another: a redelivery that arrives while the first push
-      // is still being handled (a push timeout) waits for it, then finds its id in the store.
-      const key = `${m.group}/${m.webhookId}`
+      // is still being handled (a push timeout) waits for it, then finds its id in the store. (A
+      // transactional store would make it wait in its INSERT, holding a second connection.)
+      const key = keyOf(m)
       const previous = running.get(key) ?? Promise.resolve()
       const mine = previous.then(() => processPush(m, headers))
       const tail = mine.catch(() => {})

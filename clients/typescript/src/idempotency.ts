@@ -5,6 +5,9 @@
  *
  * The store is pluggable: anything with `has` and `add`, sync or async (Redis `SET NX EX`, a table
  * with a unique key, ...). The default keeps ids in memory: per process, lost on restart, bounded.
+ * `add` runs after the handler, so a consumer that dies between the two runs it again; a
+ * transactional store (`runOnce`, PgIdempotencyStore) records the id in the handler's own
+ * transaction instead, and `transact` is how the consumer runs one.
  */
 
 /** Remembers handled ids. Methods may return promises; a thrown error fails the push (it is retried). */
@@ -13,6 +16,61 @@ export interface IdempotencyStore {
   has (id: string): boolean | Promise<boolean>
   /** Records `id` as handled. */
   add (id: string): void | Promise<void>
+}
+
+/**
+ * A store that records ids in the same transaction as the handler's own writes (PgIdempotencyStore
+ * for PostgreSQL), so the effects in that database happen exactly once: either both the writes and
+ * the id commit, or neither does. The consumer recognises it by `runOnce` and passes `tx` to the
+ * handler (`ctx.tx`).
+ */
+export interface TransactionalIdempotencyStore<Tx> {
+  /**
+   * In one transaction: records those of `ids` not recorded yet, runs `work(tx, fresh)` with them
+   * (not at all when every id was recorded before), and commits. Resolves with the ids recorded now;
+   * the others were handled before. When `work` throws, rolls back and rejects with its error; any
+   * other rejection (a connection, BEGIN or COMMIT that failed) means nothing is known to be recorded.
+   */
+  runOnce (ids: readonly string[], work: (tx: Tx, fresh: readonly string[]) => Promise<void>): Promise<readonly string[]>
+}
+
+/** A transactional store is told from a plain one by its `runOnce`. */
+export function isTransactional<Tx> (store: IdempotencyStore | boolean | TransactionalIdempotencyStore<Tx> | undefined): store is TransactionalIdempotencyStore<Tx> {
+  return typeof store === 'object' && store !== null && typeof (store as Partial<TransactionalIdempotencyStore<Tx>>).runOnce === 'function'
+}
+
+/**
+ * What came of one transaction: `done` with the items handled now (the others had been before);
+ * `threw` when work threw (rolled back); `store` when the store failed, with `fresh` undefined
+ * before work ran, else at COMMIT after it returned (rolled back, or in doubt until a redelivery
+ * finds the id).
+ */
+export type TransactOutcome<M> =
+  | { kind: 'done', fresh: M[] }
+  | { kind: 'threw', error: unknown, fresh: M[] }
+  | { kind: 'store', error: unknown, fresh: M[] | undefined }
+
+/** Runs `work` in one transaction of `store` recording the ids of `items`; says what came of it (never rejects). */
+export async function transact<M, Tx> (store: TransactionalIdempotencyStore<Tx>, items: readonly M[], idOf: (item: M) => string,
+  work: (tx: Tx, fresh: M[]) => Promise<void>): Promise<TransactOutcome<M>> {
+  const freshOf = (ids: readonly string[]) => { const set = new Set(ids); return items.filter((m) => set.has(idOf(m))) }
+  let fresh: M[] | undefined
+  let threw: { error: unknown } | undefined
+  try {
+    const recorded = await store.runOnce(items.map(idOf), async (tx, ids) => {
+      fresh = freshOf(ids)
+      try {
+        await work(tx, fresh)
+      } catch (error) {
+        threw = { error }
+        throw error
+      }
+    })
+    return { kind: 'done', fresh: freshOf(recorded) }
+  } catch (error) {
+    // Told apart by whether work threw: the store rethrows work's error after its ROLLBACK.
+    return threw ? { kind: 'threw', error: threw.error, fresh: fresh ?? [] } : { kind: 'store', error, fresh }
+  }
 }
 
 /** Limits of the in-memory store. */
