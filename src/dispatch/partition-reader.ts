@@ -13,6 +13,12 @@ import type { Timers } from './schedule.ts'
 
 /** Messages read from the log at a time. */
 export const READ_BATCH = 200
+/**
+ * A partition's buffer is topped up by a read once it holds fewer than this: the read's round trip
+ * then overlaps the pushes of what is left, instead of holding the partition between the last
+ * message and the next read (batches of 100 under maxInFlight 200 waited for a read every cycle).
+ */
+export const READ_AHEAD = READ_BATCH / 2
 /** Messages a partition's buffer takes from produce directly (see takeTail). */
 const MAX_TAIL = 2000
 
@@ -27,10 +33,15 @@ export interface PartitionReaderDeps {
 export class PartitionReader {
   constructor(private readonly deps: PartitionReaderDeps) {}
 
-  /** Reads the next batch into the buffer, unless a read is under way or nothing more is known to be there. */
+  /**
+   * Reads the next batch into the buffer, after what it holds, unless a read is under way or
+   * nothing more is known to be there. Called when the buffer runs empty, and ahead of that, when
+   * it runs low (see READ_AHEAD), so a partition keeping its window full does not stop to read.
+   */
   read(g: GroupRuntime, w: PartitionState): void {
-    if (w.reading || w.readPos >= w.endHint) return
-    void this.readBatch(g, w)
+    const from = w.buffer.length > 0 ? Math.max(w.readPos, w.buffer[w.buffer.length - 1]!.offset + 1) : w.readPos
+    if (w.reading || from >= w.endHint) return
+    void this.readBatch(g, w, from)
   }
 
   /**
@@ -49,12 +60,12 @@ export class PartitionReader {
     for (const m of messages) w.buffer.push(m)
   }
 
-  private async readBatch(g: GroupRuntime, w: PartitionState): Promise<void> {
+  private async readBatch(g: GroupRuntime, w: PartitionState, from: number): Promise<void> {
     w.reading = true
     const hint = w.endHint
     let rows: DispatchMessage[]
     try {
-      rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, w.readPos, READ_BATCH)
+      rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, from, READ_BATCH)
     } catch (err) {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reading messages failed; retrying in 1 s')
       this.deps.timers.setTimeout(() => this.deps.onReadable(g, w), 1000)
@@ -65,8 +76,8 @@ export class PartitionReader {
     // A partition dropped meanwhile (moved, seeked: a new state replaced it) keeps nothing.
     if (w.dropped) return
     // Caught up: wait for produce to say more, unless it already did while this read ran.
-    if (rows.length === 0 && w.endHint === hint) w.endHint = w.readPos
-    let expected = w.readPos
+    if (rows.length === 0 && w.endHint === hint) w.endHint = from
+    let expected = from
     for (const row of rows) {
       if (row.offset > expected) w.gaps.push([expected, row.offset])
       expected = row.offset + 1

@@ -32,7 +32,7 @@ import type { ConsumerWindows } from './consumer-windows.ts'
 import type { DeliveryIndex } from './delivery-index.ts'
 import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type PushTarget } from './envelope.ts'
 import { Batches, type BatchEntry } from './batches.ts'
-import type { PartitionReader } from './partition-reader.ts'
+import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
 import type { ProgressWriter } from './progress.ts'
 import { send as sendPush, type PushAgent, type PushResult } from './pusher.ts'
 import { pushSignal, type PushSignal } from './push-window.ts'
@@ -124,6 +124,7 @@ export class PushFlow {
       if (byKey && !byKey.take(msg)) continue // waits behind its key's outstanding message
       this.admit(g, w, msg, due, nowMs)
     }
+    if (w.buffer.length < READ_AHEAD) this.deps.reader.read(g, w)
   }
 
   /**
