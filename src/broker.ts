@@ -20,6 +20,7 @@ import { TopicService } from './service/topics.ts'
 import { durabilityWarnings, openDatabase, type Database } from './store/db.ts'
 import { MessageStore, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
+import { oldestWaitingSeconds } from './store/outbox.ts'
 import { TopicStore } from './store/topics.ts'
 import { GroupStore } from './store/groups.ts'
 import { Metrics } from './metrics.ts'
@@ -145,6 +146,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     }
     metrics.trackPartitions(() => services.operations.partitionStats())
     metrics.trackPushWindows(() => cluster.pushWindows())
+    metrics.trackOutbox(() => oldestWaitingSeconds(database))
     const retention = new RetentionSweeper(db, topicStore, {
       intervalMs: config.retentionIntervalMs,
       sliceRows: 10_000,

@@ -95,6 +95,7 @@ export class Metrics implements DispatchMetrics {
   })
   private partitionSource: () => Promise<PartitionStat[]> = async () => []
   private windowSource: () => PushWindowStat[] = () => []
+  private outboxSource: () => Promise<number> = async () => 0
   private snapshot: Promise<PartitionStat[]> | undefined
 
   /** `onError` hears of a failed scrape-time read (the gauges are then left empty for that scrape). */
@@ -122,6 +123,26 @@ export class Metrics implements DispatchMetrics {
     })
     windowGauge('hookq_push_window', 'Pushes allowed at once to a consumer (grows while it keeps up, halves when it struggles)', (w) => w.limit)
     windowGauge('hookq_pushes_in_flight', 'Push HTTP calls under way to a consumer', (w) => w.inFlight)
+    const outbox = () => this.outboxSource()
+    const report = (err: unknown) => this.onError(err)
+    new Gauge({
+      name: 'hookq_outbox_oldest_seconds', registers: [this.registry],
+      help: 'Age of the oldest message hookq_produce() committed that is not in its topic yet (0: none waiting)',
+      async collect() {
+        this.reset()
+        let timer: NodeJS.Timeout | undefined
+        const deadline = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`reading the produce outbox took over ${STATS_TIMEOUT_MS} ms`)), STATS_TIMEOUT_MS)
+        })
+        try {
+          this.set(await Promise.race([outbox(), deadline]))
+        } catch (err) {
+          report(err) // left out of this scrape
+        } finally {
+          clearTimeout(timer)
+        }
+      },
+    })
   }
 
   private readonly ownedGauge = new Gauge({
@@ -137,6 +158,11 @@ export class Metrics implements DispatchMetrics {
   /** Sets where the push-window gauges come from (the dispatcher's windows, read at scrape time). */
   trackPushWindows(source: () => PushWindowStat[]): void {
     this.windowSource = source
+  }
+
+  /** Sets where the outbox gauge comes from: the oldest waiting row's age, s (read once per scrape). */
+  trackOutbox(source: () => Promise<number>): void {
+    this.outboxSource = source
   }
 
   /** Sets where the lag and in-flight gauges come from (read once per scrape). */

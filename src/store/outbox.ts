@@ -54,6 +54,13 @@ export async function outboxWaiting(db: Database): Promise<boolean> {
   return ((await db.pool.query({ name: 'hookq_outbox_any', text: ANY_WAITING })).rowCount ?? 0) > 0
 }
 
+/** Seconds since the oldest waiting row was written (0: none waits); one index probe. */
+export async function oldestWaitingSeconds(db: Database): Promise<number> {
+  const res = await db.pool.query<{ s: number }>(
+    'SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 AS s FROM produce_outbox ORDER BY id LIMIT 1')
+  return Math.max(0, res.rows[0]?.s ?? 0)
+}
+
 /**
  * Moves up to `limit` rows, oldest first, into the log in one transaction: they are deleted from
  * the outbox, deduplicated by idempotency key against the log (HTTP produce's keys included) and

@@ -213,6 +213,24 @@ async function run(t: Test): Promise<void> {
     }
   })
 
+  t.test('hookq_outbox_oldest_seconds shows a message waiting to be moved, and 0 once it is', async (t) => {
+    await createTopic('tx7', 1)
+    const gauge = async () => {
+      const text = (await broker.app.inject({ method: 'GET', url: '/metrics' })).body
+      return Number(/^hookq_outbox_oldest_seconds (\S+)$/m.exec(text)?.[1])
+    }
+    t.equal(await gauge(), 0, 'nothing waits')
+    await broker.outbox.stop() // as if every broker were down: the row waits
+    t.teardown(() => broker.outbox.start())
+    await inTransaction((c) => c.query(`SELECT hookq_produce('tx7', '"waits"')`))
+    await waitUntil(async () => (await gauge()) >= 1, 20_000, 'the gauge to pass one second', 100)
+    t.same(await messages('tx7', 1), [], 'not moved while no mover runs')
+    broker.outbox.start()
+    await outboxEmpty()
+    t.same((await messages('tx7', 1)).map((m) => m.value), ['waits'])
+    t.equal(await gauge(), 0, 'back to 0 once moved')
+  })
+
   t.test('the README\'s examples, run as files: the order and its message commit together', async (t) => {
     await createTopic('orders', 2)
     const readme = await readFile(path.join(root, 'README.md'), 'utf8')
