@@ -7,8 +7,8 @@
  */
 import pg from 'pg'
 import { MESSAGE_VALUE_JSON } from './lib/payload.ts'
-import { cpuSince, cpuSnapshot, type CpuSnapshot, type CpuWindow } from './lib/proc.ts'
 import { Latencies, type Measured } from './lib/stats.ts'
+import { MeasureWindow } from './lib/window.ts'
 
 interface Args {
   databaseUrl: string
@@ -30,16 +30,13 @@ await pool.query(`CREATE TABLE IF NOT EXISTS bench_baseline (
 // One event loop hands out offsets, so a plain counter per partition keeps the keys unique.
 const nextOffset = new Array<number>(PARTITIONS).fill(0)
 let seq = 0
-let measuring = false
-let stopped = false
-let start: CpuSnapshot | undefined
-let cpu: CpuWindow | undefined
+const span = new MeasureWindow(args)
 let ok = 0
 let errors = 0
 const latencies = new Latencies()
 
 async function loop(): Promise<void> {
-  while (!stopped) {
+  while (!span.ended) {
     const partition = seq++ % PARTITIONS
     const offset = nextOffset[partition]!++
     const t0 = performance.now()
@@ -47,30 +44,15 @@ async function loop(): Promise<void> {
       await pool.query(
         'INSERT INTO bench_baseline (topic_id, partition, "offset", value, produced_at) VALUES ($1, $2, $3, $4, clock_timestamp())',
         [1, partition, offset, MESSAGE_VALUE_JSON])
-      if (measuring) { ok++; latencies.add(performance.now() - t0) }
+      if (span.measuring) { ok++; latencies.add(performance.now() - t0) }
     } catch {
-      if (measuring) errors++
+      if (span.measuring) errors++
     }
-    if (ok >= args.maxRows) endWindow()
+    if (ok >= args.maxRows) span.end()
   }
 }
 
-function endWindow(): void {
-  if (!measuring) return
-  measuring = false
-  stopped = true
-  cpu = cpuSince(start!, undefined)
-}
-
-setTimeout(() => {
-  start = cpuSnapshot(undefined)
-  measuring = true
-  setTimeout(endWindow, args.measureS * 1000)
-}, args.warmupS * 1000)
-
 await Promise.all(Array.from({ length: args.concurrency }, loop))
 await pool.end()
-if (cpu === undefined) throw new Error('the run ended before its measurement window began')
-
-const result: Measured = { ok, items: ok, non201: {}, errors, latencyMs: latencies.summary(), cpu }
+const result: Measured = { ok, items: ok, non201: {}, errors, latencyMs: latencies.summary(), cpu: span.cpu() }
 process.stdout.write(JSON.stringify(result) + '\n')

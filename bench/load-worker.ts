@@ -7,8 +7,8 @@
  */
 import autocannon from 'autocannon'
 import { MESSAGE_VALUE } from './lib/payload.ts'
-import { cpuSince, cpuSnapshot, type CpuSnapshot, type CpuWindow } from './lib/proc.ts'
 import { Latencies, type Measured } from './lib/stats.ts'
+import { MeasureWindow } from './lib/window.ts'
 
 interface Args {
   url: string
@@ -36,16 +36,14 @@ const instance = autocannon({
   body,
 })
 
-let measuring = false
-let start: CpuSnapshot | undefined
-let cpu: CpuWindow | undefined
+const span = new MeasureWindow(args, () => instance.stop())
 let ok = 0
 let errors = 0
 const non201: Record<string, number> = {}
 const latencies = new Latencies()
 
 instance.on('response', (_client: unknown, status: number, _bytes: number, ms: number) => {
-  if (!measuring) return
+  if (!span.measuring) return
   if (status === 201) {
     ok++
     latencies.add(ms)
@@ -53,26 +51,11 @@ instance.on('response', (_client: unknown, status: number, _bytes: number, ms: n
     non201[status] = (non201[status] ?? 0) + 1
   }
   // Bounded in count as well as in time.
-  if (ok >= args.maxRequests) endWindow()
+  if (ok >= args.maxRequests) span.end()
 })
-instance.on('reqError', () => { if (measuring) errors++ })
-
-function endWindow(): void {
-  if (!measuring) return
-  measuring = false
-  cpu = cpuSince(start!, args.brokerPid)
-  instance.stop()
-}
-
-setTimeout(() => {
-  start = cpuSnapshot(args.brokerPid)
-  measuring = true
-  setTimeout(endWindow, args.measureS * 1000)
-}, args.warmupS * 1000)
+instance.on('reqError', () => { if (span.measuring) errors++ })
 
 await instance
-endWindow() // if autocannon ended on its own (it should not)
-if (cpu === undefined) throw new Error('the run ended before its measurement window began')
-
-const result: Measured = { ok, items: ok * args.batch, non201, errors, latencyMs: latencies.summary(), cpu }
+span.end() // if autocannon ended on its own (it should not)
+const result: Measured = { ok, items: ok * args.batch, non201, errors, latencyMs: latencies.summary(), cpu: span.cpu() }
 process.stdout.write(JSON.stringify(result) + '\n')

@@ -8,8 +8,8 @@
  */
 import pg from 'pg'
 import { MESSAGE_VALUE_JSON } from './lib/payload.ts'
-import { cpuSince, cpuSnapshot, type CpuSnapshot, type CpuWindow } from './lib/proc.ts'
 import { Latencies, type Measured } from './lib/stats.ts'
+import { MeasureWindow } from './lib/window.ts'
 
 interface Args {
   databaseUrl: string
@@ -28,10 +28,7 @@ const values = Array.from({ length: args.batch }, () => MESSAGE_VALUE_JSON)
 const ONE = 'SELECT hookq_produce($1, $2)'
 const MANY = 'SELECT hookq_produce($1, v) FROM unnest($2::text[]) AS v'
 
-let measuring = false
-let stopped = false
-let start: CpuSnapshot | undefined
-let cpu: CpuWindow | undefined
+const span = new MeasureWindow(args)
 let ok = 0
 let items = 0
 let errors = 0
@@ -40,40 +37,25 @@ const latencies = new Latencies()
 async function loop(): Promise<void> {
   const client = await pool.connect()
   try {
-    while (!stopped) {
+    while (!span.ended) {
       const t0 = performance.now()
       try {
         await client.query('BEGIN')
         await client.query(args.batch === 1 ? ONE : MANY, [args.topic, args.batch === 1 ? values[0] : values])
         await client.query('COMMIT')
-        if (measuring) { ok++; items += args.batch; latencies.add(performance.now() - t0) }
+        if (span.measuring) { ok++; items += args.batch; latencies.add(performance.now() - t0) }
       } catch {
         await client.query('ROLLBACK').catch(() => {})
-        if (measuring) errors++
+        if (span.measuring) errors++
       }
-      if (items >= args.maxRows) endWindow()
+      if (items >= args.maxRows) span.end()
     }
   } finally {
     client.release()
   }
 }
 
-function endWindow(): void {
-  if (!measuring) return
-  measuring = false
-  stopped = true
-  cpu = cpuSince(start!, args.brokerPid)
-}
-
-setTimeout(() => {
-  start = cpuSnapshot(args.brokerPid)
-  measuring = true
-  setTimeout(endWindow, args.measureS * 1000)
-}, args.warmupS * 1000)
-
 await Promise.all(Array.from({ length: args.connections }, loop))
 await pool.end()
-if (cpu === undefined) throw new Error('the run ended before its measurement window began')
-
-const result: Measured = { ok, items, non201: {}, errors, latencyMs: latencies.summary(), cpu }
+const result: Measured = { ok, items, non201: {}, errors, latencyMs: latencies.summary(), cpu: span.cpu() }
 process.stdout.write(JSON.stringify(result) + '\n')
