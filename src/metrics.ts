@@ -130,16 +130,10 @@ export class Metrics implements DispatchMetrics {
       help: 'Age of the oldest message hookq_produce() committed that is not in its topic yet (0: none waiting)',
       async collect() {
         this.reset()
-        let timer: NodeJS.Timeout | undefined
-        const deadline = new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`reading the produce outbox took over ${STATS_TIMEOUT_MS} ms`)), STATS_TIMEOUT_MS)
-        })
         try {
-          this.set(await Promise.race([outbox(), deadline]))
+          this.set(await withinStatsTimeout(outbox(), 'reading the produce outbox'))
         } catch (err) {
           report(err) // left out of this scrape
-        } finally {
-          clearTimeout(timer)
         }
       },
     })
@@ -235,13 +229,22 @@ export class Metrics implements DispatchMetrics {
     // A database that stopped answering (cut off, not down) must not hang the scrape: the
     // process's own metrics, hookq_partitions_owned among them, are what an operator looks at then.
     if (this.snapshot) return this.snapshot
-    let timer: NodeJS.Timeout | undefined
-    const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`reading lag and in-flight counts took over ${STATS_TIMEOUT_MS} ms`)), STATS_TIMEOUT_MS)
-    })
-    this.snapshot = Promise.race([this.partitionSource(), deadline])
+    this.snapshot = withinStatsTimeout(this.partitionSource(), 'reading lag and in-flight counts')
       .catch((err: unknown) => { this.onError(err); return [] })
-      .finally(() => { clearTimeout(timer); this.snapshot = undefined })
+      .finally(() => { this.snapshot = undefined })
     return this.snapshot
+  }
+}
+
+/** `read`, or a rejection naming `what` once it takes over STATS_TIMEOUT_MS (a scrape must not hang on the database). */
+async function withinStatsTimeout<T>(read: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took over ${STATS_TIMEOUT_MS} ms`)), STATS_TIMEOUT_MS)
+  })
+  try {
+    return await Promise.race([read, deadline])
+  } finally {
+    clearTimeout(timer)
   }
 }

@@ -39,7 +39,7 @@ export class PartitionReader {
    * it runs low (see READ_AHEAD), so a partition keeping its window full does not stop to read.
    */
   read(g: GroupRuntime, w: PartitionState): void {
-    const from = w.buffer.length > 0 ? Math.max(w.readPos, w.buffer[w.buffer.length - 1]!.offset + 1) : w.readPos
+    const from = nextToRead(w)
     if (w.reading || from >= w.endHint) return
     void this.readBatch(g, w, from)
   }
@@ -55,7 +55,7 @@ export class PartitionReader {
     if (w.reading || w.dropped || w.releasing || g.row.paused || !g.owners[w.partition]) return
     const room = Math.min(MAX_TAIL, Math.max(READ_BATCH, 2 * g.row.maxInFlight))
     if (w.buffer.length + messages.length > room) return
-    const next = w.buffer.length > 0 ? w.buffer[w.buffer.length - 1]!.offset + 1 : w.readPos
+    const next = nextToRead(w)
     if (messages[0]!.offset !== next || next < w.endHint) return
     for (const m of messages) w.buffer.push(m)
   }
@@ -85,4 +85,10 @@ export class PartitionReader {
     for (const row of rows) w.buffer.push(row)
     this.deps.onReadable(g, w)
   }
+}
+
+/** The offset after what the partition's buffer holds (its read position when empty): where reading goes on. */
+function nextToRead(w: PartitionState): number {
+  const last = w.buffer[w.buffer.length - 1]
+  return last === undefined ? w.readPos : Math.max(w.readPos, last.offset + 1)
 }

@@ -112,6 +112,22 @@ const RETRYABLE = new Set([
 ])
 const MAX_ATTEMPTS = 4
 
+/**
+ * Runs an append (a whole transaction of it) again after an error that says another writer got in
+ * the way; such a run wrote nothing, so running it again is correct. HTTP produce and the outbox's
+ * moves share it.
+ */
+export async function withAppendRetries<T>(run: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run()
+    } catch (err) {
+      const code = (err as { code?: string }).code
+      if (attempt >= MAX_ATTEMPTS || code === undefined || !RETRYABLE.has(code)) throw err
+    }
+  }
+}
+
 const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
 
 /** Something that runs a query: the pool (own transaction) or a client inside a transaction. */
@@ -146,14 +162,7 @@ export class MessageStore {
    * order; null for an entry whose topic no longer exists. Resolves only after the commit.
    */
   async append(entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.appendOnce(entries)
-      } catch (err) {
-        const code = (err as { code?: string }).code
-        if (attempt >= MAX_ATTEMPTS || code === undefined || !RETRYABLE.has(code)) throw err
-      }
-    }
+    return withAppendRetries(() => this.appendOnce(entries))
   }
 
   /** Up to `limit` messages of a partition from `fromOffset` on, in offset order. */
@@ -175,7 +184,7 @@ export class MessageStore {
   }
 
   private appendOnce(entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
-    return appendDeduplicated(entries, (keyed) => findKnownKeys(this.db.pool, keyed), (fresh) => this.appendChecked(fresh))
+    return appendDeduplicated(entries, (all) => findKnownKeys(this.db.pool, all), (fresh) => this.appendChecked(fresh))
   }
 
   /**
@@ -208,15 +217,14 @@ export class MessageStore {
  */
 export async function appendDeduplicated(
   entries: AppendEntry[],
-  find: (keyed: AppendEntry[]) => Promise<Map<string, Omit<Coordinates, 'duplicate'>>>,
+  find: (entries: AppendEntry[]) => Promise<Map<string, Omit<Coordinates, 'duplicate'>>>,
   append: (fresh: AppendEntry[]) => Promise<AppendedRow[]>,
 ): Promise<(Coordinates | null)[]> {
   const result: (Coordinates | null)[] = new Array(entries.length).fill(null)
   // Idempotency keys are looked up before the append, without locks. A concurrent writer that
   // stores the same key in between makes the append fail on the unique index; the retry then
   // finds the key here.
-  const keyed = entries.filter((e) => e.idempotencyKey !== null)
-  const known = keyed.length > 0 ? await find(keyed) : new Map<string, Omit<Coordinates, 'duplicate'>>()
+  const known = entries.some((e) => e.idempotencyKey !== null) ? await find(entries) : new Map<string, Omit<Coordinates, 'duplicate'>>()
   const duplicateOf = new Map<number, number>() // a repeat within this batch → the first
   const firstWithKey = new Map<string, number>()
   const fresh: AppendEntry[] = []

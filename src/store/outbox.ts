@@ -5,7 +5,7 @@
  */
 import type { Database } from './db.ts'
 import { isAnswerLost } from './errors.ts'
-import { appendDeduplicated, appendRows, findKnownKeys, type AppendEntry, type Coordinates } from './messages.ts'
+import { appendDeduplicated, appendRows, findKnownKeys, withAppendRetries, type AppendEntry, type Coordinates } from './messages.ts'
 
 /** A committed outbox row, with its topic as it is now (null: deleted since). */
 export interface OutboxRow {
@@ -45,10 +45,6 @@ SELECT taken.*, t.name AS topic_name, t.partitions
 FROM taken LEFT JOIN topics t ON t.id = taken.topic_id
 ORDER BY taken.id`
 
-/** Postgres errors after which running the whole move again is correct (as for MessageStore.append). */
-const RETRYABLE = new Set(['23505', '40P01', '40001'])
-const MAX_ATTEMPTS = 4
-
 /** Whether a committed row waits to be moved. */
 export async function outboxWaiting(db: Database): Promise<boolean> {
   return ((await db.pool.query({ name: 'hookq_outbox_any', text: ANY_WAITING })).rowCount ?? 0) > 0
@@ -68,15 +64,10 @@ export async function oldestWaitingSeconds(db: Database): Promise<number> {
  * partition); null drops the row (its topic is gone). Resolves with null when another process is
  * moving rows at the moment.
  */
-export async function moveOutbox(db: Database, limit: number, place: (row: OutboxRow) => AppendEntry | null): Promise<Moved | null> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await moveOnce(db, limit, place)
-    } catch (err) {
-      const code = (err as { code?: string }).code
-      if (attempt >= MAX_ATTEMPTS || code === undefined || !RETRYABLE.has(code)) throw err
-    }
-  }
+export function moveOutbox(db: Database, limit: number, place: (row: OutboxRow) => AppendEntry | null): Promise<Moved | null> {
+  // A concurrent HTTP produce of the same idempotency key fails the append on the unique index:
+  // the move rolls back whole and runs again, and then finds the key.
+  return withAppendRetries(() => moveOnce(db, limit, place))
 }
 
 async function moveOnce(db: Database, limit: number, place: (row: OutboxRow) => AppendEntry | null): Promise<Moved | null> {
@@ -100,7 +91,7 @@ async function moveOnce(db: Database, limit: number, place: (row: OutboxRow) => 
       }))
       const entries = rows.map(place)
       const kept = entries.filter((e): e is AppendEntry => e !== null)
-      const appended = kept.length === 0 ? [] : await appendDeduplicated(kept, (keyed) => findKnownKeys(client, keyed), (fresh) => appendRows(client, fresh))
+      const appended = kept.length === 0 ? [] : await appendDeduplicated(kept, (all) => findKnownKeys(client, all), (fresh) => appendRows(client, fresh))
       await client.query('COMMIT')
       let at = 0
       return { rows, entries, coordinates: entries.map((e) => (e === null ? null : appended[at++]!)) }
