@@ -35,7 +35,7 @@ async function run(t: Test): Promise<void> {
     const r = await call('PUT', `/v1/topics/${name}`, { partitions })
     if (r.status !== 201) throw new Error(`create ${name}: ${JSON.stringify(r.json)}`)
   }
-  type Stored = { partition: number; offset: number; key: string | null; value: any; headers: Record<string, string> }
+  type Stored = { partition: number; offset: number; key: string | null; value: any; headers: Record<string, string>; timestamp: string }
   async function messages(topic: string, partitions: number): Promise<Stored[]> {
     const all: Stored[] = []
     for (let p = 0; p < partitions; p++) {
@@ -97,7 +97,10 @@ async function run(t: Test): Promise<void> {
     const delays = await pool.query(`SELECT extract(epoch from available_at - produced_at) * 1000 AS ms FROM messages m
       JOIN topics t ON t.id = m.topic_id WHERE t.name = 'tx2' AND m."offset" = $1`, [later!.offset])
     t.equal(Number(delays.rows[0].ms), 1500, 'available 1500 ms after it was produced')
-    await receiver.waitFor(2, 20_000)
+    const pushes = await receiver.waitFor(2, 20_000)
+    const held = pushes.find((r) => (r.json as { value: unknown }).value === 'later')!
+    const producedAt = Date.parse((held.json as { timestamp: string }).timestamp)
+    t.ok(held.receivedAt >= producedAt + 1500 - 5, `pushed ${held.receivedAt - producedAt} ms after it was produced (delay 1500)`)
   })
 
   t.test('bad arguments raise a clear error that aborts the caller\'s transaction', async (t) => {

@@ -68,7 +68,7 @@ t.test('batches of up to maxMessages, in offset order, signed over the batch; ev
   t.same(rows[0], { n: 95, messages: 95 }, 'one attempt row per message, acked')
 })
 
-t.test('a backlog read from the log in many reads (each topped up ahead): every message once', async (t) => {
+t.test('a backlog read back from the log in many reads: every message once', async (t) => {
   // Paused while produced, so nothing comes from produce's tail: the partitions read it all back,
   // reading ahead while a read batch (200) is still half full. maxInFlight not a multiple of either.
   const receiver = await startReceiver(t)

@@ -6,8 +6,9 @@
 import t from 'tap'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { createConsumer, parsePush, PushParseError, MemoryIdempotencyStore, signHeaders, signWebhook } from '@hookq/client/consumer'
+import { createConsumer, parsePush, PushParseError, MemoryIdempotencyStore } from '@hookq/client/consumer'
 import type { ConsumerErrorStage, ConsumerOptions } from '@hookq/client/consumer'
+import { signedPush } from '../helpers/push.ts'
 
 const secret = 'whsec_' + Buffer.alloc(32, 7).toString('base64')
 
@@ -18,18 +19,8 @@ function envelope (over: Record<string, unknown> = {}): string {
   })
 }
 
-/** A push of `body` signed with `secret` now. */
-function signed (body: string, id = 'msg_1_2_41') {
-  const timestampSeconds = Math.floor(Date.now() / 1000)
-  return {
-    headers: {
-      'webhook-id': id, 'webhook-timestamp': String(timestampSeconds), 'webhook-signature': signWebhook({ webhookId: id, timestampSeconds, body, secrets: secret }),
-      // No hookq-* headers, and their signature all the same: the consumer helper requires it.
-      'hookq-signature': signHeaders({ webhookId: id, timestampSeconds, headers: {}, secrets: secret }),
-    },
-    body,
-  }
-}
+/** A push of `body` signed with `secret` now, as the broker sends it. */
+const signed = (body: string, id = 'msg_1_2_41') => signedPush(body, secret, id)
 
 /** An auto-mode consumer (no API calls) recording its handler runs and reported errors. */
 function autoConsumer (over: Partial<ConsumerOptions> = {}) {

@@ -7,10 +7,11 @@
  */
 import t from 'tap'
 import pg from 'pg'
-import { createConsumer, PgIdempotencyStore, signHeaders, signWebhook, type ConsumerErrorStage, type PushMessage } from '@hookq/client/consumer'
+import { createConsumer, PgIdempotencyStore, type ConsumerErrorStage, type PushMessage } from '@hookq/client/consumer'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { testPool } from '../helpers/pg-pool.ts'
 import { waitUntil } from '../helpers/wait.ts'
+import { signedPush } from '../helpers/push.ts'
 
 // The embedded database takes one connection: no second consumer could wait on a lock there.
 const server = { skip: needsServer }
@@ -26,16 +27,7 @@ function envelope (over: Record<string, unknown> = {}): string {
 }
 
 /** A push of `body` signed with `secret` now, as the broker sends it. */
-function signed (body: string, id = 'msg_1_0_7') {
-  const timestampSeconds = Math.floor(Date.now() / 1000)
-  return {
-    headers: {
-      'webhook-id': id, 'webhook-timestamp': String(timestampSeconds), 'webhook-signature': signWebhook({ webhookId: id, timestampSeconds, body, secrets: secret }),
-      'hookq-signature': signHeaders({ webhookId: id, timestampSeconds, headers: {}, secrets: secret }),
-    },
-    body,
-  }
-}
+const signed = (body: string, id = 'msg_1_0_7') => signedPush(body, secret, id)
 
 /** A fresh database for the consumer's own data, with its effects table. */
 async function consumerDatabase (tt: Parameters<typeof testDatabase>[0]) {
@@ -146,6 +138,10 @@ t.test('a database that is down: 503 and the handler not run; a failed COMMIT is
   t.match(await c.consumer.handle(signed(envelope())), { status: 503, body: '{"error":"idempotency_store_failed"}' })
   t.same(c.runs, [], 'not run when the id cannot be recorded with it')
   t.same(c.errors.map((e) => e.stage), ['idempotency'])
+  // A batch likewise: 503, not 200 naming every message as failed (nor a nack for each).
+  const batch = `{"deliveries":[${envelope()},${envelope({ deliveryId: 'd-2', offset: 8 })}]}`
+  t.match(await c.consumer.handle(signed(batch, 'batch_d-1')), { status: 503, body: '{"error":"idempotency_store_failed"}' })
+  t.same(c.runs, [], 'no message of the batch run')
 
   // The connection dies in the handler, after its write: the COMMIT cannot be sent.
   const db = await consumerDatabase(t)

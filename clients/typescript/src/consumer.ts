@@ -28,7 +28,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createClient, HookqError, unwrap, type HookqClient } from './index.ts'
-import { isTransactional, MemoryIdempotencyStore, transact, type IdempotencyStore, type TransactionalIdempotencyStore } from './idempotency.ts'
+import { isTransactional, MemoryIdempotencyStore, transact, type IdempotencyStore, type TransactionalIdempotencyStore, type TransactOutcome } from './idempotency.ts'
 import { parsePushes, PushParseError, type PushMessage, type RawPush } from './push.ts'
 import { decodeSecret, verifyWebhook, WebhookVerificationError, DEFAULT_TOLERANCE_SECONDS, type HeaderSource } from './verify.ts'
 
@@ -218,6 +218,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
   if (!(Number.isFinite(toleranceSeconds) && toleranceSeconds >= 0)) throw new TypeError(`toleranceSeconds must be a finite number ≥ 0, got ${toleranceSeconds}`)
   const idempotency = options.idempotency
   const txStore = isTransactional(idempotency) ? idempotency : undefined
+  // isTransactional again, not txStore: that is what narrows `idempotency` to a plain store.
   const store = idempotency === true ? new MemoryIdempotencyStore()
     : idempotency === false || idempotency === undefined || isTransactional(idempotency) ? undefined : idempotency
   // HandlerContext<Tx> and BatchContext<Tx> are conditional types: ConsumerContext, plus `tx` when
@@ -330,7 +331,6 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
         }
       }
     }
-    for (const { m, error, stage } of out.failed) report(error, { stage, message: m })
     if (store) {
       for (const m of out.ok) {
         try {
@@ -343,19 +343,30 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
     return out
   }
 
+  /** The handler on one message, in a transaction of `txs` that records its id. */
+  function runInTransaction (txs: TransactionalIdempotencyStore<Tx>, m: PushMessage<T>, headers: HeaderSource): Promise<TransactOutcome<PushMessage<T>>> {
+    return transact(txs, [m], keyOf, (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
+  }
+
+  /** The store failed before any work ran (no connection, BEGIN refused): nothing ran, nothing is known. */
+  function storeDown (result: TransactOutcome<PushMessage<T>>): boolean {
+    return result.kind === 'store' && result.fresh === undefined
+  }
+
   /**
    * A batch with a transactional store. Per message (the handler): each in its own transaction, in
    * order; a store failure fails that message and, not run, the ones after it (the database is
    * likely down), while those committed before it are acked. The batch handler: one transaction for
    * the batch, all or nothing (see BatchHandler).
    */
-  async function handleBatchInTransactions (txs: TransactionalIdempotencyStore<Tx>, messages: PushMessage<T>[], headers: HeaderSource): Promise<BatchOutcome> {
+  async function handleBatchInTransactions (txs: TransactionalIdempotencyStore<Tx>, messages: PushMessage<T>[], headers: HeaderSource): Promise<BatchOutcome | undefined> {
     const out: BatchOutcome = { ok: [], failed: [] }
     if (batchHandler) {
       const result = await transact(txs, messages, keyOf, async (tx, fresh) => {
         const named = (await batchHandler(fresh, { requestHeaders: headers, tx }))?.failed ?? []
         if (named.length > 0) throw new Error(`the batch handler named ${named.length} of ${fresh.length} as failed: with a transactional store the batch is rolled back whole`)
       })
+      if (storeDown(result)) return undefined
       if (result.kind === 'done') out.ok.push(...messages)
       else {
         const failing = result.fresh ?? messages
@@ -363,7 +374,9 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
       }
     } else {
       for (const [i, m] of messages.entries()) {
-        const result = await transact(txs, [m], keyOf, (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
+        const result = await runInTransaction(txs, m, headers)
+        // Nothing committed yet: answered as a failed has() is (503), not as failed messages.
+        if (i === 0 && storeDown(result)) return undefined
         if (result.kind === 'done') out.ok.push(m)
         else if (result.kind === 'threw') out.failed.push({ m, error: result.error, stage: 'handler' })
         else {
@@ -372,7 +385,6 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
         }
       }
     }
-    for (const { m, error, stage } of out.failed) report(error, { stage, message: m })
     return out
   }
 
@@ -387,6 +399,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
     const outcome = txStore ? await handleBatchInTransactions(txStore, messages, headers) : await handleBatch(messages, headers)
     if (!outcome) return reply(503, { error: 'idempotency_store_failed' })
     const { ok, failed } = outcome
+    for (const { m, error, stage } of failed) report(error, { stage, message: m })
     const answerFailed = new Set(failed.map((f) => f.m.deliveryId))
     if (ackMode === 'explicit') {
       const group = messages[0]!.group
@@ -468,10 +481,10 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
    * the id (it committed after all) or runs the handler again (it did not).
    */
   async function processTransactional (txs: TransactionalIdempotencyStore<Tx>, m: PushMessage<T>, headers: HeaderSource): Promise<ConsumerResponse> {
-    const result = await transact(txs, [m], keyOf, (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
+    const result = await runInTransaction(txs, m, headers)
     if (result.kind === 'done') return succeeded(m, result.fresh.length === 0 ? 'duplicate' : 'handled')
     if (result.kind === 'threw') return failed(m, result.error)
-    if (result.fresh) return failed(m, result.error, 'commit_failed')
+    if (!storeDown(result)) return failed(m, result.error, 'commit_failed')
     report(result.error, { stage: 'idempotency', message: m })
     return reply(503, { error: 'idempotency_store_failed' })
   }

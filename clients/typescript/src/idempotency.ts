@@ -68,8 +68,9 @@ export async function transact<M, Tx> (store: TransactionalIdempotencyStore<Tx>,
     })
     return { kind: 'done', fresh: freshOf(recorded) }
   } catch (error) {
-    // Told apart by whether work threw: the store rethrows work's error after its ROLLBACK.
-    return threw ? { kind: 'threw', error: threw.error, fresh: fresh ?? [] } : { kind: 'store', error, fresh }
+    // Told apart by whether work threw (then fresh is set: work runs with it): the store rethrows
+    // work's error after its ROLLBACK.
+    return threw ? { kind: 'threw', error: threw.error, fresh: fresh! } : { kind: 'store', error, fresh }
   }
 }
 

@@ -96,6 +96,8 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
   readonly createTableSql: string
   /** The index's name, quoted and in the table's schema. */
   private readonly index: string
+  /** What createTableSql says, one statement each. */
+  private readonly createStatements: readonly string[]
 
   constructor ({ pool, table = DEFAULT_HANDLED_TABLE, createTable = true }: PgIdempotencyStoreOptions<C>) {
     if (typeof pool?.connect !== 'function') throw new TypeError('PgIdempotencyStore needs a pool with connect() (a node-postgres Pool)')
@@ -109,8 +111,11 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
     this.createTable = createTable
     const indexName = `"${`${parts.at(-1)}_handled_at`.slice(0, 63)}"`
     this.index = [...parts.slice(0, -1).map((p) => `"${p}"`), indexName].join('.')
-    this.createTableSql = `CREATE TABLE IF NOT EXISTS ${this.table} (id text PRIMARY KEY, handled_at timestamptz NOT NULL DEFAULT now());\n` +
-      `CREATE INDEX IF NOT EXISTS ${indexName} ON ${this.table} (handled_at);`
+    this.createStatements = [
+      `CREATE TABLE IF NOT EXISTS ${this.table} (id text PRIMARY KEY, handled_at timestamptz NOT NULL DEFAULT now());`,
+      `CREATE INDEX IF NOT EXISTS ${indexName} ON ${this.table} (handled_at);`,
+    ]
+    this.createTableSql = this.createStatements.join('\n')
   }
 
   async runOnce (ids: readonly string[], work: (tx: C, fresh: readonly string[]) => Promise<void>): Promise<readonly string[]> {
@@ -194,7 +199,7 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
       // and hold up their new INSERTs behind it meanwhile.
       const found = await client.query('SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AS present', [this.table, this.index])
       if (found.rows[0]?.present === true) return
-      for (const statement of this.createTableSql.split('\n')) {
+      for (const statement of this.createStatements) {
         try {
           await client.query(statement)
         } catch (err) {
