@@ -43,8 +43,12 @@ async function loop(): Promise<void> {
     try {
       await pool.query(
         'INSERT INTO bench_baseline (topic_id, partition, "offset", value, produced_at) VALUES ($1, $2, $3, $4, clock_timestamp())',
-        [1, partition, offset, MESSAGE_VALUE_JSON])
-      if (span.measuring) { ok++; latencies.add(performance.now() - t0) }
+        [1, partition, offset, MESSAGE_VALUE_JSON],
+      )
+      if (span.measuring) {
+        ok++
+        latencies.add(performance.now() - t0)
+      }
     } catch {
       if (span.measuring) errors++
     }

@@ -28,7 +28,11 @@ const valueWith = (extra: string) => `${MESSAGE_VALUE_JSON.slice(0, -1)},${extra
 // ---- posts: the bare HTTP ceiling
 
 interface PostsArgs {
-  url: string; concurrency: number; warmupS: number; measureS: number; maxRequests: number
+  url: string
+  concurrency: number
+  warmupS: number
+  measureS: number
+  maxRequests: number
   /** `request`: undici's request() and the body read as the broker's pusher does; `dispatch`: Agent.dispatch with a bare handler. */
   api?: 'request' | 'dispatch'
 }
@@ -39,11 +43,22 @@ function dispatchPost(agent: Agent, url: URL, body: string, headers: Record<stri
     let status = 0
     // The handler interface undici's core Request takes as is (the newer onResponse* one goes through a wrapper).
     agent.dispatch({ origin: url.origin, path: url.pathname, method: 'POST', body, headers, headersTimeout: 10_000, bodyTimeout: 10_000 }, {
-      onConnect() { /* no abort needed */ },
-      onHeaders(statusCode: number) { status = statusCode; return true },
-      onData() { return true },
-      onComplete() { resolve(status) },
-      onError(err: Error) { reject(err) },
+      onConnect() {
+        /* no abort needed */
+      },
+      onHeaders(statusCode: number) {
+        status = statusCode
+        return true
+      },
+      onData() {
+        return true
+      },
+      onComplete() {
+        resolve(status)
+      },
+      onError(err: Error) {
+        reject(err)
+      },
     } as unknown as Parameters<Agent['dispatch']>[1])
   })
 }
@@ -68,12 +83,17 @@ async function posts(a: PostsArgs) {
       const nowMs = Date.now()
       // The shape and size of a push envelope (src/dispatch/envelope.ts) and its headers.
       const deliveryId = `${deliveryIdBase}${offset.toString(36).padStart(10, '0')}`
-      const body = `{"deliveryId":"${deliveryId}","topic":"e2e-baseline","group":"e2e-baseline","partition":0,"offset":${offset},` +
+      const body =
+        `{"deliveryId":"${deliveryId}","topic":"e2e-baseline","group":"e2e-baseline","partition":0,"offset":${offset},` +
         `"key":null,"value":${valueWith(`"t":${wallNow()}`)},"headers":{},"attempt":1,` +
         `"timestamp":"${new Date(nowMs).toISOString()}","ackDeadline":"${new Date(nowMs + 30_000).toISOString()}"}`
       const headers = {
-        'content-type': 'application/json', 'user-agent': 'hookq', 'hookq-delivery-id': deliveryId, 'hookq-attempt': '1',
-        'webhook-id': `msg_1_0_${offset}`, 'webhook-timestamp': String(Math.floor(nowMs / 1000)),
+        'content-type': 'application/json',
+        'user-agent': 'hookq',
+        'hookq-delivery-id': deliveryId,
+        'hookq-attempt': '1',
+        'webhook-id': `msg_1_0_${offset}`,
+        'webhook-timestamp': String(Math.floor(nowMs / 1000)),
       }
       const t0 = performance.now()
       try {
@@ -81,13 +101,22 @@ async function posts(a: PostsArgs) {
         if (a.api === 'dispatch') {
           status = await dispatchPost(agent, target, body, headers)
         } else {
-          const res = await request(a.url, { dispatcher: agent, method: 'POST', body, headers, headersTimeout: 10_000, bodyTimeout: 10_000 })
+          const res = await request(a.url, {
+            dispatcher: agent,
+            method: 'POST',
+            body,
+            headers,
+            headersTimeout: 10_000,
+            bodyTimeout: 10_000,
+          })
           await res.body.text()
           status = res.statusCode
         }
         if (!measuring) continue
-        if (status >= 200 && status < 300) { ok++; latencies.add(performance.now() - t0) }
-        else non2xx[status] = (non2xx[status] ?? 0) + 1
+        if (status >= 200 && status < 300) {
+          ok++
+          latencies.add(performance.now() - t0)
+        } else non2xx[status] = (non2xx[status] ?? 0) + 1
       } catch {
         if (measuring) errors++
         await sleep(10)
@@ -110,7 +139,11 @@ async function posts(a: PostsArgs) {
 // ---- bulk: produce as fast as the broker answers
 
 interface BulkArgs {
-  url: string; total: number; batch: number; concurrency: number; maxSeconds: number
+  url: string
+  total: number
+  batch: number
+  concurrency: number
+  maxSeconds: number
   /** Every keepEvery-th message of a batch carries the header keep: yes, the others keep: no (for a group's filter). */
   keepEvery?: number
 }
@@ -138,10 +171,17 @@ async function bulk(a: BulkArgs) {
         if (Number.isNaN(firstSendAt)) firstSendAt = sentAt
         const one = `{"value":${valueWith(`"t":${sentAt}`)}}`
         const keep = a.keepEvery
-        const body = `{"messages":[${Array.from({ length: n }, (_, k) => keep ? `${one.slice(0, -1)},"headers":{"keep":"${k % keep === 0 ? 'yes' : 'no'}"}}` : one).join(',')}]}`
+        const body = `{"messages":[${Array.from({ length: n }, (_, k) => (keep ? `${one.slice(0, -1)},"headers":{"keep":"${k % keep === 0 ? 'yes' : 'no'}"}}` : one)).join(',')}]}`
         const t0 = performance.now()
         try {
-          const res = await pool.request({ path, method: 'POST', body, headers: { 'content-type': 'application/json' }, headersTimeout: 30_000, bodyTimeout: 30_000 })
+          const res = await pool.request({
+            path,
+            method: 'POST',
+            body,
+            headers: { 'content-type': 'application/json' },
+            headersTimeout: 30_000,
+            bodyTimeout: 30_000,
+          })
           const text = await res.body.text()
           requests++
           if (res.statusCode === 201) {
@@ -167,12 +207,29 @@ async function bulk(a: BulkArgs) {
   }
   await Promise.all(Array.from({ length: a.concurrency }, loop))
   await pool.close()
-  return { produced, requests, non201, errors, retries, firstSendAt, lastAnswerAt, timedOut: produced < a.total, latencyMs: latencies.summary() }
+  return {
+    produced,
+    requests,
+    non201,
+    errors,
+    retries,
+    firstSendAt,
+    lastAnswerAt,
+    timedOut: produced < a.total,
+    latencyMs: latencies.summary(),
+  }
 }
 
 // ---- paced: single messages at a fixed rate
 
-interface PacedArgs { url: string; rate: number; warmupS: number; measureS: number; maxOutstanding: number; connections: number }
+interface PacedArgs {
+  url: string
+  rate: number
+  warmupS: number
+  measureS: number
+  maxOutstanding: number
+  connections: number
+}
 
 async function paced(a: PacedArgs) {
   const pool = new Pool(new URL(a.url).origin, { connections: a.connections, pipelining: 1 })
@@ -202,14 +259,20 @@ async function paced(a: PacedArgs) {
     const t0 = performance.now()
     try {
       const res = await pool.request({
-        path, method: 'POST', headers: { 'content-type': 'application/json' },
+        path,
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: `{"messages":[{"value":${valueWith(warm ? `"t":${sentAt},"w":1` : `"t":${sentAt}`)}}]}`,
-        headersTimeout: 10_000, bodyTimeout: 10_000,
+        headersTimeout: 10_000,
+        bodyTimeout: 10_000,
       })
       await res.body.text()
       if (res.statusCode === 201) {
         produced++
-        if (!warm) { producedMeasured++; latencies.add(performance.now() - t0) }
+        if (!warm) {
+          producedMeasured++
+          latencies.add(performance.now() - t0)
+        }
       } else {
         non201[res.statusCode] = (non201[res.statusCode] ?? 0) + 1
       }
@@ -229,7 +292,10 @@ async function paced(a: PacedArgs) {
     const due = Math.min(total, Math.floor(((performance.now() - start) * a.rate) / 1000) + 1)
     if (due - sent > maxBehind) maxBehind = due - sent
     while (sent < due) {
-      if (outstanding >= a.maxOutstanding) { cappedTicks++; break }
+      if (outstanding >= a.maxOutstanding) {
+        cappedTicks++
+        break
+      }
       const p = sendOne(sent++)
       inflight.add(p)
       void p.finally(() => inflight.delete(p))
@@ -241,9 +307,19 @@ async function paced(a: PacedArgs) {
   await pool.close()
   const measuredS = (measuredLastSendAt - measuredFirstSendAt) / 1000
   return {
-    scheduled: total, sent, produced, producedMeasured, errors, non201, firstSendAt, lastSendAt,
+    scheduled: total,
+    sent,
+    produced,
+    producedMeasured,
+    errors,
+    non201,
+    firstSendAt,
+    lastSendAt,
     achievedRate: measuredS > 0 ? (sent - warmupCount - 1) / measuredS : NaN,
-    maxOutstanding, cappedTicks, maxBehind, produceLatencyMs: latencies.summary(),
+    maxOutstanding,
+    cappedTicks,
+    maxBehind,
+    produceLatencyMs: latencies.summary(),
   }
 }
 

@@ -95,13 +95,26 @@ const server = createServer((req, res) => {
 server.keepAliveTimeout = 30_000 // longer than the broker's 4 s idle close: the broker closes first
 server.headersTimeout = 60_000
 
-interface Envelope { deliveryId?: string; partition?: number; offset?: number; value?: { t?: number; w?: number } }
+interface Envelope {
+  deliveryId?: string
+  partition?: number
+  offset?: number
+  value?: { t?: number; w?: number }
+}
 
 function onPush(url: string, body: Buffer, at: number): void {
   const s = current
-  if (s === undefined || url !== `/p/${s.cfg.name}`) { strays++; return }
+  if (s === undefined || url !== `/p/${s.cfg.name}`) {
+    strays++
+    return
+  }
   let parsed: Envelope & { deliveries?: Envelope[] }
-  try { parsed = JSON.parse(body.toString('utf8')) as Envelope & { deliveries?: Envelope[] } } catch { s.badBodies++; return }
+  try {
+    parsed = JSON.parse(body.toString('utf8')) as Envelope & { deliveries?: Envelope[] }
+  } catch {
+    s.badBodies++
+    return
+  }
   s.pushes++
   if (s.pushes === 1) s.firstAt = at
   // A batch push carries its envelopes in `deliveries`: each counts as a message received.
@@ -110,7 +123,10 @@ function onPush(url: string, body: Buffer, at: number): void {
 }
 
 function onMessage(s: Scenario, env: Envelope, at: number): void {
-  if (typeof env.partition !== 'number' || typeof env.offset !== 'number') { s.badBodies++; return }
+  if (typeof env.partition !== 'number' || typeof env.offset !== 'number') {
+    s.badBodies++
+    return
+  }
   if (s.seen.mark(env.partition, env.offset)) {
     s.unique++
     s.lastUniqueAt = at
@@ -126,14 +142,23 @@ function onMessage(s: Scenario, env: Envelope, at: number): void {
 }
 
 function scheduleFlush(s: Scenario): void {
-  if (s.pending.length >= s.cfg.ackBatch) { flush(s); return }
+  if (s.pending.length >= s.cfg.ackBatch) {
+    flush(s)
+    return
+  }
   if (s.timer === undefined && s.pending.length > 0) {
-    s.timer = setTimeout(() => { s.timer = undefined; flush(s) }, s.cfg.ackFlushMs)
+    s.timer = setTimeout(() => {
+      s.timer = undefined
+      flush(s)
+    }, s.cfg.ackFlushMs)
   }
 }
 
 function flush(s: Scenario): void {
-  if (s.timer !== undefined) { clearTimeout(s.timer); s.timer = undefined }
+  if (s.timer !== undefined) {
+    clearTimeout(s.timer)
+    s.timer = undefined
+  }
   while (s.pending.length > 0 && s.ackInFlight < s.cfg.ackConcurrency) {
     void sendAcks(s, s.pending.splice(0, s.cfg.ackBatch), 1)
   }
@@ -146,8 +171,10 @@ async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<vo
   let failed = false
   try {
     const res = await pool.request({
-      path: `/v1/groups/${encodeURIComponent(s.cfg.group)}/acks`, method: 'POST',
-      headers: { 'content-type': 'application/json' }, body: JSON.stringify({ deliveryIds: ids }),
+      path: `/v1/groups/${encodeURIComponent(s.cfg.group)}/acks`,
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ deliveryIds: ids }),
     })
     const text = await res.body.text()
     if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`)
@@ -166,7 +193,10 @@ async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<vo
   if (failed) {
     if (attempt < 3) {
       s.ackRetrying++
-      setTimeout(() => { s.ackRetrying--; void sendAcks(s, ids, attempt + 1) }, 100)
+      setTimeout(() => {
+        s.ackRetrying--
+        void sendAcks(s, ids, attempt + 1)
+      }, 100)
     } else {
       s.ackLost += ids.length
     }
@@ -184,13 +214,29 @@ function checkDone(s: Scenario): void {
 
 function stats(s: Scenario) {
   return {
-    name: s.cfg.name, pushes: s.pushes, unique: s.unique, duplicates: s.duplicates, badBodies: s.badBodies, strays,
-    firstAt: s.firstAt, lastUniqueAt: s.lastUniqueAt, doneAt: s.doneAt,
-    latencyMs: s.latency.summary(), latencyCount: s.latency.count,
-    acks: s.cfg.mode === 'ack' ? {
-      calls: s.ackCalls, ids: s.ackIds, errors: s.ackErrors, lost: s.ackLost, statuses: s.ackStatuses,
-      lastAckAt: s.lastAckAt, callMs: s.ackCallMs.summary(),
-    } : undefined,
+    name: s.cfg.name,
+    pushes: s.pushes,
+    unique: s.unique,
+    duplicates: s.duplicates,
+    badBodies: s.badBodies,
+    strays,
+    firstAt: s.firstAt,
+    lastUniqueAt: s.lastUniqueAt,
+    doneAt: s.doneAt,
+    latencyMs: s.latency.summary(),
+    latencyCount: s.latency.count,
+    acks:
+      s.cfg.mode === 'ack'
+        ? {
+            calls: s.ackCalls,
+            ids: s.ackIds,
+            errors: s.ackErrors,
+            lost: s.ackLost,
+            statuses: s.ackStatuses,
+            lastAckAt: s.lastAckAt,
+            callMs: s.ackCallMs.summary(),
+          }
+        : undefined,
   }
 }
 export type ReceiverStats = ReturnType<typeof stats>
@@ -198,29 +244,36 @@ export type ReceiverStats = ReturnType<typeof stats>
 await new Promise<void>((resolve, reject) => server.listen(0, '127.0.0.1', resolve).once('error', reject))
 const { port } = server.address() as { port: number }
 
-serveIpc({
-  scenario(cfg: ScenarioConfig) {
-    if (current?.timer !== undefined) clearTimeout(current.timer)
-    current = new Scenario({ group: '', ackBatch: 500, ackFlushMs: 5, ackConcurrency: 4, ...cfg })
-    strays = 0
-    return { ok: true }
+serveIpc(
+  {
+    scenario(cfg: ScenarioConfig) {
+      if (current?.timer !== undefined) clearTimeout(current.timer)
+      current = new Scenario({ group: '', ackBatch: 500, ackFlushMs: 5, ackConcurrency: 4, ...cfg })
+      strays = 0
+      return { ok: true }
+    },
+    expect({ n }: { n: number }) {
+      if (!current) throw new Error('no scenario')
+      current.cfg.expect = n
+      checkDone(current)
+      return { unique: current.unique }
+    },
+    /** This process's wall clock (timeOrigin + now) minus Date.now(), averaged: compared across processes for skew. */
+    clock() {
+      let sum = 0
+      for (let i = 0; i < 5000; i++) sum += wallNow() - Date.now()
+      return sum / 5000
+    },
+    stats() {
+      if (!current) throw new Error('no scenario')
+      return stats(current)
+    },
   },
-  expect({ n }: { n: number }) {
-    if (!current) throw new Error('no scenario')
-    current.cfg.expect = n
-    checkDone(current)
-    return { unique: current.unique }
-  },
-  /** This process's wall clock (timeOrigin + now) minus Date.now(), averaged: compared across processes for skew. */
-  clock() {
-    let sum = 0
-    for (let i = 0; i < 5000; i++) sum += wallNow() - Date.now()
-    return sum / 5000
-  },
-  stats() {
-    if (!current) throw new Error('no scenario')
-    return stats(current)
-  },
-}, { port })
+  { port },
+)
 
-process.on('SIGTERM', () => { server.close(); void pool.close(); process.exit(0) })
+process.on('SIGTERM', () => {
+  server.close()
+  void pool.close()
+  process.exit(0)
+})

@@ -78,7 +78,23 @@ function envNumber(name: string, fallback: number): number {
 }
 
 const SCENARIOS = new Set((process.env.BENCH_SCENARIOS || 'ceiling,produce,auto,explicit,latency').split(',').map((s) => s.trim()))
-for (const s of SCENARIOS) if (!['ceiling', 'produce', 'auto', 'batch10', 'batch100', 'drain', 'drain-batch10', 'drain-batch100', 'filtered', 'explicit', 'latency'].includes(s)) throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
+for (const s of SCENARIOS)
+  if (
+    ![
+      'ceiling',
+      'produce',
+      'auto',
+      'batch10',
+      'batch100',
+      'drain',
+      'drain-batch10',
+      'drain-batch100',
+      'filtered',
+      'explicit',
+      'latency',
+    ].includes(s)
+  )
+    throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
 const MESSAGES = Math.round(envNumber('BENCH_MESSAGES', 100_000))
 const PRODUCE_MESSAGES = Math.round(envNumber('BENCH_PRODUCE_MESSAGES', 30_000))
 const BATCH = Math.min(1000, Math.round(envNumber('BENCH_BATCH', 100)))
@@ -98,7 +114,11 @@ const RATES = (process.env.BENCH_RATES || '5000,500').split(',').map((r) => {
 const RATE = RATES[0]!
 const LATENCY_S = envNumber('BENCH_LATENCY_SECONDS', 10)
 const LATENCY_WARMUP_S = envNumber('BENCH_LATENCY_WARMUP_SECONDS', 2)
-const ACK = { ackBatch: Math.min(1000, Math.round(envNumber('BENCH_ACK_BATCH', 500))), ackFlushMs: envNumber('BENCH_ACK_FLUSH_MS', 5), ackConcurrency: Math.round(envNumber('BENCH_ACK_CONCURRENCY', 4)) }
+const ACK = {
+  ackBatch: Math.min(1000, Math.round(envNumber('BENCH_ACK_BATCH', 500))),
+  ackFlushMs: envNumber('BENCH_ACK_FLUSH_MS', 5),
+  ackConcurrency: Math.round(envNumber('BENCH_ACK_CONCURRENCY', 4)),
+}
 const PG_WAITS = process.env.BENCH_PG_WAITS !== '0'
 const CPU_PROF = process.env.BENCH_CPU_PROF === '1'
 const PROF_DIR = 'bench/out'
@@ -118,8 +138,16 @@ const fixed = (n: number, digits = 1) => (Number.isFinite(n) ? n.toFixed(digits)
 
 // ---- CPU over a window: broker, PostgreSQL, receiver, load process, host
 
-interface Cpu extends CpuWindow { receiverPct: number; loadPct: number; brokerS: number }
-interface CpuStart { base: ReturnType<typeof cpuSnapshot>; receiver: number; load: number }
+interface Cpu extends CpuWindow {
+  receiverPct: number
+  loadPct: number
+  brokerS: number
+}
+interface CpuStart {
+  base: ReturnType<typeof cpuSnapshot>
+  receiver: number
+  load: number
+}
 
 function cpuStart(receiver: IpcWorker, load: IpcWorker): CpuStart {
   return { base: cpuSnapshot(run.broker!.pid), receiver: processCpuSeconds(receiver.pid) ?? NaN, load: processCpuSeconds(load.pid) ?? NaN }
@@ -141,7 +169,8 @@ const otherPct = (c: Cpu) => c.hostPct * c.cores - c.brokerPct - c.postgresPct -
 
 async function api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
   const res = await fetch(`${run.broker!.url}${path}`, {
-    method, ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
+    method,
+    ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
     signal: AbortSignal.timeout(30_000),
   })
   const text = await res.text()
@@ -149,7 +178,9 @@ async function api<T = unknown>(method: string, path: string, body?: unknown): P
   return (text ? JSON.parse(text) : undefined) as T
 }
 
-interface GroupStatus { partitions: { committedOffset: number; endOffset: number; lag: number; inFlight: number }[] }
+interface GroupStatus {
+  partitions: { committedOffset: number; endOffset: number; lag: number; inFlight: number }[]
+}
 
 /** Polls the group until `expected` messages are completed (sum of committed offsets); the wall time it saw that, or NaN at the deadline. */
 async function waitCompleted(group: string, expected: number, deadlineMs: number): Promise<{ at: number; completed: number }> {
@@ -165,22 +196,40 @@ async function waitCompleted(group: string, expected: number, deadlineMs: number
 
 async function createGroup(name: string, ackMode: 'auto' | 'explicit', receiverUrl: string, extra: object = {}): Promise<void> {
   await api('PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
-  await api('PUT', `/v1/groups/${name}`, { topic: name, ackMode, maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000, ...extra })
+  await api('PUT', `/v1/groups/${name}`, {
+    topic: name,
+    ackMode,
+    maxInFlight: MAX_IN_FLIGHT,
+    ackTimeoutMs: 30_000,
+    pushTimeoutMs: 10_000,
+    ...extra,
+  })
   await api('POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
 }
 
 /** After a scenario: no more pushes from its group (a backlog left by a timed-out run would disturb the next). */
 async function pauseGroup(name: string, ackMode: 'auto' | 'explicit'): Promise<void> {
-  await api('PUT', `/v1/groups/${name}`, { topic: name, ackMode, maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000, paused: true })
+  await api('PUT', `/v1/groups/${name}`, {
+    topic: name,
+    ackMode,
+    maxInFlight: MAX_IN_FLIGHT,
+    ackTimeoutMs: 30_000,
+    pushTimeoutMs: 10_000,
+    paused: true,
+  })
 }
 
 function assertBrokerAlive(during: string): void {
-  if (run.broker!.child.exitCode !== null || run.broker!.child.signalCode !== null) throw new Error(`the broker died during ${during}:\n${run.broker!.output()}`)
+  if (run.broker!.child.exitCode !== null || run.broker!.child.signalCode !== null)
+    throw new Error(`the broker died during ${during}:\n${run.broker!.output()}`)
 }
 
 // ---- profiles
 
-interface Profiled { scenario: string; file: string }
+interface Profiled {
+  scenario: string
+  file: string
+}
 const profiles: Profiled[] = []
 
 async function profileStart(): Promise<WindowProfiler | undefined> {
@@ -201,8 +250,13 @@ function startWaits(): Promise<WaitSampler | undefined> {
 async function stopWaits(s: Promise<WaitSampler | undefined>): Promise<string | undefined> {
   const w = await (await s)?.stop().catch(() => undefined)
   if (!w) return undefined
-  return `pg backends, average count by state (${w.samples} samples): ` +
-    (w.avg.filter(([, n]) => n >= 0.05).map(([what, n]) => `${what} ${n.toFixed(2)}`).join(', ') || 'all idle')
+  return (
+    `pg backends, average count by state (${w.samples} samples): ` +
+    (w.avg
+      .filter(([, n]) => n >= 0.05)
+      .map(([what, n]) => `${what} ${n.toFixed(2)}`)
+      .join(', ') || 'all idle')
+  )
 }
 
 // ---- scenarios
@@ -221,33 +275,76 @@ interface Row {
   notes: string
 }
 
-interface PostsResult { ok: number; errors: number; non2xx: Record<string, number>; seconds: number; latencyMs: { p50: number; p99: number; max: number }; sent: number }
+interface PostsResult {
+  ok: number
+  errors: number
+  non2xx: Record<string, number>
+  seconds: number
+  latencyMs: { p50: number; p99: number; max: number }
+  sent: number
+}
 interface BulkResult {
-  produced: number; requests: number; non201: Record<string, number>; errors: number; retries: number
-  firstSendAt: number; lastAnswerAt: number; timedOut: boolean; latencyMs: { p50: number; p99: number; max: number }
+  produced: number
+  requests: number
+  non201: Record<string, number>
+  errors: number
+  retries: number
+  firstSendAt: number
+  lastAnswerAt: number
+  timedOut: boolean
+  latencyMs: { p50: number; p99: number; max: number }
 }
 interface PacedResult {
-  sent: number; produced: number; producedMeasured: number; errors: number; non201: Record<string, number>
-  scheduled: number; firstSendAt: number; lastSendAt: number; achievedRate: number; maxOutstanding: number; cappedTicks: number; maxBehind: number
+  sent: number
+  produced: number
+  producedMeasured: number
+  errors: number
+  non201: Record<string, number>
+  scheduled: number
+  firstSendAt: number
+  lastSendAt: number
+  achievedRate: number
+  maxOutstanding: number
+  cappedTicks: number
+  maxBehind: number
   produceLatencyMs: { p50: number; p99: number; max: number }
 }
 
-const codes = (m: Record<string, number>) => Object.entries(m).map(([c, n]) => `${c}:${n}`).join(' ')
+const codes = (m: Record<string, number>) =>
+  Object.entries(m)
+    .map(([c, n]) => `${c}:${n}`)
+    .join(' ')
 
 async function ceiling(api: 'request' | 'dispatch', receiver: IpcWorker, load: IpcWorker, receiverUrl: string): Promise<Row> {
   await receiver.call('scenario', { name: `ceiling-${api}`, mode: 'count', expect: 0 }, 5000)
   const c0 = cpuStart(receiver, load)
-  const r = await load.call<PostsResult>('posts', {
-    url: `${receiverUrl}/p/ceiling-${api}`, concurrency: CEILING_CONCURRENCY, warmupS: 1, measureS: CEILING_S, maxRequests: 5_000_000, api,
-  }, (CEILING_S + 30) * 1000)
+  const r = await load.call<PostsResult>(
+    'posts',
+    {
+      url: `${receiverUrl}/p/ceiling-${api}`,
+      concurrency: CEILING_CONCURRENCY,
+      warmupS: 1,
+      measureS: CEILING_S,
+      maxRequests: 5_000_000,
+      api,
+    },
+    (CEILING_S + 30) * 1000,
+  )
   const cpu = cpuEnd(c0, receiver, load)
   const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
   const bad = r.errors + Object.values(r.non2xx).reduce((a, b) => a + b, 0)
   return {
     clientUsPerReq: (1e4 * cpu.loadPct * cpu.seconds) / Math.max(1, r.sent),
-    label: `ceiling: bare POSTs, undici ${api === 'request' ? 'request()' : 'dispatch()'}, ${CEILING_CONCURRENCY} loops`, messages: r.ok, seconds: r.seconds, perS: r.ok / r.seconds,
-    p50: r.latencyMs.p50, p99: r.latencyMs.p99, cpu, duplicates: st.duplicates,
-    notes: `round trip p50/p99; receiver got ${int(st.unique)} of ${int(r.sent)} sent; receiver ${fixed((1e4 * cpu.receiverPct * cpu.seconds) / Math.max(1, st.pushes), 0)} us CPU/request, ` +
+    label: `ceiling: bare POSTs, undici ${api === 'request' ? 'request()' : 'dispatch()'}, ${CEILING_CONCURRENCY} loops`,
+    messages: r.ok,
+    seconds: r.seconds,
+    perS: r.ok / r.seconds,
+    p50: r.latencyMs.p50,
+    p99: r.latencyMs.p99,
+    cpu,
+    duplicates: st.duplicates,
+    notes:
+      `round trip p50/p99; receiver got ${int(st.unique)} of ${int(r.sent)} sent; receiver ${fixed((1e4 * cpu.receiverPct * cpu.seconds) / Math.max(1, st.pushes), 0)} us CPU/request, ` +
       `load ${fixed((1e4 * cpu.loadPct * cpu.seconds) / Math.max(1, r.sent), 0)} us/request${bad ? `; failed ${bad} ${codes(r.non2xx)}` : ''}`,
   }
 }
@@ -258,28 +355,57 @@ async function produceOnly(receiver: IpcWorker, load: IpcWorker): Promise<Row> {
   await sleep(300)
   const profiler = await profileStart()
   const c0 = cpuStart(receiver, load)
-  const r = await load.call<BulkResult>('bulk', {
-    url: `${run.broker!.url}/v1/topics/${name}/messages`, total: PRODUCE_MESSAGES, batch: BATCH, concurrency: PRODUCERS, maxSeconds: MAX_SECONDS,
-  }, MAX_SECONDS * 1000 + 60_000)
+  const r = await load.call<BulkResult>(
+    'bulk',
+    {
+      url: `${run.broker!.url}/v1/topics/${name}/messages`,
+      total: PRODUCE_MESSAGES,
+      batch: BATCH,
+      concurrency: PRODUCERS,
+      maxSeconds: MAX_SECONDS,
+    },
+    MAX_SECONDS * 1000 + 60_000,
+  )
   const cpu = cpuEnd(c0, receiver, load)
   await profileStop(profiler, 'produce')
   assertBrokerAlive('produce')
   const seconds = (r.lastAnswerAt - r.firstSendAt) / 1000
   return {
-    label: `produce only: ${int(PRODUCE_MESSAGES)} msgs, no group`, messages: r.produced, seconds, perS: r.produced / seconds,
-    p50: r.latencyMs.p50, p99: r.latencyMs.p99, cpu, duplicates: 0,
-    notes: [`produce call p50/p99, batches of ${BATCH}`, r.timedOut ? `TIMED OUT: ${int(r.produced)} of ${int(PRODUCE_MESSAGES)} produced` : '',
-      r.retries ? `retries ${r.retries} ${codes(r.non201)}` : ''].filter(Boolean).join('; '),
+    label: `produce only: ${int(PRODUCE_MESSAGES)} msgs, no group`,
+    messages: r.produced,
+    seconds,
+    perS: r.produced / seconds,
+    p50: r.latencyMs.p50,
+    p99: r.latencyMs.p99,
+    cpu,
+    duplicates: 0,
+    notes: [
+      `produce call p50/p99, batches of ${BATCH}`,
+      r.timedOut ? `TIMED OUT: ${int(r.produced)} of ${int(PRODUCE_MESSAGES)} produced` : '',
+      r.retries ? `retries ${r.retries} ${codes(r.non201)}` : '',
+    ]
+      .filter(Boolean)
+      .join('; '),
   }
 }
 
-async function throughput(mode: 'auto' | 'explicit' | 'filtered' | 'batch10' | 'batch100', receiver: IpcWorker, load: IpcWorker, receiverUrl: string): Promise<Row & { waits?: string | undefined }> {
+async function throughput(
+  mode: 'auto' | 'explicit' | 'filtered' | 'batch10' | 'batch100',
+  receiver: IpcWorker,
+  load: IpcWorker,
+  receiverUrl: string,
+): Promise<Row & { waits?: string | undefined }> {
   const name = `e2e-${mode}`
   const ackMode = mode === 'explicit' ? 'explicit' : 'auto'
   const filtered = mode === 'filtered'
-  const pushed = (produced: number) => filtered ? Math.ceil(produced / BATCH) * Math.ceil(BATCH / KEEP_EVERY) : produced
+  const pushed = (produced: number) => (filtered ? Math.ceil(produced / BATCH) * Math.ceil(BATCH / KEEP_EVERY) : produced)
   const batch = mode === 'batch10' ? 10 : mode === 'batch100' ? 100 : undefined
-  await createGroup(name, ackMode, receiverUrl, filtered ? { filter: { 'headers.keep': 'yes' } } : batch ? { batch: { maxMessages: batch } } : {})
+  await createGroup(
+    name,
+    ackMode,
+    receiverUrl,
+    filtered ? { filter: { 'headers.keep': 'yes' } } : batch ? { batch: { maxMessages: batch } } : {},
+  )
   await receiver.call('scenario', { name, mode: ackMode === 'auto' ? 'count' : 'ack', expect: pushed(MESSAGES), group: name, ...ACK }, 5000)
   await sleep(500) // let the group's start-up reads settle
   const profiler = await profileStart()
@@ -288,10 +414,18 @@ async function throughput(mode: 'auto' | 'explicit' | 'filtered' | 'batch10' | '
   const startedAt = wallNow()
   const deadline = startedAt + MAX_SECONDS * 1000
   const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
-  const r = await load.call<BulkResult>('bulk', {
-    url: `${run.broker!.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: BATCH, concurrency: PRODUCERS, maxSeconds: MAX_SECONDS,
-    ...(filtered ? { keepEvery: KEEP_EVERY } : {}),
-  }, MAX_SECONDS * 1000 + 60_000)
+  const r = await load.call<BulkResult>(
+    'bulk',
+    {
+      url: `${run.broker!.url}/v1/topics/${name}/messages`,
+      total: MESSAGES,
+      batch: BATCH,
+      concurrency: PRODUCERS,
+      maxSeconds: MAX_SECONDS,
+      ...(filtered ? { keepEvery: KEEP_EVERY } : {}),
+    },
+    MAX_SECONDS * 1000 + 60_000,
+  )
   if (r.produced < MESSAGES) await receiver.call('expect', { n: pushed(r.produced) }, 5000)
   await Promise.race([done, sleep(Math.max(0, deadline - wallNow()))])
   const completed = await waitCompleted(name, r.produced, Math.max(deadline, wallNow() + 2000))
@@ -308,15 +442,27 @@ async function throughput(mode: 'auto' | 'explicit' | 'filtered' | 'batch10' | '
     finished ? '' : `TIMED OUT after ${MAX_SECONDS} s: ${int(completed.completed)} of ${int(r.produced)} completed`,
     r.produced < MESSAGES ? `only ${int(r.produced)} of ${int(MESSAGES)} produced` : '',
     `produce ${fixed((r.lastAnswerAt - r.firstSendAt) / 1000, 2)} s (${int(r.produced / ((r.lastAnswerAt - r.firstSendAt) / 1000))}/s, call p99 ${fixed(r.latencyMs.p99, 0)} ms)`,
-    finished ? `all pushed +${fixed((st.lastUniqueAt - r.lastAnswerAt) / 1000, 2)} s after the last produce answer, completed +${fixed((endAt - st.lastUniqueAt) / 1000, 2)} s after that`
+    finished
+      ? `all pushed +${fixed((st.lastUniqueAt - r.lastAnswerAt) / 1000, 2)} s after the last produce answer, completed +${fixed((endAt - st.lastUniqueAt) / 1000, 2)} s after that`
       : `${int(st.unique)} pushed by the end`,
     r.retries ? `produce retries ${r.retries} ${codes(r.non201)}` : '',
-    st.acks ? `acks: ${st.acks.calls} calls, ${codes(st.acks.statuses)}, call p99 ${fixed(st.acks.callMs.p99, 0)} ms${st.acks.errors ? `, errors ${st.acks.errors}` : ''}` : '',
-  ].filter(Boolean).join('; ')
+    st.acks
+      ? `acks: ${st.acks.calls} calls, ${codes(st.acks.statuses)}, call p99 ${fixed(st.acks.callMs.p99, 0)} ms${st.acks.errors ? `, errors ${st.acks.errors}` : ''}`
+      : '',
+  ]
+    .filter(Boolean)
+    .join('; ')
   return {
     label: `${mode}: ${int(MESSAGES)} msgs, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}${filtered ? `, 1 in ${KEEP_EVERY} pushed` : ''}`,
-    messages: completed.completed, seconds, perS: completed.completed / seconds,
-    p50: st.latencyMs.p50, p99: st.latencyMs.p99, cpu, duplicates: st.duplicates, notes, waits: waited,
+    messages: completed.completed,
+    seconds,
+    perS: completed.completed / seconds,
+    p50: st.latencyMs.p50,
+    p99: st.latencyMs.p99,
+    cpu,
+    duplicates: st.duplicates,
+    notes,
+    waits: waited,
   }
 }
 
@@ -326,16 +472,32 @@ async function drain(batch: number | undefined, receiver: IpcWorker, load: IpcWo
   const settings = { ...(batch ? { batch: { maxMessages: batch } } : {}) }
   await createGroup(name, 'auto', receiverUrl, { ...settings, paused: true })
   await receiver.call('scenario', { name, mode: 'count', expect: MESSAGES, group: name }, 5000)
-  const r = await load.call<BulkResult>('bulk', {
-    url: `${run.broker!.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: BATCH, concurrency: PRODUCERS, maxSeconds: MAX_SECONDS,
-  }, MAX_SECONDS * 1000 + 60_000)
+  const r = await load.call<BulkResult>(
+    'bulk',
+    {
+      url: `${run.broker!.url}/v1/topics/${name}/messages`,
+      total: MESSAGES,
+      batch: BATCH,
+      concurrency: PRODUCERS,
+      maxSeconds: MAX_SECONDS,
+    },
+    MAX_SECONDS * 1000 + 60_000,
+  )
   if (r.produced < MESSAGES) await receiver.call('expect', { n: r.produced }, 5000)
   await sleep(500)
   const profiler = await profileStart()
   const c0 = cpuStart(receiver, load)
   const startedAt = wallNow()
   const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
-  await api('PUT', `/v1/groups/${name}`, { topic: name, ackMode: 'auto', maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000, ...settings, paused: false })
+  await api('PUT', `/v1/groups/${name}`, {
+    topic: name,
+    ackMode: 'auto',
+    maxInFlight: MAX_IN_FLIGHT,
+    ackTimeoutMs: 30_000,
+    pushTimeoutMs: 10_000,
+    ...settings,
+    paused: false,
+  })
   await Promise.race([done, sleep(MAX_SECONDS * 1000)])
   const completed = await waitCompleted(name, r.produced, wallNow() + 5000)
   const cpu = cpuEnd(c0, receiver, load)
@@ -347,7 +509,13 @@ async function drain(batch: number | undefined, receiver: IpcWorker, load: IpcWo
   const seconds = ((finished ? completed.at : wallNow()) - startedAt) / 1000
   return {
     label: `drain: backlog of ${int(r.produced)}, ${batch ? `batches of ${batch}` : 'single pushes'}`,
-    messages: completed.completed, seconds, perS: completed.completed / seconds, p50: NaN, p99: NaN, cpu, duplicates: st.duplicates,
+    messages: completed.completed,
+    seconds,
+    perS: completed.completed / seconds,
+    p50: NaN,
+    p99: NaN,
+    cpu,
+    duplicates: st.duplicates,
     notes: finished ? `${int(st.pushes)} POSTs` : `TIMED OUT: ${int(completed.completed)} of ${int(r.produced)} completed`,
   }
 }
@@ -360,9 +528,18 @@ async function latency(rate: number, receiver: IpcWorker, load: IpcWorker, recei
   const profiler = await profileStart()
   const c0 = cpuStart(receiver, load)
   const done = receiver.next<{ at: number }>('done', (LATENCY_WARMUP_S + LATENCY_S + 30) * 1000).catch(() => undefined)
-  const r = await load.call<PacedResult>('paced', {
-    url: `${run.broker!.url}/v1/topics/${name}/messages`, rate, warmupS: LATENCY_WARMUP_S, measureS: LATENCY_S, maxOutstanding: 2000, connections: 64,
-  }, (LATENCY_WARMUP_S + LATENCY_S + 60) * 1000)
+  const r = await load.call<PacedResult>(
+    'paced',
+    {
+      url: `${run.broker!.url}/v1/topics/${name}/messages`,
+      rate,
+      warmupS: LATENCY_WARMUP_S,
+      measureS: LATENCY_S,
+      maxOutstanding: 2000,
+      connections: 64,
+    },
+    (LATENCY_WARMUP_S + LATENCY_S + 60) * 1000,
+  )
   await receiver.call('expect', { n: r.produced }, 5000)
   await Promise.race([done, sleep(10_000)])
   const completed = await waitCompleted(name, r.produced, wallNow() + 10_000)
@@ -380,21 +557,56 @@ async function latency(rate: number, receiver: IpcWorker, load: IpcWorker, recei
     `outstanding max ${r.maxOutstanding}${r.cappedTicks ? `, capped ${r.cappedTicks} ticks` : ''}`,
     failed ? `produce failed ${failed} ${codes(r.non201)}` : '',
     Number.isFinite(completed.at) ? '' : `NOT COMPLETED: ${int(completed.completed)} of ${int(r.produced)}`,
-  ].filter(Boolean).join('; ')
+  ]
+    .filter(Boolean)
+    .join('; ')
   return {
     label: `latency: 1 msg/call at ${int(rate)}/s for ${LATENCY_S} s, auto`,
-    messages: r.produced, seconds: (r.lastSendAt - r.firstSendAt) / 1000, perS: r.produced / ((r.lastSendAt - r.firstSendAt) / 1000),
-    p50: st.latencyMs.p50, p99: st.latencyMs.p99, cpu, duplicates: st.duplicates, notes, achievedRate: r.achievedRate,
+    messages: r.produced,
+    seconds: (r.lastSendAt - r.firstSendAt) / 1000,
+    perS: r.produced / ((r.lastSendAt - r.firstSendAt) / 1000),
+    p50: st.latencyMs.p50,
+    p99: st.latencyMs.p99,
+    cpu,
+    duplicates: st.duplicates,
+    notes,
+    achievedRate: r.achievedRate,
   }
 }
 
 function table(rows: Row[]): string {
-  const head = ['scenario', 'msg/s', 'seconds', 'p50 ms', 'p99 ms', 'broker CPU%', 'broker us/msg', 'msg/s per broker core', 'pg CPU%', 'recv CPU%', 'load CPU%', 'other CPU%', 'dups']
+  const head = [
+    'scenario',
+    'msg/s',
+    'seconds',
+    'p50 ms',
+    'p99 ms',
+    'broker CPU%',
+    'broker us/msg',
+    'msg/s per broker core',
+    'pg CPU%',
+    'recv CPU%',
+    'load CPU%',
+    'other CPU%',
+    'dups',
+  ]
   const body = rows.map((r) => {
     const usPerMsg = r.label.startsWith('ceiling') ? NaN : (1e6 * r.cpu.brokerS) / Math.max(1, r.messages)
-    return [r.label, int(r.perS), fixed(r.seconds, 2), fixed(r.p50, 2), fixed(r.p99, 2),
-      fixed(r.cpu.brokerPct, 0), fixed(usPerMsg, 0), int(1e6 / usPerMsg),
-      fixed(r.cpu.postgresPct, 0), fixed(r.cpu.receiverPct, 0), fixed(r.cpu.loadPct, 0), fixed(otherPct(r.cpu), 0), int(r.duplicates)]
+    return [
+      r.label,
+      int(r.perS),
+      fixed(r.seconds, 2),
+      fixed(r.p50, 2),
+      fixed(r.p99, 2),
+      fixed(r.cpu.brokerPct, 0),
+      fixed(usPerMsg, 0),
+      int(1e6 / usPerMsg),
+      fixed(r.cpu.postgresPct, 0),
+      fixed(r.cpu.receiverPct, 0),
+      fixed(r.cpu.loadPct, 0),
+      fixed(otherPct(r.cpu), 0),
+      int(r.duplicates),
+    ]
   })
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((r) => r[i]!.length)))
   const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')
@@ -403,21 +615,61 @@ function table(rows: Row[]): string {
 
 const brokerUs = (r: Row) => (1e6 * r.cpu.brokerS) / Math.max(1, r.messages)
 
-function goals(ceil: Row | undefined, ceilDispatch: Row | undefined, auto: Row | undefined, explicit: Row | undefined, lat: (Row & { achievedRate: number }) | undefined): string {
+function goals(
+  ceil: Row | undefined,
+  ceilDispatch: Row | undefined,
+  auto: Row | undefined,
+  explicit: Row | undefined,
+  lat: (Row & { achievedRate: number }) | undefined,
+): string {
   const lines: [string, string, string, boolean | undefined][] = [
     ['auto: msg/s end to end', auto ? int(auto.perS) : 'not run', `>= ${int(GOALS.autoMsgPerS)}`, auto && auto.perS >= GOALS.autoMsgPerS],
-    ['explicit: msg/s end to end', explicit ? int(explicit.perS) : 'not run', `>= ${int(GOALS.explicitMsgPerS)}`, explicit && explicit.perS >= GOALS.explicitMsgPerS],
-    [`p99 produce-to-push at ${int(RATE)} msg/s`, lat ? `${fixed(lat.p99, 2)} ms (sent ${int(lat.achievedRate)}/s)` : 'not run', `<= ${GOALS.p99Ms} ms`,
-      lat && lat.p99 <= GOALS.p99Ms && lat.achievedRate >= 0.95 * RATE],
-    ['auto msg/s / bare POST ceiling (request())', auto && ceil ? `${(auto.perS / ceil.perS).toFixed(2)}x` : 'not run', '(no goal)', undefined],
-    ['explicit msg/s / bare POST ceiling (request())', explicit && ceil ? `${(explicit.perS / ceil.perS).toFixed(2)}x` : 'not run', '(no goal)', undefined],
-    ['auto: broker CPU per message / client CPU per bare request() POST', auto && ceil ? `${(brokerUs(auto) / ceil.clientUsPerReq!).toFixed(2)}x` : 'not run', '(no goal)', undefined],
-    ['auto msg/s / bare dispatch() ceiling', auto && ceilDispatch ? `${(auto.perS / ceilDispatch.perS).toFixed(2)}x` : 'not run', '(no goal)', undefined],
+    [
+      'explicit: msg/s end to end',
+      explicit ? int(explicit.perS) : 'not run',
+      `>= ${int(GOALS.explicitMsgPerS)}`,
+      explicit && explicit.perS >= GOALS.explicitMsgPerS,
+    ],
+    [
+      `p99 produce-to-push at ${int(RATE)} msg/s`,
+      lat ? `${fixed(lat.p99, 2)} ms (sent ${int(lat.achievedRate)}/s)` : 'not run',
+      `<= ${GOALS.p99Ms} ms`,
+      lat && lat.p99 <= GOALS.p99Ms && lat.achievedRate >= 0.95 * RATE,
+    ],
+    [
+      'auto msg/s / bare POST ceiling (request())',
+      auto && ceil ? `${(auto.perS / ceil.perS).toFixed(2)}x` : 'not run',
+      '(no goal)',
+      undefined,
+    ],
+    [
+      'explicit msg/s / bare POST ceiling (request())',
+      explicit && ceil ? `${(explicit.perS / ceil.perS).toFixed(2)}x` : 'not run',
+      '(no goal)',
+      undefined,
+    ],
+    [
+      'auto: broker CPU per message / client CPU per bare request() POST',
+      auto && ceil ? `${(brokerUs(auto) / ceil.clientUsPerReq!).toFixed(2)}x` : 'not run',
+      '(no goal)',
+      undefined,
+    ],
+    [
+      'auto msg/s / bare dispatch() ceiling',
+      auto && ceilDispatch ? `${(auto.perS / ceilDispatch.perS).toFixed(2)}x` : 'not run',
+      '(no goal)',
+      undefined,
+    ],
   ]
   const w0 = Math.max(...lines.map((l) => l[0].length))
   const w1 = Math.max(...lines.map((l) => l[1].length))
-  return ['goals:', ...lines.map(([what, got, goal, met]) =>
-    `  ${what.padEnd(w0)}  ${got.padStart(w1)}   goal ${goal.padEnd(10)}  ${met === undefined ? '' : met ? 'met' : 'MISSED'}`)].join('\n')
+  return [
+    'goals:',
+    ...lines.map(
+      ([what, got, goal, met]) =>
+        `  ${what.padEnd(w0)}  ${got.padStart(w1)}   goal ${goal.padEnd(10)}  ${met === undefined ? '' : met ? 'met' : 'MISSED'}`,
+    ),
+  ].join('\n')
 }
 
 async function clockSkewMs(a: IpcWorker, b: IpcWorker): Promise<number> {
@@ -433,20 +685,30 @@ async function main(): Promise<void> {
   const background = cpuSince(idle, undefined)
   const db = (run.db = await createBenchDatabase(SERVER_URL))
   const started = Date.now()
-  const broker = run.broker = await startBroker(db.url, { timeoutMs: 90_000, inspect: CPU_PROF })
+  const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000, inspect: CPU_PROF }))
   const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: broker.url }, 30_000)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
   const receiverUrl = `http://127.0.0.1:${receiver.ready.port as number}`
 
-  const brokerEnv = Object.entries(process.env).filter(([k]) => k.startsWith('HOOKQ_')).map(([k, v]) => `${k}=${v}`)
-  console.log(`hookq end-to-end bench: database ${db.name}, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}, ` +
-    `${int(MESSAGES)} messages per throughput run (batches of ${BATCH}, ${PRODUCERS} producers)`)
-  console.log(`broker pid ${broker.pid} at ${broker.url}; receiver pid ${receiver.pid} at ${receiverUrl}; load pid ${load.pid}; ` +
-    `${brokerEnv.length ? brokerEnv.join(' ') : 'no HOOKQ_* settings (broker defaults)'}${CPU_PROF ? '; profiling through the inspector' : ''}`)
-  console.log(`PostgreSQL ${settings.server_version}: fsync=${settings.fsync} synchronous_commit=${settings.synchronous_commit} ` +
-    `wal_sync_method=${settings.wal_sync_method} commit_delay=${settings.commit_delay}`)
-  console.log(`host: ${cpus().length} cores, ${fixed(background.hostPct * background.cores, 0)}% of one core busy before the run ` +
-    `(postgres ${fixed(background.postgresPct, 0)}%); clock skew load vs receiver ${fixed(await clockSkewMs(load, receiver), 3)} ms\n`)
+  const brokerEnv = Object.entries(process.env)
+    .filter(([k]) => k.startsWith('HOOKQ_'))
+    .map(([k, v]) => `${k}=${v}`)
+  console.log(
+    `hookq end-to-end bench: database ${db.name}, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}, ` +
+      `${int(MESSAGES)} messages per throughput run (batches of ${BATCH}, ${PRODUCERS} producers)`,
+  )
+  console.log(
+    `broker pid ${broker.pid} at ${broker.url}; receiver pid ${receiver.pid} at ${receiverUrl}; load pid ${load.pid}; ` +
+      `${brokerEnv.length ? brokerEnv.join(' ') : 'no HOOKQ_* settings (broker defaults)'}${CPU_PROF ? '; profiling through the inspector' : ''}`,
+  )
+  console.log(
+    `PostgreSQL ${settings.server_version}: fsync=${settings.fsync} synchronous_commit=${settings.synchronous_commit} ` +
+      `wal_sync_method=${settings.wal_sync_method} commit_delay=${settings.commit_delay}`,
+  )
+  console.log(
+    `host: ${cpus().length} cores, ${fixed(background.hostPct * background.cores, 0)}% of one core busy before the run ` +
+      `(postgres ${fixed(background.postgresPct, 0)}%); clock skew load vs receiver ${fixed(await clockSkewMs(load, receiver), 3)} ms\n`,
+  )
 
   let ceil: Row | undefined
   let auto: (Row & { waits?: string | undefined }) | undefined
@@ -455,47 +717,97 @@ async function main(): Promise<void> {
   const batched: Row[] = []
   let produced: Row | undefined
   const lats: (Row & { achievedRate: number })[] = []
-  const say = (r: Row) => console.log(`${r.label}: ${int(r.perS)}/s over ${fixed(r.seconds, 2)} s, p50/p99 ${fixed(r.p50, 2)}/${fixed(r.p99, 2)} ms, ` +
-    `broker CPU ${fixed(r.cpu.brokerPct, 0)}%, duplicates ${r.duplicates}\n  ${r.notes}`)
+  const say = (r: Row) =>
+    console.log(
+      `${r.label}: ${int(r.perS)}/s over ${fixed(r.seconds, 2)} s, p50/p99 ${fixed(r.p50, 2)}/${fixed(r.p99, 2)} ms, ` +
+        `broker CPU ${fixed(r.cpu.brokerPct, 0)}%, duplicates ${r.duplicates}\n  ${r.notes}`,
+    )
   let ceilDispatch: Row | undefined
   if (SCENARIOS.has('ceiling')) {
     ceil = await ceiling('request', receiver, load, receiverUrl)
     say(ceil)
-    if (CEILING_DISPATCH) { ceilDispatch = await ceiling('dispatch', receiver, load, receiverUrl); say(ceilDispatch) }
+    if (CEILING_DISPATCH) {
+      ceilDispatch = await ceiling('dispatch', receiver, load, receiverUrl)
+      say(ceilDispatch)
+    }
   }
-  if (SCENARIOS.has('produce')) { produced = await produceOnly(receiver, load); say(produced) }
-  if (SCENARIOS.has('auto')) { auto = await throughput('auto', receiver, load, receiverUrl); say(auto); if (auto.waits) console.log(`  ${auto.waits}`) }
-  for (const b of ['batch10', 'batch100'] as const) if (SCENARIOS.has(b)) { const r = await throughput(b, receiver, load, receiverUrl); batched.push(r); say(r) }
+  if (SCENARIOS.has('produce')) {
+    produced = await produceOnly(receiver, load)
+    say(produced)
+  }
+  if (SCENARIOS.has('auto')) {
+    auto = await throughput('auto', receiver, load, receiverUrl)
+    say(auto)
+    if (auto.waits) console.log(`  ${auto.waits}`)
+  }
+  for (const b of ['batch10', 'batch100'] as const)
+    if (SCENARIOS.has(b)) {
+      const r = await throughput(b, receiver, load, receiverUrl)
+      batched.push(r)
+      say(r)
+    }
   const drains: Row[] = []
-  for (const [s, b] of [['drain', undefined], ['drain-batch10', 10], ['drain-batch100', 100]] as const) {
-    if (SCENARIOS.has(s)) { const r = await drain(b, receiver, load, receiverUrl); drains.push(r); say(r) }
+  for (const [s, b] of [
+    ['drain', undefined],
+    ['drain-batch10', 10],
+    ['drain-batch100', 100],
+  ] as const) {
+    if (SCENARIOS.has(s)) {
+      const r = await drain(b, receiver, load, receiverUrl)
+      drains.push(r)
+      say(r)
+    }
   }
-  if (SCENARIOS.has('filtered')) { filtered = await throughput('filtered', receiver, load, receiverUrl); say(filtered) }
-  if (SCENARIOS.has('explicit')) { explicit = await throughput('explicit', receiver, load, receiverUrl); say(explicit); if (explicit.waits) console.log(`  ${explicit.waits}`) }
-  if (SCENARIOS.has('latency')) for (const rate of RATES) { const l = await latency(rate, receiver, load, receiverUrl); lats.push(l); say(l) }
+  if (SCENARIOS.has('filtered')) {
+    filtered = await throughput('filtered', receiver, load, receiverUrl)
+    say(filtered)
+  }
+  if (SCENARIOS.has('explicit')) {
+    explicit = await throughput('explicit', receiver, load, receiverUrl)
+    say(explicit)
+    if (explicit.waits) console.log(`  ${explicit.waits}`)
+  }
+  if (SCENARIOS.has('latency'))
+    for (const rate of RATES) {
+      const l = await latency(rate, receiver, load, receiverUrl)
+      lats.push(l)
+      say(l)
+    }
 
-  const rows = [ceil, ceilDispatch, produced, auto, ...batched, ...drains, filtered, explicit, ...lats].filter((r): r is Row => r !== undefined)
+  const rows = [ceil, ceilDispatch, produced, auto, ...batched, ...drains, filtered, explicit, ...lats].filter(
+    (r): r is Row => r !== undefined,
+  )
   console.log(`\n${table(rows)}\n`)
-  console.log(`msg/s: ceiling = receiver POSTs/s; produce = messages/s produced; auto/explicit = messages completed /\n` +
-    `  (last completion - first produce call); latency = produce calls/s sent. p50/p99: ceiling = POST round trip; produce =\n` +
-    `  produce call; auto/explicit = produce call sent -> push received, under full load; latency = produce call sent -> push\n` +
-    `  received (warm-up excluded). CPU in % of one core over the scenario (${cpus().length} cores = ${cpus().length * 100}%); ` +
-    `broker us/msg = broker CPU per\n  message; msg/s per broker core = what that cost allows on one whole core (the broker's JS is one thread); ` +
-    `pg = all\n  postgres processes; other = rest of the host (other tenants).\n`)
+  console.log(
+    `msg/s: ceiling = receiver POSTs/s; produce = messages/s produced; auto/explicit = messages completed /\n` +
+      `  (last completion - first produce call); latency = produce calls/s sent. p50/p99: ceiling = POST round trip; produce =\n` +
+      `  produce call; auto/explicit = produce call sent -> push received, under full load; latency = produce call sent -> push\n` +
+      `  received (warm-up excluded). CPU in % of one core over the scenario (${cpus().length} cores = ${cpus().length * 100}%); ` +
+      `broker us/msg = broker CPU per\n  message; msg/s per broker core = what that cost allows on one whole core (the broker's JS is one thread); ` +
+      `pg = all\n  postgres processes; other = rest of the host (other tenants).\n`,
+  )
   if (produced && auto && explicit) {
     const us = (r: Row) => (1e6 * r.cpu.brokerS) / Math.max(1, r.messages)
-    console.log(`broker CPU per message: produce ${fixed(us(produced), 0)} us; push + completion ${fixed(us(auto) - us(produced), 0)} us (auto), ` +
-      `${fixed(us(explicit) - us(produced), 0)} us (explicit, acks included)\n`)
+    console.log(
+      `broker CPU per message: produce ${fixed(us(produced), 0)} us; push + completion ${fixed(us(auto) - us(produced), 0)} us (auto), ` +
+        `${fixed(us(explicit) - us(produced), 0)} us (explicit, acks included)\n`,
+    )
   }
   const single = drains.find((d) => d.label.endsWith('single pushes'))
-  for (const d of drains) if (single && d !== single) console.log(`${d.label}: ${(d.perS / single.perS).toFixed(2)}x the msg/s of the single-push drain`)
+  for (const d of drains)
+    if (single && d !== single) console.log(`${d.label}: ${(d.perS / single.perS).toFixed(2)}x the msg/s of the single-push drain`)
   for (const b of batched) {
-    if (auto) console.log(`${b.label.split(':')[0]}: ${(b.perS / auto.perS).toFixed(2)}x the single-push msg/s of this run (goal for batch100: >= 3x)`)
+    if (auto)
+      console.log(
+        `${b.label.split(':')[0]}: ${(b.perS / auto.perS).toFixed(2)}x the single-push msg/s of this run (goal for batch100: >= 3x)`,
+      )
   }
   if (produced && filtered) {
     const us = (r: Row) => (1e6 * r.cpu.brokerS) / Math.max(1, r.messages)
-    console.log(`broker CPU per message with a filter pushing 1 in ${KEEP_EVERY}: ${fixed(us(filtered), 0)} us per produced message, ` +
-      `${fixed(us(filtered) - us(produced), 0)} us beyond produce${auto ? ` (auto, every message pushed: ${fixed(us(auto) - us(produced), 0)} us)` : ''}\n`)
+    console.log(
+      `broker CPU per message with a filter pushing 1 in ${KEEP_EVERY}: ${fixed(us(filtered), 0)} us per produced message, ` +
+        `${fixed(us(filtered) - us(produced), 0)} us beyond produce${auto ? ` (auto, every message pushed: ${fixed(us(auto) - us(produced), 0)} us)` : ''}\n`,
+    )
   }
   console.log(goals(ceil, ceilDispatch, auto, explicit, lats[0]))
 
@@ -505,15 +817,26 @@ async function main(): Promise<void> {
     const incl = inclusiveTimes(p.file, (f) => f.startsWith('src/')).slice(0, 12)
     const n = p.scenario === 'auto' ? 20 : 10
     console.log(`\nbroker CPU profile, ${p.scenario}: ${p.file.slice(ROOT.length)}\n${formatSummary(s, n)}`)
-    console.log(`self time in src/ (${fixed(src.reduce((a, r) => a + r.pct, 0), 1)}% of busy in total):\n` +
-      src.slice(0, n).map((r) => `  ${r.pct.toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.name}`).join('\n'))
-    console.log(`total (inclusive) time of src/ functions:\n` +
-      incl.map((r) => `  ${r.pct.toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.name}`).join('\n'))
+    console.log(
+      `self time in src/ (${fixed(
+        src.reduce((a, r) => a + r.pct, 0),
+        1,
+      )}% of busy in total):\n` +
+        src
+          .slice(0, n)
+          .map((r) => `  ${r.pct.toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.name}`)
+          .join('\n'),
+    )
+    console.log(
+      `total (inclusive) time of src/ functions:\n` +
+        incl.map((r) => `  ${r.pct.toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.name}`).join('\n'),
+    )
   }
 
   await Promise.all([receiver.stop(), load.stop()])
   await stopBroker(broker)
-  if (broker.child.exitCode !== 0) console.error(`the broker exited with ${broker.child.exitCode ?? broker.child.signalCode}:\n${broker.output()}`)
+  if (broker.child.exitCode !== 0)
+    console.error(`the broker exited with ${broker.child.exitCode ?? broker.child.signalCode}:\n${broker.output()}`)
   console.log(`\nwhole run ${((Date.now() - started) / 1000).toFixed(0)} s`)
 }
 

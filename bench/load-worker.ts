@@ -53,7 +53,9 @@ instance.on('response', (_client: unknown, status: number, _bytes: number, ms: n
   // Bounded in count as well as in time.
   if (ok >= args.maxRequests) span.end()
 })
-instance.on('reqError', () => { if (span.measuring) errors++ })
+instance.on('reqError', () => {
+  if (span.measuring) errors++
+})
 
 await instance
 span.end() // if autocannon ended on its own (it should not)

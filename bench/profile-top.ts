@@ -12,8 +12,10 @@ import { formatSummary, summarizeProfile } from './lib/cpuprofile.ts'
 let file = process.argv[2] || undefined
 if (file === undefined) {
   const dir = join(ROOT, 'bench/out')
-  const newest = readdirSync(dir).filter((f) => /\.\d+\.0\.\d+\.cpuprofile$/.test(f)) // thread 0: not tsx's loader thread
-    .map((f) => join(dir, f)).sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0]
+  const newest = readdirSync(dir)
+    .filter((f) => /\.\d+\.0\.\d+\.cpuprofile$/.test(f)) // thread 0: not tsx's loader thread
+    .map((f) => join(dir, f))
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs)[0]
   if (newest === undefined) throw new Error(`no .cpuprofile in ${dir}`)
   file = newest
 }

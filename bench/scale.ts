@@ -60,13 +60,17 @@ function childPids(pid: number): number[] {
   }
 }
 
-interface Member { url: string; backendPid: number }
+interface Member {
+  url: string
+  backendPid: number
+}
 
 /** The live members (their session holds the members' lock), with the URL each advertises. */
 async function members(c: pg.Client): Promise<Member[]> {
   const { rows } = await c.query<{ url: string | null; pid: number }>(
     `SELECT m.url, m.backend_pid AS pid FROM broker_members m JOIN pg_locks l ON l.pid = m.backend_pid
-     AND l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted`)
+     AND l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted`,
+  )
   return rows.filter((r) => r.url !== null).map((r) => ({ url: r.url!, backendPid: r.pid }))
 }
 
@@ -81,7 +85,8 @@ async function metricsOf(url: string): Promise<{ cpuS: number; owned: number; pu
 
 async function api(base: string, method: string, path: string, body?: unknown): Promise<unknown> {
   const res = await fetch(`${base}${path}`, {
-    method, ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
+    method,
+    ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
     signal: AbortSignal.timeout(30_000),
   })
   const text = await res.text()
@@ -103,7 +108,10 @@ interface Row {
 
 async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, load: IpcWorker): Promise<Row> {
   const db = (run.db = await createBenchDatabase(SERVER_URL))
-  const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000, env: { HOOKQ_PROCESSES: String(n), HOOKQ_CLUSTER_POLL_MS: '500' } }))
+  const broker = (run.broker = await startBroker(db.url, {
+    timeoutMs: 90_000,
+    env: { HOOKQ_PROCESSES: String(n), HOOKQ_CLUSTER_POLL_MS: '500' },
+  }))
   const c = new pg.Client({ connectionString: db.url })
   await c.connect()
   try {
@@ -133,15 +141,23 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
     const base = cpuSnapshot(undefined)
     const startedAt = wallNow()
     const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
-    const r = await load.call<{ produced: number; firstSendAt: number; lastAnswerAt: number; timedOut: boolean }>('bulk', {
-      url: `${broker.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: 100, concurrency: 4, maxSeconds: MAX_SECONDS,
-    }, MAX_SECONDS * 1000 + 60_000)
+    const r = await load.call<{ produced: number; firstSendAt: number; lastAnswerAt: number; timedOut: boolean }>(
+      'bulk',
+      {
+        url: `${broker.url}/v1/topics/${name}/messages`,
+        total: MESSAGES,
+        batch: 100,
+        concurrency: 4,
+        maxSeconds: MAX_SECONDS,
+      },
+      MAX_SECONDS * 1000 + 60_000,
+    )
     if (r.produced < MESSAGES) await receiver.call('expect', { n: r.produced }, 5000)
     await Promise.race([done, sleep(Math.max(0, startedAt + MAX_SECONDS * 1000 - wallNow()))])
     // Completed: the committed offsets (the receiver's count says pushed, not yet committed).
     let completed = 0
     for (let i = 0; i < 1000 && wallNow() < startedAt + (MAX_SECONDS + 10) * 1000; i++) {
-      const s = await api(broker.url, 'GET', `/v1/groups/${name}`) as { partitions: { committedOffset: number }[] }
+      const s = (await api(broker.url, 'GET', `/v1/groups/${name}`)) as { partitions: { committedOffset: number }[] }
       completed = s.partitions.reduce((a, p) => a + p.committedOffset, 0)
       if (completed >= r.produced) break
       await sleep(10)
@@ -158,14 +174,26 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
     const brokerS = workersS
     const seconds = (endAt - r.firstSendAt) / 1000
     return {
-      processes: n, msgPerS: completed / seconds, seconds,
-      brokerUs: (1e6 * brokerS) / completed, pgUs: (1e4 * w.postgresPct * w.seconds) / completed, primaryUs: (1e6 * primary) / completed,
+      processes: n,
+      msgPerS: completed / seconds,
+      seconds,
+      brokerUs: (1e6 * brokerS) / completed,
+      pgUs: (1e4 * w.postgresPct * w.seconds) / completed,
+      primaryUs: (1e6 * primary) / completed,
       perProcess: after.map((a, i) => ({
-        usPerMsg: (1e6 * cpu[i]!) / completed, usPerPush: (1e6 * cpu[i]!) / Math.max(1, pushes[i]!), owned: a.owned, pushShare: pushes[i]! / Math.max(1, totalPushes),
+        usPerMsg: (1e6 * cpu[i]!) / completed,
+        usPerPush: (1e6 * cpu[i]!) / Math.max(1, pushes[i]!),
+        owned: a.owned,
+        pushShare: pushes[i]! / Math.max(1, totalPushes),
       })),
       duplicates: st.duplicates,
-      notes: [completed < r.produced ? `ONLY ${completed} of ${r.produced} completed` : '', workers.length !== n ? `${workers.length} worker pids seen` : '',
-        `${Math.round(w.hostPct * w.cores)}% of one core busy on the host`].filter(Boolean).join('; '),
+      notes: [
+        completed < r.produced ? `ONLY ${completed} of ${r.produced} completed` : '',
+        workers.length !== n ? `${workers.length} worker pids seen` : '',
+        `${Math.round(w.hostPct * w.cores)}% of one core busy on the host`,
+      ]
+        .filter(Boolean)
+        .join('; '),
     }
   } finally {
     await c.end()
@@ -180,30 +208,40 @@ async function main(): Promise<void> {
   const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: 'http://127.0.0.1:1' }, 30_000)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
   const receiverUrl = `http://127.0.0.1:${receiver.ready.port as number}`
-  console.log(`hookq scale bench: ${MESSAGES.toLocaleString('en-US')} messages per run, ${PARTITIONS} partitions, auto mode, maxInFlight ${MAX_IN_FLIGHT}, ` +
-    `processes ${COUNTS.join(', ')}; host ${cpus().length} cores\n`)
+  console.log(
+    `hookq scale bench: ${MESSAGES.toLocaleString('en-US')} messages per run, ${PARTITIONS} partitions, auto mode, maxInFlight ${MAX_IN_FLIGHT}, ` +
+      `processes ${COUNTS.join(', ')}; host ${cpus().length} cores\n`,
+  )
   const rows: Row[] = []
   for (const n of COUNTS) {
     const row = await scenario(n, receiver, receiverUrl, load)
     rows.push(row)
-    console.log(`${n} process${n > 1 ? 'es' : ''}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
-      `broker ${row.brokerUs.toFixed(0)} us/msg (all processes; the primary ${row.primaryUs.toFixed(1)}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg; duplicates ${row.duplicates}` +
-      (row.notes ? `\n  ${row.notes}` : ''))
+    console.log(
+      `${n} process${n > 1 ? 'es' : ''}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
+        `broker ${row.brokerUs.toFixed(0)} us/msg (all processes; the primary ${row.primaryUs.toFixed(1)}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg; duplicates ${row.duplicates}` +
+        (row.notes ? `\n  ${row.notes}` : ''),
+    )
     for (const [i, p] of row.perProcess.entries()) {
-      console.log(`  process ${i + 1}: ${p.owned} partitions, ${(100 * p.pushShare).toFixed(0)}% of the pushes, ${p.usPerMsg.toFixed(0)} us CPU per message of the run, ${p.usPerPush.toFixed(0)} us per own push`)
+      console.log(
+        `  process ${i + 1}: ${p.owned} partitions, ${(100 * p.pushShare).toFixed(0)}% of the pushes, ${p.usPerMsg.toFixed(0)} us CPU per message of the run, ${p.usPerPush.toFixed(0)} us per own push`,
+      )
     }
   }
   const base = rows[0]!
   console.log('\nprocesses  msg/s   ratio  broker us/msg  ratio  pg us/msg  spread of pushes (min..max share)  partitions owned')
   for (const r of rows) {
     const shares = r.perProcess.map((p) => p.pushShare)
-    console.log(`${String(r.processes).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
-      `  ${r.brokerUs.toFixed(0).padStart(13)}  ${(r.brokerUs / base.brokerUs).toFixed(2).padStart(4)}x  ${r.pgUs.toFixed(0).padStart(9)}` +
-      `  ${(100 * Math.min(...shares)).toFixed(0).padStart(16)}%..${(100 * Math.max(...shares)).toFixed(0)}%` +
-      `${''.padStart(13)}${r.perProcess.map((p) => p.owned).join(' / ')}`)
+    console.log(
+      `${String(r.processes).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
+        `  ${r.brokerUs.toFixed(0).padStart(13)}  ${(r.brokerUs / base.brokerUs).toFixed(2).padStart(4)}x  ${r.pgUs.toFixed(0).padStart(9)}` +
+        `  ${(100 * Math.min(...shares)).toFixed(0).padStart(16)}%..${(100 * Math.max(...shares)).toFixed(0)}%` +
+        `${''.padStart(13)}${r.perProcess.map((p) => p.owned).join(' / ')}`,
+    )
   }
-  console.log('\nbroker us/msg: CPU of every broker process (not the primary, which only supervises) per message completed;\n' +
-    'pg: all PostgreSQL processes; ratios to the 1-process run of this bench. Spread: each process\'s share of the pushes.')
+  console.log(
+    '\nbroker us/msg: CPU of every broker process (not the primary, which only supervises) per message completed;\n' +
+      "pg: all PostgreSQL processes; ratios to the 1-process run of this bench. Spread: each process's share of the pushes.",
+  )
   await Promise.all([receiver.stop(), load.stop()])
 }
 

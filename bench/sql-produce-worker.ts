@@ -43,7 +43,11 @@ async function loop(): Promise<void> {
         await client.query('BEGIN')
         await client.query(args.batch === 1 ? ONE : MANY, [args.topic, args.batch === 1 ? values[0] : values])
         await client.query('COMMIT')
-        if (span.measuring) { ok++; items += args.batch; latencies.add(performance.now() - t0) }
+        if (span.measuring) {
+          ok++
+          items += args.batch
+          latencies.add(performance.now() - t0)
+        }
       } catch {
         await client.query('ROLLBACK').catch(() => {})
         if (span.measuring) errors++

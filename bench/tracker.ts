@@ -63,7 +63,10 @@ function makeIds(count: number): string[] {
   for (let i = 0; i < count; i++) {
     for (let b = 0; b < 16; b += 4) {
       const r = rand()
-      bytes[b] = r; bytes[b + 1] = r >>> 8; bytes[b + 2] = r >>> 16; bytes[b + 3] = r >>> 24
+      bytes[b] = r
+      bytes[b + 1] = r >>> 8
+      bytes[b + 2] = r >>> 16
+      bytes[b + 3] = r >>> 24
     }
     ids[i] = Buffer.from(bytes).toString('base64url')
   }
@@ -75,7 +78,9 @@ function shuffled(count: number): Uint32Array {
   for (let i = 0; i < count; i++) order[i] = i
   for (let i = count - 1; i > 0; i--) {
     const j = rand() % (i + 1)
-    const tmp = order[i]!; order[i] = order[j]!; order[j] = tmp
+    const tmp = order[i]!
+    order[i] = order[j]!
+    order[j] = tmp
   }
   return order
 }
@@ -149,7 +154,11 @@ function expirePhase(tracker: InFlightTracker): number {
 
 // ---- the mixed phases
 
-interface MixedResult { opsPerS: number; expired: number; sizeAtEnd: number }
+interface MixedResult {
+  opsPerS: number
+  expired: number
+  sizeAtEnd: number
+}
 
 /**
  * Acks in push order: cycle c inserts message N+c and acks message c (shuffled within blocks of
@@ -170,7 +179,7 @@ function mixedInOrderPhase(ids: string[]): MixedResult {
     for (let cycle = 0; cycle < MIXED_CYCLES; cycle++) {
       const pushed = N + cycle
       tracker.insert(newEntry(ids[pushed % POOL]!, pushed, nowMs + ACK_TIMEOUT_MS))
-      const acked = (cycle - (cycle % REORDER)) + reorder[cycle % REORDER]!
+      const acked = cycle - (cycle % REORDER) + reorder[cycle % REORDER]!
       if (tracker.finish(ids[acked % POOL]!) === undefined) throw new Error(`message ${acked} was not tracked`)
       const extended = cycle + REORDER + (rand() % (N - REORDER))
       tracker.touch(ids[extended % POOL]!, nowMs + ACK_TIMEOUT_MS)
@@ -332,7 +341,14 @@ function mapChurnPhase(ids: string[]): number {
 
 // ---- memory
 
-interface Memory { filledBytes: number; churnedBytes: number; entryBytes: number; heapBytes: number; mapBytes: number; idBytes: number }
+interface Memory {
+  filledBytes: number
+  churnedBytes: number
+  entryBytes: number
+  heapBytes: number
+  mapBytes: number
+  idBytes: number
+}
 
 /**
  * heapUsed + arrayBuffers per entry after full GCs: the tracker right after N inserts, then again after N more
@@ -341,7 +357,8 @@ interface Memory { filledBytes: number; churnedBytes: number; entryBytes: number
  */
 function measureMemory(): Memory {
   const used = () => {
-    gc(); gc()
+    gc()
+    gc()
     const { heapUsed, arrayBuffers } = process.memoryUsage()
     return heapUsed + arrayBuffers // the heap's key array lives in an ArrayBuffer, outside heapUsed
   }
@@ -408,8 +425,12 @@ const LABELS = {
 type Phase = keyof typeof LABELS
 
 function main(): void {
-  console.log(`hookq tracker bench: ${int(N)} entries, ${ROUNDS} rounds, seed ${SEED}, node ${process.version}, ` +
-    `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`)
+  console.log(
+    `hookq tracker bench: ${int(N)} entries, ${ROUNDS} rounds, seed ${SEED}, node ${process.version}, ` +
+      `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, load average ${loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')}`,
+  )
   const memory = measureMemory()
   const ids = makeIds(POOL)
   const deadlines = randomDeadlines(N)
@@ -432,7 +453,12 @@ function main(): void {
     results.baseline.push(baselinePhase())
     results.mapGet.push(mapGetPhase(ids))
     results.mapChurn.push(mapChurnPhase(ids))
-    console.log(`round ${round + 1}: ` + Object.entries(results).map(([k, v]) => `${k} ${int(v[round]!)}`).join(', '))
+    console.log(
+      `round ${round + 1}: ` +
+        Object.entries(results)
+          .map(([k, v]) => `${k} ${int(v[round]!)}`)
+          .join(', '),
+    )
   }
   const baseline = median(results.baseline)
   const rows = (Object.keys(LABELS) as Phase[]).map((k) => {
@@ -440,23 +466,32 @@ function main(): void {
     return [LABELS[k], int(med), int(Math.max(...results[k])), (1e9 / med).toFixed(0), (med / baseline).toFixed(2)]
   })
   console.log(`\n${table([`operation, ~${int(N)} tracked`, 'ops/s median', 'ops/s best', 'ns/op', 'vs baseline'], rows)}`)
-  console.log(`(mixed: a cycle is insert + finish + touch, and expireDue once per simulated ms; last round: ` +
-    `in order ${int(mixed.inOrder!.expired)} expired, random ${int(mixed.random!.expired)} expired and went back in)\n`)
-  console.log(table(['memory per entry (heapUsed + arrayBuffers after full GCs)', 'bytes'], [
-    [`tracker just filled with ${int(N)} entries, without the ids`, memory.filledBytes.toFixed(1)],
-    ['  parts measured alone: entry object (7 fields + boxed deadline)', memory.entryBytes.toFixed(1)],
-    ['  parts measured alone: Map slot', memory.mapBytes.toFixed(1)],
-    ['  parts measured alone: heap slot (entry array + key array)', memory.heapBytes.toFixed(1)],
-    [`tracker after ${int(N)} more inserts and finishes (Map grown)`, memory.churnedBytes.toFixed(1)],
-    ['delivery id string (22 chars; the caller allocates it)', memory.idBytes.toFixed(1)],
-  ]))
+  console.log(
+    `(mixed: a cycle is insert + finish + touch, and expireDue once per simulated ms; last round: ` +
+      `in order ${int(mixed.inOrder!.expired)} expired, random ${int(mixed.random!.expired)} expired and went back in)\n`,
+  )
+  console.log(
+    table(
+      ['memory per entry (heapUsed + arrayBuffers after full GCs)', 'bytes'],
+      [
+        [`tracker just filled with ${int(N)} entries, without the ids`, memory.filledBytes.toFixed(1)],
+        ['  parts measured alone: entry object (7 fields + boxed deadline)', memory.entryBytes.toFixed(1)],
+        ['  parts measured alone: Map slot', memory.mapBytes.toFixed(1)],
+        ['  parts measured alone: heap slot (entry array + key array)', memory.heapBytes.toFixed(1)],
+        [`tracker after ${int(N)} more inserts and finishes (Map grown)`, memory.churnedBytes.toFixed(1)],
+        ['delivery id string (22 chars; the caller allocates it)', memory.idBytes.toFixed(1)],
+      ],
+    ),
+  )
   const inOrder = median(results.mixedInOrder)
   const random = median(results.mixedRandom)
   const met = (ok: boolean) => (ok ? 'met' : 'MISSED')
-  console.log(`\ngoals: mixed ≥ ${int(GOALS.mixedOpsPerS)} ops/s: in push order ${int(inOrder)} (${met(inOrder >= GOALS.mixedOpsPerS)}), ` +
-    `random ${int(random)} (${met(random >= GOALS.mixedOpsPerS)}); ≤ ${GOALS.bytesPerEntry} bytes/entry: ` +
-    `${memory.filledBytes.toFixed(1)} filled (${met(memory.filledBytes <= GOALS.bytesPerEntry)}), ` +
-    `${memory.churnedBytes.toFixed(1)} after churn (${met(memory.churnedBytes <= GOALS.bytesPerEntry)}), ids not counted`)
+  console.log(
+    `\ngoals: mixed ≥ ${int(GOALS.mixedOpsPerS)} ops/s: in push order ${int(inOrder)} (${met(inOrder >= GOALS.mixedOpsPerS)}), ` +
+      `random ${int(random)} (${met(random >= GOALS.mixedOpsPerS)}); ≤ ${GOALS.bytesPerEntry} bytes/entry: ` +
+      `${memory.filledBytes.toFixed(1)} filled (${met(memory.filledBytes <= GOALS.bytesPerEntry)}), ` +
+      `${memory.churnedBytes.toFixed(1)} after churn (${met(memory.churnedBytes <= GOALS.bytesPerEntry)}), ids not counted`,
+  )
 }
 
 main()

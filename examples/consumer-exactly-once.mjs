@@ -13,15 +13,16 @@ await pool.query('CREATE TABLE IF NOT EXISTS balances (account text PRIMARY KEY,
 const handled = new PgIdempotencyStore({ pool })
 
 const consumer = createConsumer({
-  secret: process.env.HOOKQ_WEBHOOK_SECRET,   // the consumer's whsec_... secret, as registered
+  secret: process.env.HOOKQ_WEBHOOK_SECRET, // the consumer's whsec_... secret, as registered
   // acks and nacks go to HOOKQ_URL with HOOKQ_API_KEY (or pass baseUrl and apiKey, or client)
   idempotency: handled,
-  async handler (message, { tx }) {
+  async handler(message, { tx }) {
     // Write through tx: committed together with the message's id, then acked. A throw rolls both back.
     const { account, cents } = message.value
     await tx.query(
       'INSERT INTO balances (account, cents) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET cents = balances.cents + EXCLUDED.cents',
-      [account, cents])
+      [account, cents],
+    )
   },
 })
 

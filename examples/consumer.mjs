@@ -3,16 +3,16 @@ import http from 'node:http'
 import { createConsumer } from '@hookq/client/consumer'
 
 // Your code. Here it only prints the order; throw to have the message pushed again.
-async function recordOrder (order) {
+async function recordOrder(order) {
   console.log('order', JSON.stringify(order))
 }
 
 const consumer = createConsumer({
-  secret: process.env.HOOKQ_WEBHOOK_SECRET,   // the consumer's whsec_... secret, as registered
+  secret: process.env.HOOKQ_WEBHOOK_SECRET, // the consumer's whsec_... secret, as registered
   // acks and nacks go to HOOKQ_URL with HOOKQ_API_KEY (or pass baseUrl and apiKey, or client)
-  nackDelayMs: 5_000,                         // a failed message comes back after 5 s
-  idempotency: true,                          // a redelivered webhook-id is acked, not handled again
-  async handler (message) {
+  nackDelayMs: 5_000, // a failed message comes back after 5 s
+  idempotency: true, // a redelivered webhook-id is acked, not handled again
+  async handler(message) {
     await recordOrder(message.value)
   },
 })

@@ -11,8 +11,12 @@ try {
   await client.query('BEGIN')
   await client.query('INSERT INTO orders (id, total) VALUES ($1, $2)', [order.id, order.total])
   // Produced if and only if this transaction commits; the key keeps an order's messages in order.
-  const { rows } = await client.query('SELECT hookq_produce($1, $2, key => $3, idempotency_key => $4) AS id',
-    ['orders', JSON.stringify({ type: 'order.created', order }), order.id, `created-${order.id}`])
+  const { rows } = await client.query('SELECT hookq_produce($1, $2, key => $3, idempotency_key => $4) AS id', [
+    'orders',
+    JSON.stringify({ type: 'order.created', order }),
+    order.id,
+    `created-${order.id}`,
+  ])
   await client.query('COMMIT')
   console.log(`order ${order.id} stored; message ${rows[0].id} produced`)
 } catch (err) {

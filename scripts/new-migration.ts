@@ -129,13 +129,22 @@ export async function writeNextMigration(opts: NewMigrationOptions): Promise<str
   const file = path.join(dir, 'migration.sql')
   await writeFile(file, sql, { flag: 'wx' }) // never overwrite a migration
   const lockfile = path.join(migrationsDir, 'migration_lock.toml')
-  if (!(await access(lockfile).then(() => true, () => false))) await writeFile(lockfile, LOCKFILE_CONTENT)
+  if (
+    !(await access(lockfile).then(
+      () => true,
+      () => false,
+    ))
+  )
+    await writeFile(lockfile, LOCKFILE_CONTENT)
   return file
 }
 
 /** Prisma's normalisation of migration names: lower case, runs of other characters become "_". */
 export function migrationSlug(raw: string): string {
-  return raw.toLowerCase().replace(/[^a-z0-9]+/g, '_').replace(/^_+|_+$/g, '')
+  return raw
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '_')
+    .replace(/^_+|_+$/g, '')
 }
 
 async function main(): Promise<number> {

@@ -14,7 +14,14 @@ if (mode !== 'write' && mode !== 'check') {
   process.exit(2)
 }
 
-const unused = new Proxy({}, { get: () => { throw new Error('services are not available while generating OpenAPI') } })
+const unused = new Proxy(
+  {},
+  {
+    get: () => {
+      throw new Error('services are not available while generating OpenAPI')
+    },
+  },
+)
 const app = await buildApp({ services: unused as Services, maxRequestBytes: 1024 })
 await app.ready()
 const text = JSON.stringify(app.swagger(), null, 2) + '\n'

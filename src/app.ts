@@ -53,12 +53,21 @@ const MiB = 1024 * 1024
 /** How long the rest of a refused body may take to arrive (64 MiB at ~20 Mbit/s). */
 const UNREAD_BODY_MAX_MS = 30_000
 
-const ALL_SCHEMAS = [...sharedSchemas, ...topicSchemas, ...messageSchemas, ...groupSchemas, ...ackSchemas, ...operationSchemas, ...healthSchemas]
+const ALL_SCHEMAS = [
+  ...sharedSchemas,
+  ...topicSchemas,
+  ...messageSchemas,
+  ...groupSchemas,
+  ...ackSchemas,
+  ...operationSchemas,
+  ...healthSchemas,
+]
 
 export const API_INFO = {
   title: 'hookq',
   version: '1.0.0',
-  description: 'HTTP message broker with webhook push delivery, on PostgreSQL. ' +
+  description:
+    'HTTP message broker with webhook push delivery, on PostgreSQL. ' +
     'No string in a request may contain NUL (U+0000), but message values and header values (stored as JSON text); ' +
     'integers in paths and query strings are plain decimal digits.',
 }
@@ -91,7 +100,13 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     // URL) become problem documents too.
     frameworkErrors: (err, _req, reply) => {
       const code = (err as { code?: string }).code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'uri_too_long' : 'invalid_request'
-      return sendProblem(reply, { type: problemType(code), title: ERRORS[code].title, status: ERRORS[code].status, detail: err.message, code })
+      return sendProblem(reply, {
+        type: problemType(code),
+        title: ERRORS[code].title,
+        status: ERRORS[code].status,
+        detail: err.message,
+        code,
+      })
     },
   })
 
@@ -124,12 +139,18 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   // Compressed request bodies (a producer gzipping a big batch): bodyLimit counts the decompressed
   // bytes, so a small gzip bomb is a 413, never a big buffer. Answers are not compressed: they are
   // small, and a proxy in front does that better than the broker's single thread.
-  await app.register(compress, { globalCompression: false, globalDecompression: true, requestEncodings: ['gzip', 'deflate', 'br', 'identity'] })
+  await app.register(compress, {
+    globalCompression: false,
+    globalDecompression: true,
+    requestEncodings: ['gzip', 'deflate', 'br', 'identity'],
+  })
 
   // At shutdown, idle keep-alive connections are closed at once (forceCloseConnections); busy ones
   // get `connection: close` on their last response, or close() would wait out their keep-alive.
   let closing = false
-  app.addHook('preClose', async () => { closing = true })
+  app.addHook('preClose', async () => {
+    closing = true
+  })
   // An answer sent before the body was read (413, 401, ...) is read by the client only if the
   // broker keeps reading too: the rest of the body is thrown away, within bounds (unread-body.ts).
   // One hook for both: it runs on every answer, produce and acks included.

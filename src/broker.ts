@@ -55,9 +55,10 @@ export interface BrokerOptions {
 export async function createBroker(config: Config, opts: BrokerOptions = {}): Promise<Broker> {
   const log = opts.log ?? (() => {})
   // PGlite is loaded only when it is used: it costs a server-backed broker ~35 MB of RSS otherwise.
-  const embedded = config.databaseUrl === undefined
-    ? await (await import('./store/embedded.ts')).startEmbedded({ dataDir: config.dataDir, log })
-    : undefined
+  const embedded =
+    config.databaseUrl === undefined
+      ? await (await import('./store/embedded.ts')).startEmbedded({ dataDir: config.dataDir, log })
+      : undefined
   const databaseUrl = embedded?.connectionString ?? config.databaseUrl!
   // A database that takes one connection at a time (embedded, or a pool size of 1) gets one.
   const singleConnection = embedded !== undefined || config.dbPoolSize === 1
@@ -92,18 +93,26 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     // cost PostgreSQL and the broker less per row (bench:scale, 2 rounds: ~10% less CPU per message
     // than at 5 ms, within the noise of one round). A retry's row does not wait (durable()).
     const attempts = new AttemptLog(db, {
-      flushDelayMs: 20, holdMs: 1000, maxBuffered: 200_000,
+      flushDelayMs: 20,
+      holdMs: 1000,
+      maxBuffered: 200_000,
       onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
     })
     const agent = createPushAgent({ policy: config.pushPolicy })
     // Set below: the dispatcher tells the cluster of partitions that moved on under it.
     let onMoved: ((name: string, partition: number) => void) | undefined
     const dispatcher = new Dispatcher({
-      db: database, topics: topicStore, attempts, agent, metrics,
+      db: database,
+      topics: topicStore,
+      attempts,
+      agent,
+      metrics,
       pushWindow: { initial: config.pushWindowInitial, max: config.pushWindowMax },
       loadGroup: (name) => groups.load(name),
       listGroups: () => groups.list(),
-      ensureOffsets: async (row, topic) => { await groups.ensureOffsets(row, topic.id, topic.partitions) },
+      ensureOffsets: async (row, topic) => {
+        await groups.ensureOffsets(row, topic.id, topic.partitions)
+      },
       disableConsumer: (id, reason) => groups.disableConsumer(id, reason),
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
       onMoved: (name, partition) => onMoved?.(name, partition),
@@ -120,7 +129,9 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       log: { info: (o, m) => logger?.info(o, m), warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
       onOwned: (count) => metrics.owned(count),
     })
-    onMoved = (name, partition) => { void cluster.ownership.refresh(name, partition) }
+    onMoved = (name, partition) => {
+      void cluster.ownership.refresh(name, partition)
+    }
     groups.onChange((name) => cluster.groupChanged(name))
     topics.onChange(async ({ created, deleted }) => {
       if (deleted) await cluster.topicDeleted(deleted.id)
@@ -154,7 +165,11 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
     })
     const app = await buildApp({
-      services, maxRequestBytes: config.maxRequestBytes, apiKeys: config.apiKeys, rateLimitPerS: config.rateLimitPerKey, logger: opts.logger,
+      services,
+      maxRequestBytes: config.maxRequestBytes,
+      apiKeys: config.apiKeys,
+      rateLimitPerS: config.rateLimitPerKey,
+      logger: opts.logger,
       logRequests: config.logRequests,
       timeouts: { requestMs: config.requestTimeoutMs, headersMs: config.headersTimeoutMs, keepAliveMs: config.keepAliveTimeoutMs },
       ...(singleConnection ? {} : { owners: cluster.ownership }),
@@ -162,7 +177,10 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
 
     services.produce.onAppend((topicId, partition, endOffset, messages) => cluster.appended(topicId, partition, endOffset, messages))
     const outbox = new OutboxMover({
-      db, produce: services.produce, pollMs: config.outboxPollMs, batchRows: config.commitMaxMessages,
+      db,
+      produce: services.produce,
+      pollMs: config.outboxPollMs,
+      batchRows: config.commitMaxMessages,
       onMoved: (topic, n) => metrics.produced(topic, n),
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
@@ -171,7 +189,13 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     outbox.start()
     let closing: Promise<void> | undefined
     return {
-      app, services, db, databaseUrl, retention, outbox, cluster,
+      app,
+      services,
+      db,
+      databaseUrl,
+      retention,
+      outbox,
+      cluster,
       advertise: (url) => cluster.advertise(config.advertiseUrl ?? url),
       close() {
         closing ??= (async () => {

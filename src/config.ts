@@ -63,14 +63,22 @@ export interface Config {
 
 /** A configuration value that cannot be used; the message names the variable and what it takes. */
 
-
 /** HOOKQ_ADVERTISE_URL: an http(s) base URL without a path, query or credentials. */
 function advertiseUrl(env: Env): string | undefined {
   const raw = env.HOOKQ_ADVERTISE_URL?.trim()
   if (!raw) return undefined
   const url = URL.canParse(raw) ? new URL(raw) : undefined
-  if (!url || !/^https?:$/.test(url.protocol) || (url.pathname !== '/' && url.pathname !== '') || url.search || url.username || url.password) {
-    throw new ConfigError(`HOOKQ_ADVERTISE_URL must be an http:// or https:// base URL such as http://10.0.0.5:8080, got ${JSON.stringify(raw)}`)
+  if (
+    !url ||
+    !/^https?:$/.test(url.protocol) ||
+    (url.pathname !== '/' && url.pathname !== '') ||
+    url.search ||
+    url.username ||
+    url.password
+  ) {
+    throw new ConfigError(
+      `HOOKQ_ADVERTISE_URL must be an http:// or https:// base URL such as http://10.0.0.5:8080, got ${JSON.stringify(raw)}`,
+    )
   }
   return url.origin
 }
@@ -126,7 +134,9 @@ export function loadConfig(env: Env = process.env): Config {
   // Prisma's ?schema= would be silently ignored: the tables live in public (see README).
   const schema = databaseUrl === undefined ? null : URL.canParse(databaseUrl) ? new URL(databaseUrl).searchParams.get('schema') : null
   if (schema !== null && schema !== 'public') {
-    throw new ConfigError(`DATABASE_URL names schema ${JSON.stringify(schema)}: hookq keeps its tables in the public schema; give it a database of its own instead`)
+    throw new ConfigError(
+      `DATABASE_URL names schema ${JSON.stringify(schema)}: hookq keeps its tables in the public schema; give it a database of its own instead`,
+    )
   }
   const logLevel = env.LOG_LEVEL?.trim() || 'info'
   if (!LOG_LEVELS.includes(logLevel)) {
@@ -170,7 +180,13 @@ export function loadConfig(env: Env = process.env): Config {
     pushWindowMax: int(env, 'HOOKQ_PUSH_WINDOW_MAX', 1000, 1, 100_000),
     logRequests: bool(env, 'HOOKQ_LOG_REQUESTS', false),
     advertiseUrl: advertiseUrl(env),
-    clusterPollMs: int(env, env.HOOKQ_CLUSTER_POLL_MS === undefined && env.HOOKQ_LEADER_POLL_MS !== undefined ? 'HOOKQ_LEADER_POLL_MS' : 'HOOKQ_CLUSTER_POLL_MS', 1000, 50, 60_000),
+    clusterPollMs: int(
+      env,
+      env.HOOKQ_CLUSTER_POLL_MS === undefined && env.HOOKQ_LEADER_POLL_MS !== undefined ? 'HOOKQ_LEADER_POLL_MS' : 'HOOKQ_CLUSTER_POLL_MS',
+      1000,
+      50,
+      60_000,
+    ),
     outboxPollMs: int(env, 'HOOKQ_OUTBOX_POLL_MS', 50, 5, 60_000),
     processes: processes(env),
     requestTimeoutMs,

@@ -56,42 +56,62 @@ export class Metrics implements DispatchMetrics {
   /** What GET /metrics serves: these metrics plus the process's default ones. */
   readonly registry = new Registry()
   private readonly producedTotal = new Counter({
-    name: 'hookq_messages_produced_total', help: 'Messages stored by produce (duplicates not counted)',
-    labelNames: ['topic'] as const, registers: [this.registry],
+    name: 'hookq_messages_produced_total',
+    help: 'Messages stored by produce (duplicates not counted)',
+    labelNames: ['topic'] as const,
+    registers: [this.registry],
   })
   private readonly pushesTotal = new Counter({
-    name: 'hookq_pushes_total', help: 'Push attempts by how they ended',
-    labelNames: ['group', 'outcome'] as const, registers: [this.registry],
+    name: 'hookq_pushes_total',
+    help: 'Push attempts by how they ended',
+    labelNames: ['group', 'outcome'] as const,
+    registers: [this.registry],
   })
   private readonly pushSeries = new Map<string, { count: { inc(n?: number): void }; seconds: { observe(v: number): void } }>()
   private readonly pushSeconds = new Histogram({
-    name: 'hookq_push_duration_seconds', help: 'Duration of push HTTP calls',
-    labelNames: ['group'] as const, buckets: PUSH_BUCKETS_S, registers: [this.registry],
+    name: 'hookq_push_duration_seconds',
+    help: 'Duration of push HTTP calls',
+    labelNames: ['group'] as const,
+    buckets: PUSH_BUCKETS_S,
+    registers: [this.registry],
   })
   private readonly acksTotal = new Counter({
-    name: 'hookq_acks_total', help: 'Delivery ids in ack, nack and extend calls, by the status answered',
-    labelNames: ['group', 'status'] as const, registers: [this.registry],
+    name: 'hookq_acks_total',
+    help: 'Delivery ids in ack, nack and extend calls, by the status answered',
+    labelNames: ['group', 'status'] as const,
+    registers: [this.registry],
   })
   private readonly redeliveriesTotal = new Counter({
-    name: 'hookq_redeliveries_total', help: 'Pushes of a message after its first attempt',
-    labelNames: ['group'] as const, registers: [this.registry],
+    name: 'hookq_redeliveries_total',
+    help: 'Pushes of a message after its first attempt',
+    labelNames: ['group'] as const,
+    registers: [this.registry],
   })
   private readonly deadLettersTotal = new Counter({
-    name: 'hookq_dead_letters_total', help: 'Messages dead-lettered',
-    labelNames: ['group'] as const, registers: [this.registry],
+    name: 'hookq_dead_letters_total',
+    help: 'Messages dead-lettered',
+    labelNames: ['group'] as const,
+    registers: [this.registry],
   })
   private readonly filteredTotal = new Counter({
-    name: 'hookq_filtered_total', help: "Messages completed without a push: the group's filter did not match them",
-    labelNames: ['group'] as const, registers: [this.registry],
+    name: 'hookq_filtered_total',
+    help: "Messages completed without a push: the group's filter did not match them",
+    labelNames: ['group'] as const,
+    registers: [this.registry],
   })
   private readonly filteredSeries = new Map<string, { inc(): void }>()
   private readonly batchSize = new Histogram({
-    name: 'hookq_batch_size', help: 'Messages per batch push', labelNames: ['group'] as const,
-    buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], registers: [this.registry],
+    name: 'hookq_batch_size',
+    help: 'Messages per batch push',
+    labelNames: ['group'] as const,
+    buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+    registers: [this.registry],
   })
   private readonly rateLimitedTotal = new Counter({
-    name: 'hookq_rate_limited_waits_total', help: 'Times pushes to a consumer waited for its rateLimitPerSecond',
-    labelNames: ['group'] as const, registers: [this.registry],
+    name: 'hookq_rate_limited_waits_total',
+    help: 'Times pushes to a consumer waited for its rateLimitPerSecond',
+    labelNames: ['group'] as const,
+    registers: [this.registry],
   })
   private partitionSource: () => Promise<PartitionStat[]> = async () => []
   private windowSource: () => PushWindowStat[] = () => []
@@ -102,31 +122,44 @@ export class Metrics implements DispatchMetrics {
   constructor(private readonly onError: (err: unknown) => void = () => {}) {
     collectDefaultMetrics({ register: this.registry })
     const stats = () => this.partitionStats()
-    const gauge = (name: string, help: string, pick: (s: PartitionStat) => number) => new Gauge({
-      name, help, labelNames: ['group', 'partition'] as const, registers: [this.registry],
-      async collect() {
-        const rows = await stats()
-        // Reset first: a deleted group's partitions must disappear, not keep their last value.
-        this.reset()
-        for (const s of rows) this.set({ group: s.group, partition: String(s.partition) }, pick(s))
-      },
-    })
+    const gauge = (name: string, help: string, pick: (s: PartitionStat) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['group', 'partition'] as const,
+        registers: [this.registry],
+        async collect() {
+          const rows = await stats()
+          // Reset first: a deleted group's partitions must disappear, not keep their last value.
+          this.reset()
+          for (const s of rows) this.set({ group: s.group, partition: String(s.partition) }, pick(s))
+        },
+      })
     gauge('hookq_in_flight', 'Messages outstanding (pushed, or waiting for a retry) per group partition', (s) => s.inFlight)
     gauge('hookq_lag', 'End offset minus committed offset per group partition', (s) => s.lag)
     const windows = () => this.windowSource()
-    const windowGauge = (name: string, help: string, pick: (w: PushWindowStat) => number) => new Gauge({
-      name, help, labelNames: ['consumer'] as const, registers: [this.registry],
-      collect() {
-        this.reset()
-        for (const w of windows()) this.set({ consumer: w.consumerId }, pick(w))
-      },
-    })
-    windowGauge('hookq_push_window', 'Pushes allowed at once to a consumer (grows while it keeps up, halves when it struggles)', (w) => w.limit)
+    const windowGauge = (name: string, help: string, pick: (w: PushWindowStat) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['consumer'] as const,
+        registers: [this.registry],
+        collect() {
+          this.reset()
+          for (const w of windows()) this.set({ consumer: w.consumerId }, pick(w))
+        },
+      })
+    windowGauge(
+      'hookq_push_window',
+      'Pushes allowed at once to a consumer (grows while it keeps up, halves when it struggles)',
+      (w) => w.limit,
+    )
     windowGauge('hookq_pushes_in_flight', 'Push HTTP calls under way to a consumer', (w) => w.inFlight)
     const outbox = () => this.outboxSource()
     const report = (err: unknown) => this.onError(err)
     new Gauge({
-      name: 'hookq_outbox_oldest_seconds', registers: [this.registry],
+      name: 'hookq_outbox_oldest_seconds',
+      registers: [this.registry],
       help: 'Age of the oldest message hookq_produce() committed that is not in its topic yet (0: none waiting)',
       async collect() {
         this.reset()
@@ -140,7 +173,8 @@ export class Metrics implements DispatchMetrics {
   }
 
   private readonly ownedGauge = new Gauge({
-    name: 'hookq_partitions_owned', help: 'Group partitions this process pushes (owns among the broker processes of its database)',
+    name: 'hookq_partitions_owned',
+    help: 'Group partitions this process pushes (owns among the broker processes of its database)',
     registers: [this.registry],
   })
 
@@ -230,8 +264,13 @@ export class Metrics implements DispatchMetrics {
     // process's own metrics, hookq_partitions_owned among them, are what an operator looks at then.
     if (this.snapshot) return this.snapshot
     this.snapshot = withinStatsTimeout(this.partitionSource(), 'reading lag and in-flight counts')
-      .catch((err: unknown) => { this.onError(err); return [] })
-      .finally(() => { this.snapshot = undefined })
+      .catch((err: unknown) => {
+        this.onError(err)
+        return []
+      })
+      .finally(() => {
+        this.snapshot = undefined
+      })
     return this.snapshot
   }
 }

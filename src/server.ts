@@ -30,17 +30,27 @@ const logger = pino({ level: config.logLevel })
 // Said once, by the process started: not again by each broker process of HOOKQ_PROCESSES.
 if (cluster.isPrimary) {
   if (config.databaseUrl === undefined) {
-    logger.info({ dataDir: config.dataDir }, 'DATABASE_URL is not set: using the embedded database (one process, one connection; see README)')
-    if (config.processes > 1) logger.warn({ processes: config.processes }, 'HOOKQ_PROCESSES is ignored on the embedded database: it takes one connection, so one process')
+    logger.info(
+      { dataDir: config.dataDir },
+      'DATABASE_URL is not set: using the embedded database (one process, one connection; see README)',
+    )
+    if (config.processes > 1)
+      logger.warn(
+        { processes: config.processes },
+        'HOOKQ_PROCESSES is ignored on the embedded database: it takes one connection, so one process',
+      )
   }
   if (config.apiKeys.length === 0) {
     logger.warn('HOOKQ_API_KEYS is not set: the API is open to anyone who can reach it')
   }
   if (config.pushPolicy.allowPrivate) {
-    logger.warn('HOOKQ_PUSH_ALLOW_PRIVATE is true: consumers may be registered on private and loopback addresses; set it to false in production (see README "Push URL policy")')
+    logger.warn(
+      'HOOKQ_PUSH_ALLOW_PRIVATE is true: consumers may be registered on private and loopback addresses; set it to false in production (see README "Push URL policy")',
+    )
   }
   if (config.processes > 1 && config.databaseUrl !== undefined) {
-    if (config.advertiseUrl !== undefined) logger.warn('HOOKQ_ADVERTISE_URL is ignored with HOOKQ_PROCESSES: each process advertises a loopback port of its own')
+    if (config.advertiseUrl !== undefined)
+      logger.warn('HOOKQ_ADVERTISE_URL is ignored with HOOKQ_PROCESSES: each process advertises a loopback port of its own')
     process.exit(await runPrimary(config.processes, logger))
   }
 }
@@ -93,7 +103,9 @@ async function serve(): Promise<void> {
   // Other broker processes on this database forward acks to the one that pushes: tell them where.
   const wildcard = config.host === '0.0.0.0' || config.host === '::'
   if (wildcard && config.advertiseUrl === undefined) {
-    logger.warn('HOST is a wildcard and HOOKQ_ADVERTISE_URL is not set: if several broker processes share this database, set it so they can forward acks to the one that pushes')
+    logger.warn(
+      'HOST is a wildcard and HOOKQ_ADVERTISE_URL is not set: if several broker processes share this database, set it so they can forward acks to the one that pushes',
+    )
   }
   if (cluster.isWorker) {
     // Calls to the shared port land on any process: forwarded ones need this one's own address.

@@ -33,9 +33,19 @@ async function freePort(): Promise<number> {
  * `inspect` adds --inspect on a free loopback port, so that a profile can be taken over one window
  * (bench/lib/inspector.ts); resolves only once the inspector's URL is known.
  */
-export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number; env?: Record<string, string> }): Promise<BrokerProcess> {
+export async function startBroker(
+  databaseUrl: string,
+  opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number; env?: Record<string, string> },
+): Promise<BrokerProcess> {
   const port = await freePort()
-  const env: NodeJS.ProcessEnv = { ...process.env, ...opts.env, DATABASE_URL: databaseUrl, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn' }
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    ...opts.env,
+    DATABASE_URL: databaseUrl,
+    HOST: '127.0.0.1',
+    PORT: String(port),
+    LOG_LEVEL: 'warn',
+  }
   delete env.HOOKQ_API_KEYS // the load sends no Authorization header
   const nodeArgs = ['--import', 'tsx', 'src/server.ts']
   if (opts.cpuProfDir !== undefined) {
@@ -45,7 +55,9 @@ export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: stri
   if (opts.inspect) nodeArgs.unshift('--inspect=127.0.0.1:0')
   const child = track(spawn(process.execPath, nodeArgs, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] }))
   let out = ''
-  const keep = (d: Buffer) => { out = (out + d.toString()).slice(-8000) }
+  const keep = (d: Buffer) => {
+    out = (out + d.toString()).slice(-8000)
+  }
   child.stdout!.on('data', keep)
   child.stderr!.on('data', keep)
   const broker: BrokerProcess = { child, pid: child.pid!, url: `http://127.0.0.1:${port}`, output: () => out }
@@ -55,7 +67,10 @@ export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: stri
     const onData = (d: Buffer) => {
       head += d.toString()
       const m = /Debugger listening on (ws:\/\/\S+)/.exec(head)
-      if (m) { broker.inspectorUrl = m[1]; child.stderr!.off('data', onData) } else if (head.length > 16_000) child.stderr!.off('data', onData)
+      if (m) {
+        broker.inspectorUrl = m[1]
+        child.stderr!.off('data', onData)
+      } else if (head.length > 16_000) child.stderr!.off('data', onData)
     }
     child.stderr!.on('data', onData)
   }
@@ -68,7 +83,9 @@ export async function startBroker(databaseUrl: string, opts: { cpuProfDir?: stri
     try {
       const res = await fetch(`${broker.url}/healthz`, { signal: AbortSignal.timeout(1000) })
       if (res.status === 200 && (!opts.inspect || broker.inspectorUrl !== undefined)) return broker
-    } catch { /* not listening yet */ }
+    } catch {
+      /* not listening yet */
+    }
     await sleep(200)
   }
   await stopChild(child, 5000, 'SIGKILL')

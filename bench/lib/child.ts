@@ -33,12 +33,16 @@ export async function stopChild(child: ChildProcess, graceMs: number, signal: No
  * last stdout line. Killed if it outlives `timeoutMs`; its stderr goes to ours.
  */
 export async function runJsonWorker<T>(script: string, args: unknown, timeoutMs: number): Promise<T> {
-  const child = track(spawn(process.execPath, ['--import', 'tsx', script, JSON.stringify(args)], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  }))
+  const child = track(
+    spawn(process.execPath, ['--import', 'tsx', script, JSON.stringify(args)], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    }),
+  )
   let out = ''
-  child.stdout!.on('data', (d: Buffer) => { out += d })
+  child.stdout!.on('data', (d: Buffer) => {
+    out += d
+  })
   const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
   await exited(child)
   clearTimeout(timer)

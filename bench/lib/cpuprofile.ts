@@ -17,8 +17,17 @@ interface Profile {
   timeDeltas: number[]
 }
 
-export interface Row { name: string; ms: number; pct: number }
-export interface ProfileSummary { busyMs: number; idleMs: number; byFunction: Row[]; byModule: Row[] }
+export interface Row {
+  name: string
+  ms: number
+  pct: number
+}
+export interface ProfileSummary {
+  busyMs: number
+  idleMs: number
+  byFunction: Row[]
+  byModule: Row[]
+}
 
 /** Where a script lives, short: npm package (and file in it), project-relative path or node: module. */
 function locate(url: string, functionName: string): { module: string; file: string } {
@@ -54,26 +63,26 @@ export function summarizeProfile(file: string): ProfileSummary {
   let idleUs = 0
   for (const [id, us] of selfUs) {
     const { functionName, url, lineNumber } = nodes.get(id)!.callFrame
-    if (functionName === '(idle)') { idleUs += us; continue }
+    if (functionName === '(idle)') {
+      idleUs += us
+      continue
+    }
     busyUs += us
     const { module, file } = locate(url, functionName)
     // Line numbers of project .ts files are those of tsx's output, not of the source.
-    const fn = url === '' ? (functionName || '(anonymous)') : `${functionName || '(anonymous)'}  ${file}:${lineNumber + 1}`
+    const fn = url === '' ? functionName || '(anonymous)' : `${functionName || '(anonymous)'}  ${file}:${lineNumber + 1}`
     byFunction.set(fn, (byFunction.get(fn) ?? 0) + us)
     byModule.set(module, (byModule.get(module) ?? 0) + us)
   }
-  const rows = (m: Map<string, number>): Row[] => [...m]
-    .map(([name, us]) => ({ name, ms: us / 1000, pct: (100 * us) / Math.max(1, busyUs) }))
-    .sort((a, b) => b.ms - a.ms)
+  const rows = (m: Map<string, number>): Row[] =>
+    [...m].map(([name, us]) => ({ name, ms: us / 1000, pct: (100 * us) / Math.max(1, busyUs) })).sort((a, b) => b.ms - a.ms)
   return { busyMs: busyUs / 1000, idleMs: idleUs / 1000, byFunction: rows(byFunction), byModule: rows(byModule) }
 }
 
 /** The summary as text: the top `n` functions and modules by self time. */
 export function formatSummary(s: ProfileSummary, n: number): string {
-  const table = (title: string, rows: Row[]) => [
-    title,
-    ...rows.slice(0, n).map((r) => `  ${r.pct.toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.name}`),
-  ].join('\n')
+  const table = (title: string, rows: Row[]) =>
+    [title, ...rows.slice(0, n).map((r) => `  ${r.pct.toFixed(1).padStart(5)}%  ${r.ms.toFixed(0).padStart(7)} ms  ${r.name}`)].join('\n')
   return [
     `busy ${(s.busyMs / 1000).toFixed(1)} s, idle ${(s.idleMs / 1000).toFixed(1)} s (start-up included; % of busy time)`,
     table('self time by module:', s.byModule),
@@ -112,7 +121,10 @@ export function inclusiveTimes(file: string, include: (file: string) => boolean)
     const seen = new Set<string>()
     for (let n: number | undefined = id; n !== undefined; n = parent.get(n)) {
       const k = key(n)
-      if (k !== null && !seen.has(k)) { seen.add(k); totals.set(k, (totals.get(k) ?? 0) + us) }
+      if (k !== null && !seen.has(k)) {
+        seen.add(k)
+        totals.set(k, (totals.get(k) ?? 0) + us)
+      }
     }
   }
   return [...totals].map(([name, us]) => ({ name, ms: us / 1000, pct: (100 * us) / Math.max(1, busyUs) })).sort((a, b) => b.ms - a.ms)

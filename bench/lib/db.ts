@@ -33,7 +33,8 @@ export async function serverSettings(serverUrl: string): Promise<Record<string, 
   await client.connect()
   try {
     const { rows } = await client.query<{ name: string; setting: string }>(
-      `SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'fsync', 'synchronous_commit', 'wal_sync_method', 'commit_delay', 'max_connections')`)
+      `SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'fsync', 'synchronous_commit', 'wal_sync_method', 'commit_delay', 'max_connections')`,
+    )
     return Object.fromEntries(rows.map((r) => [r.name, r.setting]))
   } finally {
     await client.end()
@@ -43,5 +44,9 @@ export async function serverSettings(serverUrl: string): Promise<Record<string, 
 async function adminQuery(serverUrl: string, sql: string): Promise<void> {
   const client = new pg.Client({ connectionString: serverUrl })
   await client.connect()
-  try { await client.query(sql) } finally { await client.end() }
+  try {
+    await client.query(sql)
+  } finally {
+    await client.end()
+  }
 }

@@ -32,15 +32,34 @@ export async function startProfile(wsUrl: string, intervalUs = 1000, timeoutMs =
   })
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`inspector: no connection to ${wsUrl} within ${timeoutMs} ms`)), timeoutMs)
-    ws.addEventListener('open', () => { clearTimeout(timer); resolve() })
-    ws.addEventListener('error', () => { clearTimeout(timer); reject(new Error(`inspector: cannot connect to ${wsUrl}`)) })
+    ws.addEventListener('open', () => {
+      clearTimeout(timer)
+      resolve()
+    })
+    ws.addEventListener('error', () => {
+      clearTimeout(timer)
+      reject(new Error(`inspector: cannot connect to ${wsUrl}`))
+    })
   })
-  const send = <T>(method: string, params: object = {}, callTimeoutMs = timeoutMs): Promise<T> => new Promise<T>((resolve, reject) => {
-    const id = ++seq
-    const timer = setTimeout(() => { waiting.delete(id); reject(new Error(`inspector: ${method} took over ${callTimeoutMs} ms`)) }, callTimeoutMs)
-    waiting.set(id, { resolve: (v) => { clearTimeout(timer); resolve(v as T) }, reject: (e) => { clearTimeout(timer); reject(e) } })
-    ws.send(JSON.stringify({ id, method, params }))
-  })
+  const send = <T>(method: string, params: object = {}, callTimeoutMs = timeoutMs): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      const id = ++seq
+      const timer = setTimeout(() => {
+        waiting.delete(id)
+        reject(new Error(`inspector: ${method} took over ${callTimeoutMs} ms`))
+      }, callTimeoutMs)
+      waiting.set(id, {
+        resolve: (v) => {
+          clearTimeout(timer)
+          resolve(v as T)
+        },
+        reject: (e) => {
+          clearTimeout(timer)
+          reject(e)
+        },
+      })
+      ws.send(JSON.stringify({ id, method, params }))
+    })
   try {
     await send('Profiler.enable')
     await send('Profiler.setSamplingInterval', { interval: intervalUs })

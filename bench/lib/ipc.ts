@@ -11,8 +11,16 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { EventEmitter } from 'node:events'
 import { ROOT, exited, stopChild, track } from './child.ts'
 
-interface Answer { id: number; ok: boolean; result?: unknown; error?: string }
-interface Event { event: string; data: unknown }
+interface Answer {
+  id: number
+  ok: boolean
+  result?: unknown
+  error?: string
+}
+interface Event {
+  event: string
+  data: unknown
+}
 
 export interface IpcWorker {
   child: ChildProcess
@@ -31,16 +39,21 @@ export interface IpcWorker {
 
 /** Starts `node --import tsx <script> <JSON args>` with an IPC channel; resolves on its `ready` event. */
 export async function startIpcWorker(script: string, args: unknown, readyTimeoutMs: number): Promise<IpcWorker> {
-  const child = track(spawn(process.execPath, ['--import', 'tsx', script, JSON.stringify(args)], {
-    cwd: ROOT,
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  }))
+  const child = track(
+    spawn(process.execPath, ['--import', 'tsx', script, JSON.stringify(args)], {
+      cwd: ROOT,
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    }),
+  )
   const events = new EventEmitter()
   const waiting = new Map<number, { resolve(v: unknown): void; reject(e: Error): void; timer: NodeJS.Timeout }>()
   let seq = 0
   let gone: Error | undefined
   child.on('message', (m: Answer | Event) => {
-    if ('event' in m) { events.emit(m.event, m.data); return }
+    if ('event' in m) {
+      events.emit(m.event, m.data)
+      return
+    }
     const w = waiting.get(m.id)
     if (!w) return
     waiting.delete(m.id)
@@ -50,20 +63,40 @@ export async function startIpcWorker(script: string, args: unknown, readyTimeout
   })
   child.on('exit', (code, signal) => {
     gone = new Error(`${script} exited (${code ?? signal})`)
-    for (const w of waiting.values()) { clearTimeout(w.timer); w.reject(gone) }
+    for (const w of waiting.values()) {
+      clearTimeout(w.timer)
+      w.reject(gone)
+    }
     waiting.clear()
     events.emit('exit', gone)
   })
 
-  const next = <T>(event: string, timeoutMs: number): Promise<T> => new Promise<T>((resolve, reject) => {
-    if (gone) { reject(gone); return }
-    const onEvent = (data: T) => { cleanup(); resolve(data) }
-    const onExit = (err: Error) => { cleanup(); reject(err) }
-    const timer = setTimeout(() => { cleanup(); reject(new Error(`${script}: no ${event} within ${timeoutMs} ms`)) }, timeoutMs)
-    const cleanup = () => { clearTimeout(timer); events.off(event, onEvent); events.off('exit', onExit) }
-    events.on(event, onEvent)
-    events.on('exit', onExit)
-  })
+  const next = <T>(event: string, timeoutMs: number): Promise<T> =>
+    new Promise<T>((resolve, reject) => {
+      if (gone) {
+        reject(gone)
+        return
+      }
+      const onEvent = (data: T) => {
+        cleanup()
+        resolve(data)
+      }
+      const onExit = (err: Error) => {
+        cleanup()
+        reject(err)
+      }
+      const timer = setTimeout(() => {
+        cleanup()
+        reject(new Error(`${script}: no ${event} within ${timeoutMs} ms`))
+      }, timeoutMs)
+      const cleanup = () => {
+        clearTimeout(timer)
+        events.off(event, onEvent)
+        events.off('exit', onExit)
+      }
+      events.on(event, onEvent)
+      events.on('exit', onExit)
+    })
 
   const ready = await next<Record<string, unknown>>('ready', readyTimeoutMs).catch(async (err: unknown) => {
     await stopChild(child, 2000, 'SIGKILL')
@@ -79,7 +112,10 @@ export async function startIpcWorker(script: string, args: unknown, readyTimeout
       if (gone) return Promise.reject(gone)
       const id = ++seq
       return new Promise<T>((resolve, reject) => {
-        const timer = setTimeout(() => { waiting.delete(id); reject(new Error(`${script}: ${cmd} took over ${timeoutMs} ms`)) }, timeoutMs)
+        const timer = setTimeout(() => {
+          waiting.delete(id)
+          reject(new Error(`${script}: ${cmd} took over ${timeoutMs} ms`))
+        }, timeoutMs)
         waiting.set(id, { resolve: resolve as (v: unknown) => void, reject, timer })
         child.send({ id, cmd, args: callArgs })
       })
@@ -100,12 +136,19 @@ export function serveIpc(handlers: Record<string, Handler>, ready: Record<string
   if (!process.send) throw new Error('serveIpc: not started with an IPC channel')
   process.on('message', (m: { id: number; cmd: string; args: unknown }) => {
     const handler = handlers[m.cmd]
-    const answer = (a: Answer) => { if (process.connected) process.send!(a) }
-    if (!handler) { answer({ id: m.id, ok: false, error: `unknown command ${m.cmd}` }); return }
+    const answer = (a: Answer) => {
+      if (process.connected) process.send!(a)
+    }
+    if (!handler) {
+      answer({ id: m.id, ok: false, error: `unknown command ${m.cmd}` })
+      return
+    }
     Promise.resolve()
       .then(() => (handler as (a: unknown) => unknown)(m.args))
-      .then((result) => answer({ id: m.id, ok: true, result }),
-        (err: unknown) => answer({ id: m.id, ok: false, error: err instanceof Error ? err.stack ?? err.message : String(err) }))
+      .then(
+        (result) => answer({ id: m.id, ok: true, result }),
+        (err: unknown) => answer({ id: m.id, ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) }),
+      )
   })
   // The parent went away (finished, or killed): nothing left to serve.
   process.on('disconnect', () => process.exit(0))

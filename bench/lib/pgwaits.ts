@@ -35,7 +35,9 @@ export async function sampleWaits(url: string, dbName: string, intervalMs = 50, 
       samples++
       await new Promise((resolve) => setTimeout(resolve, intervalMs))
     }
-  })().catch(() => { /* connection ended (database dropped on Ctrl-C): keep what was sampled */ })
+  })().catch(() => {
+    /* connection ended (database dropped on Ctrl-C): keep what was sampled */
+  })
   return {
     async stop() {
       running = false

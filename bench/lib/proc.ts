@@ -9,7 +9,11 @@ import { cpus } from 'node:os'
 
 /** Clock ticks per second of /proc times (USER_HZ): 100 on practically every Linux. */
 const HZ = (() => {
-  try { return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100 } catch { return 100 }
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100
+  } catch {
+    return 100
+  }
 })()
 
 /** utime + stime of a process in seconds; undefined when it is gone. */
@@ -32,7 +36,9 @@ function postgresCpu(): Map<number, number> {
     if (!/^\d+$/.test(name)) continue
     try {
       if (readFileSync(`/proc/${name}/comm`, 'utf8') !== 'postgres\n') continue
-    } catch { continue } // exited meanwhile
+    } catch {
+      continue
+    } // exited meanwhile
     const s = processCpuSeconds(Number(name))
     if (s !== undefined) byPid.set(Number(name), s)
   }

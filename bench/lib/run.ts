@@ -42,7 +42,7 @@ export async function runBench(main: () => Promise<void>): Promise<void> {
     await main()
   } catch (err) {
     if (!run.interrupted) {
-      console.error('bench failed:', err instanceof Error ? err.stack ?? err.message : err)
+      console.error('bench failed:', err instanceof Error ? (err.stack ?? err.message) : err)
       process.exitCode = 1
     }
   } finally {

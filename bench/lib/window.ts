@@ -15,7 +15,10 @@ export class MeasureWindow {
   private readonly brokerPid: number | undefined
 
   /** `onEnd` runs once, when the window closes (stop the load there). */
-  constructor(opts: { warmupS: number; measureS: number; brokerPid?: number | undefined }, private readonly onEnd: () => void = () => {}) {
+  constructor(
+    opts: { warmupS: number; measureS: number; brokerPid?: number | undefined },
+    private readonly onEnd: () => void = () => {},
+  ) {
     this.brokerPid = opts.brokerPid
     setTimeout(() => {
       this.start = cpuSnapshot(opts.brokerPid)

@@ -5,60 +5,78 @@ import { contextOf } from './context.ts'
 import { printJson, printLine, printTable, short } from './output.ts'
 
 /** Adds the `consumers` command group to `program`. */
-export function registerConsumers (program: Command): void {
+export function registerConsumers(program: Command): void {
   const consumers = program.command('consumers').description("add, list and remove a group's webhook consumers")
 
-  consumers.command('add <group> <url>')
+  consumers
+    .command('add <group> <url>')
     .description("register a webhook endpoint; the group's partitions are rebalanced over its consumers")
     .option('--secret <whsec>', 'Standard Webhooks secret (whsec_ + base64) to sign pushes with')
     .option('--rate-limit <n>', 'at most n pushes start in any one second', Number)
     .option('--max-concurrency <n>', 'at most n pushes in flight at once', Number)
     .action(async (group: string, url: string, opts: { secret?: string; rateLimit?: number; maxConcurrency?: number }, cmd: Command) => {
       const ctx = contextOf(cmd)
-      const consumer = await unwrap(ctx.client.POST('/v1/groups/{group}/consumers', {
-        params: { path: { group } },
-        body: {
-          url, ...(opts.secret === undefined ? {} : { secret: opts.secret }),
-          ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit }),
-          ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency }),
-        },
-      }))
+      const consumer = await unwrap(
+        ctx.client.POST('/v1/groups/{group}/consumers', {
+          params: { path: { group } },
+          body: {
+            url,
+            ...(opts.secret === undefined ? {} : { secret: opts.secret }),
+            ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit }),
+            ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency }),
+          },
+        }),
+      )
       if (ctx.json) return printJson(consumer)
       printLine(`added: consumer ${consumer.id} of group ${group} → ${consumer.url}${consumer.hasSecret === true ? ' (signed)' : ''}`)
     })
 
-  consumers.command('list <group>').alias('ls')
+  consumers
+    .command('list <group>')
+    .alias('ls')
     .description("list a group's consumers")
     .action(async (group: string, _opts: object, cmd: Command) => {
       const ctx = contextOf(cmd)
       const { consumers: list } = await unwrap(ctx.client.GET('/v1/groups/{group}/consumers', { params: { path: { group } } }))
       if (ctx.json) return printJson({ consumers: list })
-      printTable(['id', 'url', 'signed', 'limits', 'state', 'created'], list.map((c) => [
-        c.id, c.url, c.hasSecret === true ? 'yes' : 'no', limitsText(c),
-        c.disabled === true ? `disabled: ${short(c.disabledReason ?? '410 Gone', 40)}` : 'active', c.createdAt,
-      ]))
+      printTable(
+        ['id', 'url', 'signed', 'limits', 'state', 'created'],
+        list.map((c) => [
+          c.id,
+          c.url,
+          c.hasSecret === true ? 'yes' : 'no',
+          limitsText(c),
+          c.disabled === true ? `disabled: ${short(c.disabledReason ?? '410 Gone', 40)}` : 'active',
+          c.createdAt,
+        ]),
+      )
     })
 
-  consumers.command('update <group> <id>')
+  consumers
+    .command('update <group> <id>')
     .description("change a consumer's url or limits in place; its partitions stay")
     .option('--endpoint <url>', 'push to this url from now on (--url names the broker)')
     .option('--rate-limit <n>', "at most n pushes start in any one second ('none' removes the limit)", limitArg)
     .option('--max-concurrency <n>', "at most n pushes in flight at once ('none' removes the cap)", limitArg)
     .action(async (group: string, id: string, opts: { endpoint?: string; rateLimit?: Limit; maxConcurrency?: Limit }, cmd: Command) => {
       const ctx = contextOf(cmd)
-      const consumer = await unwrap(ctx.client.PATCH('/v1/groups/{group}/consumers/{id}', {
-        params: { path: { group, id } },
-        body: {
-          ...(opts.endpoint === undefined ? {} : { url: opts.endpoint }),
-          ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit === 'none' ? null : opts.rateLimit }),
-          ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency === 'none' ? null : opts.maxConcurrency }),
-        },
-      }))
+      const consumer = await unwrap(
+        ctx.client.PATCH('/v1/groups/{group}/consumers/{id}', {
+          params: { path: { group, id } },
+          body: {
+            ...(opts.endpoint === undefined ? {} : { url: opts.endpoint }),
+            ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit === 'none' ? null : opts.rateLimit }),
+            ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency === 'none' ? null : opts.maxConcurrency }),
+          },
+        }),
+      )
       if (ctx.json) return printJson(consumer)
       printLine(`updated: consumer ${consumer.id} of group ${group} → ${consumer.url} (${limitsText(consumer)})`)
     })
 
-  consumers.command('remove <group> <id>').alias('rm')
+  consumers
+    .command('remove <group> <id>')
+    .alias('rm')
     .description('remove a consumer; its partitions move to the others')
     .action(async (group: string, id: string, _opts: object, cmd: Command) => {
       const ctx = contextOf(cmd)
@@ -70,11 +88,14 @@ export function registerConsumers (program: Command): void {
 
 /** A limit flag's value: a number, or `none` to remove the limit (commander turns a null from a parser into ''). */
 type Limit = number | 'none'
-function limitArg (value: string): Limit {
+function limitArg(value: string): Limit {
   return value === 'none' ? 'none' : Number(value)
 }
 
-function limitsText (c: { rateLimitPerSecond: number | null; maxConcurrency: number | null }): string {
-  const parts = [c.rateLimitPerSecond === null ? '' : `${c.rateLimitPerSecond}/s`, c.maxConcurrency === null ? '' : `≤${c.maxConcurrency} at once`]
+function limitsText(c: { rateLimitPerSecond: number | null; maxConcurrency: number | null }): string {
+  const parts = [
+    c.rateLimitPerSecond === null ? '' : `${c.rateLimitPerSecond}/s`,
+    c.maxConcurrency === null ? '' : `≤${c.maxConcurrency} at once`,
+  ]
   return parts.filter(Boolean).join(', ') || '-'
 }

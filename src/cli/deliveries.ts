@@ -22,8 +22,9 @@ interface DeliveriesOptions {
 }
 
 /** Adds `deliveries` to `program`. */
-export function registerDeliveries (program: Command): void {
-  program.command('deliveries <group>')
+export function registerDeliveries(program: Command): void {
+  program
+    .command('deliveries <group>')
     .description("a group's push attempts, newest first")
     .option('-p, --partition <n>', 'only this partition', partitionNumber)
     .option('-o, --offset <n>', 'only this offset (with --partition: one message)', wholeNumber(0))
@@ -45,19 +46,34 @@ export function registerDeliveries (program: Command): void {
           ...(opts.outcome === undefined ? {} : { outcome: opts.outcome }),
           ...(cursor === undefined ? {} : { cursor }),
         }
-        const answer = await withRetries(() => unwrap(ctx.client.GET('/v1/groups/{group}/deliveries', { params: { path: { group }, query } })), { onRetry: noteRetry })
+        const answer = await withRetries(
+          () => unwrap(ctx.client.GET('/v1/groups/{group}/deliveries', { params: { path: { group }, query } })),
+          { onRetry: noteRetry },
+        )
         deliveries.push(...answer.deliveries)
         cursor = answer.nextCursor ?? undefined
         if (cursor === undefined) break
       }
       if (ctx.json) return printJson({ deliveries, nextCursor: cursor ?? null })
-      printTable(['started', 'message', 'attempt', 'outcome', 'status', 'ms', 'consumer', 'error'], deliveries.map((d) => [
-        d.startedAt, `${d.partition}:${d.offset}`, d.attempt, d.outcome, d.statusCode, d.durationMs, d.consumerId === null ? null : short(d.consumerId, 8), short(d.error, 50),
-      ]))
+      printTable(
+        ['started', 'message', 'attempt', 'outcome', 'status', 'ms', 'consumer', 'error'],
+        deliveries.map((d) => [
+          d.startedAt,
+          `${d.partition}:${d.offset}`,
+          d.attempt,
+          d.outcome,
+          d.statusCode,
+          d.durationMs,
+          d.consumerId === null ? null : short(d.consumerId, 8),
+          short(d.error, 50),
+        ]),
+      )
       if (cursor !== undefined) {
-        note(opts.all === true
-          ? `hookq: stopped after ${opts.maxPages} pages; continue with --cursor ${cursor}`
-          : `hookq: more attempts: --cursor ${cursor} (or --all)`)
+        note(
+          opts.all === true
+            ? `hookq: stopped after ${opts.maxPages} pages; continue with --cursor ${cursor}`
+            : `hookq: more attempts: --cursor ${cursor} (or --all)`,
+        )
       }
     })
 }

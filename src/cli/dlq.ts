@@ -19,10 +19,11 @@ interface ReplayCliOptions {
 }
 
 /** Adds the `dlq` command group to `program`. */
-export function registerDlq (program: Command): void {
+export function registerDlq(program: Command): void {
   const dlq = program.command('dlq').description('dead-letter topics')
 
-  dlq.command('replay <dlqTopic>')
+  dlq
+    .command('replay <dlqTopic>')
     .description('produce dead letters back to their topic (named by their hookq-dlq-topic header), without duplicates')
     .option('--from-offset <n>', 'first offset read in each partition of the dead-letter topic', wholeNumber(0))
     .option('--limit <n>', 'replay at most this many dead letters', wholeNumber(1))
@@ -42,20 +43,29 @@ export function registerDlq (program: Command): void {
           dryRun: opts.dryRun === true,
           batchSize: opts.batchSize,
           onRetry: noteRetry,
-          onProgress: (p) => { last = p; bar.update(p.read, p.total) },
+          onProgress: (p) => {
+            last = p
+            bar.update(p.read, p.total)
+          },
         })
       } catch (err) {
         bar.stop()
         if (err instanceof RangeError) throw new CliError(err.message, EXIT.usage)
-        const done = last === undefined || last.read === 0
-          ? []
-          : [`${count(last.replayed, 'dead letter')} ${last.replayed === 1 ? 'was' : 'were'} replayed before the error (${last.duplicates} already ${last.duplicates === 1 ? 'was' : 'were'}); replaying again will not duplicate them`]
+        const done =
+          last === undefined || last.read === 0
+            ? []
+            : [
+                `${count(last.replayed, 'dead letter')} ${last.replayed === 1 ? 'was' : 'were'} replayed before the error (${last.duplicates} already ${last.duplicates === 1 ? 'was' : 'were'}); replaying again will not duplicate them`,
+              ]
         throw new ExplainedError(err, done)
       }
       bar.stop()
       report(summary, ctx.json)
       if (summary.skipped > 0) {
-        throw new CliError(`${count(summary.skipped, 'dead letter')} ${summary.skipped === 1 ? 'was' : 'were'} skipped (not replayed)${ctx.json ? '' : '; see above'}`, EXIT.broker)
+        throw new CliError(
+          `${count(summary.skipped, 'dead letter')} ${summary.skipped === 1 ? 'was' : 'were'} skipped (not replayed)${ctx.json ? '' : '; see above'}`,
+          EXIT.broker,
+        )
       }
     })
 }
@@ -65,24 +75,34 @@ export function registerDlq (program: Command): void {
  * unknown (finding out takes a produce): `replayed` 0, `wouldReplay` the count, `duplicates` null,
  * as the table shows `?`.
  */
-function dryRunJson (s: ReplaySummary) {
-  const byTopic = Object.fromEntries(Object.entries(s.byTopic).map(([t, c]) => [t, { wouldReplay: c.replayed, replayed: 0, duplicates: null }]))
+function dryRunJson(s: ReplaySummary) {
+  const byTopic = Object.fromEntries(
+    Object.entries(s.byTopic).map(([t, c]) => [t, { wouldReplay: c.replayed, replayed: 0, duplicates: null }]),
+  )
   return { ...s, wouldReplay: s.replayed, replayed: 0, duplicates: null, byTopic }
 }
 
-function report (s: ReplaySummary, json: boolean): void {
+function report(s: ReplaySummary, json: boolean): void {
   if (json) return printJson(s.dryRun ? dryRunJson(s) : s)
   const verb = s.dryRun ? 'would replay' : 'replayed'
-  printLine(`${verb} ${s.replayed} of ${count(s.read, 'dead letter')} read from ${s.dlqTopic}` +
-    (s.duplicates > 0 ? `; ${s.duplicates} had been replayed before and ${s.duplicates === 1 ? 'was' : 'were'} not produced again` : '') +
-    (s.skipped > 0 ? `; ${s.skipped} skipped` : ''))
+  printLine(
+    `${verb} ${s.replayed} of ${count(s.read, 'dead letter')} read from ${s.dlqTopic}` +
+      (s.duplicates > 0 ? `; ${s.duplicates} had been replayed before and ${s.duplicates === 1 ? 'was' : 'were'} not produced again` : '') +
+      (s.skipped > 0 ? `; ${s.skipped} skipped` : ''),
+  )
   const topics = Object.entries(s.byTopic)
   if (topics.length > 0) {
-    printTable(['topic', s.dryRun ? 'would replay' : 'replayed', 'already replayed'], topics.map(([t, c]) => [t, c.replayed, s.dryRun ? '?' : c.duplicates]))
+    printTable(
+      ['topic', s.dryRun ? 'would replay' : 'replayed', 'already replayed'],
+      topics.map(([t, c]) => [t, c.replayed, s.dryRun ? '?' : c.duplicates]),
+    )
   }
   if (s.skips.length > 0) {
     printLine('')
-    printTable(['skipped', 'reason'], s.skips.map((k) => [`${k.partition}:${k.offset}`, k.reason]))
+    printTable(
+      ['skipped', 'reason'],
+      s.skips.map((k) => [`${k.partition}:${k.offset}`, k.reason]),
+    )
     if (s.skipped > s.skips.length) printLine(`... and ${s.skipped - s.skips.length} more`)
   }
   const resume = s.partitions.filter((p) => p.nextOffset > p.fromOffset)

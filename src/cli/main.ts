@@ -22,7 +22,7 @@ import { registerTopics } from './topics.ts'
 const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
 
 /** The whole program, with its global options; commander errors are thrown (exitOverride), not exited on. */
-export function buildProgram (): Command {
+export function buildProgram(): Command {
   const program = new Command('hookq')
     .description('command line for the hookq broker: topics, produce, groups, consumers, tail, deliveries, seek, dead letters')
     .version(version, '-V, --version')
@@ -48,7 +48,7 @@ export function buildProgram (): Command {
 }
 
 /** Runs the CLI on `argv` (process.argv layout) and returns the exit code. */
-export async function main (argv: string[] = process.argv): Promise<number> {
+export async function main(argv: string[] = process.argv): Promise<number> {
   // `hookq tail -f | head` closes stdout under us: that is a normal end, not a crash.
   process.stdout.on('error', (err: NodeJS.ErrnoException) => {
     if (err.code === 'EPIPE') process.exit(EXIT.ok)

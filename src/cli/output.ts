@@ -16,14 +16,17 @@ export const EXIT = { ok: 0, broker: 1, usage: 2, unreachable: 3 } as const
 /** A failure the CLI explains itself; `exitCode` is one of EXIT. */
 export class CliError extends Error {
   override name = 'CliError'
-  constructor (message: string, readonly exitCode: number) {
+  constructor(
+    message: string,
+    readonly exitCode: number,
+  ) {
     super(message)
   }
 }
 
 /** The command line asks for something impossible (exit 2). */
 export class UsageError extends CliError {
-  constructor (message: string) {
+  constructor(message: string) {
     super(message, EXIT.usage)
   }
 }
@@ -34,7 +37,11 @@ export class UsageError extends CliError {
  * name): after a reset or a timeout the broker may have read the call and acted on it.
  */
 export class UnreachableError extends CliError {
-  constructor (readonly url: string, reason: string, readonly mayHaveReachedBroker = false) {
+  constructor(
+    readonly url: string,
+    reason: string,
+    readonly mayHaveReachedBroker = false,
+  ) {
     super(`cannot reach the broker at ${url}: ${reason}`, EXIT.unreachable)
   }
 }
@@ -42,33 +49,36 @@ export class UnreachableError extends CliError {
 /** An error with lines that explain it (e.g. how much of a bulk operation was done before it). */
 export class ExplainedError extends Error {
   override name = 'ExplainedError'
-  constructor (readonly error: unknown, readonly notes: string[]) {
+  constructor(
+    readonly error: unknown,
+    readonly notes: string[],
+  ) {
     super(error instanceof Error ? error.message : String(error))
   }
 }
 
 /** Writes `value` as JSON on stdout (indented: one document, for jq and people alike). */
-export function printJson (value: unknown): void {
+export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`)
 }
 
 /** `n` and the noun, singular for 1: `count(1, 'partition')` is "1 partition", `count(3, 'dead letter')` "3 dead letters". */
-export function count (n: number, noun: string): string {
+export function count(n: number, noun: string): string {
   return `${n} ${n === 1 ? noun : `${noun}s`}`
 }
 
 /** Writes one line on stdout. */
-export function printLine (text: string): void {
+export function printLine(text: string): void {
   process.stdout.write(`${text}\n`)
 }
 
 /** Says on stderr that a call is waited out (429/503 Retry-After): the `onRetry` of every retried call. */
-export function noteRetry (err: { code?: string, status: number }, waitMs: number, attempt: number): void {
+export function noteRetry(err: { code?: string; status: number }, waitMs: number, attempt: number): void {
   note(`hookq: the broker is busy (${err.code ?? err.status}); retry ${attempt} in ${Math.ceil(waitMs / 1000)} s`)
 }
 
 /** Writes one line on stderr: notes and summaries that must not mix with the data on stdout. */
-export function note (text: string): void {
+export function note(text: string): void {
   process.stderr.write(`${text}\n`)
 }
 
@@ -78,31 +88,59 @@ type Cell = string | number | boolean | null | undefined
  * A table without borders or colours, like `kubectl get`: columns two spaces apart, easy to read
  * and to cut with awk. Nulls and undefined print as `-`.
  */
-export function printTable (head: string[], rows: Cell[][]): void {
-  const blank = { top: '', 'top-mid': '', 'top-left': '', 'top-right': '', bottom: '', 'bottom-mid': '', 'bottom-left': '',
-    'bottom-right': '', left: '', 'left-mid': '', mid: '', 'mid-mid': '', right: '', 'right-mid': '', middle: '  ' }
-  const table = new Table({ head: head.map((h) => h.toUpperCase()), chars: blank, style: { head: [], border: [], 'padding-left': 0, 'padding-right': 0 } })
+export function printTable(head: string[], rows: Cell[][]): void {
+  const blank = {
+    top: '',
+    'top-mid': '',
+    'top-left': '',
+    'top-right': '',
+    bottom: '',
+    'bottom-mid': '',
+    'bottom-left': '',
+    'bottom-right': '',
+    left: '',
+    'left-mid': '',
+    mid: '',
+    'mid-mid': '',
+    right: '',
+    'right-mid': '',
+    middle: '  ',
+  }
+  const table = new Table({
+    head: head.map((h) => h.toUpperCase()),
+    chars: blank,
+    style: { head: [], border: [], 'padding-left': 0, 'padding-right': 0 },
+  })
   for (const row of rows) table.push(row.map((c) => (c === null || c === undefined ? '-' : visible(String(c)))))
   const text = rows.length === 0 ? head.map((h) => h.toUpperCase()).join('  ') : table.toString()
-  process.stdout.write(`${text.split('\n').map((l) => l.trimEnd()).join('\n')}\n`)
+  process.stdout.write(
+    `${text
+      .split('\n')
+      .map((l) => l.trimEnd())
+      .join('\n')}\n`,
+  )
 }
 
 /** A progress bar on stderr, or nothing when stderr is not a terminal or progress is off. */
 export interface Progress {
-  update (value: number, total?: number): void
-  stop (): void
+  update(value: number, total?: number): void
+  stop(): void
 }
 
 /**
  * Starts a progress bar labelled `label` for `total` items when `enabled` and stderr is a terminal;
  * with `total` undefined (a pipe of unknown length) it counts `unit` instead of drawing a bar.
  */
-export function startProgress (label: string, total: number | undefined, enabled: boolean, unit = 'messages'): Progress {
+export function startProgress(label: string, total: number | undefined, enabled: boolean, unit = 'messages'): Progress {
   if (!enabled || process.stderr.isTTY !== true) return { update: () => {}, stop: () => {} }
-  const format = total === undefined
-    ? `${label} {value} ${unit} | {duration_formatted}`
-    : `${label} [{bar}] {percentage}% | {value}/{total} ${unit} | ETA {eta_formatted}`
-  const bar = new cliProgress.SingleBar({ format, stream: process.stderr, hideCursor: true, etaBuffer: 50 }, cliProgress.Presets.shades_classic)
+  const format =
+    total === undefined
+      ? `${label} {value} ${unit} | {duration_formatted}`
+      : `${label} [{bar}] {percentage}% | {value}/{total} ${unit} | ETA {eta_formatted}`
+  const bar = new cliProgress.SingleBar(
+    { format, stream: process.stderr, hideCursor: true, etaBuffer: 50 },
+    cliProgress.Presets.shades_classic,
+  )
   bar.start(total ?? 0, 0)
   return {
     update: (value, newTotal) => {
@@ -118,7 +156,7 @@ export function startProgress (label: string, total: number | undefined, enabled
  * code and detail (the whole problem document with `--json`); anything unexpected prints its
  * message and, only with HOOKQ_DEBUG set, its stack.
  */
-export function reportError (err: unknown, json: boolean): number {
+export function reportError(err: unknown, json: boolean): number {
   if (err instanceof ExplainedError) {
     const code = reportError(err.error, json)
     for (const line of err.notes) note(json ? JSON.stringify({ note: line }) : `hookq: ${line}`)
@@ -147,7 +185,7 @@ export function reportError (err: unknown, json: boolean): number {
   return EXIT.broker
 }
 
-function codeOf (exitCode: number): string {
+function codeOf(exitCode: number): string {
   return exitCode === EXIT.usage ? 'usage' : exitCode === EXIT.unreachable ? 'unreachable' : 'error'
 }
 
@@ -162,15 +200,22 @@ const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' }
  * the window or hide text. A backslash is doubled only when the text has something escaped, so
  * plain text is shown unchanged.
  */
-export function visible (text: string): string {
+export function visible(text: string): string {
   if (!new RegExp(UNSAFE.source).test(text)) return text
-  return text.replace(/\\/g, '\\\\').replace(UNSAFE, (ch) => NAMED[ch] ?? (ch.charCodeAt(0) <= 0xff
-    ? `\\x${ch.charCodeAt(0).toString(16).padStart(2, '0')}`
-    : `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`))
+  return text
+    .replace(/\\/g, '\\\\')
+    .replace(
+      UNSAFE,
+      (ch) =>
+        NAMED[ch] ??
+        (ch.charCodeAt(0) <= 0xff
+          ? `\\x${ch.charCodeAt(0).toString(16).padStart(2, '0')}`
+          : `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`),
+    )
 }
 
 /** Keeps a cell short: the first line, cut at `max` characters. */
-export function short (text: string | null | undefined, max = 60): string | undefined {
+export function short(text: string | null | undefined, max = 60): string | undefined {
   if (text === null || text === undefined) return undefined
   const line = text.split('\n')[0] ?? ''
   return line.length > max ? `${line.slice(0, max - 1)}…` : line

@@ -16,7 +16,18 @@ import type { Command } from 'commander'
 import { BatchProduceError, HookqError, produceInBatches, type ProduceMessage, type ProduceResult } from '@hookq/client'
 import { headerPair, partitionNumber, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
-import { count, ExplainedError, noteRetry, printJson, printLine, printTable, startProgress, UnreachableError, UsageError, type Progress } from './output.ts'
+import {
+  count,
+  ExplainedError,
+  noteRetry,
+  printJson,
+  printLine,
+  printTable,
+  startProgress,
+  UnreachableError,
+  UsageError,
+  type Progress,
+} from './output.ts'
 
 interface ProduceOptions {
   key?: string
@@ -40,8 +51,9 @@ type Where = 'line' | 'argument'
 const MAX_LISTED = 20
 
 /** Adds `produce` to `program`. */
-export function registerProduce (program: Command): void {
-  program.command('produce <topic> [values...]')
+export function registerProduce(program: Command): void {
+  program
+    .command('produce <topic> [values...]')
     .description('produce messages: JSON values as arguments, or NDJSON on stdin (one value a line)')
     .option('-k, --key <key>', 'the key of every message (messages with one key go to one partition)')
     .option('-H, --header <name=value>', 'a header of every message (repeatable)', headerPair)
@@ -57,7 +69,7 @@ export function registerProduce (program: Command): void {
     })
 }
 
-async function fromArguments (ctx: CliContext, topic: string, values: string[], opts: ProduceOptions): Promise<ProduceResult[]> {
+async function fromArguments(ctx: CliContext, topic: string, values: string[], opts: ProduceOptions): Promise<ProduceResult[]> {
   const items = values.map((v, i) => itemOf(v, i + 1, 'argument', opts))
   const sender = new Sender(ctx, topic, opts, 'argument', values.length)
   try {
@@ -68,7 +80,7 @@ async function fromArguments (ctx: CliContext, topic: string, values: string[], 
   return sender.results
 }
 
-async function fromStdin (ctx: CliContext, topic: string, opts: ProduceOptions): Promise<ProduceResult[]> {
+async function fromStdin(ctx: CliContext, topic: string, opts: ProduceOptions): Promise<ProduceResult[]> {
   if (process.stdin.isTTY === true) {
     throw new UsageError('nothing to produce: give JSON values as arguments, or pipe NDJSON (one JSON value a line) on stdin')
   }
@@ -97,13 +109,15 @@ async function fromStdin (ctx: CliContext, topic: string, opts: ProduceOptions):
   return sender.results
 }
 
-function itemOf (text: string, position: number, where: Where, opts: ProduceOptions): Item {
+function itemOf(text: string, position: number, where: Where, opts: ProduceOptions): Item {
   let value: unknown = text
   if (opts.text !== true) {
     try {
       value = JSON.parse(text)
     } catch (err) {
-      throw new UsageError(`${where} ${position} is not valid JSON (${(err as Error).message}); write strings as JSON ('"text"') or pass --text`)
+      throw new UsageError(
+        `${where} ${position} is not valid JSON (${(err as Error).message}); write strings as JSON ('"text"') or pass --text`,
+      )
     }
   }
   const message: ProduceMessage = { value }
@@ -126,28 +140,38 @@ class Sender {
   private started = false
 
   /** `lastPosition`: the number of the input's last argument, when known (stdin: not before its end). */
-  constructor (private readonly ctx: CliContext, private readonly topic: string, private readonly opts: ProduceOptions,
-    private readonly where: Where, private readonly lastPosition?: number) {}
+  constructor(
+    private readonly ctx: CliContext,
+    private readonly topic: string,
+    private readonly opts: ProduceOptions,
+    private readonly where: Where,
+    private readonly lastPosition?: number,
+  ) {}
 
-  showProgress (): void {
+  showProgress(): void {
     if (this.started) return
     this.started = true
     this.progress = startProgress(`produce ${this.topic}`, undefined, this.ctx.progress)
   }
 
-  async send (items: Item[]): Promise<void> {
+  async send(items: Item[]): Promise<void> {
     let done = 0 // items of this call committed so far (always a prefix)
     try {
-      await produceInBatches(this.ctx.client, this.topic, items.map((i) => i.message), {
-        maxBatchMessages: this.opts.batchSize,
-        onRetry: noteRetry,
-        onCommitted: (results) => {
-          this.results.push(...results)
-          done += results.length
-          this.lastCommitted = items[done - 1]?.position ?? this.lastCommitted
-          this.progress.update(this.results.length)
+      await produceInBatches(
+        this.ctx.client,
+        this.topic,
+        items.map((i) => i.message),
+        {
+          maxBatchMessages: this.opts.batchSize,
+          onRetry: noteRetry,
+          onCommitted: (results) => {
+            this.results.push(...results)
+            done += results.length
+            this.lastCommitted = items[done - 1]?.position ?? this.lastCommitted
+            this.progress.update(this.results.length)
+          },
         },
-      })
+      )
     } catch (err) {
       if (!(err instanceof BatchProduceError)) throw err
       if (mayHaveBeenStored(err.cause)) {
@@ -161,14 +185,14 @@ class Sender {
   }
 
   /** The error, with how much of the input was committed before it (and what may have been). */
-  explain (err: unknown): unknown {
+  explain(err: unknown): unknown {
     const notes = this.inDoubt === undefined ? [this.committedNote()] : this.inDoubtNotes(this.inDoubt)
     if (err instanceof ExplainedError) return new ExplainedError(err.error, [...err.notes, ...notes])
     if (err instanceof UsageError && this.results.length > 0) return new UsageError(`${err.message}; ${notes.join('; ')}`)
     return err instanceof UsageError ? err : new ExplainedError(err, notes)
   }
 
-  private committedNote (): string {
+  private committedNote(): string {
     return this.results.length === 0
       ? 'nothing was committed'
       : `${committed(this.results.length)} (${this.where}s 1 to ${this.lastCommitted}); nothing after ${this.where} ${this.lastCommitted} was sent`
@@ -178,16 +202,17 @@ class Sender {
    * The broker may have stored the failed call (its answer was lost, or it could not tell): saying
    * "nothing was committed" would make a re-run store those messages twice.
    */
-  private inDoubtNotes ({ first, last }: { first: number; last: number }): string[] {
+  private inDoubtNotes({ first, last }: { first: number; last: number }): string[] {
     const one = first === last
     const range = one ? `${this.where} ${first}` : `${this.where}s ${first} to ${last}`
     const before = this.results.length === 0 ? '' : `${committed(this.results.length)} (${this.where}s 1 to ${this.lastCommitted}); `
     const after = last === this.lastPosition ? '' : `; nothing after ${this.where} ${last} was sent`
     const sent = `${before}${range} ${one ? 'was' : 'were'} sent, but whether the broker stored ${one ? 'it' : 'them'} is unknown${after}`
     const prefix = this.opts.idempotencyPrefix
-    const rerun = prefix !== undefined
-      ? `running the same input again with --idempotency-prefix ${shellWord(prefix)} is safe: messages already stored are not stored twice`
-      : `these messages had no idempotency key: running the same input again may store ${range} twice, so check what is stored first (hookq tail ${shellWord(this.topic)}); a run with --idempotency-prefix can always be repeated safely`
+    const rerun =
+      prefix !== undefined
+        ? `running the same input again with --idempotency-prefix ${shellWord(prefix)} is safe: messages already stored are not stored twice`
+        : `these messages had no idempotency key: running the same input again may store ${range} twice, so check what is stored first (hookq tail ${shellWord(this.topic)}); a run with --idempotency-prefix can always be repeated safely`
     return [sent, rerun]
   }
 }
@@ -198,35 +223,47 @@ class Sender {
  * shed), and a connection that was never made. A lost connection or a timeout after the call left,
  * a 500 `outcome_unknown` and any other 5xx may follow a commit.
  */
-function mayHaveBeenStored (cause: unknown): boolean {
+function mayHaveBeenStored(cause: unknown): boolean {
   if (cause instanceof UnreachableError) return cause.mayHaveReachedBroker
   if (cause instanceof HookqError) return !((cause.status >= 400 && cause.status < 500) || cause.status === 503)
   return true
 }
 
 /** "1 message was committed", "2 messages were committed". */
-function committed (n: number): string {
+function committed(n: number): string {
   return `${count(n, 'message')} ${n === 1 ? 'was' : 'were'} committed`
 }
 
 /** `text` as one shell word, quoted only when it must be. */
-function shellWord (text: string): string {
+function shellWord(text: string): string {
   return /^[\w.:@%+=,/-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`
 }
 
-function report (ctx: CliContext, topic: string, results: ProduceResult[]): void {
+function report(ctx: CliContext, topic: string, results: ProduceResult[]): void {
   const duplicates = results.filter((r) => r.duplicate === true).length
   if (ctx.json) return printJson({ topic, produced: results.length - duplicates, duplicates, results })
-  printLine(`produced ${count(results.length - duplicates, 'message')} to ${topic}${duplicates > 0 ? ` (${duplicates} ${duplicates === 1 ? 'was a duplicate' : 'were duplicates'}, stored before)` : ''}`)
+  printLine(
+    `produced ${count(results.length - duplicates, 'message')} to ${topic}${duplicates > 0 ? ` (${duplicates} ${duplicates === 1 ? 'was a duplicate' : 'were duplicates'}, stored before)` : ''}`,
+  )
   if (results.length <= MAX_LISTED) {
-    printTable(['partition', 'offset', 'duplicate'], results.map((r) => [r.partition, r.offset, r.duplicate === true ? 'yes' : '']))
+    printTable(
+      ['partition', 'offset', 'duplicate'],
+      results.map((r) => [r.partition, r.offset, r.duplicate === true ? 'yes' : '']),
+    )
     return
   }
   const byPartition = new Map<number, { count: number; first: number; last: number }>()
   for (const r of results) {
     const p = byPartition.get(r.partition)
     if (p === undefined) byPartition.set(r.partition, { count: 1, first: r.offset, last: r.offset })
-    else { p.count++; p.first = Math.min(p.first, r.offset); p.last = Math.max(p.last, r.offset) }
+    else {
+      p.count++
+      p.first = Math.min(p.first, r.offset)
+      p.last = Math.max(p.last, r.offset)
+    }
   }
-  printTable(['partition', 'messages', 'offsets'], [...byPartition].sort((a, b) => a[0] - b[0]).map(([p, s]) => [p, s.count, `${s.first}-${s.last}`]))
+  printTable(
+    ['partition', 'messages', 'offsets'],
+    [...byPartition].sort((a, b) => a[0] - b[0]).map(([p, s]) => [p, s.count, `${s.first}-${s.last}`]),
+  )
 }

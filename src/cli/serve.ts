@@ -14,8 +14,9 @@ interface ServeOptions {
 }
 
 /** Adds `serve` to `program`. */
-export function registerServe (program: Command): void {
-  program.command('serve')
+export function registerServe(program: Command): void {
+  program
+    .command('serve')
     .description('start the broker (like npm start); configured by HOST, PORT, DATABASE_URL and the HOOKQ_* variables')
     .option('--port <port>', 'port to listen on (sets PORT; default 8080)', wholeNumber(0, 65_535))
     .option('--host <host>', 'address to listen on (sets HOST; default 127.0.0.1)')

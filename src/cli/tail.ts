@@ -31,12 +31,17 @@ const RECONNECT_MIN_MS = 250
 const RECONNECT_MAX_MS = 5000
 
 /** Adds `tail` to `program`. */
-export function registerTail (program: Command): void {
-  program.command('tail <topic>')
+export function registerTail(program: Command): void {
+  program
+    .command('tail <topic>')
     .description('print messages of a topic (every partition, or one), and with --follow keep printing new ones')
     .option('-p, --partition <n>', 'only this partition', partitionNumber)
     .option('--from <offset>', 'first offset of each partition: a number, "beginning" or "end" (default end with --follow)')
-    .option('-n, --last <n>', `start this many messages before the end of each partition (default ${DEFAULT_LAST} without --follow or --limit)`, wholeNumber(0))
+    .option(
+      '-n, --last <n>',
+      `start this many messages before the end of each partition (default ${DEFAULT_LAST} without --follow or --limit)`,
+      wholeNumber(0),
+    )
     .option('-f, --follow', 'keep polling for new messages until Ctrl-C')
     .option('--limit <n>', 'stop after this many messages (without --from, --last or --follow: print the newest n)', wholeNumber(1))
     .option('--max-poll-ms <ms>', 'longest wait between polls while idle', wholeNumber(MIN_POLL_MS, 60_000), 2000)
@@ -57,12 +62,14 @@ export function registerTail (program: Command): void {
     })
 }
 
-async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise<void> {
+async function tail(ctx: CliContext, topic: string, opts: TailOptions): Promise<void> {
   const signal = ctx.signal!
   const retry = { signal, onRetry: noteRetry }
   const detail = await withRetries(() => unwrap(ctx.client.GET('/v1/topics/{topic}', { params: { path: { topic } }, signal })), retry)
   if (opts.partition !== undefined && opts.partition >= detail.partitions) {
-    throw new UsageError(`topic ${topic} has ${count(detail.partitions, 'partition')} (0 to ${detail.partitions - 1}); there is no partition ${opts.partition}`)
+    throw new UsageError(
+      `topic ${topic} has ${count(detail.partitions, 'partition')} (0 to ${detail.partitions - 1}); there is no partition ${opts.partition}`,
+    )
   }
   const stats = detail.partitionStats.filter((s) => opts.partition === undefined || s.partition === opts.partition)
   const read: Reader = (partition, fromOffset, limit) =>
@@ -74,7 +81,12 @@ async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise
     if (opts.limit !== undefined && opts.from === undefined && opts.last === undefined) {
       await printNewest(stats, opts.limit, read, print)
     } else {
-      await printMerged(stats.map((s) => ({ partition: s.partition, next: startOf(opts, s.endOffset), end: s.endOffset })), opts.limit ?? Infinity, read, print)
+      await printMerged(
+        stats.map((s) => ({ partition: s.partition, next: startOf(opts, s.endOffset), end: s.endOffset })),
+        opts.limit ?? Infinity,
+        read,
+        print,
+      )
     }
     return
   }
@@ -91,8 +103,10 @@ async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise
       if (signal.aborted || !isPassing(err)) throw err
       // A broker restart, or a network blip: keep following from the same offsets once it is back.
       if (lostMs === undefined) {
-        note(`hookq: ${err instanceof Error ? err.message : String(err)}; still following, retrying ` +
-          `(backing off to ${RECONNECT_MAX_MS / 1000} s) until it answers again; Ctrl-C to stop`)
+        note(
+          `hookq: ${err instanceof Error ? err.message : String(err)}; still following, retrying ` +
+            `(backing off to ${RECONNECT_MAX_MS / 1000} s) until it answers again; Ctrl-C to stop`,
+        )
       }
       lostMs = lostMs === undefined ? RECONNECT_MIN_MS : Math.min(RECONNECT_MAX_MS, lostMs * 2)
       await sleep(lostMs, signal)
@@ -120,10 +134,12 @@ async function tail (ctx: CliContext, topic: string, opts: TailOptions): Promise
  * One poll of every cursor. The cursors move only when every read succeeded, so a round cut short
  * by a lost broker is read again whole, and nothing is skipped or printed twice.
  */
-async function pollRound (cursors: Array<{ partition: number; next: number }>, limit: number, read: Reader): Promise<Message[]> {
+async function pollRound(cursors: Array<{ partition: number; next: number }>, limit: number, read: Reader): Promise<Message[]> {
   const pages = []
   for (const c of cursors) pages.push(await read(c.partition, c.next, limit))
-  pages.forEach((page, i) => { cursors[i]!.next = page.nextOffset })
+  pages.forEach((page, i) => {
+    cursors[i]!.next = page.nextOffset
+  })
   return pages.flatMap((page) => page.messages)
 }
 
@@ -131,7 +147,7 @@ async function pollRound (cursors: Array<{ partition: number; next: number }>, l
  * Failures a follow waits out: the broker unreachable (restarting, a network blip) or answering
  * 5xx (e.g. while its database restarts). 429/503 are already waited out by withRetries.
  */
-function isPassing (err: unknown): boolean {
+function isPassing(err: unknown): boolean {
   return err instanceof UnreachableError || (err instanceof HookqError && err.status >= 500)
 }
 
@@ -149,11 +165,17 @@ interface Cursor {
  * `--limit n` alone: the newest n messages (of the topic, or of --partition), oldest first. Each
  * partition's last n are the only candidates, so nothing before `end - n` is read.
  */
-async function printNewest (stats: Array<{ partition: number; endOffset: number }>, limit: number, read: Reader, print: (m: Message) => void): Promise<void> {
+async function printNewest(
+  stats: Array<{ partition: number; endOffset: number }>,
+  limit: number,
+  read: Reader,
+  print: (m: Message) => void,
+): Promise<void> {
   const candidates: Message[] = []
   for (const s of stats) {
     const cursor = { partition: s.partition, next: Math.max(0, s.endOffset - limit), end: s.endOffset }
-    for (;;) { // ends: every page moves the cursor towards its end
+    for (;;) {
+      // ends: every page moves the cursor towards its end
       const page = await nextPage(cursor, Infinity, read)
       if (page.length === 0) break
       candidates.push(...page)
@@ -167,7 +189,7 @@ async function printNewest (stats: Array<{ partition: number; endOffset: number 
  * `limit` messages are printed. Each partition holds at most one page, of no more than is left to
  * print, so memory stays at a page a partition however long the topic is.
  */
-async function printMerged (cursors: Cursor[], limit: number, read: Reader, print: (m: Message) => void): Promise<void> {
+async function printMerged(cursors: Cursor[], limit: number, read: Reader, print: (m: Message) => void): Promise<void> {
   const buffers = cursors.map(() => ({ messages: [] as Message[], at: 0 }))
   for (let printed = 0; printed < limit; printed++) {
     let oldest: { messages: Message[]; at: number } | undefined
@@ -186,7 +208,7 @@ async function printMerged (cursors: Cursor[], limit: number, read: Reader, prin
 }
 
 /** The next page of a cursor (at most `wanted` messages), advancing it; empty at the end. */
-async function nextPage (cursor: Cursor, wanted: number, read: Reader): Promise<Message[]> {
+async function nextPage(cursor: Cursor, wanted: number, read: Reader): Promise<Message[]> {
   if (cursor.next >= cursor.end) return []
   const page = await read(cursor.partition, cursor.next, Math.min(PAGE, cursor.end - cursor.next, wanted))
   const mine = page.messages.filter((m) => m.offset < cursor.end)
@@ -196,11 +218,11 @@ async function nextPage (cursor: Cursor, wanted: number, read: Reader): Promise<
 }
 
 /** Time order across partitions; within one partition, offset order. */
-function byTime (a: Message, b: Message): number {
+function byTime(a: Message, b: Message): number {
   return a.timestamp.localeCompare(b.timestamp) || a.partition - b.partition || a.offset - b.offset
 }
 
-function startOf (opts: TailOptions, endOffset: number): number {
+function startOf(opts: TailOptions, endOffset: number): number {
   if (opts.last !== undefined) return Math.max(0, endOffset - opts.last)
   if (opts.from === undefined) return opts.follow === true ? endOffset : Math.max(0, endOffset - DEFAULT_LAST)
   if (opts.from === 'beginning') return 0
@@ -209,22 +231,29 @@ function startOf (opts: TailOptions, endOffset: number): number {
   return Number(opts.from)
 }
 
-function fetchPage (client: HookqClient, topic: string, partition: number, fromOffset: number, limit: number, signal: AbortSignal) {
-  return unwrap(client.GET('/v1/topics/{topic}/partitions/{partition}/messages', {
-    params: { path: { topic, partition }, query: { fromOffset, limit } }, signal,
-  }))
+function fetchPage(client: HookqClient, topic: string, partition: number, fromOffset: number, limit: number, signal: AbortSignal) {
+  return unwrap(
+    client.GET('/v1/topics/{topic}/partitions/{partition}/messages', {
+      params: { path: { topic, partition }, query: { fromOffset, limit } },
+      signal,
+    }),
+  )
 }
 
 /** `0:41 2026-11-30T06:00:00.000Z key=user-42 {"any":"json"} headers={"k":"v"}` */
-function lineOf (m: Message): string {
+function lineOf(m: Message): string {
   const headers = Object.keys(m.headers).length > 0 ? ` headers=${JSON.stringify(m.headers)}` : ''
   return `${m.partition}:${m.offset} ${m.timestamp} key=${m.key ?? '-'} ${JSON.stringify(m.value)}${headers}`
 }
 
-function sleep (ms: number, signal: AbortSignal): Promise<void> {
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     const timer = setTimeout(done, ms)
-    function done () { clearTimeout(timer); signal.removeEventListener('abort', done); resolve() }
+    function done() {
+      clearTimeout(timer)
+      signal.removeEventListener('abort', done)
+      resolve()
+    }
     signal.addEventListener('abort', done, { once: true })
   })
 }

@@ -27,7 +27,7 @@ export function assign(view: Pick<ClusterView, 'members' | 'holders' | 'groups'>
   for (const g of [...view.groups].sort((a, b) => a.groupId - b.groupId)) {
     const base = Math.floor(g.partitions / n)
     const extra = g.partitions % n
-    const share = new Map(members.map((pid, i) => [pid, base + (((i - g.groupId) % n + n) % n < extra ? 1 : 0)]))
+    const share = new Map(members.map((pid, i) => [pid, base + ((((i - g.groupId) % n) + n) % n < extra ? 1 : 0)]))
     const count = new Map(members.map((pid) => [pid, 0]))
     const unplaced: number[] = []
     for (let p = 0; p < g.partitions; p++) {

@@ -44,7 +44,9 @@ export class Cluster {
   constructor(private readonly deps: ClusterDeps) {
     this.dispatcher = deps.dispatcher
     this.ownership = new Ownership({
-      ...deps, dispatcher: deps.dispatcher, onOwned: deps.onOwned,
+      ...deps,
+      dispatcher: deps.dispatcher,
+      onOwned: deps.onOwned,
       onNotify: (channel, payload) => this.onNotify(channel, payload),
     })
   }
@@ -142,7 +144,9 @@ export class Cluster {
     this.flushScheduled = true
     setImmediate(() => {
       this.flushScheduled = false
-      this.flushAppends().catch((err: unknown) => this.deps.log.warn({ err }, 'telling the other processes of appends failed; they read them at their next reconciliation'))
+      this.flushAppends().catch((err: unknown) =>
+        this.deps.log.warn({ err }, 'telling the other processes of appends failed; they read them at their next reconciliation'),
+      )
     })
   }
 
@@ -201,8 +205,9 @@ export class Cluster {
     }
     const apply = async () => {
       if ('group' in change) await this.dispatcher.reload(change.group)
-      else if ('topicCreated' in change) { for (const g of await this.deps.groupsForTopic(change.topicCreated)) await this.dispatcher.reload(g) }
-      else if ('topicDeleted' in change) this.dispatcher.topicDeleted(change.topicDeleted)
+      else if ('topicCreated' in change) {
+        for (const g of await this.deps.groupsForTopic(change.topicCreated)) await this.dispatcher.reload(g)
+      } else if ('topicDeleted' in change) this.dispatcher.topicDeleted(change.topicDeleted)
       else await Promise.all(change.seek.partitions.map((p) => this.ownership.refresh(change.seek.group, p)))
       if (!('seek' in change)) this.ownership.pollSoon()
     }

@@ -104,7 +104,7 @@ export class Ownership {
   async advertise(url: string | null): Promise<void> {
     this.url = url
     const s = this.session
-    if (s && !s.isLost) await s.record(url).catch((err: unknown) => this.deps.log.warn({ err }, 'recording this member\'s URL failed'))
+    if (s && !s.isLost) await s.record(url).catch((err: unknown) => this.deps.log.warn({ err }, "recording this member's URL failed"))
   }
 
   /** Stops taking partitions and ends the session: the others take them within a poll. The caller stops the dispatcher first. */
@@ -120,7 +120,10 @@ export class Ownership {
   /** Polls again soon (a group or topic was created or deleted here). */
   pollSoon(): void {
     if (this.stopped) return
-    if (this.polling) { this.pollAgain = true; return }
+    if (this.polling) {
+      this.pollAgain = true
+      return
+    }
     clearTimeout(this.timer)
     void this.poll().finally(() => this.schedule())
   }
@@ -132,7 +135,7 @@ export class Ownership {
 
   /** How many members the last poll saw (1 alone). */
   get memberCount(): number {
-    return this.deps.connectionString === null ? 1 : this.view?.members.length ?? 1
+    return this.deps.connectionString === null ? 1 : (this.view?.members.length ?? 1)
   }
 
   /**
@@ -176,14 +179,19 @@ export class Ownership {
   private schedule(): void {
     if (this.stopped) return
     clearTimeout(this.timer)
-    this.timer = setTimeout(() => { void this.poll().finally(() => this.schedule()) }, this.deps.pollMs)
+    this.timer = setTimeout(() => {
+      void this.poll().finally(() => this.schedule())
+    }, this.deps.pollMs)
     this.timer.unref()
   }
 
   private poll(): Promise<void> {
     this.polling ??= this.pollOnce().finally(() => {
       this.polling = undefined
-      if (this.pollAgain && !this.stopped) { this.pollAgain = false; this.pollSoon() }
+      if (this.pollAgain && !this.stopped) {
+        this.pollAgain = false
+        this.pollSoon()
+      }
     })
     return this.polling
   }
@@ -223,9 +231,11 @@ export class Ownership {
   private async join(): Promise<MemberSession> {
     // The server drops a silent member only after the member would have given up by itself.
     const queryTimeoutMs = Math.max(2000, 4 * this.deps.pollMs)
-    const session = await MemberSession.open(this.deps.connectionString!,
+    const session = await MemberSession.open(
+      this.deps.connectionString!,
       { queryTimeoutMs, idleTimeoutMs: 2 * queryTimeoutMs + this.deps.pollMs },
-      (channel, payload) => this.deps.onNotify(channel, payload))
+      (channel, payload) => this.deps.onNotify(channel, payload),
+    )
     session.onLost(() => this.lost(session))
     try {
       await session.join(this.url)
@@ -243,7 +253,8 @@ export class Ownership {
     if (this.session !== session) return
     this.session = undefined
     this.setView(undefined)
-    if (this.held.size > 0 && !this.stopped) this.deps.log.warn({ partitions: this.held.size }, 'the member session ended: this process stops pushing its partitions')
+    if (this.held.size > 0 && !this.stopped)
+      this.deps.log.warn({ partitions: this.held.size }, 'the member session ended: this process stops pushing its partitions')
     this.held.clear()
     this.deps.dispatcher.releaseAll()
     this.deps.onOwned?.(0)
@@ -251,11 +262,14 @@ export class Ownership {
 
   private setView(view: ClusterView | undefined): void {
     this.view = view
-    this.index = view === undefined ? EMPTY_INDEX : {
-      groups: new Map(view.groups.map((g) => [g.name, g])),
-      holders: new Map(view.holders.map((h) => [pairKey(h.groupId, h.partition), h.pid])),
-      urls: new Map(view.members.flatMap((m) => (m.url === null ? [] : [[m.pid, m.url] as const]))),
-    }
+    this.index =
+      view === undefined
+        ? EMPTY_INDEX
+        : {
+            groups: new Map(view.groups.map((g) => [g.name, g])),
+            holders: new Map(view.holders.map((h) => [pairKey(h.groupId, h.partition), h.pid])),
+            urls: new Map(view.members.flatMap((m) => (m.url === null ? [] : [[m.pid, m.url] as const]))),
+          }
   }
 
   private locks(): Locks | undefined {
@@ -287,7 +301,9 @@ export class Ownership {
 
   private move(k: string, fn: () => Promise<void>): Promise<void> {
     const previous = this.moving.get(k) ?? Promise.resolve()
-    const next = previous.then(fn).catch((err: unknown) => this.deps.log.error({ err, partition: k }, 'moving a partition failed; the next poll tries again'))
+    const next = previous
+      .then(fn)
+      .catch((err: unknown) => this.deps.log.error({ err, partition: k }, 'moving a partition failed; the next poll tries again'))
       .finally(() => {
         if (this.moving.get(k) === next) this.moving.delete(k)
         this.deps.onOwned?.(this.held.size)
@@ -309,7 +325,7 @@ export class Ownership {
       if (!this.deps.dispatcher.hasGroup(h.name)) await this.deps.dispatcher.reload(h.name)
       const epoch = await claimPartition(this.deps.db, h.groupId, h.partition)
       if (locks.isLost || this.stopped || this.held.get(k) !== h) return
-      if (epoch !== null && await this.deps.dispatcher.acquire(h.name, h.partition, epoch)) {
+      if (epoch !== null && (await this.deps.dispatcher.acquire(h.name, h.partition, epoch))) {
         // The session may have been lost while loading: then the partition is not ours to push.
         if (locks.isLost || this.held.get(k) !== h) await this.deps.dispatcher.release(h.name, h.partition, false)
         return
@@ -336,7 +352,10 @@ export class Ownership {
     } catch (err) {
       // A lock we cannot give back is one we can no longer account for: start over on a new session.
       this.deps.log.warn({ err }, 'giving a partition lock back failed: this process joins again')
-      if (this.session && locks === this.session) { this.session.destroy(); this.lost(this.session) }
+      if (this.session && locks === this.session) {
+        this.session.destroy()
+        this.lost(this.session)
+      }
     }
   }
 
@@ -348,7 +367,10 @@ export class Ownership {
     const run = async () => {
       await this.deps.dispatcher.reconcile()
       const held = this.deps.dispatcher.heldEpochs()
-      const now = await ownerEpochs(this.deps.db, held.map((h) => h.key))
+      const now = await ownerEpochs(
+        this.deps.db,
+        held.map((h) => h.key),
+      )
       for (const h of held) {
         if (this.moving.has(pairKey(h.key.groupId, h.key.partition))) continue
         const epoch = now.get(pairKey(h.key.groupId, h.key.partition))
@@ -356,7 +378,10 @@ export class Ownership {
       }
       if (this.deps.connectionString !== null) await forgetDeadMembers(this.deps.db)
     }
-    void run().catch((err: unknown) => this.deps.log.warn({ err }, 'reconciling with the database failed; trying again later'))
-      .finally(() => { this.reconciling = false })
+    void run()
+      .catch((err: unknown) => this.deps.log.warn({ err }, 'reconciling with the database failed; trying again later'))
+      .finally(() => {
+        this.reconciling = false
+      })
   }
 }

@@ -24,7 +24,9 @@ export function runPrimary(processes: number, logger: Logger): Promise<number> {
   let failures = 0
   let worst = 0
   const startedAt = new Map<Worker, number>()
-  const start = () => { startedAt.set(cluster.fork(), Date.now()) }
+  const start = () => {
+    startedAt.set(cluster.fork(), Date.now())
+  }
   return new Promise((resolve) => {
     cluster.on('exit', (worker, code, signal) => {
       const lived = Date.now() - (startedAt.get(worker) ?? Date.now())
@@ -37,7 +39,9 @@ export function runPrimary(processes: number, logger: Logger): Promise<number> {
       failures = lived >= HEALTHY_MS ? 1 : failures + 1
       const pauseMs = Math.min(RESTART_MAX_MS, RESTART_MIN_MS * 2 ** (failures - 1))
       logger.error({ pid: worker.process.pid, code, signal, restartInMs: pauseMs }, 'a broker process exited; starting another')
-      setTimeout(() => { if (!stopping) start() }, pauseMs).unref()
+      setTimeout(() => {
+        if (!stopping) start()
+      }, pauseMs).unref()
     })
     const stop = (signal: NodeJS.Signals) => {
       if (stopping) {

@@ -103,13 +103,19 @@ export async function request(method, path, opts = {}) {
   if (key) headers.authorization = `Bearer ${key}`
   if (opts.body !== undefined) headers['content-type'] = 'application/json'
   const res = await fetch(url, {
-    method, headers, ...(opts.body === undefined ? {} : { body: JSON.stringify(opts.body) }),
+    method,
+    headers,
+    ...(opts.body === undefined ? {} : { body: JSON.stringify(opts.body) }),
   })
   if (res.status === 204) return null
   const text = await res.text()
   /** @type {any} */
   let data = null
-  try { data = text ? JSON.parse(text) : null } catch { data = { title: text.slice(0, 200) } }
+  try {
+    data = text ? JSON.parse(text) : null
+  } catch {
+    data = { title: text.slice(0, 200) }
+  }
   if (!res.ok) {
     if (res.status === 401) keyRequired()
     throw new ApiError(res.status, data && typeof data === 'object' ? data : {})

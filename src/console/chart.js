@@ -42,10 +42,21 @@ export function lagChart(container) {
     width: width(),
     height: HEIGHT_PX,
     cursor: { drag: { x: false, y: false } },
-    scales: { x: { time: true }, lag: { range: (_u, _min, max) => [0, Math.max(1, max)] }, rate: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
+    scales: {
+      x: { time: true },
+      lag: { range: (_u, _min, max) => [0, Math.max(1, max)] },
+      rate: { range: (_u, _min, max) => [0, Math.max(1, max)] },
+    },
     series: [
       {},
-      { label: 'Lag', scale: 'lag', stroke: '#c2410c', width: 2, fill: 'rgba(194, 65, 12, 0.08)', value: (_u, v) => (v === null ? '–' : String(v)) },
+      {
+        label: 'Lag',
+        scale: 'lag',
+        stroke: '#c2410c',
+        width: 2,
+        fill: 'rgba(194, 65, 12, 0.08)',
+        value: (_u, v) => (v === null ? '–' : String(v)),
+      },
       { label: 'Produced msg/s', scale: 'rate', stroke: '#2563eb', width: 1.5, value: (_u, v) => (v === null ? '–' : v.toFixed(1)) },
       { label: 'Completed msg/s', scale: 'rate', stroke: '#15803d', width: 1.5, value: (_u, v) => (v === null ? '–' : v.toFixed(1)) },
     ],
@@ -62,6 +73,9 @@ export function lagChart(container) {
   return {
     /** @param {import('uplot').AlignedData} data */
     update: (data) => plot.setData(data),
-    destroy: () => { resize.disconnect(); plot.destroy() },
+    destroy: () => {
+      resize.disconnect()
+      plot.destroy()
+    },
   }
 }

@@ -24,13 +24,24 @@ export function deadLettersIndexView(root) {
         const t = await api.topic(/** @type {string} */ (g.deadLetterTopic))
         return t.partitionStats.reduce((s, p) => s + p.endOffset, 0)
       })
-      replace(body, table(['Group', 'Consumes', 'Dead-letter topic', 'Messages in it', ''], groups.map((g, i) => h('tr', { 'data-group': g.name },
-        h('td', {}, h('a', { href: hashLink('groups', g.name) }, g.name)),
-        h('td', {}, g.topic),
-        h('td', {}, h('a', { href: hashLink('topics', /** @type {string} */ (g.deadLetterTopic)) }, g.deadLetterTopic)),
-        h('td', { class: 'num' }, fmtInt(counts[i] ?? 0)),
-        h('td', {}, h('a', { href: hashLink('groups', g.name, 'dead-letters') }, 'Open')))),
-      'No group has a deadLetterTopic. Without one, dead messages are only recorded in the delivery log (outcome dead).'))
+      replace(
+        body,
+        table(
+          ['Group', 'Consumes', 'Dead-letter topic', 'Messages in it', ''],
+          groups.map((g, i) =>
+            h(
+              'tr',
+              { 'data-group': g.name },
+              h('td', {}, h('a', { href: hashLink('groups', g.name) }, g.name)),
+              h('td', {}, g.topic),
+              h('td', {}, h('a', { href: hashLink('topics', /** @type {string} */ (g.deadLetterTopic)) }, g.deadLetterTopic)),
+              h('td', { class: 'num' }, fmtInt(counts[i] ?? 0)),
+              h('td', {}, h('a', { href: hashLink('groups', g.name, 'dead-letters') }, 'Open')),
+            ),
+          ),
+          'No group has a deadLetterTopic. Without one, dead messages are only recorded in the delivery log (outcome dead).',
+        ),
+      )
     } catch (err) {
       replace(body, errorPanel(err))
     }
@@ -44,15 +55,27 @@ export function deadLettersIndexView(root) {
 function outcomeNode(o) {
   if (!o.ok) return h('span', { class: 'error-text' }, o.error instanceof Error ? o.error.message : String(o.error))
   const where = `${o.topic} p${o.partition} @ ${o.offset}`
-  return o.duplicate ? h('span', { class: 'muted replayed' }, `already replayed (${where})`) : h('span', { class: 'ok-text replayed' }, `replayed → ${where}`)
+  return o.duplicate
+    ? h('span', { class: 'muted replayed' }, `already replayed (${where})`)
+    : h('span', { class: 'ok-text replayed' }, `replayed → ${where}`)
 }
 
 /** @type {import('./app.js').View} */
 export function deadLettersView(root, [name = '']) {
   const body = h('div', {}, h('p', { class: 'muted' }, 'Loading…'))
-  replace(root,
-    h('p', { class: 'crumbs' }, h('a', { href: '#/dead-letters' }, 'Dead letters'), ' / ', h('a', { href: hashLink('groups', name) }, name), ' / '),
-    h('h1', {}, `Dead letters of ${name}`), body)
+  replace(
+    root,
+    h(
+      'p',
+      { class: 'crumbs' },
+      h('a', { href: '#/dead-letters' }, 'Dead letters'),
+      ' / ',
+      h('a', { href: hashLink('groups', name) }, name),
+      ' / ',
+    ),
+    h('h1', {}, `Dead letters of ${name}`),
+    body,
+  )
 
   let stopped = false
   const load = async () => {
@@ -61,16 +84,27 @@ export function deadLettersView(root, [name = '']) {
       const group = await api.group(name)
       const dlq = group.deadLetterTopic
       if (dlq === null) {
-        replace(body, h('p', {}, 'This group has no deadLetterTopic: its dead messages are recorded in the ',
-          h('a', { href: `${hashLink('groups', name, 'deliveries')}?outcome=dead` }, 'delivery log'), ' only.'))
+        replace(
+          body,
+          h(
+            'p',
+            {},
+            'This group has no deadLetterTopic: its dead messages are recorded in the ',
+            h('a', { href: `${hashLink('groups', name, 'deliveries')}?outcome=dead` }, 'delivery log'),
+            ' only.',
+          ),
+        )
         return
       }
       const topic = await api.topic(dlq)
-      const pages = await mapLimit(topic.partitionStats, 4, (p) => api.messages(dlq, p.partition, Math.max(0, p.endOffset - PER_PARTITION), PER_PARTITION))
+      const pages = await mapLimit(topic.partitionStats, 4, (p) =>
+        api.messages(dlq, p.partition, Math.max(0, p.endOffset - PER_PARTITION), PER_PARTITION),
+      )
       if (stopped) return
       const all = pages.flatMap((p) => p.messages)
       // A dead-letter topic may be shared by several groups; list this group's only.
-      const mine = all.filter((m) => deadLetterInfo(m.headers).group === name)
+      const mine = all
+        .filter((m) => deadLetterInfo(m.headers).group === name)
         .sort((a, b) => b.timestamp.localeCompare(a.timestamp) || b.partition - a.partition || b.offset - a.offset)
       render(dlq, mine, all.length - mine.length)
     } catch (err) {
@@ -90,12 +124,24 @@ export function deadLettersView(root, [name = '']) {
     const buttons = []
     /** @param {number[]} indexes */
     const run = async (indexes) => {
-      for (const i of indexes) { const b = buttons[i]; if (b) b.disabled = true }
+      for (const i of indexes) {
+        const b = buttons[i]
+        if (b) b.disabled = true
+      }
       try {
-        const outcomes = await replay(dlq, indexes.map((i) => /** @type {import('./api.js').Message} */ (messages[i])))
-        outcomes.forEach((o, j) => { const cell = resultCells[/** @type {number} */ (indexes[j])]; if (cell) replace(cell, outcomeNode(o)) })
+        const outcomes = await replay(
+          dlq,
+          indexes.map((i) => /** @type {import('./api.js').Message} */ (messages[i])),
+        )
+        outcomes.forEach((o, j) => {
+          const cell = resultCells[/** @type {number} */ (indexes[j])]
+          if (cell) replace(cell, outcomeNode(o))
+        })
       } finally {
-        for (const i of indexes) { const b = buttons[i]; if (b) b.disabled = false }
+        for (const i of indexes) {
+          const b = buttons[i]
+          if (b) b.disabled = false
+        }
       }
     }
     const rows = messages.map((m, i) => {
@@ -104,36 +150,69 @@ export function deadLettersView(root, [name = '']) {
       const result = h('td', { class: 'result' })
       buttons.push(button)
       resultCells.push(result)
-      return h('tr', { 'data-dlq-partition': m.partition, 'data-dlq-offset': m.offset },
+      return h(
+        'tr',
+        { 'data-dlq-partition': m.partition, 'data-dlq-offset': m.offset },
         h('td', {}, fmtTime(m.timestamp)),
         h('td', { class: 'num' }, `p${m.partition} @ ${m.offset}`),
-        h('td', { class: 'original' }, info.topic === null ? h('span', { class: 'muted' }, 'unknown')
-          : [h('a', { href: hashLink('topics', info.topic) }, info.topic), ` p${info.partition ?? '?'} @ ${info.offset ?? '?'}`]),
+        h(
+          'td',
+          { class: 'original' },
+          info.topic === null
+            ? h('span', { class: 'muted' }, 'unknown')
+            : [h('a', { href: hashLink('topics', info.topic) }, info.topic), ` p${info.partition ?? '?'} @ ${info.offset ?? '?'}`],
+        ),
         h('td', { class: 'num attempts' }, info.attempts ?? '–'),
         h('td', { class: 'error-cell' }, info.error ?? ''),
         h('td', {}, keyText(m.key)),
         h('td', {}, h('pre', { class: 'value' }, preview(m.value, 200))),
         h('td', {}, headerList(originalHeaders(m.headers))),
         h('td', {}, button),
-        result)
+        result,
+      )
     })
-    const replayAll = h('button', {
-      type: 'button', class: 'replay-all', disabled: messages.length === 0,
-      onclick: () => {
-        if (!window.confirm(`Replay all ${messages.length} listed dead letters to their original topics? Ones already replayed are not stored again.`)) return
-        void run(messages.map((_, i) => i))
+    const replayAll = h(
+      'button',
+      {
+        type: 'button',
+        class: 'replay-all',
+        disabled: messages.length === 0,
+        onclick: () => {
+          if (
+            !window.confirm(
+              `Replay all ${messages.length} listed dead letters to their original topics? Ones already replayed are not stored again.`,
+            )
+          )
+            return
+          void run(messages.map((_, i) => i))
+        },
       },
-    }, `Replay all listed (${messages.length})`)
-    replace(body,
-      h('p', {}, 'Dead-letter topic ', h('a', { href: hashLink('topics', dlq) }, dlq),
+      `Replay all listed (${messages.length})`,
+    )
+    replace(
+      body,
+      h(
+        'p',
+        {},
+        'Dead-letter topic ',
+        h('a', { href: hashLink('topics', dlq) }, dlq),
         `: the newest ${PER_PARTITION} messages of each partition, this group's ${fmtInt(messages.length)}`,
-        others > 0 ? ` (${fmtInt(others)} of other groups left out)` : '', '. Replay produces a message back to its original topic and partition ',
-        'without the hookq-dlq-* headers; replaying one twice stores it once.'),
+        others > 0 ? ` (${fmtInt(others)} of other groups left out)` : '',
+        '. Replay produces a message back to its original topic and partition ',
+        'without the hookq-dlq-* headers; replaying one twice stores it once.',
+      ),
       h('div', { class: 'toolbar' }, replayAll, h('button', { type: 'button', onclick: () => void load() }, 'Refresh')),
-      table(['Dead-lettered', 'In DLQ', 'Original', 'Attempts', 'Last error', 'Key', 'Value', 'Headers', 'Replay', 'Result'], rows,
-        'No dead letters of this group.', { class: 'dead-letters' }))
+      table(
+        ['Dead-lettered', 'In DLQ', 'Original', 'Attempts', 'Last error', 'Key', 'Value', 'Headers', 'Replay', 'Result'],
+        rows,
+        'No dead letters of this group.',
+        { class: 'dead-letters' },
+      ),
+    )
   }
 
   void load()
-  return () => { stopped = true }
+  return () => {
+    stopped = true
+  }
 }

@@ -13,7 +13,9 @@ const OUTCOME_KIND = { acked: 'ok', in_flight: 'info', failed: 'warn', timed_out
 
 /** @param {import('./api.js').Delivery} d */
 function deliveryRow(d) {
-  return h('tr', { 'data-delivery': d.deliveryId, 'data-outcome': d.outcome },
+  return h(
+    'tr',
+    { 'data-delivery': d.deliveryId, 'data-outcome': d.outcome },
     h('td', {}, fmtTime(d.startedAt)),
     h('td', { class: 'num' }, d.partition),
     h('td', { class: 'num' }, d.offset),
@@ -23,7 +25,8 @@ function deliveryRow(d) {
     h('td', { class: 'num' }, d.durationMs === null ? '–' : `${fmtInt(d.durationMs)} ms`),
     h('td', { class: 'error-cell' }, d.error ?? ''),
     h('td', {}, shortId(d.consumerId)),
-    h('td', {}, shortId(d.deliveryId)))
+    h('td', {}, shortId(d.deliveryId)),
+  )
 }
 
 /**
@@ -43,11 +46,30 @@ export function deliveriesView(root, [name = ''], query) {
   }
   const partition = h('input', { name: 'partition', type: 'number', min: 0, placeholder: 'any', value: filters.partition })
   const offset = h('input', { name: 'offset', type: 'number', min: 0, placeholder: 'any', value: filters.offset })
-  const outcome = h('select', { name: 'outcome' }, h('option', { value: '' }, 'any outcome'),
-    OUTCOMES.map((o) => h('option', { value: o, selected: o === filters.outcome }, o)))
-  const form = h('form', { class: 'inline-form filters' },
-    h('label', {}, 'Partition ', partition), h('label', {}, 'Offset ', offset), h('label', {}, 'Outcome ', outcome),
-    h('button', { type: 'submit' }, 'Apply'), h('button', { type: 'button', onclick: () => { location.hash = hashLink('groups', name, 'deliveries') } }, 'Clear'))
+  const outcome = h(
+    'select',
+    { name: 'outcome' },
+    h('option', { value: '' }, 'any outcome'),
+    OUTCOMES.map((o) => h('option', { value: o, selected: o === filters.outcome }, o)),
+  )
+  const form = h(
+    'form',
+    { class: 'inline-form filters' },
+    h('label', {}, 'Partition ', partition),
+    h('label', {}, 'Offset ', offset),
+    h('label', {}, 'Outcome ', outcome),
+    h('button', { type: 'submit' }, 'Apply'),
+    h(
+      'button',
+      {
+        type: 'button',
+        onclick: () => {
+          location.hash = hashLink('groups', name, 'deliveries')
+        },
+      },
+      'Clear',
+    ),
+  )
   form.addEventListener('submit', (ev) => {
     ev.preventDefault()
     const q = new URLSearchParams()
@@ -61,15 +83,32 @@ export function deliveriesView(root, [name = ''], query) {
   })
 
   const tbody = h('tbody')
-  const list = h('table', { class: 'deliveries' }, h('thead', {}, h('tr', {},
-    ['Started', '#Partition', '#Offset', '#Attempt', 'Outcome', '#Status', '#Duration', 'Error', 'Consumer', 'Delivery']
-      .map((t) => (t.startsWith('#') ? h('th', { class: 'num' }, t.slice(1)) : h('th', {}, t))))), tbody)
+  const list = h(
+    'table',
+    { class: 'deliveries' },
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        ['Started', '#Partition', '#Offset', '#Attempt', 'Outcome', '#Status', '#Duration', 'Error', 'Consumer', 'Delivery'].map((t) =>
+          t.startsWith('#') ? h('th', { class: 'num' }, t.slice(1)) : h('th', {}, t),
+        ),
+      ),
+    ),
+    tbody,
+  )
   const more = h('div', { class: 'more' })
-  replace(root,
+  replace(
+    root,
     h('p', { class: 'crumbs' }, h('a', { href: '#/groups' }, 'Groups'), ' / ', h('a', { href: hashLink('groups', name) }, name), ' / '),
     h('h1', {}, 'Delivery log'),
     h('p', { class: 'muted' }, 'Every push attempt of the group, newest first.'),
-    form, list, more)
+    form,
+    list,
+    more,
+  )
 
   let stopped = false
   /** Loads a page; no cursor means the first page (the table is emptied). @param {string | undefined} cursor */
@@ -82,13 +121,18 @@ export function deliveriesView(root, [name = ''], query) {
       for (const d of page.deliveries) tbody.appendChild(deliveryRow(d))
       if (tbody.children.length === 0) tbody.appendChild(h('tr', {}, h('td', { class: 'empty', colspan: 10 }, 'No attempts match.')))
       const next = page.nextCursor
-      replace(more, next === null
-        ? h('span', { class: 'muted' }, `${fmtInt(tbody.querySelectorAll('tr[data-delivery]').length)} attempts shown, no more.`)
-        : h('button', { type: 'button', class: 'load-more', onclick: () => load(next) }, 'Load more'))
+      replace(
+        more,
+        next === null
+          ? h('span', { class: 'muted' }, `${fmtInt(tbody.querySelectorAll('tr[data-delivery]').length)} attempts shown, no more.`)
+          : h('button', { type: 'button', class: 'load-more', onclick: () => load(next) }, 'Load more'),
+      )
     } catch (err) {
       replace(more, errorPanel(err))
     }
   }
   void load(undefined)
-  return () => { stopped = true }
+  return () => {
+    stopped = true
+  }
 }

@@ -68,7 +68,20 @@ export function table(headings, rows, empty = 'Nothing yet.', attrs = {}) {
   // A heading aligns like its column: right over numbers (cells with class num).
   const first = rows[0]
   const num = (/** @type {number} */ i) => (first?.children[i]?.classList.contains('num') ? 'num' : undefined)
-  return h('table', attrs, h('thead', {}, h('tr', {}, headings.map((t, i) => h('th', { class: num(i) }, t)))), h('tbody', {}, body))
+  return h(
+    'table',
+    attrs,
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        headings.map((t, i) => h('th', { class: num(i) }, t)),
+      ),
+    ),
+    h('tbody', {}, body),
+  )
 }
 
 /** A coloured label. @param {string} text @param {string} kind */
@@ -83,12 +96,21 @@ export function badge(text, kind) {
 export function errorPanel(err) {
   if (err instanceof ApiError) {
     const fields = err.problem.errors ?? []
-    return h('div', { class: 'error', role: 'alert' },
+    return h(
+      'div',
+      { class: 'error', role: 'alert' },
       h('strong', {}, err.problem.title ?? 'Request failed'),
       ` (${err.status}${err.problem.code ? `, ${err.problem.code}` : ''})`,
       err.problem.detail ? h('div', {}, err.problem.detail) : null,
-      fields.length > 0 ? h('ul', {}, fields.map((f) => h('li', {}, `${f.path}: ${f.message}`))) : null,
-      err.status === 401 ? h('div', {}, 'Enter an API key above to continue.') : null)
+      fields.length > 0
+        ? h(
+            'ul',
+            {},
+            fields.map((f) => h('li', {}, `${f.path}: ${f.message}`)),
+          )
+        : null,
+      err.status === 401 ? h('div', {}, 'Enter an API key above to continue.') : null,
+    )
   }
   return h('div', { class: 'error', role: 'alert' }, h('strong', {}, 'Error'), ': ', String(err instanceof Error ? err.message : err))
 }
@@ -115,7 +137,12 @@ export function fmtTime(iso) {
 
 /** A duration in ms as the largest whole unit that fits (7 d, 3 h, 20 min, 5 s, 250 ms). @param {number} ms */
 export function fmtDuration(ms) {
-  for (const [unit, size] of /** @type {const} */ ([['d', 86_400_000], ['h', 3_600_000], ['min', 60_000], ['s', 1000]])) {
+  for (const [unit, size] of /** @type {const} */ ([
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['min', 60_000],
+    ['s', 1000],
+  ])) {
     if (ms >= size && ms % size === 0) return `${ms / size} ${unit}`
   }
   return `${fmtInt(ms)} ms`

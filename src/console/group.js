@@ -19,7 +19,9 @@ function partitionsTable(g) {
   const consumers = new Map(g.consumers.map((c) => [c.id, c]))
   const rows = g.partitions.map((p) => {
     const c = p.consumerId === null ? undefined : consumers.get(p.consumerId)
-    return h('tr', { 'data-partition': p.partition },
+    return h(
+      'tr',
+      { 'data-partition': p.partition },
       h('td', { class: 'num' }, p.partition),
       h('td', { class: 'num committed' }, fmtInt(p.committedOffset)),
       h('td', { class: 'num end' }, fmtInt(p.endOffset)),
@@ -27,10 +29,15 @@ function partitionsTable(g) {
       h('td', { class: 'num in-flight' }, fmtInt(p.inFlight)),
       h('td', { class: 'num filtered' }, fmtInt(p.filtered)),
       h('td', { class: 'consumer' }, c ? [shortId(c.id), ' ', h('span', { class: 'muted' }, c.url)] : badge('unassigned', 'warn')),
-      h('td', {}, h('a', { href: `${hashLink('groups', g.name, 'deliveries')}?partition=${p.partition}` }, 'attempts')))
+      h('td', {}, h('a', { href: `${hashLink('groups', g.name, 'deliveries')}?partition=${p.partition}` }, 'attempts')),
+    )
   })
-  return table(['Partition', 'Committed', 'End offset', 'Lag', 'In flight', 'Filtered', 'Consumer', ''], rows, 'The topic has no partitions.',
-    { class: 'partitions' })
+  return table(
+    ['Partition', 'Committed', 'End offset', 'Lag', 'In flight', 'Filtered', 'Consumer', ''],
+    rows,
+    'The topic has no partitions.',
+    { class: 'partitions' },
+  )
 }
 
 /**
@@ -38,16 +45,25 @@ function partitionsTable(g) {
  * @param {import('./api.js').GroupStatus} g
  */
 function consumersTable(g) {
-  const rows = g.consumers.map((c) => h('tr', { 'data-consumer': c.id },
-    h('td', {}, shortId(c.id)),
-    h('td', {}, h('code', {}, c.url)),
-    h('td', { class: 'health' }, c.disabled ? [badge('disabled', 'bad'), ' ', c.disabledReason ?? ''] : healthCell(c.health)),
-    h('td', {}, c.hasSecret ? 'signed' : h('span', { class: 'muted' }, 'unsigned')),
-    h('td', { class: 'limits' }, limitsText(c)),
-    h('td', { class: 'num' }, g.partitions.filter((p) => p.consumerId === c.id).length),
-    h('td', {}, fmtTime(c.createdAt))))
-  return table(['Consumer', 'URL', 'Health', 'Signature', 'Limits', 'Partitions', 'Registered'], rows,
-    'No consumers: register one with POST /v1/groups/{group}/consumers.', { class: 'consumers' })
+  const rows = g.consumers.map((c) =>
+    h(
+      'tr',
+      { 'data-consumer': c.id },
+      h('td', {}, shortId(c.id)),
+      h('td', {}, h('code', {}, c.url)),
+      h('td', { class: 'health' }, c.disabled ? [badge('disabled', 'bad'), ' ', c.disabledReason ?? ''] : healthCell(c.health)),
+      h('td', {}, c.hasSecret ? 'signed' : h('span', { class: 'muted' }, 'unsigned')),
+      h('td', { class: 'limits' }, limitsText(c)),
+      h('td', { class: 'num' }, g.partitions.filter((p) => p.consumerId === c.id).length),
+      h('td', {}, fmtTime(c.createdAt)),
+    ),
+  )
+  return table(
+    ['Consumer', 'URL', 'Health', 'Signature', 'Limits', 'Partitions', 'Registered'],
+    rows,
+    'No consumers: register one with POST /v1/groups/{group}/consumers.',
+    { class: 'consumers' },
+  )
 }
 
 /**
@@ -57,8 +73,14 @@ function consumersTable(g) {
  */
 function healthCell(health) {
   const rate = health.recentFailureRate
-  const state = rate === null ? badge('enabled', 'ok') : rate >= 0.5 ? badge(`failing ${Math.round(rate * 100)}%`, 'bad')
-    : rate > 0 ? badge(`degraded ${Math.round(rate * 100)}%`, 'warn') : badge('healthy', 'ok')
+  const state =
+    rate === null
+      ? badge('enabled', 'ok')
+      : rate >= 0.5
+        ? badge(`failing ${Math.round(rate * 100)}%`, 'bad')
+        : rate > 0
+          ? badge(`degraded ${Math.round(rate * 100)}%`, 'warn')
+          : badge('healthy', 'ok')
   const lines = [
     health.lastSuccessAt ? `last success ${fmtTime(health.lastSuccessAt)}` : '',
     health.lastFailureAt ? `last failure ${fmtTime(health.lastFailureAt)}: ${health.lastError ?? ''}` : '',
@@ -71,7 +93,10 @@ function healthCell(health) {
  * @param {{ rateLimitPerSecond: number | null, maxConcurrency: number | null }} c
  */
 function limitsText(c) {
-  const parts = [c.rateLimitPerSecond === null ? '' : `${c.rateLimitPerSecond}/s`, c.maxConcurrency === null ? '' : `≤ ${c.maxConcurrency} at once`]
+  const parts = [
+    c.rateLimitPerSecond === null ? '' : `${c.rateLimitPerSecond}/s`,
+    c.maxConcurrency === null ? '' : `≤ ${c.maxConcurrency} at once`,
+  ]
   return parts.filter(Boolean).join(', ') || 'adaptive'
 }
 
@@ -79,14 +104,37 @@ function limitsText(c) {
 function settings(g) {
   /** @type {[string, string][]} */
   const items = [
-    ['Ack mode', g.ackMode], ['Ack timeout', fmtDuration(g.ackTimeoutMs)], ['Max deliveries', String(g.maxDeliveries)],
-    ['Retry', `${fmtDuration(g.retry.initialDelayMs)} × ${g.retry.multiplier}^n, at most ${fmtDuration(g.retry.maxDelayMs)}, ±${Math.round(g.retry.jitter * 100)}%`],
-    ['Max in flight', `${g.maxInFlight} a partition`], ['Ordering', { none: 'none (in parallel)', partition: 'by partition (one message at a time)', key: 'by key (one message per key at a time)' }[g.ordering]], ['Push timeout', fmtDuration(g.pushTimeoutMs)],
-    ['Push format', g.pushFormat], ['Start at', g.startAt], ['Dead-letter topic', g.deadLetterTopic ?? 'none (recorded as dead)'],
+    ['Ack mode', g.ackMode],
+    ['Ack timeout', fmtDuration(g.ackTimeoutMs)],
+    ['Max deliveries', String(g.maxDeliveries)],
+    [
+      'Retry',
+      `${fmtDuration(g.retry.initialDelayMs)} × ${g.retry.multiplier}^n, at most ${fmtDuration(g.retry.maxDelayMs)}, ±${Math.round(g.retry.jitter * 100)}%`,
+    ],
+    ['Max in flight', `${g.maxInFlight} a partition`],
+    [
+      'Ordering',
+      { none: 'none (in parallel)', partition: 'by partition (one message at a time)', key: 'by key (one message per key at a time)' }[
+        g.ordering
+      ],
+    ],
+    ['Push timeout', fmtDuration(g.pushTimeoutMs)],
+    ['Push format', g.pushFormat],
+    ['Start at', g.startAt],
+    ['Dead-letter topic', g.deadLetterTopic ?? 'none (recorded as dead)'],
     ['Filter', g.filter ? JSON.stringify(g.filter) : 'none (every message is pushed)'],
-    ['Batch push', g.batch ? `up to ${g.batch.maxMessages} messages, wait ${fmtDuration(g.batch.maxWaitMs)}${g.batch.maxBytes === null ? '' : `, ≤ ${g.batch.maxBytes} bytes`}` : 'off (one message a push)'],
+    [
+      'Batch push',
+      g.batch
+        ? `up to ${g.batch.maxMessages} messages, wait ${fmtDuration(g.batch.maxWaitMs)}${g.batch.maxBytes === null ? '' : `, ≤ ${g.batch.maxBytes} bytes`}`
+        : 'off (one message a push)',
+    ],
   ]
-  return h('dl', { class: 'settings' }, items.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]))
+  return h(
+    'dl',
+    { class: 'settings' },
+    items.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]),
+  )
 }
 
 /** @type {import('./app.js').View} */
@@ -98,14 +146,24 @@ export function groupView(root, [name = '']) {
   const config = h('div')
   const seekBox = h('div')
   const problem = h('div')
-  replace(root,
+  replace(
+    root,
     h('p', { class: 'crumbs' }, h('a', { href: '#/groups' }, 'Groups'), ' / '),
-    h('h1', {}, name), header, problem,
-    h('h2', {}, 'Lag and throughput'), h('p', { class: 'muted small' }, 'Sampled every 2 s while this page is open; the last 10 minutes.'), chartBox,
-    h('h2', {}, 'Partitions'), partitions,
-    h('h2', {}, 'Consumers'), consumers,
-    h('h2', {}, 'Seek'), seekBox,
-    h('h2', {}, 'Settings'), config)
+    h('h1', {}, name),
+    header,
+    problem,
+    h('h2', {}, 'Lag and throughput'),
+    h('p', { class: 'muted small' }, 'Sampled every 2 s while this page is open; the last 10 minutes.'),
+    chartBox,
+    h('h2', {}, 'Partitions'),
+    partitions,
+    h('h2', {}, 'Consumers'),
+    consumers,
+    h('h2', {}, 'Seek'),
+    seekBox,
+    h('h2', {}, 'Settings'),
+    config,
+  )
 
   const chart = lagChart(chartBox)
   const history = groupHistory(name)
@@ -132,21 +190,30 @@ export function groupView(root, [name = '']) {
       chart.update(history.data())
       replace(problem)
       const lag = g.partitions.reduce((s, p) => s + p.lag, 0)
-      replace(header,
-        'Topic ', h('a', { href: hashLink('topics', g.topic) }, g.topic), ' · ',
-        h('span', { class: 'total-lag' }, `lag ${fmtInt(lag)}`), ' · ',
-        consumerHealth(g.consumers), ' ',
+      replace(
+        header,
+        'Topic ',
+        h('a', { href: hashLink('topics', g.topic) }, g.topic),
+        ' · ',
+        h('span', { class: 'total-lag' }, `lag ${fmtInt(lag)}`),
+        ' · ',
+        consumerHealth(g.consumers),
+        ' ',
         g.paused ? badge('paused', 'warn') : badge('active', 'ok'),
         h('button', { type: 'button', class: 'pause', onclick: togglePause }, g.paused ? 'Resume' : 'Pause'),
         h('a', { class: 'button', href: hashLink('groups', name, 'deliveries') }, 'Delivery log'),
-        g.deadLetterTopic ? h('a', { class: 'button', href: hashLink('groups', name, 'dead-letters') }, 'Dead letters') : null)
+        g.deadLetterTopic ? h('a', { class: 'button', href: hashLink('groups', name, 'dead-letters') }, 'Dead letters') : null,
+      )
       replace(partitions, partitionsTable(g))
       replace(consumers, consumersTable(g))
       replace(config, settings(g))
       // The form is built once: rebuilding it on every poll would wipe what the user is typing.
       if (!seekShown) {
         seekShown = true
-        replace(seekBox, seekForm(name, g.partitions.length, () => void refresh()))
+        replace(
+          seekBox,
+          seekForm(name, g.partitions.length, () => void refresh()),
+        )
       }
     } catch (err) {
       replace(problem, errorPanel(err))
@@ -154,5 +221,8 @@ export function groupView(root, [name = '']) {
   }
 
   const stopPolling = poll(refresh)
-  return () => { stopPolling(); chart.destroy() }
+  return () => {
+    stopPolling()
+    chart.destroy()
+  }
 }

@@ -18,10 +18,13 @@ export function consumerHealth(consumers) {
   const failing = consumers.filter((c) => !c.disabled && (c.health.recentFailureRate ?? 0) >= 0.5).length
   const enabled = consumers.length - disabled
   if (consumers.length === 0) return badge('no consumer', 'warn')
-  return h('span', {},
+  return h(
+    'span',
+    {},
     badge(`${enabled} enabled`, enabled > failing ? 'ok' : 'warn'),
     failing > 0 ? [' ', badge(`${failing} failing`, 'bad')] : null,
-    disabled > 0 ? [' ', badge(`${disabled} disabled`, 'bad')] : null)
+    disabled > 0 ? [' ', badge(`${disabled} disabled`, 'bad')] : null,
+  )
 }
 
 /** @type {import('./app.js').View} */
@@ -33,16 +36,34 @@ export function groupsView(root) {
     try {
       const groups = await api.groups()
       const statuses = await mapLimit(groups, 4, (g) => api.group(g.name))
-      const rows = statuses.map((g) => h('tr', { 'data-group': g.name },
-        h('td', {}, h('a', { href: hashLink('groups', g.name) }, g.name)),
-        h('td', {}, h('a', { href: hashLink('topics', g.topic) }, g.topic)),
-        h('td', { class: 'num lag' }, fmtInt(g.partitions.reduce((s, p) => s + p.lag, 0))),
-        h('td', { class: 'num' }, fmtInt(g.partitions.reduce((s, p) => s + p.inFlight, 0))),
-        h('td', {}, consumerHealth(g.consumers)),
-        h('td', {}, g.paused ? badge('paused', 'warn') : badge('active', 'ok')),
-        h('td', {}, g.deadLetterTopic ? h('a', { href: hashLink('groups', g.name, 'dead-letters') }, g.deadLetterTopic) : h('span', { class: 'muted' }, '–'))))
-      replace(body, table(['Group', 'Topic', 'Lag', 'In flight', 'Consumers', 'State', 'Dead letters'], rows,
-        'No groups yet: create one with PUT /v1/groups/{group}.', { class: 'groups' }))
+      const rows = statuses.map((g) =>
+        h(
+          'tr',
+          { 'data-group': g.name },
+          h('td', {}, h('a', { href: hashLink('groups', g.name) }, g.name)),
+          h('td', {}, h('a', { href: hashLink('topics', g.topic) }, g.topic)),
+          h('td', { class: 'num lag' }, fmtInt(g.partitions.reduce((s, p) => s + p.lag, 0))),
+          h('td', { class: 'num' }, fmtInt(g.partitions.reduce((s, p) => s + p.inFlight, 0))),
+          h('td', {}, consumerHealth(g.consumers)),
+          h('td', {}, g.paused ? badge('paused', 'warn') : badge('active', 'ok')),
+          h(
+            'td',
+            {},
+            g.deadLetterTopic
+              ? h('a', { href: hashLink('groups', g.name, 'dead-letters') }, g.deadLetterTopic)
+              : h('span', { class: 'muted' }, '–'),
+          ),
+        ),
+      )
+      replace(
+        body,
+        table(
+          ['Group', 'Topic', 'Lag', 'In flight', 'Consumers', 'State', 'Dead letters'],
+          rows,
+          'No groups yet: create one with PUT /v1/groups/{group}.',
+          { class: 'groups' },
+        ),
+      )
     } catch (err) {
       replace(body, errorPanel(err))
     }

@@ -65,7 +65,11 @@ export function replayOf(dlqTopic, dlqCreatedAt, m, targetPartitions) {
   const info = deadLetterInfo(m.headers)
   if (info.topic === null) return { error: 'no hookq-dlq-topic header: not a dead letter hookq wrote' }
   /** @type {import('./api.js').ProduceMessage} */
-  const message = { value: m.value, headers: originalHeaders(m.headers), idempotencyKey: replayKey(dlqTopic, dlqCreatedAt, m.partition, m.offset) }
+  const message = {
+    value: m.value,
+    headers: originalHeaders(m.headers),
+    idempotencyKey: replayKey(dlqTopic, dlqCreatedAt, m.partition, m.offset),
+  }
   if (m.key !== null) message.key = m.key
   if (info.partition !== null && (targetPartitions === undefined || info.partition < targetPartitions)) message.partition = info.partition
   return { topic: info.topic, message }
@@ -81,7 +85,13 @@ async function partitionCounts(topics) {
   /** @type {Map<string, number | undefined>} */
   const counts = new Map()
   for (const topic of topics) {
-    counts.set(topic, await api.topic(topic).then((t) => t.partitions, () => undefined))
+    counts.set(
+      topic,
+      await api.topic(topic).then(
+        (t) => t.partitions,
+        () => undefined,
+      ),
+    )
   }
   return counts
 }
@@ -107,7 +117,10 @@ export async function replay(dlqTopic, messages) {
   messages.forEach((m, index) => {
     const topic = deadLetterInfo(m.headers).topic
     const r = replayOf(dlqTopic, dlqCreatedAt, m, topic === null ? undefined : targets.get(topic))
-    if ('error' in r) { outcomes[index] = { ok: false, error: new Error(r.error) }; return }
+    if ('error' in r) {
+      outcomes[index] = { ok: false, error: new Error(r.error) }
+      return
+    }
     const list = byTopic.get(r.topic) ?? []
     list.push({ index, message: r.message })
     byTopic.set(r.topic, list)
@@ -116,7 +129,10 @@ export async function replay(dlqTopic, messages) {
     for (let i = 0; i < list.length; i += BATCH) {
       const batch = list.slice(i, i + BATCH)
       try {
-        const { results } = await api.produce(topic, batch.map((b) => b.message))
+        const { results } = await api.produce(
+          topic,
+          batch.map((b) => b.message),
+        )
         batch.forEach((b, j) => {
           const r = results[j]
           outcomes[b.index] = r

@@ -27,7 +27,10 @@ export class CounterSeries {
     this.values.push(value)
     let drop = 0
     while (drop < this.timesMs.length - 1 && /** @type {number} */ (this.timesMs[drop]) < tMs - HISTORY_MS) drop++
-    if (drop > 0) { this.timesMs.splice(0, drop); this.values.splice(0, drop) }
+    if (drop > 0) {
+      this.timesMs.splice(0, drop)
+      this.values.splice(0, drop)
+    }
   }
 
   /**
@@ -43,7 +46,9 @@ export class CounterSeries {
     while (i > 0 && /** @type {number} */ (this.timesMs[i - 1]) >= lastT - windowMs) i--
     const dtMs = lastT - /** @type {number} */ (this.timesMs[i])
     if (dtMs <= 0) return null
-    return Math.max(0, (/** @type {number} */ (this.values[n - 1]) - /** @type {number} */ (this.values[i])) * 1000 / dtMs)
+    const last = /** @type {number} */ (this.values[n - 1])
+    const first = /** @type {number} */ (this.values[i])
+    return Math.max(0, ((last - first) * 1000) / dtMs)
   }
 }
 
@@ -117,9 +122,16 @@ export function poll(fn, everyMs = POLL_MS) {
   /** @type {ReturnType<typeof setTimeout> | undefined} */
   let timer
   const run = async () => {
-    try { await fn() } catch { /* the view shows its own errors */ }
+    try {
+      await fn()
+    } catch {
+      /* the view shows its own errors */
+    }
     if (!stopped) timer = setTimeout(run, everyMs)
   }
   void run()
-  return () => { stopped = true; clearTimeout(timer) }
+  return () => {
+    stopped = true
+    clearTimeout(timer)
+  }
 }

@@ -34,9 +34,12 @@ export function seekRequest(partition, mode, value) {
  * @param {() => void} done called after a successful seek
  */
 export function seekForm(group, partitions, done) {
-  const partition = h('select', { name: 'partition' },
+  const partition = h(
+    'select',
+    { name: 'partition' },
     h('option', { value: '' }, 'all partitions'),
-    Array.from({ length: partitions }, (_, p) => h('option', { value: String(p) }, `partition ${p}`)))
+    Array.from({ length: partitions }, (_, p) => h('option', { value: String(p) }, `partition ${p}`)),
+  )
   const mode = h('select', { name: 'mode' }, h('option', { value: 'offset' }, 'to offset'), h('option', { value: 'timestamp' }, 'to time'))
   const offset = h('input', { name: 'offset', type: 'number', min: 0, step: 1, placeholder: 'offset', required: true })
   const time = h('input', { name: 'timestamp', type: 'datetime-local', step: 1, class: 'hidden' })
@@ -47,21 +50,43 @@ export function seekForm(group, partitions, done) {
     time.classList.toggle('hidden', mode.value !== 'timestamp')
   })
 
-  const form = h('form', { class: 'inline-form seek' }, 'Move the committed offset of ', partition, ' ', mode, ' ', offset, time, ' ',
-    h('button', { type: 'submit' }, 'Seek…'), result)
+  const form = h(
+    'form',
+    { class: 'inline-form seek' },
+    'Move the committed offset of ',
+    partition,
+    ' ',
+    mode,
+    ' ',
+    offset,
+    time,
+    ' ',
+    h('button', { type: 'submit' }, 'Seek…'),
+    result,
+  )
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault()
     const chosen = mode.value === 'timestamp' ? 'timestamp' : 'offset'
     const req = seekRequest(partition.value, chosen, chosen === 'offset' ? offset.value : time.value)
-    if ('error' in req) { replace(result, h('span', { class: 'error-text' }, req.error)); return }
+    if ('error' in req) {
+      replace(result, h('span', { class: 'error-text' }, req.error))
+      return
+    }
     const where = req.body.partition === undefined ? 'every partition' : `partition ${req.body.partition}`
     const to = req.body.offset !== undefined ? `offset ${req.body.offset}` : `the first offset at or after ${req.body.timestamp}`
     // Moving back redelivers, moving forward skips: worth a second look.
-    if (!window.confirm(`Move ${where} of group ${group} to ${to}?\n\nEarlier offsets are redelivered; skipped ones are never pushed.`)) return
+    if (!window.confirm(`Move ${where} of group ${group} to ${to}?\n\nEarlier offsets are redelivered; skipped ones are never pushed.`))
+      return
     try {
       const answer = await api.seek(group, req.body)
-      replace(result, h('span', { class: 'ok-text' },
-        `Committed offsets now: ${answer.partitions.map((p) => `p${p.partition} ${p.committedOffset}`).join(' · ')}`))
+      replace(
+        result,
+        h(
+          'span',
+          { class: 'ok-text' },
+          `Committed offsets now: ${answer.partitions.map((p) => `p${p.partition} ${p.committedOffset}`).join(' · ')}`,
+        ),
+      )
       done()
     } catch (err) {
       replace(result, errorPanel(err))

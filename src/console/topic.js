@@ -16,7 +16,11 @@ const PAGE = 20
 export function headerList(headers) {
   const entries = Object.entries(headers)
   if (entries.length === 0) return h('span', { class: 'muted' }, '–')
-  return h('ul', { class: 'headers' }, entries.map(([k, v]) => h('li', {}, h('code', {}, k), ': ', v)))
+  return h(
+    'ul',
+    { class: 'headers' },
+    entries.map(([k, v]) => h('li', {}, h('code', {}, k), ': ', v)),
+  )
 }
 
 /**
@@ -24,12 +28,19 @@ export function headerList(headers) {
  * @param {import('./api.js').Message[]} messages
  */
 export function messageRows(messages) {
-  return [...messages].reverse().map((m) => h('tr', { 'data-offset': m.offset },
-    h('td', { class: 'num' }, m.offset),
-    h('td', {}, fmtTime(m.timestamp)),
-    h('td', {}, keyText(m.key)),
-    h('td', {}, headerList(m.headers)),
-    h('td', {}, h('pre', { class: 'value' }, preview(m.value)))))
+  return [...messages]
+    .reverse()
+    .map((m) =>
+      h(
+        'tr',
+        { 'data-offset': m.offset },
+        h('td', { class: 'num' }, m.offset),
+        h('td', {}, fmtTime(m.timestamp)),
+        h('td', {}, keyText(m.key)),
+        h('td', {}, headerList(m.headers)),
+        h('td', {}, h('pre', { class: 'value' }, preview(m.value))),
+      ),
+    )
 }
 
 /** @type {import('./app.js').View} */
@@ -38,12 +49,18 @@ export function topicView(root, [name = '']) {
   const partitions = h('div')
   const groups = h('div')
   const messages = h('div', { class: 'messages' })
-  replace(root,
+  replace(
+    root,
     h('p', { class: 'crumbs' }, h('a', { href: '#/topics' }, 'Topics'), ' / '),
-    h('h1', {}, name), summary,
-    h('h2', {}, 'Partitions'), partitions,
-    h('h2', {}, 'Consumer groups'), groups,
-    h('h2', {}, 'Messages'), messages)
+    h('h1', {}, name),
+    summary,
+    h('h2', {}, 'Partitions'),
+    partitions,
+    h('h2', {}, 'Consumer groups'),
+    groups,
+    h('h2', {}, 'Messages'),
+    messages,
+  )
 
   /** @type {number[]} end offsets by partition, from the last poll */
   let ends = []
@@ -61,14 +78,24 @@ export function topicView(root, [name = '']) {
       const page = await api.messages(name, partition, fromOffset, PAGE)
       if (mine !== request) return
       const end = ends[partition] ?? page.nextOffset
-      replace(messages,
-        h('div', { class: 'toolbar' },
-          h('strong', {}, `Partition ${partition}`), ` offsets ${fmtInt(fromOffset)} to ${fmtInt(Math.max(fromOffset, page.nextOffset - 1))} of ${fmtInt(end)}`,
+      replace(
+        messages,
+        h(
+          'div',
+          { class: 'toolbar' },
+          h('strong', {}, `Partition ${partition}`),
+          ` offsets ${fmtInt(fromOffset)} to ${fmtInt(Math.max(fromOffset, page.nextOffset - 1))} of ${fmtInt(end)}`,
           h('button', { type: 'button', disabled: fromOffset === 0, onclick: () => showMessages(Math.max(0, fromOffset - PAGE)) }, 'Older'),
           h('button', { type: 'button', disabled: page.nextOffset >= end, onclick: () => showMessages(page.nextOffset) }, 'Newer'),
-          h('button', { type: 'button', onclick: () => showMessages(Math.max(0, (ends[partition] ?? 0) - PAGE)) }, 'Latest')),
-        table(['Offset', 'Produced', 'Key', 'Headers', 'Value'], messageRows(page.messages), 'No messages in this range (retention may have removed them).',
-          { class: 'message-list' }))
+          h('button', { type: 'button', onclick: () => showMessages(Math.max(0, (ends[partition] ?? 0) - PAGE)) }, 'Latest'),
+        ),
+        table(
+          ['Offset', 'Produced', 'Key', 'Headers', 'Value'],
+          messageRows(page.messages),
+          'No messages in this range (retention may have removed them).',
+          { class: 'message-list' },
+        ),
+      )
     } catch (err) {
       if (mine === request) replace(messages, errorPanel(err))
     }
@@ -79,26 +106,69 @@ export function topicView(root, [name = '']) {
       const t = await api.topic(name)
       ends = t.partitionStats.map((p) => p.endOffset)
       const counter = topicCounter(name)
-      counter.push(Date.now(), ends.reduce((s, e) => s + e, 0))
-      replace(summary, `${t.partitions} partition${t.partitions === 1 ? '' : 's'} · retention ${fmtDuration(t.retentionMs)} · `,
-        `${fmtRate(counter.rate())} msg/s · created ${fmtTime(t.createdAt)}`)
-      replace(partitions, table(['Partition', 'End offset', ''], t.partitionStats.map((p) => h('tr', { 'data-partition': p.partition },
-        h('td', { class: 'num' }, p.partition),
-        h('td', { class: 'num' }, fmtInt(p.endOffset)),
-        h('td', {}, h('button', { type: 'button', class: 'link', onclick: () => { partition = p.partition; void showMessages(Math.max(0, p.endOffset - PAGE)) } },
-          'Show messages')))), '', { class: 'partitions' }))
+      counter.push(
+        Date.now(),
+        ends.reduce((s, e) => s + e, 0),
+      )
+      replace(
+        summary,
+        `${t.partitions} partition${t.partitions === 1 ? '' : 's'} · retention ${fmtDuration(t.retentionMs)} · `,
+        `${fmtRate(counter.rate())} msg/s · created ${fmtTime(t.createdAt)}`,
+      )
+      replace(
+        partitions,
+        table(
+          ['Partition', 'End offset', ''],
+          t.partitionStats.map((p) =>
+            h(
+              'tr',
+              { 'data-partition': p.partition },
+              h('td', { class: 'num' }, p.partition),
+              h('td', { class: 'num' }, fmtInt(p.endOffset)),
+              h(
+                'td',
+                {},
+                h(
+                  'button',
+                  {
+                    type: 'button',
+                    class: 'link',
+                    onclick: () => {
+                      partition = p.partition
+                      void showMessages(Math.max(0, p.endOffset - PAGE))
+                    },
+                  },
+                  'Show messages',
+                ),
+              ),
+            ),
+          ),
+          '',
+          { class: 'partitions' },
+        ),
+      )
       if (!shown) void showMessages(Math.max(0, (ends[0] ?? 0) - PAGE))
     } catch (err) {
       replace(summary, errorPanel(err))
     }
   })
 
-  api.groups().then((all) => {
-    const mine = all.filter((g) => g.topic === name)
-    replace(groups, mine.length === 0
-      ? h('p', { class: 'muted' }, 'No group consumes this topic.')
-      : h('ul', {}, mine.map((g) => h('li', {}, h('a', { href: hashLink('groups', g.name) }, g.name)))))
-  }, (err) => replace(groups, errorPanel(err)))
+  api.groups().then(
+    (all) => {
+      const mine = all.filter((g) => g.topic === name)
+      replace(
+        groups,
+        mine.length === 0
+          ? h('p', { class: 'muted' }, 'No group consumes this topic.')
+          : h(
+              'ul',
+              {},
+              mine.map((g) => h('li', {}, h('a', { href: hashLink('groups', g.name) }, g.name))),
+            ),
+      )
+    },
+    (err) => replace(groups, errorPanel(err)),
+  )
 
   return stopPolling
 }

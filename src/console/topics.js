@@ -35,7 +35,10 @@ export async function mapLimit(items, limit, fn) {
  * @param {{ partition: number, endOffset: number }[]} stats
  */
 export function endOffsetsText(stats) {
-  const shown = stats.slice(0, 8).map((s) => `p${s.partition} ${fmtInt(s.endOffset)}`).join(' · ')
+  const shown = stats
+    .slice(0, 8)
+    .map((s) => `p${s.partition} ${fmtInt(s.endOffset)}`)
+    .join(' · ')
   return stats.length > 8 ? `${shown} · … (${stats.length - 8} more)` : shown
 }
 
@@ -53,17 +56,27 @@ export function topicsView(root) {
         const total = t.partitionStats.reduce((s, p) => s + p.endOffset, 0)
         const counter = topicCounter(t.name)
         counter.push(nowMs, total)
-        return h('tr', { 'data-topic': t.name },
+        return h(
+          'tr',
+          { 'data-topic': t.name },
           h('td', {}, h('a', { href: hashLink('topics', t.name) }, t.name)),
           h('td', { class: 'num' }, t.partitions),
           h('td', { class: 'end-offsets' }, endOffsetsText(t.partitionStats)),
           h('td', { class: 'num total' }, fmtInt(total)),
           h('td', { class: 'num rate' }, fmtRate(counter.rate())),
           h('td', {}, fmtDuration(t.retentionMs)),
-          h('td', {}, fmtTime(t.createdAt)))
+          h('td', {}, fmtTime(t.createdAt)),
+        )
       })
-      replace(body, table(['Topic', 'Partitions', 'End offsets', 'Produced', 'msg/s', 'Retention', 'Created'], rows,
-        'No topics yet: create one with PUT /v1/topics/{topic}.', { class: 'topics' }))
+      replace(
+        body,
+        table(
+          ['Topic', 'Partitions', 'End offsets', 'Produced', 'msg/s', 'Retention', 'Created'],
+          rows,
+          'No topics yet: create one with PUT /v1/topics/{topic}.',
+          { class: 'topics' },
+        ),
+      )
     } catch (err) {
       replace(body, errorPanel(err))
     }

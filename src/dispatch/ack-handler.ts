@@ -43,7 +43,10 @@ export class AckHandler {
     let moved = false
     const locs = await this.locate(g, deliveryIds)
     for (const [i, loc] of locs.entries()) {
-      if (loc === 'moved') { moved = true; continue }
+      if (loc === 'moved') {
+        moved = true
+        continue
+      }
       if (!loc) continue
       const { w, offset } = loc
       const o = w.outstanding.get(offset)
@@ -60,7 +63,10 @@ export class AckHandler {
     }
     for (const [k, { i, req }] of reqs.entries()) {
       const status = statuses[k]!
-      if (status === 'moved') { moved = true; continue }
+      if (status === 'moved') {
+        moved = true
+        continue
+      }
       // Its own request's outcome (acked), or one written before it: a dead letter counts as acked
       // for the caller, and a filtered message had no delivery id to ack.
       out[i]!.status = status === 'dead' || status === 'filtered' ? 'acked' : status
@@ -103,14 +109,20 @@ export class AckHandler {
    * call then fails with 503 once the others are applied (the caller asks again; nacks and extends
    * of settled ids change nothing).
    */
-  private async each(g: GroupRuntime | undefined, deliveryIds: string[],
-    fn: (g: GroupRuntime, id: string, w: PartitionState, offset: number) => AckStatus): Promise<AckResult[]> {
+  private async each(
+    g: GroupRuntime | undefined,
+    deliveryIds: string[],
+    fn: (g: GroupRuntime, id: string, w: PartitionState, offset: number) => AckStatus,
+  ): Promise<AckResult[]> {
     const out: AckResult[] = []
     let moved = false
     const locs = g ? await this.locate(g, deliveryIds) : []
     for (const [i, id] of deliveryIds.entries()) {
       const loc = locs[i]
-      if (loc === 'moved') { moved = true; continue }
+      if (loc === 'moved') {
+        moved = true
+        continue
+      }
       out.push({ deliveryId: id, status: !g || !loc ? 'unknown' : fn(g, id, loc.w, loc.offset) })
     }
     if (moved) throw movedError()
@@ -142,18 +154,28 @@ export class AckHandler {
     for (const [i, id] of ids.entries()) {
       // Ids in memory are of partitions owned here: dropping a partition forgets its ids.
       const known = this.deps.deliveries.find(id)
-      if (known) { out[i] = known.g !== g ? null : known.w.releasing ? 'moved' : known; continue }
+      if (known) {
+        out[i] = known.g !== g ? null : known.w.releasing ? 'moved' : known
+        continue
+      }
       const key = parseDeliveryId(id)
       if (!key || key.groupId !== g.row.id || key.partition >= g.topic.partitions) continue
       // One not pushed here is its owner's to answer, whether or not its row is written yet.
       const w = g.parts.get(key.partition)
-      if (!w || w.releasing) { out[i] = 'moved'; continue }
+      if (!w || w.releasing) {
+        out[i] = 'moved'
+        continue
+      }
       const row = this.deps.attempts.pending(id)
       if (row) out[i] = this.counts(g, w, row)
       else lookUp.push({ i, w })
     }
     if (lookUp.length > 0) {
-      const rows = await findAttempts(this.deps.db, g.row.id, lookUp.map(({ i }) => ids[i]!))
+      const rows = await findAttempts(
+        this.deps.db,
+        g.row.id,
+        lookUp.map(({ i }) => ids[i]!),
+      )
       for (const { i, w } of lookUp) {
         const row = rows.get(ids[i]!)
         if (row) out[i] = this.counts(g, w, row)
@@ -163,14 +185,21 @@ export class AckHandler {
   }
 
   /** The message an attempt row names, unless the row is of another partition's life (before a seek). */
-  private counts(g: GroupRuntime, w: PartitionState, row: { topicId: number; partition: number; offset: number; startedAt: Date }): Location | null {
+  private counts(
+    g: GroupRuntime,
+    w: PartitionState,
+    row: { topicId: number; partition: number; offset: number; startedAt: Date },
+  ): Location | null {
     if (row.topicId !== g.topic.id || row.partition !== w.partition) return null
     return row.startedAt.getTime() >= w.seekAtMs ? { w, offset: row.offset } : null
   }
 }
 
 /** The message of a delivery id, on a partition this process pushes. */
-interface Location { w: PartitionState; offset: number }
+interface Location {
+  w: PartitionState
+  offset: number
+}
 
 /** An ack for a partition that is moving between processes: the caller tries again (acks are idempotent). */
 function movedError(): HookqError {

@@ -52,7 +52,10 @@ export class AttemptLog {
   private closed = false
   private readonly now: () => number
 
-  constructor(private readonly db: Database, private readonly opts: AttemptLogOptions) {
+  constructor(
+    private readonly db: Database,
+    private readonly opts: AttemptLogOptions,
+  ) {
     this.now = opts.now ?? Date.now
   }
 
@@ -132,14 +135,22 @@ export class AttemptLog {
         // What is written leaves the batch as it goes: after a failure part-way, only the rest is
         // put back, so a later outcome of a row already inserted becomes an UPDATE, not a merge
         // into an INSERT that would then do nothing (ON CONFLICT DO NOTHING).
-        await this.writeApart([...inserts.values()], async (rows) => {
-          await insertAttempts(this.db, rows)
-          for (const r of rows) inserts.delete(r.id)
-        }, withoutDetails)
-        await this.writeApart([...updates.values()], async (rows) => {
-          await updateAttempts(this.db, rows)
-          for (const r of rows) updates.delete(r.id)
-        }, (u, err) => ({ id: u.id, outcome: u.outcome, finishedAt: u.finishedAt, error: notStorable(err) }))
+        await this.writeApart(
+          [...inserts.values()],
+          async (rows) => {
+            await insertAttempts(this.db, rows)
+            for (const r of rows) inserts.delete(r.id)
+          },
+          withoutDetails,
+        )
+        await this.writeApart(
+          [...updates.values()],
+          async (rows) => {
+            await updateAttempts(this.db, rows)
+            for (const r of rows) updates.delete(r.id)
+          },
+          (u, err) => ({ id: u.id, outcome: u.outcome, finishedAt: u.finishedAt, error: notStorable(err) }),
+        )
         this.failures = 0
       } catch (err) {
         // Put them back in front of what arrived meanwhile, and try again later.
@@ -194,7 +205,14 @@ export class AttemptLog {
     if (this.timer && this.timerAtMs <= atMs) return
     clearTimeout(this.timer)
     this.timerAtMs = atMs
-    this.timer = setTimeout(() => { this.timer = undefined; this.timerAtMs = Infinity; void this.flush() }, Math.max(0, atMs - this.now()))
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined
+        this.timerAtMs = Infinity
+        void this.flush()
+      },
+      Math.max(0, atMs - this.now()),
+    )
   }
 
   /**
@@ -203,7 +221,11 @@ export class AttemptLog {
    * even that is refused). Rows written before another kind of error are written again at the retry:
    * inserts skip what exists and updates set the same values, so that repeats nothing.
    */
-  private async writeApart<R extends { id: string }>(rows: R[], write: (rows: R[]) => Promise<void>, plain: (row: R, err: unknown) => R): Promise<void> {
+  private async writeApart<R extends { id: string }>(
+    rows: R[],
+    write: (rows: R[]) => Promise<void>,
+    plain: (row: R, err: unknown) => R,
+  ): Promise<void> {
     if (rows.length === 0) return
     try {
       await write(rows)

@@ -60,7 +60,16 @@ export class ConsumerWindows {
   of(consumerId: string): ConsumerWindow {
     let win = this.windows.get(consumerId)
     if (!win) {
-      win = { window: new PushWindow(this.deps.options), cap: undefined, rate: undefined, rateTimer: false, batching: false, requests: 0, waiting: new Map(), retired: false }
+      win = {
+        window: new PushWindow(this.deps.options),
+        cap: undefined,
+        rate: undefined,
+        rateTimer: false,
+        batching: false,
+        requests: 0,
+        waiting: new Map(),
+        retired: false,
+      }
       this.windows.set(consumerId, win)
     }
     win.retired = false

@@ -93,8 +93,11 @@ export class Dispatcher {
     const deliveries = new DeliveryIndex()
     this.health = new HealthRecorder({ db: deps.db, now, timers, log: deps.log })
     this.windows = new ConsumerWindows({
-      ...(deps.pushWindow ? { options: deps.pushWindow } : {}), ...(deps.metrics ? { metrics: deps.metrics } : {}),
-      now, timers, fill: (g, w) => this.flow.safely(() => this.flow.fill(g, w)),
+      ...(deps.pushWindow ? { options: deps.pushWindow } : {}),
+      ...(deps.metrics ? { metrics: deps.metrics } : {}),
+      now,
+      timers,
+      fill: (g, w) => this.flow.safely(() => this.flow.fill(g, w)),
     })
     this.schedule = new Schedule(now, timers, (entry) => this.flow.due(entry))
     this.progress = new ProgressWriter({
@@ -102,14 +105,41 @@ export class Dispatcher {
       onRefused: (g, w) => this.moved(g, w),
       onAppended: (topicId, partition, endOffset) => this.notifyAppend(topicId, partition, endOffset),
     })
-    this.reader = new PartitionReader({ db: deps.db, timers, log: deps.log, onReadable: (g, w) => this.flow.safely(() => this.flow.fill(g, w)) })
-    this.flow = new PushFlow({
-      db: deps.db, findTopic: (name) => deps.topics.findByName(name), attempts: deps.attempts, agent: deps.agent, log: deps.log,
-      ...(deps.metrics ? { metrics: deps.metrics } : {}), now, timers, schedule: this.schedule, windows: this.windows, deliveries,
-      progress: this.progress, reader: this.reader, group: (id) => this.groupsById.get(id), stopped: () => this.stopped,
-      disableConsumer: (id, reason) => deps.disableConsumer(id, reason), moved: (g, w) => this.moved(g, w), health: this.health,
+    this.reader = new PartitionReader({
+      db: deps.db,
+      timers,
+      log: deps.log,
+      onReadable: (g, w) => this.flow.safely(() => this.flow.fill(g, w)),
     })
-    this.acks = new AckHandler({ db: deps.db, attempts: deps.attempts, deliveries, progress: this.progress, flow: this.flow, schedule: this.schedule, now })
+    this.flow = new PushFlow({
+      db: deps.db,
+      findTopic: (name) => deps.topics.findByName(name),
+      attempts: deps.attempts,
+      agent: deps.agent,
+      log: deps.log,
+      ...(deps.metrics ? { metrics: deps.metrics } : {}),
+      now,
+      timers,
+      schedule: this.schedule,
+      windows: this.windows,
+      deliveries,
+      progress: this.progress,
+      reader: this.reader,
+      group: (id) => this.groupsById.get(id),
+      stopped: () => this.stopped,
+      disableConsumer: (id, reason) => deps.disableConsumer(id, reason),
+      moved: (g, w) => this.moved(g, w),
+      health: this.health,
+    })
+    this.acks = new AckHandler({
+      db: deps.db,
+      attempts: deps.attempts,
+      deliveries,
+      progress: this.progress,
+      flow: this.flow,
+      schedule: this.schedule,
+      now,
+    })
   }
 
   // ---- lifecycle ----
@@ -155,9 +185,14 @@ export class Dispatcher {
     // One at a time per group: two overlapping reloads could build two runtimes, or apply an
     // older consumer list after a newer one.
     const previous = this.reloads.get(name) ?? Promise.resolve()
-    const next = previous.then(() => this.reloadNow(name), () => this.reloadNow(name))
+    const next = previous.then(
+      () => this.reloadNow(name),
+      () => this.reloadNow(name),
+    )
     this.reloads.set(name, next)
-    const forget = () => { if (this.reloads.get(name) === next) this.reloads.delete(name) }
+    const forget = () => {
+      if (this.reloads.get(name) === next) this.reloads.delete(name)
+    }
     next.then(forget, forget)
     return next
   }
@@ -185,7 +220,16 @@ export class Dispatcher {
     // Committed offsets exist before any process claims a partition (the claim bumps their epoch).
     await this.deps.ensureOffsets(loaded.row, topic)
     if (this.stopped || this.groups.has(name)) return
-    const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(loaded.row), filter: filterOf(loaded.row), dropped: false }
+    const g: GroupRuntime = {
+      row: loaded.row,
+      topic,
+      consumers: [],
+      owners: [],
+      parts: new Map(),
+      policy: policyOf(loaded.row),
+      filter: filterOf(loaded.row),
+      dropped: false,
+    }
     this.groups.set(name, g)
     this.groupsById.set(g.row.id, g)
     this.flow.consumersChanged(g, loaded.consumers)
@@ -226,16 +270,37 @@ export class Dispatcher {
     const { db } = this.deps
     // Attempts its previous owner left in flight ended with that ownership; their messages go again.
     await abandonInFlight(db, g.row.id, partition)
-    const pr = (await loadProgress(db, g.row.id, g.topic.id, partition)) ?? { committed: 0, completed: new Set<number>(), pushed: 0, seekedAtMs: 0 }
+    const pr = (await loadProgress(db, g.row.id, g.topic.id, partition)) ?? {
+      committed: 0,
+      completed: new Set<number>(),
+      pushed: 0,
+      seekedAtMs: 0,
+    }
     const priorAttempts = await attemptCounts(db, g.row.id, g.topic.id, partition, pr)
     const end = (await this.deps.topics.endOffsets(g.topic.id)).find((e) => e.partition === partition)?.endOffset ?? 0
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     const w: PartitionState = {
-      partition, committed: pr.committed, completed: pr.completed, readPos: pr.committed,
+      partition,
+      committed: pr.committed,
+      completed: pr.completed,
+      readPos: pr.committed,
       // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
-      endHint: Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0), buffer: [], reading: false,
-      outstanding: new Map(), priorAttempts, reservedTo: pr.pushed, reserving: false,
-      seekAtMs: pr.seekedAtMs, delayed: 0, ready: [], gaps: [], ownerEpoch, releasing: false, onIdle: undefined, dropped: false, keys: new KeyOrder(),
+      endHint: Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0),
+      buffer: [],
+      reading: false,
+      outstanding: new Map(),
+      priorAttempts,
+      reservedTo: pr.pushed,
+      reserving: false,
+      seekAtMs: pr.seekedAtMs,
+      delayed: 0,
+      ready: [],
+      gaps: [],
+      ownerEpoch,
+      releasing: false,
+      onIdle: undefined,
+      dropped: false,
+      keys: new KeyOrder(),
     }
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)
@@ -258,7 +323,10 @@ export class Dispatcher {
       if ([...w.outstanding.values()].some((o) => o.pushing)) {
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, g.row.pushTimeoutMs + 1000)
-          w.onIdle = () => { clearTimeout(timer); resolve() }
+          w.onIdle = () => {
+            clearTimeout(timer)
+            resolve()
+          }
         })
       }
       await this.progress.settled()
@@ -267,19 +335,24 @@ export class Dispatcher {
     // Handing over: the attempt rows of its pushes are written before the next owner can take it,
     // so an ack that follows the partition there finds its attempt (a row still in memory here
     // would make the new owner answer `unknown` for a delivery id it cannot check).
-    if (graceful) await this.deps.attempts.flush().catch((err: unknown) => this.deps.log.warn({ err }, 'writing the attempt log before a handover failed'))
+    if (graceful)
+      await this.deps.attempts
+        .flush()
+        .catch((err: unknown) => this.deps.log.warn({ err }, 'writing the attempt log before a handover failed'))
   }
 
   /** Drops every partition at once (the session that owned them is gone). */
   releaseAll(): void {
-    for (const g of this.groups.values()) for (const w of [...g.parts.values()]) this.dropPartition(g, w, 'abandoned: this process lost its partitions')
+    for (const g of this.groups.values())
+      for (const w of [...g.parts.values()]) this.dropPartition(g, w, 'abandoned: this process lost its partitions')
   }
 
   /** The owner epochs this process holds, to compare with the database's now and then. */
   heldEpochs(): { name: string; key: PartitionKey; ownerEpoch: number }[] {
     const out: { name: string; key: PartitionKey; ownerEpoch: number }[] = []
     for (const g of this.groups.values()) {
-      for (const w of g.parts.values()) out.push({ name: g.row.name, key: { groupId: g.row.id, topicId: g.topic.id, partition: w.partition }, ownerEpoch: w.ownerEpoch })
+      for (const w of g.parts.values())
+        out.push({ name: g.row.name, key: { groupId: g.row.id, topicId: g.topic.id, partition: w.partition }, ownerEpoch: w.ownerEpoch })
     }
     return out
   }
@@ -300,7 +373,10 @@ export class Dispatcher {
   /** A write for the partition was refused for its epoch: another process (or a seek) has it now. */
   private moved(g: GroupRuntime, w: PartitionState): void {
     if (w.dropped) return
-    this.deps.log.warn({ group: g.row.name, partition: w.partition }, 'the partition moved on (its owner epoch changed): it is dropped here')
+    this.deps.log.warn(
+      { group: g.row.name, partition: w.partition },
+      'the partition moved on (its owner epoch changed): it is dropped here',
+    )
     this.dropPartition(g, w, 'abandoned: the partition moved to another broker process')
     this.deps.onMoved?.(g.row.name, w.partition)
   }

@@ -71,7 +71,14 @@ const deadlineIso = isoFormatter()
 const producedIso = isoFormatter()
 
 /** Body and headers of one push attempt. */
-export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: string, attempt: number, ackDeadlineMs: number, nowMs: number): { body: string; headers: Record<string, string>; headerLines: string } {
+export function buildPush(
+  target: PushTarget,
+  msg: DispatchMessage,
+  deliveryId: string,
+  attempt: number,
+  ackDeadlineMs: number,
+  nowMs: number,
+): { body: string; headers: Record<string, string>; headerLines: string } {
   let body: string
   const headers: Record<string, string> = {
     'content-type': 'application/json',
@@ -98,30 +105,51 @@ export function buildPush(target: PushTarget, msg: DispatchMessage, deliveryId: 
 }
 
 /** The envelope of one push attempt: a single push's body, and one member of a batch's `deliveries`. */
-export function buildEnvelope(target: PushTarget, msg: DispatchMessage, deliveryId: string, attempt: number, ackDeadlineMs: number): string {
+export function buildEnvelope(
+  target: PushTarget,
+  msg: DispatchMessage,
+  deliveryId: string,
+  attempt: number,
+  ackDeadlineMs: number,
+): string {
   const timestamp = (msg.timestamp ??= producedIso(msg.producedAtMs))
   // A template, not [...].join(''): the join costs ~1 µs, and flattening the template's string
   // when the request is written costs less than that (measured with the value of bench:e2e).
   // Delivery ids are base64url and names match [A-Za-z0-9._-]: neither needs JSON escaping.
-  return `{"deliveryId":"${deliveryId}","topic":"${target.topicName}","group":"${target.groupName}","partition":${target.partition},` +
+  return (
+    `{"deliveryId":"${deliveryId}","topic":"${target.topicName}","group":"${target.groupName}","partition":${target.partition},` +
     `"offset":${msg.offset},"key":${msg.key === null ? 'null' : JSON.stringify(msg.key)},"value":${msg.value},"headers":${msg.headers},` +
     `"attempt":${attempt},"timestamp":"${timestamp}","ackDeadline":"${deadlineIso(ackDeadlineMs)}"}`
+  )
 }
 
 /**
  * A batch push: `{"deliveries": [<envelope>, ...]}` with the Standard Webhooks headers computed
  * over it, `id` (webhook-id) naming the batch. hookq-batch-size says how many it carries.
  */
-export function buildBatchPush(target: PushTarget, envelopes: readonly string[], id: string, nowMs: number): { body: string; headers: Record<string, string>; headerLines: string } {
+export function buildBatchPush(
+  target: PushTarget,
+  envelopes: readonly string[],
+  id: string,
+  nowMs: number,
+): { body: string; headers: Record<string, string>; headerLines: string } {
   const body = `{"deliveries":[${envelopes.join(',')}]}`
   const headers: Record<string, string> = {
-    'content-type': 'application/json', 'user-agent': 'hookq', 'hookq-batch-size': String(envelopes.length),
+    'content-type': 'application/json',
+    'user-agent': 'hookq',
+    'hookq-batch-size': String(envelopes.length),
   }
   return finish(target, body, headers, id, nowMs)
 }
 
 /** Adds the Standard Webhooks headers (and hookq-signature) to a push, and writes its header lines. */
-function finish(target: PushTarget, body: string, headers: Record<string, string>, id: string, nowMs: number): { body: string; headers: Record<string, string>; headerLines: string } {
+function finish(
+  target: PushTarget,
+  body: string,
+  headers: Record<string, string>,
+  id: string,
+  nowMs: number,
+): { body: string; headers: Record<string, string>; headerLines: string } {
   const timestampS = Math.floor(nowMs / 1000)
   headers['webhook-id'] = id
   headers['webhook-timestamp'] = String(timestampS)

@@ -109,7 +109,12 @@ function isScalar(v: unknown): v is Scalar {
   return v === null || typeof v === 'string' || typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v))
 }
 
-const RANGE = { gt: (a: number, b: number) => a > b, gte: (a: number, b: number) => a >= b, lt: (a: number, b: number) => a < b, lte: (a: number, b: number) => a <= b }
+const RANGE = {
+  gt: (a: number, b: number) => a > b,
+  gte: (a: number, b: number) => a >= b,
+  lt: (a: number, b: number) => a < b,
+  lte: (a: number, b: number) => a <= b,
+}
 type RangeOp = keyof typeof RANGE
 
 function compileCondition(c: unknown, at: string): Condition {
@@ -133,7 +138,10 @@ function compileCondition(c: unknown, at: string): Condition {
     })
     return (v) => typeof v === 'number' && bounds.every(([cmp, n]) => cmp(v, n))
   }
-  if (ops.length > 1) throw new FilterError(`${at}: one operator per condition (prefix, exists or not), or a range of gt, gte, lt, lte; got ${ops.join(', ')}`)
+  if (ops.length > 1)
+    throw new FilterError(
+      `${at}: one operator per condition (prefix, exists or not), or a range of gt, gte, lt, lte; got ${ops.join(', ')}`,
+    )
   const op = ops[0]!
   const arg = o[op]
   switch (op) {
@@ -146,7 +154,8 @@ function compileCondition(c: unknown, at: string): Condition {
     case 'not': {
       const inner = compileCondition(arg, `${at}.not`)
       // A missing field: only an exists inside can say something about it (see the header).
-      const aboutExistence = typeof arg === 'object' && arg !== null && !Array.isArray(arg) && Object.keys(arg).length === 1 && 'exists' in arg
+      const aboutExistence =
+        typeof arg === 'object' && arg !== null && !Array.isArray(arg) && Object.keys(arg).length === 1 && 'exists' in arg
       return (v) => (v === MISSING && !aboutExistence ? false : !inner(v))
     }
     default:

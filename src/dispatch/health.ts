@@ -76,7 +76,9 @@ export class HealthRecorder {
     this.ended = []
     this.writing = (this.deps.write ?? recordHealth)(this.deps.db, rows)
       .catch((err: unknown) => this.deps.log.warn({ err }, 'writing consumer health failed; those counts are lost'))
-      .finally(() => { this.writing = undefined })
+      .finally(() => {
+        this.writing = undefined
+      })
     await this.writing
   }
 
@@ -106,7 +108,10 @@ export class HealthRecorder {
 
 function row(c: Counts): HealthCounts {
   return {
-    consumerId: c.consumerId, bucketMs: c.bucketMs, successes: c.successes, failures: c.failures,
+    consumerId: c.consumerId,
+    bucketMs: c.bucketMs,
+    successes: c.successes,
+    failures: c.failures,
     lastSuccessAt: c.lastSuccessMs ? new Date(c.lastSuccessMs) : null,
     lastFailureAt: c.lastFailureMs ? new Date(c.lastFailureMs) : null,
     lastError: c.lastError,

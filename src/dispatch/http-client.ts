@@ -148,7 +148,11 @@ class OriginPool {
   private head = 0
   private closing: (() => void) | undefined
 
-  constructor(readonly origin: Origin, readonly options: HttpClient['options'], private readonly onEmpty: () => void) {}
+  constructor(
+    readonly origin: Origin,
+    readonly options: HttpClient['options'],
+    private readonly onEmpty: () => void,
+  ) {}
 
   dispatch(p: Pending): void {
     const conn = this.idle.pop()
@@ -188,13 +192,16 @@ class OriginPool {
 
   close(): Promise<void> {
     if (this.conns.size === 0) return Promise.resolve()
-    const done = new Promise<void>((resolve) => { this.closing = resolve })
+    const done = new Promise<void>((resolve) => {
+      this.closing = resolve
+    })
     for (const c of this.idle.splice(0)) c.destroy()
     return done
   }
 
   destroy(): void {
-    for (let p = this.nextQueued(); p; p = this.nextQueued()) settle(p, { kind: 'network', error: new ClientClosedError('the push client was closed') })
+    for (let p = this.nextQueued(); p; p = this.nextQueued())
+      settle(p, { kind: 'network', error: new ClientClosedError('the push client was closed') })
     for (const c of [...this.conns]) c.destroy(new ClientClosedError('the push client was closed'))
   }
 
@@ -203,7 +210,10 @@ class OriginPool {
     while (this.head < this.queue.length) {
       const p = this.queue[this.head]!
       this.queue[this.head++] = undefined as unknown as Pending
-      if (this.head > 1024 && this.head * 2 > this.queue.length) { this.queue = this.queue.slice(this.head); this.head = 0 }
+      if (this.head > 1024 && this.head * 2 > this.queue.length) {
+        this.queue = this.queue.slice(this.head)
+        this.head = 0
+      }
       if (!p.settled) return p
     }
     return undefined
@@ -249,7 +259,9 @@ class Connection {
     this.socket.setTimeout(options.connectTimeoutMs)
     const connected = () => this.socket.setTimeout(0)
     this.socket.once(origin.tls ? 'secureConnect' : 'connect', connected)
-    this.socket.on('timeout', () => this.destroy(Object.assign(new Error(`connect timeout after ${options.connectTimeoutMs} ms`), { code: 'ETIMEDOUT' })))
+    this.socket.on('timeout', () =>
+      this.destroy(Object.assign(new Error(`connect timeout after ${options.connectTimeoutMs} ms`), { code: 'ETIMEDOUT' })),
+    )
     this.socket.on('data', (chunk: Buffer) => this.onData(chunk))
     this.socket.on('end', () => this.onEnd())
     this.socket.on('error', (err) => this.destroy(err))
@@ -258,13 +270,26 @@ class Connection {
 
   /** Writes a request; its answer ends it. */
   send(p: Pending): void {
-    if (this.idleTimer) { clearTimeout(this.idleTimer); this.idleTimer = undefined }
+    if (this.idleTimer) {
+      clearTimeout(this.idleTimer)
+      this.idleTimer = undefined
+    }
     this.pending = p
     p.conn = this
     this.reset()
     const { req } = p
     const length = typeof req.body === 'string' ? Buffer.byteLength(req.body) : req.body.length
-    const head = ['POST ', req.path, ' HTTP/1.1\r\nhost: ', this.pool.origin.host, '\r\n', req.headerLines, 'content-length: ', String(length), '\r\n\r\n'].join('')
+    const head = [
+      'POST ',
+      req.path,
+      ' HTTP/1.1\r\nhost: ',
+      this.pool.origin.host,
+      '\r\n',
+      req.headerLines,
+      'content-length: ',
+      String(length),
+      '\r\n\r\n',
+    ].join('')
     if (typeof req.body === 'string') {
       // One buffer, one write: the head is ASCII, the body UTF-8, each copied once.
       const headLength = head.length
@@ -293,7 +318,11 @@ class Connection {
     this.socket.destroy()
     const p = this.pending
     this.pending = undefined
-    if (p) settle(p, { kind: 'network', error: err ?? Object.assign(new Error('the connection closed before the answer ended'), { code: 'ECONNRESET' }) })
+    if (p)
+      settle(p, {
+        kind: 'network',
+        error: err ?? Object.assign(new Error('the connection closed before the answer ended'), { code: 'ECONNRESET' }),
+      })
     this.pool.remove(this)
   }
 
@@ -315,7 +344,11 @@ class Connection {
 
   private onEnd(): void {
     // A body delimited by the close ends here; anything else cut short is a network error.
-    if (this.pending && !this.inHead && this.mode === 'close') { this.reusable = false; this.answered = true; return this.finish(false) }
+    if (this.pending && !this.inHead && this.mode === 'close') {
+      this.reusable = false
+      this.answered = true
+      return this.finish(false)
+    }
     this.destroy()
   }
 
@@ -330,7 +363,7 @@ class Connection {
       if (this.inHead) {
         const end = buf.indexOf(CRLF2)
         if (end < 0) {
-          if (buf.length > MAX_HEAD_BYTES) return this.destroy(protocolError('the answer\'s head is too large'))
+          if (buf.length > MAX_HEAD_BYTES) return this.destroy(protocolError("the answer's head is too large"))
           this.buf = buf
           return
         }
@@ -353,11 +386,17 @@ class Connection {
   /** Parses the status line and headers; false when the connection was given up. */
   private parseHead(head: string): boolean {
     const m = /^HTTP\/1\.([01]) (\d{3})/.exec(head)
-    if (!m) { this.destroy(protocolError('not an HTTP/1.x answer')); return false }
+    if (!m) {
+      this.destroy(protocolError('not an HTTP/1.x answer'))
+      return false
+    }
     const status = Number(m[2])
     // 1xx answers (100 Continue, 103 Early Hints) precede the real one; 101 would switch protocols.
     if (status >= 100 && status < 200) {
-      if (status === 101) { this.destroy(protocolError('the server switched protocols')); return false }
+      if (status === 101) {
+        this.destroy(protocolError('the server switched protocols'))
+        return false
+      }
       return true
     }
     this.status = status
@@ -380,13 +419,22 @@ class Connection {
       const name = head.slice(start, colon).toLowerCase()
       const value = head.slice(colon + 1, end).trim()
       if (name === 'content-length') {
-        if (!/^\d+$/.test(value)) { this.destroy(protocolError('a bad Content-Length')); return false }
+        if (!/^\d+$/.test(value)) {
+          this.destroy(protocolError('a bad Content-Length'))
+          return false
+        }
         const n = Number(value)
-        if (length >= 0 && n !== length) { this.destroy(protocolError('conflicting Content-Length')); return false }
+        if (length >= 0 && n !== length) {
+          this.destroy(protocolError('conflicting Content-Length'))
+          return false
+        }
         length = n
       } else if (name === 'transfer-encoding') {
         chunked = /(?:^|,)\s*chunked\s*$/i.test(value)
-        if (!chunked) { this.destroy(protocolError(`an unsupported Transfer-Encoding: ${value}`)); return false }
+        if (!chunked) {
+          this.destroy(protocolError(`an unsupported Transfer-Encoding: ${value}`))
+          return false
+        }
       } else if (name === 'connection') {
         const v = value.toLowerCase()
         if (/(?:^|,)\s*close\s*(?:,|$)/.test(v)) keepAlive = false
@@ -403,9 +451,16 @@ class Connection {
     if (hintMs !== undefined) this.idleMs = Math.max(0, Math.min(this.pool.options.keepAliveMaxTimeoutMs, hintMs - 1000))
     this.inHead = false
     if (status === 204 || status === 304) this.mode = 'none'
-    else if (chunked) { this.mode = 'chunked'; this.remaining = -1 }
-    else if (length >= 0) { this.mode = length === 0 ? 'none' : 'length'; this.remaining = length }
-    else { this.mode = 'close'; this.reusable = false }
+    else if (chunked) {
+      this.mode = 'chunked'
+      this.remaining = -1
+    } else if (length >= 0) {
+      this.mode = length === 0 ? 'none' : 'length'
+      this.remaining = length
+    } else {
+      this.mode = 'close'
+      this.reusable = false
+    }
     return true
   }
 
@@ -441,20 +496,35 @@ class Connection {
       }
       const eol = buf.indexOf(CRLF)
       if (eol < 0) {
-        if (buf.length > 4096) { this.destroy(protocolError('a chunk size line is too long')); return EMPTY }
+        if (buf.length > 4096) {
+          this.destroy(protocolError('a chunk size line is too long'))
+          return EMPTY
+        }
         this.buf = buf
         return EMPTY
       }
       const line = buf.toString('latin1', 0, eol)
       buf = buf.subarray(eol + 2)
-      if (this.remaining === -2) { this.remaining = -1; continue }
+      if (this.remaining === -2) {
+        this.remaining = -1
+        continue
+      }
       if (this.trailers) {
-        if (line === '') { this.answered = true; return buf }
+        if (line === '') {
+          this.answered = true
+          return buf
+        }
         continue
       }
       const size = Number.parseInt(line, 16)
-      if (!/^[0-9a-fA-F]+/.test(line) || !Number.isSafeInteger(size)) { this.destroy(protocolError('a bad chunk size')); return EMPTY }
-      if (size === 0) { this.trailers = true; continue }
+      if (!/^[0-9a-fA-F]+/.test(line) || !Number.isSafeInteger(size)) {
+        this.destroy(protocolError('a bad chunk size'))
+        return EMPTY
+      }
+      if (size === 0) {
+        this.trailers = true
+        continue
+      }
       this.remaining = size
     }
     return EMPTY
@@ -485,7 +555,8 @@ class Connection {
     if (!p) return
     this.pending = undefined
     p.conn = undefined
-    const body = this.kept.length === 0 ? '' : this.kept.length === 1 ? this.kept[0]!.toString('utf8') : Buffer.concat(this.kept).toString('utf8')
+    const body =
+      this.kept.length === 0 ? '' : this.kept.length === 1 ? this.kept[0]!.toString('utf8') : Buffer.concat(this.kept).toString('utf8')
     const reuse = this.reusable && !extraBytes && this.buf === undefined
     if (!reuse) this.destroy()
     settle(p, { kind: 'answer', status: this.status, retryAfter: this.retryAfter, body })

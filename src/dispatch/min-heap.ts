@@ -87,7 +87,8 @@ export class MinHeap<T extends HeapEntry> {
       const entry = items[i]!
       if (entry.index !== i) throw new Error(`heap entry at ${i} says index ${entry.index}`)
       if (keys[i] !== entry.deadlineMs) throw new Error(`heap key at ${i} is ${keys[i]}, entry says ${entry.deadlineMs}`)
-      if (i > 0 && keys[(i - 1) >> 1]! > keys[i]!) throw new Error(`heap order broken at ${i}: parent ${keys[(i - 1) >> 1]} > child ${keys[i]}`)
+      if (i > 0 && keys[(i - 1) >> 1]! > keys[i]!)
+        throw new Error(`heap order broken at ${i}: parent ${keys[(i - 1) >> 1]} > child ${keys[i]}`)
     }
   }
 

@@ -139,7 +139,12 @@ export function filterOf(row: GroupRow): MessageFilter | undefined {
 }
 
 export function policyOf(row: GroupRow): RetryPolicy {
-  return { initialDelayMs: row.retryInitialDelayMs, multiplier: row.retryMultiplier, maxDelayMs: row.retryMaxDelayMs, jitter: row.retryJitter }
+  return {
+    initialDelayMs: row.retryInitialDelayMs,
+    multiplier: row.retryMultiplier,
+    maxDelayMs: row.retryMaxDelayMs,
+    jitter: row.retryJitter,
+  }
 }
 
 /** The dead letter: same key, value and headers, plus headers naming where it came from. */
@@ -154,5 +159,13 @@ export function deadLetterEntry(g: GroupRuntime, w: PartitionState, o: Outstandi
     'hookq-dlq-error': error.slice(0, 1000),
   }
   const partition = o.msg.key !== null ? partitionForKey(o.msg.key, dlq.partitions) : w.partition % dlq.partitions
-  return { topicId: dlq.id, partition, key: o.msg.key, value: o.msg.value, headers: JSON.stringify(headers), delayMs: 0, idempotencyKey: null }
+  return {
+    topicId: dlq.id,
+    partition,
+    key: o.msg.key,
+    value: o.msg.value,
+    headers: JSON.stringify(headers),
+    delayMs: 0,
+    idempotencyKey: null,
+  }
 }

@@ -71,12 +71,21 @@ export class ProgressWriter {
       const statuses = new Array<CompletionStatus>(reqs.length)
       let waiting = reqs.length
       let failed = false
-      reqs.forEach((req, k) => this.complete(req, (status) => {
-        statuses[k] = status
-        if (--waiting === 0 && !failed) resolve(statuses)
-      }, (err) => {
-        if (!failed) { failed = true; reject(err) }
-      }))
+      reqs.forEach((req, k) =>
+        this.complete(
+          req,
+          (status) => {
+            statuses[k] = status
+            if (--waiting === 0 && !failed) resolve(statuses)
+          },
+          (err) => {
+            if (!failed) {
+              failed = true
+              reject(err)
+            }
+          },
+        ),
+      )
     })
   }
 
@@ -136,7 +145,18 @@ export class ProgressWriter {
     const part = (g: GroupRuntime, w: PartitionState) => {
       let p = parts.get(w)
       if (!p) {
-        p = { g, write: { groupId: g.row.id, topicId: g.topic.id, partition: w.partition, ownerEpoch: w.ownerEpoch, committedOffset: null, pushedOffset: null, filtered: 0 } }
+        p = {
+          g,
+          write: {
+            groupId: g.row.id,
+            topicId: g.topic.id,
+            partition: w.partition,
+            ownerEpoch: w.ownerEpoch,
+            committedOffset: null,
+            pushedOffset: null,
+            filtered: 0,
+          },
+        }
         parts.set(w, p)
       }
       return p
@@ -160,7 +180,8 @@ export class ProgressWriter {
       const { g, w, offset, deadLetter } = jobs[i]!.req
       const to = parts.get(w)!.write.committedOffset ?? w.committed
       if (offset >= to) batch.completions.push({ groupId: g.row.id, topicId: g.topic.id, partition: w.partition, offset })
-      if (deadLetter) batch.deadLetters.push({ from: { groupId: g.row.id, topicId: g.topic.id, partition: w.partition }, entry: deadLetter })
+      if (deadLetter)
+        batch.deadLetters.push({ from: { groupId: g.row.id, topicId: g.topic.id, partition: w.partition }, entry: deadLetter })
     }
     let result: ProgressResult
     try {
@@ -173,7 +194,8 @@ export class ProgressWriter {
     }
     const refused = new Set<PartitionState>()
     for (const [w, p] of parts) {
-      if (result.refused.some((k) => k.groupId === p.write.groupId && k.topicId === p.write.topicId && k.partition === p.write.partition)) refused.add(w)
+      if (result.refused.some((k) => k.groupId === p.write.groupId && k.topicId === p.write.topicId && k.partition === p.write.partition))
+        refused.add(w)
     }
     // Partitions whose epoch moved on wrote nothing: their requests are the new owner's to answer.
     for (const i of marked) {
@@ -183,7 +205,10 @@ export class ProgressWriter {
       statuses[i] = 'moved'
     }
     for (const [w, p] of parts) {
-      if (refused.has(w)) { this.deps.onRefused(p.g, w); continue }
+      if (refused.has(w)) {
+        this.deps.onRefused(p.g, w)
+        continue
+      }
       const to = p.write.committedOffset
       if (to !== null && to > w.committed) {
         for (const o of w.completed) if (o < to) w.completed.delete(o)

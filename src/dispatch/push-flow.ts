@@ -41,7 +41,15 @@ import type { Schedule, Timers } from './schedule.ts'
 import type { TrackerEntry } from './tracker.ts'
 import { Wait } from './waits.ts'
 import type { HealthRecorder } from './health.ts'
-import { active, deadLetterEntry, setState, type CompletionRequest, type GroupRuntime, type Outstanding, type PartitionState } from './partition-state.ts'
+import {
+  active,
+  deadLetterEntry,
+  setState,
+  type CompletionRequest,
+  type GroupRuntime,
+  type Outstanding,
+  type PartitionState,
+} from './partition-state.ts'
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
 const MAX_DELAYED = 1000
@@ -81,7 +89,8 @@ export class PushFlow {
 
   constructor(private readonly deps: PushFlowDeps) {
     this.batches = new Batches({
-      timers: deps.timers, send: (g, w, owner, entries) => this.safely(() => this.sendBatch(g, w, owner, entries)),
+      timers: deps.timers,
+      send: (g, w, owner, entries) => this.safely(() => this.sendBatch(g, w, owner, entries)),
       opened: (owner) => deps.windows.batchOpened(owner.id),
     })
   }
@@ -152,7 +161,16 @@ export class PushFlow {
     const attempts = w.priorAttempts.get(msg.offset) ?? 0
     if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
     const o: Outstanding = {
-      msg, attempts, state: 'parked', current: undefined, inFlight: undefined, wait: undefined, ids: [], open: new Set(), lastError: undefined, matched,
+      msg,
+      attempts,
+      state: 'parked',
+      current: undefined,
+      inFlight: undefined,
+      wait: undefined,
+      ids: [],
+      open: new Set(),
+      lastError: undefined,
+      matched,
     }
     w.outstanding.set(msg.offset, o)
     if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
@@ -220,11 +238,18 @@ export class PushFlow {
   private filterOut(g: GroupRuntime, w: PartitionState, offset: number): void {
     this.deps.metrics?.filtered(g.row.name)
     const req: CompletionRequest = { g, w, offset, outcome: 'filtered' }
-    const write = () => this.deps.progress.complete(req, () => {}, (err: unknown) => {
-      if (w.dropped) return
-      this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'recording a filtered message failed; retrying in 1 s')
-      this.deps.timers.setTimeout(() => { if (!w.dropped) write() }, 1000)
-    })
+    const write = () =>
+      this.deps.progress.complete(
+        req,
+        () => {},
+        (err: unknown) => {
+          if (w.dropped) return
+          this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'recording a filtered message failed; retrying in 1 s')
+          this.deps.timers.setTimeout(() => {
+            if (!w.dropped) write()
+          }, 1000)
+        },
+      )
     write()
   }
 
@@ -276,8 +301,15 @@ export class PushFlow {
       o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs)
     }
     const row = {
-      id, groupId: g.row.id, topicId: g.topic.id, partition: w.partition, offset: o.msg.offset, attempt,
-      consumerId: owner.id, startedAt: new Date(nowMs), ackDeadline: new Date(deadlineMs),
+      id,
+      groupId: g.row.id,
+      topicId: g.topic.id,
+      partition: w.partition,
+      offset: o.msg.offset,
+      attempt,
+      consumerId: owner.id,
+      startedAt: new Date(nowMs),
+      ackDeadline: new Date(deadlineMs),
     }
     // The window's slot is taken now, while it is known to be free; settle (or giveBack) returns it.
     this.deps.windows.started(win)
@@ -295,22 +327,33 @@ export class PushFlow {
       this.deps.windows.wake(owner.id)
     }
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
-    Promise.all([this.deps.attempts.durable(row), fence]).then(([, held]) => {
-      if (!held) { giveBack(); return this.deps.moved(g, w) }
-      if (current() && !this.deps.stopped() && !w.releasing) this.send(g, w, o, id, owner, attempt, deadlineMs, this.deps.now())
-      else giveBack()
-    }, (err: unknown) => {
-      giveBack()
-      if (!current()) return
-      // Not pushed, and not on record: the attempt did not happen. Try again in a second.
-      this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'recording a retry failed; retrying in 1 s')
-      this.cancel(o)
-      o.attempts--
-      o.ids.pop()
-      o.open.delete(id)
-      this.deps.deliveries.forget([id])
-      this.wait(g, w, o, 'retry', this.deps.now() + 1000)
-    }).catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'starting a retry failed'))
+    Promise.all([this.deps.attempts.durable(row), fence])
+      .then(
+        ([, held]) => {
+          if (!held) {
+            giveBack()
+            return this.deps.moved(g, w)
+          }
+          if (current() && !this.deps.stopped() && !w.releasing) this.send(g, w, o, id, owner, attempt, deadlineMs, this.deps.now())
+          else giveBack()
+        },
+        (err: unknown) => {
+          giveBack()
+          if (!current()) return
+          // Not pushed, and not on record: the attempt did not happen. Try again in a second.
+          this.deps.log.error(
+            { err, group: g.row.name, partition: w.partition, offset: o.msg.offset },
+            'recording a retry failed; retrying in 1 s',
+          )
+          this.cancel(o)
+          o.attempts--
+          o.ids.pop()
+          o.open.delete(id)
+          this.deps.deliveries.forget([id])
+          this.wait(g, w, o, 'retry', this.deps.now() + 1000)
+        },
+      )
+      .catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'starting a retry failed'))
   }
 
   /**
@@ -332,17 +375,32 @@ export class PushFlow {
       for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.start(g, w, o)
       this.fill(g, w)
     }
-    this.deps.progress.reserve(g, w, last + 1, (held) => {
-      if (!held) return this.deps.moved(g, w)
-      this.safely(resume)
-    }, (err: unknown) => {
-      this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reserving pushes failed; retrying in 1 s')
-      this.deps.timers.setTimeout(() => this.safely(resume), 1000)
-    })
+    this.deps.progress.reserve(
+      g,
+      w,
+      last + 1,
+      (held) => {
+        if (!held) return this.deps.moved(g, w)
+        this.safely(resume)
+      },
+      (err: unknown) => {
+        this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reserving pushes failed; retrying in 1 s')
+        this.deps.timers.setTimeout(() => this.safely(resume), 1000)
+      },
+    )
   }
 
   /** Sends one push (or adds it to its partition's batch): the attempt is on its way from here, and settle gets its answer. */
-  private send(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, attempt: number, deadlineMs: number, nowMs: number): void {
+  private send(
+    g: GroupRuntime,
+    w: PartitionState,
+    o: Outstanding,
+    id: string,
+    owner: ConsumerRow,
+    attempt: number,
+    deadlineMs: number,
+    nowMs: number,
+  ): void {
     if (g.row.batchMaxMessages !== null) {
       let envelope: string
       try {
@@ -365,8 +423,11 @@ export class PushFlow {
     }
     o.pushedTo = owner.id
     o.pushing = id
-    sendPush(this.deps.agent, { url: owner.url, body: request.body, headers: request.headers, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
-      (result) => this.safely(() => this.settle(g, w, o, id, owner, result)))
+    sendPush(
+      this.deps.agent,
+      { url: owner.url, body: request.body, headers: request.headers, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
+      (result) => this.safely(() => this.settle(g, w, o, id, owner, result)),
+    )
   }
 
   /**
@@ -398,16 +459,29 @@ export class PushFlow {
     const nowMs = this.deps.now()
     let request: ReturnType<typeof buildBatchPush>
     try {
-      request = buildBatchPush(this.targetOf(g, w, owner, nowMs), live.map((e) => e.envelope), `batch_${live[0]!.id}`, nowMs)
+      request = buildBatchPush(
+        this.targetOf(g, w, owner, nowMs),
+        live.map((e) => e.envelope),
+        `batch_${live[0]!.id}`,
+        nowMs,
+      )
     } catch (err) {
       live.forEach((e) => this.giveUp(e, owner))
       throw err
     }
     this.deps.metrics?.batchSent(g.row.name, live.length)
-    sendPush(this.deps.agent, {
-      url: owner.url, body: request.body, headers: request.headers, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs,
-      maxResponseBytes: BATCH_ANSWER_BYTES,
-    }, (r) => this.safely(() => this.settleBatch(g, w, owner, live, r)))
+    sendPush(
+      this.deps.agent,
+      {
+        url: owner.url,
+        body: request.body,
+        headers: request.headers,
+        headerLines: request.headerLines,
+        timeoutMs: g.row.pushTimeoutMs,
+        maxResponseBytes: BATCH_ANSWER_BYTES,
+      },
+      (r) => this.safely(() => this.settleBatch(g, w, owner, live, r)),
+    )
     return true
   }
 
@@ -428,7 +502,12 @@ export class PushFlow {
       const listed = entries.filter((e) => failed.has(e.id)).length
       this.deps.metrics?.pushed(g.row.name, 'delivered', r.durationMs / 1000, entries.length - listed)
       this.deps.metrics?.failedInBatch(g.row.name, listed)
-      const named: PushResult = { kind: 'rejected', status: r.status, durationMs: r.durationMs, body: 'listed in "failed" by the batch answer' }
+      const named: PushResult = {
+        kind: 'rejected',
+        status: r.status,
+        durationMs: r.durationMs,
+        body: 'listed in "failed" by the batch answer',
+      }
       for (const e of entries) this.settleOne(g, w, e.o, e.id, owner, failed.has(e.id) ? named : r)
     } finally {
       // Once for the batch: the slots it freed are filled together, into the next batch.
@@ -445,8 +524,12 @@ export class PushFlow {
 
   private targetOf(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, nowMs: number): PushTarget {
     return {
-      groupName: g.row.name, topicName: g.topic.name, topicId: g.topic.id, partition: w.partition,
-      pushFormat: g.row.pushFormat, consumerSecrets: signingSecrets(owner, nowMs),
+      groupName: g.row.name,
+      topicName: g.topic.name,
+      topicId: g.topic.id,
+      partition: w.partition,
+      pushFormat: g.row.pushFormat,
+      consumerSecrets: signingSecrets(owner, nowMs),
     }
   }
 
@@ -461,7 +544,15 @@ export class PushFlow {
   }
 
   /** One attempt's answer: health, the window's slot, the attempt (the caller counts the call and wakes the consumer). */
-  private settleOne(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult, signal?: PushSignal): void {
+  private settleOne(
+    g: GroupRuntime,
+    w: PartitionState,
+    o: Outstanding,
+    id: string,
+    owner: ConsumerRow,
+    r: PushResult,
+    signal?: PushSignal,
+  ): void {
     if (r.kind === 'delivered') this.deps.health?.success(owner.id)
     else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
     this.deps.windows.find(owner.id)?.window.release(signal ?? pushSignal(r))
@@ -477,7 +568,12 @@ export class PushFlow {
       o.nackedPush = undefined
       if (w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === undefined) {
         const why = r.kind === 'delivered' ? undefined : errorOf(r, g.row.pushTimeoutMs)
-        this.deps.attempts.update({ id, durationMs: r.durationMs, ...(r.kind === 'rejected' ? { statusCode: r.status } : {}), ...(why ? { error: why } : {}) })
+        this.deps.attempts.update({
+          id,
+          durationMs: r.durationMs,
+          ...(r.kind === 'rejected' ? { statusCode: r.status } : {}),
+          ...(why ? { error: why } : {}),
+        })
         // 410 Gone disables the consumer whichever way the attempt was settled.
         if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
         return this.nacked(g, w, o, why ? `nacked: ${why}` : 'nacked', nack.delayMs, nack.deadLetter)
@@ -493,7 +589,11 @@ export class PushFlow {
     // Not current: the message was acked (or the partition seeked) while the push was under way;
     // the attempt row keeps the outcome that gave it, with this answer's details.
     this.deps.attempts.update({
-      id, finishedAt: new Date(this.deps.now()), durationMs: r.durationMs, error, ...(current ? { outcome: 'failed' as const } : {}),
+      id,
+      finishedAt: new Date(this.deps.now()),
+      durationMs: r.durationMs,
+      error,
+      ...(current ? { outcome: 'failed' as const } : {}),
       ...(r.kind === 'rejected' ? { statusCode: r.status } : {}),
     })
     if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
@@ -508,9 +608,14 @@ export class PushFlow {
     this.cancel(o)
     setState(w, o, 'completing')
     const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'acked' }
-    this.deps.progress.complete(req,
+    this.deps.progress.complete(
+      req,
       (status) => this.safely(() => this.completed(req, id, status === 'acked' ? 'acked' : undefined)),
-      (err: unknown) => { this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again'); this.safely(() => this.completionFailed(req)) })
+      (err: unknown) => {
+        this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again')
+        this.safely(() => this.completionFailed(req))
+      },
+    )
   }
 
   // ---- failures, retries and dead letters ----
@@ -546,17 +651,25 @@ export class PushFlow {
       }
       return this.deps.progress.completeAll([req])
     }
-    write().then(([status]) => {
-      // An ack can win the race with the dead-lettering; then the message is simply acked.
-      if (status === 'dead') this.deps.metrics?.deadLettered(g.row.name)
-      this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
-    }, (err: unknown) => {
-      this.deps.log.error({ err, group: g.row.name, partition: w.partition, offset: o.msg.offset }, 'dead-lettering failed; retrying in 5 s')
-      // Unless an ack or a seek settled the message meanwhile.
-      if (w.dropped || w.outstanding.get(o.msg.offset) !== o || o.state !== 'completing') return
-      this.cancel(o)
-      this.wait(g, w, o, 'dead_letter_retry', this.deps.now() + 5000)
-    }).catch((err: unknown) => this.deps.log.error({ err }, 'settling a dead letter failed'))
+    write()
+      .then(
+        ([status]) => {
+          // An ack can win the race with the dead-lettering; then the message is simply acked.
+          if (status === 'dead') this.deps.metrics?.deadLettered(g.row.name)
+          this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
+        },
+        (err: unknown) => {
+          this.deps.log.error(
+            { err, group: g.row.name, partition: w.partition, offset: o.msg.offset },
+            'dead-lettering failed; retrying in 5 s',
+          )
+          // Unless an ack or a seek settled the message meanwhile.
+          if (w.dropped || w.outstanding.get(o.msg.offset) !== o || o.state !== 'completing') return
+          this.cancel(o)
+          this.wait(g, w, o, 'dead_letter_retry', this.deps.now() + 5000)
+        },
+      )
+      .catch((err: unknown) => this.deps.log.error({ err }, 'settling a dead letter failed'))
   }
 
   // ---- completion ----
@@ -574,11 +687,14 @@ export class PushFlow {
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
       for (const id of o.open) {
-        this.deps.attempts.update(outcome ? { id, outcome, finishedAt }
-          : { id, outcome: 'failed', finishedAt, error: 'the message was completed by another attempt' })
+        this.deps.attempts.update(
+          outcome
+            ? { id, outcome, finishedAt }
+            : { id, outcome: 'failed', finishedAt, error: 'the message was completed by another attempt' },
+        )
       }
     }
-    if (deliveryId && outcome && !(o?.open.has(deliveryId))) this.deps.attempts.update({ id: deliveryId, outcome, finishedAt })
+    if (deliveryId && outcome && !o?.open.has(deliveryId)) this.deps.attempts.update({ id: deliveryId, outcome, finishedAt })
     this.fill(req.g, req.w)
   }
 
@@ -613,7 +729,12 @@ export class PushFlow {
       o.inFlight = undefined
       o.current = undefined
       o.open.delete(entry.deliveryId)
-      this.deps.attempts.update({ id: entry.deliveryId, outcome: 'timed_out', finishedAt: new Date(this.deps.now()), error: `no ack within ${g.row.ackTimeoutMs} ms` })
+      this.deps.attempts.update({
+        id: entry.deliveryId,
+        outcome: 'timed_out',
+        finishedAt: new Date(this.deps.now()),
+        error: `no ack within ${g.row.ackTimeoutMs} ms`,
+      })
       // Took the push but not the message in time: as much a sign of overload as a slow answer.
       if (o.pushedTo) {
         this.deps.windows.find(o.pushedTo)?.window.shrink()
@@ -656,8 +777,9 @@ export class PushFlow {
     owner.disabledAt = new Date(this.deps.now())
     owner.disabledReason = 'answered 410 Gone'
     this.consumersChanged(g, g.consumers)
-    this.deps.disableConsumer(owner.id, 'answered 410 Gone').catch((err: unknown) =>
-      this.deps.log.error({ err, consumer: owner.id }, 'recording a disabled consumer failed'))
+    this.deps
+      .disableConsumer(owner.id, 'answered 410 Gone')
+      .catch((err: unknown) => this.deps.log.error({ err, consumer: owner.id }, 'recording a disabled consumer failed'))
   }
 
   /** Runs a step outside any caller that could handle its error: logs instead of crashing. */
@@ -688,6 +810,9 @@ export function failedIds(body: string): Set<string> {
 
 /** What a failed push's answer says, for the attempt log and dead letters. */
 export function errorOf(r: Exclude<PushResult, { kind: 'delivered' }>, pushTimeoutMs: number): string {
-  return r.kind === 'rejected' ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
-    : r.kind === 'timeout' ? `no answer within ${pushTimeoutMs} ms` : r.error
+  return r.kind === 'rejected'
+    ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
+    : r.kind === 'timeout'
+      ? `no answer within ${pushTimeoutMs} ms`
+      : r.error
 }

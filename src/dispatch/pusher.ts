@@ -64,7 +64,10 @@ export interface PushAgentOptions {
 export class PushAgent extends HttpClient {
   /** Each consumer URL, parsed and checked against the policy once (see targetOf). */
   readonly targets = new Map<string, Target>()
-  constructor(readonly policy: UrlPolicy | undefined, opts: ConstructorParameters<typeof HttpClient>[0]) {
+  constructor(
+    readonly policy: UrlPolicy | undefined,
+    opts: ConstructorParameters<typeof HttpClient>[0],
+  ) {
     super(opts)
   }
 }
@@ -130,7 +133,10 @@ function targetOf(agent: PushAgent, raw: string): Target {
     // The agent's lookup checks resolved names; an IP literal (or a URL registered before the
     // policy changed) is checked here.
     const verdict = agent.policy ? checkUrl(url, agent.policy) : { allowed: true as const }
-    if (!verdict.allowed) throw new PushPolicyError(verdict.reason.includes('push URL policy') ? verdict.reason : `${verdict.reason}: denied by the push URL policy`)
+    if (!verdict.allowed)
+      throw new PushPolicyError(
+        verdict.reason.includes('push URL policy') ? verdict.reason : `${verdict.reason}: denied by the push URL policy`,
+      )
     const tls = url.protocol === 'https:'
     const port = url.port ? Number(url.port) : tls ? 443 : 80
     // URL keeps IPv6 literals in brackets; a socket wants them bare.
@@ -152,7 +158,8 @@ function headerLines(headers: Record<string, string>): string {
   let lines = ''
   for (const name in headers) {
     const value = headers[name]!
-    if (/[\r\n]|[^\x00-\xff]/.test(value) || /[\r\n:]|[^\x00-\xff]/.test(name)) throw new Error(`header ${JSON.stringify(name)} holds a line break or a character beyond Latin-1`)
+    if (/[\r\n]|[^\x00-\xff]/.test(value) || /[\r\n:]|[^\x00-\xff]/.test(name))
+      throw new Error(`header ${JSON.stringify(name)} holds a line break or a character beyond Latin-1`)
     lines += `${name}: ${value}\r\n`
   }
   return lines
@@ -164,7 +171,12 @@ function headerLines(headers: Record<string, string>): string {
  * dropped, and past 64 KiB the connection is closed, so an endless body costs neither memory nor
  * time, and the status still counts. `nowMs` is a monotonic clock for `durationMs`.
  */
-export function send(agent: PushAgent, req: PushRequest, onResult: (r: PushResult) => void, nowMs: () => number = () => performance.now()): void {
+export function send(
+  agent: PushAgent,
+  req: PushRequest,
+  onResult: (r: PushResult) => void,
+  nowMs: () => number = () => performance.now(),
+): void {
   const startMs = nowMs()
   const elapsedMs = () => Math.round(nowMs() - startMs)
   // setTimeout fires at once past 2^31-1 ms, so clamp a bad value.
@@ -180,7 +192,11 @@ export function send(agent: PushAgent, req: PushRequest, onResult: (r: PushResul
     return
   }
   agent.request(target.origin, {
-    path: target.path, headerLines: lines, body: req.body, timeoutMs, maxBodyBytes: req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
+    path: target.path,
+    headerLines: lines,
+    body: req.body,
+    timeoutMs,
+    maxBodyBytes: req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
     done: (o) => onResult(classify(o, elapsedMs())),
   })
 }

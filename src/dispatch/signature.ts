@@ -94,8 +94,16 @@ export function signWebhook(input: SignInput & { secrets: readonly string[] }): 
  * The consumer helper (clients/typescript/src/verify.ts) holds the same list; a test keeps them equal.
  */
 export const SIGNED_HEADERS = [
-  'hookq-delivery-id', 'hookq-attempt', 'hookq-topic', 'hookq-group', 'hookq-partition', 'hookq-offset',
-  'hookq-ack-deadline', 'hookq-timestamp', 'hookq-key', 'hookq-headers',
+  'hookq-delivery-id',
+  'hookq-attempt',
+  'hookq-topic',
+  'hookq-group',
+  'hookq-partition',
+  'hookq-offset',
+  'hookq-ack-deadline',
+  'hookq-timestamp',
+  'hookq-key',
+  'hookq-headers',
 ] as const
 
 /**
@@ -112,7 +120,12 @@ function signedHeaderContent(headers: Readonly<Record<string, string>>): string 
  * The `hookq-signature` header value: `v1,<signature>` per secret, like signWebhook, over the
  * push's id, timestamp and signedHeaderContent(headers), with each secret's header key.
  */
-export function signHeaders(input: { id: string; timestampS: number; headers: Readonly<Record<string, string>>; secrets: readonly string[] }): string {
+export function signHeaders(input: {
+  id: string
+  timestampS: number
+  headers: Readonly<Record<string, string>>
+  secrets: readonly string[]
+}): string {
   if (input.secrets.length === 0) throw new RangeError('signHeaders needs at least one secret')
   const content = { id: input.id, timestampS: input.timestampS, body: signedHeaderContent(input.headers) }
   return input.secrets.map((secret) => `v1,${digestBase64(keysOf(secret).headers, content)}`).join(' ')

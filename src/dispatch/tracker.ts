@@ -69,7 +69,7 @@ export class TrackerEntry implements HeapEntry {
   /** Heap position, maintained by the heap; -1 when not tracked. */
   declare index: number
   /** attempt * 4 plus the kind's index in KINDS: one small integer instead of two fields, 8 bytes less an entry. */
-  private declare attemptAndKind: number
+  declare private attemptAndKind: number
 
   constructor(init: TrackerEntryInit) {
     if (!Number.isInteger(init.attempt) || init.attempt < 0 || init.attempt > MAX_ATTEMPT) {

@@ -34,7 +34,10 @@ const MAX_IDLE_BUCKETS = 10_000
 /** Buckets by an identity (key index or client IP), created full on first use. */
 class RateLimiter {
   private readonly buckets = new Map<string, TokenBucket>()
-  constructor(private readonly ratePerS: number, private readonly now: () => number) {}
+  constructor(
+    private readonly ratePerS: number,
+    private readonly now: () => number,
+  ) {}
 
   /** 0 when allowed, else whole seconds to wait (at least 1). */
   check(id: string): number {
@@ -71,7 +74,9 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     if (!match) return undefined
     const given = digest(match[1]!)
     let found = -1
-    digests.forEach((d, i) => { if (timingSafeEqual(d, given)) found = i }) // no early exit
+    digests.forEach((d, i) => {
+      if (timingSafeEqual(d, given)) found = i
+    }) // no early exit
     return found
   }
 
@@ -96,14 +101,20 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     if (limiter) {
       const retryAfterS = limiter.check(identity)
       if (retryAfterS > 0) {
-        throw new HookqError('rate_limited', `more than ${opts.rateLimitPerS} requests a second; retry after ${retryAfterS} s`, { retryAfterS })
+        throw new HookqError('rate_limited', `more than ${opts.rateLimitPerS} requests a second; retry after ${retryAfterS} s`, {
+          retryAfterS,
+        })
       }
     }
 
     if (key && !allows(key.scopes, needed)) {
-      throw new HookqError('forbidden', `this API key needs the ${needed} scope for ${req.method} ${routeUrl} (it has ${key.scopes.join(', ')})`, {
-        extra: { requiredScope: needed },
-      })
+      throw new HookqError(
+        'forbidden',
+        `this API key needs the ${needed} scope for ${req.method} ${routeUrl} (it has ${key.scopes.join(', ')})`,
+        {
+          extra: { requiredScope: needed },
+        },
+      )
     }
   })
 }

@@ -63,14 +63,19 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
   if (!directory) return
   const owners = directory
   const agent = new Agent({ connections: 16, keepAliveTimeout: 10_000 })
-  app.addHook('onClose', async () => { await agent.close() })
+  app.addHook('onClose', async () => {
+    await agent.close()
+  })
 
   // Hooks on these routes only: produce and the rest never pay for them.
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method]
     const key = (m: string) => `${m} ${route.url}`
-    const hooks = methods.some((m) => ID_ROUTES.has(key(m))) ? { pre: splitIds, ser: mergeIds }
-      : methods.some((m) => key(m) === STATUS_ROUTE) ? { pre: countsElsewhere, ser: undefined } : undefined
+    const hooks = methods.some((m) => ID_ROUTES.has(key(m)))
+      ? { pre: splitIds, ser: mergeIds }
+      : methods.some((m) => key(m) === STATUS_ROUTE)
+        ? { pre: countsElsewhere, ser: undefined }
+        : undefined
     if (!hooks) return
     route.preHandler = [...asArray(route.preHandler), hooks.pre]
     if (hooks.ser) route.preSerialization = [...asArray(route.preSerialization), hooks.ser]
@@ -85,8 +90,12 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     if (body !== undefined) headers['content-type'] = 'application/json'
     try {
       const answer = await undiciRequest(new URL(req.url, base), {
-        method: req.method as 'GET' | 'POST', headers, body: body === undefined ? undefined : JSON.stringify(body), dispatcher: agent,
-        headersTimeout: FORWARD_TIMEOUT_MS, bodyTimeout: FORWARD_TIMEOUT_MS,
+        method: req.method as 'GET' | 'POST',
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        dispatcher: agent,
+        headersTimeout: FORWARD_TIMEOUT_MS,
+        bodyTimeout: FORWARD_TIMEOUT_MS,
       })
       // Inside the try: an owner that dies after its headers is as unreachable as one that never answered.
       return { status: answer.statusCode, headers: answer.headers, text: await answer.body.text() }
@@ -121,10 +130,12 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     }
     if (remote.size === 0) return undefined
     const results = new Map<number, Result>()
-    const answers = await Promise.all([...remote].map(async ([base, indexes]) => {
-      const a = await call(base, req, { ...body, deliveryIds: indexes.map((i) => body.deliveryIds[i]!) })
-      return { a, indexes }
-    }))
+    const answers = await Promise.all(
+      [...remote].map(async ([base, indexes]) => {
+        const a = await call(base, req, { ...body, deliveryIds: indexes.map((i) => body.deliveryIds[i]!) })
+        return { a, indexes }
+      }),
+    )
     for (const { a, indexes } of answers) {
       if (a.status !== 200) return relay(reply, a)
       const got = (JSON.parse(a.text) as { results: Result[] }).results
@@ -142,7 +153,9 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     if (!elsewhere || reply.statusCode !== 200) return payload
     const mine = (payload as { results: Result[] }).results
     const merged: Result[] = new Array<Result>(elsewhere.total)
-    elsewhere.local.forEach((i, k) => { merged[i] = mine[k]! })
+    elsewhere.local.forEach((i, k) => {
+      merged[i] = mine[k]!
+    })
     for (const [i, r] of elsewhere.results) merged[i] = r
     return { results: merged }
   }
@@ -158,12 +171,14 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     }
     if (byOwner.size === 0) return
     const counts = new Map<number, number>()
-    await Promise.all([...byOwner].map(async ([base, ps]) => {
-      const a = await call(base, req, undefined)
-      if (a.status !== 200) return // the status is read here; a group deleted meanwhile is this process's 404
-      const status = JSON.parse(a.text) as { partitions: { partition: number; inFlight: number }[] }
-      for (const p of status.partitions) if (ps.includes(p.partition)) counts.set(p.partition, p.inFlight)
-    }))
+    await Promise.all(
+      [...byOwner].map(async ([base, ps]) => {
+        const a = await call(base, req, undefined)
+        if (a.status !== 200) return // the status is read here; a group deleted meanwhile is this process's 404
+        const status = JSON.parse(a.text) as { partitions: { partition: number; inFlight: number }[] }
+        for (const p of status.partitions) if (ps.includes(p.partition)) counts.set(p.partition, p.inFlight)
+      }),
+    )
     req.inFlightElsewhere = counts
   }
 }

@@ -56,7 +56,13 @@ export function installJsonParser(app: FastifyInstance): void {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     const text = body as string // parseAs: 'string'
     if (nestsDeeperThan(text, MAX_BODY_DEPTH)) {
-      done(new HookqError('invalid_request', `the body is nested too deeply: more than ${MAX_BODY_DEPTH} levels of arrays and objects (a message value may nest ${MAX_VALUE_DEPTH})`), undefined)
+      done(
+        new HookqError(
+          'invalid_request',
+          `the body is nested too deeply: more than ${MAX_BODY_DEPTH} levels of arrays and objects (a message value may nest ${MAX_VALUE_DEPTH})`,
+        ),
+        undefined,
+      )
       return
     }
     parse(req, text, done)

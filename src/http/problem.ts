@@ -79,7 +79,8 @@ export function installProblemHandlers(app: FastifyInstance): void {
     // Shedding must stay cheap when the broker is overloaded: no log line per refused call at the
     // default level (the metrics and the caller's Retry-After tell the story).
     if (problem.code === 'overloaded' || problem.code === 'rate_limited') request.log.debug({ code: problem.code }, 'request shed')
-    else if (problem.code === 'unavailable') request.log.warn({ code: problem.code, detail: problem.detail, err: String(err) }, 'request refused: 503 unavailable')
+    else if (problem.code === 'unavailable')
+      request.log.warn({ code: problem.code, detail: problem.detail, err: String(err) }, 'request refused: 503 unavailable')
     else if (problem.status >= 500) request.log.error({ err }, 'request failed')
     else request.log.info({ code: problem.code, detail: problem.detail }, 'request rejected')
     return sendProblem(reply, problem, retryAfterS)
@@ -109,8 +110,10 @@ export function installProblemHandlers(app: FastifyInstance): void {
  * handler. So a method counts only when two lookups give the same handler.
  */
 function allowedMethods(app: FastifyInstance, url: string): string[] {
-  return app.supportedMethods.filter((method) => {
-    const route = app.findRoute({ method, url })
-    return route !== null && route.handler === app.findRoute({ method, url })?.handler
-  }).sort()
+  return app.supportedMethods
+    .filter((method) => {
+      const route = app.findRoute({ method, url })
+      return route !== null && route.handler === app.findRoute({ method, url })?.handler
+    })
+    .sort()
 }

@@ -61,7 +61,10 @@ export function parseKeyEntry(entry: string, where: string): ApiKey {
   if (key === '') throw new ApiKeySpecError(`${where}: an entry has an empty key`)
   if (/\s/.test(key)) throw new ApiKeySpecError(`${where}: a key must not contain whitespace`)
   if (colon < 0) return { key, scopes: ['admin'] }
-  const names = text.slice(colon + 1).split('+').map((s) => s.trim())
+  const names = text
+    .slice(colon + 1)
+    .split('+')
+    .map((s) => s.trim())
   const scopes: Scope[] = []
   for (const name of names) {
     if (!(SCOPES as readonly string[]).includes(name)) {

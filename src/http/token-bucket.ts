@@ -6,7 +6,11 @@ export class TokenBucket {
   private tokens: number
   private last: number
 
-  constructor(readonly ratePerS: number, readonly burst: number, now: number) {
+  constructor(
+    readonly ratePerS: number,
+    readonly burst: number,
+    now: number,
+  ) {
     if (!(ratePerS > 0) || !(burst >= 1)) throw new RangeError('TokenBucket needs ratePerS > 0 and burst >= 1')
     this.tokens = burst
     this.last = now

@@ -25,7 +25,9 @@ function makeAjv(options: Options, schemas: unknown[]): Ajv {
   const ajv = new Ajv({ ...base, ...options })
   addFormats(ajv)
   ajv.addKeyword({
-    keyword: 'noNul', type: 'string', schemaType: 'boolean',
+    keyword: 'noNul',
+    type: 'string',
+    schemaType: 'boolean',
     error: { message: 'must not contain NUL (\\u0000)' },
     code(cxt: KeywordCxt) {
       if (cxt.schema === true) cxt.fail(_`${cxt.data}.indexOf(String.fromCharCode(0)) !== -1`)
@@ -41,7 +43,8 @@ export function withNoNul(schema: unknown): unknown {
   if (schema === null || typeof schema !== 'object') return schema
   const node = schema as Record<string, unknown>
   const out: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(node)) out[k] = k === 'const' || k === 'enum' || k === 'default' || k === 'examples' ? v : withNoNul(v)
+  for (const [k, v] of Object.entries(node))
+    out[k] = k === 'const' || k === 'enum' || k === 'default' || k === 'examples' ? v : withNoNul(v)
   const types = Array.isArray(node.type) ? node.type : [node.type]
   if (types.includes('string') && node[ALLOW_NUL] !== true) out.noNul = true
   return out
@@ -52,7 +55,9 @@ const DECIMAL = /^(0|-?[1-9][0-9]*)$/
 /** The names of the properties a params or querystring schema types as integers. */
 function integerFields(schema: unknown): string[] {
   const props = (schema as { properties?: Record<string, { type?: unknown }> } | null)?.properties ?? {}
-  return Object.entries(props).filter(([, s]) => s.type === 'integer').map(([name]) => name)
+  return Object.entries(props)
+    .filter(([, s]) => s.type === 'integer')
+    .map(([name]) => name)
 }
 
 /**
@@ -63,13 +68,20 @@ function decimalOnly(validate: ValidateFunction, fields: string[], part: string)
   let own: ValidateFunction['errors'] = null
   const wrapper = ((data: unknown, ctx?: unknown) => {
     own = null
-    const record = data !== null && typeof data === 'object' ? data as Record<string, unknown> : {}
+    const record = data !== null && typeof data === 'object' ? (data as Record<string, unknown>) : {}
     for (const field of fields) {
       const raw = record[field]
       const texts = Array.isArray(raw) ? raw : [raw]
       if (texts.some((v) => typeof v === 'string' && !DECIMAL.test(v))) {
-        own = [{ instancePath: `/${field}`, schemaPath: `#/properties/${field}/type`, keyword: 'decimal', params: {},
-          message: `must be an integer in plain decimal digits (the ${part} had ${JSON.stringify(raw)})` }]
+        own = [
+          {
+            instancePath: `/${field}`,
+            schemaPath: `#/properties/${field}/type`,
+            keyword: 'decimal',
+            params: {},
+            message: `must be an integer in plain decimal digits (the ${part} had ${JSON.stringify(raw)})`,
+          },
+        ]
         return false
       }
     }

@@ -58,7 +58,12 @@ export type Verdict = { allowed: true } | { allowed: false; reason: string }
 
 /** The policy with nothing configured: what `parsePolicy({})` gives. */
 export const DEFAULT_POLICY: Readonly<UrlPolicy> = Object.freeze({
-  allowHttp: true, allowPrivate: true, allowHosts: [], denyHosts: [], allowCidrs: [], denyCidrs: [],
+  allowHttp: true,
+  allowPrivate: true,
+  allowHosts: [],
+  denyHosts: [],
+  allowCidrs: [],
+  denyCidrs: [],
 })
 
 const METADATA_CIDRS = ['169.254.169.254/32', 'fd00:ec2::254/128', '100.100.100.200/32']
@@ -71,8 +76,17 @@ const SPECIAL_CIDRS: [string, string[]][] = [
   ['it is a documentation range', ['192.0.2.0/24', '198.51.100.0/24', '203.0.113.0/24', '2001:db8::/32']],
   ['it is discard-only (100::/64)', ['100::/64']],
 ]
-const PRIVATE_CIDRS = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '127.0.0.0/8', '100.64.0.0/10', '198.18.0.0/15',
-  '::1/128', 'fc00::/7', '64:ff9b:1::/48']
+const PRIVATE_CIDRS = [
+  '10.0.0.0/8',
+  '172.16.0.0/12',
+  '192.168.0.0/16',
+  '127.0.0.0/8',
+  '100.64.0.0/10',
+  '198.18.0.0/15',
+  '::1/128',
+  'fc00::/7',
+  '64:ff9b:1::/48',
+]
 const METADATA_NAMES = ['metadata.google.internal']
 
 type Env = Record<string, string | undefined>
@@ -88,8 +102,10 @@ export function parsePolicy(env: Env): UrlPolicy {
     denyCidrs: list(env, 'HOOKQ_PUSH_DENY_CIDRS'),
   }
   const fields = [
-    ['allowHosts', 'HOOKQ_PUSH_ALLOW_HOSTS', hostPattern], ['denyHosts', 'HOOKQ_PUSH_DENY_HOSTS', hostPattern],
-    ['allowCidrs', 'HOOKQ_PUSH_ALLOW_CIDRS', parseCidr], ['denyCidrs', 'HOOKQ_PUSH_DENY_CIDRS', parseCidr],
+    ['allowHosts', 'HOOKQ_PUSH_ALLOW_HOSTS', hostPattern],
+    ['denyHosts', 'HOOKQ_PUSH_DENY_HOSTS', hostPattern],
+    ['allowCidrs', 'HOOKQ_PUSH_ALLOW_CIDRS', parseCidr],
+    ['denyCidrs', 'HOOKQ_PUSH_DENY_CIDRS', parseCidr],
   ] as const
   for (const [field, name, parse] of fields) {
     for (const item of policy[field]) {
@@ -140,19 +156,23 @@ export function checkUrl(url: string | URL, policy: UrlPolicy): Verdict {
 export function checkAddress(ip: string, family: number | string | undefined, policy: UrlPolicy): Verdict {
   const address = ip.replace(/^\[|\]$/g, '').replace(/%.*$/, '') // brackets and an IPv6 zone id
   const fam = family === 4 || family === 'IPv4' ? 4 : family === 6 || family === 'IPv6' ? 6 : isIP(address)
-  if (fam !== 4 && fam !== 6 || isIP(address) !== fam) return { allowed: false, reason: `address ${ip} is not an IP address` }
+  if ((fam !== 4 && fam !== 6) || isIP(address) !== fam) return { allowed: false, reason: `address ${ip} is not an IP address` }
   const forms: [string, 'ipv4' | 'ipv6'][] = [[address, fam === 4 ? 'ipv4' : 'ipv6']]
   const v4 = fam === 6 ? embeddedIpv4(address) : undefined
   if (v4 !== undefined) forms.push([v4, 'ipv4'])
   const c = compiled(policy)
   const inList = (list: BlockList) => forms.some(([a, t]) => list.check(a, t))
   if (inList(c.allow)) return { allowed: true }
-  const why = inList(c.metadata) ? 'it is a cloud metadata address'
-    : inList(c.reserved) ? 'it is link-local, unspecified or "this network"'
-      : c.special.find(([, list]) => inList(list))?.[0]
-        ?? (inList(c.private) ? 'it is private or loopback (HOOKQ_PUSH_ALLOW_PRIVATE=false)'
-          : inList(c.deny) ? 'it is in HOOKQ_PUSH_DENY_CIDRS'
-            : undefined)
+  const why = inList(c.metadata)
+    ? 'it is a cloud metadata address'
+    : inList(c.reserved)
+      ? 'it is link-local, unspecified or "this network"'
+      : (c.special.find(([, list]) => inList(list))?.[0] ??
+        (inList(c.private)
+          ? 'it is private or loopback (HOOKQ_PUSH_ALLOW_PRIVATE=false)'
+          : inList(c.deny)
+            ? 'it is in HOOKQ_PUSH_DENY_CIDRS'
+            : undefined))
   if (why === undefined) return { allowed: true }
   const shown = v4 !== undefined ? `${address} (${v4})` : address
   return { allowed: false, reason: `address ${shown} is denied by the push URL policy: ${why}` }
@@ -163,12 +183,18 @@ function deny(reason: string): Verdict {
 }
 
 function list(env: Env, name: string): string[] {
-  return (env[name] ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0)
+  return (env[name] ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0)
 }
 
 /** Lower case, no brackets around IPv6, no trailing dots (`metadata.google.internal.` is the same host). */
 function normaliseHost(hostname: string): string {
-  return hostname.toLowerCase().replace(/^\[|\]$/g, '').replace(/\.+$/, '')
+  return hostname
+    .toLowerCase()
+    .replace(/^\[|\]$/g, '')
+    .replace(/\.+$/, '')
 }
 
 type HostPattern = { exact: string; suffix?: undefined } | { exact?: undefined; suffix: string }
@@ -225,7 +251,9 @@ interface Compiled {
 
 const cache = new WeakMap<UrlPolicy, Compiled>()
 const BUILT_IN = {
-  metadata: blockList(METADATA_CIDRS), reserved: blockList(RESERVED_CIDRS), private: blockList(PRIVATE_CIDRS),
+  metadata: blockList(METADATA_CIDRS),
+  reserved: blockList(RESERVED_CIDRS),
+  private: blockList(PRIVATE_CIDRS),
   special: SPECIAL_CIDRS.map(([why, cidrs]): [string, BlockList] => [why, blockList(cidrs)]),
 }
 const NOTHING = new BlockList()

@@ -6,7 +6,11 @@ import type { GroupService } from './groups.ts'
 type Results = Promise<{ deliveryId: string; status: AckStatus }[]>
 
 export class AckService {
-  constructor(private readonly groups: GroupService, private readonly dispatcher: Pick<Dispatcher, 'hasGroup' | 'ack' | 'nack' | 'extend'>, private readonly metrics?: Pick<Metrics, 'acked'>) {}
+  constructor(
+    private readonly groups: GroupService,
+    private readonly dispatcher: Pick<Dispatcher, 'hasGroup' | 'ack' | 'nack' | 'extend'>,
+    private readonly metrics?: Pick<Metrics, 'acked'>,
+  ) {}
 
   /** 404 for a group that does not exist; the dispatcher knows the running ones without a query. */
   private async requireGroup(group: string): Promise<void> {

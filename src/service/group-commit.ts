@@ -46,12 +46,17 @@ export class GroupCommitter<E, R> {
       return Promise.reject(new HookqError('unavailable', 'the broker is shutting down', { retryAfterS: 1 }))
     }
     // An empty queue always takes the call, however large, so no call can be refused forever.
-    if (this.pendingMessages > 0 &&
-        (this.pendingMessages + entries.length > this.limits.maxPendingMessages ||
-         this.pendingBytes + bytes > this.limits.maxPendingBytes)) {
-      return Promise.reject(new HookqError('overloaded',
-        `produce backlog is full (${this.pendingMessages} messages, ${this.pendingBytes} bytes waiting for a commit)`,
-        { retryAfterS: 1 }))
+    if (
+      this.pendingMessages > 0 &&
+      (this.pendingMessages + entries.length > this.limits.maxPendingMessages || this.pendingBytes + bytes > this.limits.maxPendingBytes)
+    ) {
+      return Promise.reject(
+        new HookqError(
+          'overloaded',
+          `produce backlog is full (${this.pendingMessages} messages, ${this.pendingBytes} bytes waiting for a commit)`,
+          { retryAfterS: 1 },
+        ),
+      )
     }
     return new Promise<R[]>((resolve, reject) => {
       this.queue.push({ entries, bytes, resolve, reject })

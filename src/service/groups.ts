@@ -68,31 +68,60 @@ export interface ConsumerPatch {
 export const DEFAULT_PUSH_TIMEOUT_MS = 10_000
 
 export const GROUP_DEFAULTS: Omit<GroupSettings, 'topic'> = {
-  ackMode: 'explicit', ackTimeoutMs: 30_000, maxDeliveries: 5,
-  retryInitialDelayMs: 1000, retryMultiplier: 2, retryMaxDelayMs: 60_000, retryJitter: 0.1,
-  deadLetterTopic: null, startAt: 'earliest', maxInFlight: 100, ordering: 'none',
-  pushTimeoutMs: DEFAULT_PUSH_TIMEOUT_MS, pushTimeoutSet: false, pushFormat: 'envelope', paused: false, filter: null,
-  batchMaxMessages: null, batchMaxWaitMs: 0, batchMaxBytes: null,
+  ackMode: 'explicit',
+  ackTimeoutMs: 30_000,
+  maxDeliveries: 5,
+  retryInitialDelayMs: 1000,
+  retryMultiplier: 2,
+  retryMaxDelayMs: 60_000,
+  retryJitter: 0.1,
+  deadLetterTopic: null,
+  startAt: 'earliest',
+  maxInFlight: 100,
+  ordering: 'none',
+  pushTimeoutMs: DEFAULT_PUSH_TIMEOUT_MS,
+  pushTimeoutSet: false,
+  pushFormat: 'envelope',
+  paused: false,
+  filter: null,
+  batchMaxMessages: null,
+  batchMaxWaitMs: 0,
+  batchMaxBytes: null,
 }
 
 export function groupView(g: GroupRow) {
   return {
-    name: g.name, topic: g.topic, ackMode: g.ackMode, ackTimeoutMs: g.ackTimeoutMs, maxDeliveries: g.maxDeliveries,
+    name: g.name,
+    topic: g.topic,
+    ackMode: g.ackMode,
+    ackTimeoutMs: g.ackTimeoutMs,
+    maxDeliveries: g.maxDeliveries,
     retry: { initialDelayMs: g.retryInitialDelayMs, multiplier: g.retryMultiplier, maxDelayMs: g.retryMaxDelayMs, jitter: g.retryJitter },
-    deadLetterTopic: g.deadLetterTopic, startAt: g.startAt, maxInFlight: g.maxInFlight,
-    ordered: g.ordering === 'partition', ordering: g.ordering,
-    pushTimeoutMs: g.pushTimeoutMs, pushFormat: g.pushFormat, paused: g.paused,
-    filter: g.filter === null ? null : JSON.parse(g.filter) as Record<string, unknown>,
+    deadLetterTopic: g.deadLetterTopic,
+    startAt: g.startAt,
+    maxInFlight: g.maxInFlight,
+    ordered: g.ordering === 'partition',
+    ordering: g.ordering,
+    pushTimeoutMs: g.pushTimeoutMs,
+    pushFormat: g.pushFormat,
+    paused: g.paused,
+    filter: g.filter === null ? null : (JSON.parse(g.filter) as Record<string, unknown>),
     batch: g.batchMaxMessages === null ? null : { maxMessages: g.batchMaxMessages, maxWaitMs: g.batchMaxWaitMs, maxBytes: g.batchMaxBytes },
-    createdAt: g.createdAt.toISOString(), updatedAt: g.updatedAt.toISOString(),
+    createdAt: g.createdAt.toISOString(),
+    updatedAt: g.updatedAt.toISOString(),
   }
 }
 
 export function consumerView(c: ConsumerRow) {
   return {
-    id: c.id, url: c.url, createdAt: c.createdAt.toISOString(),
-    disabled: c.disabledAt !== null, disabledReason: c.disabledReason, hasSecret: c.secret !== null,
-    rateLimitPerSecond: c.rateLimitPerSecond, maxConcurrency: c.maxConcurrency,
+    id: c.id,
+    url: c.url,
+    createdAt: c.createdAt.toISOString(),
+    disabled: c.disabledAt !== null,
+    disabledReason: c.disabledReason,
+    hasSecret: c.secret !== null,
+    rateLimitPerSecond: c.rateLimitPerSecond,
+    maxConcurrency: c.maxConcurrency,
   }
 }
 
@@ -102,7 +131,10 @@ export function consumerView(c: ConsumerRow) {
  */
 export function rotationView(c: ConsumerRow, generatedSecret?: string) {
   return {
-    id: c.id, url: c.url, createdAt: c.createdAt.toISOString(), hasSecret: c.secret !== null,
+    id: c.id,
+    url: c.url,
+    createdAt: c.createdAt.toISOString(),
+    hasSecret: c.secret !== null,
     secretRotatedAt: (c.secretRotatedAt ?? new Date()).toISOString(),
     previousSecretExpiresAt: c.previousSecret && c.previousSecretExpiresAt ? c.previousSecretExpiresAt.toISOString() : null,
     ...(generatedSecret === undefined ? {} : { secret: generatedSecret }),
@@ -129,7 +161,7 @@ function checkSecret(secret: string): void {
 function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): GroupSettings {
   const ackTimeoutMs = input.ackTimeoutMs ?? base.ackTimeoutMs
   const pushTimeoutSet = input.pushTimeoutMs === undefined ? base.pushTimeoutSet : input.pushTimeoutMs !== null
-  const pushTimeoutMs = !pushTimeoutSet ? Math.min(DEFAULT_PUSH_TIMEOUT_MS, ackTimeoutMs) : input.pushTimeoutMs ?? base.pushTimeoutMs
+  const pushTimeoutMs = !pushTimeoutSet ? Math.min(DEFAULT_PUSH_TIMEOUT_MS, ackTimeoutMs) : (input.pushTimeoutMs ?? base.pushTimeoutMs)
   return {
     topic: input.topic,
     ackMode: input.ackMode ?? base.ackMode,
@@ -149,9 +181,9 @@ function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): Gr
     paused: input.paused ?? base.paused,
     filter: input.filter === undefined ? base.filter : input.filter === null ? null : JSON.stringify(input.filter),
     // A batch is given whole: what it leaves out takes its default, not the previous value.
-    batchMaxMessages: input.batch === undefined ? base.batchMaxMessages : input.batch?.maxMessages ?? null,
-    batchMaxWaitMs: input.batch === undefined ? base.batchMaxWaitMs : input.batch?.maxWaitMs ?? 0,
-    batchMaxBytes: input.batch === undefined ? base.batchMaxBytes : input.batch?.maxBytes ?? null,
+    batchMaxMessages: input.batch === undefined ? base.batchMaxMessages : (input.batch?.maxMessages ?? null),
+    batchMaxWaitMs: input.batch === undefined ? base.batchMaxWaitMs : (input.batch?.maxWaitMs ?? 0),
+    batchMaxBytes: input.batch === undefined ? base.batchMaxBytes : (input.batch?.maxBytes ?? null),
   }
 }
 
@@ -200,7 +232,10 @@ export class GroupService {
       const existing = await this.groups.findByName(name)
       if (existing) {
         if (existing.topic !== input.topic) {
-          throw new HookqError('group_conflict', `group ${name} consumes topic ${existing.topic}; a group's topic cannot change (create another group)`)
+          throw new HookqError(
+            'group_conflict',
+            `group ${name} consumes topic ${existing.topic}; a group's topic cannot change (create another group)`,
+          )
         }
         const { topic: _topic, ...current } = existing
         const settings = validated(settingsFrom(input, current))
@@ -248,7 +283,15 @@ export class GroupService {
     const group = await this.get(name)
     const consumers = await this.groups.consumers(group.id)
     const topic = await this.topicStore.findByName(group.topic)
-    const partitions: { partition: number; committedOffset: number; endOffset: number; lag: number; inFlight: number; consumerId: string | null; filtered: number }[] = []
+    const partitions: {
+      partition: number
+      committedOffset: number
+      endOffset: number
+      lag: number
+      inFlight: number
+      consumerId: string | null
+      filtered: number
+    }[] = []
     if (topic) {
       const ends = await this.topicStore.endOffsets(topic.id)
       const committed = await this.ensureOffsets(group, topic.id, topic.partitions)
@@ -257,13 +300,26 @@ export class GroupService {
       for (const { partition, endOffset } of ends) {
         const committedOffset = committed.get(partition) ?? 0
         partitions.push({
-          partition, committedOffset, endOffset, lag: Math.max(0, endOffset - committedOffset),
-          inFlight: inFlight(group.id, partition), consumerId: owners[partition] ?? null, filtered: filtered.get(partition) ?? 0,
+          partition,
+          committedOffset,
+          endOffset,
+          lag: Math.max(0, endOffset - committedOffset),
+          inFlight: inFlight(group.id, partition),
+          consumerId: owners[partition] ?? null,
+          filtered: filtered.get(partition) ?? 0,
         })
       }
     }
-    const health = await readHealth(this.db, consumers.map((c) => c.id), Date.now())
-    return { ...groupView(group), partitions, consumers: consumers.map((c) => ({ ...consumerView(c), health: health.get(c.id) ?? NO_HEALTH })) }
+    const health = await readHealth(
+      this.db,
+      consumers.map((c) => c.id),
+      Date.now(),
+    )
+    return {
+      ...groupView(group),
+      partitions,
+      consumers: consumers.map((c) => ({ ...consumerView(c), health: health.get(c.id) ?? NO_HEALTH })),
+    }
   }
 
   async addConsumer(groupName: string, input: ConsumerInput): Promise<ConsumerRow> {
@@ -271,7 +327,8 @@ export class GroupService {
     const url = this.consumerUrl(input.url)
     if (input.secret !== undefined) checkSecret(input.secret)
     const consumer = await this.groups.addConsumer(group.id, randomUUID(), url, input.secret ?? null, {
-      rateLimitPerSecond: input.rateLimitPerSecond ?? null, maxConcurrency: input.maxConcurrency ?? null,
+      rateLimitPerSecond: input.rateLimitPerSecond ?? null,
+      maxConcurrency: input.maxConcurrency ?? null,
     })
     await this.changed(groupName)
     return consumer
@@ -315,7 +372,11 @@ export class GroupService {
    * pushes, after the new one, for `overlapMs`; a consumer without a secret just gets one. The
    * dispatcher reloads the group's consumers before this returns, so the next push is signed anew.
    */
-  async rotateSecret(groupName: string, id: string, opts: { secret?: string; overlapMs?: number } = {}): Promise<{ consumer: ConsumerRow; generated?: string }> {
+  async rotateSecret(
+    groupName: string,
+    id: string,
+    opts: { secret?: string; overlapMs?: number } = {},
+  ): Promise<{ consumer: ConsumerRow; generated?: string }> {
     const overlapMs = opts.overlapMs ?? DEFAULT_SECRET_OVERLAP_MS
     if (!Number.isInteger(overlapMs) || overlapMs < 0 || overlapMs > MAX_SECRET_OVERLAP_MS) {
       throw new HookqError('invalid_request', `overlapMs must be an integer from 0 to ${MAX_SECRET_OVERLAP_MS}, got ${overlapMs}`)
@@ -359,7 +420,8 @@ export class GroupService {
     if (committed.size < partitionCount) {
       const starts = await this.startOffsets(topicId, partitionCount, group.startAt)
       const missing = starts.flatMap((committedOffset, partition) =>
-        committed.has(partition) ? [] : [{ topicId, partition, committedOffset }])
+        committed.has(partition) ? [] : [{ topicId, partition, committedOffset }],
+      )
       await this.groups.initOffsets(group.id, missing)
       return this.groups.committedOffsets(group.id, topicId)
     }
@@ -371,9 +433,7 @@ export class GroupService {
     const ends = await this.topicStore.endOffsets(topicId)
     const end = (p: number) => ends.find((e) => e.partition === p)?.endOffset ?? 0
     if (startAt === 'latest') return Array.from({ length: partitions }, (_, p) => end(p))
-    const firsts = startAt === 'earliest'
-      ? await firstOffsets(this.db, topicId)
-      : await offsetsAtTime(this.db, topicId, new Date(startAt))
+    const firsts = startAt === 'earliest' ? await firstOffsets(this.db, topicId) : await offsetsAtTime(this.db, topicId, new Date(startAt))
     return Array.from({ length: partitions }, (_, p) => firsts.get(p) ?? end(p))
   }
 }
@@ -387,7 +447,10 @@ function parseUrl(url: string): URL {
   try {
     return new URL(url)
   } catch {
-    throw new HookqError('invalid_request', `consumer url ${JSON.stringify(url)} is not a valid URL (check the port, 0 to 65535, and the host name)`)
+    throw new HookqError(
+      'invalid_request',
+      `consumer url ${JSON.stringify(url)} is not a valid URL (check the port, 0 to 65535, and the host name)`,
+    )
   }
 }
 
@@ -398,16 +461,20 @@ function parseUrl(url: string): URL {
 function orderingOf(input: GroupInput): GroupSettings['ordering'] | undefined {
   if (input.ordering === undefined) return input.ordered === undefined ? undefined : input.ordered ? 'partition' : 'none'
   if (input.ordered !== undefined && input.ordered !== (input.ordering === 'partition')) {
-    throw new HookqError('invalid_request', `ordered: ${input.ordered} contradicts ordering: "${input.ordering}" ` +
-      '(ordered: true is ordering: "partition"; send one of them)')
+    throw new HookqError(
+      'invalid_request',
+      `ordered: ${input.ordered} contradicts ordering: "${input.ordering}" ` + '(ordered: true is ordering: "partition"; send one of them)',
+    )
   }
   return input.ordering
 }
 
 function validateStartAt(startAt: string | undefined): void {
   if (startAt !== undefined && startAt !== 'earliest' && startAt !== 'latest' && parseInstant(startAt) === undefined) {
-    throw new HookqError('invalid_request',
-      `startAt must be "earliest", "latest" or an RFC 3339 date-time such as 2026-01-01T00:00:00Z, got ${JSON.stringify(startAt)}`)
+    throw new HookqError(
+      'invalid_request',
+      `startAt must be "earliest", "latest" or an RFC 3339 date-time such as 2026-01-01T00:00:00Z, got ${JSON.stringify(startAt)}`,
+    )
   }
 }
 
@@ -415,14 +482,23 @@ function validateStartAt(startAt: string | undefined): void {
 function validated(s: GroupSettings): GroupSettings {
   // Only a pushTimeoutMs the caller set can exceed ackTimeoutMs (the default follows it).
   if (s.pushTimeoutMs > s.ackTimeoutMs) {
-    throw new HookqError('invalid_request', `pushTimeoutMs (${s.pushTimeoutMs}) must not exceed ackTimeoutMs (${s.ackTimeoutMs}); pushTimeoutMs was set ` +
-      'explicitly (in this call or before): send a lower one, or pushTimeoutMs: null for the default min(10000, ackTimeoutMs)')
+    throw new HookqError(
+      'invalid_request',
+      `pushTimeoutMs (${s.pushTimeoutMs}) must not exceed ackTimeoutMs (${s.ackTimeoutMs}); pushTimeoutMs was set ` +
+        'explicitly (in this call or before): send a lower one, or pushTimeoutMs: null for the default min(10000, ackTimeoutMs)',
+    )
   }
   if (s.retryInitialDelayMs > s.retryMaxDelayMs) {
-    throw new HookqError('invalid_request', `retry.initialDelayMs (${s.retryInitialDelayMs}) must not exceed retry.maxDelayMs (${s.retryMaxDelayMs})`)
+    throw new HookqError(
+      'invalid_request',
+      `retry.initialDelayMs (${s.retryInitialDelayMs}) must not exceed retry.maxDelayMs (${s.retryMaxDelayMs})`,
+    )
   }
   if (s.batchMaxMessages !== null && s.pushFormat !== 'envelope') {
-    throw new HookqError('invalid_request', `batch needs pushFormat "envelope" (a batch is {"deliveries": [<envelope>, ...]}); the group's pushFormat is "${s.pushFormat}"`)
+    throw new HookqError(
+      'invalid_request',
+      `batch needs pushFormat "envelope" (a batch is {"deliveries": [<envelope>, ...]}); the group's pushFormat is "${s.pushFormat}"`,
+    )
   }
   if (s.filter !== null) {
     try {

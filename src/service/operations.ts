@@ -31,9 +31,17 @@ export interface SeekInput {
 
 export function deliveryView(r: AttemptRow) {
   return {
-    deliveryId: r.deliveryId, partition: r.partition, offset: r.offset, attempt: r.attempt, consumerId: r.consumerId,
-    startedAt: r.startedAt.toISOString(), finishedAt: r.finishedAt?.toISOString() ?? null, statusCode: r.statusCode,
-    error: r.error, outcome: r.outcome, durationMs: r.durationMs,
+    deliveryId: r.deliveryId,
+    partition: r.partition,
+    offset: r.offset,
+    attempt: r.attempt,
+    consumerId: r.consumerId,
+    startedAt: r.startedAt.toISOString(),
+    finishedAt: r.finishedAt?.toISOString() ?? null,
+    statusCode: r.statusCode,
+    error: r.error,
+    outcome: r.outcome,
+    durationMs: r.durationMs,
   }
 }
 
@@ -69,7 +77,13 @@ export class OperationsService {
     const limit = q.limit ?? 100
     const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor)
     // One row more than asked tells whether another page exists, so the last page says null.
-    const rows = await listAttempts(this.db, group.id, { partition: q.partition, offset: q.offset, outcome: q.outcome, limit: limit + 1, after })
+    const rows = await listAttempts(this.db, group.id, {
+      partition: q.partition,
+      offset: q.offset,
+      outcome: q.outcome,
+      limit: limit + 1,
+      after,
+    })
     const page = rows.slice(0, limit)
     return { deliveries: page.map(deliveryView), nextCursor: rows.length > limit ? encodeCursor(page.at(-1)!) : null }
   }
@@ -85,13 +99,19 @@ export class OperationsService {
     }
     const at = input.timestamp === undefined ? undefined : parseInstant(input.timestamp)
     if (input.timestamp !== undefined && at === undefined) {
-      throw new HookqError('invalid_request', `timestamp must be an RFC 3339 date-time such as 2026-01-01T00:00:00Z, got ${JSON.stringify(input.timestamp)}`)
+      throw new HookqError(
+        'invalid_request',
+        `timestamp must be an RFC 3339 date-time such as 2026-01-01T00:00:00Z, got ${JSON.stringify(input.timestamp)}`,
+      )
     }
     const group = await this.groups.get(groupName)
     const topic = await this.topics.findByName(group.topic)
     if (!topic) throw new HookqError('topic_not_found', `topic ${group.topic} of group ${group.name} does not exist`)
     if (input.partition !== undefined && input.partition >= topic.partitions) {
-      throw new HookqError('partition_not_found', `topic ${topic.name} has ${topic.partitions} partitions (0 to ${topic.partitions - 1}); no partition ${input.partition}`)
+      throw new HookqError(
+        'partition_not_found',
+        `topic ${topic.name} has ${topic.partitions} partitions (0 to ${topic.partitions - 1}); no partition ${input.partition}`,
+      )
     }
     const ends = new Map((await this.topics.endOffsets(topic.id)).map((e) => [e.partition, e.endOffset]))
     const end = (p: number) => ends.get(p) ?? 0
@@ -101,8 +121,10 @@ export class OperationsService {
       const offset = input.offset
       const beyond = partitions.filter((p) => offset > end(p))
       if (beyond.length > 0) {
-        throw new HookqError('offset_out_of_range',
-          `offset ${offset} is beyond the end of ${beyond.map((p) => `partition ${p} (end offset ${end(p)})`).join(', ')}`)
+        throw new HookqError(
+          'offset_out_of_range',
+          `offset ${offset} is beyond the end of ${beyond.map((p) => `partition ${p} (end offset ${end(p)})`).join(', ')}`,
+        )
       }
       for (const p of partitions) targets.set(p, offset)
     } else {
@@ -121,10 +143,12 @@ export class OperationsService {
   async partitionStats(): Promise<PartitionStat[]> {
     const out: PartitionStat[] = []
     for (const g of await this.groups.list()) {
-      const status = await this.groups.status(g.name, (groupId, p) => this.dispatcher.inFlight(groupId, p)).catch((err: unknown) => {
-        if (err instanceof HookqError && err.code === 'group_not_found') return null
-        throw err
-      })
+      const status = await this.groups
+        .status(g.name, (groupId, p) => this.dispatcher.inFlight(groupId, p))
+        .catch((err: unknown) => {
+          if (err instanceof HookqError && err.code === 'group_not_found') return null
+          throw err
+        })
       for (const p of status?.partitions ?? []) out.push({ group: g.name, partition: p.partition, lag: p.lag, inFlight: p.inFlight })
     }
     return out

@@ -76,7 +76,10 @@ export class OutboxMover {
     if (this.stopped) return
     if (!this.running) {
       clearTimeout(this.timer)
-      this.running = this.round().then((found) => { this.running = undefined; this.schedule(found ? Math.min(BUSY_POLL_MS, this.opts.pollMs) : this.opts.pollMs) })
+      this.running = this.round().then((found) => {
+        this.running = undefined
+        this.schedule(found ? Math.min(BUSY_POLL_MS, this.opts.pollMs) : this.opts.pollMs)
+      })
     }
     await this.running
   }
@@ -84,7 +87,9 @@ export class OutboxMover {
   private schedule(ms: number): void {
     if (this.stopped) return
     clearTimeout(this.timer)
-    this.timer = setTimeout(() => { void this.poke() }, ms)
+    this.timer = setTimeout(() => {
+      void this.poke()
+    }, ms)
     this.timer.unref()
   }
 
@@ -114,8 +119,13 @@ export class OutboxMover {
   private place(row: OutboxRow): AppendEntry | null {
     if (!row.topic) return null
     return {
-      topicId: row.topicId, partition: this.opts.produce.partitionFor(row.topicId, row.topic.partitions, row.key),
-      key: row.key, value: row.value, headers: row.headers, delayMs: row.delayMs, idempotencyKey: row.idempotencyKey,
+      topicId: row.topicId,
+      partition: this.opts.produce.partitionFor(row.topicId, row.topic.partitions, row.key),
+      key: row.key,
+      value: row.value,
+      headers: row.headers,
+      delayMs: row.delayMs,
+      idempotencyKey: row.idempotencyKey,
     }
   }
 
@@ -126,7 +136,10 @@ export class OutboxMover {
     rows.forEach((row, i) => {
       const e = entries[i]
       const c = coordinates[i]
-      if (!e || !c || !row.topic) { dropped++; return }
+      if (!e || !c || !row.topic) {
+        dropped++
+        return
+      }
       let t = byTopic.get(row.topicId)
       if (!t) byTopic.set(row.topicId, (t = { name: row.topic.name, entries: [], coordinates: [] }))
       t.entries.push(e)

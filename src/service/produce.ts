@@ -60,23 +60,33 @@ export class ProduceService {
       const key = m.key ?? null
       // A lone UTF-16 surrogate cannot become UTF-8 text; values keep it (as a JSON escape), names cannot.
       if ((key !== null && !key.isWellFormed()) || (m.idempotencyKey !== undefined && !m.idempotencyKey.isWellFormed())) {
-        throw new HookqError('invalid_request', `message ${i}: key and idempotencyKey must be valid Unicode (no lone surrogates)`, { extra: { index: i } })
+        throw new HookqError('invalid_request', `message ${i}: key and idempotencyKey must be valid Unicode (no lone surrogates)`, {
+          extra: { index: i },
+        })
       }
       const size = Buffer.byteLength(value) + Buffer.byteLength(headers) + (key === null ? 0 : Buffer.byteLength(key))
       if (size > this.maxMessageBytes) {
-        throw new HookqError('message_too_large',
-          `message ${i} is ${size} bytes; the limit is ${this.maxMessageBytes} bytes`, { extra: { index: i } })
+        throw new HookqError('message_too_large', `message ${i} is ${size} bytes; the limit is ${this.maxMessageBytes} bytes`, {
+          extra: { index: i },
+        })
       }
       if (m.partition !== undefined && m.partition >= topic.partitions) {
-        throw new HookqError('invalid_request',
+        throw new HookqError(
+          'invalid_request',
           `message ${i}: partition ${m.partition} does not exist; topic ${topic.name} has ${topic.partitions} (0 to ${topic.partitions - 1})`,
-          { extra: { index: i } })
+          { extra: { index: i } },
+        )
       }
       const partition = m.partition ?? this.partitionFor(topic.id, topic.partitions, key)
       bytes += size
       entries[i] = {
-        topicId: topic.id, partition, key, value, headers,
-        delayMs: m.delayMs ?? 0, idempotencyKey: m.idempotencyKey ?? null,
+        topicId: topic.id,
+        partition,
+        key,
+        value,
+        headers,
+        delayMs: m.delayMs ?? 0,
+        idempotencyKey: m.idempotencyKey ?? null,
       }
     }
 
@@ -84,9 +94,12 @@ export class ProduceService {
       if (err instanceof CommitOutcomeUnknown) {
         // Not a 503: "retry, nothing was promised" would be false, and a retry without
         // idempotency keys could store the messages twice.
-        throw new HookqError('outcome_unknown',
+        throw new HookqError(
+          'outcome_unknown',
           'the database connection broke while these messages were being committed: they may or may not be stored. ' +
-          'Retrying with the same idempotency keys is safe.', { cause: err })
+            'Retrying with the same idempotency keys is safe.',
+          { cause: err },
+        )
       }
       throw err
     })
@@ -97,7 +110,8 @@ export class ProduceService {
       throw new HookqError('topic_not_found', `topic ${topicName} does not exist`)
     }
     const results = (coordinates as Coordinates[]).map((c) =>
-      c.duplicate ? { partition: c.partition, offset: c.offset, duplicate: true as const } : { partition: c.partition, offset: c.offset })
+      c.duplicate ? { partition: c.partition, offset: c.offset, duplicate: true as const } : { partition: c.partition, offset: c.offset },
+    )
     this.notify(topic.id, entries, coordinates as Coordinates[])
     return results
   }
@@ -117,8 +131,12 @@ export class ProduceService {
       let list = appended.get(c.partition)
       if (!list) appended.set(c.partition, (list = []))
       list.push({
-        offset: c.offset, key: e.key, value: e.value, headers: e.headers,
-        producedAtMs: c.producedAtMs, availableAtMs: c.producedAtMs + e.delayMs,
+        offset: c.offset,
+        key: e.key,
+        value: e.value,
+        headers: e.headers,
+        producedAtMs: c.producedAtMs,
+        availableAtMs: c.producedAtMs + e.delayMs,
       })
     }
     for (const [partition, messages] of appended) {

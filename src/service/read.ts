@@ -13,14 +13,24 @@ export interface MessageView {
 }
 
 export class ReadService {
-  constructor(private readonly topics: TopicService, private readonly messages: MessageStore) {}
+  constructor(
+    private readonly topics: TopicService,
+    private readonly messages: MessageStore,
+  ) {}
 
   /** Up to `limit` messages from `fromOffset`, and the offset to continue from. */
-  async fetch(topicName: string, partition: number, fromOffset: number, limit: number): Promise<{ messages: MessageView[]; nextOffset: number }> {
+  async fetch(
+    topicName: string,
+    partition: number,
+    fromOffset: number,
+    limit: number,
+  ): Promise<{ messages: MessageView[]; nextOffset: number }> {
     const topic = await this.topics.requireFresh(topicName)
     if (partition >= topic.partitions) {
-      throw new HookqError('partition_not_found',
-        `topic ${topicName} has ${topic.partitions} partitions (0 to ${topic.partitions - 1}); there is no partition ${partition}`)
+      throw new HookqError(
+        'partition_not_found',
+        `topic ${topicName} has ${topic.partitions} partitions (0 to ${topic.partitions - 1}); there is no partition ${partition}`,
+      )
     }
     const rows = await this.messages.read(topic.id, partition, fromOffset, limit)
     const messages = rows.map((r) => ({

@@ -24,7 +24,11 @@ export class RetentionSweeper {
   private running: Promise<void> | undefined
   private stopped = false
 
-  constructor(private readonly db: Database, private readonly topics: TopicStore, private readonly opts: RetentionOptions) {}
+  constructor(
+    private readonly db: Database,
+    private readonly topics: TopicStore,
+    private readonly opts: RetentionOptions,
+  ) {}
 
   start(): void {
     this.schedule()
@@ -54,10 +58,15 @@ export class RetentionSweeper {
   private schedule(): void {
     if (this.stopped) return
     this.timer = setTimeout(() => {
-      this.running = this.sweep().then(() => {}, (err: unknown) => this.opts.onError(err)).finally(() => {
-        this.running = undefined
-        this.schedule()
-      })
+      this.running = this.sweep()
+        .then(
+          () => {},
+          (err: unknown) => this.opts.onError(err),
+        )
+        .finally(() => {
+          this.running = undefined
+          this.schedule()
+        })
     }, this.opts.intervalMs)
     this.timer.unref()
   }

@@ -40,8 +40,10 @@ export class TopicService {
       const existing = await this.store.findByName(name)
       if (existing) {
         if (existing.partitions !== partitions) {
-          throw new HookqError('topic_conflict',
-            `topic ${name} exists with ${existing.partitions} partitions; the partition count of a topic cannot change`)
+          throw new HookqError(
+            'topic_conflict',
+            `topic ${name} exists with ${existing.partitions} partitions; the partition count of a topic cannot change`,
+          )
         }
         const topic = existing.retentionMs === retentionMs ? existing : await this.store.setRetention(existing.id, retentionMs)
         this.cache.set(name, topic)

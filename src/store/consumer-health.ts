@@ -59,8 +59,13 @@ export async function recordHealth(db: Database, rows: HealthCounts[]): Promise<
     )
     DELETE FROM consumer_health WHERE consumer_id = ANY($1::text[]) AND bucket < now() - interval '${HEALTH_WINDOW_MS + 2 * HEALTH_BUCKET_MS} milliseconds'`,
     values: [
-      ids, numberArray(rows.map((r) => r.bucketMs)), numberArray(rows.map((r) => r.successes)), numberArray(rows.map((r) => r.failures)),
-      epochMsArray(rows.map((r) => r.lastSuccessAt)), epochMsArray(rows.map((r) => r.lastFailureAt)), rows.map((r) => r.lastError),
+      ids,
+      numberArray(rows.map((r) => r.bucketMs)),
+      numberArray(rows.map((r) => r.successes)),
+      numberArray(rows.map((r) => r.failures)),
+      epochMsArray(rows.map((r) => r.lastSuccessAt)),
+      epochMsArray(rows.map((r) => r.lastFailureAt)),
+      rows.map((r) => r.lastError),
     ],
   })
 }
@@ -69,12 +74,20 @@ export async function recordHealth(db: Database, rows: HealthCounts[]): Promise<
 export async function readHealth(db: Database, consumerIds: string[], nowMs: number): Promise<Map<string, ConsumerHealthView>> {
   const out = new Map<string, ConsumerHealthView>()
   if (consumerIds.length === 0) return out
-  const { rows } = await db.pool.query<{ id: string; last_success_at: Date | null; last_failure_at: Date | null; last_error: string | null; ok: number | null; bad: number | null }>(
+  const { rows } = await db.pool.query<{
+    id: string
+    last_success_at: Date | null
+    last_failure_at: Date | null
+    last_error: string | null
+    ok: number | null
+    bad: number | null
+  }>(
     `SELECT c.id, c.last_success_at, c.last_failure_at, c.last_error, h.ok, h.bad FROM consumers c
      LEFT JOIN (SELECT consumer_id, sum(successes)::int AS ok, sum(failures)::int AS bad FROM consumer_health
                 WHERE consumer_id = ANY($1::text[]) AND bucket >= to_timestamp($2::float8 / 1000) GROUP BY consumer_id) h ON h.consumer_id = c.id
      WHERE c.id = ANY($1::text[])`,
-    [consumerIds, nowMs - HEALTH_WINDOW_MS])
+    [consumerIds, nowMs - HEALTH_WINDOW_MS],
+  )
   for (const r of rows) {
     const total = (r.ok ?? 0) + (r.bad ?? 0)
     out.set(r.id, {

@@ -80,17 +80,39 @@ export interface ProgressResult {
 export async function loadProgress(db: Database, groupId: number, topicId: number, partition: number): Promise<PartitionProgress | null> {
   const offsets = await db.pool.query<{ committed_offset: number; pushed_offset: number; seeked_ms: number | null }>(
     `SELECT committed_offset, pushed_offset, (extract(epoch from seeked_at) * 1000)::float8 AS seeked_ms
-     FROM group_offsets WHERE group_id = $1 AND topic_id = $2 AND partition = $3`, [groupId, topicId, partition])
+     FROM group_offsets WHERE group_id = $1 AND topic_id = $2 AND partition = $3`,
+    [groupId, topicId, partition],
+  )
   const row = offsets.rows[0]
   if (!row) return null
   const done = await db.pool.query<{ offset: number }>(
-    'SELECT "offset" FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = $3', [groupId, topicId, partition])
-  return { committed: row.committed_offset, completed: new Set(done.rows.map((r) => r.offset)), pushed: row.pushed_offset, seekedAtMs: row.seeked_ms ?? 0 }
+    'SELECT "offset" FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = $3',
+    [groupId, topicId, partition],
+  )
+  return {
+    committed: row.committed_offset,
+    completed: new Set(done.rows.map((r) => r.offset)),
+    pushed: row.pushed_offset,
+    seekedAtMs: row.seeked_ms ?? 0,
+  }
 }
 
 /** Up to `limit` messages of a partition from `fromOffset`, in offset order. */
-export async function readForDispatch(db: Database, topicId: number, partition: number, fromOffset: number, limit: number): Promise<DispatchMessage[]> {
-  const res = await db.pool.query<{ offset: number; key: string | null; value: string; headers: string; produced_ms: number; available_ms: number }>({
+export async function readForDispatch(
+  db: Database,
+  topicId: number,
+  partition: number,
+  fromOffset: number,
+  limit: number,
+): Promise<DispatchMessage[]> {
+  const res = await db.pool.query<{
+    offset: number
+    key: string | null
+    value: string
+    headers: string
+    produced_ms: number
+    available_ms: number
+  }>({
     name: 'hookq_read_for_dispatch',
     text: `SELECT "offset", key, value, headers, (extract(epoch from produced_at) * 1000)::float8 AS produced_ms,
                   (extract(epoch from available_at) * 1000)::float8 AS available_ms
@@ -98,7 +120,12 @@ export async function readForDispatch(db: Database, topicId: number, partition: 
     values: [topicId, partition, fromOffset, limit],
   })
   return res.rows.map((r) => ({
-    offset: r.offset, key: r.key, value: r.value, headers: r.headers, producedAtMs: r.produced_ms, availableAtMs: r.available_ms,
+    offset: r.offset,
+    key: r.key,
+    value: r.value,
+    headers: r.headers,
+    producedAtMs: r.produced_ms,
+    availableAtMs: r.available_ms,
   }))
 }
 
@@ -109,12 +136,19 @@ export async function readForDispatch(db: Database, topicId: number, partition: 
  * push is attempt 2, never a second attempt 1. (Rows of retries are written before their push, so a
  * recorded maximum is exact.)
  */
-export async function attemptCounts(db: Database, groupId: number, topicId: number, partition: number, progress: PartitionProgress): Promise<Map<number, number>> {
+export async function attemptCounts(
+  db: Database,
+  groupId: number,
+  topicId: number,
+  partition: number,
+  progress: PartitionProgress,
+): Promise<Map<number, number>> {
   const res = await db.pool.query<{ offset: number; attempts: number }>(
     `SELECT "offset", max(attempt) AS attempts FROM deliveries
      WHERE group_id = $1 AND topic_id = $2 AND partition = $3 AND "offset" >= $4 AND started_at >= to_timestamp($5 / 1000.0)
      GROUP BY "offset"`,
-    [groupId, topicId, partition, progress.committed, progress.seekedAtMs])
+    [groupId, topicId, partition, progress.committed, progress.seekedAtMs],
+  )
   const counts = new Map(res.rows.map((r) => [r.offset, r.attempts]))
   for (let o = progress.committed; o < progress.pushed; o++) {
     if (!counts.has(o) && !progress.completed.has(o)) counts.set(o, 1)
@@ -136,19 +170,28 @@ export async function attemptCounts(db: Database, groupId: number, topicId: numb
 export async function writeProgress(db: Database, batch: ProgressBatch): Promise<ProgressResult> {
   if (batch.partitions.length === 0) return { refused: [], deadLettered: [] }
   if (batch.deadLetters.length === 0) {
-    const res = await db.pool.query<{ group_id: number; topic_id: number; partition: number }>({ name: 'hookq_progress', text: PROGRESS, values: progressParams(batch) })
+    const res = await db.pool.query<{ group_id: number; topic_id: number; partition: number }>({
+      name: 'hookq_progress',
+      text: PROGRESS,
+      values: progressParams(batch),
+    })
     return { refused: refusedOf(batch.partitions, res.rows), deadLettered: [] }
   }
   return inTransaction(db, async (client) => {
-    const held = await client.query<{ group_id: number; topic_id: number; partition: number }>(`${HELD} SELECT group_id, topic_id, partition FROM held`,
-      progressParams({ ...batch, completions: [] }).slice(0, 7))
+    const held = await client.query<{ group_id: number; topic_id: number; partition: number }>(
+      `${HELD} SELECT group_id, topic_id, partition FROM held`,
+      progressParams({ ...batch, completions: [] }).slice(0, 7),
+    )
     const refused = refusedOf(batch.partitions, held.rows)
     const ok = (k: PartitionKey) => !refused.some((r) => sameKey(r, k))
     const deadLetters = batch.deadLetters.filter((d) => ok(d.from)).map((d) => d.entry)
     const rows = await appendRows(client, deadLetters)
     if (rows.length !== deadLetters.length) throw new Error('a dead-letter topic was deleted; the dead letters will be retried')
     await client.query({ name: 'hookq_progress', text: PROGRESS, values: progressParams(batch) })
-    return { refused, deadLettered: rows.map((r) => ({ topicId: deadLetters[r.ord - 1]!.topicId, partition: r.partition, offset: r.offset })) }
+    return {
+      refused,
+      deadLettered: rows.map((r) => ({ topicId: deadLetters[r.ord - 1]!.topicId, partition: r.partition, offset: r.offset })),
+    }
   })
 }
 
@@ -156,10 +199,17 @@ function progressParams(batch: ProgressBatch): unknown[] {
   const p = batch.partitions
   const c = batch.completions
   return [
-    numberArray(p.map((r) => r.groupId)), numberArray(p.map((r) => r.topicId)), numberArray(p.map((r) => r.partition)),
-    numberArray(p.map((r) => r.ownerEpoch)), numberArray(p.map((r) => r.committedOffset)), numberArray(p.map((r) => r.pushedOffset)),
+    numberArray(p.map((r) => r.groupId)),
+    numberArray(p.map((r) => r.topicId)),
+    numberArray(p.map((r) => r.partition)),
+    numberArray(p.map((r) => r.ownerEpoch)),
+    numberArray(p.map((r) => r.committedOffset)),
+    numberArray(p.map((r) => r.pushedOffset)),
     numberArray(p.map((r) => r.filtered)),
-    numberArray(c.map((r) => r.groupId)), numberArray(c.map((r) => r.topicId)), numberArray(c.map((r) => r.partition)), numberArray(c.map((r) => r.offset)),
+    numberArray(c.map((r) => r.groupId)),
+    numberArray(c.map((r) => r.topicId)),
+    numberArray(c.map((r) => r.partition)),
+    numberArray(c.map((r) => r.offset)),
   ]
 }
 
@@ -217,7 +267,13 @@ const sameKey = (a: PartitionKey, b: PartitionKey) => a.groupId === b.groupId &&
  * partition's owner (any process) can write nothing more from before the seek; it claims the
  * partition again and reloads it.
  */
-export async function seekOffsets(db: Database, groupId: number, topicId: number, offsets: Map<number, number>, seekedAtMs: number): Promise<void> {
+export async function seekOffsets(
+  db: Database,
+  groupId: number,
+  topicId: number,
+  offsets: Map<number, number>,
+  seekedAtMs: number,
+): Promise<void> {
   const partitions = [...offsets.keys()]
   const values = partitions.map((p) => offsets.get(p)!)
   await inTransaction(db, async (client) => {
@@ -227,8 +283,12 @@ export async function seekOffsets(db: Database, groupId: number, topicId: number
        ON CONFLICT (group_id, topic_id, partition) DO UPDATE
        SET committed_offset = EXCLUDED.committed_offset, pushed_offset = EXCLUDED.pushed_offset, seeked_at = EXCLUDED.seeked_at,
          owner_epoch = group_offsets.owner_epoch + 1`,
-      [groupId, topicId, partitions, values, seekedAtMs])
-    await client.query('DELETE FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = ANY($3::int[])',
-      [groupId, topicId, partitions])
+      [groupId, topicId, partitions, values, seekedAtMs],
+    )
+    await client.query('DELETE FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = ANY($3::int[])', [
+      groupId,
+      topicId,
+      partitions,
+    ])
   })
 }

@@ -33,7 +33,9 @@ export function openDatabase(url: string, maxConnections: number): Database {
   pool.on('error', () => {})
   // Likewise a checked-out client whose socket breaks mid-query: its query fails (and the caller
   // answers 503), but the 'error' event itself must not become an uncaught exception.
-  pool.on('connect', (client) => { client.on('error', () => {}) })
+  pool.on('connect', (client) => {
+    client.on('error', () => {})
+  })
   const prisma = new PrismaClient({ adapter: new PrismaPg(pool) })
   let closed = false
   return {
@@ -61,7 +63,9 @@ export async function inTransaction<T>(db: Database, fn: (client: pg.PoolClient)
     await client.query('COMMIT')
     return result
   } catch (err) {
-    await client.query('ROLLBACK').catch(() => { broken = true })
+    await client.query('ROLLBACK').catch(() => {
+      broken = true
+    })
     throw err
   } finally {
     client.release(broken)
@@ -75,7 +79,8 @@ export async function inTransaction<T>(db: Database, fn: (client: pg.PoolClient)
  */
 export async function durabilityWarnings(db: Database): Promise<string[]> {
   const res = await db.pool.query<{ name: string; setting: string }>(
-    `SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')`)
+    `SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')`,
+  )
   const warnings: string[] = []
   for (const { name, setting } of res.rows) {
     if (setting === 'off') warnings.push(`${name}=off`)

@@ -62,12 +62,26 @@ function storableText(text: string | undefined): string | null {
  */
 export async function insertAttempts(db: Database, rows: AttemptStart[]): Promise<void> {
   if (rows.length === 0) return
-  await db.pool.query({ name: 'hookq_insert_attempts', text: INSERT_ATTEMPTS, values: [
-    rows.map((r) => r.id), numberArray(rows.map((r) => r.groupId)), numberArray(rows.map((r) => r.topicId)),
-    numberArray(rows.map((r) => r.partition)), numberArray(rows.map((r) => r.offset)), numberArray(rows.map((r) => r.attempt)),
-    rows.map((r) => r.consumerId), epochMsArray(rows.map((r) => r.startedAt)), epochMsArray(rows.map((r) => r.ackDeadline)),
-    rows.map((r) => r.outcome ?? null), epochMsArray(rows.map((r) => r.finishedAt)),
-    numberArray(rows.map((r) => r.statusCode)), numberArray(rows.map((r) => r.durationMs)), rows.map((r) => storableText(r.error))] })
+  await db.pool.query({
+    name: 'hookq_insert_attempts',
+    text: INSERT_ATTEMPTS,
+    values: [
+      rows.map((r) => r.id),
+      numberArray(rows.map((r) => r.groupId)),
+      numberArray(rows.map((r) => r.topicId)),
+      numberArray(rows.map((r) => r.partition)),
+      numberArray(rows.map((r) => r.offset)),
+      numberArray(rows.map((r) => r.attempt)),
+      rows.map((r) => r.consumerId),
+      epochMsArray(rows.map((r) => r.startedAt)),
+      epochMsArray(rows.map((r) => r.ackDeadline)),
+      rows.map((r) => r.outcome ?? null),
+      epochMsArray(rows.map((r) => r.finishedAt)),
+      numberArray(rows.map((r) => r.statusCode)),
+      numberArray(rows.map((r) => r.durationMs)),
+      rows.map((r) => storableText(r.error)),
+    ],
+  })
 }
 
 // A group or topic deleted meanwhile takes its attempts with it: rows of ids no longer there are
@@ -87,7 +101,10 @@ ON CONFLICT DO NOTHING`
 
 /** Applies attempt updates in one statement (each id at most once: merge before calling). */
 export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promise<void> {
-  const keyed = rows.flatMap((r) => { const k = parseDeliveryId(r.id); return k ? [{ k, r }] : [] })
+  const keyed = rows.flatMap((r) => {
+    const k = parseDeliveryId(r.id)
+    return k ? [{ k, r }] : []
+  })
   if (keyed.length === 0) return
   await db.pool.query(
     `UPDATE deliveries d SET
@@ -100,11 +117,20 @@ export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promi
      FROM unnest($1::int[], $2::int[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::float8[], $8::int[], $9::int[], $10::text[], $11::float8[])
        AS u(group_id, partition, "offset", attempt, id, outcome, finished_at, status_code, duration_ms, error, ack_deadline)
      WHERE d.group_id = u.group_id AND d.partition = u.partition AND d."offset" = u."offset" AND d.attempt = u.attempt AND d.id = u.id`,
-    [numberArray(keyed.map(({ k }) => k.groupId)), numberArray(keyed.map(({ k }) => k.partition)),
-      numberArray(keyed.map(({ k }) => k.offset)), numberArray(keyed.map(({ k }) => k.attempt)), keyed.map(({ r }) => r.id),
-      keyed.map(({ r }) => r.outcome ?? null), epochMsArray(keyed.map(({ r }) => r.finishedAt)),
-      numberArray(keyed.map(({ r }) => r.statusCode)), numberArray(keyed.map(({ r }) => r.durationMs)), keyed.map(({ r }) => storableText(r.error)),
-      epochMsArray(keyed.map(({ r }) => r.ackDeadline))])
+    [
+      numberArray(keyed.map(({ k }) => k.groupId)),
+      numberArray(keyed.map(({ k }) => k.partition)),
+      numberArray(keyed.map(({ k }) => k.offset)),
+      numberArray(keyed.map(({ k }) => k.attempt)),
+      keyed.map(({ r }) => r.id),
+      keyed.map(({ r }) => r.outcome ?? null),
+      epochMsArray(keyed.map(({ r }) => r.finishedAt)),
+      numberArray(keyed.map(({ r }) => r.statusCode)),
+      numberArray(keyed.map(({ r }) => r.durationMs)),
+      keyed.map(({ r }) => storableText(r.error)),
+      epochMsArray(keyed.map(({ r }) => r.ackDeadline)),
+    ],
+  )
 }
 
 /** An attempt found by its delivery id. */
@@ -115,27 +141,47 @@ export type FoundAttempt = AttemptKey & { topicId: number; startedAt: Date }
  * ids carry it); ids of other groups, or not ours, are not looked up. Keyed by delivery id.
  */
 export async function findAttempts(db: Database, groupId: number, ids: string[]): Promise<Map<string, FoundAttempt>> {
-  const keyed = ids.flatMap((id) => { const k = parseDeliveryId(id); return k && k.groupId === groupId ? [{ id, k }] : [] })
+  const keyed = ids.flatMap((id) => {
+    const k = parseDeliveryId(id)
+    return k && k.groupId === groupId ? [{ id, k }] : []
+  })
   const found = new Map<string, FoundAttempt>()
   if (keyed.length === 0) return found
   const res = await db.pool.query<{ id: string; topic_id: number; started_at: Date }>(
     `SELECT d.id, d.topic_id, d.started_at FROM deliveries d
      JOIN unnest($2::int[], $3::bigint[], $4::int[], $5::text[]) AS u(p, o, a, id)
        ON d.group_id = $1 AND d.partition = u.p AND d."offset" = u.o AND d.attempt = u.a AND d.id = u.id`,
-    [groupId, numberArray(keyed.map(({ k }) => k.partition)), numberArray(keyed.map(({ k }) => k.offset)),
-      numberArray(keyed.map(({ k }) => k.attempt)), keyed.map(({ id }) => id)])
+    [
+      groupId,
+      numberArray(keyed.map(({ k }) => k.partition)),
+      numberArray(keyed.map(({ k }) => k.offset)),
+      numberArray(keyed.map(({ k }) => k.attempt)),
+      keyed.map(({ id }) => id),
+    ],
+  )
   const keys = new Map(keyed.map(({ id, k }) => [id, k]))
   for (const r of res.rows) found.set(r.id, { ...keys.get(r.id)!, topicId: r.topic_id, startedAt: r.started_at })
   return found
 }
 
 /** Attempts of a group, newest first, after an optional (startedAt, id) cursor. */
-export async function listAttempts(db: Database, groupId: number, f: {
-  partition?: number; offset?: number; outcome?: Outcome; limit: number; after?: { startedAt: Date; id: string }
-}): Promise<AttemptRow[]> {
+export async function listAttempts(
+  db: Database,
+  groupId: number,
+  f: {
+    partition?: number
+    offset?: number
+    outcome?: Outcome
+    limit: number
+    after?: { startedAt: Date; id: string }
+  },
+): Promise<AttemptRow[]> {
   const where = ['group_id = $1']
   const params: unknown[] = [groupId]
-  const add = (sql: string, value: unknown) => { params.push(value); where.push(sql.replace('?', `$${params.length}`)) }
+  const add = (sql: string, value: unknown) => {
+    params.push(value)
+    where.push(sql.replace('?', `$${params.length}`))
+  }
   if (f.partition !== undefined) add('partition = ?', f.partition)
   if (f.offset !== undefined) add('"offset" = ?', f.offset)
   if (f.outcome !== undefined) add('outcome = ?::delivery_outcome', f.outcome)
@@ -144,14 +190,35 @@ export async function listAttempts(db: Database, groupId: number, f: {
     where.push(`(started_at, id) < ($${params.length - 1}, $${params.length})`)
   }
   params.push(f.limit)
-  const res = await db.pool.query<{ id: string; partition: number; offset: number; attempt: number; consumer_id: string | null; started_at: Date;
-    finished_at: Date | null; status_code: number | null; duration_ms: number | null; error: string | null; outcome: Outcome }>(
+  const res = await db.pool.query<{
+    id: string
+    partition: number
+    offset: number
+    attempt: number
+    consumer_id: string | null
+    started_at: Date
+    finished_at: Date | null
+    status_code: number | null
+    duration_ms: number | null
+    error: string | null
+    outcome: Outcome
+  }>(
     `SELECT id, partition, "offset", attempt, consumer_id, started_at, finished_at, status_code, duration_ms, error, outcome
-     FROM deliveries WHERE ${where.join(' AND ')} ORDER BY started_at DESC, id DESC LIMIT $${params.length}`, params)
+     FROM deliveries WHERE ${where.join(' AND ')} ORDER BY started_at DESC, id DESC LIMIT $${params.length}`,
+    params,
+  )
   return res.rows.map((r) => ({
-    deliveryId: r.id, partition: r.partition, offset: r.offset, attempt: r.attempt, consumerId: r.consumer_id,
-    startedAt: r.started_at, finishedAt: r.finished_at, statusCode: r.status_code, durationMs: r.duration_ms,
-    error: r.error, outcome: r.outcome,
+    deliveryId: r.id,
+    partition: r.partition,
+    offset: r.offset,
+    attempt: r.attempt,
+    consumerId: r.consumer_id,
+    startedAt: r.started_at,
+    finishedAt: r.finished_at,
+    statusCode: r.status_code,
+    durationMs: r.duration_ms,
+    error: r.error,
+    outcome: r.outcome,
   }))
 }
 
@@ -160,5 +227,7 @@ export async function abandonInFlight(db: Database, groupId: number, partition: 
   await db.pool.query(
     `UPDATE deliveries SET outcome = 'failed', finished_at = coalesce(finished_at, clock_timestamp()),
        error = coalesce(error, 'the broker stopped before the outcome was known')
-     WHERE group_id = $1 AND partition = $2 AND outcome = 'in_flight'`, [groupId, partition])
+     WHERE group_id = $1 AND partition = $2 AND outcome = 'in_flight'`,
+    [groupId, partition],
+  )
 }

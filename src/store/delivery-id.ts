@@ -35,7 +35,10 @@ export function newDeliveryId(key: AttemptKey): string {
   b.writeUInt32BE(key.partition, 4)
   b.writeBigUInt64BE(BigInt(key.offset), 8)
   b.writeUInt32BE(key.attempt, 16)
-  if (poolUsed === pool.length) { randomFillSync(pool); poolUsed = 0 }
+  if (poolUsed === pool.length) {
+    randomFillSync(pool)
+    poolUsed = 0
+  }
   pool.copy(b, 20, poolUsed, poolUsed + 16)
   poolUsed += 16
   return b.toString('base64url', 0, BYTES)

@@ -48,10 +48,7 @@ export interface EmbeddedDatabase {
  * Opens PGlite on `dataDir` (created if missing; `'memory'` keeps everything in memory, for tests)
  * and serves it on 127.0.0.1 on a free port. Refuses a data directory another process has open.
  */
-export async function startEmbedded(opts: {
-  dataDir: string | 'memory'
-  log?: (msg: string) => void
-}): Promise<EmbeddedDatabase> {
+export async function startEmbedded(opts: { dataDir: string | 'memory'; log?: (msg: string) => void }): Promise<EmbeddedDatabase> {
   const log = opts.log ?? (() => {})
   const startedMs = performance.now()
   let db: PGlite

@@ -15,8 +15,12 @@ export function isDatabaseUnavailable(err: unknown): boolean {
     if (typeof code === 'string') {
       if (UNAVAILABLE_NODE.has(code) || UNAVAILABLE_PRISMA.has(code) || UNAVAILABLE_SQLSTATE.test(code)) return true
     }
-    if (typeof message === 'string' &&
-        /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Cannot use a pool after calling end/i.test(message)) {
+    if (
+      typeof message === 'string' &&
+      /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Cannot use a pool after calling end/i.test(
+        message,
+      )
+    ) {
       return true
     }
     e = (e as { cause?: unknown }).cause

@@ -14,7 +14,11 @@ export class GroupStore {
    * Creates the group with its committed offsets, or returns null when the name is taken (the
    * caller then reads and updates it). One transaction: a group never exists without its offsets.
    */
-  async create(name: string, settings: GroupSettings, offsets: { topicId: number; partition: number; committedOffset: number }[]): Promise<GroupRow | null> {
+  async create(
+    name: string,
+    settings: GroupSettings,
+    offsets: { topicId: number; partition: number; committedOffset: number }[],
+  ): Promise<GroupRow | null> {
     try {
       return await this.prisma.$transaction(async (tx) => {
         const group = await tx.consumerGroup.create({ data: { name, ...settings } })
@@ -75,13 +79,22 @@ export class GroupStore {
     })
   }
 
-  async addConsumer(groupId: number, id: string, url: string, secret: string | null,
-    limits: Pick<ConsumerRow, 'rateLimitPerSecond' | 'maxConcurrency'>): Promise<ConsumerRow> {
+  async addConsumer(
+    groupId: number,
+    id: string,
+    url: string,
+    secret: string | null,
+    limits: Pick<ConsumerRow, 'rateLimitPerSecond' | 'maxConcurrency'>,
+  ): Promise<ConsumerRow> {
     return this.prisma.consumer.create({ data: { id, groupId, url, secret, ...limits } })
   }
 
   /** Changes a consumer's url or limits; null when the group has no such consumer. */
-  async updateConsumer(groupId: number, id: string, changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency'>>): Promise<ConsumerRow | null> {
+  async updateConsumer(
+    groupId: number,
+    id: string,
+    changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency'>>,
+  ): Promise<ConsumerRow | null> {
     const { count } = await this.prisma.consumer.updateMany({ where: { groupId, id }, data: changes })
     return count === 0 ? null : this.prisma.consumer.findFirst({ where: { groupId, id } })
   }

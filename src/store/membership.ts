@@ -35,7 +35,8 @@ export const MAX_PAYLOAD_BYTES = 7900
 
 /** The 64-bit key of a partition's lock, as the decimal text pg takes for a bigint. */
 export function partitionLockKey(groupId: number, partition: number): string {
-  if (!Number.isSafeInteger(groupId) || groupId < 0 || groupId > MAX_GROUP_ID) throw new Error(`group id ${groupId} is out of the lock key's range`)
+  if (!Number.isSafeInteger(groupId) || groupId < 0 || groupId > MAX_GROUP_ID)
+    throw new Error(`group id ${groupId} is out of the lock key's range`)
   return String((BigInt(PARTITION_LOCK_BASE + groupId) << 32n) | BigInt(partition))
 }
 
@@ -94,10 +95,16 @@ export class MemberSession {
    *   its partitions; its polls keep it busy meanwhile. Set above the time a member takes to give up
    *   on its own (`queryTimeoutMs` past a missed poll), so it has stopped pushing before its locks go.
    */
-  static async open(connectionString: string, opts: { queryTimeoutMs: number; idleTimeoutMs: number },
-    onNotify: (channel: string, payload: string) => void): Promise<MemberSession> {
+  static async open(
+    connectionString: string,
+    opts: { queryTimeoutMs: number; idleTimeoutMs: number },
+    onNotify: (channel: string, payload: string) => void,
+  ): Promise<MemberSession> {
     const client = new pg.Client({
-      connectionString, application_name: 'hookq-member', keepAlive: true, query_timeout: opts.queryTimeoutMs,
+      connectionString,
+      application_name: 'hookq-member',
+      keepAlive: true,
+      query_timeout: opts.queryTimeoutMs,
       connectionTimeoutMillis: opts.queryTimeoutMs,
     })
     const session = new MemberSession(client)
@@ -124,7 +131,9 @@ export class MemberSession {
   async record(url: string | null): Promise<void> {
     await this.query(
       `INSERT INTO broker_members (backend_pid, url, since) VALUES (pg_backend_pid(), $1, now())
-       ON CONFLICT (backend_pid) DO UPDATE SET url = EXCLUDED.url, since = EXCLUDED.since`, [url])
+       ON CONFLICT (backend_pid) DO UPDATE SET url = EXCLUDED.url, since = EXCLUDED.since`,
+      [url],
+    )
   }
 
   /**
@@ -132,7 +141,11 @@ export class MemberSession {
    * also the proof that the session (and every lock on it) is still ours.
    */
   async view(): Promise<ClusterView> {
-    const res = await this.query<{ kind: string; a: number; b: number; c: number; url: string | null; name: string | null }>(VIEW, [MEMBERS_LOCK_KEY, PARTITION_LOCK_BASE, MAX_GROUP_ID])
+    const res = await this.query<{ kind: string; a: number; b: number; c: number; url: string | null; name: string | null }>(VIEW, [
+      MEMBERS_LOCK_KEY,
+      PARTITION_LOCK_BASE,
+      MAX_GROUP_ID,
+    ])
     const view: ClusterView = { self: this.pid, members: [], holders: [], groups: [] }
     for (const r of res.rows) {
       if (r.kind === 'm') view.members.push({ pid: r.a, url: r.url })
@@ -144,7 +157,9 @@ export class MemberSession {
 
   /** Takes a partition's lock if nobody holds it; never waits. */
   async tryLock(groupId: number, partition: number): Promise<boolean> {
-    const { rows } = await this.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1::bigint) AS ok', [partitionLockKey(groupId, partition)])
+    const { rows } = await this.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1::bigint) AS ok', [
+      partitionLockKey(groupId, partition),
+    ])
     return rows[0]?.ok === true
   }
 
@@ -171,7 +186,10 @@ export class MemberSession {
    */
   private query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
     const run = this.queue.then(() => this.client.query<R>(text, values))
-    this.queue = run.then(() => undefined, () => undefined)
+    this.queue = run.then(
+      () => undefined,
+      () => undefined,
+    )
     return run
   }
 
@@ -191,7 +209,9 @@ export class MemberSession {
   async close(): Promise<void> {
     this.lost = true
     let timer: NodeJS.Timeout | undefined
-    const gaveUp = new Promise<void>((resolve) => { timer = setTimeout(resolve, CLOSE_WAIT_MS) })
+    const gaveUp = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, CLOSE_WAIT_MS)
+    })
     await Promise.race([this.client.end().catch(() => {}), gaveUp])
     clearTimeout(timer)
     this.destroy()
@@ -224,24 +244,31 @@ export async function claimPartition(db: Database, groupId: number, partition: n
     `UPDATE group_offsets o SET owner_epoch = o.owner_epoch + 1
      FROM consumer_groups g JOIN topics t ON t.name = g.topic
      WHERE g.id = $1 AND o.group_id = g.id AND o.topic_id = t.id AND o.partition = $2
-     RETURNING o.owner_epoch::text AS epoch`, [groupId, partition])
+     RETURNING o.owner_epoch::text AS epoch`,
+    [groupId, partition],
+  )
   return rows[0] ? Number(rows[0].epoch) : null
 }
 
 /** The owner epochs in the database now, "groupId:partition" → epoch, of the partitions asked about. */
-export async function ownerEpochs(db: Database, keys: { groupId: number; topicId: number; partition: number }[]): Promise<Map<string, number>> {
+export async function ownerEpochs(
+  db: Database,
+  keys: { groupId: number; topicId: number; partition: number }[],
+): Promise<Map<string, number>> {
   if (keys.length === 0) return new Map()
   const { rows } = await db.pool.query<{ group_id: number; partition: number; epoch: string }>(
     `SELECT o.group_id, o.partition, o.owner_epoch::text AS epoch FROM group_offsets o
      JOIN unnest($1::int[], $2::int[], $3::int[]) AS k(g, t, p) ON o.group_id = k.g AND o.topic_id = k.t AND o.partition = k.p`,
-    [keys.map((k) => k.groupId), keys.map((k) => k.topicId), keys.map((k) => k.partition)])
+    [keys.map((k) => k.groupId), keys.map((k) => k.topicId), keys.map((k) => k.partition)],
+  )
   return new Map(rows.map((r) => [`${r.group_id}:${r.partition}`, Number(r.epoch)]))
 }
 
 /** Every group whose topic exists, with its partition count (what a process alone owns). */
 export async function groupPartitions(db: Database): Promise<GroupPartitions[]> {
   const { rows } = await db.pool.query<{ id: number; name: string; partitions: number }>(
-    'SELECT g.id, g.name, t.partitions FROM consumer_groups g JOIN topics t ON t.name = g.topic')
+    'SELECT g.id, g.name, t.partitions FROM consumer_groups g JOIN topics t ON t.name = g.topic',
+  )
   return rows.map((r) => ({ groupId: r.id, name: r.name, partitions: r.partitions }))
 }
 
@@ -250,7 +277,9 @@ export async function forgetDeadMembers(db: Database): Promise<void> {
   await db.pool.query(
     `DELETE FROM broker_members m WHERE NOT EXISTS (
        SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = m.backend_pid
-         AND l.classid = 0 AND l.objid = $1 AND l.objsubid = 1)`, [MEMBERS_LOCK_KEY])
+         AND l.classid = 0 AND l.objid = $1 AND l.objsubid = 1)`,
+    [MEMBERS_LOCK_KEY],
+  )
 }
 
 /** NOTIFY on a channel (after the caller's commit: NOTIFY outside a transaction is sent at once). */

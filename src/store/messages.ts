@@ -133,7 +133,10 @@ const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
 /** Something that runs a query: the pool (own transaction) or a client inside a transaction. */
 export interface Queryable {
   /** `text`, or a named statement (prepared once per connection: the hot statements skip PostgreSQL's parse and plan). */
-  query<R extends object = Record<string, unknown>>(text: string | { name: string; text: string }, values?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }>
+  query<R extends object = Record<string, unknown>>(
+    text: string | { name: string; text: string },
+    values?: unknown[],
+  ): Promise<{ rows: R[]; rowCount: number | null }>
 }
 
 /**
@@ -184,7 +187,11 @@ export class MessageStore {
   }
 
   private appendOnce(entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
-    return appendDeduplicated(entries, (all) => findKnownKeys(this.db.pool, all), (fresh) => this.appendChecked(fresh))
+    return appendDeduplicated(
+      entries,
+      (all) => findKnownKeys(this.db.pool, all),
+      (fresh) => this.appendChecked(fresh),
+    )
   }
 
   /**
@@ -234,9 +241,15 @@ export async function appendDeduplicated(
     if (e.idempotencyKey !== null) {
       const k = idKey(e.topicId, e.idempotencyKey)
       const stored = known.get(k)
-      if (stored) { result[i] = { ...stored, duplicate: true }; continue }
+      if (stored) {
+        result[i] = { ...stored, duplicate: true }
+        continue
+      }
       const first = firstWithKey.get(k)
-      if (first !== undefined) { duplicateOf.set(i, first); continue }
+      if (first !== undefined) {
+        duplicateOf.set(i, first)
+        continue
+      }
       firstWithKey.set(k, i)
     }
     fresh.push(e)
@@ -261,11 +274,16 @@ export async function findKnownKeys(q: Queryable, entries: AppendEntry[]): Promi
   const topicIds: number[] = []
   const keys: string[] = []
   for (const e of entries) {
-    if (e.idempotencyKey !== null) { topicIds.push(e.topicId); keys.push(e.idempotencyKey) }
+    if (e.idempotencyKey !== null) {
+      topicIds.push(e.topicId)
+      keys.push(e.idempotencyKey)
+    }
   }
   if (keys.length === 0) return known
   const found = await q.query<{ topic_id: number; idempotency_key: string; partition: number; offset: number; expired: boolean }>(
-    FIND_IDEMPOTENCY_KEYS, [topicIds, keys])
+    FIND_IDEMPOTENCY_KEYS,
+    [topicIds, keys],
+  )
   const expired = found.rows.filter((r) => r.expired)
   if (expired.length > 0) {
     await q.query(RELEASE_IDEMPOTENCY_KEYS, [expired.map((r) => r.topic_id), expired.map((r) => r.idempotency_key)])
@@ -296,13 +314,17 @@ export async function deleteExpired(db: Database, topicId: number, retentionMs: 
 /** The oldest offset kept per partition (retention deletes from the front), or null when empty. */
 export async function firstOffsets(db: Database, topicId: number): Promise<Map<number, number>> {
   const res = await db.pool.query<{ partition: number; first: number }>(
-    `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 GROUP BY partition`, [topicId])
+    `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 GROUP BY partition`,
+    [topicId],
+  )
   return new Map(res.rows.map((r) => [r.partition, r.first]))
 }
 
 /** Per partition, the first offset produced at or after `at` (null: none yet). */
 export async function offsetsAtTime(db: Database, topicId: number, at: Date): Promise<Map<number, number>> {
   const res = await db.pool.query<{ partition: number; first: number }>(
-    `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 AND produced_at >= $2 GROUP BY partition`, [topicId, at])
+    `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 AND produced_at >= $2 GROUP BY partition`,
+    [topicId, at],
+  )
   return new Map(res.rows.map((r) => [r.partition, r.first]))
 }

@@ -37,10 +37,7 @@ export interface ApplyMigrationsOptions {
  * when the database was up to date). Safe when several processes start at once on one database:
  * they take turns on a session advisory lock and the later ones find nothing to do.
  */
-export async function applyMigrations(
-  connectionString: string,
-  opts: ApplyMigrationsOptions = {},
-): Promise<{ applied: string[] }> {
+export async function applyMigrations(connectionString: string, opts: ApplyMigrationsOptions = {}): Promise<{ applied: string[] }> {
   const log = opts.log ?? (() => {})
   const migrationsDir = opts.migrationsDir ?? MIGRATIONS_DIR
   const runEngine = async () => {
@@ -83,8 +80,10 @@ async function nothingPending(query: QueryFn, migrationsDir: string): Promise<bo
   const { rows } = await query('SELECT current_schema() AS schema')
   const schema = (rows[0] as { schema: string | null } | undefined)?.schema ?? null
   if (schema !== 'public') {
-    throw new Error(`this connection's search_path puts new tables in ${schema === null ? 'no schema' : `schema "${schema}"`}; `
-      + 'hookq keeps its tables in public: reset the search_path of this role or database (ALTER ROLE … SET search_path = public)')
+    throw new Error(
+      `this connection's search_path puts new tables in ${schema === null ? 'no schema' : `schema "${schema}"`}; ` +
+        'hookq keeps its tables in public: reset the search_path of this role or database (ALTER ROLE … SET search_path = public)',
+    )
   }
   return (await pendingMigrations(query, migrationsDir)).length === 0
 }
@@ -112,9 +111,7 @@ export async function pendingMigrations(query: QueryFn, migrationsDir = MIGRATIO
   const onDisk = (await readMigrations(migrationsDir)).migrationDirectories.map((d) => d.path)
   let finished: Set<string>
   try {
-    const { rows } = await query(
-      'SELECT migration_name FROM _prisma_migrations WHERE finished_at IS NOT NULL AND rolled_back_at IS NULL',
-    )
+    const { rows } = await query('SELECT migration_name FROM _prisma_migrations WHERE finished_at IS NOT NULL AND rolled_back_at IS NULL')
     finished = new Set(rows.map((r) => (r as { migration_name: string }).migration_name))
   } catch (err) {
     if ((err as { code?: unknown }).code !== '42P01') throw err // 42P01: undefined_table
@@ -122,4 +119,3 @@ export async function pendingMigrations(query: QueryFn, migrationsDir = MIGRATIO
   }
   return onDisk.filter((name) => !finished.has(name))
 }
-

@@ -53,7 +53,8 @@ export async function outboxWaiting(db: Database): Promise<boolean> {
 /** Seconds since the oldest waiting row was written (0: none waits); one index probe. */
 export async function oldestWaitingSeconds(db: Database): Promise<number> {
   const res = await db.pool.query<{ s: number }>(
-    'SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 AS s FROM produce_outbox ORDER BY id LIMIT 1')
+    'SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 AS s FROM produce_outbox ORDER BY id LIMIT 1',
+  )
   return Math.max(0, res.rows[0]?.s ?? 0)
 }
 
@@ -82,23 +83,46 @@ async function moveOnce(db: Database, limit: number, place: (row: OutboxRow) => 
         return null
       }
       const res = await client.query<{
-        id: number; topic_id: number; key: string | null; value: string; headers: string; delay_ms: number
-        idempotency_key: string | null; topic_name: string | null; partitions: number | null
+        id: number
+        topic_id: number
+        key: string | null
+        value: string
+        headers: string
+        delay_ms: number
+        idempotency_key: string | null
+        topic_name: string | null
+        partitions: number | null
       }>({ name: 'hookq_outbox_take', text: TAKE }, [limit])
       const rows: OutboxRow[] = res.rows.map((r) => ({
-        id: r.id, topicId: r.topic_id, topic: r.topic_name === null ? null : { name: r.topic_name, partitions: r.partitions! },
-        key: r.key, value: r.value, headers: r.headers, delayMs: r.delay_ms, idempotencyKey: r.idempotency_key,
+        id: r.id,
+        topicId: r.topic_id,
+        topic: r.topic_name === null ? null : { name: r.topic_name, partitions: r.partitions! },
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
+        delayMs: r.delay_ms,
+        idempotencyKey: r.idempotency_key,
       }))
       const entries = rows.map(place)
       const kept = entries.filter((e): e is AppendEntry => e !== null)
-      const appended = kept.length === 0 ? [] : await appendDeduplicated(kept, (all) => findKnownKeys(client, all), (fresh) => appendRows(client, fresh))
+      const appended =
+        kept.length === 0
+          ? []
+          : await appendDeduplicated(
+              kept,
+              (all) => findKnownKeys(client, all),
+              (fresh) => appendRows(client, fresh),
+            )
       await client.query('COMMIT')
       let at = 0
       return { rows, entries, coordinates: entries.map((e) => (e === null ? null : appended[at++]!)) }
     } catch (err) {
       // A connection that broke mid-transaction rolls back on the server by itself.
       if (isAnswerLost(err)) broken = true
-      else await client.query('ROLLBACK').catch(() => { broken = true })
+      else
+        await client.query('ROLLBACK').catch(() => {
+          broken = true
+        })
       throw err
     }
   } finally {

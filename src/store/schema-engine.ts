@@ -57,11 +57,14 @@ export function schemaEngineModule(): Promise<WasmModule> {
 const glueImports = Object.fromEntries(
   Object.entries(bg).map(([name, value]) => {
     if (!name.startsWith('__wbg_setTimeout_')) return [name, value]
-    return [name, (...args: unknown[]) => {
-      const timer = (value as (...a: unknown[]) => NodeJS.Timeout)(...args)
-      timer.unref()
-      return timer
-    }]
+    return [
+      name,
+      (...args: unknown[]) => {
+        const timer = (value as (...a: unknown[]) => NodeJS.Timeout)(...args)
+        timer.unref()
+        return timer
+      },
+    ]
   }),
 )
 
@@ -76,7 +79,6 @@ function ensureInstance(): Promise<void> {
   instantiated.catch(() => (instantiated = undefined))
   return instantiated
 }
-
 // A Rust panic aborts as a wasm trap, usually inside a promise callback, where it becomes an
 // uncaught exception saying only "unreachable". The glue hands the panic message to this global
 // first (and throws a TypeError without it), so print it: it is the only explanation the crash will
@@ -191,10 +193,7 @@ export interface EngineAdapterFactory extends SqlMigrationAwareDriverAdapterFact
  * empty database each time the engine asks for one (diffing from a migrations folder replays the
  * migrations there). Without `shadow` the engine fails commands that need one.
  */
-export function engineAdapterFactory(
-  main: EngineConnection,
-  shadow?: () => Promise<EngineConnection>,
-): EngineAdapterFactory {
+export function engineAdapterFactory(main: EngineConnection, shadow?: () => Promise<EngineConnection>): EngineAdapterFactory {
   const live = new Set<EngineAdapter>()
   const open = async (conn: EngineConnection) => {
     const pool = new pg.Pool({

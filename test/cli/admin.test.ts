@@ -24,13 +24,22 @@ t.test('topics create, list (table and --json), show and delete', async (t) => {
   t.equal(table.code, 0)
   const lines = table.stdout.trim().split('\n')
   t.match(lines[0], /^NAME\s+PARTITIONS\s+RETENTION\s+CREATED$/)
-  t.match(lines.find((l) => l.startsWith('audit')), /^audit\s+1\s+1h\s+\d{4}-/)
-  t.match(lines.find((l) => l.startsWith('orders')), /^orders\s+3\s+7d\s+/)
+  t.match(
+    lines.find((l) => l.startsWith('audit')),
+    /^audit\s+1\s+1h\s+\d{4}-/,
+  )
+  t.match(
+    lines.find((l) => l.startsWith('orders')),
+    /^orders\s+3\s+7d\s+/,
+  )
 
   const json = await cli('--json', 'topics', 'list')
   t.equal(json.code, 0)
   const listed = JSON.parse(json.stdout) as { topics: Array<{ name: string; partitions: number }> }
-  t.same(listed.topics.map((x) => [x.name, x.partitions]).sort(), [['audit', 1], ['orders', 3]])
+  t.same(listed.topics.map((x) => [x.name, x.partitions]).sort(), [
+    ['audit', 1],
+    ['orders', 3],
+  ])
 
   const shown = await cli('topics', 'show', 'audit')
   t.match(shown.stdout, /^topic audit: 1 partition, retention 1h,/, 'one partition, singular')
@@ -43,15 +52,57 @@ t.test('topics create, list (table and --json), show and delete', async (t) => {
 t.test('groups create and status; consumers add, list and remove', async (t) => {
   await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'jobs' } }, body: { partitions: 2 } }))
   await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'jobs.dlq' } }, body: { partitions: 1 } }))
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'jobs' } }, body: { messages: [{ value: 1, partition: 1 }, { value: 2, partition: 1 }] } }))
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', {
+      params: { path: { topic: 'jobs' } },
+      body: {
+        messages: [
+          { value: 1, partition: 1 },
+          { value: 2, partition: 1 },
+        ],
+      },
+    }),
+  )
 
-  const created = await cli('groups', 'create', 'workers', '--topic', 'jobs', '--ack-mode', 'auto', '--max-deliveries', '3',
-    '--dead-letter-topic', 'jobs.dlq', '--retry-initial-delay-ms', '250', '--retry-jitter', '0', '--paused', '--filter', '{"value.n":{"gte":1}}',
-    '--ordering', 'key', '--batch-max-messages', '10', '--batch-max-wait-ms', '5')
+  const created = await cli(
+    'groups',
+    'create',
+    'workers',
+    '--topic',
+    'jobs',
+    '--ack-mode',
+    'auto',
+    '--max-deliveries',
+    '3',
+    '--dead-letter-topic',
+    'jobs.dlq',
+    '--retry-initial-delay-ms',
+    '250',
+    '--retry-jitter',
+    '0',
+    '--paused',
+    '--filter',
+    '{"value.n":{"gte":1}}',
+    '--ordering',
+    'key',
+    '--batch-max-messages',
+    '10',
+    '--batch-max-wait-ms',
+    '5',
+  )
   t.equal(created.code, 0, created.stderr)
   t.match(created.stdout, /^created: group workers on topic jobs/)
   const group = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'workers' } } }))
-  t.match(group, { ordering: 'key', batch: { maxMessages: 10, maxWaitMs: 5, maxBytes: null }, filter: { 'value.n': { gte: 1 } }, ackMode: 'auto', maxDeliveries: 3, deadLetterTopic: 'jobs.dlq', paused: true, retry: { initialDelayMs: 250, jitter: 0, multiplier: 2 } })
+  t.match(group, {
+    ordering: 'key',
+    batch: { maxMessages: 10, maxWaitMs: 5, maxBytes: null },
+    filter: { 'value.n': { gte: 1 } },
+    ackMode: 'auto',
+    maxDeliveries: 3,
+    deadLetterTopic: 'jobs.dlq',
+    paused: true,
+    retry: { initialDelayMs: 250, jitter: 0, multiplier: 2 },
+  })
 
   // A receiver is not needed: the group is paused, so the consumer is registered and never pushed to.
   const added = await cli('--json', 'consumers', 'add', 'workers', 'http://127.0.0.1:9/hook')
@@ -66,19 +117,40 @@ t.test('groups create and status; consumers add, list and remove', async (t) => 
   t.match(status.stdout, '  batch push: up to 10 messages, wait 5 ms')
   t.match(status.stdout, 'ordered by key')
   t.equal((await cli('groups', 'update', 'workers', '--topic', 'jobs', '--no-batch')).code, 0)
-  t.equal((await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'workers' } } }))).batch, null, '--no-batch turns it off')
+  t.equal(
+    (await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'workers' } } }))).batch,
+    null,
+    '--no-batch turns it off',
+  )
   t.match(status.stdout, /PARTITION\s+COMMITTED\s+END\s+LAG\s+IN FLIGHT\s+FILTERED\s+CONSUMER/)
-  t.match(status.stdout, new RegExp(`\\n1\\s+0\\s+2\\s+2\\s+0\\s+0\\s+${consumer.id}`), 'partition 1: committed 0, end 2, lag 2, owned by the consumer')
+  t.match(
+    status.stdout,
+    new RegExp(`\\n1\\s+0\\s+2\\s+2\\s+0\\s+0\\s+${consumer.id}`),
+    'partition 1: committed 0, end 2, lag 2, owned by the consumer',
+  )
   t.match(status.stdout, new RegExp(`${consumer.id}\\s+http://127\\.0\\.0\\.1:9/hook\\s+no\\s+active`))
 
   const listed = await cli('consumers', 'list', 'workers')
   t.match(listed.stdout, consumer.id)
 
-  const limited = await cli('--json', 'consumers', 'add', 'workers', 'http://127.0.0.1:9/limited', '--rate-limit', '5', '--max-concurrency', '2')
+  const limited = await cli(
+    '--json',
+    'consumers',
+    'add',
+    'workers',
+    'http://127.0.0.1:9/limited',
+    '--rate-limit',
+    '5',
+    '--max-concurrency',
+    '2',
+  )
   t.equal(limited.code, 0, limited.stderr)
   const limitedId = (JSON.parse(limited.stdout) as { id: string }).id
   t.match(JSON.parse(limited.stdout), { rateLimitPerSecond: 5, maxConcurrency: 2 })
-  t.match((await cli('consumers', 'list', 'workers')).stdout, new RegExp(`${limitedId}\\s+http://127\\.0\\.0\\.1:9/limited\\s+no\\s+5/s, ≤2 at once`))
+  t.match(
+    (await cli('consumers', 'list', 'workers')).stdout,
+    new RegExp(`${limitedId}\\s+http://127\\.0\\.0\\.1:9/limited\\s+no\\s+5/s, ≤2 at once`),
+  )
   const updated = await cli('consumers', 'update', 'workers', limitedId, '--rate-limit', 'none', '--endpoint', 'http://127.0.0.1:9/moved')
   t.equal(updated.code, 0, updated.stderr)
   t.match(updated.stdout, `updated: consumer ${limitedId} of group workers → http://127.0.0.1:9/moved (≤2 at once)`)
@@ -88,23 +160,35 @@ t.test('groups create and status; consumers add, list and remove', async (t) => 
   const removed = await cli('consumers', 'remove', 'workers', consumer.id)
   t.equal(removed.code, 0, removed.stderr)
   t.same((await unwrap(hookq.GET('/v1/groups/{group}/consumers', { params: { path: { group: 'workers' } } }))).consumers, [])
-
 })
 
 t.test('seek to an offset on one partition, and to a time on all', async (t) => {
   await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'ledger' } }, body: { partitions: 2 } }))
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'ledger' } }, body: { messages: [0, 1, 2].map((n) => ({ value: n, partition: 0 })) } }))
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', {
+      params: { path: { topic: 'ledger' } },
+      body: { messages: [0, 1, 2].map((n) => ({ value: n, partition: 0 })) },
+    }),
+  )
   await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: 'books' } }, body: { topic: 'ledger', paused: true } }))
 
   const moved = await cli('seek', 'books', '--partition', '0', '--offset', '2')
   t.equal(moved.code, 0, moved.stderr)
   t.match(moved.stdout, /\n0\s+2\n1\s+0/)
-  const committed = async () => (await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'books' } } }))).partitions.map((p) => p.committedOffset)
+  const committed = async () =>
+    (await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'books' } } }))).partitions.map((p) => p.committedOffset)
   t.same(await committed(), [2, 0])
 
   const future = await cli('--json', 'seek', 'books', '--timestamp', new Date(Date.now() + 3_600_000).toISOString())
   t.equal(future.code, 0, future.stderr)
-  t.same(JSON.parse(future.stdout).partitions, [{ partition: 0, committedOffset: 3 }, { partition: 1, committedOffset: 0 }], 'a time after every message: the end offsets')
+  t.same(
+    JSON.parse(future.stdout).partitions,
+    [
+      { partition: 0, committedOffset: 3 },
+      { partition: 1, committedOffset: 0 },
+    ],
+    'a time after every message: the end offsets',
+  )
   t.same(await committed(), [3, 0])
 
   const both = await cli('seek', 'books', '--offset', '0', '--timestamp', '2026-01-01T00:00:00Z')
@@ -150,11 +234,14 @@ t.test('with API keys: a missing key is a 401 explained, HOOKQ_API_KEY or --api-
   t.equal(withEnv.code, 0, withEnv.stderr)
   const withFlag = await runCli(['--api-key', key, '--json', 'topics', 'list'], { url: secured.url })
   t.equal(withFlag.code, 0, withFlag.stderr)
-  t.same(JSON.parse(withFlag.stdout).topics.map((x: { name: string }) => x.name), ['secure'])
+  t.same(
+    JSON.parse(withFlag.stdout).topics.map((x: { name: string }) => x.name),
+    ['secure'],
+  )
 })
 
 /** A port nothing listens on: bound, then released. */
-async function closedPort (): Promise<number> {
+async function closedPort(): Promise<number> {
   const server = createServer()
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const port = (server.address() as { port: number }).port

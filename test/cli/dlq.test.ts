@@ -4,7 +4,16 @@
  * nothing), and the SDK functions behind it (skips, limits, 429 and body-size handling).
  */
 import t from 'tap'
-import { BatchProduceError, createClient, produceInBatches, replayDeadLetters, unwrap, withRetries, type HookqClient, type Message } from '@hookq/client'
+import {
+  BatchProduceError,
+  createClient,
+  produceInBatches,
+  replayDeadLetters,
+  unwrap,
+  withRetries,
+  type HookqClient,
+  type Message,
+} from '@hookq/client'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
@@ -18,15 +27,29 @@ const createTopic = (client: HookqClient, topic: string, partitions: number) =>
 const endOffsets = async (client: HookqClient, topic: string) =>
   (await unwrap(client.GET('/v1/topics/{topic}', { params: { path: { topic } } }))).partitionStats.map((s) => s.endOffset)
 const read = async (client: HookqClient, topic: string, partition: number, fromOffset = 0): Promise<Message[]> =>
-  (await unwrap(client.GET('/v1/topics/{topic}/partitions/{partition}/messages', { params: { path: { topic, partition }, query: { fromOffset, limit: 1000 } } }))).messages
+  (
+    await unwrap(
+      client.GET('/v1/topics/{topic}/partitions/{partition}/messages', {
+        params: { path: { topic, partition }, query: { fromOffset, limit: 1000 } },
+      }),
+    )
+  ).messages
 
 t.test('dlq replay: dead letters go back to their topic once, however often it runs', async (t) => {
   await createTopic(hookq, 'orders', 2)
   await createTopic(hookq, 'orders.dlq', 1)
   const receiver = await startReceiver(t, { status: 500, body: 'down' })
-  await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: 'billing' } }, body: {
-    topic: 'orders', ackMode: 'auto', maxDeliveries: 1, deadLetterTopic: 'orders.dlq',
-  } }))
+  await unwrap(
+    hookq.PUT('/v1/groups/{group}', {
+      params: { path: { group: 'billing' } },
+      body: {
+        topic: 'orders',
+        ackMode: 'auto',
+        maxDeliveries: 1,
+        deadLetterTopic: 'orders.dlq',
+      },
+    }),
+  )
   await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'billing' } }, body: { url: receiver.url } }))
   const originals = [
     { value: { id: 1 }, key: 'a', headers: { trace: 't1' }, partition: 1 },
@@ -42,20 +65,40 @@ t.test('dlq replay: dead letters go back to their topic once, however often it r
   t.equal(dry.code, 0, dry.stderr)
   t.match(dry.stdout, /^would replay 3 of 3 dead letters read from orders\.dlq/)
   const dryJson = await runCli(['--json', 'dlq', 'replay', 'orders.dlq', '--dry-run'], { url })
-  t.match(JSON.parse(dryJson.stdout), { dryRun: true, read: 3, wouldReplay: 3, replayed: 0, duplicates: null, byTopic: { orders: { wouldReplay: 3, replayed: 0, duplicates: null } } },
-    'the JSON says what the table does: nothing replayed, duplicates unknown')
+  t.match(
+    JSON.parse(dryJson.stdout),
+    {
+      dryRun: true,
+      read: 3,
+      wouldReplay: 3,
+      replayed: 0,
+      duplicates: null,
+      byTopic: { orders: { wouldReplay: 3, replayed: 0, duplicates: null } },
+    },
+    'the JSON says what the table does: nothing replayed, duplicates unknown',
+  )
   t.same(await endOffsets(hookq, 'orders'), [1, 2], 'a dry run produces nothing')
 
   const replay = await runCli(['--json', 'dlq', 'replay', 'orders.dlq'], { url })
   t.equal(replay.code, 0, replay.stderr)
-  t.match(JSON.parse(replay.stdout), { read: 3, replayed: 3, duplicates: 0, skipped: 0, byTopic: { orders: { replayed: 3, duplicates: 0 } } })
+  t.match(JSON.parse(replay.stdout), {
+    read: 3,
+    replayed: 3,
+    duplicates: 0,
+    skipped: 0,
+    byTopic: { orders: { replayed: 3, duplicates: 0 } },
+  })
   t.same(await endOffsets(hookq, 'orders'), [2, 4], 'each back on its original partition')
-  const back = [...await read(hookq, 'orders', 0, 1), ...await read(hookq, 'orders', 1, 2)]
-  t.same(back.map((m) => [m.partition, m.key, m.value, m.headers]).sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b))), [
-    [0, null, { id: 2 }, {}],
-    [1, 'a', { id: 1 }, { trace: 't1' }],
-    [1, null, 'three', { trace: 't3' }],
-  ].sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b))), 'key, value and headers, without the hookq-dlq-* headers')
+  const back = [...(await read(hookq, 'orders', 0, 1)), ...(await read(hookq, 'orders', 1, 2))]
+  t.same(
+    back.map((m) => [m.partition, m.key, m.value, m.headers]).sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b))),
+    [
+      [0, null, { id: 2 }, {}],
+      [1, 'a', { id: 1 }, { trace: 't1' }],
+      [1, null, 'three', { trace: 't3' }],
+    ].sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b))),
+    'key, value and headers, without the hookq-dlq-* headers',
+  )
 
   const again = await runCli(['dlq', 'replay', 'orders.dlq'], { url })
   t.equal(again.code, 0, again.stderr)
@@ -67,34 +110,60 @@ t.test('dlq replay: dead letters go back to their topic once, however often it r
 t.test('replayDeadLetters: skips what it cannot replay, honours fromOffset and limit', async (t) => {
   await createTopic(hookq, 'mixed.dlq', 1)
   await createTopic(hookq, 'target', 1)
-  const dlq = (topic: string, offset: number) => ({ 'hookq-dlq-topic': topic, 'hookq-dlq-partition': '0', 'hookq-dlq-offset': String(offset), 'hookq-dlq-group': 'g' })
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'mixed.dlq' } }, body: { messages: [
-    { value: 'plain, not a dead letter' },
-    { value: 'its topic is gone', headers: dlq('deleted-topic', 0) },
-    { value: 'r1', headers: dlq('target', 0) },
-    { value: 'r2', headers: dlq('target', 1) },
-    { value: 'r3', headers: dlq('target', 2) },
-  ] } }))
+  const dlq = (topic: string, offset: number) => ({
+    'hookq-dlq-topic': topic,
+    'hookq-dlq-partition': '0',
+    'hookq-dlq-offset': String(offset),
+    'hookq-dlq-group': 'g',
+  })
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', {
+      params: { path: { topic: 'mixed.dlq' } },
+      body: {
+        messages: [
+          { value: 'plain, not a dead letter' },
+          { value: 'its topic is gone', headers: dlq('deleted-topic', 0) },
+          { value: 'r1', headers: dlq('target', 0) },
+          { value: 'r2', headers: dlq('target', 1) },
+          { value: 'r3', headers: dlq('target', 2) },
+        ],
+      },
+    }),
+  )
 
   const progress: number[] = []
   const first = await replayDeadLetters(hookq, 'mixed.dlq', { limit: 4, batchSize: 2, onProgress: (p) => progress.push(p.read) })
   t.match(first, { read: 4, replayed: 2, skipped: 2, partitions: [{ partition: 0, fromOffset: 0, nextOffset: 4 }] })
-  t.same(first.skips.map((s) => s.offset), [0, 1])
+  t.same(
+    first.skips.map((s) => s.offset),
+    [0, 1],
+  )
   t.match(first.skips[0]!.reason, /not a dead letter/)
   t.match(first.skips[1]!.reason, /deleted-topic does not exist/)
   t.same(progress, [0, 2, 4, 4], 'progress after each round')
-  t.same((await read(hookq, 'target', 0)).map((m) => m.value), ['r1', 'r2'], 'the limit stopped it after four dead letters read')
+  t.same(
+    (await read(hookq, 'target', 0)).map((m) => m.value),
+    ['r1', 'r2'],
+    'the limit stopped it after four dead letters read',
+  )
 
   const rest = await replayDeadLetters(hookq, 'mixed.dlq', { fromOffset: 2 })
   t.match(rest, { read: 3, replayed: 1, duplicates: 2, skipped: 0 })
-  t.same((await read(hookq, 'target', 0)).map((m) => m.value), ['r1', 'r2', 'r3'])
+  t.same(
+    (await read(hookq, 'target', 0)).map((m) => m.value),
+    ['r1', 'r2', 'r3'],
+  )
 
   await t.rejects(replayDeadLetters(hookq, 'mixed.dlq', { partitions: [5] }), /no partition 5/)
   await t.rejects(replayDeadLetters(hookq, 'no-such.dlq'), { code: 'topic_not_found' })
 })
 
 t.test('produceInBatches: waits out 429, halves calls the broker finds too large, reports what was committed', async (t) => {
-  const limited = await startListeningBroker(t, { HOOKQ_RATE_LIMIT_PER_KEY: '2', HOOKQ_MAX_REQUEST_BYTES: '4096', HOOKQ_MAX_MESSAGE_BYTES: '2048' })
+  const limited = await startListeningBroker(t, {
+    HOOKQ_RATE_LIMIT_PER_KEY: '2',
+    HOOKQ_MAX_REQUEST_BYTES: '4096',
+    HOOKQ_MAX_MESSAGE_BYTES: '2048',
+  })
   const client = createClient({ baseUrl: limited.url, apiKey: '' })
   await createTopic(client, 'small', 1)
 
@@ -105,11 +174,21 @@ t.test('produceInBatches: waits out 429, halves calls the broker finds too large
   // The burst spent first, so the calls meet the limit however slowly this machine runs them.
   await Promise.all(Array.from({ length: 4 }, () => client.GET('/v1/topics')))
   const results = await produceInBatches(client, 'small', big, { maxBatchBytes: 1 << 20, onRetry: (_e, waitMs) => retries.push(waitMs) })
-  t.same(results.map((r) => r.offset), Array.from({ length: 16 }, (_, i) => i), 'all committed, in order')
+  t.same(
+    results.map((r) => r.offset),
+    Array.from({ length: 16 }, (_, i) => i),
+    'all committed, in order',
+  )
   // The test's own reads are rate-limited too, so they wait the same way.
-  t.same((await withRetries(() => read(client, 'small', 0))).map((m) => (m.value as { i: number }).i), Array.from({ length: 16 }, (_, i) => i))
+  t.same(
+    (await withRetries(() => read(client, 'small', 0))).map((m) => (m.value as { i: number }).i),
+    Array.from({ length: 16 }, (_, i) => i),
+  )
   t.ok(retries.length > 0, 'the rate limit (2 a second, burst 4) answered 429 at least once and was waited out')
-  t.ok(retries.every((ms) => ms >= 1000), 'after its Retry-After')
+  t.ok(
+    retries.every((ms) => ms >= 1000),
+    'after its Retry-After',
+  )
 
   const failing = [{ value: 1 }, { value: 2 }, { value: 'x'.repeat(3000) }, { value: 4 }]
   const err = await produceInBatches(client, 'small', failing, { maxBatchMessages: 2 }).catch((e: unknown) => e)

@@ -13,19 +13,46 @@ import { runCli, startCli } from './run.ts'
 const { url } = await startListeningBroker(t)
 const hookq = createClient({ baseUrl: url, apiKey: '' })
 const cli = (args: string[], stdin?: string) => runCli(args, { url, ...(stdin === undefined ? {} : { stdin }) })
-const createTopic = (topic: string, partitions: number) => unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic } }, body: { partitions } }))
+const createTopic = (topic: string, partitions: number) =>
+  unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic } }, body: { partitions } }))
 const read = async (topic: string, partition: number, fromOffset = 0): Promise<Message[]> =>
-  (await unwrap(hookq.GET('/v1/topics/{topic}/partitions/{partition}/messages', { params: { path: { topic, partition }, query: { fromOffset, limit: 1000 } } }))).messages
+  (
+    await unwrap(
+      hookq.GET('/v1/topics/{topic}/partitions/{partition}/messages', {
+        params: { path: { topic, partition }, query: { fromOffset, limit: 1000 } },
+      }),
+    )
+  ).messages
 
 t.test('produce from arguments, with key, headers and partition', async (t) => {
   await createTopic('events', 2)
-  const run = await cli(['produce', 'events', '{"a":1}', '"text"', '[1,2]', '--key', 'user-7', '-H', 'source=cli', '-H', 'trace=x=y', '--partition', '1'])
+  const run = await cli([
+    'produce',
+    'events',
+    '{"a":1}',
+    '"text"',
+    '[1,2]',
+    '--key',
+    'user-7',
+    '-H',
+    'source=cli',
+    '-H',
+    'trace=x=y',
+    '--partition',
+    '1',
+  ])
   t.equal(run.code, 0, run.stderr)
   t.match(run.stdout, /^produced 3 messages to events\n/)
   t.match(run.stdout, /PARTITION\s+OFFSET\s+DUPLICATE\n1\s+0\s*\n1\s+1\s*\n1\s+2/)
   const stored = await read('events', 1)
-  t.same(stored.map((m) => m.value), [{ a: 1 }, 'text', [1, 2]])
-  t.ok(stored.every((m) => m.key === 'user-7'), 'every message has the key')
+  t.same(
+    stored.map((m) => m.value),
+    [{ a: 1 }, 'text', [1, 2]],
+  )
+  t.ok(
+    stored.every((m) => m.key === 'user-7'),
+    'every message has the key',
+  )
   t.same(stored[0]!.headers, { source: 'cli', trace: 'x=y' }, 'a header value may contain =')
 
   const bad = await cli(['produce', 'events', '{"ok":true}', 'not-json'])
@@ -44,8 +71,15 @@ t.test('produce NDJSON from stdin in batches; a bad line stops it and says how f
   t.equal(run.code, 0, run.stderr)
   const answer = JSON.parse(run.stdout) as { produced: number; duplicates: number; results: Array<{ offset: number }> }
   t.equal(answer.produced, 25)
-  t.same(answer.results.map((r) => r.offset), Array.from({ length: 25 }, (_, i) => i))
-  t.same((await read('bulk', 0)).map((m) => m.value), Array.from({ length: 25 }, (_, i) => ({ i })), 'every line, in order')
+  t.same(
+    answer.results.map((r) => r.offset),
+    Array.from({ length: 25 }, (_, i) => i),
+  )
+  t.same(
+    (await read('bulk', 0)).map((m) => m.value),
+    Array.from({ length: 25 }, (_, i) => ({ i })),
+    'every line, in order',
+  )
 
   // Lines 1-10 and 11-20 go in two calls before line 24 is read; 21-23 wait in the third and are not sent.
   const broken = [...lines.slice(0, 23), '{"i": oops}', ...lines.slice(24)].join('\n')
@@ -64,9 +98,12 @@ t.test('produce NDJSON from stdin in batches; a bad line stops it and says how f
 
 t.test('tail: a partition from an offset, the last messages as NDJSON, and --follow until Ctrl-C', async (t) => {
   await createTopic('feed', 1)
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'feed' } }, body: { messages: [
-    { value: { n: 0 }, key: 'k' }, { value: { n: 1 }, headers: { h: 'v' } }, { value: { n: 2 } },
-  ] } }))
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', {
+      params: { path: { topic: 'feed' } },
+      body: { messages: [{ value: { n: 0 }, key: 'k' }, { value: { n: 1 }, headers: { h: 'v' } }, { value: { n: 2 } }] },
+    }),
+  )
 
   const from = await cli(['tail', 'feed', '--from', '1'])
   t.equal(from.code, 0, from.stderr)
@@ -76,12 +113,23 @@ t.test('tail: a partition from an offset, the last messages as NDJSON, and --fol
   t.match(lines[1], /^0:2 \S+ key=- \{"n":2\}$/)
 
   const last = await cli(['tail', 'feed', '--json', '--last', '2'])
-  const ndjson = last.stdout.trim().split('\n').map((l) => JSON.parse(l) as Message)
-  t.same(ndjson.map((m) => [m.offset, m.value]), [[1, { n: 1 }], [2, { n: 2 }]])
+  const ndjson = last.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Message)
+  t.same(
+    ndjson.map((m) => [m.offset, m.value]),
+    [
+      [1, { n: 1 }],
+      [2, { n: 2 }],
+    ],
+  )
 
   // From offset 3 (the end), so the message produced below is the first one printed, whenever tail starts.
   const follow = startCli(t, ['tail', 'feed', '--follow', '--from', '3', '--max-poll-ms', '200'], { url })
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'feed' } }, body: { messages: [{ value: 'live', key: 'k2' }] } }))
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'feed' } }, body: { messages: [{ value: 'live', key: 'k2' }] } }),
+  )
   await follow.waitForOutput('key=k2 "live"')
   t.match(follow.stdout(), /^0:3 \S+ key=k2 "live"\n$/, 'only the new message')
   t.equal(await follow.stop('SIGINT'), 0, 'Ctrl-C ends a follow with exit code 0')
@@ -91,13 +139,26 @@ t.test('deliveries: the attempt log after pushes to a real receiver, one page an
   await createTopic('orders', 1)
   const receiver = await startReceiver(t, { status: 200 })
   await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: 'billing' } }, body: { topic: 'orders', ackMode: 'auto' } }))
-  await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'billing' } }, body: { url: `${receiver.url}/hook` } }))
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'orders' } }, body: { messages: [{ value: 1 }, { value: 2 }, { value: 3 }] } }))
+  await unwrap(
+    hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'billing' } }, body: { url: `${receiver.url}/hook` } }),
+  )
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', {
+      params: { path: { topic: 'orders' } },
+      body: { messages: [{ value: 1 }, { value: 2 }, { value: 3 }] },
+    }),
+  )
   await receiver.waitFor(3, 15_000)
-  await waitUntil(async () => {
-    const log = await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group: 'billing' }, query: { outcome: 'acked' } } }))
-    return log.deliveries.length === 3
-  }, 15_000, 'three acked attempts')
+  await waitUntil(
+    async () => {
+      const log = await unwrap(
+        hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group: 'billing' }, query: { outcome: 'acked' } } }),
+      )
+      return log.deliveries.length === 3
+    },
+    15_000,
+    'three acked attempts',
+  )
 
   const page = await cli(['deliveries', 'billing', '--limit', '2'])
   t.equal(page.code, 0, page.stderr)
@@ -114,18 +175,29 @@ t.test('deliveries: the attempt log after pushes to a real receiver, one page an
   t.equal(log.nextCursor, null)
 })
 
-t.test('deliveries: a consumer\'s error text is shown escaped, never as terminal control sequences', async (t) => {
+t.test("deliveries: a consumer's error text is shown escaped, never as terminal control sequences", async (t) => {
   await createTopic('hostile', 1)
   // The answer tries to colour the terminal, retitle the window, ring the bell and reverse the text.
   const body = 'no\u001b[31m red\u001b]0;pwned\u0007 \u202etxt.exe\r\u0000 end\\x'
   const receiver = await startReceiver(t, { status: 500, body })
-  await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: 'hostile-g' } }, body: { topic: 'hostile', ackMode: 'auto', maxDeliveries: 1 } }))
-  await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'hostile-g' } }, body: { url: `${receiver.url}/hook` } }))
+  await unwrap(
+    hookq.PUT('/v1/groups/{group}', {
+      params: { path: { group: 'hostile-g' } },
+      body: { topic: 'hostile', ackMode: 'auto', maxDeliveries: 1 },
+    }),
+  )
+  await unwrap(
+    hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'hostile-g' } }, body: { url: `${receiver.url}/hook` } }),
+  )
   await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'hostile' } }, body: { messages: [{ value: 1 }] } }))
-  await waitUntil(async () => {
-    const log = await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group: 'hostile-g' } } }))
-    return log.deliveries.some((d) => d.error !== null)
-  }, 15_000, 'the failed attempt recorded')
+  await waitUntil(
+    async () => {
+      const log = await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group: 'hostile-g' } } }))
+      return log.deliveries.some((d) => d.error !== null)
+    },
+    15_000,
+    'the failed attempt recorded',
+  )
 
   const run = await cli(['deliveries', 'hostile-g'])
   t.equal(run.code, 0, run.stderr)

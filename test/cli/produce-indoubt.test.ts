@@ -28,7 +28,7 @@ const stored = async (topic: string): Promise<number> =>
 type Behaviour = 'forward' | 'drop' | 'hang' | 'unknown' | 'shed'
 
 /** A front to the broker; `behaviourOf(n)` says what to do with the n-th produce call (from 0). */
-async function startFront (t: Test, behaviourOf: (call: number) => Behaviour): Promise<{ url: string; calls: () => number }> {
+async function startFront(t: Test, behaviourOf: (call: number) => Behaviour): Promise<{ url: string; calls: () => number }> {
   let calls = 0
   const front = http.createServer((req, res) => {
     const chunks: Buffer[] = []
@@ -37,24 +37,48 @@ async function startFront (t: Test, behaviourOf: (call: number) => Behaviour): P
       const behaviour = req.method === 'POST' ? behaviourOf(calls++) : 'forward'
       if (behaviour === 'shed') {
         res.writeHead(503, { 'content-type': 'application/problem+json', 'retry-after': '0' })
-        res.end(JSON.stringify({ type: 'about:blank', title: 'The broker is overloaded', status: 503, code: 'overloaded', detail: 'shed by the test front' }))
+        res.end(
+          JSON.stringify({
+            type: 'about:blank',
+            title: 'The broker is overloaded',
+            status: 503,
+            code: 'overloaded',
+            detail: 'shed by the test front',
+          }),
+        )
         return
       }
       const answer = await fetch(`${url}${req.url}`, {
-        method: req.method, headers: { 'content-type': 'application/json' }, ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
+        method: req.method,
+        headers: { 'content-type': 'application/json' },
+        ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
       })
       const body = await answer.text() // the broker has answered: whatever it did is committed
       if (behaviour === 'drop') req.socket.destroy()
       else if (behaviour === 'unknown') {
         res.writeHead(500, { 'content-type': 'application/problem+json' })
-        res.end(JSON.stringify({ type: 'about:blank', title: 'The outcome of the write is unknown', status: 500, code: 'outcome_unknown',
-          detail: 'the database connection broke while these messages were being committed: they may or may not be stored.' }))
-      } else if (behaviour === 'forward') res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' }).end(body)
+        res.end(
+          JSON.stringify({
+            type: 'about:blank',
+            title: 'The outcome of the write is unknown',
+            status: 500,
+            code: 'outcome_unknown',
+            detail: 'the database connection broke while these messages were being committed: they may or may not be stored.',
+          }),
+        )
+      } else if (behaviour === 'forward')
+        res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' }).end(body)
       // 'hang': no answer until the teardown closes the connection.
     })
   })
   await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>((resolve) => { front.closeAllConnections(); front.close(() => resolve()) }))
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        front.closeAllConnections()
+        front.close(() => resolve())
+      }),
+  )
   return { url: `http://127.0.0.1:${(front.address() as AddressInfo).port}`, calls: () => calls }
 }
 
@@ -66,7 +90,10 @@ t.test('a connection lost after the commit: the arguments were sent and may be s
   t.equal(await stored('doubt'), 2, 'the broker did commit both messages')
   t.notMatch(run.stderr, /nothing was committed/, 'never "nothing was committed" for a call in doubt')
   t.match(run.stderr, /hookq: arguments 1 to 2 were sent, but whether the broker stored them is unknown/)
-  t.match(run.stderr, /no idempotency key: running the same input again may store arguments 1 to 2 twice, so check what is stored first \(hookq tail doubt\)/)
+  t.match(
+    run.stderr,
+    /no idempotency key: running the same input again may store arguments 1 to 2 twice, so check what is stored first \(hookq tail doubt\)/,
+  )
   t.match(run.stderr, /a run with --idempotency-prefix can always be repeated safely/)
   t.notMatch(run.stderr, /nothing after argument 2/, 'the last argument was in the call: nothing came after it')
 })
@@ -76,14 +103,23 @@ t.test('stdin: committed lines, the lines in doubt, and a safe re-run with the s
   // Calls of two lines: the first passes, the second is committed and its connection dropped.
   const front = await startFront(t, (call) => (call === 0 ? 'forward' : 'drop'))
   const lines = Array.from({ length: 6 }, (_, i) => JSON.stringify({ i }))
-  const run = await runCli(['produce', 'doubt-lines', '--batch-size', '2', '--idempotency-prefix', 'load 1'], { url: front.url, stdin: `${lines.join('\n')}\n` })
+  const run = await runCli(['produce', 'doubt-lines', '--batch-size', '2', '--idempotency-prefix', 'load 1'], {
+    url: front.url,
+    stdin: `${lines.join('\n')}\n`,
+  })
   t.equal(run.code, 3, run.stderr)
   t.equal(front.calls(), 2, 'nothing was sent after the call in doubt')
   t.equal(await stored('doubt-lines'), 4)
-  t.match(run.stderr, /2 messages were committed \(lines 1 to 2\); lines 3 to 4 were sent, but whether the broker stored them is unknown; nothing after line 4 was sent/)
+  t.match(
+    run.stderr,
+    /2 messages were committed \(lines 1 to 2\); lines 3 to 4 were sent, but whether the broker stored them is unknown; nothing after line 4 was sent/,
+  )
   t.match(run.stderr, /running the same input again with --idempotency-prefix 'load 1' is safe/)
 
-  const again = await runCli(['--json', 'produce', 'doubt-lines', '--idempotency-prefix', 'load 1'], { url, stdin: `${lines.join('\n')}\n` })
+  const again = await runCli(['--json', 'produce', 'doubt-lines', '--idempotency-prefix', 'load 1'], {
+    url,
+    stdin: `${lines.join('\n')}\n`,
+  })
   t.equal(again.code, 0, again.stderr)
   t.match(JSON.parse(again.stdout), { produced: 2, duplicates: 4 }, 'the re-run stores only what was missing')
   t.equal(await stored('doubt-lines'), 6)

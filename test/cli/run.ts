@@ -24,7 +24,7 @@ export interface CliOptions {
   timeoutMs?: number
 }
 
-function start (args: string[], opts: CliOptions): ChildProcess {
+function start(args: string[], opts: CliOptions): ChildProcess {
   return spawn(process.execPath, ['src/cli/hookq.mjs', ...args], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...(opts.url ? { HOOKQ_URL: opts.url } : {}), ...opts.env },
@@ -33,12 +33,16 @@ function start (args: string[], opts: CliOptions): ChildProcess {
 }
 
 /** Runs the CLI to its end; kills it (SIGKILL) after `timeoutMs` (default 30 s), which then shows as the code. */
-export async function runCli (args: string[], opts: CliOptions = {}): Promise<CliRun> {
+export async function runCli(args: string[], opts: CliOptions = {}): Promise<CliRun> {
   const child = start(args, opts)
   let stdout = ''
   let stderr = ''
-  child.stdout!.on('data', (d) => { stdout += d })
-  child.stderr!.on('data', (d) => { stderr += d })
+  child.stdout!.on('data', (d) => {
+    stdout += d
+  })
+  child.stderr!.on('data', (d) => {
+    stderr += d
+  })
   if (opts.stdin !== undefined) child.stdin!.end(opts.stdin)
   const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 30_000)
   const code = await new Promise<number | string>((resolve) => child.on('close', (c, s) => resolve(c ?? s ?? -1)))
@@ -49,21 +53,25 @@ export async function runCli (args: string[], opts: CliOptions = {}): Promise<Cl
 /** A CLI left running (tail --follow): its output so far, and a way to stop it by its pid. */
 export interface RunningCli {
   child: ChildProcess
-  stdout (): string
-  stderr (): string
+  stdout(): string
+  stderr(): string
   /** Resolves when stdout contains `text`; rejects after `timeoutMs`. */
-  waitForOutput (text: string, timeoutMs?: number): Promise<void>
+  waitForOutput(text: string, timeoutMs?: number): Promise<void>
   /** Sends `signal` to this child and resolves with its exit code (SIGKILL after 10 s). */
-  stop (signal?: NodeJS.Signals): Promise<number | string>
+  stop(signal?: NodeJS.Signals): Promise<number | string>
 }
 
 /** Starts the CLI and leaves it running; the test must call `stop` (teardown does too). */
-export function startCli (t: { teardown(fn: () => unknown): void }, args: string[], opts: CliOptions = {}): RunningCli {
+export function startCli(t: { teardown(fn: () => unknown): void }, args: string[], opts: CliOptions = {}): RunningCli {
   const child = start(args, opts)
   let stdout = ''
   let stderr = ''
-  child.stdout!.on('data', (d) => { stdout += d })
-  child.stderr!.on('data', (d) => { stderr += d })
+  child.stdout!.on('data', (d) => {
+    stdout += d
+  })
+  child.stderr!.on('data', (d) => {
+    stderr += d
+  })
   const exited = new Promise<number | string>((resolve) => child.on('close', (c, s) => resolve(c ?? s ?? -1)))
   const stop = async (signal: NodeJS.Signals = 'SIGINT') => {
     if (child.exitCode === null && child.signalCode === null) child.kill(signal)

@@ -12,7 +12,11 @@ t.test('serve listens where the flags say and stops on SIGTERM', { skip: needsSe
   const serve = startCli(t, ['serve', '--port', '0', '--host', '127.0.0.1', '--log-level', 'info'], {
     env: { DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: String(Math.min(db.maxConnections, 4)), PORT: '8080' },
   })
-  const url = await waitUntil(() => /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(serve.stdout())?.[1], 30_000, 'the broker listening')
+  const url = await waitUntil(
+    () => /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(serve.stdout())?.[1],
+    30_000,
+    'the broker listening',
+  )
   t.not(url, 'http://127.0.0.1:8080', '--port overrides PORT')
 
   const created = await runCli(['topics', 'create', 'served', '-p', '2'], { url })

@@ -13,13 +13,18 @@ import { runCli } from './run.ts'
 
 const { url } = await startListeningBroker(t)
 const hookq = createClient({ baseUrl: url, apiKey: '' })
-const createTopic = (topic: string, partitions: number) => unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic } }, body: { partitions } }))
+const createTopic = (topic: string, partitions: number) =>
+  unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic } }, body: { partitions } }))
 
 /** A partition read as the front saw it. */
-interface Read { partition: number; fromOffset: number; limit: number }
+interface Read {
+  partition: number
+  fromOffset: number
+  limit: number
+}
 
 /** A front to the broker that records partition reads and sheds (503, Retry-After 0) the first `shedReads` of them. */
-async function startFront (t: Test, shedReads = 0): Promise<{ url: string; reads: Read[] }> {
+async function startFront(t: Test, shedReads = 0): Promise<{ url: string; reads: Read[] }> {
   const reads: Read[] = []
   let shed = 0
   const front = http.createServer((req, res) => {
@@ -31,26 +36,53 @@ async function startFront (t: Test, shedReads = 0): Promise<{ url: string; reads
         if (shed < shedReads) {
           shed++
           res.writeHead(503, { 'content-type': 'application/problem+json', 'retry-after': '0' })
-          res.end(JSON.stringify({ type: 'about:blank', title: 'The broker is overloaded', status: 503, code: 'overloaded', detail: 'shed by the test front' }))
+          res.end(
+            JSON.stringify({
+              type: 'about:blank',
+              title: 'The broker is overloaded',
+              status: 503,
+              code: 'overloaded',
+              detail: 'shed by the test front',
+            }),
+          )
           return
         }
-        reads.push({ partition: Number(read[1]), fromOffset: Number(target.searchParams.get('fromOffset')), limit: Number(target.searchParams.get('limit')) })
+        reads.push({
+          partition: Number(read[1]),
+          fromOffset: Number(target.searchParams.get('fromOffset')),
+          limit: Number(target.searchParams.get('limit')),
+        })
       }
       const answer = await fetch(target, { method: req.method })
       res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' }).end(await answer.text())
     })
   })
   await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>((resolve) => { front.closeAllConnections(); front.close(() => resolve()) }))
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        front.closeAllConnections()
+        front.close(() => resolve())
+      }),
+  )
   return { url: `http://127.0.0.1:${(front.address() as AddressInfo).port}`, reads }
 }
 
 /** `partition:offset` of each printed line. */
-const coordinates = (stdout: string): string[] => stdout.trim().split('\n').filter((l) => l !== '').map((l) => l.split(' ')[0]!)
+const coordinates = (stdout: string): string[] =>
+  stdout
+    .trim()
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => l.split(' ')[0]!)
 
 t.test('one partition of 3000 messages: the newest 5, and 3 from offset 10, reading only those', async (t) => {
   await createTopic('long', 1)
-  const results = await produceInBatches(hookq, 'long', Array.from({ length: 3000 }, (_, i) => ({ value: { i } })))
+  const results = await produceInBatches(
+    hookq,
+    'long',
+    Array.from({ length: 3000 }, (_, i) => ({ value: { i } })),
+  )
   t.equal(results.length, 3000)
 
   const front = await startFront(t)
@@ -63,7 +95,14 @@ t.test('one partition of 3000 messages: the newest 5, and 3 from offset 10, read
   front.reads.length = 0
   const from = await runCli(['--json', 'tail', 'long', '--from', '10', '--limit', '3'], { url: front.url })
   t.equal(from.code, 0, from.stderr)
-  t.same(from.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { offset: number }).offset), [10, 11, 12], '--from is the first offset, --limit stops after 3')
+  t.same(
+    from.stdout
+      .trim()
+      .split('\n')
+      .map((l) => (JSON.parse(l) as { offset: number }).offset),
+    [10, 11, 12],
+    '--from is the first offset, --limit stops after 3',
+  )
   t.same(front.reads, [{ partition: 0, fromOffset: 10, limit: 3 }], 'one read of the 3 printed')
 
   front.reads.length = 0
@@ -86,7 +125,12 @@ t.test('two partitions: the newest n of the topic in time order, and --limit acr
   await createTopic('pair', 2)
   // One call each, alternating partitions, so the time order is 0:0 1:0 0:1 1:1 0:2 1:2.
   for (let i = 0; i < 6; i++) {
-    await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'pair' } }, body: { messages: [{ value: i, partition: i % 2 }] } }))
+    await unwrap(
+      hookq.POST('/v1/topics/{topic}/messages', {
+        params: { path: { topic: 'pair' } },
+        body: { messages: [{ value: i, partition: i % 2 }] },
+      }),
+    )
   }
   const newest = await runCli(['tail', 'pair', '--limit', '3'], { url })
   t.equal(newest.code, 0, newest.stderr)
@@ -100,12 +144,17 @@ t.test('two partitions: the newest n of the topic in time order, and --limit acr
   t.same(coordinates(plain.stdout).sort(), ['0:0', '0:1', '0:2', '1:0', '1:1', '1:2'], 'without --limit: the last 10 of each partition')
 
   const one = await runCli(['tail', 'pair', '-p', '1', '--limit', '2'], { url })
-  t.same(coordinates(one.stdout), ['1:1', '1:2'], '--partition with --limit: that partition\'s newest 2')
+  t.same(coordinates(one.stdout), ['1:1', '1:2'], "--partition with --limit: that partition's newest 2")
 })
 
 t.test('a partition read answered 503 is waited out, as every other call is', async (t) => {
   await createTopic('busy', 1)
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'busy' } }, body: { messages: [{ value: 'a' }, { value: 'b' }] } }))
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', {
+      params: { path: { topic: 'busy' } },
+      body: { messages: [{ value: 'a' }, { value: 'b' }] },
+    }),
+  )
   const front = await startFront(t, 2)
   const run = await runCli(['tail', 'busy'], { url: front.url })
   t.equal(run.code, 0, run.stderr)

@@ -13,7 +13,7 @@ const preload = fileURLToPath(new URL('./gc-preload.mjs', import.meta.url))
 const gcEnv = { NODE_OPTIONS: `--expose-gc --import ${preload}` }
 
 /** A server on 127.0.0.1 that reads each request and then answers as `answer` says (or never). */
-async function silentServer (t: Test, answer: (res: http.ServerResponse) => void): Promise<{ url: string; requests: () => number }> {
+async function silentServer(t: Test, answer: (res: http.ServerResponse) => void): Promise<{ url: string; requests: () => number }> {
   let requests = 0
   const server = http.createServer((req, res) => {
     requests++
@@ -21,7 +21,13 @@ async function silentServer (t: Test, answer: (res: http.ServerResponse) => void
     req.on('end', () => answer(res))
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
+  )
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests: () => requests }
 }
 
@@ -30,7 +36,10 @@ const MAX_RUN_MS = 20_000
 
 t.test('a broker that never answers: --timeout 1000 ends the CLI with exit 3 despite GCs', async (t) => {
   const front = await silentServer(t, () => {})
-  for (const args of [['topics', 'list'], ['produce', 'never', '{"n":1}']]) {
+  for (const args of [
+    ['topics', 'list'],
+    ['produce', 'never', '{"n":1}'],
+  ]) {
     const started = Date.now()
     const run = await runCli(['--timeout', '1000', ...args], { url: front.url, env: gcEnv, timeoutMs: 30_000 })
     const tookMs = Date.now() - started

@@ -12,7 +12,14 @@ const counts = (a: Map<string, number>, groupId?: number) => {
 }
 
 t.test('every partition gets exactly one member, each group spread evenly', async (t) => {
-  const view: View = { members: members(30, 10, 20), holders: [], groups: [{ groupId: 1, name: 'a', partitions: 8 }, { groupId: 2, name: 'b', partitions: 3 }] }
+  const view: View = {
+    members: members(30, 10, 20),
+    holders: [],
+    groups: [
+      { groupId: 1, name: 'a', partitions: 8 },
+      { groupId: 2, name: 'b', partitions: 3 },
+    ],
+  }
   const a = assign(view)
   t.equal(a.size, 11, 'every partition of every group')
   t.same(counts(a, 1), [2, 3, 3], '8 partitions over 3 members')
@@ -35,12 +42,19 @@ t.test('sticky: a member that joins takes only its share; a member that leaves g
   t.ok(moved.every(([, pid]) => pid === 3))
   const held3 = [...joined].map(([k, pid]) => ({ groupId: 7, partition: Number(k.split(':')[1]), pid }))
   const left = assign({ members: members(1, 3), holders: held3.filter((h) => h.pid !== 2), groups })
-  t.ok([...left].every(([k, pid]) => joined.get(k) === 2 || pid === joined.get(k)), 'only the leaver\'s partitions move')
+  t.ok(
+    [...left].every(([k, pid]) => joined.get(k) === 2 || pid === joined.get(k)),
+    "only the leaver's partitions move",
+  )
   t.same(counts(left), [6, 6])
 })
 
 t.test('a holder that is not a live member keeps nothing', async (t) => {
-  const a = assign({ members: members(1), holders: [{ groupId: 1, partition: 0, pid: 99 }], groups: [{ groupId: 1, name: 'g', partitions: 2 }] })
+  const a = assign({
+    members: members(1),
+    holders: [{ groupId: 1, partition: 0, pid: 99 }],
+    groups: [{ groupId: 1, name: 'g', partitions: 2 }],
+  })
   t.equal(a.get(pairKey(1, 0)), 1)
   t.equal(a.get(pairKey(1, 1)), 1)
   t.same(assign({ members: [], holders: [], groups: [{ groupId: 1, name: 'g', partitions: 2 }] }).size, 0, 'no members, no assignment')

@@ -18,7 +18,8 @@ t.test('a hung reconciliation does not stop the polls that notice a silent cut',
   const url = new URL(database.url)
   const proxy = await startTcpProxy(url.hostname, Number(url.port || 5432))
   t.teardown(() => proxy.close())
-  const viaProxy = new URL(database.url); viaProxy.host = `127.0.0.1:${proxy.port}`
+  const viaProxy = new URL(database.url)
+  viaProxy.host = `127.0.0.1:${proxy.port}`
   const db = openDatabase(database.url, 2)
   t.teardown(() => db.close())
 
@@ -26,13 +27,28 @@ t.test('a hung reconciliation does not stop the polls that notice a silent cut',
   let reconciles = 0
   let dropped = 0
   const dispatcher = {
-    hasGroup: () => false, reload: async () => {}, acquire: async () => false, release: async () => {}, owns: () => false,
-    heldEpochs: () => [], releaseAll: () => { dropped++ },
-    reconcile: () => { reconciles++; return new Promise<void>(() => {}) },
+    hasGroup: () => false,
+    reload: async () => {},
+    acquire: async () => false,
+    release: async () => {},
+    owns: () => false,
+    heldEpochs: () => [],
+    releaseAll: () => {
+      dropped++
+    },
+    reconcile: () => {
+      reconciles++
+      return new Promise<void>(() => {})
+    },
   }
   const ownership = new Ownership({
-    connectionString: viaProxy.href, db, pollMs: 100, reconcileEveryMs: 100, dispatcher,
-    onNotify: () => {}, log: { info: () => {}, warn: () => {}, error: () => {} },
+    connectionString: viaProxy.href,
+    db,
+    pollMs: 100,
+    reconcileEveryMs: 100,
+    dispatcher,
+    onNotify: () => {},
+    log: { info: () => {}, warn: () => {}, error: () => {} },
   })
   t.teardown(() => ownership.stop())
   await ownership.start(null)
@@ -41,7 +57,9 @@ t.test('a hung reconciliation does not stop the polls that notice a silent cut',
   const c = new pg.Client({ connectionString: database.url })
   await c.connect()
   t.teardown(() => c.end())
-  const live = async () => (await c.query(`SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND mode = 'ShareLock'`, [pid])).rows[0].n === 1
+  const live = async () =>
+    (await c.query(`SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND mode = 'ShareLock'`, [pid]))
+      .rows[0].n === 1
   t.ok(await live(), "the session holds the members' lock")
   await waitUntil(() => reconciles > 0, 20_000, 'a reconciliation started (and hangs)')
 

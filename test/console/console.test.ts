@@ -24,13 +24,21 @@ import { waitUntil } from '../helpers/wait.ts'
 const CHROMIUM = process.env.HOOKQ_CHROMIUM ?? '/usr/bin/chromium'
 // Without the background-networking flags, Chromium keeps trying to reach Google's services,
 // which a closed network turns into stalls.
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync']
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+]
 const WAIT_MS = 15_000
 
 type Client = ReturnType<typeof createClient>
 
-t.test('the console routes: CSP, redirect, only the page\'s own files', async (t) => {
+t.test("the console routes: CSP, redirect, only the page's own files", async (t) => {
   const broker = await startBroker(t)
   const page = await broker.app.inject({ method: 'GET', url: '/console/' })
   t.equal(page.statusCode, 200)
@@ -52,17 +60,25 @@ t.test('the console routes: CSP, redirect, only the page\'s own files', async (t
     t.equal((await broker.app.inject({ method: 'GET', url })).statusCode, 404, `${url} is not served`)
   }
   const spec = (await broker.app.inject({ method: 'GET', url: '/openapi.json' })).json() as { paths: Record<string, unknown> }
-  t.same(Object.keys(spec.paths).filter((p) => p.startsWith('/console')), [], 'the console is not in the OpenAPI document')
+  t.same(
+    Object.keys(spec.paths).filter((p) => p.startsWith('/console')),
+    [],
+    'the console is not in the OpenAPI document',
+  )
 })
 
 // A newcomer's machine may have no browser: skip there, saying how to run it. Where the browser
 // is required (CI), a missing one is a failure, never a quiet pass.
 const requireBrowser = process.env.HOOKQ_REQUIRE_BROWSER === '1' || process.env.CI === 'true'
-const missingBrowser = `${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium) or set ` +
-  'HOOKQ_CHROMIUM to a Chromium binary to run the console\'s browser tests'
-const skipBrowser = process.env.HOOKQ_SKIP_BROWSER === '1'
-  ? 'HOOKQ_SKIP_BROWSER=1'
-  : !requireBrowser && !existsSync(CHROMIUM) ? `${missingBrowser} (required where HOOKQ_REQUIRE_BROWSER=1 or CI=true)` : false
+const missingBrowser =
+  `${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium) or set ` +
+  "HOOKQ_CHROMIUM to a Chromium binary to run the console's browser tests"
+const skipBrowser =
+  process.env.HOOKQ_SKIP_BROWSER === '1'
+    ? 'HOOKQ_SKIP_BROWSER=1'
+    : !requireBrowser && !existsSync(CHROMIUM)
+      ? `${missingBrowser} (required where HOOKQ_REQUIRE_BROWSER=1 or CI=true)`
+      : false
 t.test('in a headless Chromium', { skip: skipBrowser }, async (t) => {
   if (!existsSync(CHROMIUM)) {
     t.fail(`${missingBrowser} (.ci/run installs it); HOOKQ_REQUIRE_BROWSER=1 or CI=true requires it`)
@@ -74,7 +90,9 @@ t.test('in a headless Chromium', { skip: skipBrowser }, async (t) => {
 /** Collects what the page reports as errors: console.error, failed loads, uncaught exceptions. */
 function watchErrors(page: Page): string[] {
   const errors: string[] = []
-  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()) })
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(m.text())
+  })
   page.on('pageerror', (e) => errors.push(`uncaught: ${e.message}`))
   return errors
 }
@@ -82,10 +100,19 @@ function watchErrors(page: Page): string[] {
 /** Waits until the first element matching `selector` has exactly `text` as its trimmed text. */
 async function waitForText(page: Page, selector: string, text: string): Promise<void> {
   let seen: string | null = null
-  await waitUntil(async () => {
-    seen = await page.locator(selector).first().textContent({ timeout: 250 }).catch(() => null)
-    return seen?.trim() === text
-  }, WAIT_MS, `${selector} to read ${JSON.stringify(text)}`, 50).catch((err: unknown) => {
+  await waitUntil(
+    async () => {
+      seen = await page
+        .locator(selector)
+        .first()
+        .textContent({ timeout: 250 })
+        .catch(() => null)
+      return seen?.trim() === text
+    },
+    WAIT_MS,
+    `${selector} to read ${JSON.stringify(text)}`,
+    50,
+  ).catch((err: unknown) => {
     throw new Error(`${String(err)}; last seen ${JSON.stringify(seen)}`)
   })
 }
@@ -100,7 +127,10 @@ async function browserTests(t: Test): Promise<void> {
   let context: BrowserContext
   try {
     context = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true, viewport: { width: 1280, height: 900 },
+      executablePath: CHROMIUM,
+      args: CHROMIUM_ARGS,
+      headless: true,
+      viewport: { width: 1280, height: 900 },
       timeout: 30_000,
     })
   } catch (err) {
@@ -117,16 +147,20 @@ async function browserTests(t: Test): Promise<void> {
   const hookq = createClient({ baseUrl: url })
 
   await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'orders' } }, body: { partitions: 2 } }))
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', {
-    params: { path: { topic: 'orders' } },
-    body: {
-      messages: [
-        { value: { n: 1 }, partition: 0 }, { value: { n: 2 }, partition: 0 }, { value: { n: 3 }, partition: 0 },
-        // Data that looks like markup must stay text.
-        { value: '<img src=x id=injected>', partition: 1, headers: { note: '<b id=injected-header>' } },
-      ],
-    },
-  }))
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', {
+      params: { path: { topic: 'orders' } },
+      body: {
+        messages: [
+          { value: { n: 1 }, partition: 0 },
+          { value: { n: 2 }, partition: 0 },
+          { value: { n: 3 }, partition: 0 },
+          // Data that looks like markup must stay text.
+          { value: '<img src=x id=injected>', partition: 1, headers: { note: '<b id=injected-header>' } },
+        ],
+      },
+    }),
+  )
 
   t.test('the page loads and lists a topic with its end offsets', async (t) => {
     const page = await context.newPage()
@@ -165,21 +199,33 @@ async function browserTests(t: Test): Promise<void> {
     t.equal(await page.locator('.chart canvas').count(), 1, 'the lag chart is drawn')
 
     await page.click('button.pause')
-    await waitUntil(async () => !(await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'reporting' } } }))).paused,
-      WAIT_MS, 'the group resumed')
+    await waitUntil(
+      async () => !(await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'reporting' } } }))).paused,
+      WAIT_MS,
+      'the group resumed',
+    )
     await waitForText(page, 'button.pause', 'Pause')
     await page.click('button.pause')
-    await waitUntil(async () => (await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'reporting' } } }))).paused,
-      WAIT_MS, 'the group paused again')
+    await waitUntil(
+      async () => (await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'reporting' } } }))).paused,
+      WAIT_MS,
+      'the group paused again',
+    )
 
     // Seek partition 0 to its end: its lag goes to 0, after a confirmation.
-    page.once('dialog', (d) => { t.match(d.message(), /partition 0 of group reporting to offset 3/); void d.accept() })
+    page.once('dialog', (d) => {
+      t.match(d.message(), /partition 0 of group reporting to offset 3/)
+      void d.accept()
+    })
     await page.selectOption('form.seek select[name="partition"]', '0')
     await page.fill('form.seek input[name="offset"]', '3')
     await page.click('form.seek button[type="submit"]')
     await waitForText(page, 'table.partitions tr[data-partition="0"] td.lag', '0')
     const status = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'reporting' } } }))
-    t.same(status.partitions.map((p) => p.committedOffset), [3, 0])
+    t.same(
+      status.partitions.map((p) => p.committedOffset),
+      [3, 0],
+    )
 
     await page.goto(`${url}/console/#/groups`)
     await waitForText(page, 'tr[data-group="reporting"] td.lag', '1')
@@ -190,15 +236,21 @@ async function browserTests(t: Test): Promise<void> {
     const receiver = await startReceiver(t, { status: 500 })
     await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'payments' } }, body: { partitions: 1 } }))
     await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'payments.dlq' } }, body: { partitions: 1 } }))
-    await unwrap(hookq.PUT('/v1/groups/{group}', {
-      params: { path: { group: 'settle' } },
-      body: { topic: 'payments', maxDeliveries: 1, deadLetterTopic: 'payments.dlq', ackMode: 'auto' },
-    }))
-    await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'settle' } }, body: { url: `${receiver.url}/hook` } }))
-    await unwrap(hookq.POST('/v1/topics/{topic}/messages', {
-      params: { path: { topic: 'payments' } },
-      body: { messages: [{ value: { amount: 42, memo: '<script>x</script>' }, key: 'acct-7', headers: { source: 'console-test' } }] },
-    }))
+    await unwrap(
+      hookq.PUT('/v1/groups/{group}', {
+        params: { path: { group: 'settle' } },
+        body: { topic: 'payments', maxDeliveries: 1, deadLetterTopic: 'payments.dlq', ackMode: 'auto' },
+      }),
+    )
+    await unwrap(
+      hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'settle' } }, body: { url: `${receiver.url}/hook` } }),
+    )
+    await unwrap(
+      hookq.POST('/v1/topics/{topic}/messages', {
+        params: { path: { topic: 'payments' } },
+        body: { messages: [{ value: { amount: 42, memo: '<script>x</script>' }, key: 'acct-7', headers: { source: 'console-test' } }] },
+      }),
+    )
     await waitUntil(async () => (await endOffset(hookq, 'payments.dlq', 0)) === 1, WAIT_MS, 'the dead letter')
     receiver.setBehaviour({ status: 200 })
 
@@ -224,12 +276,17 @@ async function browserTests(t: Test): Promise<void> {
 
     await page.click(`${row} button.replay`)
     await waitForText(page, `${row} td.result`, 'replayed → payments p0 @ 1')
-    const fetched = await unwrap(hookq.GET('/v1/topics/{topic}/partitions/{partition}/messages', {
-      params: { path: { topic: 'payments', partition: 0 }, query: { fromOffset: 0, limit: 10 } },
-    }))
+    const fetched = await unwrap(
+      hookq.GET('/v1/topics/{topic}/partitions/{partition}/messages', {
+        params: { path: { topic: 'payments', partition: 0 }, query: { fromOffset: 0, limit: 10 } },
+      }),
+    )
     t.equal(fetched.messages.length, 2, 'one new message in the original topic')
-    t.same(fetched.messages[1], { ...fetched.messages[0], offset: 1, timestamp: fetched.messages[1]!.timestamp },
-      'same key, value and headers, without hookq-dlq-*')
+    t.same(
+      fetched.messages[1],
+      { ...fetched.messages[0], offset: 1, timestamp: fetched.messages[1]!.timestamp },
+      'same key, value and headers, without hookq-dlq-*',
+    )
 
     // Again, and with "replay all": the idempotency key stores nothing new.
     await page.click(`${row} button.replay`)
@@ -269,7 +326,11 @@ async function browserTests(t: Test): Promise<void> {
     await waitForText(page, 'tr[data-topic="secured"] td.end-offsets', 'p0 0 · p1 0 · p2 0')
     t.ok(await page.locator('#key-form').isHidden(), 'the form is gone')
     t.equal(await page.evaluate('sessionStorage.getItem("hookq.apiKey")'), key, 'kept in sessionStorage')
-    t.same(errors.filter((e) => !/status of 401/.test(e)), [], 'no console errors but the refused loads')
+    t.same(
+      errors.filter((e) => !/status of 401/.test(e)),
+      [],
+      'no console errors but the refused loads',
+    )
   })
 
   if (process.env.HOOKQ_CONSOLE_SCREENSHOT) {
@@ -284,9 +345,12 @@ async function screenshot(t: Test, context: BrowserContext, file: string): Promi
   // About 30 msg/s: four partitions, one message in flight on each, 120 ms an answer.
   const receiver = await startReceiver(t, { status: 200, delayMs: 120 })
   await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'orders' } }, body: { partitions: 4 } }))
-  await unwrap(hookq.PUT('/v1/groups/{group}', {
-    params: { path: { group: 'billing' } }, body: { topic: 'orders', ackMode: 'auto', maxInFlight: 1 },
-  }))
+  await unwrap(
+    hookq.PUT('/v1/groups/{group}', {
+      params: { path: { group: 'billing' } },
+      body: { topic: 'orders', ackMode: 'auto', maxInFlight: 1 },
+    }),
+  )
   await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'billing' } }, body: { url: `${receiver.url}/a` } }))
   await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'billing' } }, body: { url: `${receiver.url}/b` } }))
   const page = await context.newPage()
@@ -296,10 +360,12 @@ async function screenshot(t: Test, context: BrowserContext, file: string): Promi
   for (let round = 0; round < 20; round++) {
     const n = round < 10 ? 60 + round * 10 : 0
     if (n > 0) {
-      await unwrap(hookq.POST('/v1/topics/{topic}/messages', {
-        params: { path: { topic: 'orders' } },
-        body: { messages: Array.from({ length: n }, (_, i) => ({ key: `user-${i % 17}`, value: { order: round * 1000 + i } })) },
-      }))
+      await unwrap(
+        hookq.POST('/v1/topics/{topic}/messages', {
+          params: { path: { topic: 'orders' } },
+          body: { messages: Array.from({ length: n }, (_, i) => ({ key: `user-${i % 17}`, value: { order: round * 1000 + i } })) },
+        }),
+      )
     }
     await new Promise((r) => setTimeout(r, 2_000)) // paces the traffic the chart shows, not a wait for a result
   }

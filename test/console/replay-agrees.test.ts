@@ -9,7 +9,14 @@ import { deadLetterOrigin, replayIdempotencyKey } from '@hookq/client'
 import { deadLetterInfo, replayKey } from '../../src/console/replay.js'
 
 const cases: Record<string, string>[] = [
-  { 'hookq-dlq-topic': 'orders', 'hookq-dlq-partition': '3', 'hookq-dlq-offset': '41', 'hookq-dlq-group': 'g', 'hookq-dlq-attempts': '5', 'hookq-dlq-error': 'HTTP 500' },
+  {
+    'hookq-dlq-topic': 'orders',
+    'hookq-dlq-partition': '3',
+    'hookq-dlq-offset': '41',
+    'hookq-dlq-group': 'g',
+    'hookq-dlq-attempts': '5',
+    'hookq-dlq-error': 'HTTP 500',
+  },
   { 'hookq-dlq-topic': '', 'hookq-dlq-partition': '0', 'hookq-dlq-offset': '0' },
   { 'hookq-dlq-topic': 'orders', 'hookq-dlq-partition': '', 'hookq-dlq-offset': '1e2' },
   { 'hookq-dlq-topic': 'orders', 'hookq-dlq-partition': '-1', 'hookq-dlq-offset': '7.5' },
@@ -31,7 +38,10 @@ t.test('the console and the SDK read dead-letter headers alike', async (t) => {
 
 t.test('the console and the SDK derive the same replay idempotency key', async (t) => {
   const createdAt = '2026-12-01T03:06:43.177Z'
-  for (const [dlq, p, o] of [['orders.dlq', 0, 0], ['a.b-c_d', 7, 123456789]] as const) {
+  for (const [dlq, p, o] of [
+    ['orders.dlq', 0, 0],
+    ['a.b-c_d', 7, 123456789],
+  ] as const) {
     t.equal(replayKey(dlq, createdAt, p, o), replayIdempotencyKey(dlq, createdAt, p, o))
   }
 })

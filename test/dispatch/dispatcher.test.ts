@@ -59,7 +59,11 @@ const messages = new MessageStore(db)
 const agent = createPushAgent()
 t.teardown(() => agent.destroy())
 
-interface Envelope { deliveryId: string; offset: number; attempt: number }
+interface Envelope {
+  deliveryId: string
+  offset: number
+  attempt: number
+}
 
 /** A topic of one partition, a group on it, a receiver answering 200, and a dispatcher on a stepped clock. */
 async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
@@ -71,13 +75,24 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   const attempts = new AttemptLog(db, { flushDelayMs: 1, holdMs: 1000, maxBuffered: 10_000, onError: () => {}, now: clock.now })
   const errors: unknown[] = []
   const dispatcher = new Dispatcher({
-    db, topics: topicStore, attempts, agent, now: clock.now, timers: clock,
-    loadGroup: (n) => groups.load(n), listGroups: () => groups.list(),
-    ensureOffsets: async (row, topic) => { await groups.ensureOffsets(row, topic.id, topic.partitions) },
+    db,
+    topics: topicStore,
+    attempts,
+    agent,
+    now: clock.now,
+    timers: clock,
+    loadGroup: (n) => groups.load(n),
+    listGroups: () => groups.list(),
+    ensureOffsets: async (row, topic) => {
+      await groups.ensureOffsets(row, topic.id, topic.partitions)
+    },
     disableConsumer: (id, reason) => groups.disableConsumer(id, reason),
     log: { warn: () => {}, error: (o) => errors.push(o) },
   })
-  t.teardown(async () => { await dispatcher.stop(); await attempts.close() })
+  t.teardown(async () => {
+    await dispatcher.stop()
+    await attempts.close()
+  })
   await dispatcher.start()
   const topic = (await topicStore.findByName(name))!
   const groupId = (await groups.load(name))!.row.id
@@ -85,24 +100,39 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   const own = async () => t.ok(await dispatcher.acquire(name, 0, (await claimPartition(db, groupId, 0))!), 'the partition is acquired')
   await own()
   const produce = async (values: unknown[], delayMs = 0) => {
-    const at = await messages.append(values.map((v) => ({
-      topicId: topic.id, partition: 0, key: null, value: JSON.stringify(v), headers: '{}', delayMs, idempotencyKey: null,
-    })))
+    const at = await messages.append(
+      values.map((v) => ({
+        topicId: topic.id,
+        partition: 0,
+        key: null,
+        value: JSON.stringify(v),
+        headers: '{}',
+        delayMs,
+        idempotencyKey: null,
+      })),
+    )
     // The database stamped them with its time: the clock catches up with it first.
     clock.advance(Math.max(0, Date.now() - clock.nowMs))
     dispatcher.notifyAppend(topic.id, 0, at.at(-1)!.offset + 1)
   }
   const pushes = () => receiver.requests.map((r) => r.json as Envelope)
   /** Waits (in real time) for the n-th push to arrive: the push itself is real HTTP. */
-  const pushed = async (n: number) => { await receiver.waitFor(n, 10_000); return pushes()[n - 1]! }
+  const pushed = async (n: number) => {
+    await receiver.waitFor(n, 10_000)
+    return pushes()[n - 1]!
+  }
   /** Waits (in real time) until the broker has every push's answer: a nack before it waits for it. */
   const answered = () => waitUntil(() => dispatcher.pushWindows().every((w) => w.inFlight === 0), 10_000, 'every push answered')
-  const committed = async () => Number((await db.pool.query('SELECT committed_offset FROM group_offsets WHERE group_id = $1', [groupId])).rows[0].committed_offset)
+  const committed = async () =>
+    Number((await db.pool.query('SELECT committed_offset FROM group_offsets WHERE group_id = $1', [groupId])).rows[0].committed_offset)
   return { clock, dispatcher, attempts, produce, pushes, pushed, answered, committed, groupId, errors, receiver, topic, own }
 }
 
 t.test('a passed ack deadline: timed out, pushed again after the backoff, and a late ack of attempt 1 still completes', async (t) => {
-  const s = await setup(t, 'deadline', { ackTimeoutMs: 5000, retry: { initialDelayMs: 2000, multiplier: 2, maxDelayMs: 60_000, jitter: 0 } })
+  const s = await setup(t, 'deadline', {
+    ackTimeoutMs: 5000,
+    retry: { initialDelayMs: 2000, multiplier: 2, maxDelayMs: 60_000, jitter: 0 },
+  })
   await s.produce(['a'])
   const first = await s.pushed(1)
   t.match(first, { offset: 0, attempt: 1 })
@@ -117,13 +147,26 @@ t.test('a passed ack deadline: timed out, pushed again after the backoff, and a 
   t.match(second, { offset: 0, attempt: 2 })
   t.not(second.deliveryId, first.deliveryId)
   // The late ack of attempt 1 completes the message and settles attempt 2 too.
-  t.same((await s.dispatcher.ack('deadline', [first.deliveryId])).map((r) => r.status), ['acked'])
+  t.same(
+    (await s.dispatcher.ack('deadline', [first.deliveryId])).map((r) => r.status),
+    ['acked'],
+  )
   t.equal(await s.committed(), 1)
-  t.same((await s.dispatcher.ack('deadline', [second.deliveryId])).map((r) => r.status), ['already_completed'])
+  t.same(
+    (await s.dispatcher.ack('deadline', [second.deliveryId])).map((r) => r.status),
+    ['already_completed'],
+  )
   await s.attempts.flush(true)
   const rows = (await db.pool.query('SELECT attempt, outcome FROM deliveries WHERE group_id = $1 ORDER BY attempt', [s.groupId])).rows
   // Attempt 1 is recorded acked (its id was acked, late); attempt 2, still open, ends with the message.
-  t.same(rows, [{ attempt: 1, outcome: 'acked' }, { attempt: 2, outcome: 'acked' }], 'one row per attempt')
+  t.same(
+    rows,
+    [
+      { attempt: 1, outcome: 'acked' },
+      { attempt: 2, outcome: 'acked' },
+    ],
+    'one row per attempt',
+  )
   s.clock.advance(60_000)
   t.equal(s.pushes().length, 2, 'nothing after the completion')
 })
@@ -136,19 +179,35 @@ t.test('extend moves the deadline; nack with delayMs waits exactly that long', a
   // from then: on this clock, only from the answer on.
   await s.answered()
   s.clock.advance(4000)
-  t.same((await s.dispatcher.extend('extend', [first.deliveryId], 10_000)).map((r) => r.status), ['extended'])
+  t.same(
+    (await s.dispatcher.extend('extend', [first.deliveryId], 10_000)).map((r) => r.status),
+    ['extended'],
+  )
   s.clock.advance(9999) // past the old deadline, one ms before the new one
   t.equal(s.pushes().length, 1)
-  t.same((await s.dispatcher.nack('extend', [first.deliveryId], 3000, false)).map((r) => r.status), ['nacked'])
+  t.same(
+    (await s.dispatcher.nack('extend', [first.deliveryId], 3000, false)).map((r) => r.status),
+    ['nacked'],
+  )
   s.clock.advance(2999)
   t.equal(s.pushes().length, 1, 'the nack delay, not the 100 ms backoff')
   s.clock.advance(1)
   t.match(await s.pushed(2), { attempt: 2 })
-  t.same((await s.dispatcher.extend('extend', [first.deliveryId], 1000)).map((r) => r.status), ['already_completed'], 'the nacked attempt cannot be extended')
+  t.same(
+    (await s.dispatcher.extend('extend', [first.deliveryId], 1000)).map((r) => r.status),
+    ['already_completed'],
+    'the nacked attempt cannot be extended',
+  )
 })
 
 t.test('maxDeliveries: after the last deadline the message is dead, and the next one flows', async (t) => {
-  const s = await setup(t, 'dead', { ackTimeoutMs: 1000, maxDeliveries: 2, maxInFlight: 1, ordered: true, retry: { initialDelayMs: 500, multiplier: 1, maxDelayMs: 500, jitter: 0 } })
+  const s = await setup(t, 'dead', {
+    ackTimeoutMs: 1000,
+    maxDeliveries: 2,
+    maxInFlight: 1,
+    ordered: true,
+    retry: { initialDelayMs: 500, multiplier: 1, maxDelayMs: 500, jitter: 0 },
+  })
   await s.produce(['a', 'b'])
   t.match(await s.pushed(1), { offset: 0, attempt: 1 })
   s.clock.advance(1000 + 500)
@@ -163,7 +222,9 @@ t.test('a delayed message is pushed when its delay ends on the clock, not before
   const s = await setup(t, 'delay', {})
   // The stored produce time is the database's; the delay counts from it.
   await s.produce(['later'], 60_000)
-  const producedAt = Number((await db.pool.query(`SELECT (extract(epoch from produced_at) * 1000)::float8 AS ms FROM messages`)).rows.at(-1).ms)
+  const producedAt = Number(
+    (await db.pool.query(`SELECT (extract(epoch from produced_at) * 1000)::float8 AS ms FROM messages`)).rows.at(-1).ms,
+  )
   s.clock.advance(producedAt + 60_000 - s.clock.nowMs - 1)
   t.equal(s.pushes().length, 0)
   s.clock.advance(1)
@@ -179,23 +240,38 @@ t.test('a seek while a push is out: its id no longer counts, and the partition s
   await seekOffsets(db, s.groupId, s.topic.id, new Map([[0, 0]]), s.clock.nowMs)
   await s.dispatcher.release('seek', 0, false)
   await s.own()
-  t.same((await s.dispatcher.ack('seek', [a!.deliveryId])).map((r) => r.status), ['unknown'], 'an id from before the seek')
+  t.same(
+    (await s.dispatcher.ack('seek', [a!.deliveryId])).map((r) => r.status),
+    ['unknown'],
+    'an id from before the seek',
+  )
   const again = await s.pushed(3)
   t.match(again, { offset: 0, attempt: 1 }, 'replayed from the seek, attempt numbers start again')
-  t.same((await s.dispatcher.ack('seek', [again.deliveryId])).map((r) => r.status), ['acked'])
+  t.same(
+    (await s.dispatcher.ack('seek', [again.deliveryId])).map((r) => r.status),
+    ['acked'],
+  )
   t.same(s.errors, [], 'no step failed')
 })
 
 t.test('auto mode: a push in flight has no ack deadline of its own until extended; then the deadline holds', async (t) => {
   // pushTimeoutMs never exceeds ackTimeoutMs, so in auto mode the answer (or the push's own timeout,
   // in real time here: 20 s, longer than the test) settles an attempt before its ack deadline could.
-  const s = await setup(t, 'autoext', { ackMode: 'auto', ackTimeoutMs: 30_000, pushTimeoutMs: 20_000, retry: { initialDelayMs: 100, multiplier: 1, maxDelayMs: 100, jitter: 0 } })
+  const s = await setup(t, 'autoext', {
+    ackMode: 'auto',
+    ackTimeoutMs: 30_000,
+    pushTimeoutMs: 20_000,
+    retry: { initialDelayMs: 100, multiplier: 1, maxDelayMs: 100, jitter: 0 },
+  })
   s.receiver.setBehaviour({ hang: true })
   await s.produce(['a'])
   const first = await s.pushed(1)
   s.clock.advance(60_000)
   t.equal(s.pushes().length, 1, 'no deadline passed: the first push is still waiting for its answer')
-  t.same((await s.dispatcher.extend('autoext', [first.deliveryId], 2000)).map((r) => r.status), ['extended'])
+  t.same(
+    (await s.dispatcher.extend('autoext', [first.deliveryId], 2000)).map((r) => r.status),
+    ['extended'],
+  )
   s.receiver.setBehaviour({ status: 200 })
   s.clock.advance(1999)
   t.equal(s.pushes().length, 1)
@@ -211,11 +287,22 @@ t.test('auto mode: an ack of a delivery id whose message the answer completed is
   await s.produce(['a'])
   const first = await s.pushed(1)
   await waitUntil(async () => (await s.committed()) === 1, 10_000, 'completed by the 2xx')
-  t.same((await s.dispatcher.ack('autoack', [first.deliveryId])).map((r) => r.status), ['already_completed'], 'answered from the attempt log')
+  t.same(
+    (await s.dispatcher.ack('autoack', [first.deliveryId])).map((r) => r.status),
+    ['already_completed'],
+    'answered from the attempt log',
+  )
   await s.attempts.flush(true)
-  t.same((await s.dispatcher.ack('autoack', [first.deliveryId])).map((r) => r.status), ['already_completed'], 'and from the table once written')
+  t.same(
+    (await s.dispatcher.ack('autoack', [first.deliveryId])).map((r) => r.status),
+    ['already_completed'],
+    'and from the table once written',
+  )
   // The same coordinates with other random bits: never issued.
   const raw = Buffer.from(first.deliveryId, 'base64url')
   raw[35] = raw[35]! ^ 0xff
-  t.same((await s.dispatcher.ack('autoack', [raw.toString('base64url')])).map((r) => r.status), ['unknown'])
+  t.same(
+    (await s.dispatcher.ack('autoack', [raw.toString('base64url')])).map((r) => r.status),
+    ['unknown'],
+  )
 })

@@ -2,8 +2,11 @@
 import t from 'tap'
 import { compileFilter, FilterError } from '../../src/dispatch/filter.ts'
 
-const msg = (value: unknown, headers: Record<string, string> = {}, key: string | null = null) =>
-  ({ key, value: JSON.stringify(value), headers: JSON.stringify(headers) })
+const msg = (value: unknown, headers: Record<string, string> = {}, key: string | null = null) => ({
+  key,
+  value: JSON.stringify(value),
+  headers: JSON.stringify(headers),
+})
 
 const matches = (filter: unknown, m: ReturnType<typeof msg>) => compileFilter(filter)(m)
 

@@ -11,7 +11,10 @@ import tls from 'node:tls'
 import t, { type Test } from 'tap'
 import { HttpClient, type HttpOutcome, type Origin } from '../../src/dispatch/http-client.ts'
 
-interface Conn { socket: net.Socket; requests: string[] }
+interface Conn {
+  socket: net.Socket
+  requests: string[]
+}
 
 /** A server that answers each request with the pieces `answer` returns, written `gapMs` apart. */
 async function rawServer(t: Test, answer: (request: string, conn: Conn) => (string | Buffer)[] | 'hang' | 'close', gapMs = 5) {
@@ -32,7 +35,10 @@ async function rawServer(t: Test, answer: (request: string, conn: Conn) => (stri
         conn.requests.push(request)
         const pieces = answer(request, conn)
         if (pieces === 'hang') return
-        if (pieces === 'close') { socket.destroy(); return }
+        if (pieces === 'close') {
+          socket.destroy()
+          return
+        }
         for (const [i, p] of pieces.entries()) {
           if (i > 0) await new Promise((r) => setTimeout(r, gapMs))
           if (!socket.destroyed) socket.write(p)
@@ -42,17 +48,31 @@ async function rawServer(t: Test, answer: (request: string, conn: Conn) => (stri
     socket.on('error', () => {})
   })
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
-  t.teardown(() => { for (const c of conns) c.socket.destroy(); server.close() })
+  t.teardown(() => {
+    for (const c of conns) c.socket.destroy()
+    server.close()
+  })
   const port = (server.address() as net.AddressInfo).port
   const origin: Origin = { key: `http://127.0.0.1:${port}`, tls: false, hostname: '127.0.0.1', port, host: `127.0.0.1:${port}` }
   return { origin, conns }
 }
 
-function send(client: HttpClient, origin: Origin, body = '{"a":1}', opts: { timeoutMs?: number; maxBodyBytes?: number } = {}): Promise<HttpOutcome> {
-  return new Promise((done) => client.request(origin, {
-    path: '/hook?x=1', headerLines: 'content-type: application/json\r\nx-one: 1\r\n', body,
-    timeoutMs: opts.timeoutMs ?? 5000, maxBodyBytes: opts.maxBodyBytes ?? 4096, done,
-  }))
+function send(
+  client: HttpClient,
+  origin: Origin,
+  body = '{"a":1}',
+  opts: { timeoutMs?: number; maxBodyBytes?: number } = {},
+): Promise<HttpOutcome> {
+  return new Promise((done) =>
+    client.request(origin, {
+      path: '/hook?x=1',
+      headerLines: 'content-type: application/json\r\nx-one: 1\r\n',
+      body,
+      timeoutMs: opts.timeoutMs ?? 5000,
+      maxBodyBytes: opts.maxBodyBytes ?? 4096,
+      done,
+    }),
+  )
 }
 
 const ok = (extra = '', body = 'ok') => `HTTP/1.1 200 OK\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`
@@ -71,7 +91,8 @@ t.test('the request as written: one POST with Host, the headers given, Content-L
 })
 
 t.test('answers in pieces: a head split anywhere, a body after it, chunked with extensions and trailers', async (t) => {
-  const chunked = 'HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\nRetry-After: 3\r\n\r\n' +
+  const chunked =
+    'HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\nRetry-After: 3\r\n\r\n' +
     '5;ext=1\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nx-trailer: 1\r\n\r\n'
   const answers = [
     [ok('', 'split body').slice(0, 7), ok('', 'split body').slice(7, 30), ok('', 'split body').slice(30)],
@@ -93,7 +114,10 @@ t.test('answers in pieces: a head split anywhere, a body after it, chunked with 
 t.test('a UTF-8 character split between two pieces of the body comes out whole', async (t) => {
   const body = Buffer.from('prix: 5 €', 'utf8')
   const head = `HTTP/1.1 200 OK\r\ncontent-length: ${body.length}\r\n\r\n`
-  const s = await rawServer(t, () => [Buffer.concat([Buffer.from(head), body.subarray(0, body.length - 1)]), body.subarray(body.length - 1)])
+  const s = await rawServer(t, () => [
+    Buffer.concat([Buffer.from(head), body.subarray(0, body.length - 1)]),
+    body.subarray(body.length - 1),
+  ])
   const client = new HttpClient()
   t.teardown(() => client.destroy())
   t.same(await send(client, s.origin), { kind: 'answer', status: 200, retryAfter: undefined, body: 'prix: 5 €' })
@@ -118,15 +142,26 @@ t.test('connections that end with their answer: Connection: close, HTTP/1.0, a c
   t.teardown(() => client.destroy())
   t.match(await send(client, s.origin), { kind: 'answer', status: 200, body: 'ok' })
   t.match(await send(client, s.origin), { kind: 'answer', status: 200, body: 'ok' })
-  t.match(await send(client, s.origin), { kind: 'answer', status: 200, body: 'until the end' }, 'a body without a length ends with the connection')
+  t.match(
+    await send(client, s.origin),
+    { kind: 'answer', status: 200, body: 'until the end' },
+    'a body without a length ends with the connection',
+  )
   t.match(await send(client, s.origin), { kind: 'answer', status: 200, body: 'ok' })
   t.match(await send(client, s.origin), { kind: 'answer', status: 200, body: 'ok' })
   t.match(await send(client, s.origin), { kind: 'answer', status: 200, body: 'ok' })
-  t.same(s.conns.map((c) => c.requests.length), [1, 1, 1, 1, 2], 'a new connection after each answer that ends one; kept after a plain one')
+  t.same(
+    s.conns.map((c) => c.requests.length),
+    [1, 1, 1, 1, 2],
+    'a new connection after each answer that ends one; kept after a plain one',
+  )
 })
 
 t.test('a pooled connection the server closed while idle is not used again', async (t) => {
-  const s = await rawServer(t, (_r, conn) => { setTimeout(() => conn.socket.end(), 20); return [ok()] })
+  const s = await rawServer(t, (_r, conn) => {
+    setTimeout(() => conn.socket.end(), 20)
+    return [ok()]
+  })
   const client = new HttpClient()
   t.teardown(() => client.destroy())
   t.match(await send(client, s.origin), { kind: 'answer', status: 200 })
@@ -146,8 +181,14 @@ t.test('the Keep-Alive hint shortens how long an idle connection is kept', async
 })
 
 t.test('what is not an answer is a network error, and the connection is dropped', async (t) => {
-  const bad = [['SSH-2.0-OpenSSH_9.2\r\n\r\n'], ['HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n'], ['HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok'],
-    ['HTTP/1.1 101 Switching Protocols\r\n\r\n'], ['HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n'], ['HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n']]
+  const bad = [
+    ['SSH-2.0-OpenSSH_9.2\r\n\r\n'],
+    ['HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n'],
+    ['HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok'],
+    ['HTTP/1.1 101 Switching Protocols\r\n\r\n'],
+    ['HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n'],
+    ['HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n'],
+  ]
   let n = 0
   const s = await rawServer(t, () => bad[n++]!)
   const client = new HttpClient()
@@ -174,7 +215,9 @@ t.test('the deadline: a hung server, a queued request, and the connection limit 
   const s = await rawServer(t, (r) => (r.includes('hang') ? 'hang' : [ok()]))
   const client = new HttpClient({ connections: 1 })
   t.teardown(() => client.destroy())
-  const hung = new Promise<HttpOutcome>((done) => client.request(s.origin, { path: '/hang', headerLines: '', body: 'x', timeoutMs: 300, maxBodyBytes: 10, done }))
+  const hung = new Promise<HttpOutcome>((done) =>
+    client.request(s.origin, { path: '/hang', headerLines: '', body: 'x', timeoutMs: 300, maxBodyBytes: 10, done }),
+  )
   const queued = send(client, s.origin, 'y', { timeoutMs: 150 })
   t.same(await queued, { kind: 'timeout' }, 'waiting for the one connection counts towards the deadline')
   t.same(await hung, { kind: 'timeout' })
@@ -193,7 +236,7 @@ t.test('close() lets answers under way end, then takes no more', async (t) => {
   t.match(await send(client, s.origin), { kind: 'network' }, 'refused once closed')
 })
 
-t.test('https: the server\'s certificate is checked against the trusted ones; a self-signed one is refused', async (t) => {
+t.test("https: the server's certificate is checked against the trusted ones; a self-signed one is refused", async (t) => {
   // A key and a self-signed certificate for 127.0.0.1 (valid for 100 years), made for this test with openssl.
   const pem = readFileSync(new URL('./self-signed-127.0.0.1.pem', import.meta.url), 'utf8')
   const server = tls.createServer({ key: pem, cert: pem }, (socket) => {

@@ -3,7 +3,14 @@ import t from 'tap'
 import { KeyOrder } from '../../src/dispatch/key-order.ts'
 import type { DispatchMessage } from '../../src/store/consumption.ts'
 
-const msg = (offset: number, key: string | null): DispatchMessage => ({ offset, key, value: '1', headers: '{}', producedAtMs: 0, availableAtMs: 0 })
+const msg = (offset: number, key: string | null): DispatchMessage => ({
+  offset,
+  key,
+  value: '1',
+  headers: '{}',
+  producedAtMs: 0,
+  availableAtMs: 0,
+})
 
 t.test('one message per key; the next on release, in offset order; unkeyed ones always go', async (t) => {
   const k = new KeyOrder()
@@ -36,8 +43,18 @@ t.test('messages already out when the group switched hold their key until all co
 
 t.test('drain hands every waiting message back in offset order', async (t) => {
   const k = new KeyOrder()
-  for (const [o, key] of [[0, 'a'], [1, 'b'], [2, 'b'], [3, 'a'], [4, 'b']] as const) k.take(msg(o, key))
-  t.same(k.drain().map((m) => m.offset), [2, 3, 4])
+  for (const [o, key] of [
+    [0, 'a'],
+    [1, 'b'],
+    [2, 'b'],
+    [3, 'a'],
+    [4, 'b'],
+  ] as const)
+    k.take(msg(o, key))
+  t.same(
+    k.drain().map((m) => m.offset),
+    [2, 3, 4],
+  )
   t.equal(k.queued, 0)
   t.ok(k.take(msg(5, 'a')), 'and forgets the keys')
 })

@@ -4,9 +4,11 @@ import { mulberry32 } from '../helpers/prng.ts'
 
 class Item implements HeapEntry {
   index = -1
-  constructor(public deadlineMs: number, public readonly name = String(deadlineMs)) {}
+  constructor(
+    public deadlineMs: number,
+    public readonly name = String(deadlineMs),
+  ) {}
 }
-
 
 function drain(heap: MinHeap<Item>): number[] {
   const out: number[] = []
@@ -56,7 +58,10 @@ t.test('pops in key order, duplicates included', async (t) => {
   const keys = [5, 3, 9, 3, 1, 8, 5, 5, 0, 12, 3, -4, 1.5]
   const { heap } = filled(keys)
   t.equal(heap.peek()!.deadlineMs, -4)
-  t.same(drain(heap), [...keys].sort((a, b) => a - b))
+  t.same(
+    drain(heap),
+    [...keys].sort((a, b) => a - b),
+  )
 })
 
 t.test('push throws for an entry already in a heap', async (t) => {
@@ -83,7 +88,10 @@ t.test('remove the root, the last and a middle entry', async (t) => {
     const last = items.find((item) => item.index === heap.size - 1)!
     t.equal(heap.remove(last), true, 'last')
     heap.checkInvariant()
-    t.same(drain(heap), keys.filter((k) => k !== last.deadlineMs))
+    t.same(
+      drain(heap),
+      keys.filter((k) => k !== last.deadlineMs),
+    )
   }
   {
     const { heap, items } = filled(keys)
@@ -91,7 +99,10 @@ t.test('remove the root, the last and a middle entry', async (t) => {
     t.equal(heap.remove(middle), true, 'middle')
     t.equal(middle.index, -1)
     heap.checkInvariant()
-    t.same(drain(heap), keys.filter((k) => k !== middle.deadlineMs))
+    t.same(
+      drain(heap),
+      keys.filter((k) => k !== middle.deadlineMs),
+    )
   }
 })
 
@@ -152,7 +163,13 @@ t.test('the key array grows and shrinks with the heap', async (t) => {
   heap.checkInvariant()
   for (const item of items.slice(0, 4990)) heap.remove(item)
   heap.checkInvariant()
-  t.same(drain(heap), items.slice(4990).map((i) => i.deadlineMs).sort((a, b) => a - b))
+  t.same(
+    drain(heap),
+    items
+      .slice(4990)
+      .map((i) => i.deadlineMs)
+      .sort((a, b) => a - b),
+  )
   heap.push(items[0]!)
   heap.checkInvariant()
   t.equal(heap.size, 1)
@@ -196,5 +213,9 @@ t.test('random operations against a sorted array', async (t) => {
   }
   if (failure !== undefined) t.fail(failure)
   else t.pass(`${steps} random operations match the model (SEED=${seed})`)
-  t.same(drain(heap), model.map((m) => m.deadlineMs).sort((a, b) => a - b), `final drain (SEED=${seed})`)
+  t.same(
+    drain(heap),
+    model.map((m) => m.deadlineMs).sort((a, b) => a - b),
+    `final drain (SEED=${seed})`,
+  )
 })

@@ -33,11 +33,37 @@ async function setup(t: Test, name: string, dlq?: string) {
   const loaded = (await groups.load(name))!
   const topic = (await topicStore.findByName(name))!
   await groups.ensureOffsets(loaded.row, topic.id, 2)
-  const g: GroupRuntime = { row: loaded.row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(loaded.row), filter: undefined, dropped: false }
+  const g: GroupRuntime = {
+    row: loaded.row,
+    topic,
+    consumers: [],
+    owners: [],
+    parts: new Map(),
+    policy: policyOf(loaded.row),
+    filter: undefined,
+    dropped: false,
+  }
   const part = async (partition: number): Promise<PartitionState> => ({
-    partition, committed: 0, completed: new Set(), readPos: 0, endHint: 0, buffer: [], reading: false, outstanding: new Map(),
-    priorAttempts: new Map(), reservedTo: 0, reserving: false, seekAtMs: 0, delayed: 0, ready: [], gaps: [],
-    ownerEpoch: (await claimPartition(db, g.row.id, partition))!, releasing: false, onIdle: undefined, dropped: false, keys: new KeyOrder(),
+    partition,
+    committed: 0,
+    completed: new Set(),
+    readPos: 0,
+    endHint: 0,
+    buffer: [],
+    reading: false,
+    outstanding: new Map(),
+    priorAttempts: new Map(),
+    reservedTo: 0,
+    reserving: false,
+    seekAtMs: 0,
+    delayed: 0,
+    ready: [],
+    gaps: [],
+    ownerEpoch: (await claimPartition(db, g.row.id, partition))!,
+    releasing: false,
+    onIdle: undefined,
+    dropped: false,
+    keys: new KeyOrder(),
   })
   const w0 = await part(0)
   const w1 = await part(1)
@@ -53,7 +79,11 @@ async function setup(t: Test, name: string, dlq?: string) {
     onAppended: (topicId, partition, endOffset) => appended.push({ topicId, partition, endOffset }),
     write: async (d, batch) => {
       statements.push(batch)
-      if (failNext) { const err = failNext; failNext = undefined; throw err }
+      if (failNext) {
+        const err = failNext
+        failNext = undefined
+        throw err
+      }
       return writeProgress(d, batch)
     },
   })
@@ -61,31 +91,87 @@ async function setup(t: Test, name: string, dlq?: string) {
   const complete = (w: PartitionState, offset: number, outcome: 'acked' | 'dead' = 'acked') =>
     new Promise<CompletionStatus>((resolve, reject) => writer.complete({ g, w, offset, outcome }, resolve, reject))
   const reserve = (w: PartitionState, to: number) => new Promise<boolean>((resolve, reject) => writer.reserve(g, w, to, resolve, reject))
-  const stored = async () => (await db.pool.query(
-    `SELECT partition, committed_offset::int AS committed, pushed_offset::int AS pushed FROM group_offsets WHERE group_id = $1 ORDER BY partition`, [g.row.id])).rows
-  const completions = async () => (await db.pool.query(
-    `SELECT partition, "offset"::int AS offset FROM group_completions WHERE group_id = $1 ORDER BY partition, "offset"`, [g.row.id])).rows
-  return { g, w0, w1, writer, statements, refused, appended, complete, reserve, stored, completions, fail: (err: Error) => { failNext = err } }
+  const stored = async () =>
+    (
+      await db.pool.query(
+        `SELECT partition, committed_offset::int AS committed, pushed_offset::int AS pushed FROM group_offsets WHERE group_id = $1 ORDER BY partition`,
+        [g.row.id],
+      )
+    ).rows
+  const completions = async () =>
+    (
+      await db.pool.query(
+        `SELECT partition, "offset"::int AS offset FROM group_completions WHERE group_id = $1 ORDER BY partition, "offset"`,
+        [g.row.id],
+      )
+    ).rows
+  return {
+    g,
+    w0,
+    w1,
+    writer,
+    statements,
+    refused,
+    appended,
+    complete,
+    reserve,
+    stored,
+    completions,
+    fail: (err: Error) => {
+      failNext = err
+    },
+  }
 }
 
 t.test('one statement a turn: completions in and out of order, reservations, of two partitions', async (t) => {
   const s = await setup(t, 'batch')
-  const results = await Promise.all([s.complete(s.w0, 0), s.complete(s.w0, 1), s.complete(s.w0, 3), s.complete(s.w1, 2), s.reserve(s.w0, 10), s.reserve(s.w1, 4)])
+  const results = await Promise.all([
+    s.complete(s.w0, 0),
+    s.complete(s.w0, 1),
+    s.complete(s.w0, 3),
+    s.complete(s.w1, 2),
+    s.reserve(s.w0, 10),
+    s.reserve(s.w1, 4),
+  ])
   t.same(results, ['acked', 'acked', 'acked', 'acked', true, true])
   t.equal(s.statements.length, 1, 'all of it in one statement')
-  t.same(await s.stored(), [{ partition: 0, committed: 2, pushed: 10 }, { partition: 1, committed: 0, pushed: 4 }])
-  t.same(await s.completions(), [{ partition: 0, offset: 3 }, { partition: 1, offset: 2 }], 'completions above the committed offset are kept')
+  t.same(await s.stored(), [
+    { partition: 0, committed: 2, pushed: 10 },
+    { partition: 1, committed: 0, pushed: 4 },
+  ])
+  t.same(
+    await s.completions(),
+    [
+      { partition: 0, offset: 3 },
+      { partition: 1, offset: 2 },
+    ],
+    'completions above the committed offset are kept',
+  )
   t.equal(s.w0.committed, 2, 'memory follows')
   t.equal(s.w0.reservedTo, 10)
   t.same([...s.w0.completed], [3])
 
   // Offset 2 closes the gap: the committed offset passes 3, and 3's row goes.
   t.same(await s.complete(s.w0, 2), 'acked')
-  t.same(await s.stored(), [{ partition: 0, committed: 4, pushed: 10 }, { partition: 1, committed: 0, pushed: 4 }])
+  t.same(await s.stored(), [
+    { partition: 0, committed: 4, pushed: 10 },
+    { partition: 1, committed: 0, pushed: 4 },
+  ])
   t.same(await s.completions(), [{ partition: 1, offset: 2 }])
-  t.same(await Promise.all([s.complete(s.w0, 1), s.complete(s.w1, 2)]), ['already_completed', 'already_completed'], 'repeats change nothing')
+  t.same(
+    await Promise.all([s.complete(s.w0, 1), s.complete(s.w1, 2)]),
+    ['already_completed', 'already_completed'],
+    'repeats change nothing',
+  )
   t.same(await s.reserve(s.w0, 5), true, 'a reservation below the stored one is a check only')
-  t.same(await s.stored(), [{ partition: 0, committed: 4, pushed: 10 }, { partition: 1, committed: 0, pushed: 4 }], 'offsets never move back')
+  t.same(
+    await s.stored(),
+    [
+      { partition: 0, committed: 4, pushed: 10 },
+      { partition: 1, committed: 0, pushed: 4 },
+    ],
+    'offsets never move back',
+  )
 })
 
 t.test('a partition whose owner epoch moved on is refused; the others are written', async (t) => {
@@ -94,7 +180,14 @@ t.test('a partition whose owner epoch moved on is refused; the others are writte
   const [a, b, held] = await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0), s.reserve(s.w1, 5)])
   t.same([a, b, held], ['acked', 'moved', false])
   t.same(s.refused, [1], 'the dispatcher is told')
-  t.same(await s.stored(), [{ partition: 0, committed: 1, pushed: 0 }, { partition: 1, committed: 0, pushed: 0 }], 'nothing written for the fenced partition')
+  t.same(
+    await s.stored(),
+    [
+      { partition: 0, committed: 1, pushed: 0 },
+      { partition: 1, committed: 0, pushed: 0 },
+    ],
+    'nothing written for the fenced partition',
+  )
   t.equal(s.w1.completed.size, 0, 'and nothing kept for it in memory')
 })
 
@@ -102,22 +195,45 @@ t.test('a failed statement fails its whole batch and leaves memory as it was', a
   const s = await setup(t, 'failed')
   s.fail(new Error('connection lost'))
   const outcomes = await Promise.allSettled([s.complete(s.w0, 0), s.reserve(s.w0, 3)])
-  t.same(outcomes.map((o) => o.status), ['rejected', 'rejected'])
+  t.same(
+    outcomes.map((o) => o.status),
+    ['rejected', 'rejected'],
+  )
   t.equal(s.w0.completed.size, 0)
   t.equal(s.w0.committed, 0)
-  t.same(await s.stored(), [{ partition: 0, committed: 0, pushed: 0 }, { partition: 1, committed: 0, pushed: 0 }])
+  t.same(await s.stored(), [
+    { partition: 0, committed: 0, pushed: 0 },
+    { partition: 1, committed: 0, pushed: 0 },
+  ])
   t.same(await s.complete(s.w0, 0), 'acked', 'the next write goes through')
 })
 
 t.test('a dead letter is appended in the same transaction as its completion', async (t) => {
   const s = await setup(t, 'dead', 'dead.dlq')
   const dlq = (await topicStore.findByName('dead.dlq'))!
-  const status = await new Promise<CompletionStatus>((resolve, reject) => s.writer.complete({
-    g: s.g, w: s.w0, offset: 0, outcome: 'dead',
-    deadLetter: { topicId: dlq.id, partition: 0, key: 'k', value: '{"v":1}', headers: '{"hookq-dlq-topic":"dead"}', delayMs: 0, idempotencyKey: null },
-  }, resolve, reject))
+  const status = await new Promise<CompletionStatus>((resolve, reject) =>
+    s.writer.complete(
+      {
+        g: s.g,
+        w: s.w0,
+        offset: 0,
+        outcome: 'dead',
+        deadLetter: {
+          topicId: dlq.id,
+          partition: 0,
+          key: 'k',
+          value: '{"v":1}',
+          headers: '{"hookq-dlq-topic":"dead"}',
+          delayMs: 0,
+          idempotencyKey: null,
+        },
+      },
+      resolve,
+      reject,
+    ),
+  )
   t.equal(status, 'dead')
-  t.same(s.appended, [{ topicId: dlq.id, partition: 0, endOffset: 1 }], 'its topic\'s readers are woken')
+  t.same(s.appended, [{ topicId: dlq.id, partition: 0, endOffset: 1 }], "its topic's readers are woken")
   const rows = (await db.pool.query('SELECT key, value FROM messages WHERE topic_id = $1', [dlq.id])).rows
   t.same(rows, [{ key: 'k', value: '{"v":1}' }])
   t.same((await s.stored())[0], { partition: 0, committed: 1, pushed: 0 })

@@ -50,7 +50,10 @@ t.test('recovers from 1 by slow start after the consumer heals', async (t) => {
 
 t.test('a window that is not the limit does not grow', async (t) => {
   const w = new PushWindow({ initial: 8 })
-  for (let i = 0; i < 100; i++) { w.acquire(); w.release('ok') } // one push at a time, 100 times
+  for (let i = 0; i < 100; i++) {
+    w.acquire()
+    w.release('ok')
+  } // one push at a time, 100 times
   t.equal(w.limit, 8)
   for (let i = 0; i < 4; i++) w.acquire()
   w.release('ok') // 4 of 8 in use: half, counts as used
@@ -60,7 +63,8 @@ t.test('a window that is not the limit does not grow', async (t) => {
 t.test('hasRoom follows inFlight against the limit; neutral answers change nothing', async (t) => {
   const w = new PushWindow({ initial: 2 })
   t.ok(w.hasRoom())
-  w.acquire(); w.acquire()
+  w.acquire()
+  w.acquire()
   t.notOk(w.hasRoom())
   w.release('neutral')
   t.ok(w.hasRoom())

@@ -8,8 +8,13 @@ const agent = createPushAgent()
 t.teardown(() => agent.destroy())
 
 const BODY = JSON.stringify({ deliveryId: 'd-1', value: { n: 1 } })
-const request = (url: string, extra: Partial<PushRequest> = {}): PushRequest =>
-  ({ url, body: BODY, headers: { 'content-type': 'application/json', 'webhook-id': 'msg-1' }, timeoutMs: 2_000, ...extra })
+const request = (url: string, extra: Partial<PushRequest> = {}): PushRequest => ({
+  url,
+  body: BODY,
+  headers: { 'content-type': 'application/json', 'webhook-id': 'msg-1' },
+  timeoutMs: 2_000,
+  ...extra,
+})
 
 /** A loopback port with nothing listening on it. */
 async function closedPort(): Promise<number> {
@@ -72,7 +77,7 @@ t.test('Retry-After on 429 and 503, as delta-seconds and as an HTTP-date', async
   receiver.setBehaviour(() => ({ status: 503, headers: { 'retry-after': new Date(Date.now() + 3_000).toUTCString() } }))
   const dated = await push(agent, request(receiver.url))
   t.match(dated, { kind: 'rejected', status: 503 })
-  const retryAfterMs = dated.kind === 'rejected' ? dated.retryAfterMs ?? -1 : -1
+  const retryAfterMs = dated.kind === 'rejected' ? (dated.retryAfterMs ?? -1) : -1
   t.ok(retryAfterMs > 1_000 && retryAfterMs <= 3_000, `HTTP-date 3 s ahead (whole seconds): ${retryAfterMs} ms`)
 
   receiver.setBehaviour({ status: 503 })
@@ -122,7 +127,11 @@ t.test('an endless 2xx body is delivered, cut at the cap, without growing memory
   t.match(result, { kind: 'delivered', status: 200 })
   t.equal(result.kind === 'delivered' && result.body.length, 4096)
   t.ok(result.durationMs < 2_000, `returned after ${result.durationMs} ms`)
-  const received = await waitUntil(() => (receiver.requests[0]?.closed ? receiver.requests[0] : undefined), 2_000, 'the receiver to see the client go')
+  const received = await waitUntil(
+    () => (receiver.requests[0]?.closed ? receiver.requests[0] : undefined),
+    2_000,
+    'the receiver to see the client go',
+  )
   t.ok(received.sentBytes < 32 * 1024 * 1024, `receiver wrote ${received.sentBytes} bytes before the client left`)
   const grownMb = (process.memoryUsage().rss - rssBefore) / 2 ** 20
   t.ok(grownMb < 64, `rss grew ${grownMb.toFixed(1)} MiB`)

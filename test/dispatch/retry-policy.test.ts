@@ -51,7 +51,7 @@ t.test('attempt must be an integer ≥ 1', async (t) => {
   for (const attempt of [0, -1, 1.5, NaN, Infinity]) t.throws(() => nextDelayMs(attempt, DEFAULTS), RangeError, String(attempt))
 })
 
-t.test('honourRetryAfterMs: at least the consumer\'s wish, capped at maxDelayMs', async (t) => {
+t.test("honourRetryAfterMs: at least the consumer's wish, capped at maxDelayMs", async (t) => {
   t.equal(honourRetryAfterMs(1000, 5000, DEFAULTS), 5000, 'a longer Retry-After wins')
   t.equal(honourRetryAfterMs(8000, 5000, DEFAULTS), 8000, 'a longer backoff wins')
   t.equal(honourRetryAfterMs(1000, 3_600_000, DEFAULTS), 60_000, 'capped at maxDelayMs')

@@ -2,7 +2,6 @@ import t from 'tap'
 import { InFlightTracker, TrackerEntry, type DeliveryKind, type TrackerEntryInit } from '../../src/dispatch/tracker.ts'
 import { mulberry32 } from '../helpers/prng.ts'
 
-
 function entry(deliveryId: string, deadlineMs: number, more: Partial<TrackerEntryInit> = {}): TrackerEntry {
   return new TrackerEntry({ deliveryId, groupId: 1, partition: 0, offset: 0, attempt: 1, kind: 'in_flight', deadlineMs, ...more })
 }
@@ -127,7 +126,15 @@ t.test('requeue turns in_flight into retry_wait once', async (t) => {
 
 t.test('expireDue: order, boundary, equal deadlines, limit, next deadline', async (t) => {
   const tracker = new InFlightTracker()
-  for (const [id, deadlineMs] of [['d', 40], ['a', 10], ['c', 30], ['b1', 20], ['b2', 20], ['b3', 20], ['e', 50]] as const) {
+  for (const [id, deadlineMs] of [
+    ['d', 40],
+    ['a', 10],
+    ['c', 30],
+    ['b1', 20],
+    ['b2', 20],
+    ['b3', 20],
+    ['e', 50],
+  ] as const) {
     tracker.insert(entry(id, deadlineMs))
   }
   tracker.requeue('e', 50)
@@ -140,14 +147,23 @@ t.test('expireDue: order, boundary, equal deadlines, limit, next deadline', asyn
   t.ok(limited.due.every((e) => e.deadlineMs === 20 && e.index === -1 && !tracker.has(e.deliveryId)))
   t.equal(limited.nextDeadlineMs, 20, 'the limit left a due entry: next deadline is already past')
   const rest = tracker.expireDue(35)
-  t.same(rest.due.map((e) => e.deadlineMs), [20, 30])
+  t.same(
+    rest.due.map((e) => e.deadlineMs),
+    [20, 30],
+  )
   t.same(new Set([...ids(limited.due), ...ids(rest.due)]), new Set(['b1', 'b2', 'b3', 'c']), 'each tie exactly once')
   t.equal(rest.nextDeadlineMs, 40)
   t.same(tracker.expireDue(100, 0), { due: [], nextDeadlineMs: 40 }, 'limit 0')
   t.throws(() => tracker.expireDue(100, -1), RangeError)
   t.throws(() => tracker.expireDue(100, NaN), RangeError)
   const all = tracker.expireDue(1000)
-  t.same(all.due.map((e) => [e.deliveryId, e.kind]), [['d', 'in_flight'], ['e', 'retry_wait']])
+  t.same(
+    all.due.map((e) => [e.deliveryId, e.kind]),
+    [
+      ['d', 'in_flight'],
+      ['e', 'retry_wait'],
+    ],
+  )
   t.equal(all.nextDeadlineMs, undefined)
   t.equal(tracker.size, 0)
   t.equal(tracker.inFlightCount, 0)
@@ -184,7 +200,10 @@ t.test('removeGroupPartition and removeWhere', async (t) => {
   t.equal(tracker.size, 15)
   t.equal(tracker.inFlightCount + tracker.retryWaitCount, 15)
   tracker.checkInvariant()
-  t.same(tracker.expireDue(Infinity).due.map((e) => e.deadlineMs), Array.from({ length: 15 }, (_, i) => 972 + 2 * i))
+  t.same(
+    tracker.expireDue(Infinity).due.map((e) => e.deadlineMs),
+    Array.from({ length: 15 }, (_, i) => 972 + 2 * i),
+  )
 })
 
 t.test('clear', async (t) => {
@@ -200,7 +219,12 @@ t.test('clear', async (t) => {
   tracker.checkInvariant()
 })
 
-interface ModelEntry { kind: DeliveryKind; deadlineMs: number; groupId: number; partition: number }
+interface ModelEntry {
+  kind: DeliveryKind
+  deadlineMs: number
+  groupId: number
+  partition: number
+}
 
 /** One random run: every operation on the tracker and on a Map scanned linearly, compared after each step. */
 function randomRun(seed: number, steps: number): string | undefined {
@@ -227,7 +251,15 @@ function randomRun(seed: number, steps: number): string | undefined {
       if (op < 0.35 || model.size === 0) {
         const reuse = random() < 0.05 && model.size > 0
         const id = reuse ? someId() : `id-${nextId++}`
-        const init = { deliveryId: id, groupId: pick(3), partition: pick(4), offset: step, attempt: 1 + pick(5), deadlineMs: deadline(), kind: (random() < 0.8 ? 'in_flight' : 'retry_wait') as DeliveryKind }
+        const init = {
+          deliveryId: id,
+          groupId: pick(3),
+          partition: pick(4),
+          offset: step,
+          attempt: 1 + pick(5),
+          deadlineMs: deadline(),
+          kind: (random() < 0.8 ? 'in_flight' : 'retry_wait') as DeliveryKind,
+        }
         what = `insert ${id}`
         let threw = false
         try {
@@ -243,7 +275,8 @@ function randomRun(seed: number, steps: number): string | undefined {
         const got = tracker.finish(id)
         const expected = model.get(id)
         if ((got === undefined) !== (expected === undefined)) return `step ${step} ${what}: got ${got?.deliveryId}, model ${expected?.kind}`
-        if (got !== undefined && (got.kind !== expected!.kind || got.deadlineMs !== expected!.deadlineMs || got.index !== -1)) return `step ${step} ${what}: wrong entry`
+        if (got !== undefined && (got.kind !== expected!.kind || got.deadlineMs !== expected!.deadlineMs || got.index !== -1))
+          return `step ${step} ${what}: wrong entry`
         model.delete(id)
       } else if (op < 0.65) {
         const id = someId()
@@ -270,7 +303,8 @@ function randomRun(seed: number, steps: number): string | undefined {
         for (let i = 0; i < due.length; i++) {
           const e = due[i]!
           const m = model.get(e.deliveryId)
-          if (m === undefined || m.deadlineMs !== e.deadlineMs || m.kind !== e.kind || e.deadlineMs > nowMs) return `step ${step} ${what}: unexpected ${e.deliveryId}`
+          if (m === undefined || m.deadlineMs !== e.deadlineMs || m.kind !== e.kind || e.deadlineMs > nowMs)
+            return `step ${step} ${what}: unexpected ${e.deliveryId}`
           if (i > 0 && due[i - 1]!.deadlineMs > e.deadlineMs) return `step ${step} ${what}: out of order at ${i}`
           if (e.index !== -1 || tracker.has(e.deliveryId)) return `step ${step} ${what}: ${e.deliveryId} still tracked`
         }
@@ -294,13 +328,15 @@ function randomRun(seed: number, steps: number): string | undefined {
       tracker.checkInvariant()
       if (tracker.size !== model.size) return `step ${step} ${what}: size ${tracker.size}, model ${model.size}`
       const inFlight = [...model.values()].filter((m) => m.kind === 'in_flight').length
-      if (tracker.inFlightCount !== inFlight || tracker.retryWaitCount !== model.size - inFlight) return `step ${step} ${what}: counts differ`
+      if (tracker.inFlightCount !== inFlight || tracker.retryWaitCount !== model.size - inFlight)
+        return `step ${step} ${what}: counts differ`
       for (const [id, m] of model) {
         const e = tracker.get(id)
         if (e === undefined || e.kind !== m.kind || e.deadlineMs !== m.deadlineMs) return `step ${step} ${what}: ${id} differs`
       }
       const modelNext = model.size === 0 ? undefined : Math.min(...[...model.values()].map((m) => m.deadlineMs))
-      if (tracker.nextDeadlineMs() !== modelNext) return `step ${step} ${what}: nextDeadlineMs ${tracker.nextDeadlineMs()}, model ${modelNext}`
+      if (tracker.nextDeadlineMs() !== modelNext)
+        return `step ${step} ${what}: nextDeadlineMs ${tracker.nextDeadlineMs()}, model ${modelNext}`
     } catch (err) {
       return `step ${step} ${what}: ${String(err)}`
     }
@@ -309,7 +345,8 @@ function randomRun(seed: number, steps: number): string | undefined {
 }
 
 t.test('random operations against a naive model', async (t) => {
-  const seeds = process.env.SEED !== undefined ? [Number(process.env.SEED)] : Array.from({ length: 4 }, () => Math.floor(Math.random() * 2 ** 32))
+  const seeds =
+    process.env.SEED !== undefined ? [Number(process.env.SEED)] : Array.from({ length: 4 }, () => Math.floor(Math.random() * 2 ** 32))
   const steps = Number(process.env.STEPS ?? 10_000)
   for (const seed of seeds) {
     const failure = randomRun(seed, steps)

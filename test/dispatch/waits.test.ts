@@ -13,8 +13,15 @@ t.test('due waits come out earliest first, typed, at most `limit` at a time', as
   const dl = q.add(new Wait('dead_letter_retry', 2, 3, 9, 200))
   t.equal(q.nextDeadlineMs(), 100)
   t.same(q.takeDue(99), [], 'nothing before its time')
-  t.same(q.takeDue(250, 1).map((w) => [w.kind, w.offset]), [['delay', 5]], 'the limit holds')
-  t.same(q.takeDue(250).map((w) => [w.kind, w.groupId, w.partition, w.offset]), [['dead_letter_retry', 2, 3, 9]])
+  t.same(
+    q.takeDue(250, 1).map((w) => [w.kind, w.offset]),
+    [['delay', 5]],
+    'the limit holds',
+  )
+  t.same(
+    q.takeDue(250).map((w) => [w.kind, w.groupId, w.partition, w.offset]),
+    [['dead_letter_retry', 2, 3, 9]],
+  )
   t.equal(dl.index, -1, 'a wait taken is in no queue')
   t.equal(q.cancel(dl), false, 'and cannot be cancelled')
   t.equal(q.size, 1)
@@ -38,14 +45,20 @@ t.test('random adds, cancels and takes agree with a sorted list', async (t) => {
       nowMs += Math.floor(random() * 50)
       const due = q.takeDue(nowMs)
       const expected = model.filter((w) => w.deadlineMs <= nowMs).sort((a, b) => a.deadlineMs - b.deadlineMs)
-      if (due.map((w) => w.deadlineMs).join() !== expected.map((w) => w.deadlineMs).join() || new Set(due).size !== expected.length ||
-          !expected.every((w) => due.includes(w))) {
+      if (
+        due.map((w) => w.deadlineMs).join() !== expected.map((w) => w.deadlineMs).join() ||
+        new Set(due).size !== expected.length ||
+        !expected.every((w) => due.includes(w))
+      ) {
         t.fail(`step ${step}: due ${due.map((w) => w.deadlineMs)} expected ${expected.map((w) => w.deadlineMs)}`)
         return
       }
       model = model.filter((w) => w.deadlineMs > nowMs)
     }
-    if (q.size !== model.length) { t.fail(`step ${step}: size ${q.size}, model ${model.length}`); return }
+    if (q.size !== model.length) {
+      t.fail(`step ${step}: size ${q.size}, model ${model.length}`)
+      return
+    }
   }
   t.pass('20,000 random steps agreed')
 })

@@ -47,16 +47,34 @@ export const PROFILE = process.env.HOOKQ_FAULTS_PROFILE === 'long' ? 'long' : 's
 export const LONG = PROFILE === 'long'
 
 /** Totals over every scenario of a run, for the summary. */
-export const totals = { messages: 0, produceOk: 0, produceFailed: 0, produceUnknown: 0, faults: 0, lost: 0, duplicates: 0, pushes: 0, deadLettered: 0, violations: 0, failedButStored: 0 }
+export const totals = {
+  messages: 0,
+  produceOk: 0,
+  produceFailed: 0,
+  produceUnknown: 0,
+  faults: 0,
+  lost: 0,
+  duplicates: 0,
+  pushes: 0,
+  deadLettered: 0,
+  violations: 0,
+  failedButStored: 0,
+}
 
 export async function http(base: string, method: string, path: string, body?: unknown, timeoutMs = 10_000) {
   const res = await fetch(base + path, {
-    method, headers: body !== undefined ? { 'content-type': 'application/json' } : {},
-    body: body !== undefined ? JSON.stringify(body) : undefined, signal: AbortSignal.timeout(timeoutMs),
+    method,
+    headers: body !== undefined ? { 'content-type': 'application/json' } : {},
+    body: body !== undefined ? JSON.stringify(body) : undefined,
+    signal: AbortSignal.timeout(timeoutMs),
   })
   const text = await res.text()
   let json: any = null
-  try { json = JSON.parse(text) } catch { /* not JSON */ }
+  try {
+    json = JSON.parse(text)
+  } catch {
+    /* not JSON */
+  }
   return { status: res.status, json, headers: res.headers }
 }
 
@@ -102,7 +120,10 @@ export class Cluster {
   starts = 0
   faults: string[] = []
 
-  private constructor(private t: Tap, private opts: ClusterOptions) {}
+  private constructor(
+    private t: Tap,
+    private opts: ClusterOptions,
+  ) {}
 
   static async start(t: Tap, opts: ClusterOptions = {}): Promise<Cluster> {
     const n = opts.processes ?? 1
@@ -121,8 +142,11 @@ export class Cluster {
       brokerDb = u.href
     }
     c.env = {
-      DATABASE_URL: brokerDb, HOOKQ_DB_POOL_SIZE: '5', HOOKQ_SHUTDOWN_GRACE_MS: '5000',
-      ...(n > 1 ? { HOOKQ_CLUSTER_POLL_MS: String(CLUSTER_POLL_MS) } : {}), ...opts.env,
+      DATABASE_URL: brokerDb,
+      HOOKQ_DB_POOL_SIZE: '5',
+      HOOKQ_SHUTDOWN_GRACE_MS: '5000',
+      ...(n > 1 ? { HOOKQ_CLUSTER_POLL_MS: String(CLUSTER_POLL_MS) } : {}),
+      ...opts.env,
     }
     t.teardown(async () => {
       const live = c.live
@@ -136,10 +160,14 @@ export class Cluster {
   }
 
   /** How many broker processes the cluster runs (ClusterOptions.processes). */
-  get processCount(): number { return this.opts.processes ?? 1 }
+  get processCount(): number {
+    return this.opts.processes ?? 1
+  }
 
   /** The processes alive now (not seen exited), in order of start. */
-  get live(): BrokerProcess[] { return this.procs.filter((b) => !this.exited.has(b)) }
+  get live(): BrokerProcess[] {
+    return this.procs.filter((b) => !this.exited.has(b))
+  }
 
   /** The oldest live process; with none alive, the last one started (its URL refuses connections). */
   get broker(): BrokerProcess {
@@ -149,10 +177,14 @@ export class Cluster {
   }
 
   /** The base URL of `broker`. */
-  get base(): string { return this.broker.url }
+  get base(): string {
+    return this.broker.url
+  }
 
   /** Base URLs of the live processes. */
-  liveBases(): string[] { return this.live.map((b) => b.url) }
+  liveBases(): string[] {
+    return this.live.map((b) => b.url)
+  }
 
   /**
    * The next live process's base URL, round robin (with one process: its URL, dead or alive). A
@@ -170,7 +202,11 @@ export class Cluster {
     this.postgres = await startPrivatePostgres(t)
     const admin = new pg.Client({ connectionString: this.postgres.url })
     await admin.connect()
-    try { await admin.query('CREATE DATABASE hookq_faults') } finally { await admin.end() }
+    try {
+      await admin.query('CREATE DATABASE hookq_faults')
+    } finally {
+      await admin.end()
+    }
     const u = new URL(this.postgres.url)
     u.pathname = '/hookq_faults'
     return { url: u.href }
@@ -192,16 +228,22 @@ export class Cluster {
   private async spawn(): Promise<BrokerProcess> {
     const b = await spawnBroker(this.env, 60_000)
     this.procs.push(b)
-    void b.exited.then(() => { this.exited.add(b) })
+    void b.exited.then(() => {
+      this.exited.add(b)
+    })
     this.starts++
     return b
   }
 
   /** Whether `broker` is alive (with one process: the process). */
-  get alive(): boolean { return !this.exited.has(this.broker) }
+  get alive(): boolean {
+    return !this.exited.has(this.broker)
+  }
 
   /** A variable of the broker's environment. */
-  envValue(name: string): string | undefined { return this.env[name] }
+  envValue(name: string): string | undefined {
+    return this.env[name]
+  }
 
   /** SIGKILL and start again on the same database. */
   async killAndRestart(): Promise<void> {
@@ -222,15 +264,25 @@ export class Cluster {
     for (const b of this.procs) {
       for (const line of b.output().split('\n')) {
         let rec: { level?: number; msg?: string; detail?: string; err?: { message?: string } | string }
-        try { rec = JSON.parse(line) } catch { continue }
+        try {
+          rec = JSON.parse(line)
+        } catch {
+          continue
+        }
         if (!rec || typeof rec.level !== 'number' || rec.level < 40) continue
         const err = typeof rec.err === 'string' ? rec.err : rec.err?.message
-        const why = [rec.detail, err].filter((x): x is string => typeof x === 'string' && x.length > 0).map((x) => x.slice(0, 120)).join(' / ')
+        const why = [rec.detail, err]
+          .filter((x): x is string => typeof x === 'string' && x.length > 0)
+          .map((x) => x.slice(0, 120))
+          .join(' / ')
         const key = `${rec.level >= 50 ? 'ERROR' : 'WARN'} ${rec.msg ?? ''}${why ? ` (${why})` : ''}`
         counts.set(key, (counts.get(key) ?? 0) + 1)
       }
     }
-    return [...counts].sort((a, b) => b[1] - a[1]).slice(0, max).map(([k, n]) => `${n}× ${k}`)
+    return [...counts]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, max)
+      .map(([k, n]) => `${n}× ${k}`)
   }
 
   /** How many group partitions a process says it owns (`hookq_partitions_owned`); 0 when it does not answer. */
@@ -256,7 +308,8 @@ export class Cluster {
    */
   async ownershipProblems(): Promise<string[]> {
     const db = await this.sql()
-    const { rows } = await db.query<{ group_name: string; partition: number; holders: number; live: number }>(`
+    const { rows } = await db.query<{ group_name: string; partition: number; holders: number; live: number }>(
+      `
       WITH locks AS (SELECT pid, classid::bigint AS hi, objid::bigint AS lo, mode FROM pg_locks
                      WHERE locktype = 'advisory' AND granted AND objsubid = 1
                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),
@@ -264,8 +317,11 @@ export class Cluster {
       SELECT g.name AS group_name, p.partition,
              (SELECT count(*)::int FROM locks l WHERE l.hi = $1 + g.id AND l.lo = p.partition AND l.mode = 'ExclusiveLock') AS holders,
              (SELECT count(*)::int FROM locks l JOIN members m ON m.backend_pid = l.pid WHERE l.hi = $1 + g.id AND l.lo = p.partition AND l.mode = 'ExclusiveLock') AS live
-      FROM consumer_groups g JOIN topics t ON t.name = g.topic, generate_series(0, t.partitions - 1) AS p(partition)`, [0x48000000])
-    return rows.filter((r) => r.holders !== 1 || r.live !== 1)
+      FROM consumer_groups g JOIN topics t ON t.name = g.topic, generate_series(0, t.partitions - 1) AS p(partition)`,
+      [0x48000000],
+    )
+    return rows
+      .filter((r) => r.holders !== 1 || r.live !== 1)
       .map((r) => `${r.group_name}/${r.partition}: ${r.holders} holder(s), ${r.live} of them live members`)
   }
 
@@ -274,7 +330,9 @@ export class Cluster {
    * (bounded by `takeoverTimeoutMs`; the caller asserts the time), then start a replacement on the
    * same database (it takes its share from the others).
    */
-  async killOwnerAndReplace(takeoverTimeoutMs = 20_000): Promise<{ killed: BrokerProcess; takeoverMs: number; replacement: BrokerProcess }> {
+  async killOwnerAndReplace(
+    takeoverTimeoutMs = 20_000,
+  ): Promise<{ killed: BrokerProcess; takeoverMs: number; replacement: BrokerProcess }> {
     if (this.processCount < 2) throw new Error('killOwnerAndReplace needs a cluster of several processes')
     const killed = await waitUntil(async () => (await this.owners())[0], 10_000, 'a broker process that owns partitions', 100)
     this.faults.push('SIGKILL of an owner')
@@ -282,7 +340,12 @@ export class Cluster {
     this.killedAt.set(killed, t0)
     killed.child.kill('SIGKILL')
     await waitUntil(() => this.exited.has(killed), 10_000, `pid ${killed.child.pid} to exit after SIGKILL`)
-    await waitUntil(async () => (await this.ownershipProblems()).length === 0, takeoverTimeoutMs, 'every partition owned by a live process again', 25)
+    await waitUntil(
+      async () => (await this.ownershipProblems()).length === 0,
+      takeoverTimeoutMs,
+      'every partition owned by a live process again',
+      25,
+    )
     const takeoverMs = Date.now() - t0
     const replacement = await this.spawn()
     return { killed, takeoverMs, replacement }
@@ -296,7 +359,10 @@ export class Cluster {
     b.child.kill('SIGTERM')
     const code = await Promise.race([b.exited, sleep(30_000).then(() => 'did not exit in 30 s')])
     const ms = Date.now() - t0
-    if (!this.exited.has(b)) { b.child.kill('SIGKILL'); await b.exited }
+    if (!this.exited.has(b)) {
+      b.child.kill('SIGKILL')
+      await b.exited
+    }
     await this.spawn()
     return { code, ms }
   }
@@ -305,7 +371,11 @@ export class Cluster {
   async pause(ms: number): Promise<void> {
     this.faults.push(`SIGSTOP ${ms} ms`)
     this.broker.child.kill('SIGSTOP')
-    try { await sleep(ms) } finally { this.broker.child.kill('SIGCONT') }
+    try {
+      await sleep(ms)
+    } finally {
+      this.broker.child.kill('SIGCONT')
+    }
   }
 
   /** Cut the proxy between broker and PostgreSQL for `ms`; `during` runs while it is cut. */
@@ -338,9 +408,9 @@ export class Cluster {
   async terminateBrokerConnections(): Promise<number> {
     this.faults.push('pg_terminate_backend')
     const c = await this.sql()
-    const r = await c.query(
-      `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`,
-      [this.dbName])
+    const r = await c.query(`SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, [
+      this.dbName,
+    ])
     return r.rowCount ?? 0
   }
 
@@ -397,7 +467,12 @@ export class History {
   }
 
   /** One produce call, recorded whatever happens. */
-  async produce(base: string, topic: string, messages: { value: any; key?: string; idempotencyKey?: string }[], timeoutMs = 8000): Promise<ProduceOp> {
+  async produce(
+    base: string,
+    topic: string,
+    messages: { value: any; key?: string; idempotencyKey?: string }[],
+    timeoutMs = 8000,
+  ): Promise<ProduceOp> {
     const op: ProduceOp = { id: this.ops.length, status: 'unknown', values: messages.map((m) => m.value), start: Date.now(), end: 0 }
     this.ops.push(op)
     for (const v of op.values) if (v && typeof v === 'object' && 'id' in v) this.byId.set(String((v as any).id), op)
@@ -407,7 +482,9 @@ export class History {
       if (r.status >= 200 && r.status < 300) {
         op.status = 'ok'
         op.results = r.json.results
-        op.results!.forEach((res, i) => { if (!res.duplicate) this.okAt.set(coord(res.partition, res.offset), op.values[i]) })
+        op.results!.forEach((res, i) => {
+          if (!res.duplicate) this.okAt.set(coord(res.partition, res.offset), op.values[i])
+        })
       } else {
         // outcome_unknown: the connection broke while committing; the broker cannot tell either way.
         op.status = r.json?.code === 'outcome_unknown' ? 'unknown' : 'failed'
@@ -421,9 +498,15 @@ export class History {
     return op
   }
 
-  opOf(valueId: string): ProduceOp | undefined { return this.byId.get(valueId) }
-  count(status: ProduceOp['status']): number { return this.ops.filter((o) => o.status === status).length }
-  messagesOk(): number { return this.okAt.size }
+  opOf(valueId: string): ProduceOp | undefined {
+    return this.byId.get(valueId)
+  }
+  count(status: ProduceOp['status']): number {
+    return this.ops.filter((o) => o.status === status).length
+  }
+  messagesOk(): number {
+    return this.okAt.size
+  }
 }
 
 /**
@@ -431,7 +514,12 @@ export class History {
  * called and at least `minMessages` were answered 2xx (so faults always land mid-load), or
  * `maxMs` passed. Calls that fail back off 200 ms.
  */
-export function loadGenerator(cluster: Cluster, history: History, topic: string, opts: { batch: number; concurrency: number; minMessages: number; pauseMs: number; maxMs: number }) {
+export function loadGenerator(
+  cluster: Cluster,
+  history: History,
+  topic: string,
+  opts: { batch: number; concurrency: number; minMessages: number; pauseMs: number; maxMs: number },
+) {
   let stopping = false
   let ok = 0
   // The load lasts until stop() (the scenario's faults are done) and minMessages are in, or maxMs
@@ -453,15 +541,27 @@ export function loadGenerator(cluster: Cluster, history: History, topic: string,
   })
   const done = Promise.all(loops)
   return {
-    get ok() { return ok },
+    get ok() {
+      return ok
+    },
     /** Ends the load (once at least minMessages are ok, or maxMs has passed) and resolves when it has. */
-    stop: async () => { stopping = true; await done },
+    stop: async () => {
+      stopping = true
+      await done
+    },
   }
 }
 
 // ---------------------------------------------------------------- consumers
 
-export interface Push { partition: number; offset: number; value: unknown; attempt: number; deliveryId: string; at: number }
+export interface Push {
+  partition: number
+  offset: number
+  value: unknown
+  attempt: number
+  deliveryId: string
+  at: number
+}
 
 export interface ConsumerOptions {
   group: string
@@ -485,7 +585,10 @@ export class Consumer {
   receiver!: Receiver
   private pendingAcks = new Set<Promise<void>>()
 
-  private constructor(private cluster: Cluster, private opts: ConsumerOptions) {}
+  private constructor(
+    private cluster: Cluster,
+    private opts: ConsumerOptions,
+  ) {}
 
   static async start(t: Tap, cluster: Cluster, opts: ConsumerOptions): Promise<Consumer> {
     const c = new Consumer(cluster, opts)
@@ -494,13 +597,22 @@ export class Consumer {
   }
 
   private onPush(env: { deliveryId: string; partition: number; offset: number; value: unknown; attempt: number }): BehaviourSpec {
-    const p: Push = { partition: env.partition, offset: env.offset, value: env.value, attempt: env.attempt, deliveryId: env.deliveryId, at: Date.now() }
+    const p: Push = {
+      partition: env.partition,
+      offset: env.offset,
+      value: env.value,
+      attempt: env.attempt,
+      deliveryId: env.deliveryId,
+      at: Date.now(),
+    }
     this.pushes.push(p)
     const { spec, ack } = this.opts.answer ? this.opts.answer(p) : { spec: { status: 200 }, ack: true }
     if (ack) {
       const slow = Math.random() < (this.opts.slowAckChance ?? 0.1)
       const delay = (spec.delayMs ?? 0) + (slow ? Math.floor(Math.random() * (this.opts.slowAckMs ?? 300)) : Math.floor(Math.random() * 10))
-      const done = sleep(delay).then(() => this.ack(p)).finally(() => this.pendingAcks.delete(done))
+      const done = sleep(delay)
+        .then(() => this.ack(p))
+        .finally(() => this.pendingAcks.delete(done))
       this.pendingAcks.add(done)
     }
     return spec
@@ -517,7 +629,11 @@ export class Consumer {
     for (let i = 1; i <= tries; i++) {
       try {
         const r = await http(this.cluster.nextBase(), 'POST', `/v1/groups/${this.opts.group}/acks`, { deliveryIds: [p.deliveryId] }, 10_000)
-        if (r.status === 503 && i < tries) { this.ackRetries++; await sleep(150); continue }
+        if (r.status === 503 && i < tries) {
+          this.ackRetries++
+          await sleep(150)
+          continue
+        }
         const status = r.status === 200 ? r.json.results[0].status : 'other'
         if (status === 'acked') this.acked.set(coord(p.partition, p.offset), Date.now())
         if (status === 'unknown' && this.unknownAcks.length < 1000) this.unknownAcks.push(p)
@@ -527,7 +643,11 @@ export class Consumer {
       } catch {
         // Outcome unknown (it may have been applied: a retry then says already_completed); the
         // deadline brings the message back otherwise.
-        if (i < tries) { this.ackRetries++; await sleep(50); continue }
+        if (i < tries) {
+          this.ackRetries++
+          await sleep(50)
+          continue
+        }
         this.ackCalls.errors++
       }
     }
@@ -558,13 +678,18 @@ export class OffsetSampler {
             for (const p of r.json.partitions) committed[p.partition] = p.committedOffset
             this.samples.push({ at: Date.now(), committed })
           }
-        } catch { /* the broker is down or stopped: no sample */ }
+        } catch {
+          /* the broker is down or stopped: no sample */
+        }
         await sleep(everyMs)
       }
     })()
   }
 
-  async stop(): Promise<void> { this.stopped = true; await this.loop }
+  async stop(): Promise<void> {
+    this.stopped = true
+    await this.loop
+  }
 }
 
 // ---------------------------------------------------------------- ownership sampler
@@ -583,7 +708,10 @@ export class OwnershipSampler {
   private stopped = false
   private loop: Promise<void>
 
-  constructor(private cluster: Cluster, everyMs = 200) {
+  constructor(
+    private cluster: Cluster,
+    everyMs = 200,
+  ) {
     this.loop = (async () => {
       for (let i = 0; i < 20_000 && !this.stopped; i++) {
         const problems = await cluster.ownershipProblems().catch(() => undefined)
@@ -598,18 +726,26 @@ export class OwnershipSampler {
     })()
   }
 
-  async stop(): Promise<void> { this.stopped = true; await this.loop }
+  async stop(): Promise<void> {
+    this.stopped = true
+    await this.loop
+  }
 }
 
 // ---------------------------------------------------------------- quiesce and check
 
 /** Waits until every partition of the group has lag 0 and nothing in flight (bounded). */
 export async function quiesce(cluster: Cluster, group: string, timeoutMs = 60_000): Promise<any> {
-  return waitUntil(async () => {
-    const r = await http(cluster.base, 'GET', `/v1/groups/${group}`, undefined, 5000)
-    if (r.status !== 200) return undefined
-    return r.json.partitions.every((p: any) => p.lag === 0 && p.committedOffset === p.endOffset) ? r.json : undefined
-  }, timeoutMs, `group ${group} to reach lag 0`, 250)
+  return waitUntil(
+    async () => {
+      const r = await http(cluster.base, 'GET', `/v1/groups/${group}`, undefined, 5000)
+      if (r.status !== 200) return undefined
+      return r.json.partitions.every((p: any) => p.lag === 0 && p.committedOffset === p.endOffset) ? r.json : undefined
+    },
+    timeoutMs,
+    `group ${group} to reach lag 0`,
+    250,
+  )
 }
 
 /** Every message of a topic, read back over HTTP (bounded pages). */
@@ -644,12 +780,21 @@ export interface CheckInput {
   owners?: OwnershipSampler
 }
 
-export interface CheckResult { lost: number; duplicates: number; pushes: number; messages: number; deadLettered: number; violations: string[] }
+export interface CheckResult {
+  lost: number
+  duplicates: number
+  pushes: number
+  messages: number
+  deadLettered: number
+  violations: string[]
+}
 
 export async function check(inp: CheckInput): Promise<CheckResult> {
   const { t, cluster, history, consumers, sampler, topic, group, maxDeliveries } = inp
   const violations: string[] = []
-  const v = (what: string) => { if (violations.length < 200) violations.push(what) }
+  const v = (what: string) => {
+    if (violations.length < 200) violations.push(what)
+  }
   const pushes = consumers.flatMap((c) => c.pushes)
   const acked = new Map<string, number>()
   for (const c of consumers) for (const [k, at] of c.acked) if (!acked.has(k) || acked.get(k)! > at) acked.set(k, at)
@@ -666,7 +811,10 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
     logAt.set(k, m.value)
     const id = m.value?.id
     const op = typeof id === 'string' ? history.opOf(id) : undefined
-    if (!op) { v(`phantom message in the log at ${k}: ${JSON.stringify(m.value)}`); continue }
+    if (!op) {
+      v(`phantom message in the log at ${k}: ${JSON.stringify(m.value)}`)
+      continue
+    }
     if (!op.values.some((x) => isDeepStrictEqual(x, m.value))) v(`altered message in the log at ${k}: ${JSON.stringify(m.value)}`)
     if (seenIds.has(id)) v(`message ${id} stored twice: ${seenIds.get(id)} and ${k}`)
     seenIds.set(id, k)
@@ -686,7 +834,10 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
     else if (!isDeepStrictEqual(logAt.get(k), value)) problems.push(`log holds ${JSON.stringify(logAt.get(k))}`)
     if (!pushedAt.has(k)) problems.push('never pushed')
     if (!(committed[p]! > o)) problems.push(`committedOffset ${committed[p]} not past it`)
-    if (problems.length) { lost++; v(`lost ok-produce at ${k} (${JSON.stringify(value)}): ${problems.join(', ')}`) }
+    if (problems.length) {
+      lost++
+      v(`lost ok-produce at ${k} (${JSON.stringify(value)}): ${problems.join(', ')}`)
+    }
   }
 
   // Every push carries what was stored at its coordinates.
@@ -695,33 +846,42 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
     const k = coord(p.partition, p.offset)
     const expected = history.okAt.has(k) ? history.okAt.get(k) : logAt.get(k)
     if (expected === undefined && !logAt.has(k)) v(`push of ${k} (attempt ${p.attempt}) is not in the log: ${JSON.stringify(p.value)}`)
-    else if (!isDeepStrictEqual(p.value, expected)) v(`push of ${k} carries ${JSON.stringify(p.value)}, produced ${JSON.stringify(expected)}`)
+    else if (!isDeepStrictEqual(p.value, expected))
+      v(`push of ${k} carries ${JSON.stringify(p.value)}, produced ${JSON.stringify(expected)}`)
     if (p.attempt > maxDeliveries) v(`push of ${k} with attempt ${p.attempt} > maxDeliveries ${maxDeliveries}`)
     if (attemptsSeen.has(`${k}#${p.attempt}`)) v(`push of ${k} with attempt ${p.attempt} a second time`)
     attemptsSeen.add(`${k}#${p.attempt}`)
     const ackAt = acked.get(k)
     // A push started before the ack can still arrive after it: at the latest its push timeout later
     // (2 s in every scenario), plus scheduling slack on a busy machine. Later than that, it started after.
-    if (ackAt !== undefined && p.at > ackAt + 3000) v(`push of ${k} (attempt ${p.attempt}) ${p.at - ackAt} ms after an ack answered 'acked'`)
+    if (ackAt !== undefined && p.at > ackAt + 3000)
+      v(`push of ${k} (attempt ${p.attempt}) ${p.at - ackAt} ms after an ack answered 'acked'`)
   }
 
   // Committed offsets never move backwards.
   for (let i = 1; i < sampler.samples.length; i++) {
-    const a = sampler.samples[i - 1]!, b = sampler.samples[i]!
+    const a = sampler.samples[i - 1]!,
+      b = sampler.samples[i]!
     b.committed.forEach((off, p) => {
-      if (a.committed[p] !== undefined && off < a.committed[p]!) v(`partition ${p} committedOffset went back from ${a.committed[p]} to ${off} (${b.at - a.at} ms apart)`)
+      if (a.committed[p] !== undefined && off < a.committed[p]!)
+        v(`partition ${p} committedOffset went back from ${a.committed[p]} to ${off} (${b.at - a.at} ms apart)`)
     })
   }
 
   // Attempts, from the deliveries table (the broker's own record).
   const db = await cluster.sql()
-  const rows = (await db.query(
-    `SELECT d.partition, d."offset"::int AS "offset", max(d.attempt) AS max_attempt,
+  const rows = (
+    await db.query(
+      `SELECT d.partition, d."offset"::int AS "offset", max(d.attempt) AS max_attempt,
             count(*)::int AS n, bool_or(d.outcome = 'acked') AS acked, bool_or(d.outcome = 'dead') AS dead
        FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id
-      WHERE g.name = $1 GROUP BY d.partition, d."offset"`, [group])).rows
+      WHERE g.name = $1 GROUP BY d.partition, d."offset"`,
+      [group],
+    )
+  ).rows
   for (const r of rows) {
-    if (r.max_attempt > maxDeliveries) v(`deliveries table: ${r.partition}:${r.offset} attempt ${r.max_attempt} > maxDeliveries ${maxDeliveries}`)
+    if (r.max_attempt > maxDeliveries)
+      v(`deliveries table: ${r.partition}:${r.offset} attempt ${r.max_attempt} > maxDeliveries ${maxDeliveries}`)
     if (r.acked && r.dead) v(`deliveries table: ${r.partition}:${r.offset} both acked and dead`)
   }
 
@@ -730,12 +890,18 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
   // SIGKILL it was pushed. Not an invariant (yet): the message comes again and is acked then.
   const unknownAcks = consumers.flatMap((c) => c.unknownAcks)
   if (unknownAcks.length) {
-    const kept = new Set((await db.query(`SELECT id FROM deliveries WHERE id = ANY($1)`, [unknownAcks.map((p) => p.deliveryId)])).rows.map((r) => r.id as string))
+    const kept = new Set(
+      (await db.query(`SELECT id FROM deliveries WHERE id = ANY($1)`, [unknownAcks.map((p) => p.deliveryId)])).rows.map(
+        (r) => r.id as string,
+      ),
+    )
     // Push time relative to the nearest SIGKILL (negative: before it; a push seen just after was sent just before).
     const kills = [...cluster.killedAt.values()]
     const rel = kills.length ? unknownAcks.map((p) => kills.map((k) => p.at - k).reduce((a, b) => (Math.abs(b) < Math.abs(a) ? b : a))) : []
-    t.comment(`${unknownAcks.length} acks answered 'unknown' for delivery ids the broker pushed: ${unknownAcks.length - kept.size} of them have no row in deliveries; `
-      + (rel.length ? `received ${Math.min(...rel)} to ${Math.max(...rel)} ms from the nearest SIGKILL` : 'no SIGKILL in this scenario'))
+    t.comment(
+      `${unknownAcks.length} acks answered 'unknown' for delivery ids the broker pushed: ${unknownAcks.length - kept.size} of them have no row in deliveries; ` +
+        (rel.length ? `received ${Math.min(...rel)} to ${Math.max(...rel)} ms from the nearest SIGKILL` : 'no SIGKILL in this scenario'),
+    )
   }
 
   // Dead letters: never also acked; each is the original message.
@@ -746,10 +912,13 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
     for (const m of dlq) {
       const k = coord(Number(m.headers['hookq-dlq-partition']), Number(m.headers['hookq-dlq-offset']))
       dead.set(k, (dead.get(k) ?? 0) + 1)
-      if (m.headers['hookq-dlq-topic'] !== topic || m.headers['hookq-dlq-group'] !== group) v(`dead letter with wrong headers: ${JSON.stringify(m.headers)}`)
-      if (!isDeepStrictEqual(m.value, logAt.get(k))) v(`dead letter for ${k} carries ${JSON.stringify(m.value)}, log holds ${JSON.stringify(logAt.get(k))}`)
+      if (m.headers['hookq-dlq-topic'] !== topic || m.headers['hookq-dlq-group'] !== group)
+        v(`dead letter with wrong headers: ${JSON.stringify(m.headers)}`)
+      if (!isDeepStrictEqual(m.value, logAt.get(k)))
+        v(`dead letter for ${k} carries ${JSON.stringify(m.value)}, log holds ${JSON.stringify(logAt.get(k))}`)
       if (acked.has(k)) v(`message ${k} both acked and dead-lettered`)
-      if (Number(m.headers['hookq-dlq-attempts']) > maxDeliveries) v(`dead letter for ${k} after ${m.headers['hookq-dlq-attempts']} attempts`)
+      if (Number(m.headers['hookq-dlq-attempts']) > maxDeliveries)
+        v(`dead letter for ${k} after ${m.headers['hookq-dlq-attempts']} attempts`)
     }
     deadLettered = dead.size
     const twice = [...dead].filter(([, n]) => n > 1).length
@@ -762,7 +931,9 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
   // Bounded resources, for every live process (with one: the broker).
   const live = cluster.live.length ? cluster.live : [cluster.broker]
   const maxRss = inp.maxRssBytes ?? 768 * 1024 * 1024
-  const rssAll: number[] = [], fdsAll: number[] = [], socketsAll: number[] = []
+  const rssAll: number[] = [],
+    fdsAll: number[] = [],
+    socketsAll: number[] = []
   for (const b of live) {
     const rss = await cluster.rssBytes(b)
     rssAll.push(rss)
@@ -776,36 +947,51 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
     socketsAll.push(sockets)
     if (!(fds < 256)) v(`${who} holds ${fds} file descriptors (${sockets} sockets) at rest`)
   }
-  const rss = Math.max(...rssAll), fds = Math.max(...fdsAll), sockets = Math.max(...socketsAll)
+  const rss = Math.max(...rssAll),
+    fds = Math.max(...fdsAll),
+    sockets = Math.max(...socketsAll)
   // Each process: its pool plus its member session. Those of killed processes must be gone.
   const dbConnections = await cluster.databaseConnections()
   const pool = Number(cluster.envValue('HOOKQ_DB_POOL_SIZE') ?? 10)
-  if (!(dbConnections <= live.length * (pool + 1))) v(`${dbConnections} connections to the database at rest, ${live.length} process(es) of pool size ${pool}`)
+  if (!(dbConnections <= live.length * (pool + 1)))
+    v(`${dbConnections} connections to the database at rest, ${live.length} process(es) of pool size ${pool}`)
 
   // Several processes: never a partition held twice; at rest every one owned by exactly one live process.
   let leaderNote = ''
   if (inp.owners) {
     for (const o of inp.owners.overlaps) v(`a partition held by two processes at once: ${o}`)
     for (const p of await cluster.ownershipProblems()) v(`at rest: ${p}`)
-    const sessions = (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND application_name = 'hookq-member'`, [cluster.dbName])).rows[0].n as number
-    if (sessions > live.length) v(`${sessions} member sessions open for ${live.length} live processes (a killed process's session survived)`)
+    const sessions = (
+      await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND application_name = 'hookq-member'`, [
+        cluster.dbName,
+      ])
+    ).rows[0].n as number
+    if (sessions > live.length)
+      v(`${sessions} member sessions open for ${live.length} live processes (a killed process's session survived)`)
     const o = inp.owners
-    leaderNote = `; ${live.length} live processes of ${cluster.procs.length} started; ownership samples ${o.samples} (${o.unowned} with a partition moving, `
-      + `${o.overlaps.length} with one held twice)`
+    leaderNote =
+      `; ${live.length} live processes of ${cluster.procs.length} started; ownership samples ${o.samples} (${o.unowned} with a partition moving, ` +
+      `${o.overlaps.length} with one held twice)`
   }
 
   const distinct = new Set(pushes.map((p) => coord(p.partition, p.offset))).size
   const duplicates = pushes.length - distinct
   const maxAttemptSeen = pushes.reduce((m, p) => Math.max(m, p.attempt), 0)
-  const ackCalls = consumers.map((c) => JSON.stringify(c.ackCalls) + (c.ackRetries ? ` (${c.ackRetries} retried on another process)` : '')).join(' ')
+  const ackCalls = consumers
+    .map((c) => JSON.stringify(c.ackCalls) + (c.ackRetries ? ` (${c.ackRetries} retried on another process)` : ''))
+    .join(' ')
   const errors = new Map<string, number>()
   for (const op of history.ops) if (op.error) errors.set(op.error.slice(0, 80), (errors.get(op.error.slice(0, 80)) ?? 0) + 1)
   if (errors.size) t.comment(`produce errors: ${[...errors].map(([e, n]) => `${n}× ${e}`).join('; ')}`)
-  t.comment(`history: ${history.ops.length} produce calls (ok ${history.count('ok')}, failed ${history.count('failed')}, unknown ${history.count('unknown')}); `
-    + `${history.messagesOk()} messages ok, ${log.length} in the log; faults: ${cluster.faults.join(', ') || 'none'}`)
-  t.comment(`pushes ${pushes.length} for ${distinct} messages: ${duplicates} duplicates; max attempt ${maxAttemptSeen}; dead-lettered ${deadLettered}; `
-    + `ack answers ${ackCalls}; offset samples ${sampler.samples.length}; RSS ${Math.round(rss / 1048576)} MiB; `
-    + `${fds} fds (${sockets} sockets), ${dbConnections} database connections at rest${leaderNote}`)
+  t.comment(
+    `history: ${history.ops.length} produce calls (ok ${history.count('ok')}, failed ${history.count('failed')}, unknown ${history.count('unknown')}); ` +
+      `${history.messagesOk()} messages ok, ${log.length} in the log; faults: ${cluster.faults.join(', ') || 'none'}`,
+  )
+  t.comment(
+    `pushes ${pushes.length} for ${distinct} messages: ${duplicates} duplicates; max attempt ${maxAttemptSeen}; dead-lettered ${deadLettered}; ` +
+      `ack answers ${ackCalls}; offset samples ${sampler.samples.length}; RSS ${Math.round(rss / 1048576)} MiB; ` +
+      `${fds} fds (${sockets} sockets), ${dbConnections} database connections at rest${leaderNote}`,
+  )
 
   t.equal(lost, 0, 'no lost ok-produce')
   t.same(violations, [], 'no invariant violation')
@@ -827,13 +1013,25 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
 }
 
 /** Topic + group + one consumer registered. */
-export async function setup(cluster: Cluster, topic: string, group: string, groupConfig: Record<string, unknown>, consumers: Consumer[], partitions = 4, dlq?: string): Promise<void> {
+export async function setup(
+  cluster: Cluster,
+  topic: string,
+  group: string,
+  groupConfig: Record<string, unknown>,
+  consumers: Consumer[],
+  partitions = 4,
+  dlq?: string,
+): Promise<void> {
   const must = async (p: Promise<{ status: number; json: any }>, what: string) => {
     const r = await p
     if (r.status >= 300) throw new Error(`${what}: ${r.status} ${JSON.stringify(r.json)}`)
   }
   await must(http(cluster.base, 'PUT', `/v1/topics/${topic}`, { partitions }), 'create topic')
   if (dlq) await must(http(cluster.base, 'PUT', `/v1/topics/${dlq}`, { partitions: 1 }), 'create DLQ topic')
-  await must(http(cluster.base, 'PUT', `/v1/groups/${group}`, { topic, ...(dlq ? { deadLetterTopic: dlq } : {}), ...groupConfig }), 'create group')
-  for (const c of consumers) await must(http(cluster.base, 'POST', `/v1/groups/${group}/consumers`, { url: c.receiver.url }), 'register consumer')
+  await must(
+    http(cluster.base, 'PUT', `/v1/groups/${group}`, { topic, ...(dlq ? { deadLetterTopic: dlq } : {}), ...groupConfig }),
+    'create group',
+  )
+  for (const c of consumers)
+    await must(http(cluster.base, 'POST', `/v1/groups/${group}/consumers`, { url: c.receiver.url }), 'register consumer')
 }

@@ -20,7 +20,9 @@ const ROOT = '/usr/lib/postgresql'
 
 function binDir(): string | undefined {
   if (!existsSync(ROOT)) return undefined
-  const versions = readdirSync(ROOT).filter((v) => existsSync(join(ROOT, v, 'bin', 'pg_ctl'))).sort((a, b) => Number(b) - Number(a))
+  const versions = readdirSync(ROOT)
+    .filter((v) => existsSync(join(ROOT, v, 'bin', 'pg_ctl')))
+    .sort((a, b) => Number(b) - Number(a))
   return versions[0] ? join(ROOT, versions[0], 'bin') : undefined
 }
 
@@ -61,17 +63,22 @@ export async function startPrivatePostgres(t: { teardown(fn: () => unknown): voi
     const { stdout: gid } = await run('id', ['-g', 'postgres'])
     await chown(dir, Number(stdout.trim()), Number(gid.trim()))
   }
-  const pgrun = (tool: string, args: string[]) => asRoot
-    ? run('runuser', ['-u', 'postgres', '--', join(bin, tool), ...args], { timeout: 60_000 })
-    : run(join(bin, tool), args, { timeout: 60_000 })
+  const pgrun = (tool: string, args: string[]) =>
+    asRoot
+      ? run('runuser', ['-u', 'postgres', '--', join(bin, tool), ...args], { timeout: 60_000 })
+      : run(join(bin, tool), args, { timeout: 60_000 })
   const data = join(dir, 'data')
   const logFile = join(dir, 'server.log')
   const port = await freePort()
   await pgrun('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8'])
   // Durable settings, as production would run (fsync on): the crash test is about them.
   const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=50`
-  const start = async () => { await pgrun('pg_ctl', ['-D', data, '-l', logFile, '-o', options, '-w', '-t', '60', 'start']) }
-  const stopImmediate = async () => { await pgrun('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']) }
+  const start = async () => {
+    await pgrun('pg_ctl', ['-D', data, '-l', logFile, '-o', options, '-w', '-t', '60', 'start'])
+  }
+  const stopImmediate = async () => {
+    await pgrun('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop'])
+  }
   t.teardown(async () => {
     await stopImmediate().catch(() => {})
     await rm(dir, { recursive: true, force: true })

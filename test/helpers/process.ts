@@ -16,13 +16,22 @@ export interface BrokerProcess {
 export async function spawnBroker(env: Record<string, string>, timeoutMs = 30_000): Promise<BrokerProcess> {
   const b = launchBroker(env)
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => { b.child.kill('SIGKILL'); reject(new Error(`broker did not start in ${timeoutMs} ms:\n${b.output()}`)) }, timeoutMs)
+    const timer = setTimeout(() => {
+      b.child.kill('SIGKILL')
+      reject(new Error(`broker did not start in ${timeoutMs} ms:\n${b.output()}`))
+    }, timeoutMs)
     const check = () => {
       const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(b.output())
-      if (m) { clearTimeout(timer); resolve(m[1]!) }
+      if (m) {
+        clearTimeout(timer)
+        resolve(m[1]!)
+      }
     }
     b.child.stdout!.on('data', check)
-    void b.exited.then((code) => { clearTimeout(timer); reject(new Error(`broker exited (${code}) before listening:\n${b.output()}`)) })
+    void b.exited.then((code) => {
+      clearTimeout(timer)
+      reject(new Error(`broker exited (${code}) before listening:\n${b.output()}`))
+    })
   })
   return { ...b, url }
 }
@@ -35,8 +44,12 @@ export function launchBroker(env: Record<string, string>): Omit<BrokerProcess, '
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let out = ''
-  child.stdout!.on('data', (d) => { out += d })
-  child.stderr!.on('data', (d) => { out += d })
+  child.stdout!.on('data', (d) => {
+    out += d
+  })
+  child.stderr!.on('data', (d) => {
+    out += d
+  })
   const exited = new Promise<number | string>((resolve) => child.on('exit', (code, signal) => resolve(code ?? signal ?? -1)))
   return { child, exited, output: () => out }
 }
@@ -44,11 +57,17 @@ export function launchBroker(env: Record<string, string>): Omit<BrokerProcess, '
 /** Runs the broker to completion (for start-up failures); resolves with its exit code and output. */
 export async function runBrokerToExit(env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | string; output: string }> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: root,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''
-  child.stdout.on('data', (d) => { output += d })
-  child.stderr.on('data', (d) => { output += d })
+  child.stdout.on('data', (d) => {
+    output += d
+  })
+  child.stderr.on('data', (d) => {
+    output += d
+  })
   const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
   const code = await new Promise<number | string>((resolve) => child.on('exit', (c, s) => resolve(c ?? s ?? -1)))
   clearTimeout(timer)
@@ -64,14 +83,26 @@ export interface CallAnswer {
 }
 
 /** One HTTP call to a broker process (JSON in and out), with a timeout so a hung process fails the test. */
-export async function callBroker(base: string, method: string, path: string, body?: unknown,
-  headers: Record<string, string> = {}, timeoutMs = 30_000): Promise<CallAnswer> {
+export async function callBroker(
+  base: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+  timeoutMs = 30_000,
+): Promise<CallAnswer> {
   const res = await fetch(base + path, {
-    method, headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
-    body: body !== undefined ? JSON.stringify(body) : undefined, signal: AbortSignal.timeout(timeoutMs),
+    method,
+    headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+    body: body !== undefined ? JSON.stringify(body) : undefined,
+    signal: AbortSignal.timeout(timeoutMs),
   })
   const text = await res.text()
   let json: any
-  try { json = text ? JSON.parse(text) : undefined } catch { json = text }
+  try {
+    json = text ? JSON.parse(text) : undefined
+  } catch {
+    json = text
+  }
   return { status: res.status, json, headers: res.headers, retryAfter: res.headers.get('retry-after') }
 }

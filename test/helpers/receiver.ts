@@ -70,7 +70,10 @@ export async function startReceiver(t: { teardown(fn: () => unknown): void }, in
   const sockets = new Set<net.Socket>()
   const timers = new Set<NodeJS.Timeout>()
   const later = (fn: () => void, ms: number) => {
-    const timer = setTimeout(() => { timers.delete(timer); fn() }, ms)
+    const timer = setTimeout(() => {
+      timers.delete(timer)
+      fn()
+    }, ms)
     timers.add(timer)
   }
 
@@ -80,13 +83,26 @@ export async function startReceiver(t: { teardown(fn: () => unknown): void }, in
     req.on('end', () => {
       const body = Buffer.concat(chunks).toString('utf8')
       let json: unknown
-      try { json = JSON.parse(body) } catch { json = undefined }
+      try {
+        json = JSON.parse(body)
+      } catch {
+        json = undefined
+      }
       const received: Received = {
-        method: req.method ?? '', path: req.url ?? '', headers: req.headers, body, json,
-        remotePort: req.socket.remotePort ?? 0, receivedAt: Date.now(), sentBytes: 0, closed: false,
+        method: req.method ?? '',
+        path: req.url ?? '',
+        headers: req.headers,
+        body,
+        json,
+        remotePort: req.socket.remotePort ?? 0,
+        receivedAt: Date.now(),
+        sentBytes: 0,
+        closed: false,
       }
       requests.push(received)
-      res.on('close', () => { received.closed = true })
+      res.on('close', () => {
+        received.closed = true
+      })
       const spec = typeof behaviour === 'function' ? behaviour(received) : behaviour
       if (spec.delayMs) later(() => answer(spec, req, res, received), spec.delayMs)
       else answer(spec, req, res, received)
@@ -100,12 +116,21 @@ export async function startReceiver(t: { teardown(fn: () => unknown): void }, in
   function answer(spec: BehaviourSpec, req: http.IncomingMessage, res: http.ServerResponse, received: Received): void {
     if (res.destroyed) return
     if (spec.hang) return
-    if (spec.reset) { req.socket.resetAndDestroy(); return }
-    if (spec.redirectTo) { res.writeHead(302, { location: spec.redirectTo }).end(); return }
+    if (spec.reset) {
+      req.socket.resetAndDestroy()
+      return
+    }
+    if (spec.redirectTo) {
+      res.writeHead(302, { location: spec.redirectTo }).end()
+      return
+    }
     res.writeHead(spec.status ?? 200, spec.headers)
     if (spec.dripMs) {
       res.flushHeaders() // the status goes out now; only the body drips
-      const timer = setInterval(() => { res.write('.'); received.sentBytes++ }, spec.dripMs)
+      const timer = setInterval(() => {
+        res.write('.')
+        received.sentBytes++
+      }, spec.dripMs)
       res.on('close', () => clearInterval(timer))
       return
     }
@@ -114,7 +139,10 @@ export async function startReceiver(t: { teardown(fn: () => unknown): void }, in
       const pump = () => {
         while (!res.destroyed && received.sentBytes < ENDLESS_LIMIT_BYTES) {
           received.sentBytes += CHUNK.length
-          if (!res.write(CHUNK)) { res.once('drain', pump); return }
+          if (!res.write(CHUNK)) {
+            res.once('drain', pump)
+            return
+          }
         }
         if (!res.destroyed) res.end()
       }
@@ -128,7 +156,10 @@ export async function startReceiver(t: { teardown(fn: () => unknown): void }, in
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => { server.off('error', reject); resolve() })
+    server.listen(0, '127.0.0.1', () => {
+      server.off('error', reject)
+      resolve()
+    })
   })
   const port = (server.address() as net.AddressInfo).port
 
@@ -148,8 +179,11 @@ export async function startReceiver(t: { teardown(fn: () => unknown): void }, in
   return {
     url: `http://127.0.0.1:${port}`,
     requests,
-    setBehaviour: (b) => { behaviour = b },
-    waitFor: (n, timeoutMs = 5_000) => waitUntil(() => (requests.length >= n ? requests : undefined), timeoutMs, `${n} requests at the receiver`),
+    setBehaviour: (b) => {
+      behaviour = b
+    },
+    waitFor: (n, timeoutMs = 5_000) =>
+      waitUntil(() => (requests.length >= n ? requests : undefined), timeoutMs, `${n} requests at the receiver`),
     close,
   }
 }

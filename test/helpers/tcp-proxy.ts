@@ -24,24 +24,51 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
     for (const s of [client, upstream]) {
       sockets.add(s)
       s.on('close', () => sockets.delete(s))
-      s.on('error', () => { client.destroy(); upstream.destroy() })
+      s.on('error', () => {
+        client.destroy()
+        upstream.destroy()
+      })
     }
     // Not pipe(): a silenced proxy drops bytes instead of closing, and a close is not passed on.
-    client.on('data', (d) => { if (!silent) upstream.write(d) })
-    upstream.on('data', (d) => { if (!silent) client.write(d) })
-    client.on('end', () => { if (!silent) upstream.end() })
-    upstream.on('end', () => { if (!silent) client.end() })
+    client.on('data', (d) => {
+      if (!silent) upstream.write(d)
+    })
+    upstream.on('data', (d) => {
+      if (!silent) client.write(d)
+    })
+    client.on('end', () => {
+      if (!silent) upstream.end()
+    })
+    upstream.on('end', () => {
+      if (!silent) client.end()
+    })
   })
-  const listen = (port: number) => new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(port, '127.0.0.1', () => { server.off('error', reject); resolve() })
-  })
+  const listen = (port: number) =>
+    new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(port, '127.0.0.1', () => {
+        server.off('error', reject)
+        resolve()
+      })
+    })
   await listen(0)
   const port = (server.address() as net.AddressInfo).port
-  const stop = () => new Promise<void>((resolve) => {
-    for (const s of sockets) s.resetAndDestroy()
-    if (server.listening) server.close(() => resolve())
-    else resolve()
-  })
-  return { port, cut: stop, silence: () => { silent = true }, heal: () => { silent = false; return listen(port) }, close: stop }
+  const stop = () =>
+    new Promise<void>((resolve) => {
+      for (const s of sockets) s.resetAndDestroy()
+      if (server.listening) server.close(() => resolve())
+      else resolve()
+    })
+  return {
+    port,
+    cut: stop,
+    silence: () => {
+      silent = true
+    },
+    heal: () => {
+      silent = false
+      return listen(port)
+    },
+    close: stop,
+  }
 }

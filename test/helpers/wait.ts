@@ -2,7 +2,12 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 
 /** Resolves with the first truthy value of `check`; rejects after `timeoutMs` with `what`. */
-export async function waitUntil<T>(check: () => T | Promise<T>, timeoutMs = 10_000, what = 'condition', everyMs = 10): Promise<NonNullable<T>> {
+export async function waitUntil<T>(
+  check: () => T | Promise<T>,
+  timeoutMs = 10_000,
+  what = 'condition',
+  everyMs = 10,
+): Promise<NonNullable<T>> {
   const deadline = Date.now() + timeoutMs
   let last: unknown
   for (;;) {

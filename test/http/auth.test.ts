@@ -30,22 +30,31 @@ t.test('scopes against representative routes', async (t) => {
   // produce: produce and fetch messages; nothing else
   t.equal((await call('pk_live_abc', 'POST', '/v1/topics/orders/messages', msg)).status, 201)
   t.equal((await call('pk_live_abc', 'GET', '/v1/topics/orders/partitions/0/messages?fromOffset=0')).json.messages.length, 2)
-  t.match((await call('pk_live_abc', 'GET', '/v1/topics/orders')).json, { name: 'orders', partitionStats: [{ partition: 0, endOffset: 2 }] },
-    'a produce key reads a topic: its partitions and end offsets')
+  t.match(
+    (await call('pk_live_abc', 'GET', '/v1/topics/orders')).json,
+    { name: 'orders', partitionStats: [{ partition: 0, endOffset: 2 }] },
+    'a produce key reads a topic: its partitions and end offsets',
+  )
   const denied = await call('pk_live_abc', 'PUT', '/v1/topics/other', { partitions: 1 })
   t.equal(denied.status, 403, 'a produce key cannot create topics')
   t.match(denied.headers['content-type'], /application\/problem\+json/)
   t.match(denied.json, { code: 'forbidden', status: 403, requiredScope: 'admin', detail: /needs the admin scope/ })
   t.equal((await call('ak_root', 'GET', '/v1/topics/other')).status, 404, 'the forbidden call wrote nothing')
   for (const [method, url, body] of [
-    ['GET', '/v1/topics'], ['DELETE', '/v1/topics/orders'], ['POST', '/v1/groups/billing/acks', ids], ['GET', '/v1/groups/billing'],
-    ['POST', '/v1/groups/billing/consumers', { url: 'http://127.0.0.1:1/' }], ['POST', '/v1/groups/billing/seek', { offset: 0 }],
+    ['GET', '/v1/topics'],
+    ['DELETE', '/v1/topics/orders'],
+    ['POST', '/v1/groups/billing/acks', ids],
+    ['GET', '/v1/groups/billing'],
+    ['POST', '/v1/groups/billing/consumers', { url: 'http://127.0.0.1:1/' }],
+    ['POST', '/v1/groups/billing/seek', { offset: 0 }],
   ] as [string, string, object?][]) {
     t.equal((await call('pk_live_abc', method, url, body)).status, 403, `produce key: ${method} ${url}`)
   }
 
   // consume: acks, nacks, extend, group status and deliveries; not produce, not admin
-  t.match((await call('ck_live_def', 'POST', '/v1/groups/billing/acks', ids)).json, { results: [{ deliveryId: 'nope', status: 'unknown' }] })
+  t.match((await call('ck_live_def', 'POST', '/v1/groups/billing/acks', ids)).json, {
+    results: [{ deliveryId: 'nope', status: 'unknown' }],
+  })
   t.equal((await call('ck_live_def', 'POST', '/v1/groups/billing/nacks', ids)).status, 200)
   t.equal((await call('ck_live_def', 'POST', '/v1/groups/billing/extend', { ...ids, extendMs: 1000 })).status, 200)
   t.match((await call('ck_live_def', 'GET', '/v1/groups/billing')).json, { name: 'billing', topic: 'orders' })
@@ -82,7 +91,11 @@ t.test('scopes against representative routes', async (t) => {
   for (const url of ['/healthz', '/readyz', '/metrics', '/openapi.json', '/docs/']) {
     t.equal((await app.inject({ url })).statusCode, 200, `${url} is open`)
   }
-  t.equal((await app.inject({ url: '/v1/no/such/route' })).statusCode, 404, 'an unknown route is a 404 (the routes are public in /openapi.json)')
+  t.equal(
+    (await app.inject({ url: '/v1/no/such/route' })).statusCode,
+    404,
+    'an unknown route is a 404 (the routes are public in /openapi.json)',
+  )
 })
 
 t.test('the scope table names real routes; anything else under /v1 needs admin', async (t) => {
@@ -103,15 +116,18 @@ t.test('keys file and configuration errors', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'hookq-keys-'))
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const file = join(dir, 'keys')
-  await writeFile(file, [
-    '# hookq API keys',
-    '',
-    'pk_file:produce   # the order service',
-    '  ck_file:consume+produce',
-    'ak_file',
-    'with:colon:admin',
-    'hash#inside:consume',
-  ].join('\n'))
+  await writeFile(
+    file,
+    [
+      '# hookq API keys',
+      '',
+      'pk_file:produce   # the order service',
+      '  ck_file:consume+produce',
+      'ak_file',
+      'with:colon:admin',
+      'hash#inside:consume',
+    ].join('\n'),
+  )
   const c = loadConfig({ HOOKQ_API_KEYS: 'env_key:consume', HOOKQ_API_KEYS_FILE: file })
   t.same(c.apiKeys, [
     { key: 'env_key', scopes: ['consume'] },
@@ -133,19 +149,41 @@ t.test('keys file and configuration errors', async (t) => {
   ]
   for (const [env, message] of bad) t.throws(() => loadConfig(env), { name: 'ConfigError', message }, JSON.stringify(env))
   await writeFile(join(dir, 'bad'), 'good:produce\n\nk key:consume\n')
-  t.throws(() => loadConfig({ HOOKQ_API_KEYS_FILE: join(dir, 'bad') }), { name: 'ConfigError', message: /line 3: a key must not contain whitespace/ })
+  t.throws(() => loadConfig({ HOOKQ_API_KEYS_FILE: join(dir, 'bad') }), {
+    name: 'ConfigError',
+    message: /line 3: a key must not contain whitespace/,
+  })
   await writeFile(join(dir, 'bad'), 'good:produce\nk:root\n')
   t.throws(() => loadConfig({ HOOKQ_API_KEYS_FILE: join(dir, 'bad') }), { name: 'ConfigError', message: /line 2: unknown scope "root"/ })
-  t.equal(loadConfig({ HOOKQ_API_KEYS: 'ak_file,pk_file:produce', HOOKQ_API_KEYS_FILE: file }).apiKeys.length, 5, 'a key listed twice with the same scopes counts once')
-  t.throws(() => loadConfig({ HOOKQ_API_KEYS: 'other,pk_file:admin', HOOKQ_API_KEYS_FILE: file }), {
-    name: 'ConfigError', message: `the API key "p…" (7 characters) is listed twice with different scopes: in HOOKQ_API_KEYS entry 2 (admin) and in HOOKQ_API_KEYS_FILE (${file}) line 3 (produce)`,
-  }, 'a key listed twice is named by where it is, not by its whole text')
+  t.equal(
+    loadConfig({ HOOKQ_API_KEYS: 'ak_file,pk_file:produce', HOOKQ_API_KEYS_FILE: file }).apiKeys.length,
+    5,
+    'a key listed twice with the same scopes counts once',
+  )
+  t.throws(
+    () => loadConfig({ HOOKQ_API_KEYS: 'other,pk_file:admin', HOOKQ_API_KEYS_FILE: file }),
+    {
+      name: 'ConfigError',
+      message: `the API key "p…" (7 characters) is listed twice with different scopes: in HOOKQ_API_KEYS entry 2 (admin) and in HOOKQ_API_KEYS_FILE (${file}) line 3 (produce)`,
+    },
+    'a key listed twice is named by where it is, not by its whole text',
+  )
 
   // a broker configured from the file accepts its keys
   const { app } = await startBroker(t, { HOOKQ_API_KEYS_FILE: file })
-  t.equal((await app.inject({ method: 'PUT', url: '/v1/topics/f', payload: { partitions: 1 }, headers: bearer('ak_file') })).statusCode, 201)
-  t.equal((await app.inject({ method: 'POST', url: '/v1/topics/f/messages', payload: { messages: [{ value: 1 }] }, headers: bearer('pk_file') })).statusCode, 201)
-  t.equal((await app.inject({ method: 'PUT', url: '/v1/topics/g', payload: { partitions: 1 }, headers: bearer('pk_file') })).statusCode, 403)
+  t.equal(
+    (await app.inject({ method: 'PUT', url: '/v1/topics/f', payload: { partitions: 1 }, headers: bearer('ak_file') })).statusCode,
+    201,
+  )
+  t.equal(
+    (await app.inject({ method: 'POST', url: '/v1/topics/f/messages', payload: { messages: [{ value: 1 }] }, headers: bearer('pk_file') }))
+      .statusCode,
+    201,
+  )
+  t.equal(
+    (await app.inject({ method: 'PUT', url: '/v1/topics/g', payload: { partitions: 1 }, headers: bearer('pk_file') })).statusCode,
+    403,
+  )
   t.equal((await app.inject({ url: '/v1/topics', headers: bearer('with:colon') })).statusCode, 200)
 })
 
@@ -161,14 +199,22 @@ t.test('rate limit per key: a burst gets 429 with Retry-After, then calls pass a
   // The bucket holds 2 × 5 and refills one call per 200 ms: a slow machine that takes longer over
   // the 20 calls earns the limiter more, never less.
   const most = 10 + Math.ceil(elapsedMs / 200)
-  t.ok(ok.length >= 10 && ok.length <= most, `the burst (2 × 5) is served, and no more than refilled meanwhile (${most}): ${ok.length} in ${elapsedMs.toFixed(0)} ms`)
+  t.ok(
+    ok.length >= 10 && ok.length <= most,
+    `the burst (2 × 5) is served, and no more than refilled meanwhile (${most}): ${ok.length} in ${elapsedMs.toFixed(0)} ms`,
+  )
   t.ok(limited.length >= 20 - most && limited.length > 0, `the rest is limited: ${limited.length}`)
   const first = limited[0]!
   t.equal(first.headers['retry-after'], '1', 'Retry-After in whole seconds, rounded up')
   t.match(first.headers['content-type'], /application\/problem\+json/)
   t.match(first.json(), { code: 'rate_limited', status: 429 })
 
-  const other = await app.inject({ method: 'POST', url: '/v1/topics/none/messages', payload: { messages: [{ value: 1 }] }, headers: bearer('fast_two') })
+  const other = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/none/messages',
+    payload: { messages: [{ value: 1 }] },
+    headers: bearer('fast_two'),
+  })
   t.equal(other.statusCode, 404, 'another key has its own bucket')
   t.equal((await app.inject({ url: '/healthz' })).statusCode, 200, 'open routes are not limited')
   const anon = await app.inject({ url: '/v1/topics' })
@@ -182,7 +228,10 @@ t.test('rate limit per client IP when no keys are configured', async (t) => {
   const { app } = await startBroker(t, { HOOKQ_RATE_LIMIT_PER_KEY: '5' })
   const get = (ip: string) => app.inject({ url: '/v1/topics', remoteAddress: ip })
   const answers = await Promise.all(Array.from({ length: 20 }, () => get('10.0.0.1')))
-  t.ok(answers.some((a) => a.statusCode === 429), 'the burst from one address is limited')
+  t.ok(
+    answers.some((a) => a.statusCode === 429),
+    'the burst from one address is limited',
+  )
   t.ok(answers.filter((a) => a.statusCode === 200).length >= 10)
   t.equal((await get('10.0.0.2')).statusCode, 200, 'another address has its own bucket')
   await waitUntil(async () => (await get('10.0.0.1')).statusCode === 200, 5_000, 'the bucket to refill')

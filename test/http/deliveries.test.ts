@@ -4,8 +4,17 @@ import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 interface Delivery {
-  deliveryId: string; partition: number; offset: number; attempt: number; consumerId: string | null; startedAt: string
-  finishedAt: string | null; statusCode: number | null; error: string | null; outcome: string; durationMs: number | null
+  deliveryId: string
+  partition: number
+  offset: number
+  attempt: number
+  consumerId: string | null
+  startedAt: string
+  finishedAt: string | null
+  statusCode: number | null
+  error: string | null
+  outcome: string
+  durationMs: number | null
 }
 
 const broker = await startBroker(t)
@@ -24,23 +33,38 @@ const valueOf = (d: Delivery) => ['ack', 'fail', 'nack', 'timeout', 'wait'][d.pa
 // `timeout` is never acked on its first attempt, so it times out after ackTimeoutMs (2 s).
 await call('PUT', '/v1/topics/events', { partitions: 2 })
 await call('PUT', '/v1/groups/log', {
-  topic: 'events', ackTimeoutMs: 2000, pushTimeoutMs: 500, maxDeliveries: 2,
+  topic: 'events',
+  ackTimeoutMs: 2000,
+  pushTimeoutMs: 500,
+  maxDeliveries: 2,
   retry: { initialDelayMs: 50, multiplier: 1, maxDelayMs: 50, jitter: 0 },
 })
-const receiver = await startReceiver(t, (req) => ((req.json as { value: string }).value === 'fail' ? { status: 500, body: 'boom' } : { status: 200 }))
+const receiver = await startReceiver(t, (req) =>
+  (req.json as { value: string }).value === 'fail' ? { status: 500, body: 'boom' } : { status: 200 },
+)
 const consumer = (await call('POST', '/v1/groups/log/consumers', { url: receiver.url })).json
-await call('POST', '/v1/topics/events/messages', { messages: [
-  { value: 'ack', partition: 0 }, { value: 'fail', partition: 0 }, { value: 'nack', partition: 0 },
-  { value: 'timeout', partition: 1 }, { value: 'wait', partition: 1 },
-] })
-const pushes = (value: string) => receiver.requests.map((r) => r.json as { deliveryId: string; value: string; attempt: number }).filter((e) => e.value === value)
+await call('POST', '/v1/topics/events/messages', {
+  messages: [
+    { value: 'ack', partition: 0 },
+    { value: 'fail', partition: 0 },
+    { value: 'nack', partition: 0 },
+    { value: 'timeout', partition: 1 },
+    { value: 'wait', partition: 1 },
+  ],
+})
+const pushes = (value: string) =>
+  receiver.requests.map((r) => r.json as { deliveryId: string; value: string; attempt: number }).filter((e) => e.value === value)
 await waitUntil(() => pushes('wait').length > 0 && pushes('ack').length > 0 && pushes('nack').length > 0, 10_000, 'first pushes')
 
 t.test('in_flight: attempts pushed and not yet settled', async (t) => {
-  const inFlight = await waitUntil(async () => {
-    const rows = await list('&outcome=in_flight')
-    return rows.some((d) => valueOf(d) === 'wait') ? rows : undefined
-  }, 5000, 'the wait attempt listed in flight')
+  const inFlight = await waitUntil(
+    async () => {
+      const rows = await list('&outcome=in_flight')
+      return rows.some((d) => valueOf(d) === 'wait') ? rows : undefined
+    },
+    5000,
+    'the wait attempt listed in flight',
+  )
   t.ok(inFlight.every((d) => d.outcome === 'in_flight' && d.finishedAt === null))
 })
 
@@ -48,20 +72,37 @@ t.test('every outcome, each filter, and the fields of an attempt', async (t) => 
   const ack = async (id: string) => (await call('POST', '/v1/groups/log/acks', { deliveryIds: [id] })).json.results[0].status
   t.equal(await ack(pushes('ack')[0]!.deliveryId), 'acked')
   t.equal(await ack(pushes('wait')[0]!.deliveryId), 'acked')
-  t.equal((await call('POST', '/v1/groups/log/nacks', { deliveryIds: [pushes('nack')[0]!.deliveryId], delayMs: 600_000 })).json.results[0].status, 'nacked')
+  t.equal(
+    (await call('POST', '/v1/groups/log/nacks', { deliveryIds: [pushes('nack')[0]!.deliveryId], delayMs: 600_000 })).json.results[0].status,
+    'nacked',
+  )
   await waitUntil(() => pushes('timeout').length >= 2, 10_000, 'timeout pushed again')
   t.equal(await ack(pushes('timeout')[1]!.deliveryId), 'acked')
   // Settled: only `nack` stays outstanding (waiting out its 10 minutes), so no row changes any more.
-  const all = await waitUntil(async () => {
-    const rows = await list()
-    return rows.length === 7 && rows.every((d) => d.outcome !== 'in_flight') ? rows : undefined
-  }, 10_000, 'seven settled attempts')
+  const all = await waitUntil(
+    async () => {
+      const rows = await list()
+      return rows.length === 7 && rows.every((d) => d.outcome !== 'in_flight') ? rows : undefined
+    },
+    10_000,
+    'seven settled attempts',
+  )
 
   const byValue = (v: string) => all.filter((d) => valueOf(d) === v).map((d) => [d.attempt, d.outcome])
   t.same(byValue('ack'), [[1, 'acked']])
-  t.same(byValue('fail'), [[2, 'dead'], [1, 'failed']], 'newest first: the last attempt dead-lettered')
+  t.same(
+    byValue('fail'),
+    [
+      [2, 'dead'],
+      [1, 'failed'],
+    ],
+    'newest first: the last attempt dead-lettered',
+  )
   t.same(byValue('nack'), [[1, 'nacked']])
-  t.same(byValue('timeout'), [[2, 'acked'], [1, 'timed_out']])
+  t.same(byValue('timeout'), [
+    [2, 'acked'],
+    [1, 'timed_out'],
+  ])
   t.same(byValue('wait'), [[1, 'acked']])
 
   const failed = all.find((d) => d.outcome === 'failed')!
@@ -72,23 +113,59 @@ t.test('every outcome, each filter, and the fields of an attempt', async (t) => 
 
   for (const outcome of ['acked', 'failed', 'timed_out', 'nacked', 'dead', 'in_flight']) {
     const rows = await list(`&outcome=${outcome}`)
-    t.same(rows, all.filter((d) => d.outcome === outcome), `outcome=${outcome}`)
+    t.same(
+      rows,
+      all.filter((d) => d.outcome === outcome),
+      `outcome=${outcome}`,
+    )
   }
-  t.same(await list('&partition=1'), all.filter((d) => d.partition === 1), 'partition=1')
-  t.same((await list('&partition=0&offset=1')).map((d) => d.attempt), [2, 1], 'partition and offset: one message\'s attempts')
-  t.same(await list('&offset=0'), all.filter((d) => d.offset === 0), 'offset alone spans partitions')
-  t.same(await list('&partition=1&outcome=acked'), all.filter((d) => d.partition === 1 && d.outcome === 'acked'), 'filters combine')
+  t.same(
+    await list('&partition=1'),
+    all.filter((d) => d.partition === 1),
+    'partition=1',
+  )
+  t.same(
+    (await list('&partition=0&offset=1')).map((d) => d.attempt),
+    [2, 1],
+    "partition and offset: one message's attempts",
+  )
+  t.same(
+    await list('&offset=0'),
+    all.filter((d) => d.offset === 0),
+    'offset alone spans partitions',
+  )
+  t.same(
+    await list('&partition=1&outcome=acked'),
+    all.filter((d) => d.partition === 1 && d.outcome === 'acked'),
+    'filters combine',
+  )
 })
 
 t.test('paging: newest first, no duplicates, no gaps, null cursor on the last page', async (t) => {
-  await call('POST', '/v1/topics/events/messages', { messages: Array.from({ length: 20 }, (_, i) => ({ value: `bulk-${i}`, partition: 1 })) })
-  await waitUntil(() => receiver.requests.filter((r) => /^bulk/.test((r.json as { value: string }).value)).length >= 20, 10_000, 'bulk pushed')
-  const ids = receiver.requests.map((r) => r.json as { deliveryId: string; value: string }).filter((e) => /^bulk/.test(e.value)).map((e) => e.deliveryId)
-  t.same((await call('POST', '/v1/groups/log/acks', { deliveryIds: ids })).json.results.map((r: { status: string }) => r.status), ids.map(() => 'acked'))
-  const all = await waitUntil(async () => {
-    const rows = await list()
-    return rows.length === 27 && rows.every((d) => d.outcome !== 'in_flight') ? rows : undefined
-  }, 10_000, 'bulk attempts settled')
+  await call('POST', '/v1/topics/events/messages', {
+    messages: Array.from({ length: 20 }, (_, i) => ({ value: `bulk-${i}`, partition: 1 })),
+  })
+  await waitUntil(
+    () => receiver.requests.filter((r) => /^bulk/.test((r.json as { value: string }).value)).length >= 20,
+    10_000,
+    'bulk pushed',
+  )
+  const ids = receiver.requests
+    .map((r) => r.json as { deliveryId: string; value: string })
+    .filter((e) => /^bulk/.test(e.value))
+    .map((e) => e.deliveryId)
+  t.same(
+    (await call('POST', '/v1/groups/log/acks', { deliveryIds: ids })).json.results.map((r: { status: string }) => r.status),
+    ids.map(() => 'acked'),
+  )
+  const all = await waitUntil(
+    async () => {
+      const rows = await list()
+      return rows.length === 27 && rows.every((d) => d.outcome !== 'in_flight') ? rows : undefined
+    },
+    10_000,
+    'bulk attempts settled',
+  )
   for (let i = 1; i < all.length; i++) t.ok(all[i - 1]!.startedAt >= all[i]!.startedAt, 'newest first')
 
   for (const limit of [1, 5, 26, 27]) {
@@ -108,7 +185,11 @@ t.test('paging: newest first, no duplicates, no gaps, null cursor on the last pa
   }
   const filtered = await call('GET', '/v1/groups/log/deliveries?partition=1&outcome=acked&limit=4')
   const second = await call('GET', `/v1/groups/log/deliveries?partition=1&outcome=acked&limit=100&cursor=${filtered.json.nextCursor}`)
-  t.same([...filtered.json.deliveries, ...second.json.deliveries], all.filter((d) => d.partition === 1 && d.outcome === 'acked'), 'cursor with filters')
+  t.same(
+    [...filtered.json.deliveries, ...second.json.deliveries],
+    all.filter((d) => d.partition === 1 && d.outcome === 'acked'),
+    'cursor with filters',
+  )
   t.equal((await call('GET', '/v1/groups/log/deliveries')).json.deliveries.length, 27, 'limit defaults to 100')
 })
 
@@ -129,5 +210,9 @@ t.test('bad requests', async (t) => {
     t.equal(res.status, status, url)
     t.equal(res.json.code, code, url)
   }
-  t.same((await call('GET', '/v1/groups/log/deliveries?limit=1000&partition=7')).json, { deliveries: [], nextCursor: null }, 'no attempts on that partition')
+  t.same(
+    (await call('GET', '/v1/groups/log/deliveries?limit=1000&partition=7')).json,
+    { deliveries: [], nextCursor: null },
+    'no attempts on that partition',
+  )
 })

@@ -14,20 +14,35 @@ t.test('create with defaults, read back, update, and the topic is fixed', async 
   const created = await json('PUT', '/v1/groups/billing', { topic: 'orders', deadLetterTopic: 'orders.dlq' })
   t.equal(created.statusCode, 201)
   t.match(created.json(), {
-    name: 'billing', topic: 'orders', ackMode: 'explicit', ackTimeoutMs: 30000, maxDeliveries: 5,
+    name: 'billing',
+    topic: 'orders',
+    ackMode: 'explicit',
+    ackTimeoutMs: 30000,
+    maxDeliveries: 5,
     retry: { initialDelayMs: 1000, multiplier: 2, maxDelayMs: 60000, jitter: 0.1 },
-    deadLetterTopic: 'orders.dlq', startAt: 'earliest', maxInFlight: 100, ordered: false,
-    pushTimeoutMs: 10000, pushFormat: 'envelope', paused: false,
+    deadLetterTopic: 'orders.dlq',
+    startAt: 'earliest',
+    maxInFlight: 100,
+    ordered: false,
+    pushTimeoutMs: 10000,
+    pushFormat: 'envelope',
+    paused: false,
   })
   const updated = await json('PUT', '/v1/groups/billing', { topic: 'orders', paused: true, retry: { maxDelayMs: 5000 } })
   t.equal(updated.statusCode, 200)
-  t.match(updated.json(), { paused: true, retry: { initialDelayMs: 1000, maxDelayMs: 5000 }, deadLetterTopic: 'orders.dlq' },
-    'fields not given keep their values')
+  t.match(
+    updated.json(),
+    { paused: true, retry: { initialDelayMs: 1000, maxDelayMs: 5000 }, deadLetterTopic: 'orders.dlq' },
+    'fields not given keep their values',
+  )
   const moved = await json('PUT', '/v1/groups/billing', { topic: 'orders.dlq' })
   t.equal(moved.statusCode, 409)
   t.equal(moved.json().code, 'group_conflict')
   const list = (await json('GET', '/v1/groups')).json()
-  t.same(list.groups.map((g: { name: string }) => g.name), ['billing'])
+  t.same(
+    list.groups.map((g: { name: string }) => g.name),
+    ['billing'],
+  )
 })
 
 t.test('status: committed offsets from startAt, end offsets, lag, assignment', async (t) => {
@@ -35,34 +50,80 @@ t.test('status: committed offsets from startAt, end offsets, lag, assignment', a
   t.equal((await json('PUT', '/v1/groups/from-start', { topic: 'orders' })).statusCode, 201)
   t.equal((await json('PUT', '/v1/groups/from-now', { topic: 'orders', startAt: 'latest' })).statusCode, 201)
   const early = (await json('GET', '/v1/groups/from-start')).json()
-  t.same(early.partitions.map((p: { committedOffset: number; endOffset: number; lag: number }) => [p.committedOffset, p.endOffset, p.lag]),
-    [[0, 2, 2], [0, 2, 2], [0, 2, 2], [0, 2, 2]])
+  t.same(
+    early.partitions.map((p: { committedOffset: number; endOffset: number; lag: number }) => [p.committedOffset, p.endOffset, p.lag]),
+    [
+      [0, 2, 2],
+      [0, 2, 2],
+      [0, 2, 2],
+      [0, 2, 2],
+    ],
+  )
   const late = (await json('GET', '/v1/groups/from-now')).json()
-  t.same(late.partitions.map((p: { committedOffset: number; lag: number }) => [p.committedOffset, p.lag]), [[2, 0], [2, 0], [2, 0], [2, 0]])
-  t.same(early.partitions.map((p: { consumerId: string | null }) => p.consumerId), [null, null, null, null], 'no consumers yet')
+  t.same(
+    late.partitions.map((p: { committedOffset: number; lag: number }) => [p.committedOffset, p.lag]),
+    [
+      [2, 0],
+      [2, 0],
+      [2, 0],
+      [2, 0],
+    ],
+  )
+  t.same(
+    early.partitions.map((p: { consumerId: string | null }) => p.consumerId),
+    [null, null, null, null],
+    'no consumers yet',
+  )
 
   const a = (await json('POST', '/v1/groups/from-start/consumers', { url: 'http://127.0.0.1:9/a' })).json()
-  const b = (await json('POST', '/v1/groups/from-start/consumers', { url: 'http://127.0.0.1:9/b', secret: 'whsec_' + Buffer.alloc(24, 7).toString('base64') })).json()
+  const b = (
+    await json('POST', '/v1/groups/from-start/consumers', {
+      url: 'http://127.0.0.1:9/b',
+      secret: 'whsec_' + Buffer.alloc(24, 7).toString('base64'),
+    })
+  ).json()
   const status = (await json('GET', '/v1/groups/from-start')).json()
-  t.same(status.partitions.map((p: { consumerId: string }) => p.consumerId), [a.id, b.id, a.id, b.id], 'partitions spread over consumers')
-  t.same(status.consumers.map((c: { id: string; hasSecret: boolean }) => [c.id, c.hasSecret]), [[a.id, false], [b.id, true]])
+  t.same(
+    status.partitions.map((p: { consumerId: string }) => p.consumerId),
+    [a.id, b.id, a.id, b.id],
+    'partitions spread over consumers',
+  )
+  t.same(
+    status.consumers.map((c: { id: string; hasSecret: boolean }) => [c.id, c.hasSecret]),
+    [
+      [a.id, false],
+      [b.id, true],
+    ],
+  )
   t.notOk(JSON.stringify(status).includes('whsec_'), 'the secret never comes back')
 
   t.equal((await json('DELETE', `/v1/groups/from-start/consumers/${a.id}`)).statusCode, 204)
   const after = (await json('GET', '/v1/groups/from-start')).json()
-  t.same(after.partitions.map((p: { consumerId: string }) => p.consumerId), [b.id, b.id, b.id, b.id], 'a removed consumer\'s partitions move')
+  t.same(
+    after.partitions.map((p: { consumerId: string }) => p.consumerId),
+    [b.id, b.id, b.id, b.id],
+    "a removed consumer's partitions move",
+  )
   t.equal((await json('DELETE', `/v1/groups/from-start/consumers/${a.id}`)).json().code, 'consumer_not_found')
-  t.same((await json('GET', '/v1/groups/from-start/consumers')).json().consumers.map((c: { id: string }) => c.id), [b.id])
+  t.same(
+    (await json('GET', '/v1/groups/from-start/consumers')).json().consumers.map((c: { id: string }) => c.id),
+    [b.id],
+  )
 })
 
 t.test('startAt as a timestamp', async (t) => {
   await json('PUT', '/v1/topics/timed', { partitions: 1 })
   await json('POST', '/v1/topics/timed/messages', { messages: [{ value: 'old' }] })
-  await broker.db.pool.query(`UPDATE messages SET produced_at = produced_at - interval '1 hour' FROM topics t WHERE t.id = messages.topic_id AND t.name = 'timed'`)
+  await broker.db.pool.query(
+    `UPDATE messages SET produced_at = produced_at - interval '1 hour' FROM topics t WHERE t.id = messages.topic_id AND t.name = 'timed'`,
+  )
   await json('POST', '/v1/topics/timed/messages', { messages: [{ value: 'new' }] })
   const since = new Date(Date.now() - 60_000).toISOString()
   t.equal((await json('PUT', '/v1/groups/timed-g', { topic: 'timed', startAt: since })).statusCode, 201)
-  t.same((await json('GET', '/v1/groups/timed-g')).json().partitions.map((p: { committedOffset: number }) => p.committedOffset), [1])
+  t.same(
+    (await json('GET', '/v1/groups/timed-g')).json().partitions.map((p: { committedOffset: number }) => p.committedOffset),
+    [1],
+  )
 })
 
 t.test('pushTimeoutMs defaults to min(10000, ackTimeoutMs) and follows it until the caller sets it', async (t) => {
@@ -71,23 +132,60 @@ t.test('pushTimeoutMs defaults to min(10000, ackTimeoutMs) and follows it until 
     return { status: res.statusCode, body: res.json() }
   }
   const short = await put('quick', { ackTimeoutMs: 5000 })
-  t.match(short, { status: 201, body: { ackTimeoutMs: 5000, pushTimeoutMs: 5000 } }, 'a short ack timeout alone is fine: the default follows it')
-  t.match(await put('quick', { ackTimeoutMs: 2000 }), { status: 200, body: { ackTimeoutMs: 2000, pushTimeoutMs: 2000 } }, 'and keeps following on update')
+  t.match(
+    short,
+    { status: 201, body: { ackTimeoutMs: 5000, pushTimeoutMs: 5000 } },
+    'a short ack timeout alone is fine: the default follows it',
+  )
+  t.match(
+    await put('quick', { ackTimeoutMs: 2000 }),
+    { status: 200, body: { ackTimeoutMs: 2000, pushTimeoutMs: 2000 } },
+    'and keeps following on update',
+  )
   t.match(await put('quick', { ackTimeoutMs: 60000 }), { status: 200, body: { pushTimeoutMs: 10000 } }, 'up to 10000')
-  t.match(await put('quick', { paused: true }), { status: 200, body: { ackTimeoutMs: 60000, pushTimeoutMs: 10000 } }, 'an unrelated update keeps both')
+  t.match(
+    await put('quick', { paused: true }),
+    { status: 200, body: { ackTimeoutMs: 60000, pushTimeoutMs: 10000 } },
+    'an unrelated update keeps both',
+  )
 
   t.match(await put('chosen', { ackTimeoutMs: 20000, pushTimeoutMs: 8000 }), { status: 201, body: { pushTimeoutMs: 8000 } })
-  t.match(await put('chosen', { ackTimeoutMs: 40000 }), { status: 200, body: { ackTimeoutMs: 40000, pushTimeoutMs: 8000 } }, 'a value the caller set stays')
+  t.match(
+    await put('chosen', { ackTimeoutMs: 40000 }),
+    { status: 200, body: { ackTimeoutMs: 40000, pushTimeoutMs: 8000 } },
+    'a value the caller set stays',
+  )
   const refused = await put('chosen', { ackTimeoutMs: 5000 })
-  t.match(refused, { status: 400, body: { code: 'invalid_request', detail: /pushTimeoutMs \(8000\) must not exceed ackTimeoutMs \(5000\).*set explicitly/ } },
-    'lowering ackTimeoutMs below a pushTimeoutMs the caller set is refused, not silently changed')
-  t.match((await json('GET', '/v1/groups/chosen')).json(), { ackTimeoutMs: 40000, pushTimeoutMs: 8000 }, 'the refused update changed nothing')
-  t.match(await put('chosen', { ackTimeoutMs: 5000, pushTimeoutMs: 4000 }), { status: 200, body: { pushTimeoutMs: 4000 } }, 'both together are fine')
-  t.match(await put('chosen', { pushTimeoutMs: null }), { status: 200, body: { ackTimeoutMs: 5000, pushTimeoutMs: 5000 } }, 'null returns to the default')
+  t.match(
+    refused,
+    {
+      status: 400,
+      body: { code: 'invalid_request', detail: /pushTimeoutMs \(8000\) must not exceed ackTimeoutMs \(5000\).*set explicitly/ },
+    },
+    'lowering ackTimeoutMs below a pushTimeoutMs the caller set is refused, not silently changed',
+  )
+  t.match(
+    (await json('GET', '/v1/groups/chosen')).json(),
+    { ackTimeoutMs: 40000, pushTimeoutMs: 8000 },
+    'the refused update changed nothing',
+  )
+  t.match(
+    await put('chosen', { ackTimeoutMs: 5000, pushTimeoutMs: 4000 }),
+    { status: 200, body: { pushTimeoutMs: 4000 } },
+    'both together are fine',
+  )
+  t.match(
+    await put('chosen', { pushTimeoutMs: null }),
+    { status: 200, body: { ackTimeoutMs: 5000, pushTimeoutMs: 5000 } },
+    'null returns to the default',
+  )
   t.match(await put('chosen', { ackTimeoutMs: 30000 }), { status: 200, body: { pushTimeoutMs: 10000 } }, 'which follows ackTimeoutMs again')
 
-  t.match(await put('too-long', { ackTimeoutMs: 5000, pushTimeoutMs: 6000 }), { status: 400, body: { detail: /pushTimeoutMs \(6000\) must not exceed ackTimeoutMs \(5000\)/ } },
-    'a value given with a shorter ack timeout is the caller\'s error')
+  t.match(
+    await put('too-long', { ackTimeoutMs: 5000, pushTimeoutMs: 6000 }),
+    { status: 400, body: { detail: /pushTimeoutMs \(6000\) must not exceed ackTimeoutMs \(5000\)/ } },
+    "a value given with a shorter ack timeout is the caller's error",
+  )
   t.equal((await json('GET', '/v1/groups/too-long')).statusCode, 404)
   for (const name of ['quick', 'chosen']) await json('DELETE', `/v1/groups/${name}`)
 })
@@ -131,7 +229,9 @@ t.test('delete: the group goes with its consumers and offsets; a deleted topic t
   t.equal((await json('DELETE', '/v1/groups/temp')).statusCode, 204)
   t.equal((await json('GET', '/v1/groups/temp')).statusCode, 404)
   t.equal((await json('DELETE', '/v1/groups/temp')).statusCode, 404)
-  const { rows } = await broker.db.pool.query(`SELECT (SELECT count(*) FROM consumers c LEFT JOIN consumer_groups g ON g.id = c.group_id WHERE g.id IS NULL)::int AS orphans`)
+  const { rows } = await broker.db.pool.query(
+    `SELECT (SELECT count(*) FROM consumers c LEFT JOIN consumer_groups g ON g.id = c.group_id WHERE g.id IS NULL)::int AS orphans`,
+  )
   t.equal(rows[0].orphans, 0)
 
   await json('PUT', '/v1/topics/gone', { partitions: 2 })
@@ -141,7 +241,11 @@ t.test('delete: the group goes with its consumers and offsets; a deleted topic t
   t.same(status.partitions, [], 'no partitions while the topic is gone')
   await json('PUT', '/v1/topics/gone', { partitions: 3 })
   const again = (await json('GET', '/v1/groups/on-gone')).json()
-  t.same(again.partitions.map((p: { committedOffset: number }) => p.committedOffset), [0, 0, 0], 'a recreated topic starts the group afresh')
+  t.same(
+    again.partitions.map((p: { committedOffset: number }) => p.committedOffset),
+    [0, 0, 0],
+    'a recreated topic starts the group afresh',
+  )
 })
 
 t.test('assignment is a pure function of the enabled consumers', async (t) => {

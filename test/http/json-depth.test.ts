@@ -41,29 +41,54 @@ t.test('a body nested past the limit is a 400 naming it, refused before JSON.par
   t.match(deep.headers['content-type'], /^application\/problem\+json/)
 
   // Never closed, so not JSON at all: refused for its depth, which only a scan before parsing sees.
-  const unclosed = await app.inject({ method: 'POST', url: '/v1/topics/deep/messages', headers: json, payload: '{"messages":[{"value":' + '['.repeat(200_000) })
+  const unclosed = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: '{"messages":[{"value":' + '['.repeat(200_000),
+  })
   t.equal(unclosed.statusCode, 400)
   t.match(unclosed.json(), { code: 'invalid_request', detail: NESTING })
 
   // Any route, any place in the body.
-  const topic = await app.inject({ method: 'PUT', url: '/v1/topics/other', headers: json, payload: `{"partitions":1,"x":${nested(MAX_BODY_DEPTH + 1)}}` })
+  const topic = await app.inject({
+    method: 'PUT',
+    url: '/v1/topics/other',
+    headers: json,
+    payload: `{"partitions":1,"x":${nested(MAX_BODY_DEPTH + 1)}}`,
+  })
   t.equal(topic.statusCode, 400)
   t.match(topic.json(), { code: 'invalid_request', detail: NESTING })
 
   // Compressed bodies are scanned once inflated.
-  const gz = await app.inject({ method: 'POST', url: '/v1/topics/deep/messages', headers: { ...json, 'content-encoding': 'gzip' }, payload: gzipSync(produceBody(nested(200_000))) })
+  const gz = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: { ...json, 'content-encoding': 'gzip' },
+    payload: gzipSync(produceBody(nested(200_000))),
+  })
   t.equal(gz.statusCode, 400)
   t.match(gz.json(), { code: 'invalid_request', detail: NESTING })
 })
 
 t.test(`a message value may nest ${MAX_VALUE_DEPTH} levels, not one more`, async (t) => {
-  const ok = await app.inject({ method: 'POST', url: '/v1/topics/deep/messages', headers: json, payload: produceBody(nested(MAX_VALUE_DEPTH)) })
+  const ok = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: produceBody(nested(MAX_VALUE_DEPTH)),
+  })
   t.equal(ok.statusCode, 201, ok.body)
   const offset = ok.json().results[0].offset as number
   const read = await app.inject({ url: `/v1/topics/deep/partitions/0/messages?fromOffset=${offset}&limit=1` })
   t.equal(JSON.stringify(read.json().messages[0].value), nested(MAX_VALUE_DEPTH), 'comes back as sent')
 
-  const over = await app.inject({ method: 'POST', url: '/v1/topics/deep/messages', headers: json, payload: produceBody(nested(MAX_VALUE_DEPTH + 1)) })
+  const over = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: produceBody(nested(MAX_VALUE_DEPTH + 1)),
+  })
   t.equal(over.statusCode, 400)
   t.match(over.json(), { code: 'invalid_request', detail: NESTING })
 })
@@ -76,8 +101,12 @@ t.test('brackets and escaped quotes inside strings do not count', async (t) => {
   let inner = value
   while (inner.length > 0) inner = inner[0] as unknown[]
   inner.push(...tricky)
-  const res = await app.inject({ method: 'POST', url: '/v1/topics/deep/messages', headers: json,
-    payload: JSON.stringify({ messages: [{ value, key: '[[[{{{', headers: { '[{': '"]}' } }] }) })
+  const res = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: JSON.stringify({ messages: [{ value, key: '[[[{{{', headers: { '[{': '"]}' } }] }),
+  })
   t.equal(res.statusCode, 201, res.body.slice(0, 300))
   const read = await app.inject({ url: `/v1/topics/deep/partitions/0/messages?fromOffset=${res.json().results[0].offset}&limit=1` })
   t.strictSame(read.json().messages[0].value, value)
@@ -96,7 +125,12 @@ t.test('what the JSON parser refused before, it still refuses', async (t) => {
     t.equal(res.statusCode, status, what)
     t.equal(res.json().code, code, what)
   }
-  const gz = await app.inject({ method: 'PUT', url: '/v1/topics/zipped', headers: { ...json, 'content-encoding': 'gzip' }, payload: gzipSync('{"partitions":2}') })
+  const gz = await app.inject({
+    method: 'PUT',
+    url: '/v1/topics/zipped',
+    headers: { ...json, 'content-encoding': 'gzip' },
+    payload: gzipSync('{"partitions":2}'),
+  })
   t.equal(gz.statusCode, 201, 'a gzip body still parses')
   t.equal(gz.json().partitions, 2)
   t.equal((await app.inject({ url: '/v1/topics/refused' })).statusCode, 404, 'nothing was created')
@@ -104,8 +138,12 @@ t.test('what the JSON parser refused before, it still refuses', async (t) => {
 
 t.test('/healthz answers while three 8 MB nested bodies are in flight', async (t) => {
   const body = Buffer.from(produceBody(nested(4_000_000)))
-  const deep = Array.from({ length: 3 }, () => request(`${url}/v1/topics/deep/messages`, { method: 'POST', headers: json, body })
-    .then(async (res) => ({ status: res.statusCode, problem: await res.body.json() as { code: string; detail: string } })))
+  const deep = Array.from({ length: 3 }, () =>
+    request(`${url}/v1/topics/deep/messages`, { method: 'POST', headers: json, body }).then(async (res) => ({
+      status: res.statusCode,
+      problem: (await res.body.json()) as { code: string; detail: string },
+    })),
+  )
   const health = await request(`${url}/healthz`)
   t.equal(health.statusCode, 200)
   await health.body.dump()

@@ -25,12 +25,26 @@ t.test('a wrong method on a known path is a 405 listing the methods the path tak
     t.equal(res.headers.allow, allow, `${method} ${url}: Allow`)
     if (method === 'HEAD') continue // no body
     t.match(res.headers['content-type'], /^application\/problem\+json/)
-    t.match(res.json(), { status: 405, code: 'method_not_allowed', type: /method_not_allowed$/, title: String, detail: new RegExp(`^${method} is not allowed`) }, `${method} ${url}`)
+    t.match(
+      res.json(),
+      {
+        status: 405,
+        code: 'method_not_allowed',
+        type: /method_not_allowed$/,
+        title: String,
+        detail: new RegExp(`^${method} is not allowed`),
+      },
+      `${method} ${url}`,
+    )
   }
 })
 
 t.test('an unknown path stays a 404 route_not_found', async (t) => {
-  for (const [method, url] of [['GET', '/v1/nothing'], ['DELETE', '/v1/nothing'], ['GET', '/v1/topics/orders/messages/extra']]) {
+  for (const [method, url] of [
+    ['GET', '/v1/nothing'],
+    ['DELETE', '/v1/nothing'],
+    ['GET', '/v1/topics/orders/messages/extra'],
+  ]) {
     const res = await app.inject({ method: method as 'GET', url, headers: admin })
     t.equal(res.statusCode, 404, `${method} ${url}`)
     t.equal(res.headers.allow, undefined)
@@ -43,6 +57,9 @@ t.test('like a 404, a 405 is answered before authentication', async (t) => {
   t.equal(wrong.statusCode, 405)
   t.equal(wrong.headers.allow, 'POST')
   t.equal((await app.inject({ url: '/v1/nothing' })).statusCode, 404)
-  t.equal((await app.inject({ method: 'POST', url: '/v1/topics/orders/messages', payload: { messages: [{ value: 1 }] } })).statusCode, 401,
-    'a right method still needs a key')
+  t.equal(
+    (await app.inject({ method: 'POST', url: '/v1/topics/orders/messages', payload: { messages: [{ value: 1 }] } })).statusCode,
+    401,
+    'a right method still needs a key',
+  )
 })

@@ -13,9 +13,15 @@ function sample(text: string, series: string): number | undefined {
 t.test('the Metrics object: counters, histogram and scrape-time gauges in Prometheus text', async (t) => {
   const errors: unknown[] = []
   const metrics = new Metrics((err) => errors.push(err))
-  let stats: PartitionStat[] = [{ group: 'g', partition: 0, lag: 7, inFlight: 2 }, { group: 'g', partition: 1, lag: 0, inFlight: 0 }]
+  let stats: PartitionStat[] = [
+    { group: 'g', partition: 0, lag: 7, inFlight: 2 },
+    { group: 'g', partition: 1, lag: 0, inFlight: 0 },
+  ]
   let reads = 0
-  metrics.trackPartitions(async () => { reads++; return stats })
+  metrics.trackPartitions(async () => {
+    reads++
+    return stats
+  })
   metrics.produced('orders', 3)
   metrics.produced('orders', 0)
   metrics.pushed('g', 'delivered', 0.02)
@@ -51,7 +57,9 @@ t.test('the Metrics object: counters, histogram and scrape-time gauges in Promet
   t.equal(sample(later, 'hookq_lag{group="g",partition="0"}'), undefined, 'a group gone from the store is gone from the gauges')
   t.equal(sample(later, 'hookq_lag{group="h",partition="0"}'), 1)
 
-  metrics.trackPartitions(async () => { throw new Error('database away') })
+  metrics.trackPartitions(async () => {
+    throw new Error('database away')
+  })
   const failing = (await metrics.exposition()).text
   t.equal(sample(failing, 'hookq_lag{group="h",partition="0"}'), undefined, 'no stale gauges when the read fails')
   t.equal(sample(failing, 'hookq_messages_produced_total{topic="orders"}'), 3, 'the rest is still served')
@@ -75,9 +83,13 @@ t.test('GET /metrics on a broker: produce, pushes, acks, lag and in flight', asy
   await call('PUT', '/v1/groups/billing', { topic: 'orders' })
   const receiver = await startReceiver(t)
   await call('POST', '/v1/groups/billing/consumers', { url: receiver.url })
-  await call('POST', '/v1/topics/orders/messages', { messages: [
-    { value: 1, partition: 0 }, { value: 2, partition: 0 }, { value: 3, partition: 1, idempotencyKey: 'k' },
-  ] })
+  await call('POST', '/v1/topics/orders/messages', {
+    messages: [
+      { value: 1, partition: 0 },
+      { value: 2, partition: 0 },
+      { value: 3, partition: 1, idempotencyKey: 'k' },
+    ],
+  })
   await call('POST', '/v1/topics/orders/messages', { messages: [{ value: 3, partition: 1, idempotencyKey: 'k' }] })
   const pushed = (await receiver.waitFor(3)).map((r) => r.json as { deliveryId: string; partition: number })
 
@@ -89,10 +101,14 @@ t.test('GET /metrics on a broker: produce, pushes, acks, lag and in flight', asy
 
   const p0 = pushed.filter((e) => e.partition === 0).map((e) => e.deliveryId)
   await call('POST', '/v1/groups/billing/acks', { deliveryIds: [...p0, p0[0], 'no-such-id'] })
-  const after = await waitUntil(async () => {
-    const text = await scrape()
-    return sample(text, 'hookq_lag{group="billing",partition="0"}') === 0 ? text : undefined
-  }, 5000, 'lag 0 on partition 0')
+  const after = await waitUntil(
+    async () => {
+      const text = await scrape()
+      return sample(text, 'hookq_lag{group="billing",partition="0"}') === 0 ? text : undefined
+    },
+    5000,
+    'lag 0 on partition 0',
+  )
   t.equal(sample(after, 'hookq_acks_total{group="billing",status="acked"}'), 2)
   t.equal(sample(after, 'hookq_acks_total{group="billing",status="already_completed"}'), 1)
   t.equal(sample(after, 'hookq_acks_total{group="billing",status="unknown"}'), 1)
@@ -112,15 +128,22 @@ t.test('GET /metrics: pushes, redeliveries and dead letters counted by the dispa
     broker.app.inject({ method: method as 'GET', url, ...(payload === undefined ? {} : { payload: payload as object }) })
   await call('PUT', '/v1/topics/jobs', { partitions: 1 })
   await call('PUT', '/v1/groups/workers', {
-    topic: 'jobs', ackMode: 'auto', maxDeliveries: 2, retry: { initialDelayMs: 20, maxDelayMs: 20, jitter: 0 },
+    topic: 'jobs',
+    ackMode: 'auto',
+    maxDeliveries: 2,
+    retry: { initialDelayMs: 20, maxDelayMs: 20, jitter: 0 },
   })
   const receiver = await startReceiver(t, (req) => ((req.json as { value: string }).value === 'poison' ? { status: 500 } : { status: 200 }))
   await call('POST', '/v1/groups/workers/consumers', { url: receiver.url })
   await call('POST', '/v1/topics/jobs/messages', { messages: [{ value: 'fine' }, { value: 'poison' }] })
-  const text = await waitUntil(async () => {
-    const body = (await call('GET', '/metrics')).body
-    return sample(body, 'hookq_dead_letters_total{group="workers"}') === 1 ? body : undefined
-  }, 5000, 'the poison message dead-lettered')
+  const text = await waitUntil(
+    async () => {
+      const body = (await call('GET', '/metrics')).body
+      return sample(body, 'hookq_dead_letters_total{group="workers"}') === 1 ? body : undefined
+    },
+    5000,
+    'the poison message dead-lettered',
+  )
   t.equal(sample(text, 'hookq_pushes_total{group="workers",outcome="delivered"}'), 1)
   t.equal(sample(text, 'hookq_pushes_total{group="workers",outcome="rejected"}'), 2)
   t.equal(sample(text, 'hookq_redeliveries_total{group="workers"}'), 1)

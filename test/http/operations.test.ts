@@ -35,9 +35,13 @@ t.test('database outage: 503 with Retry-After meanwhile, recovery without a rest
   t.teardown(() => proxy.close())
   const viaProxy = new URL(db.url)
   viaProxy.host = `127.0.0.1:${proxy.port}`
-  const broker = await createBroker(loadConfig({
-    DATABASE_URL: viaProxy.href, HOOKQ_DB_POOL_SIZE: String(Math.min(db.maxConnections, 4)), LOG_LEVEL: 'silent',
-  }))
+  const broker = await createBroker(
+    loadConfig({
+      DATABASE_URL: viaProxy.href,
+      HOOKQ_DB_POOL_SIZE: String(Math.min(db.maxConnections, 4)),
+      LOG_LEVEL: 'silent',
+    }),
+  )
   t.teardown(() => broker.close())
   const { app } = broker
   t.equal((await app.inject({ method: 'PUT', url: '/v1/topics/outage', payload: { partitions: 1 } })).statusCode, 201)
@@ -61,7 +65,14 @@ t.test('database outage: 503 with Retry-After meanwhile, recovery without a rest
   t.equal((await app.inject({ url: '/healthz' })).statusCode, 200, 'still alive')
 
   await proxy.heal()
-  const after = await waitUntil(async () => { const r = await produce('after'); return r.statusCode === 201 ? r : undefined }, 20_000, 'produce to recover')
+  const after = await waitUntil(
+    async () => {
+      const r = await produce('after')
+      return r.statusCode === 201 ? r : undefined
+    },
+    20_000,
+    'produce to recover',
+  )
   t.same(after.json().results, [{ partition: 0, offset: 1 }], 'the failed call stored nothing; offsets stay dense')
   t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
 })

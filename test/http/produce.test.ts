@@ -15,7 +15,17 @@ function produce(topic: string, messages: unknown[]) {
 async function fetchAll(topic: string, partition: number, fromOffset = 0, limit = 1000) {
   const res = await app.inject({ url: `/v1/topics/${topic}/partitions/${partition}/messages?fromOffset=${fromOffset}&limit=${limit}` })
   if (res.statusCode !== 200) throw new Error(res.body)
-  return res.json() as { messages: { partition: number; offset: number; key: string | null; value: unknown; headers: Record<string, string>; timestamp: string }[]; nextOffset: number }
+  return res.json() as {
+    messages: {
+      partition: number
+      offset: number
+      key: string | null
+      value: unknown
+      headers: Record<string, string>
+      timestamp: string
+    }[]
+    nextOffset: number
+  }
 }
 
 t.test('values, keys and headers round-trip deep-equal', async (t) => {
@@ -24,12 +34,26 @@ t.test('values, keys and headers round-trip deep-equal', async (t) => {
     { nested: { deep: [1, 2, { x: null }], emoji: '🦊', accents: 'ça marche', cjk: '日本語' } },
     'nul \u0000 inside and \u0001 control',
     { '\u0000key': '\u0000' },
-    42, -0.5, 1e300, true, false, null, [], {}, '',
+    42,
+    -0.5,
+    1e300,
+    true,
+    false,
+    null,
+    [],
+    {},
+    '',
     'a'.repeat(1000),
   ]
-  const res = await produce('round', values.map((value, i) => i % 2 ? { value, key: `k${i}`, headers: { 'x-i': String(i), 'x-nul': 'a\u0000b' } } : { value }))
+  const res = await produce(
+    'round',
+    values.map((value, i) => (i % 2 ? { value, key: `k${i}`, headers: { 'x-i': String(i), 'x-nul': 'a\u0000b' } } : { value })),
+  )
   t.equal(res.statusCode, 201)
-  t.same(res.json().results, values.map((_, offset) => ({ partition: 0, offset })))
+  t.same(
+    res.json().results,
+    values.map((_, offset) => ({ partition: 0, offset })),
+  )
   const { messages, nextOffset } = await fetchAll('round', 0)
   t.equal(nextOffset, values.length)
   for (const [i, m] of messages.entries()) {
@@ -45,7 +69,11 @@ t.test('values, keys and headers round-trip deep-equal', async (t) => {
     t.ok(Date.now() - Date.parse(m.timestamp) < 60_000, 'timestamp is the produce time')
   }
   const timestamps = messages.map((m) => Date.parse(m.timestamp))
-  t.same(timestamps, [...timestamps].sort((a, b) => a - b), 'timestamps never go backwards along offsets')
+  t.same(
+    timestamps,
+    [...timestamps].sort((a, b) => a - b),
+    'timestamps never go backwards along offsets',
+  )
 })
 
 t.test('partition choice: explicit, by key hash, or spread evenly', async (t) => {
@@ -53,12 +81,18 @@ t.test('partition choice: explicit, by key hash, or spread evenly', async (t) =>
   const explicit = await produce('parts', [{ value: 1, partition: 3, key: 'ignored-for-placement' }])
   t.same(explicit.json().results, [{ partition: 3, offset: 0 }])
 
-  const keyed = await produce('parts', Array.from({ length: 20 }, (_, i) => ({ value: i, key: `user-${i % 5}` })))
+  const keyed = await produce(
+    'parts',
+    Array.from({ length: 20 }, (_, i) => ({ value: i, key: `user-${i % 5}` })),
+  )
   for (const [i, r] of keyed.json().results.entries()) {
     t.equal(r.partition, partitionForKey(`user-${i % 5}`, 4), `key user-${i % 5} → its hash partition`)
   }
 
-  const spread = await produce('parts', Array.from({ length: 400 }, (_, i) => ({ value: i })))
+  const spread = await produce(
+    'parts',
+    Array.from({ length: 400 }, (_, i) => ({ value: i })),
+  )
   const perPartition = [0, 0, 0, 0]
   for (const r of spread.json().results) perPartition[r.partition]!++
   t.same(perPartition, [100, 100, 100, 100], 'unkeyed messages are spread evenly')
@@ -70,17 +104,28 @@ t.test('partition choice: explicit, by key hash, or spread evenly', async (t) =>
 
 t.test('offsets are dense per partition and fetch pages through them', async (t) => {
   await createTopic('dense', 2)
-  for (let i = 0; i < 5; i++) await produce('dense', Array.from({ length: 30 }, (_, j) => ({ value: i * 30 + j, partition: j % 2 })))
+  for (let i = 0; i < 5; i++)
+    await produce(
+      'dense',
+      Array.from({ length: 30 }, (_, j) => ({ value: i * 30 + j, partition: j % 2 })),
+    )
   for (const partition of [0, 1]) {
     const seen: number[] = []
     let from = 0
     for (;;) {
       const page = await fetchAll('dense', partition, from, 7)
-      if (page.messages.length === 0) { t.equal(page.nextOffset, from, 'empty page keeps the offset'); break }
+      if (page.messages.length === 0) {
+        t.equal(page.nextOffset, from, 'empty page keeps the offset')
+        break
+      }
       seen.push(...page.messages.map((m) => m.offset))
       from = page.nextOffset
     }
-    t.same(seen, Array.from({ length: 75 }, (_, i) => i), `partition ${partition} offsets 0..74`)
+    t.same(
+      seen,
+      Array.from({ length: 75 }, (_, i) => i),
+      `partition ${partition} offsets 0..74`,
+    )
   }
   const res = await app.inject({ url: '/v1/topics/dense/partitions/2/messages' })
   t.equal(res.statusCode, 404)
@@ -94,15 +139,25 @@ t.test('offsets are dense per partition and fetch pages through them', async (t)
 
 t.test('idempotency keys: a repeat returns the original coordinates and stores nothing', async (t) => {
   await createTopic('idem', 3)
-  const first = await produce('idem', [{ value: 'a', idempotencyKey: 'order-1' }, { value: 'b', idempotencyKey: 'order-2' }])
+  const first = await produce('idem', [
+    { value: 'a', idempotencyKey: 'order-1' },
+    { value: 'b', idempotencyKey: 'order-2' },
+  ])
   const [a, b] = first.json().results
   t.notOk(a.duplicate)
-  const again = await produce('idem', [{ value: 'changed', idempotencyKey: 'order-1' }, { value: 'c', idempotencyKey: 'order-3' }])
+  const again = await produce('idem', [
+    { value: 'changed', idempotencyKey: 'order-1' },
+    { value: 'c', idempotencyKey: 'order-3' },
+  ])
   t.equal(again.statusCode, 201)
   t.same(again.json().results[0], { partition: a.partition, offset: a.offset, duplicate: true })
   t.notOk(again.json().results[1].duplicate)
 
-  const inBatch = await produce('idem', [{ value: 'x', idempotencyKey: 'k-batch' }, { value: 'y', idempotencyKey: 'k-batch' }, { value: 'z', idempotencyKey: 'order-2' }])
+  const inBatch = await produce('idem', [
+    { value: 'x', idempotencyKey: 'k-batch' },
+    { value: 'y', idempotencyKey: 'k-batch' },
+    { value: 'z', idempotencyKey: 'order-2' },
+  ])
   const [x, y, z] = inBatch.json().results
   t.notOk(x.duplicate)
   t.same(y, { partition: x.partition, offset: x.offset, duplicate: true }, 'a repeat within one call points at the first')
@@ -114,7 +169,9 @@ t.test('idempotency keys: a repeat returns the original coordinates and stores n
   t.equal(results.filter((r) => !r.duplicate).length, 1, 'one original')
   t.equal(new Set(results.map((r) => `${r.partition}:${r.offset}`)).size, 1, 'all point at it')
 
-  const { rows } = await broker.db.pool.query(`SELECT idempotency_key, count(*)::int AS n FROM messages m JOIN topics t ON t.id = m.topic_id WHERE t.name = 'idem' GROUP BY 1`)
+  const { rows } = await broker.db.pool.query(
+    `SELECT idempotency_key, count(*)::int AS n FROM messages m JOIN topics t ON t.id = m.topic_id WHERE t.name = 'idem' GROUP BY 1`,
+  )
   const counts = Object.fromEntries(rows.map((r) => [r.idempotency_key, r.n]))
   t.same(counts, { 'order-1': 1, 'order-2': 1, 'order-3': 1, 'k-batch': 1, raced: 1 })
   const stored = await fetchAll('idem', a.partition)
@@ -140,13 +197,20 @@ t.test('delayMs sets the time a message becomes available', async (t) => {
   await createTopic('delayed', 1)
   await produce('delayed', [{ value: 'now' }, { value: 'later', delayMs: 90_000 }])
   const { rows } = await broker.db.pool.query(
-    `SELECT "offset", extract(epoch from (available_at - produced_at)) * 1000 AS delay_ms FROM messages m JOIN topics t ON t.id = m.topic_id WHERE t.name = 'delayed' ORDER BY "offset"`)
-  t.same(rows.map((r) => Number(r.delay_ms)), [0, 90_000])
+    `SELECT "offset", extract(epoch from (available_at - produced_at)) * 1000 AS delay_ms FROM messages m JOIN topics t ON t.id = m.topic_id WHERE t.name = 'delayed' ORDER BY "offset"`,
+  )
+  t.same(
+    rows.map((r) => Number(r.delay_ms)),
+    [0, 90_000],
+  )
 })
 
 t.test('limits: message count, message size, body size', async (t) => {
   await createTopic('limits', 1)
-  const many = await produce('limits', Array.from({ length: 1001 }, () => ({ value: 1 })))
+  const many = await produce(
+    'limits',
+    Array.from({ length: 1001 }, () => ({ value: 1 })),
+  )
   t.equal(many.statusCode, 400, '1001 messages')
   t.equal(many.json().code, 'invalid_request')
   t.equal((await produce('limits', [])).statusCode, 400, 'no messages')
@@ -155,7 +219,10 @@ t.test('limits: message count, message size, body size', async (t) => {
   t.match(big.json(), { code: 'message_too_large', index: 1 })
   const bigKey = await produce('limits', [{ value: 'x'.repeat(3000), headers: { h: 'y'.repeat(1500) } }])
   t.equal(bigKey.statusCode, 413, 'headers count towards the size')
-  const huge = await produce('limits', Array.from({ length: 20 }, () => ({ value: 'x'.repeat(4000) })))
+  const huge = await produce(
+    'limits',
+    Array.from({ length: 20 }, () => ({ value: 'x'.repeat(4000) })),
+  )
   t.equal(huge.statusCode, 413)
   t.equal(huge.json().code, 'body_too_large')
   t.equal((await fetchAll('limits', 0)).messages.length, 0, 'nothing was stored by any rejected call')
@@ -179,7 +246,12 @@ t.test('invalid produce bodies are 400 and store nothing', async (t) => {
     [{ messages: 'nope' }, 'messages not an array'],
   ]
   for (const [body, what] of bodies) {
-    const res = await app.inject({ method: 'POST', url: '/v1/topics/strict/messages', payload: JSON.stringify(body), headers: { 'content-type': 'application/json' } })
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v1/topics/strict/messages',
+      payload: JSON.stringify(body),
+      headers: { 'content-type': 'application/json' },
+    })
     t.equal(res.statusCode, 400, what)
     t.equal(res.json().code, 'invalid_request', what)
   }
@@ -189,12 +261,21 @@ t.test('invalid produce bodies are 400 and store nothing', async (t) => {
 
 t.test('retention deletes old messages; offsets are never reused', async (t) => {
   await app.inject({ method: 'PUT', url: '/v1/topics/aging', payload: { partitions: 1, retentionMs: 60_000 } })
-  await produce('aging', Array.from({ length: 10 }, (_, i) => ({ value: i })))
-  await broker.db.pool.query(`UPDATE messages m SET produced_at = produced_at - interval '1 hour' FROM topics t WHERE t.id = m.topic_id AND t.name = 'aging' AND m."offset" < 6`)
+  await produce(
+    'aging',
+    Array.from({ length: 10 }, (_, i) => ({ value: i })),
+  )
+  await broker.db.pool.query(
+    `UPDATE messages m SET produced_at = produced_at - interval '1 hour' FROM topics t WHERE t.id = m.topic_id AND t.name = 'aging' AND m."offset" < 6`,
+  )
   const deleted = await broker.retention.sweep()
-  t.ok(deleted >= 6, 'the six aged messages (and any other topic\'s expired ones) are deleted')
+  t.ok(deleted >= 6, "the six aged messages (and any other topic's expired ones) are deleted")
   const page = await fetchAll('aging', 0)
-  t.same(page.messages.map((m) => m.offset), [6, 7, 8, 9], 'a read from 0 starts at the oldest kept')
+  t.same(
+    page.messages.map((m) => m.offset),
+    [6, 7, 8, 9],
+    'a read from 0 starts at the oldest kept',
+  )
   const detail = (await app.inject({ url: '/v1/topics/aging' })).json()
   t.same(detail.partitionStats, [{ partition: 0, endOffset: 10 }])
   t.same((await produce('aging', [{ value: 'next' }])).json().results, [{ partition: 0, offset: 10 }])
@@ -203,7 +284,12 @@ t.test('retention deletes old messages; offsets are never reused', async (t) => 
 t.test('a value nested too deeply, or a key with a lone surrogate, is a 400 that stores nothing', async (t) => {
   await createTopic('odd', 1)
   const deep = '['.repeat(20_000) + ']'.repeat(20_000)
-  const res = await app.inject({ method: 'POST', url: '/v1/topics/odd/messages', payload: `{"messages":[{"value":${deep}}]}`, headers: { 'content-type': 'application/json' } })
+  const res = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/odd/messages',
+    payload: `{"messages":[{"value":${deep}}]}`,
+    headers: { 'content-type': 'application/json' },
+  })
   t.equal(res.statusCode, 400)
   t.match(res.json(), { code: 'invalid_request', detail: /nested too deeply/ })
   const lone = await produce('odd', [{ value: 1, idempotencyKey: '\ud800' }])
@@ -224,19 +310,28 @@ t.test('a compressed produce body (gzip, deflate, br) is decompressed; the size 
     const messages = Array.from({ length: 20 }, (_, i) => ({ value: { encoding, i, text: 'é'.repeat(100) } }))
     expected.push(...messages.map((m) => m.value))
     const res = await app.inject({
-      method: 'POST', url: '/v1/topics/gz/messages',
-      headers: { 'content-type': 'application/json', 'content-encoding': encoding }, payload: encode(JSON.stringify({ messages })),
+      method: 'POST',
+      url: '/v1/topics/gz/messages',
+      headers: { 'content-type': 'application/json', 'content-encoding': encoding },
+      payload: encode(JSON.stringify({ messages })),
     })
     t.equal(res.statusCode, 201, `${encoding}: ${res.body.slice(0, 200)}`)
   }
   const stored = (await fetchAll('gz', 0)).messages
   t.equal(stored.length, 60, 'all three batches stored')
-  t.same(stored.map((m) => m.value), expected, 'every value of every batch intact, in order')
+  t.same(
+    stored.map((m) => m.value),
+    expected,
+    'every value of every batch intact, in order',
+  )
 
   // 65536 bytes is this broker's limit: 1 KiB of gzip inflating to 1 MiB is refused, and stores nothing.
   const bomb = gzipSync(JSON.stringify({ messages: [{ value: 'x'.repeat(1 << 20) }] }))
   const res = await app.inject({
-    method: 'POST', url: '/v1/topics/gz/messages', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, payload: bomb,
+    method: 'POST',
+    url: '/v1/topics/gz/messages',
+    headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+    payload: bomb,
   })
   t.equal(res.statusCode, 413)
   t.equal(res.json().code, 'body_too_large')

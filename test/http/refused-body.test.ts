@@ -21,7 +21,7 @@ async function post(url: string, body: Uint8Array | ReadableStream<Uint8Array>, 
       body,
       ...(body instanceof ReadableStream ? { duplex: 'half' } : {}),
     } as RequestInit)
-    return { status: res.status, type: res.headers.get('content-type'), json: await res.json() as { code?: string; status?: number } }
+    return { status: res.status, type: res.headers.get('content-type'), json: (await res.json()) as { code?: string; status?: number } }
   } catch (err) {
     const cause = (err as { cause?: { code?: string; message?: string } }).cause
     return { error: `${(err as Error).message}: ${cause?.code ?? ''} ${cause?.message ?? ''}` }
@@ -44,7 +44,9 @@ function chunked(total: number): ReadableStream<Uint8Array> {
 /** The broker as a child process on a test database of its own; its URL. */
 async function broker(t: Test, env: Record<string, string> = {}): Promise<string> {
   const b = await spawnBroker({ DATABASE_URL: (await testDatabase(t)).url, ...env }, 60_000)
-  t.teardown(() => { b.child.kill('SIGKILL') })
+  t.teardown(() => {
+    b.child.kill('SIGKILL')
+  })
   return b.url
 }
 
@@ -53,30 +55,46 @@ t.test('a body over the limit is answered 413 body_too_large, every time', { ski
   const body = new Uint8Array(11 * MiB).fill(0x20)
   const answers = []
   for (let i = 0; i < 20; i++) answers.push(await post(`${url}/v1/topics/big/messages`, body))
-  t.same(answers.filter((a) => a.status !== 413 || a.json?.code !== 'body_too_large'), [], 'all 20 tries answered 413 body_too_large')
+  t.same(
+    answers.filter((a) => a.status !== 413 || a.json?.code !== 'body_too_large'),
+    [],
+    'all 20 tries answered 413 body_too_large',
+  )
   t.match(answers[0], { status: 413, type: /^application\/problem\+json/, json: { status: 413, code: 'body_too_large' } })
 
   const streamed = []
   for (let i = 0; i < 5; i++) streamed.push(await post(`${url}/v1/topics/big/messages`, chunked(11 * MiB)))
-  t.same(streamed.filter((a) => a.status !== 413 || a.json?.code !== 'body_too_large'), [], 'chunked, without content-length: 413 too')
+  t.same(
+    streamed.filter((a) => a.status !== 413 || a.json?.code !== 'body_too_large'),
+    [],
+    'chunked, without content-length: 413 too',
+  )
 
   // What is thrown away is bounded: a client claiming 1 GiB is cut off after 64 MiB or so.
   const { port } = new URL(url)
   const sock = net.connect({ host: '127.0.0.1', port: Number(port) })
   let answer = ''
   let written = 0
-  sock.on('data', (d) => { answer += d })
+  sock.on('data', (d) => {
+    answer += d
+  })
   sock.on('error', () => {})
   const closed = new Promise<void>((resolve) => sock.on('close', () => resolve()))
   let open = true
-  void closed.then(() => { open = false })
+  void closed.then(() => {
+    open = false
+  })
   sock.write(`POST /v1/topics/big/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${1024 * MiB}\r\n\r\n`)
   const chunk = Buffer.alloc(MiB, 0x20)
   while (open && written < 1024 * MiB) {
     written += chunk.length
     if (!sock.write(chunk)) {
       await new Promise<void>((resolve) => {
-        const done = () => { sock.off('drain', done); sock.off('close', done); resolve() }
+        const done = () => {
+          sock.off('drain', done)
+          sock.off('close', done)
+          resolve()
+        }
         sock.on('drain', done).on('close', done)
       })
     }
@@ -85,7 +103,11 @@ t.test('a body over the limit is answered 413 body_too_large, every time', { ski
   t.match(answer, /^HTTP\/1\.1 413 /, 'the 413 came first')
   t.ok(written < 256 * MiB, `the broker cut the connection after ${written / MiB} MiB of a 1 GiB body`)
 
-  t.match(await post(`${url}/v1/topics/big/messages`, new TextEncoder().encode('{"messages":[{"value":1}]}')), { status: 404, json: { code: 'topic_not_found' } }, 'the broker still serves')
+  t.match(
+    await post(`${url}/v1/topics/big/messages`, new TextEncoder().encode('{"messages":[{"value":1}]}')),
+    { status: 404, json: { code: 'topic_not_found' } },
+    'the broker still serves',
+  )
 })
 
 t.test('a big body with a bad key is answered 401, every time', { skip: needsServer }, async (t) => {
@@ -93,6 +115,11 @@ t.test('a big body with a bad key is answered 401, every time', { skip: needsSer
   const body = new Uint8Array(8 * MiB).fill(0x20)
   const answers = []
   for (let i = 0; i < 5; i++) answers.push(await post(`${url}/v1/topics/big/messages`, body, { authorization: 'Bearer a-wrong-key' }))
-  for (let i = 0; i < 3; i++) answers.push(await post(`${url}/v1/topics/big/messages`, chunked(8 * MiB), { authorization: 'Bearer a-wrong-key' }))
-  t.same(answers.filter((a) => a.status !== 401 || a.json?.code !== 'unauthorized'), [], 'all 8 tries answered 401 unauthorized')
+  for (let i = 0; i < 3; i++)
+    answers.push(await post(`${url}/v1/topics/big/messages`, chunked(8 * MiB), { authorization: 'Bearer a-wrong-key' }))
+  t.same(
+    answers.filter((a) => a.status !== 401 || a.json?.code !== 'unauthorized'),
+    [],
+    'all 8 tries answered 401 unauthorized',
+  )
 })

@@ -28,12 +28,17 @@ function entryVerifies(secret: string, r: Received, entry: string): boolean {
   const ts = header(r, 'webhook-timestamp')
   if (!id || !ts || !entry.startsWith('v1,')) return false
   const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64')
-  const expected = createHmac('sha256', key).update(Buffer.from(`${id}.${ts}.${r.body}`, 'utf8')).digest()
+  const expected = createHmac('sha256', key)
+    .update(Buffer.from(`${id}.${ts}.${r.body}`, 'utf8'))
+    .digest()
   const got = Buffer.from(entry.slice(3), 'base64')
   return got.length === expected.length && timingSafeEqual(got, expected)
 }
 
-interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
+interface TT {
+  equal(found: unknown, wanted: unknown): boolean
+  teardown(fn: () => unknown): void
+}
 
 /** A one-partition topic, an auto-ack group on it and one consumer (with `secret`, if given) at a fresh receiver. */
 async function setup(tt: TT, name: string, secret?: string) {
@@ -66,8 +71,11 @@ t.test('rotation to a given secret: both sign during the overlap, the new one fi
   const startedAt = Date.now()
   const res = await rotate(group, id, { secret: newS })
   t.equal(res.status, 200)
-  t.same(Object.keys(res.json).sort(), ['createdAt', 'hasSecret', 'id', 'previousSecretExpiresAt', 'secretRotatedAt', 'url'],
-    'no secret in the answer when the caller gave it')
+  t.same(
+    Object.keys(res.json).sort(),
+    ['createdAt', 'hasSecret', 'id', 'previousSecretExpiresAt', 'secretRotatedAt', 'url'],
+    'no secret in the answer when the caller gave it',
+  )
   t.match(res.json, { id, hasSecret: true })
   const rotatedAt = Date.parse(res.json.secretRotatedAt)
   t.ok(rotatedAt >= startedAt - 1000 && rotatedAt <= Date.now() + 1000, 'secretRotatedAt is now')
@@ -90,8 +98,7 @@ t.test('rotation to a given secret: both sign during the overlap, the new one fi
   t.equal(again.json.previousSecretExpiresAt, res.json.previousSecretExpiresAt, 'a retried rotation keeps the overlap')
   const retried = await pushOne()
   t.equal(signatures(retried).length, 2)
-  t.ok(entryVerifies(newS, retried, signatures(retried)[0]!) && entryVerifies(oldS, retried, signatures(retried)[1]!),
-    'still new then old')
+  t.ok(entryVerifies(newS, retried, signatures(retried)[0]!) && entryVerifies(oldS, retried, signatures(retried)[1]!), 'still new then old')
 
   // A second real rotation drops the oldest secret: the current and the one it replaced sign.
   const third = newSecret()
@@ -100,7 +107,10 @@ t.test('rotation to a given secret: both sign during the overlap, the new one fi
   t.equal(signatures(later).length, 2)
   t.ok(entryVerifies(third, later, signatures(later)[0]!), 'newest first')
   t.ok(entryVerifies(newS, later, signatures(later)[1]!), 'then the one it replaced')
-  t.notOk(signatures(later).some((s) => entryVerifies(oldS, later, s)), 'the oldest no longer signs')
+  t.notOk(
+    signatures(later).some((s) => entryVerifies(oldS, later, s)),
+    'the oldest no longer signs',
+  )
 })
 
 t.test('a generated secret: returned once, never listed; after the overlap only it signs', async (t) => {
@@ -153,19 +163,31 @@ t.test('a consumer without a secret gets one, with no previous secret', async (t
 t.test('4xx answers: problem details, nothing written', async (t) => {
   const secret = newSecret()
   const { group, id } = await setup(t, 'bad', secret)
-  const row = async () => (await sql(
-    'SELECT secret, previous_secret, previous_secret_expires_at, secret_rotated_at FROM consumers WHERE id = $1', [id]))[0]
+  const row = async () =>
+    (await sql('SELECT secret, previous_secret, previous_secret_expires_at, secret_rotated_at FROM consumers WHERE id = $1', [id]))[0]
   const before = await row()
   t.match(before, { secret, previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null })
 
   const cases: [string, string, unknown, number, string][] = [
     ['no such group', `/v1/groups/nope/consumers/${id}/secret`, {}, 404, 'group_not_found'],
     ['no such consumer', `/v1/groups/${group}/consumers/nope/secret`, {}, 404, 'consumer_not_found'],
-    ['another group\'s consumer id', `/v1/groups/given-g/consumers/${id}/secret`, {}, 404, 'consumer_not_found'],
-    ['secret without whsec_', `/v1/groups/${group}/consumers/${id}/secret`, { secret: 'plain-secret-plain-secret' }, 400, 'invalid_request'],
+    ["another group's consumer id", `/v1/groups/given-g/consumers/${id}/secret`, {}, 404, 'consumer_not_found'],
+    [
+      'secret without whsec_',
+      `/v1/groups/${group}/consumers/${id}/secret`,
+      { secret: 'plain-secret-plain-secret' },
+      400,
+      'invalid_request',
+    ],
     ['secret under 24 bytes', `/v1/groups/${group}/consumers/${id}/secret`, { secret: newSecret(12) }, 400, 'invalid_request'],
     ['secret over 64 bytes', `/v1/groups/${group}/consumers/${id}/secret`, { secret: newSecret(65) }, 400, 'invalid_request'],
-    ['secret that is not base64', `/v1/groups/${group}/consumers/${id}/secret`, { secret: 'whsec_AAAA=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA' }, 400, 'invalid_request'],
+    [
+      'secret that is not base64',
+      `/v1/groups/${group}/consumers/${id}/secret`,
+      { secret: 'whsec_AAAA=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA' },
+      400,
+      'invalid_request',
+    ],
     ['negative overlap', `/v1/groups/${group}/consumers/${id}/secret`, { overlapMs: -1 }, 400, 'invalid_request'],
     ['overlap over 7 days', `/v1/groups/${group}/consumers/${id}/secret`, { overlapMs: 604_800_001 }, 400, 'invalid_request'],
     ['fractional overlap', `/v1/groups/${group}/consumers/${id}/secret`, { overlapMs: 1.5 }, 400, 'invalid_request'],

@@ -12,7 +12,9 @@ const seek = (group: string, body: unknown) => call('POST', `/v1/groups/${group}
 const committed = async (group: string) =>
   (await call('GET', `/v1/groups/${group}`)).json.partitions.map((p: { committedOffset: number }) => p.committedOffset)
 const offsetsOf = (res: { json: { partitions: { partition: number; committedOffset: number }[] } }) => {
-  res.json.partitions.forEach((p, i) => { if (p.partition !== i) throw new Error('partitions out of order') })
+  res.json.partitions.forEach((p, i) => {
+    if (p.partition !== i) throw new Error('partitions out of order')
+  })
   return res.json.partitions.map((p) => p.committedOffset)
 }
 
@@ -20,7 +22,9 @@ const offsetsOf = (res: { json: { partitions: { partition: number; committedOffs
 // committed offsets move only by seek here.
 await call('PUT', '/v1/topics/ledger', { partitions: 3 })
 for (const batch of [0, 1]) {
-  await call('POST', '/v1/topics/ledger/messages', { messages: [0, 1, 2].flatMap((p) => [0, 1].map((i) => ({ value: `${p}-${batch * 2 + i}`, partition: p }))) })
+  await call('POST', '/v1/topics/ledger/messages', {
+    messages: [0, 1, 2].flatMap((p) => [0, 1].map((i) => ({ value: `${p}-${batch * 2 + i}`, partition: p }))),
+  })
   if (batch === 0) await broker.db.pool.query(`UPDATE messages SET produced_at = produced_at - interval '1 hour'`)
 }
 await call('PUT', '/v1/groups/reader', { topic: 'ledger' })
@@ -51,7 +55,11 @@ t.test('by timestamp: the first offset produced at or after it, else the end', a
   t.same(offsetsOf(await seek('reader', { timestamp: recent })), [2, 2, 2], 'past the hour-old messages')
   t.same(offsetsOf(await seek('reader', { timestamp: '2000-01-01T00:00:00Z' })), [0, 0, 0], 'long ago: the first offsets')
   t.same(offsetsOf(await seek('reader', { partition: 1, timestamp: recent })), [0, 2, 0], 'one partition')
-  t.same(offsetsOf(await seek('reader', { timestamp: new Date(Date.now() + 3_600_000).toISOString() })), [5, 4, 4], 'the future: the end offsets')
+  t.same(
+    offsetsOf(await seek('reader', { timestamp: new Date(Date.now() + 3_600_000).toISOString() })),
+    [5, 4, 4],
+    'the future: the end offsets',
+  )
 })
 
 t.test('bad seeks', async (t) => {
@@ -79,7 +87,7 @@ t.test('bad seeks', async (t) => {
   await call('DELETE', '/v1/topics/brief')
   const orphan = await seek('orphan', { offset: 0 })
   t.equal(orphan.status, 404)
-  t.equal(orphan.json.code, 'topic_not_found', 'the group\'s topic is gone')
+  t.equal(orphan.json.code, 'topic_not_found', "the group's topic is gone")
 })
 
 t.test('seeking back pushes acked messages again; ids from before the seek no longer count', async (t) => {
@@ -90,13 +98,28 @@ t.test('seeking back pushes acked messages again; ids from before the seek no lo
   await call('POST', '/v1/topics/replay/messages', { messages: [{ value: 'a' }, { value: 'b' }, { value: 'c' }] })
   const first = (await receiver.waitFor(3)).map((r) => r.json as { deliveryId: string; offset: number })
   const acks = await call('POST', '/v1/groups/replayer/acks', { deliveryIds: first.map((e) => e.deliveryId) })
-  t.same(acks.json.results.map((r: { status: string }) => r.status), ['acked', 'acked', 'acked'])
+  t.same(
+    acks.json.results.map((r: { status: string }) => r.status),
+    ['acked', 'acked', 'acked'],
+  )
   t.same(await committed('replayer'), [3])
 
   t.same(offsetsOf(await seek('replayer', { offset: 1 })), [1])
-  const again = (await receiver.waitFor(5)).slice(3).map((r) => r.json as { deliveryId: string; offset: number; value: string; attempt: number })
-  t.same(again.map((e) => [e.offset, e.value, e.attempt]).sort(), [[1, 'b', 1], [2, 'c', 1]], 'offsets 1 and 2 again, counted afresh')
-  t.notOk(again.some((e) => first.some((f) => f.deliveryId === e.deliveryId)), 'new delivery ids')
+  const again = (await receiver.waitFor(5))
+    .slice(3)
+    .map((r) => r.json as { deliveryId: string; offset: number; value: string; attempt: number })
+  t.same(
+    again.map((e) => [e.offset, e.value, e.attempt]).sort(),
+    [
+      [1, 'b', 1],
+      [2, 'c', 1],
+    ],
+    'offsets 1 and 2 again, counted afresh',
+  )
+  t.notOk(
+    again.some((e) => first.some((f) => f.deliveryId === e.deliveryId)),
+    'new delivery ids',
+  )
   const stale = await call('POST', '/v1/groups/replayer/acks', { deliveryIds: [first[1]!.deliveryId] })
   t.equal(stale.json.results[0].status, 'unknown', 'an id from before the seek')
   t.match((await call('GET', '/v1/groups/replayer')).json.partitions[0], { committedOffset: 1, inFlight: 2 })

@@ -9,12 +9,19 @@ import { startListeningBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const { broker, url } = await startListeningBroker(t, {
-  HOOKQ_REQUEST_TIMEOUT_MS: '1000', HOOKQ_HEADERS_TIMEOUT_MS: '500', HOOKQ_KEEP_ALIVE_TIMEOUT_MS: '300',
+  HOOKQ_REQUEST_TIMEOUT_MS: '1000',
+  HOOKQ_HEADERS_TIMEOUT_MS: '500',
+  HOOKQ_KEEP_ALIVE_TIMEOUT_MS: '300',
 })
 const port = Number(new URL(url).port)
 const WINDOW_MS = 8000
 
-interface Client { sock: net.Socket; received: () => string; closed: () => boolean; drip: (text: string, everyMs: number) => void }
+interface Client {
+  sock: net.Socket
+  received: () => string
+  closed: () => boolean
+  drip: (text: string, everyMs: number) => void
+}
 
 /** A raw connection to `to`; drip() writes `text` a character at a time, until the socket closes. */
 function connect(t: Test, to = port): Client {
@@ -22,15 +29,27 @@ function connect(t: Test, to = port): Client {
   let received = ''
   let closed = false
   let timer: NodeJS.Timeout | undefined
-  sock.on('data', (d) => { received += d })
+  sock.on('data', (d) => {
+    received += d
+  })
   sock.on('error', () => {})
-  sock.on('close', () => { closed = true; clearInterval(timer) })
-  t.teardown(() => { clearInterval(timer); sock.destroy() })
+  sock.on('close', () => {
+    closed = true
+    clearInterval(timer)
+  })
+  t.teardown(() => {
+    clearInterval(timer)
+    sock.destroy()
+  })
   return {
-    sock, received: () => received, closed: () => closed,
+    sock,
+    received: () => received,
+    closed: () => closed,
     drip(text, everyMs) {
       let i = 0
-      timer = setInterval(() => { if (!closed && i < text.length) sock.write(text[i++]!) }, everyMs)
+      timer = setInterval(() => {
+        if (!closed && i < text.length) sock.write(text[i++]!)
+      }, everyMs)
     },
   }
 }
@@ -63,7 +82,7 @@ t.test('an idle keep-alive connection is closed after its answer; a normal reque
   t.equal((await fetch(`${url}/healthz`)).status, 200, 'fetch still works')
 })
 
-t.test('connections handed to the server (a HOOKQ_PROCESSES process\'s own loopback port) time out too', async (t) => {
+t.test("connections handed to the server (a HOOKQ_PROCESSES process's own loopback port) time out too", async (t) => {
   // What server.ts's ownLoopbackPort does: a second listener emitting its sockets into app.server.
   const own = net.createServer((socket) => broker.app.server.emit('connection', socket))
   await new Promise<void>((resolve) => own.listen({ host: '127.0.0.1', port: 0 }, resolve))

@@ -41,11 +41,26 @@ t.test('list and describe', async (t) => {
   const list = (await app.inject({ url: '/v1/topics' })).json()
   const names = list.topics.map((x: { name: string }) => x.name)
   t.ok(names.indexOf('a-topic') < names.indexOf('b-topic'), 'sorted by name')
-  t.match(list.topics.find((x: { name: string }) => x.name === 'b-topic'), { partitions: 2, retentionMs: Number, createdAt: String })
+  t.match(
+    list.topics.find((x: { name: string }) => x.name === 'b-topic'),
+    { partitions: 2, retentionMs: Number, createdAt: String },
+  )
 
-  await app.inject({ method: 'POST', url: '/v1/topics/b-topic/messages', payload: { messages: [{ value: 1, partition: 1 }, { value: 2, partition: 1 }] } })
+  await app.inject({
+    method: 'POST',
+    url: '/v1/topics/b-topic/messages',
+    payload: {
+      messages: [
+        { value: 1, partition: 1 },
+        { value: 2, partition: 1 },
+      ],
+    },
+  })
   const detail = (await app.inject({ url: '/v1/topics/b-topic' })).json()
-  t.same(detail.partitionStats, [{ partition: 0, endOffset: 0 }, { partition: 1, endOffset: 2 }])
+  t.same(detail.partitionStats, [
+    { partition: 0, endOffset: 0 },
+    { partition: 1, endOffset: 2 },
+  ])
 })
 
 t.test('delete removes the topic and its messages', async (t) => {
@@ -58,7 +73,9 @@ t.test('delete removes the topic and its messages', async (t) => {
   const produce = await app.inject({ method: 'POST', url: '/v1/topics/doomed/messages', payload: { messages: [{ value: 'x' }] } })
   t.equal(produce.statusCode, 404, 'produce to a deleted topic is 404, even with its row cached')
   t.equal(produce.json().code, 'topic_not_found')
-  const { rows } = await broker.db.pool.query(`SELECT count(*)::int AS n FROM messages m LEFT JOIN topics t ON t.id = m.topic_id WHERE t.id IS NULL`)
+  const { rows } = await broker.db.pool.query(
+    `SELECT count(*)::int AS n FROM messages m LEFT JOIN topics t ON t.id = m.topic_id WHERE t.id IS NULL`,
+  )
   t.equal(rows[0].n, 0, 'no orphaned messages')
   t.equal((await app.inject({ method: 'DELETE', url: '/v1/topics/doomed' })).statusCode, 404)
 
@@ -82,15 +99,30 @@ t.test('bad input is a problem document and changes nothing', async (t) => {
     ['ok-name', { partitions: 1, retentionMs: -5 }, 'negative retention'],
   ]
   for (const [name, body, what] of cases) {
-    const res = await app.inject({ method: 'PUT', url: `/v1/topics/${encodeURIComponent(name)}`, payload: JSON.stringify(body), headers: { 'content-type': 'application/json' } })
+    const res = await app.inject({
+      method: 'PUT',
+      url: `/v1/topics/${encodeURIComponent(name)}`,
+      payload: JSON.stringify(body),
+      headers: { 'content-type': 'application/json' },
+    })
     t.equal(res.statusCode, 400, what)
     t.match(res.headers['content-type'], /^application\/problem\+json/, `${what}: content type`)
     t.match(res.json(), { status: 400, code: 'invalid_request', detail: String }, what)
   }
-  const syntax = await app.inject({ method: 'PUT', url: '/v1/topics/ok-name', payload: '{"partitions":', headers: { 'content-type': 'application/json' } })
+  const syntax = await app.inject({
+    method: 'PUT',
+    url: '/v1/topics/ok-name',
+    payload: '{"partitions":',
+    headers: { 'content-type': 'application/json' },
+  })
   t.equal(syntax.statusCode, 400)
   t.equal(syntax.json().code, 'invalid_json')
-  const media = await app.inject({ method: 'PUT', url: '/v1/topics/ok-name', payload: 'partitions=1', headers: { 'content-type': 'application/x-www-form-urlencoded' } })
+  const media = await app.inject({
+    method: 'PUT',
+    url: '/v1/topics/ok-name',
+    payload: 'partitions=1',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+  })
   t.equal(media.statusCode, 415)
   t.equal(media.json().code, 'unsupported_media_type')
   t.equal((await app.inject({ url: '/v1/topics/ok-name' })).statusCode, 404, 'nothing was created')
@@ -103,6 +135,8 @@ t.test('concurrent creators of one topic: one 201, the rest 200', async (t) => {
   const answers = await Promise.all(Array.from({ length: 8 }, () => put('raced', { partitions: 3 })))
   const codes = answers.map((a) => a.statusCode).sort()
   t.same(codes, [200, 200, 200, 200, 200, 200, 200, 201])
-  const { rows } = await broker.db.pool.query(`SELECT count(*)::int AS n FROM topic_partitions p JOIN topics t ON t.id = p.topic_id WHERE t.name = 'raced'`)
+  const { rows } = await broker.db.pool.query(
+    `SELECT count(*)::int AS n FROM topic_partitions p JOIN topics t ON t.id = p.topic_id WHERE t.name = 'raced'`,
+  )
   t.equal(rows[0].n, 3)
 })

@@ -19,7 +19,7 @@ import { waitUntil } from '../helpers/wait.ts'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
 // Several connections at once (a held transaction beside others): a server, not the embedded database.
-t.test('hookq_produce in the caller\'s own transaction', { skip: needsServer }, run)
+t.test("hookq_produce in the caller's own transaction", { skip: needsServer }, run)
 
 async function run(t: Test): Promise<void> {
   const { broker, url } = await startListeningBroker(t, { HOOKQ_OUTBOX_POLL_MS: '20' })
@@ -27,7 +27,10 @@ async function run(t: Test): Promise<void> {
   t.teardown(() => pool.end())
 
   async function call(method: string, p: string, body?: unknown): Promise<{ status: number; json: any }> {
-    const res = await fetch(`${url}${p}`, { method, ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }) })
+    const res = await fetch(`${url}${p}`, {
+      method,
+      ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
+    })
     const text = await res.text()
     return { status: res.status, json: text ? JSON.parse(text) : undefined }
   }
@@ -74,8 +77,11 @@ async function run(t: Test): Promise<void> {
     await inTransaction((c) => c.query(`SELECT hookq_produce('tx1', '{"n":2}', key => 'k', headers => '{"h":"v"}')`))
     await outboxEmpty()
     const stored = await messages('tx1', 2)
-    t.same(stored.map((m) => ({ partition: m.partition, offset: m.offset, key: m.key, value: m.value, headers: m.headers })),
-      [{ partition: partitionForKey('k', 2), offset: 0, key: 'k', value: { n: 2 }, headers: { h: 'v' } }], 'the committed message alone, on its key\'s partition')
+    t.same(
+      stored.map((m) => ({ partition: m.partition, offset: m.offset, key: m.key, value: m.value, headers: m.headers })),
+      [{ partition: partitionForKey('k', 2), offset: 0, key: 'k', value: { n: 2 }, headers: { h: 'v' } }],
+      "the committed message alone, on its key's partition",
+    )
     const pushed = await receiver.waitFor(1, 20_000)
     t.match(pushed[0]!.json, { topic: 'tx1', key: 'k', value: { n: 2 }, headers: { h: 'v' }, attempt: 1 })
   })
@@ -94,8 +100,11 @@ async function run(t: Test): Promise<void> {
     t.same(Object.keys(first!.value), ['z', 'a', 'm'], 'key order kept')
     const [push] = await receiver.waitFor(1, 20_000)
     t.ok(push!.body.includes(`"value":${text}`), 'pushed as the caller wrote it')
-    const delays = await pool.query(`SELECT extract(epoch from available_at - produced_at) * 1000 AS ms FROM messages m
-      JOIN topics t ON t.id = m.topic_id WHERE t.name = 'tx2' AND m."offset" = $1`, [later!.offset])
+    const delays = await pool.query(
+      `SELECT extract(epoch from available_at - produced_at) * 1000 AS ms FROM messages m
+      JOIN topics t ON t.id = m.topic_id WHERE t.name = 'tx2' AND m."offset" = $1`,
+      [later!.offset],
+    )
     t.equal(Number(delays.rows[0].ms), 1500, 'available 1500 ms after it was produced')
     const pushes = await receiver.waitFor(2, 20_000)
     const held = pushes.find((r) => (r.json as { value: unknown }).value === 'later')!
@@ -103,7 +112,7 @@ async function run(t: Test): Promise<void> {
     t.ok(held.receivedAt >= producedAt + 1500 - 5, `pushed ${held.receivedAt - producedAt} ms after it was produced (delay 1500)`)
   })
 
-  t.test('bad arguments raise a clear error that aborts the caller\'s transaction', async (t) => {
+  t.test("bad arguments raise a clear error that aborts the caller's transaction", async (t) => {
     await createTopic('tx3', 1)
     await pool.query('CREATE TABLE IF NOT EXISTS tx3_orders (id int PRIMARY KEY)')
     const cases: [string, unknown[], string, RegExp][] = [
@@ -122,17 +131,23 @@ async function run(t: Test): Promise<void> {
       try {
         await c.query('BEGIN')
         await c.query('INSERT INTO tx3_orders VALUES ($1)', [i])
-        const err = await c.query(sql, params).then(() => undefined, (e: { code: string; message: string }) => e)
+        const err = await c.query(sql, params).then(
+          () => undefined,
+          (e: { code: string; message: string }) => e,
+        )
         t.equal(err?.code, code, `${sql}: SQLSTATE ${code}`)
         t.match(err?.message, message)
-        const after = await c.query('SELECT 1').then(() => 'ran', (e: { code: string }) => e.code)
+        const after = await c.query('SELECT 1').then(
+          () => 'ran',
+          (e: { code: string }) => e.code,
+        )
         t.equal(after, '25P02', 'the transaction is aborted: nothing more runs in it')
       } finally {
         await c.query('ROLLBACK')
         c.release()
       }
     }
-    t.equal((await pool.query('SELECT count(*)::int AS n FROM tx3_orders')).rows[0].n, 0, 'the callers\' own writes rolled back')
+    t.equal((await pool.query('SELECT count(*)::int AS n FROM tx3_orders')).rows[0].n, 0, "the callers' own writes rolled back")
     t.equal(await outboxRows(), 0)
     t.same(await messages('tx3', 1), [])
   })
@@ -145,16 +160,33 @@ async function run(t: Test): Promise<void> {
     await held.query(`SELECT hookq_produce('tx4', '"held"', key => 'same')`)
     // Each of these would wait for the held transaction if the call had taken a lock they need;
     // a generous bound turns such a wait into a failure instead of a hang.
-    const bounded = <T>(p: Promise<T>, what: string) => Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what} waited for the open transaction`)), 15_000))])
+    const bounded = <T>(p: Promise<T>, what: string) =>
+      Promise.race([
+        p,
+        new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what} waited for the open transaction`)), 15_000)),
+      ])
     const http = await bounded(call('POST', '/v1/topics/tx4/messages', { messages: [{ value: 'http', key: 'same' }] }), 'HTTP produce')
     t.equal(http.status, 201)
     t.same(http.json.results, [{ partition: 0, offset: 0 }])
-    await bounded(inTransaction((c) => c.query(`SELECT hookq_produce('tx4', '"other caller"', key => 'same')`)), 'another caller')
-    await bounded(waitUntil(async () => (await messages('tx4', 1)).length === 2, 15_000, 'the other caller\'s message'), 'moving the other caller\'s message')
+    await bounded(
+      inTransaction((c) => c.query(`SELECT hookq_produce('tx4', '"other caller"', key => 'same')`)),
+      'another caller',
+    )
+    await bounded(
+      waitUntil(async () => (await messages('tx4', 1)).length === 2, 15_000, "the other caller's message"),
+      "moving the other caller's message",
+    )
     await held.query('COMMIT')
     await outboxEmpty()
-    t.same((await messages('tx4', 1)).map((m) => [m.offset, m.value]), [[0, 'http'], [1, 'other caller'], [2, 'held']],
-      'dense offsets in commit order: the held message comes after those committed before it')
+    t.same(
+      (await messages('tx4', 1)).map((m) => [m.offset, m.value]),
+      [
+        [0, 'http'],
+        [1, 'other caller'],
+        [2, 'held'],
+      ],
+      'dense offsets in commit order: the held message comes after those committed before it',
+    )
   })
 
   t.test('idempotency keys deduplicate across HTTP produce and hookq_produce', async (t) => {
@@ -176,7 +208,7 @@ async function run(t: Test): Promise<void> {
     t.same(values, ['http first', 'sql first', 'sql twice'])
   })
 
-  t.test('concurrent SQL and HTTP producers: dense offsets, each producer\'s messages in its commit order', async (t) => {
+  t.test("concurrent SQL and HTTP producers: dense offsets, each producer's messages in its commit order", async (t) => {
     const partitions = 3
     await createTopic('tx6', partitions)
     const sqlWriters = 8
@@ -187,7 +219,8 @@ async function run(t: Test): Promise<void> {
         // 1 to 3 messages per transaction; every transaction commits before the next begins.
         const n = 1 + ((w + i) % 3)
         await inTransaction(async (c) => {
-          for (let j = 0; j < n; j++) await c.query('SELECT hookq_produce($1, $2, key => $3)', ['tx6', JSON.stringify({ w: `s${w}`, i, j }), `s${w}`])
+          for (let j = 0; j < n; j++)
+            await c.query('SELECT hookq_produce($1, $2, key => $3)', ['tx6', JSON.stringify({ w: `s${w}`, i, j }), `s${w}`])
         })
       }
     })
@@ -205,14 +238,22 @@ async function run(t: Test): Promise<void> {
     t.equal(stored.length, expected, 'every message once')
     for (let p = 0; p < partitions; p++) {
       const offsets = stored.filter((m) => m.partition === p).map((m) => m.offset)
-      t.same(offsets, offsets.map((_, i) => i), `partition ${p}: offsets 0..${offsets.length - 1} without a hole`)
+      t.same(
+        offsets,
+        offsets.map((_, i) => i),
+        `partition ${p}: offsets 0..${offsets.length - 1} without a hole`,
+      )
     }
     const byWriter = new Map<string, Stored[]>()
     for (const m of stored) byWriter.set(m.value.w, [...(byWriter.get(m.value.w) ?? []), m])
     for (const [w, list] of byWriter) {
       t.equal(new Set(list.map((m) => m.partition)).size, 1, `${w}: one partition (its key's)`)
       const order = list.sort((a, b) => a.offset - b.offset).map((m) => m.value.i * 10 + m.value.j)
-      t.same(order, [...order].sort((a, b) => a - b), `${w}: in the order its transactions committed`)
+      t.same(
+        order,
+        [...order].sort((a, b) => a - b),
+        `${w}: in the order its transactions committed`,
+      )
     }
   })
 
@@ -230,30 +271,46 @@ async function run(t: Test): Promise<void> {
     t.same(await messages('tx7', 1), [], 'not moved while no mover runs')
     broker.outbox.start()
     await outboxEmpty()
-    t.same((await messages('tx7', 1)).map((m) => m.value), ['waits'])
+    t.same(
+      (await messages('tx7', 1)).map((m) => m.value),
+      ['waits'],
+    )
     t.equal(await gauge(), 0, 'back to 0 once moved')
   })
 
-  t.test('the README\'s examples, run as files: the order and its message commit together', async (t) => {
+  t.test("the README's examples, run as files: the order and its message commit together", async (t) => {
     await createTopic('orders', 2)
     const readme = await readFile(path.join(root, 'README.md'), 'utf8')
-    for (const [file, runner] of [['examples/produce-in-transaction.mjs', []], ['examples/produce-in-transaction-prisma.ts', ['--import', 'tsx']]] as const) {
+    for (const [file, runner] of [
+      ['examples/produce-in-transaction.mjs', []],
+      ['examples/produce-in-transaction-prisma.ts', ['--import', 'tsx']],
+    ] as const) {
       const text = await readFile(path.join(root, file), 'utf8')
       const shown = new RegExp(`<!-- ${file.replace(/[.]/g, '\\.')} -->\\n\`\`\`(?:js|ts)\\n([\\s\\S]*?)\`\`\`\\n`).exec(readme)?.[1]
       t.equal(shown, text, `the README shows ${file} exactly`)
       const child = spawn(process.execPath, [...runner, file], {
-        cwd: root, env: { PATH: process.env.PATH ?? '', DATABASE_URL: broker.databaseUrl }, stdio: ['ignore', 'pipe', 'pipe'],
+        cwd: root,
+        env: { PATH: process.env.PATH ?? '', DATABASE_URL: broker.databaseUrl },
+        stdio: ['ignore', 'pipe', 'pipe'],
       })
       let out = ''
-      child.stdout.on('data', (d) => { out += d })
-      child.stderr.on('data', (d) => { out += d })
+      child.stdout.on('data', (d) => {
+        out += d
+      })
+      child.stderr.on('data', (d) => {
+        out += d
+      })
       const code = await new Promise<number | null>((resolve) => child.on('exit', resolve))
       t.equal(code, 0, `${file} ran: ${out}`)
       const id = /order (o-\d+) stored/.exec(out)?.[1]
       t.ok(id, 'it printed the order id')
       await outboxEmpty()
       const stored = (await messages('orders', 2)).filter((m) => m.key === id)
-      t.same(stored.map((m) => m.value), [{ type: 'order.created', order: { id, total: 42.5 } }], 'one message for the order')
+      t.same(
+        stored.map((m) => m.value),
+        [{ type: 'order.created', order: { id, total: 42.5 } }],
+        'one message for the order',
+      )
       t.equal((await pool.query('SELECT count(*)::int AS n FROM orders WHERE id = $1', [id])).rows[0].n, 1, 'and the order row')
     }
   })

@@ -22,7 +22,9 @@ t.test('attempt numbers strictly increase per message across SIGKILLs, and maxDe
     env = { HOOKQ_DATA_DIR: dataDir }
   }
   let broker: BrokerProcess = await spawnBroker(env, 60_000)
-  t.teardown(() => { broker.child.kill('SIGKILL') })
+  t.teardown(() => {
+    broker.child.kill('SIGKILL')
+  })
 
   const pushes: { offset: number; attempt: number }[] = []
   const receiver = await startReceiver(t, (req) => {
@@ -35,11 +37,22 @@ t.test('attempt numbers strictly increase per message across SIGKILLs, and maxDe
   t.equal((await call(broker.url, 'PUT', '/v1/topics/a', { partitions: 1 })).status, 201)
   // A long ack deadline: within one process's life nothing is retried, so every later attempt
   // comes from a restart, which must count the attempts the killed process made.
-  t.equal((await call(broker.url, 'PUT', '/v1/groups/g', {
-    topic: 'a', ackTimeoutMs: 60_000, maxDeliveries: MAX_DELIVERIES, maxInFlight: 100,
-  })).status, 201)
+  t.equal(
+    (
+      await call(broker.url, 'PUT', '/v1/groups/g', {
+        topic: 'a',
+        ackTimeoutMs: 60_000,
+        maxDeliveries: MAX_DELIVERIES,
+        maxInFlight: 100,
+      })
+    ).status,
+    201,
+  )
   t.equal((await call(broker.url, 'POST', '/v1/groups/g/consumers', { url: receiver.url })).status, 201)
-  t.equal((await call(broker.url, 'POST', '/v1/topics/a/messages', { messages: Array.from({ length: TOTAL }, (_, i) => ({ value: i })) })).status, 201)
+  t.equal(
+    (await call(broker.url, 'POST', '/v1/topics/a/messages', { messages: Array.from({ length: TOTAL }, (_, i) => ({ value: i })) })).status,
+    201,
+  )
 
   // Each round: every message pushed once more, then the broker killed at once.
   for (let round = 1; round <= MAX_DELIVERIES + 1; round++) {
@@ -50,8 +63,11 @@ t.test('attempt numbers strictly increase per message across SIGKILLs, and maxDe
     broker = await spawnBroker(env, 60_000)
   }
   // After the last restart every message has had its maxDeliveries: each is dead-lettered, not pushed.
-  await waitUntil(async () => (await call(broker.url, 'GET', '/v1/groups/g')).json.partitions[0].lag === 0, 30_000,
-    'every message dead-lettered after its last attempt')
+  await waitUntil(
+    async () => (await call(broker.url, 'GET', '/v1/groups/g')).json.partitions[0].lag === 0,
+    30_000,
+    'every message dead-lettered after its last attempt',
+  )
 
   const seen = new Map<number, number[]>()
   for (const p of pushes) seen.set(p.offset, [...(seen.get(p.offset) ?? []), p.attempt])

@@ -8,13 +8,28 @@ import { runBrokerToExit } from '../helpers/process.ts'
 
 t.test('defaults', async (t) => {
   const c = loadConfig({})
-  t.match(c, { host: '127.0.0.1', port: 8080, databaseUrl: undefined, dataDir: './data', maxMessageBytes: 1048576, maxRequestBytes: 10485760, apiKeys: [], pushWindowInitial: 8, pushWindowMax: 1000, logRequests: false })
+  t.match(c, {
+    host: '127.0.0.1',
+    port: 8080,
+    databaseUrl: undefined,
+    dataDir: './data',
+    maxMessageBytes: 1048576,
+    maxRequestBytes: 10485760,
+    apiKeys: [],
+    pushWindowInitial: 8,
+    pushWindowMax: 1000,
+    logRequests: false,
+  })
   t.equal(loadConfig({ HOOKQ_LOG_REQUESTS: 'yes' }).logRequests, true)
   t.equal(loadConfig({ HOOKQ_ADVERTISE_URL: 'http://10.0.0.5:8080/' }).advertiseUrl, 'http://10.0.0.5:8080')
   t.match(loadConfig({}), { advertiseUrl: undefined, clusterPollMs: 1000 })
   t.match(loadConfig({ HOOKQ_LEADER_POLL_MS: '300' }), { clusterPollMs: 300 }, 'the old name still works')
   t.match(loadConfig({}), { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, keepAliveTimeoutMs: 5000 })
-  t.match(loadConfig({ HOOKQ_REQUEST_TIMEOUT_MS: '2000' }), { requestTimeoutMs: 2000, headersTimeoutMs: 2000 }, 'headers default to at most the request timeout')
+  t.match(
+    loadConfig({ HOOKQ_REQUEST_TIMEOUT_MS: '2000' }),
+    { requestTimeoutMs: 2000, headersTimeoutMs: 2000 },
+    'headers default to at most the request timeout',
+  )
 })
 
 t.test('bad values are refused with the variable named', async (t) => {
@@ -35,11 +50,17 @@ t.test('bad values are refused with the variable named', async (t) => {
     [{ HOOKQ_REQUEST_TIMEOUT_MS: '0' }, /HOOKQ_REQUEST_TIMEOUT_MS must be a whole number from 100 to 3600000, got 0/],
     [{ HOOKQ_HEADERS_TIMEOUT_MS: '10s' }, /HOOKQ_HEADERS_TIMEOUT_MS must be a whole number from 100/],
     [{ HOOKQ_KEEP_ALIVE_TIMEOUT_MS: '-1' }, /HOOKQ_KEEP_ALIVE_TIMEOUT_MS must be a whole number from 100/],
-    [{ HOOKQ_REQUEST_TIMEOUT_MS: '1000', HOOKQ_HEADERS_TIMEOUT_MS: '2000' }, /HOOKQ_HEADERS_TIMEOUT_MS \(2000\) must not exceed HOOKQ_REQUEST_TIMEOUT_MS \(1000\)/],
+    [
+      { HOOKQ_REQUEST_TIMEOUT_MS: '1000', HOOKQ_HEADERS_TIMEOUT_MS: '2000' },
+      /HOOKQ_HEADERS_TIMEOUT_MS \(2000\) must not exceed HOOKQ_REQUEST_TIMEOUT_MS \(1000\)/,
+    ],
   ]
   for (const [env, message] of bad) t.throws(() => loadConfig(env), { name: 'ConfigError', message }, JSON.stringify(env))
   t.ok(new ConfigError('x') instanceof Error)
-  t.same(loadConfig({ HOOKQ_API_KEYS: ' a, b ,,' }).apiKeys, [{ key: 'a', scopes: ['admin'] }, { key: 'b', scopes: ['admin'] }])
+  t.same(loadConfig({ HOOKQ_API_KEYS: ' a, b ,,' }).apiKeys, [
+    { key: 'a', scopes: ['admin'] },
+    { key: 'b', scopes: ['admin'] },
+  ])
 })
 
 t.test('the broker refuses to start on a bad value, saying why, with exit code 2', async (t) => {
@@ -87,7 +108,13 @@ t.test('start-up failures say why in one line, with exit code 1', async (t) => {
   await new Promise<void>((r) => gone.listen(0, '127.0.0.1', r))
   const gonePort = (gone.address() as net.AddressInfo).port
   await new Promise<void>((r) => gone.close(() => r()))
-  const noDb = await runBrokerToExit({ DATABASE_URL: `postgresql://postgres@127.0.0.1:${gonePort}/x`, HOST: '127.0.0.1', PORT: '0' }, 60_000)
+  const noDb = await runBrokerToExit(
+    { DATABASE_URL: `postgresql://postgres@127.0.0.1:${gonePort}/x`, HOST: '127.0.0.1', PORT: '0' },
+    60_000,
+  )
   t.equal(noDb.code, 1, 'no PostgreSQL: exit 1')
-  oneLine(noDb.output, new RegExp(`^hookq: cannot start: PostgreSQL does not answer at 127\\.0\\.0\\.1:${gonePort} \\(ECONNREFUSED\\)`, 'm'))
+  oneLine(
+    noDb.output,
+    new RegExp(`^hookq: cannot start: PostgreSQL does not answer at 127\\.0\\.0\\.1:${gonePort} \\(ECONNREFUSED\\)`, 'm'),
+  )
 })

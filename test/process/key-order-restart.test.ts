@@ -7,107 +7,167 @@ import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/
 import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
-t.test('SIGKILL mid-stream keeps one message per key outstanding', { skip: databaseServerUrl ? false : 'needs a PostgreSQL server (set DATABASE_URL)' }, async (t) => {
-  const env = { DATABASE_URL: (await testDatabase(t)).url }
-  let broker: BrokerProcess = await spawnBroker(env, 60_000)
-  t.teardown(() => { broker.child.kill('SIGKILL') })
-  let base = broker.url
+t.test(
+  'SIGKILL mid-stream keeps one message per key outstanding',
+  { skip: databaseServerUrl ? false : 'needs a PostgreSQL server (set DATABASE_URL)' },
+  async (t) => {
+    const env = { DATABASE_URL: (await testDatabase(t)).url }
+    let broker: BrokerProcess = await spawnBroker(env, 60_000)
+    t.teardown(() => {
+      broker.child.kill('SIGKILL')
+    })
+    let base = broker.url
 
-  interface Push { key: string; offset: number; deliveryId: string }
-  /** Per key, the offset pushed and not yet acked by this consumer (it counts from sending the ack: the broker may push the next before the ack's answer is back here). */
-  const out = new Map<string, number>()
-  const overlaps: string[] = []
-  const acked = new Map<string, number[]>()
-  let generation = 1
-  // Answers 200 at once and acks a little later over HTTP, like a consumer library. A message of a
-  // key pushed while another offset of that key is still unacked breaks the rule; after the kill
-  // the unacked ones are pushed again (the same offset), which is allowed.
-  const receiver = await startReceiver(t, (req: Received) => {
-    const p = req.json as Push
-    const holding = out.get(p.key)
-    if (holding !== undefined && holding !== p.offset) overlaps.push(`${p.key}@${p.offset} while ${holding} was out (generation ${generation})`)
-    out.set(p.key, p.offset)
-    const target = base
-    setTimeout(() => {
-      if (out.get(p.key) === p.offset) out.delete(p.key)
-      call(target, 'POST', '/v1/groups/g/acks', { deliveryIds: [p.deliveryId] }).then((r) => {
-        if (r.status !== 200 || r.json.results[0].status !== 'acked') return
-        acked.set(p.key, [...(acked.get(p.key) ?? []), p.offset])
-      }).catch(() => {}) // the broker was killed: this ack's outcome is unknown, the message comes again
-    }, 5 + Math.floor(Math.random() * 20))
-    return { status: 200 }
-  })
+    interface Push {
+      key: string
+      offset: number
+      deliveryId: string
+    }
+    /** Per key, the offset pushed and not yet acked by this consumer (it counts from sending the ack: the broker may push the next before the ack's answer is back here). */
+    const out = new Map<string, number>()
+    const overlaps: string[] = []
+    const acked = new Map<string, number[]>()
+    let generation = 1
+    // Answers 200 at once and acks a little later over HTTP, like a consumer library. A message of a
+    // key pushed while another offset of that key is still unacked breaks the rule; after the kill
+    // the unacked ones are pushed again (the same offset), which is allowed.
+    const receiver = await startReceiver(t, (req: Received) => {
+      const p = req.json as Push
+      const holding = out.get(p.key)
+      if (holding !== undefined && holding !== p.offset)
+        overlaps.push(`${p.key}@${p.offset} while ${holding} was out (generation ${generation})`)
+      out.set(p.key, p.offset)
+      const target = base
+      setTimeout(
+        () => {
+          if (out.get(p.key) === p.offset) out.delete(p.key)
+          call(target, 'POST', '/v1/groups/g/acks', { deliveryIds: [p.deliveryId] })
+            .then((r) => {
+              if (r.status !== 200 || r.json.results[0].status !== 'acked') return
+              acked.set(p.key, [...(acked.get(p.key) ?? []), p.offset])
+            })
+            .catch(() => {}) // the broker was killed: this ack's outcome is unknown, the message comes again
+        },
+        5 + Math.floor(Math.random() * 20),
+      )
+      return { status: 200 }
+    })
 
-  t.equal((await call(base, 'PUT', '/v1/topics/k', { partitions: 1 })).status, 201)
-  t.equal((await call(base, 'PUT', '/v1/groups/g', { topic: 'k', ordering: 'key', ackTimeoutMs: 3000, pushTimeoutMs: 2000, maxInFlight: 20 })).status, 201)
-  t.equal((await call(base, 'POST', '/v1/groups/g/consumers', { url: receiver.url })).status, 201)
-  const KEYS = 8
-  const TOTAL = 400
-  for (let i = 0; i < TOTAL; i += 50) {
-    const res = await call(base, 'POST', '/v1/topics/k/messages', { messages: Array.from({ length: 50 }, (_, j) => ({ key: `k${(i + j) % KEYS}`, value: i + j })) })
-    t.equal(res.status, 201)
-  }
-  const total = () => [...acked.values()].reduce((n, a) => n + a.length, 0)
-  await waitUntil(() => total() >= 100, 30_000, '100 acks before the kill')
-  broker.child.kill('SIGKILL')
-  t.equal(await broker.exited, 'SIGKILL')
-  // The pushes out at the kill were never acked: after the restart they come again.
-  out.clear()
-  generation = 2
-  broker = await spawnBroker(env, 60_000)
-  base = broker.url
-  await waitUntil(async () => {
-    const s = await call(base, 'GET', '/v1/groups/g')
-    return s.status === 200 && s.json.partitions[0].lag === 0
-  }, 60_000, 'everything completed after the restart')
+    t.equal((await call(base, 'PUT', '/v1/topics/k', { partitions: 1 })).status, 201)
+    t.equal(
+      (await call(base, 'PUT', '/v1/groups/g', { topic: 'k', ordering: 'key', ackTimeoutMs: 3000, pushTimeoutMs: 2000, maxInFlight: 20 }))
+        .status,
+      201,
+    )
+    t.equal((await call(base, 'POST', '/v1/groups/g/consumers', { url: receiver.url })).status, 201)
+    const KEYS = 8
+    const TOTAL = 400
+    for (let i = 0; i < TOTAL; i += 50) {
+      const res = await call(base, 'POST', '/v1/topics/k/messages', {
+        messages: Array.from({ length: 50 }, (_, j) => ({ key: `k${(i + j) % KEYS}`, value: i + j })),
+      })
+      t.equal(res.status, 201)
+    }
+    const total = () => [...acked.values()].reduce((n, a) => n + a.length, 0)
+    await waitUntil(() => total() >= 100, 30_000, '100 acks before the kill')
+    broker.child.kill('SIGKILL')
+    t.equal(await broker.exited, 'SIGKILL')
+    // The pushes out at the kill were never acked: after the restart they come again.
+    out.clear()
+    generation = 2
+    broker = await spawnBroker(env, 60_000)
+    base = broker.url
+    await waitUntil(
+      async () => {
+        const s = await call(base, 'GET', '/v1/groups/g')
+        return s.status === 200 && s.json.partitions[0].lag === 0
+      },
+      60_000,
+      'everything completed after the restart',
+    )
 
-  t.same(overlaps, [], 'never two messages of a key outstanding')
-  for (let k = 0; k < KEYS; k++) {
-    const offsets = acked.get(`k${k}`) ?? []
-    t.same(offsets, [...offsets].sort((a, b) => a - b), `k${k}: acked in offset order`)
-    t.equal(new Set(offsets).size, offsets.length, `k${k}: no message acked twice`)
-  }
-})
+    t.same(overlaps, [], 'never two messages of a key outstanding')
+    for (let k = 0; k < KEYS; k++) {
+      const offsets = acked.get(`k${k}`) ?? []
+      t.same(
+        offsets,
+        [...offsets].sort((a, b) => a - b),
+        `k${k}: acked in offset order`,
+      )
+      t.equal(new Set(offsets).size, offsets.length, `k${k}: no message acked twice`)
+    }
+  },
+)
 
-t.test('partitions moving between processes keep one message per key outstanding', { skip: databaseServerUrl ? false : 'needs a PostgreSQL server (set DATABASE_URL)' }, async (t) => {
-  const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }
-  const procs: BrokerProcess[] = []
-  t.teardown(() => { for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL') })
-  const spawn = async () => { const p = await spawnBroker(env, 60_000); procs.push(p); return p }
-  const [a, b] = await Promise.all([spawn(), spawn()]) as [BrokerProcess, BrokerProcess]
+t.test(
+  'partitions moving between processes keep one message per key outstanding',
+  { skip: databaseServerUrl ? false : 'needs a PostgreSQL server (set DATABASE_URL)' },
+  async (t) => {
+    const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }
+    const procs: BrokerProcess[] = []
+    t.teardown(() => {
+      for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
+    })
+    const spawn = async () => {
+      const p = await spawnBroker(env, 60_000)
+      procs.push(p)
+      return p
+    }
+    const [a, b] = (await Promise.all([spawn(), spawn()])) as [BrokerProcess, BrokerProcess]
 
-  // Auto mode: a push is outstanding until it is answered (20 ms here); a push of a key arriving
-  // while another offset of that key is still unanswered breaks the rule.
-  const overlaps: string[] = []
-  const receiver = await startReceiver(t, (req: Received) => {
-    const p = req.json as { key: string; offset: number; partition: number }
-    const open = receiver.requests.filter((q) => q !== req && !q.closed && (q.json as typeof p).key === p.key && (q.json as typeof p).offset !== p.offset)
-    if (open.length > 0) overlaps.push(`${p.key}@${p.partition}/${p.offset} while ${open.map((q) => (q.json as typeof p).offset).join(',')} open`)
-    return { status: 200, delayMs: 20 }
-  })
-  t.equal((await call(a.url, 'PUT', '/v1/topics/mk', { partitions: 6 })).status, 201)
-  t.equal((await call(a.url, 'PUT', '/v1/groups/mk-g', { topic: 'mk', ackMode: 'auto', ordering: 'key', maxInFlight: 50 })).status, 201)
-  t.equal((await call(a.url, 'POST', '/v1/groups/mk-g/consumers', { url: receiver.url })).status, 201)
-  const produce = async (from: number, n: number) => t.equal((await call(a.url, 'POST', '/v1/topics/mk/messages',
-    { messages: Array.from({ length: n }, (_, i) => ({ key: `k${(from + i) % 24}`, value: from + i })) })).status, 201)
+    // Auto mode: a push is outstanding until it is answered (20 ms here); a push of a key arriving
+    // while another offset of that key is still unanswered breaks the rule.
+    const overlaps: string[] = []
+    const receiver = await startReceiver(t, (req: Received) => {
+      const p = req.json as { key: string; offset: number; partition: number }
+      const open = receiver.requests.filter(
+        (q) => q !== req && !q.closed && (q.json as typeof p).key === p.key && (q.json as typeof p).offset !== p.offset,
+      )
+      if (open.length > 0)
+        overlaps.push(`${p.key}@${p.partition}/${p.offset} while ${open.map((q) => (q.json as typeof p).offset).join(',')} open`)
+      return { status: 200, delayMs: 20 }
+    })
+    t.equal((await call(a.url, 'PUT', '/v1/topics/mk', { partitions: 6 })).status, 201)
+    t.equal((await call(a.url, 'PUT', '/v1/groups/mk-g', { topic: 'mk', ackMode: 'auto', ordering: 'key', maxInFlight: 50 })).status, 201)
+    t.equal((await call(a.url, 'POST', '/v1/groups/mk-g/consumers', { url: receiver.url })).status, 201)
+    const produce = async (from: number, n: number) =>
+      t.equal(
+        (
+          await call(a.url, 'POST', '/v1/topics/mk/messages', {
+            messages: Array.from({ length: n }, (_, i) => ({ key: `k${(from + i) % 24}`, value: from + i })),
+          })
+        ).status,
+        201,
+      )
 
-  await produce(0, 200)
-  const d = await spawn() // partitions move to the newcomer while messages flow
-  for (let i = 1; i <= 4; i++) { await produce(i * 200, 200); await new Promise((r) => setTimeout(r, 100)) }
-  b.child.kill('SIGTERM') // and a leaver hands its partitions over
-  t.equal(await b.exited, 0)
-  await produce(1000, 200)
-  await waitUntil(async () => (await call(d.url, 'GET', '/v1/groups/mk-g')).json.partitions.every((p: { lag: number }) => p.lag === 0), 60_000, 'lag 0')
+    await produce(0, 200)
+    const d = await spawn() // partitions move to the newcomer while messages flow
+    for (let i = 1; i <= 4; i++) {
+      await produce(i * 200, 200)
+      await new Promise((r) => setTimeout(r, 100))
+    }
+    b.child.kill('SIGTERM') // and a leaver hands its partitions over
+    t.equal(await b.exited, 0)
+    await produce(1000, 200)
+    await waitUntil(
+      async () => (await call(d.url, 'GET', '/v1/groups/mk-g')).json.partitions.every((p: { lag: number }) => p.lag === 0),
+      60_000,
+      'lag 0',
+    )
 
-  t.same(overlaps, [], 'never two messages of a key outstanding, across the handovers')
-  const firsts = new Map<string, number[]>()
-  const seen = new Set<string>()
-  for (const r of receiver.requests) {
-    const p = r.json as { key: string; offset: number; partition: number }
-    if (seen.has(`${p.partition}/${p.offset}`)) continue
-    seen.add(`${p.partition}/${p.offset}`)
-    firsts.set(p.key, [...(firsts.get(p.key) ?? []), p.offset])
-  }
-  t.equal(seen.size, 1200, 'every message pushed')
-  t.ok([...firsts.values()].every((o) => o.every((x, i) => i === 0 || x > o[i - 1]!)), 'each key first pushed in offset order')
-})
+    t.same(overlaps, [], 'never two messages of a key outstanding, across the handovers')
+    const firsts = new Map<string, number[]>()
+    const seen = new Set<string>()
+    for (const r of receiver.requests) {
+      const p = r.json as { key: string; offset: number; partition: number }
+      if (seen.has(`${p.partition}/${p.offset}`)) continue
+      seen.add(`${p.partition}/${p.offset}`)
+      firsts.set(p.key, [...(firsts.get(p.key) ?? []), p.offset])
+    }
+    t.equal(seen.size, 1200, 'every message pushed')
+    t.ok(
+      [...firsts.values()].every((o) => o.every((x, i) => i === 0 || x > o[i - 1]!)),
+      'each key first pushed in offset order',
+    )
+  },
+)

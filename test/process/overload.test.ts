@@ -22,7 +22,12 @@ import { Pool } from 'undici'
 import { databaseServerUrl, testDatabase } from '../helpers/db.ts'
 import { spawnBroker } from '../helpers/process.ts'
 
-const KEYS = { bulk: 'bulk-key-0123456789abcdef', greedy: 'greedy-key-0123456789abcdef', polite: 'polite-key-0123456789abcdef', admin: 'admin-key-0123456789abcdef' }
+const KEYS = {
+  bulk: 'bulk-key-0123456789abcdef',
+  greedy: 'greedy-key-0123456789abcdef',
+  polite: 'polite-key-0123456789abcdef',
+  admin: 'admin-key-0123456789abcdef',
+}
 const LOAD_MS = 6000
 const MAX_CALLS_PER_LOOP = 20_000 // a bound on each loop besides the clock
 
@@ -38,30 +43,51 @@ async function rssBytes(pid: number): Promise<number> {
   return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)![1]) * 1024
 }
 
-interface Answer { client: string; status: number; retryAfter: string | undefined; code?: string; ms: number; values: string[]; results?: { partition: number; offset: number }[] }
+interface Answer {
+  client: string
+  status: number
+  retryAfter: string | undefined
+  code?: string
+  ms: number
+  values: string[]
+  results?: { partition: number; offset: number }[]
+}
 
 t.test('produce at several times capacity is shed with 429/503 and Retry-After; what is accepted keeps every guarantee', async (t) => {
   const env = await childDatabaseEnv(t)
-  const broker = await spawnBroker({
-    ...env,
-    HOOKQ_API_KEYS: `${KEYS.bulk}:produce,${KEYS.greedy}:produce,${KEYS.polite}:produce,${KEYS.admin}:admin`,
-    HOOKQ_RATE_LIMIT_PER_KEY: '20',
-    HOOKQ_COMMIT_MAX_PENDING_MESSAGES: '1000',
-  }, 60_000)
-  t.teardown(() => { broker.child.kill('SIGKILL') })
+  const broker = await spawnBroker(
+    {
+      ...env,
+      HOOKQ_API_KEYS: `${KEYS.bulk}:produce,${KEYS.greedy}:produce,${KEYS.polite}:produce,${KEYS.admin}:admin`,
+      HOOKQ_RATE_LIMIT_PER_KEY: '20',
+      HOOKQ_COMMIT_MAX_PENDING_MESSAGES: '1000',
+    },
+    60_000,
+  )
+  t.teardown(() => {
+    broker.child.kill('SIGKILL')
+  })
   const pools = new Map<string, Pool>()
   t.teardown(() => Promise.all([...pools.values()].map((p) => p.destroy())))
 
   const send = async (key: string, method: 'PUT' | 'POST' | 'GET', path: string, body?: unknown) => {
     let pool = pools.get(key)
-    if (!pool) pools.set(key, pool = new Pool(broker.url, { connections: 32 }))
+    if (!pool) pools.set(key, (pool = new Pool(broker.url, { connections: 32 })))
     const res = await pool.request({
-      method, path, headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-      ...(body ? { body: JSON.stringify(body) } : {}), headersTimeout: 30_000, bodyTimeout: 30_000,
+      method,
+      path,
+      headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+      headersTimeout: 30_000,
+      bodyTimeout: 30_000,
     })
     const text = await res.body.text()
     const retryAfter = res.headers['retry-after']
-    return { status: res.statusCode, json: text ? JSON.parse(text) : undefined, retryAfter: typeof retryAfter === 'string' ? retryAfter : undefined }
+    return {
+      status: res.statusCode,
+      json: text ? JSON.parse(text) : undefined,
+      retryAfter: typeof retryAfter === 'string' ? retryAfter : undefined,
+    }
   }
   t.equal((await send(KEYS.admin, 'PUT', '/v1/topics/flood', { partitions: 4 })).status, 201)
 
@@ -69,7 +95,14 @@ t.test('produce at several times capacity is shed with 429/503 and Retry-After; 
   for (let i = 0; i < 20; i++) await send(KEYS.polite, 'POST', '/v1/topics/flood/messages', { messages: [{ value: `warm-${i}` }] })
   const idleRss = await rssBytes(broker.child.pid!)
   let peakRss = idleRss
-  const sampler = setInterval(() => { rssBytes(broker.child.pid!).then((b) => { peakRss = Math.max(peakRss, b) }, () => {}) }, 100)
+  const sampler = setInterval(() => {
+    rssBytes(broker.child.pid!).then(
+      (b) => {
+        peakRss = Math.max(peakRss, b)
+      },
+      () => {},
+    )
+  }, 100)
   t.teardown(() => clearInterval(sampler))
 
   const answers: Answer[] = []
@@ -79,7 +112,15 @@ t.test('produce at several times capacity is shed with 429/503 and Retry-After; 
     const values = Array.from({ length: n }, () => `${client}-${seq++}`)
     const started = performance.now()
     const res = await send(KEYS[client], 'POST', '/v1/topics/flood/messages', { messages: values.map((value) => ({ value })) })
-    answers.push({ client, status: res.status, retryAfter: res.retryAfter, code: res.json?.code, ms: performance.now() - started, values, results: res.json?.results })
+    answers.push({
+      client,
+      status: res.status,
+      retryAfter: res.retryAfter,
+      code: res.json?.code,
+      ms: performance.now() - started,
+      values,
+      results: res.json?.results,
+    })
   }
   const loop = async (client: keyof typeof KEYS, n: number, pauseMs = 0) => {
     for (let i = 0; i < MAX_CALLS_PER_LOOP && Date.now() < until; i++) {
@@ -94,33 +135,54 @@ t.test('produce at several times capacity is shed with 429/503 and Retry-After; 
   ])
   clearInterval(sampler)
 
-  const by = (client: string, status?: number) => answers.filter((a) => a.client === client && (status === undefined || a.status === status))
+  const by = (client: string, status?: number) =>
+    answers.filter((a) => a.client === client && (status === undefined || a.status === status))
   const accepted = answers.filter((a) => a.status === 201)
   const acceptedMessages = accepted.reduce((n, a) => n + a.values.length, 0)
   const offeredMessages = answers.reduce((n, a) => n + a.values.length, 0)
   const latencies = accepted.map((a) => a.ms).sort((a, b) => a - b)
   const p99 = latencies[Math.floor(latencies.length * 0.99)] ?? 0
-  t.comment(`offered ${offeredMessages} messages in ${answers.length} calls over ${LOAD_MS} ms; accepted ${acceptedMessages} ` +
-    `(${(offeredMessages / Math.max(1, acceptedMessages)).toFixed(1)}x); bulk 503: ${by('bulk', 503).length}/${by('bulk').length}, ` +
-    `greedy 429: ${by('greedy', 429).length}/${by('greedy').length}, polite 201: ${by('polite', 201).length}/${by('polite').length}; ` +
-    `p99 of accepted calls ${p99.toFixed(0)} ms; RSS idle ${(idleRss / 2 ** 20).toFixed(0)} MiB, peak ${(peakRss / 2 ** 20).toFixed(0)} MiB`)
+  t.comment(
+    `offered ${offeredMessages} messages in ${answers.length} calls over ${LOAD_MS} ms; accepted ${acceptedMessages} ` +
+      `(${(offeredMessages / Math.max(1, acceptedMessages)).toFixed(1)}x); bulk 503: ${by('bulk', 503).length}/${by('bulk').length}, ` +
+      `greedy 429: ${by('greedy', 429).length}/${by('greedy').length}, polite 201: ${by('polite', 201).length}/${by('polite').length}; ` +
+      `p99 of accepted calls ${p99.toFixed(0)} ms; RSS idle ${(idleRss / 2 ** 20).toFixed(0)} MiB, peak ${(peakRss / 2 ** 20).toFixed(0)} MiB`,
+  )
 
   // Shedding, and nothing else.
   const others = answers.filter((a) => ![201, 429, 503].includes(a.status))
-  t.same(others.map((a) => `${a.status} ${a.code}`), [], 'every call was accepted (201) or shed (429/503)')
+  t.same(
+    others.map((a) => `${a.status} ${a.code}`),
+    [],
+    'every call was accepted (201) or shed (429/503)',
+  )
   const shed = answers.filter((a) => a.status !== 201)
-  t.ok(shed.every((a) => a.retryAfter !== undefined && Number(a.retryAfter) >= 1), 'every refusal carries Retry-After')
+  t.ok(
+    shed.every((a) => a.retryAfter !== undefined && Number(a.retryAfter) >= 1),
+    'every refusal carries Retry-After',
+  )
   t.ok(by('bulk', 503).length >= 5, `the bulk client past the commit backlog gets 503 (${by('bulk', 503).length} times)`)
-  t.ok(by('bulk', 201).length < by('bulk').length / 2, 'most of the bulk client\'s calls are shed')
+  t.ok(by('bulk', 201).length < by('bulk').length / 2, "most of the bulk client's calls are shed")
   t.ok(by('greedy', 429).length > by('greedy').length / 2, 'the greedy client past its rate mostly gets 429')
-  t.ok(answers.filter((a) => a.status === 429).every((a) => a.code === 'rate_limited'), '429 is rate_limited')
-  t.ok(answers.filter((a) => a.status === 503).every((a) => a.code === 'overloaded'), '503 is overloaded')
-  t.equal(by('polite', 429).length, 0, 'the polite client is never rate-limited by the others\' load')
+  t.ok(
+    answers.filter((a) => a.status === 429).every((a) => a.code === 'rate_limited'),
+    '429 is rate_limited',
+  )
+  t.ok(
+    answers.filter((a) => a.status === 503).every((a) => a.code === 'overloaded'),
+    '503 is overloaded',
+  )
+  t.equal(by('polite', 429).length, 0, "the polite client is never rate-limited by the others' load")
   // A share, not a count: how many calls fit in the load window depends on the machine's speed.
   // (80-90% here; 62% with four test files at once on two cores; a starved client gets ~none.)
-  t.ok(by('polite', 201).length >= 3 && by('polite', 201).length >= by('polite').length / 3,
-    `the polite client got its calls through (${by('polite', 201).length} of ${by('polite').length})`)
-  t.ok(offeredMessages >= 3 * acceptedMessages, `offered load was several times what was accepted (${offeredMessages} vs ${acceptedMessages})`)
+  t.ok(
+    by('polite', 201).length >= 3 && by('polite', 201).length >= by('polite').length / 3,
+    `the polite client got its calls through (${by('polite', 201).length} of ${by('polite').length})`,
+  )
+  t.ok(
+    offeredMessages >= 3 * acceptedMessages,
+    `offered load was several times what was accepted (${offeredMessages} vs ${acceptedMessages})`,
+  )
 
   // Bounded: memory near idle, accepted calls answered in bounded time.
   t.ok(peakRss - idleRss < 256 * 2 ** 20, `memory stayed bounded: +${((peakRss - idleRss) / 2 ** 20).toFixed(0)} MiB over idle`)
@@ -147,7 +209,11 @@ t.test('produce at several times capacity is shed with 429/503 and Retry-After; 
   }
   t.equal(holes, 0, 'offsets are dense in every partition')
   let misplaced = 0
-  for (const a of accepted) a.values.forEach((v, i) => { const r = a.results![i]!; if (stored.get(`${r.partition}:${r.offset}`) !== v) misplaced++ })
+  for (const a of accepted)
+    a.values.forEach((v, i) => {
+      const r = a.results![i]!
+      if (stored.get(`${r.partition}:${r.offset}`) !== v) misplaced++
+    })
   t.equal(misplaced, 0, 'every accepted message is at the coordinates it was answered with')
   const refusedValues = new Set(shed.flatMap((a) => a.values))
   t.equal([...stored.values()].filter((v) => refusedValues.has(v)).length, 0, 'no refused message was stored')

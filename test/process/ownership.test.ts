@@ -18,7 +18,9 @@ const PARTITIONS = 6
 async function holders(c: pg.Client, group: string): Promise<Map<number, number[]>> {
   const { rows } = await c.query<{ partition: number; pid: number }>(
     `SELECT l.objid::int AS partition, l.pid FROM pg_locks l JOIN consumer_groups g ON l.classid::bigint = $2 + g.id
-     WHERE g.name = $1 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1`, [group, 0x48000000])
+     WHERE g.name = $1 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1`,
+    [group, 0x48000000],
+  )
   const out = new Map<number, number[]>()
   for (const r of rows) out.set(r.partition, [...(out.get(r.partition) ?? []), r.pid])
   return out
@@ -28,7 +30,8 @@ async function holders(c: pg.Client, group: string): Promise<Map<number, number[
 async function memberPids(c: pg.Client): Promise<Map<string, number>> {
   const { rows } = await c.query<{ url: string; pid: number }>(
     `SELECT m.url, m.backend_pid AS pid FROM broker_members m JOIN pg_locks l ON l.pid = m.backend_pid
-     AND l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted`)
+     AND l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted`,
+  )
   return new Map(rows.map((r) => [r.url, r.pid]))
 }
 
@@ -48,14 +51,20 @@ async function cluster(t: Test) {
   t.teardown(() => c.end())
   const env = { DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }
   const procs: BrokerProcess[] = []
-  t.teardown(() => { for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL') })
-  const spawn = async () => { const p = await spawnBroker(env, 60_000); procs.push(p); return p }
+  t.teardown(() => {
+    for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
+  })
+  const spawn = async () => {
+    const p = await spawnBroker(env, 60_000)
+    procs.push(p)
+    return p
+  }
   return { c, spawn }
 }
 
-t.test('every process pushes its share; a killed one\'s partitions move', { skip: needsServer }, async (t) => {
+t.test("every process pushes its share; a killed one's partitions move", { skip: needsServer }, async (t) => {
   const { c, spawn } = await cluster(t)
-  const [a, b, d] = await Promise.all([spawn(), spawn(), spawn()]) as [BrokerProcess, BrokerProcess, BrokerProcess]
+  const [a, b, d] = (await Promise.all([spawn(), spawn(), spawn()])) as [BrokerProcess, BrokerProcess, BrokerProcess]
 
   // An explicit group and an ordered auto group, on one topic. The ordered group's receiver checks,
   // at every push, that no other push of the same partition is still unanswered.
@@ -64,7 +73,10 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
   const orderedReceiver = await startReceiver(t, (req: Received) => {
     const p = req.headers['hookq-partition']
     const open = orderedReceiver.requests.filter((r) => r !== req && !r.closed && r.headers['hookq-partition'] === p)
-    if (open.length > 0) overlaps.push(`partition ${String(p)}: offset ${String(req.headers['hookq-offset'])} while ${open.map((r) => r.headers['hookq-offset']).join(',')} out`)
+    if (open.length > 0)
+      overlaps.push(
+        `partition ${String(p)}: offset ${String(req.headers['hookq-offset'])} while ${open.map((r) => r.headers['hookq-offset']).join(',')} out`,
+      )
     return { status: 200, delayMs: 5 }
   })
   t.equal((await call(a.url, 'PUT', '/v1/topics/own', { partitions: PARTITIONS })).status, 201)
@@ -96,7 +108,9 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
   let sampling = true
   const sampler = (async () => {
     while (sampling) {
-      const { rows } = await c.query<{ g: number; p: number; o: string }>('SELECT group_id AS g, partition AS p, committed_offset::text AS o FROM group_offsets')
+      const { rows } = await c.query<{ g: number; p: number; o: string }>(
+        'SELECT group_id AS g, partition AS p, committed_offset::text AS o FROM group_offsets',
+      )
       for (const r of rows) {
         const k = `${r.g}:${r.p}`
         if (Number(r.o) < (last.get(k) ?? 0)) backwards.push(`${k}: ${last.get(k)} → ${r.o}`)
@@ -106,20 +120,32 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
     }
   })()
 
-  const produce = async (via: BrokerProcess, from: number, n: number) => t.equal((await call(via.url, 'POST', '/v1/topics/own/messages',
-    { messages: Array.from({ length: n }, (_, i) => ({ key: `k${from + i}`, value: from + i })) })).status, 201)
+  const produce = async (via: BrokerProcess, from: number, n: number) =>
+    t.equal(
+      (
+        await call(via.url, 'POST', '/v1/topics/own/messages', {
+          messages: Array.from({ length: n }, (_, i) => ({ key: `k${from + i}`, value: from + i })),
+        })
+      ).status,
+      201,
+    )
   const values = () => new Set(receiver.requests.map((r) => (r.json as { value: number }).value))
   await produce(b, 0, 60)
   await waitUntil(() => values().size === 60, 20_000, 'all 60 pushed')
   const shares = await Promise.all([a, b, d].map(pushesOf))
-  t.ok(shares.every((n) => n > 0), `every process pushed its share (${shares.join(', ')})`)
+  t.ok(
+    shares.every((n) => n > 0),
+    `every process pushed its share (${shares.join(', ')})`,
+  )
 
   // Acks through one process, the ids of every partition in one call: each owner gets its own.
   const acked = new Set<number>()
   const ackAll = async (via: BrokerProcess) => {
     const pending = receiver.requests.filter((r) => !acked.has((r.json as { value: number }).value))
     if (pending.length === 0) return
-    const res = await call(via.url, 'POST', '/v1/groups/own-g/acks', { deliveryIds: pending.map((r) => (r.json as { deliveryId: string }).deliveryId) })
+    const res = await call(via.url, 'POST', '/v1/groups/own-g/acks', {
+      deliveryIds: pending.map((r) => (r.json as { deliveryId: string }).deliveryId),
+    })
     if (res.status === 503) return // a partition moving: asked again
     t.equal(res.status, 200, 'acks answered')
     res.json.results.forEach((r: { status: string; deliveryId: string }, i: number) => {
@@ -140,21 +166,42 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
   a.child.kill('SIGKILL')
   await a.exited
   const killedAt = Date.now()
-  await waitUntil(() => spread([b, d]), 60_000, 'the killed process\'s partitions taken by the others, 3 each')
+  await waitUntil(() => spread([b, d]), 60_000, "the killed process's partitions taken by the others, 3 each")
   t.pass(`partitions moved in ${Date.now() - killedAt} ms`)
   await produce(d, 120, 30)
   await waitUntil(() => values().size === 150, 30_000, 'all 150 values pushed')
-  await waitUntil(async () => { await ackAll(b); return acked.size === 150 }, 30_000, 'all 150 acked', 300)
-  await waitUntil(async () => (await call(b.url, 'GET', '/v1/groups/own-g')).json.partitions.every((p: { lag: number }) => p.lag === 0),
-    30_000, 'lag 0 after the move')
-  await waitUntil(async () => (await call(b.url, 'GET', '/v1/groups/own-o')).json.partitions.every((p: { lag: number }) => p.lag === 0),
-    30_000, 'the ordered group drained too')
+  await waitUntil(
+    async () => {
+      await ackAll(b)
+      return acked.size === 150
+    },
+    30_000,
+    'all 150 acked',
+    300,
+  )
+  await waitUntil(
+    async () => (await call(b.url, 'GET', '/v1/groups/own-g')).json.partitions.every((p: { lag: number }) => p.lag === 0),
+    30_000,
+    'lag 0 after the move',
+  )
+  await waitUntil(
+    async () => (await call(b.url, 'GET', '/v1/groups/own-o')).json.partitions.every((p: { lag: number }) => p.lag === 0),
+    30_000,
+    'the ordered group drained too',
+  )
   sampling = false
   await sampler
 
   const pushes = new Map<number, number>()
-  for (const r of receiver.requests) { const v = (r.json as { value: number }).value; pushes.set(v, (pushes.get(v) ?? 0) + 1) }
-  t.same([...ackedBeforeKill].filter((v) => pushes.get(v) !== 1), [], 'nothing acked before the kill was pushed again')
+  for (const r of receiver.requests) {
+    const v = (r.json as { value: number }).value
+    pushes.set(v, (pushes.get(v) ?? 0) + 1)
+  }
+  t.same(
+    [...ackedBeforeKill].filter((v) => pushes.get(v) !== 1),
+    [],
+    'nothing acked before the kill was pushed again',
+  )
   t.same(backwards, [], 'committed offsets never moved back')
   t.same(overlaps, [], 'the ordered group never had two pushes of a partition out at once')
   const orderedValues = new Set(orderedReceiver.requests.map((r) => Number(r.body)))
@@ -171,7 +218,7 @@ t.test('every process pushes its share; a killed one\'s partitions move', { skip
 
 t.test('acks under way while partitions move: none is lost, nothing acked is pushed again', { skip: needsServer }, async (t) => {
   const { c, spawn } = await cluster(t)
-  const [a, b] = await Promise.all([spawn(), spawn()]) as [BrokerProcess, BrokerProcess]
+  const [a, b] = (await Promise.all([spawn(), spawn()])) as [BrokerProcess, BrokerProcess]
   const receiver = await startReceiver(t)
   t.equal((await call(a.url, 'PUT', '/v1/topics/mv', { partitions: PARTITIONS })).status, 201)
   t.equal((await call(a.url, 'PUT', '/v1/groups/mv-g', { topic: 'mv', ackMode: 'explicit', ackTimeoutMs: 60_000 })).status, 201)
@@ -188,27 +235,43 @@ t.test('acks under way while partitions move: none is lost, nothing acked is pus
     while (acking) {
       const pending = receiver.requests.filter((r) => !ackedAt.has((r.json as { value: number }).value))
       if (pending.length > 0) {
-        const res = await call(a.url, 'POST', '/v1/groups/mv-g/acks', { deliveryIds: pending.map((r) => (r.json as { deliveryId: string }).deliveryId) })
-          .catch(() => ({ status: 0, json: undefined }))
+        const res = await call(a.url, 'POST', '/v1/groups/mv-g/acks', {
+          deliveryIds: pending.map((r) => (r.json as { deliveryId: string }).deliveryId),
+        }).catch(() => ({ status: 0, json: undefined }))
         if (res.status === 200) {
           res.json.results.forEach((r: { status: string }, i: number) => {
             const v = (pending[i]!.json as { value: number }).value
-            if (r.status === 'acked' || r.status === 'already_completed') { if (!ackedAt.has(v)) ackedAt.set(v, Date.now()) }
-            else if (r.status === 'unknown') unknown.push(`value ${v}, attempt ${(pending[i]!.json as { attempt: number }).attempt}`)
+            if (r.status === 'acked' || r.status === 'already_completed') {
+              if (!ackedAt.has(v)) ackedAt.set(v, Date.now())
+            } else if (r.status === 'unknown') unknown.push(`value ${v}, attempt ${(pending[i]!.json as { attempt: number }).attempt}`)
           })
         }
       }
       await new Promise((r) => setTimeout(r, 20))
     }
   })()
-  const produce = async (from: number, n: number) => t.equal((await call(a.url, 'POST', '/v1/topics/mv/messages',
-    { messages: Array.from({ length: n }, (_, i) => ({ key: `k${from + i}`, value: from + i })) })).status, 201)
+  const produce = async (from: number, n: number) =>
+    t.equal(
+      (
+        await call(a.url, 'POST', '/v1/topics/mv/messages', {
+          messages: Array.from({ length: n }, (_, i) => ({ key: `k${from + i}`, value: from + i })),
+        })
+      ).status,
+      201,
+    )
 
   // A third process joins while messages flow and acks are under way: partitions move to it.
   await produce(0, 100)
   const d = await spawn()
-  for (let i = 1; i <= 4; i++) { await produce(i * 100, 100); await new Promise((r) => setTimeout(r, 100)) }
-  await waitUntil(async () => new Set([...(await holders(c, 'mv-g')).values()].map((h) => h[0])).size === 3, 60_000, 'the new process took a share')
+  for (let i = 1; i <= 4; i++) {
+    await produce(i * 100, 100)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  await waitUntil(
+    async () => new Set([...(await holders(c, 'mv-g')).values()].map((h) => h[0])).size === 3,
+    60_000,
+    'the new process took a share',
+  )
   // Then one leaves (its partitions handed over), while acks still go through `a`.
   b.child.kill('SIGTERM')
   t.equal(await b.exited, 0, 'the leaving process exits 0')
@@ -216,13 +279,19 @@ t.test('acks under way while partitions move: none is lost, nothing acked is pus
   await waitUntil(() => ackedAt.size === 600, 60_000, 'every message acked', 100)
   acking = false
   await acker
-  await waitUntil(async () => (await call(d.url, 'GET', '/v1/groups/mv-g')).json.partitions.every((p: { lag: number }) => p.lag === 0), 30_000, 'lag 0')
+  await waitUntil(
+    async () => (await call(d.url, 'GET', '/v1/groups/mv-g')).json.partitions.every((p: { lag: number }) => p.lag === 0),
+    30_000,
+    'lag 0',
+  )
 
   // A push that arrives more than a second after its message's ack was answered acked is a re-push of an acked message.
-  const late = receiver.requests.filter((r) => {
-    const at = ackedAt.get((r.json as { value: number }).value)
-    return at !== undefined && r.receivedAt > at + 1000
-  }).map((r) => `value ${(r.json as { value: number }).value} attempt ${(r.json as { attempt: number }).attempt}`)
+  const late = receiver.requests
+    .filter((r) => {
+      const at = ackedAt.get((r.json as { value: number }).value)
+      return at !== undefined && r.receivedAt > at + 1000
+    })
+    .map((r) => `value ${(r.json as { value: number }).value} attempt ${(r.json as { attempt: number }).attempt}`)
   t.same(late, [], 'nothing acked was pushed again')
   t.same(unknown, [], 'no ack of a delivery id that was pushed was answered unknown')
   t.equal(ackedAt.size, 600, 'every one of the 600 messages acked through a process that owned only some of them')

@@ -14,7 +14,11 @@ const childrenOf = (pid: number): number[] => {
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue
     let stat: string
-    try { stat = readFileSync(`/proc/${name}/stat`, 'utf8') } catch { continue } // gone meanwhile
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, 'utf8')
+    } catch {
+      continue
+    } // gone meanwhile
     // After the command's closing parenthesis: state, ppid, ...; a zombie (Z) has exited already.
     const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
     if (Number(ppid) === pid && state !== 'Z') children.push(Number(name))
@@ -25,20 +29,31 @@ const childrenOf = (pid: number): number[] => {
 t.test('two broker processes from one command', { skip: needsServer }, async (t) => {
   const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2', HOOKQ_CLUSTER_POLL_MS: '200' }
   const broker = await spawnBroker(env, 60_000)
-  t.teardown(() => { for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL'); broker.child.kill('SIGKILL') })
+  t.teardown(() => {
+    for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL')
+    broker.child.kill('SIGKILL')
+  })
   /** Waits as waitUntil does; on a timeout, shows what the processes logged. */
   const waitFor = (ok: () => boolean | Promise<boolean>, ms: number, what: string) =>
-    waitUntil(ok, ms, what).catch((err: unknown) => { t.comment(broker.output()); throw err })
+    waitUntil(ok, ms, what).catch((err: unknown) => {
+      t.comment(broker.output())
+      throw err
+    })
   /** True once process `pid` has logged that it listens (logs are one JSON line each, with its pid). */
-  const listens = (pid: number) => broker.output().split('\n').some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
+  const listens = (pid: number) =>
+    broker
+      .output()
+      .split('\n')
+      .some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
   await waitFor(() => childrenOf(broker.child.pid!).length === 2, 30_000, 'two broker processes')
 
   await waitFor(() => childrenOf(broker.child.pid!).every(listens), 30_000, 'both processes listen')
   /** hookq_partitions_owned of whichever process answers a fresh connection. */
-  const ownedGauge = async () => /^hookq_partitions_owned (\d+)/m.exec(String((await call(broker.url, 'GET', '/metrics', undefined, { connection: 'close' })).json))?.[1]
+  const ownedGauge = async () =>
+    /^hookq_partitions_owned (\d+)/m.exec(String((await call(broker.url, 'GET', '/metrics', undefined, { connection: 'close' })).json))?.[1]
   /** Both processes own one of the group's two partitions: every answer, from either, says 1. */
   const oneEach = async () => {
-    for (let i = 0; i < 10; i++) if (await ownedGauge() !== '1') return false
+    for (let i = 0; i < 10; i++) if ((await ownedGauge()) !== '1') return false
     return true
   }
 
@@ -46,18 +61,29 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
   const receiver = await startReceiver(t, (req) => {
     const id = (req.json as { deliveryId: string }).deliveryId
     // Acked through the shared port: about half of them reach the process that does not push.
-    void call(broker.url, 'POST', '/v1/groups/g/acks', { deliveryIds: [id] }, { connection: 'close' })
-      .then((r) => { if (r.status === 200 && r.json.results[0].status === 'acked') acked.push(id) }, () => {})
+    void call(broker.url, 'POST', '/v1/groups/g/acks', { deliveryIds: [id] }, { connection: 'close' }).then(
+      (r) => {
+        if (r.status === 200 && r.json.results[0].status === 'acked') acked.push(id)
+      },
+      () => {},
+    )
     return { status: 200 }
   })
   t.equal((await call(broker.url, 'PUT', '/v1/topics/p', { partitions: 2 })).status, 201)
   t.equal((await call(broker.url, 'PUT', '/v1/groups/g', { topic: 'p' })).status, 201)
   t.equal((await call(broker.url, 'POST', '/v1/groups/g/consumers', { url: receiver.url })).status, 201)
   await waitFor(oneEach, 30_000, 'each process owns one partition')
-  const lagZero = async () => (await call(broker.url, 'GET', '/v1/groups/g')).json.partitions?.every((p: { lag: number; inFlight: number }) => p.lag === 0 && p.inFlight === 0)
+  const lagZero = async () =>
+    (await call(broker.url, 'GET', '/v1/groups/g')).json.partitions?.every(
+      (p: { lag: number; inFlight: number }) => p.lag === 0 && p.inFlight === 0,
+    )
 
   for (let i = 0; i < 10; i++) {
-    t.equal((await call(broker.url, 'POST', '/v1/topics/p/messages', { messages: Array.from({ length: 5 }, (_, j) => ({ value: i * 5 + j })) })).status, 201)
+    t.equal(
+      (await call(broker.url, 'POST', '/v1/topics/p/messages', { messages: Array.from({ length: 5 }, (_, j) => ({ value: i * 5 + j })) }))
+        .status,
+      201,
+    )
   }
   await waitFor(lagZero, 30_000, 'every message pushed and acked through either process')
   t.ok(acked.length >= 50, `${acked.length} acks answered acked`)
@@ -66,11 +92,22 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
   const before = childrenOf(broker.child.pid!)
   const [victim] = before
   process.kill(victim!, 'SIGKILL')
-  await waitFor(() => { const c = childrenOf(broker.child.pid!); return c.length === 2 && !c.includes(victim!) }, 30_000, 'a new process in its place')
+  await waitFor(
+    () => {
+      const c = childrenOf(broker.child.pid!)
+      return c.length === 2 && !c.includes(victim!)
+    },
+    30_000,
+    'a new process in its place',
+  )
   const fresh = childrenOf(broker.child.pid!).find((pid) => !before.includes(pid))!
   await waitFor(() => listens(fresh), 60_000, 'the new process listens')
   await waitFor(oneEach, 30_000, 'the new process took its partition back from the survivor')
-  t.equal((await call(broker.url, 'POST', '/v1/topics/p/messages', { messages: Array.from({ length: 10 }, (_, j) => ({ value: 100 + j })) })).status, 201)
+  t.equal(
+    (await call(broker.url, 'POST', '/v1/topics/p/messages', { messages: Array.from({ length: 10 }, (_, j) => ({ value: 100 + j })) }))
+      .status,
+    201,
+  )
   await waitFor(lagZero, 30_000, 'messages produced after the restart pushed and acked too')
   t.match(broker.output(), /a broker process exited; starting another/)
 
@@ -83,7 +120,9 @@ t.test('a broker process stopped while it starts exits 0', { skip: needsServer }
   // The primary passes SIGTERM to every process, one it has just started again included: that one
   // must end cleanly, not die to the signal (which the primary reports as a failed stop, exit 1).
   const b = launchBroker({ DATABASE_URL: (await testDatabase(t, { empty: true })).url })
-  t.teardown(() => { if (b.child.exitCode === null) b.child.kill('SIGKILL') })
+  t.teardown(() => {
+    if (b.child.exitCode === null) b.child.kill('SIGKILL')
+  })
   // Migrations log from inside start-up, before the process listens.
   await waitUntil(() => /applied migration|schema-engine/.test(b.output()), 60_000, 'start-up under way')
   b.child.kill('SIGTERM')

@@ -19,7 +19,9 @@ t.test('SIGKILL mid-stream loses nothing and re-pushes nothing acked', async (t)
     env = { HOOKQ_DATA_DIR: dataDir }
   }
   let broker: BrokerProcess = await spawnBroker(env, 60_000)
-  t.teardown(() => { broker.child.kill('SIGKILL') })
+  t.teardown(() => {
+    broker.child.kill('SIGKILL')
+  })
   let base = broker.url
 
   const acked = new Set<string>() // "partition:offset" whose ack was answered `acked`
@@ -33,19 +35,26 @@ t.test('SIGKILL mid-stream loses nothing and re-pushes nothing acked', async (t)
     const target = base
     setTimeout(() => {
       call(target, 'POST', '/v1/groups/g/acks', { deliveryIds: [env.deliveryId] })
-        .then((r) => { if (r.status === 200 && r.json.results[0].status === 'acked') acked.add(key) })
+        .then((r) => {
+          if (r.status === 200 && r.json.results[0].status === 'acked') acked.add(key)
+        })
         .catch(() => {}) // the broker was killed: this ack's outcome is unknown
     }, 5)
     return { status: 200 }
   })
 
   t.equal((await call(base, 'PUT', '/v1/topics/stream', { partitions: 2 })).status, 201)
-  t.equal((await call(base, 'PUT', '/v1/groups/g', { topic: 'stream', ackTimeoutMs: 3000, pushTimeoutMs: 2000, maxInFlight: 20 })).status, 201)
+  t.equal(
+    (await call(base, 'PUT', '/v1/groups/g', { topic: 'stream', ackTimeoutMs: 3000, pushTimeoutMs: 2000, maxInFlight: 20 })).status,
+    201,
+  )
   t.equal((await call(base, 'POST', '/v1/groups/g/consumers', { url: receiver.url })).status, 201)
 
   const TOTAL = 400
   for (let i = 0; i < TOTAL; i += 50) {
-    const res = await call(base, 'POST', '/v1/topics/stream/messages', { messages: Array.from({ length: 50 }, (_, j) => ({ value: i + j })) })
+    const res = await call(base, 'POST', '/v1/topics/stream/messages', {
+      messages: Array.from({ length: 50 }, (_, j) => ({ value: i + j })),
+    })
     t.equal(res.status, 201)
   }
   await waitUntil(() => acked.size >= 100, 30_000, '100 acks before the kill')
@@ -56,10 +65,14 @@ t.test('SIGKILL mid-stream loses nothing and re-pushes nothing acked', async (t)
 
   broker = await spawnBroker(env, 60_000)
   base = broker.url
-  await waitUntil(async () => {
-    const s = await call(base, 'GET', '/v1/groups/g')
-    return s.json.partitions.every((p: { lag: number }) => p.lag === 0)
-  }, 60_000, 'every message completed after the restart')
+  await waitUntil(
+    async () => {
+      const s = await call(base, 'GET', '/v1/groups/g')
+      return s.json.partitions.every((p: { lag: number }) => p.lag === 0)
+    },
+    60_000,
+    'every message completed after the restart',
+  )
 
   const received = new Set(pushes.map((p) => p.key))
   t.equal(received.size, TOTAL, 'every message was pushed')
@@ -68,7 +81,10 @@ t.test('SIGKILL mid-stream loses nothing and re-pushes nothing acked', async (t)
   const duplicates = pushes.length - received.size
   t.comment(`${pushes.length} pushes for ${TOTAL} messages: ${duplicates} duplicates (allowed: in flight or acked-unconfirmed at the kill)`)
   const status = await call(base, 'GET', '/v1/groups/g')
-  t.same(status.json.partitions.map((p: { committedOffset: number; endOffset: number }) => p.committedOffset === p.endOffset), [true, true])
+  t.same(
+    status.json.partitions.map((p: { committedOffset: number; endOffset: number }) => p.committedOffset === p.endOffset),
+    [true, true],
+  )
   broker.child.kill('SIGTERM')
   t.equal(await broker.exited, 0)
 })
@@ -80,15 +96,20 @@ t.test('a restart counts no attempt for a message never pushed (maxDeliveries 1)
   const env = databaseServerUrl
     ? { DATABASE_URL: (await testDatabase(t)).url }
     : await (async () => {
-      const dataDir = await mkdtemp(join(tmpdir(), 'hookq-push-restart-'))
-      t.teardown(() => rm(dataDir, { recursive: true, force: true }))
-      return { HOOKQ_DATA_DIR: dataDir }
-    })()
+        const dataDir = await mkdtemp(join(tmpdir(), 'hookq-push-restart-'))
+        t.teardown(() => rm(dataDir, { recursive: true, force: true }))
+        return { HOOKQ_DATA_DIR: dataDir }
+      })()
   let broker: BrokerProcess = await spawnBroker(env, 60_000)
-  t.teardown(() => { broker.child.kill('SIGKILL') })
+  t.teardown(() => {
+    broker.child.kill('SIGKILL')
+  })
   const receiver = await startReceiver(t)
   t.equal((await call(broker.url, 'PUT', '/v1/topics/once', { partitions: 1 })).status, 201)
-  t.equal((await call(broker.url, 'PUT', '/v1/groups/once-g', { topic: 'once', ackMode: 'auto', maxDeliveries: 1, maxInFlight: 100 })).status, 201)
+  t.equal(
+    (await call(broker.url, 'PUT', '/v1/groups/once-g', { topic: 'once', ackMode: 'auto', maxDeliveries: 1, maxInFlight: 100 })).status,
+    201,
+  )
   t.equal((await call(broker.url, 'POST', '/v1/groups/once-g/consumers', { url: receiver.url })).status, 201)
   t.equal((await call(broker.url, 'POST', '/v1/topics/once/messages', { messages: [{ value: 0 }] })).status, 201)
   await receiver.waitFor(1, 20_000)
@@ -98,13 +119,27 @@ t.test('a restart counts no attempt for a message never pushed (maxDeliveries 1)
   broker.child.kill('SIGTERM')
   t.equal(await broker.exited, 0, 'stopped cleanly')
   broker = await spawnBroker(env, 60_000)
-  t.equal((await call(broker.url, 'POST', '/v1/topics/once/messages', { messages: [1, 2, 3, 4, 5].map((value) => ({ value })) })).status, 201)
+  t.equal(
+    (await call(broker.url, 'POST', '/v1/topics/once/messages', { messages: [1, 2, 3, 4, 5].map((value) => ({ value })) })).status,
+    201,
+  )
   await waitUntil(lagZero, 20_000, 'offsets 1-5 completed')
   await receiver.waitFor(6, 20_000)
-  const offsets = receiver.requests.map((r) => (r.json as { offset: number; attempt: number }))
-  t.same(offsets.map((p) => p.offset).sort((a, b) => a - b), [0, 1, 2, 3, 4, 5], 'every message pushed, once')
-  t.ok(offsets.every((p) => p.attempt === 1), 'each as attempt 1')
+  const offsets = receiver.requests.map((r) => r.json as { offset: number; attempt: number })
+  t.same(
+    offsets.map((p) => p.offset).sort((a, b) => a - b),
+    [0, 1, 2, 3, 4, 5],
+    'every message pushed, once',
+  )
+  t.ok(
+    offsets.every((p) => p.attempt === 1),
+    'each as attempt 1',
+  )
   const dead = await call(broker.url, 'GET', '/v1/groups/once-g/deliveries?limit=100')
   t.equal(dead.status, 200)
-  t.same(dead.json.deliveries.filter((d: { outcome: string }) => d.outcome === 'dead'), [], 'nothing dead-lettered')
+  t.same(
+    dead.json.deliveries.filter((d: { outcome: string }) => d.outcome === 'dead'),
+    [],
+    'nothing dead-lettered',
+  )
 })

@@ -8,7 +8,7 @@ import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/
 async function readAll(base: string, topic: string, partitions: number) {
   const all: { partition: number; offset: number; value: string }[] = []
   for (let p = 0; p < partitions; p++) {
-    for (let from = 0; ;) {
+    for (let from = 0; ; ) {
       const page = await call(base, 'GET', `/v1/topics/${topic}/partitions/${p}/messages?fromOffset=${from}&limit=1000`)
       if (page.json.messages.length === 0) break
       all.push(...page.json.messages)
@@ -18,26 +18,41 @@ async function readAll(base: string, topic: string, partitions: number) {
   return all
 }
 
-interface Call { values: string[]; outcome: 'ok' | 'failed'; coords?: { partition: number; offset: number }[] }
+interface Call {
+  values: string[]
+  outcome: 'ok' | 'failed'
+  coords?: { partition: number; offset: number }[]
+}
 
 /** Producers that record every call as ok (with coordinates) or failed, until stopped. */
 function produceLoad(base: string, topic: string, producers: number, maxCalls: number) {
   const calls: Call[] = []
   let stop = false
-  const done = Promise.all(Array.from({ length: producers }, async (_, p) => {
-    for (let c = 0; c < maxCalls && !stop; c++) {
-      const values = [0, 1, 2].map((i) => `p${p}-c${c}-m${i}`)
-      const record: Call = { values, outcome: 'failed' }
-      calls.push(record)
-      try {
-        const res = await call(base, 'POST', `/v1/topics/${topic}/messages`, { messages: values.map((value) => ({ value })) })
-        if (res.status === 201) { record.outcome = 'ok'; record.coords = res.json.results } else stop = true
-      } catch {
-        stop = true // the broker went away
+  const done = Promise.all(
+    Array.from({ length: producers }, async (_, p) => {
+      for (let c = 0; c < maxCalls && !stop; c++) {
+        const values = [0, 1, 2].map((i) => `p${p}-c${c}-m${i}`)
+        const record: Call = { values, outcome: 'failed' }
+        calls.push(record)
+        try {
+          const res = await call(base, 'POST', `/v1/topics/${topic}/messages`, { messages: values.map((value) => ({ value })) })
+          if (res.status === 201) {
+            record.outcome = 'ok'
+            record.coords = res.json.results
+          } else stop = true
+        } catch {
+          stop = true // the broker went away
+        }
       }
-    }
-  }))
-  return { calls, done, stop: () => { stop = true } }
+    }),
+  )
+  return {
+    calls,
+    done,
+    stop: () => {
+      stop = true
+    },
+  }
 }
 
 /** Checks the log against what producers were told: every ok call stored where promised; none partly. */
@@ -49,7 +64,8 @@ function checkLog(t: Test, calls: Call[], stored: { partition: number; offset: n
     if (c.outcome === 'ok') {
       ok++
       c.coords!.forEach((co, i) => {
-        if (at.get(`${co.partition}:${co.offset}`) !== c.values[i]) t.fail(`acknowledged ${c.values[i]} missing at ${co.partition}:${co.offset}`)
+        if (at.get(`${co.partition}:${co.offset}`) !== c.values[i])
+          t.fail(`acknowledged ${c.values[i]} missing at ${co.partition}:${co.offset}`)
       })
     } else {
       const n = c.values.filter((v) => present.has(v)).length
@@ -63,7 +79,11 @@ function checkLog(t: Test, calls: Call[], stored: { partition: number; offset: n
 function checkDense(t: Test, stored: { partition: number; offset: number }[], partitions: number) {
   for (let p = 0; p < partitions; p++) {
     const offsets = stored.filter((m) => m.partition === p).map((m) => m.offset)
-    t.same(offsets, offsets.map((_, i) => i), `partition ${p} dense`)
+    t.same(
+      offsets,
+      offsets.map((_, i) => i),
+      `partition ${p} dense`,
+    )
   }
 }
 
@@ -78,7 +98,9 @@ async function childDatabaseEnv(t: Test): Promise<Record<string, string>> {
 t.test('SIGKILL mid-produce loses no acknowledged message (a server, or the embedded database)', async (t) => {
   const env = await childDatabaseEnv(t)
   let broker: BrokerProcess = await spawnBroker(env, 60_000)
-  t.teardown(() => { broker.child.kill('SIGKILL') })
+  t.teardown(() => {
+    broker.child.kill('SIGKILL')
+  })
   t.equal((await call(broker.url, 'PUT', '/v1/topics/crash', { partitions: 3 })).status, 201)
 
   const load = produceLoad(broker.url, 'crash', 16, 2000)
@@ -106,7 +128,9 @@ t.test('SIGTERM finishes the calls in progress, exits 0, and the embedded databa
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const env = { HOOKQ_DATA_DIR: dataDir } // always embedded: its close-and-reopen is what is tested
   let broker = await spawnBroker(env, 60_000)
-  t.teardown(() => { broker.child.kill('SIGKILL') })
+  t.teardown(() => {
+    broker.child.kill('SIGKILL')
+  })
   t.equal((await call(broker.url, 'PUT', '/v1/topics/graceful', { partitions: 2 })).status, 201)
 
   const load = produceLoad(broker.url, 'graceful', 8, 2000)

@@ -13,7 +13,14 @@ import { waitUntil } from '../helpers/wait.ts'
 const broker = await startBroker(t)
 const { app, call, produce, sql, groupStatus } = api(broker)
 
-interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown; ackDeadline: string }
+interface Envelope {
+  deliveryId: string
+  partition: number
+  offset: number
+  attempt: number
+  value: unknown
+  ackDeadline: string
+}
 const env = (r: Received | undefined) => r!.json as Envelope
 type Status = 'acked' | 'nacked' | 'extended' | 'already_completed' | 'unknown'
 const statuses = (res: { json: { results: { status: Status }[] } }) => res.json.results.map((r) => r.status)
@@ -22,17 +29,26 @@ const nack = async (group: string, ids: string[], extra: object = {}) =>
   statuses(await call('POST', `/v1/groups/${group}/nacks`, { deliveryIds: ids, ...extra }))
 const extend = async (group: string, ids: string[], extendMs: number) =>
   statuses(await call('POST', `/v1/groups/${group}/extend`, { deliveryIds: ids, extendMs }))
-const attemptRows = (group: string) => sql(
-  `SELECT d.id, d."offset"::int AS "offset", d.attempt, d.outcome, d.error, d.status_code, d.ack_deadline
-   FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d."offset", d.attempt`, [group])
+const attemptRows = (group: string) =>
+  sql(
+    `SELECT d.id, d."offset"::int AS "offset", d.attempt, d.outcome, d.error, d.status_code, d.ack_deadline
+   FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d."offset", d.attempt`,
+    [group],
+  )
 
 /** What the helpers need of a tap test. */
-interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
+interface TT {
+  equal(found: unknown, wanted: unknown): boolean
+  teardown(fn: () => unknown): void
+}
 
 /** A receiver that also records when each request arrived (times[i] belongs to requests[i]). */
 async function timedReceiver(tt: TT, behave: (req: Received, n: number) => BehaviourSpec = () => ({ status: 200 })) {
   const times: number[] = []
-  const receiver = await startReceiver(tt, (req) => { times.push(Date.now()); return behave(req, times.length) })
+  const receiver = await startReceiver(tt, (req) => {
+    times.push(Date.now())
+    return behave(req, times.length)
+  })
   return { receiver, times }
 }
 
@@ -62,15 +78,21 @@ t.test('nack with delayMs: pushed again not before the delay, as attempt 2 with 
   t.not(second.deliveryId, first.deliveryId)
   t.equal(receiver.requests[1]!.headers['webhook-id'], receiver.requests[0]!.headers['webhook-id'])
   t.same(await ack('nd-g', [second.deliveryId]), ['acked'])
-  await waitUntil(async () => {
-    const rows = await attemptRows('nd-g')
-    return rows.length === 2 && rows[0].outcome === 'nacked' && rows[1].outcome === 'acked'
-  }, 5000, 'attempt rows nacked, acked')
+  await waitUntil(
+    async () => {
+      const rows = await attemptRows('nd-g')
+      return rows.length === 2 && rows[0].outcome === 'nacked' && rows[1].outcome === 'acked'
+    },
+    5000,
+    'attempt rows nacked, acked',
+  )
 })
 
 t.test('nack without delayMs: pushed again after the backoff; it counts toward maxDeliveries', async (t) => {
   const { receiver, times } = await setup(t, 'nb', {
-    ackTimeoutMs: 30_000, maxDeliveries: 2, retry: { initialDelayMs: 600, multiplier: 2, maxDelayMs: 5000, jitter: 0 },
+    ackTimeoutMs: 30_000,
+    maxDeliveries: 2,
+    retry: { initialDelayMs: 600, multiplier: 2, maxDelayMs: 5000, jitter: 0 },
   })
   await produce('nb', [{ value: 'x' }])
   await receiver.waitFor(1, 5000)
@@ -86,28 +108,48 @@ t.test('nack without delayMs: pushed again after the backoff; it counts toward m
   await sleep(1500) // longer than the next backoff (1200 ms)
   t.equal(receiver.requests.length, 2, 'no third attempt')
   const rows = await attemptRows('nb-g')
-  t.same(rows.map((r) => r.outcome), ['nacked', rows[1]!.outcome === 'dead' ? 'dead' : 'nacked'], 'attempt rows: nacked, then nacked/dead')
+  t.same(
+    rows.map((r) => r.outcome),
+    ['nacked', rows[1]!.outcome === 'dead' ? 'dead' : 'nacked'],
+    'attempt rows: nacked, then nacked/dead',
+  )
 })
 
 t.test('nack with deadLetter: true goes to the dead-letter topic at once and completes the message', async (t) => {
   await call('PUT', '/v1/topics/nq.dlq', { partitions: 1 })
   const { receiver } = await setup(t, 'nq', {
-    ackTimeoutMs: 30_000, maxDeliveries: 5, deadLetterTopic: 'nq.dlq', retry: { initialDelayMs: 10_000, maxDelayMs: 10_000, jitter: 0 },
+    ackTimeoutMs: 30_000,
+    maxDeliveries: 5,
+    deadLetterTopic: 'nq.dlq',
+    retry: { initialDelayMs: 10_000, maxDelayMs: 10_000, jitter: 0 },
   })
   await produce('nq', [{ value: { order: 7 }, key: 'k7', headers: { a: 'b' } }])
   await receiver.waitFor(1, 5000)
   const id = env(receiver.requests[0]).deliveryId
   const started = Date.now()
   t.same(await nack('nq-g', [id], { deadLetter: true }), ['nacked'])
-  const dlq = await waitUntil(async () => {
-    const m = (await call('GET', '/v1/topics/nq.dlq/partitions/0/messages')).json.messages
-    return m.length > 0 ? m : undefined
-  }, 8000, 'the dead letter')
+  const dlq = await waitUntil(
+    async () => {
+      const m = (await call('GET', '/v1/topics/nq.dlq/partitions/0/messages')).json.messages
+      return m.length > 0 ? m : undefined
+    },
+    8000,
+    'the dead letter',
+  )
   t.ok(Date.now() - started < 5000, 'dead-lettered at once, not after any backoff')
   t.equal(dlq.length, 1)
-  t.match(dlq[0], { key: 'k7', value: { order: 7 }, headers: {
-    a: 'b', 'hookq-dlq-topic': 'nq', 'hookq-dlq-partition': '0', 'hookq-dlq-offset': '0', 'hookq-dlq-group': 'nq-g', 'hookq-dlq-attempts': '1',
-  } })
+  t.match(dlq[0], {
+    key: 'k7',
+    value: { order: 7 },
+    headers: {
+      a: 'b',
+      'hookq-dlq-topic': 'nq',
+      'hookq-dlq-partition': '0',
+      'hookq-dlq-offset': '0',
+      'hookq-dlq-group': 'nq-g',
+      'hookq-dlq-attempts': '1',
+    },
+  })
   t.match((await groupStatus('nq-g')).partitions[0], { committedOffset: 1, lag: 0, inFlight: 0 }, 'completed for the group')
   t.same(await ack('nq-g', [id]), ['already_completed'], 'an ack afterwards: already completed')
   t.same(await nack('nq-g', [id]), ['already_completed'], 'a nack afterwards: already completed')
@@ -119,7 +161,10 @@ t.test('ids of another group, and ids never issued, are unknown to ack, nack and
   t.equal((await call('PUT', '/v1/topics/nf', { partitions: 1 })).status, 201)
   const ra = await startReceiver(t)
   const rb = await startReceiver(t)
-  for (const [g, r] of [['nf-a', ra], ['nf-b', rb]] as const) {
+  for (const [g, r] of [
+    ['nf-a', ra],
+    ['nf-b', rb],
+  ] as const) {
     await call('PUT', `/v1/groups/${g}`, { topic: 'nf', ackTimeoutMs: 30_000 })
     await call('POST', `/v1/groups/${g}/consumers`, { url: r.url })
   }
@@ -129,11 +174,11 @@ t.test('ids of another group, and ids never issued, are unknown to ack, nack and
   const aId = env(ra.requests[0]).deliveryId
   const bId = env(rb.requests[0]).deliveryId
   const never = 'AAAAAAAAAAAAAAAAAAAAAA'
-  t.same(await ack('nf-b', [aId, never]), ['unknown', 'unknown'], 'ack of group a\'s id through group b')
-  t.same(await nack('nf-b', [aId, never]), ['unknown', 'unknown'], 'nack of group a\'s id through group b')
-  t.same(await extend('nf-b', [aId, never], 5000), ['unknown', 'unknown'], 'extend of group a\'s id through group b')
-  t.match((await groupStatus('nf-a')).partitions[0], { committedOffset: 0, inFlight: 1 }, 'group a\'s message is untouched')
-  t.match((await groupStatus('nf-b')).partitions[0], { committedOffset: 0, inFlight: 1 }, 'group b\'s message is untouched')
+  t.same(await ack('nf-b', [aId, never]), ['unknown', 'unknown'], "ack of group a's id through group b")
+  t.same(await nack('nf-b', [aId, never]), ['unknown', 'unknown'], "nack of group a's id through group b")
+  t.same(await extend('nf-b', [aId, never], 5000), ['unknown', 'unknown'], "extend of group a's id through group b")
+  t.match((await groupStatus('nf-a')).partitions[0], { committedOffset: 0, inFlight: 1 }, "group a's message is untouched")
+  t.match((await groupStatus('nf-b')).partitions[0], { committedOffset: 0, inFlight: 1 }, "group b's message is untouched")
   await sleep(200)
   t.equal(ra.requests.length + rb.requests.length, 2, 'the foreign nack did not cause a push anywhere')
 
@@ -142,11 +187,15 @@ t.test('ids of another group, and ids never issued, are unknown to ack, nack and
   t.same(await ack('nf-b', [aId]), ['unknown'], 'a completed id of group a is still unknown to group b')
   t.same(await nack('nf-b', [aId]), ['unknown'])
   t.same(await ack('nf-b', [bId]), ['acked'], 'group b acks its own')
-  t.same(await ack('nf-a', [bId]), ['unknown'], 'and group b\'s id is unknown to group a')
+  t.same(await ack('nf-a', [bId]), ['unknown'], "and group b's id is unknown to group a")
 })
 
 t.test('a nack or extend of a superseded delivery id does not touch the current attempt', async (t) => {
-  const { receiver } = await setup(t, 'ns', { ackTimeoutMs: 1000, pushTimeoutMs: 500, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })
+  const { receiver } = await setup(t, 'ns', {
+    ackTimeoutMs: 1000,
+    pushTimeoutMs: 500,
+    retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 },
+  })
   await produce('ns', [{ value: 'x' }])
   await receiver.waitFor(2, 6000) // attempt 1 not acked: redelivered after its deadline
   const [a, b] = [env(receiver.requests[0]), env(receiver.requests[1])]
@@ -163,7 +212,11 @@ t.test('a nack or extend of a superseded delivery id does not touch the current 
 })
 
 t.test('extend keeps a message from being redelivered past its original deadline', async (t) => {
-  const { receiver, times } = await setup(t, 'ne', { ackTimeoutMs: 1000, pushTimeoutMs: 500, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })
+  const { receiver, times } = await setup(t, 'ne', {
+    ackTimeoutMs: 1000,
+    pushTimeoutMs: 500,
+    retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 },
+  })
   await produce('ne', [{ value: 'x' }])
   await receiver.waitFor(1, 5000)
   const first = env(receiver.requests[0])
@@ -175,10 +228,14 @@ t.test('extend keeps a message from being redelivered past its original deadline
   // Well past the original deadline plus the retry delay (t0 + 1100): nothing.
   await sleep(Math.max(0, t0 + 1900 - Date.now()))
   t.equal(receiver.requests.length, 1, 'not redelivered at the original deadline')
-  await waitUntil(async () => {
-    const rows = await attemptRows('ne-g')
-    return rows.length === 1 && Math.abs(new Date(rows[0].ack_deadline).getTime() - (extendAt + 2500)) < 300
-  }, 3000, 'the attempt row carries the new deadline')
+  await waitUntil(
+    async () => {
+      const rows = await attemptRows('ne-g')
+      return rows.length === 1 && Math.abs(new Date(rows[0].ack_deadline).getTime() - (extendAt + 2500)) < 300
+    },
+    3000,
+    'the attempt row carries the new deadline',
+  )
   // Not acked: redelivered after the extended deadline.
   await receiver.waitFor(2, 5000)
   t.ok(times[1]! >= extendAt + 2500, `redelivered ${times[1]! - extendAt} ms after the extend (≥ 2500)`)
@@ -189,7 +246,10 @@ t.test('extend keeps a message from being redelivered past its original deadline
 
 t.test('concurrent duplicate acks of one id: exactly one acked, the rest already_completed', async (t) => {
   const { receiver } = await setup(t, 'nc', { ackTimeoutMs: 30_000 })
-  await produce('nc', [1, 2, 3, 4, 5].map((v) => ({ value: v })))
+  await produce(
+    'nc',
+    [1, 2, 3, 4, 5].map((v) => ({ value: v })),
+  )
   await receiver.waitFor(5, 5000)
   for (const r of receiver.requests) {
     const id = env(r).deliveryId
@@ -202,7 +262,10 @@ t.test('concurrent duplicate acks of one id: exactly one acked, the rest already
   await produce('nc', [{ value: 6 }])
   await receiver.waitFor(6, 5000)
   const id6 = env(receiver.requests[5]).deliveryId
-  const one = await ack('nc-g', Array.from({ length: 10 }, () => id6))
+  const one = await ack(
+    'nc-g',
+    Array.from({ length: 10 }, () => id6),
+  )
   t.same(one, ['acked', ...Array.from({ length: 9 }, () => 'already_completed')])
   t.match((await groupStatus('nc-g')).partitions[0], { committedOffset: 6, lag: 0, inFlight: 0 })
 })
@@ -213,8 +276,10 @@ t.test('an ack answered 200 is durable: group_completions and group_offsets hold
   await receiver.waitFor(3, 5000)
   const byOffset = new Map(receiver.requests.map((r) => [env(r).offset, env(r).deliveryId]))
   const [{ id: groupId }] = await sql(`SELECT id FROM consumer_groups WHERE name = 'nu-g'`)
-  const committed = async () => (await sql(`SELECT committed_offset::int AS c FROM group_offsets WHERE group_id = $1 AND partition = 0`, [groupId]))[0]?.c
-  const completions = async () => (await sql(`SELECT "offset"::int AS o FROM group_completions WHERE group_id = $1 ORDER BY 1`, [groupId])).map((r) => r.o)
+  const committed = async () =>
+    (await sql(`SELECT committed_offset::int AS c FROM group_offsets WHERE group_id = $1 AND partition = 0`, [groupId]))[0]?.c
+  const completions = async () =>
+    (await sql(`SELECT "offset"::int AS o FROM group_completions WHERE group_id = $1 ORDER BY 1`, [groupId])).map((r) => r.o)
 
   t.same(await ack('nu-g', [byOffset.get(2)!]), ['acked'])
   t.same(await completions(), [2], 'out-of-order completion stored before the answer')
@@ -227,23 +292,44 @@ t.test('an ack answered 200 is durable: group_completions and group_offsets hold
 })
 
 t.test('a late ack of attempt 1 while attempt 2 is out completes the message; no attempt row stays in_flight', async (t) => {
-  const { receiver } = await setup(t, 'nl', { ackTimeoutMs: 1000, pushTimeoutMs: 500, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })
+  const { receiver } = await setup(t, 'nl', {
+    ackTimeoutMs: 1000,
+    pushTimeoutMs: 500,
+    retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 },
+  })
   await produce('nl', [{ value: 'x' }])
   await receiver.waitFor(2, 6000)
   t.same(await ack('nl-g', [env(receiver.requests[0]).deliveryId]), ['acked'])
   t.same(await ack('nl-g', [env(receiver.requests[1]).deliveryId]), ['already_completed'])
-  await waitUntil(async () => {
-    const rows = await attemptRows('nl-g')
-    return rows.length === 2 && rows.every((r) => r.outcome !== 'in_flight')
-  }, 3000, 'every attempt row has a final outcome').then(() => t.pass('final outcomes'), (err: Error) => t.fail(err.message))
+  await waitUntil(
+    async () => {
+      const rows = await attemptRows('nl-g')
+      return rows.length === 2 && rows.every((r) => r.outcome !== 'in_flight')
+    },
+    3000,
+    'every attempt row has a final outcome',
+  ).then(
+    () => t.pass('final outcomes'),
+    (err: Error) => t.fail(err.message),
+  )
   const seen = receiver.requests.length
   await sleep(1300)
-  t.equal(receiver.requests.length, seen, 'attempt 2\'s deadline does not push again')
+  t.equal(receiver.requests.length, seen, "attempt 2's deadline does not push again")
 })
 
 t.test('an ack sent from inside the handler before its answer completes the message; a 500 answer after it changes nothing', async (t) => {
   t.equal((await call('PUT', '/v1/topics/nh', { partitions: 1 })).status, 201)
-  t.equal((await call('PUT', '/v1/groups/nh-g', { topic: 'nh', ackTimeoutMs: 1000, pushTimeoutMs: 800, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })).status, 201)
+  t.equal(
+    (
+      await call('PUT', '/v1/groups/nh-g', {
+        topic: 'nh',
+        ackTimeoutMs: 1000,
+        pushTimeoutMs: 800,
+        retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 },
+      })
+    ).status,
+    201,
+  )
   const early: Promise<Status[]>[] = []
   const receiver = await startReceiver(t, (req) => {
     early.push(ack('nh-g', [env(req).deliveryId]))
@@ -263,7 +349,16 @@ t.test('an ack sent from inside the handler before its answer completes the mess
 
 t.test('a nack sent from inside the handler before a 200 answer still counts: pushed again', async (t) => {
   t.equal((await call('PUT', '/v1/topics/nk', { partitions: 1 })).status, 201)
-  t.equal((await call('PUT', '/v1/groups/nk-g', { topic: 'nk', ackTimeoutMs: 30_000, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })).status, 201)
+  t.equal(
+    (
+      await call('PUT', '/v1/groups/nk-g', {
+        topic: 'nk',
+        ackTimeoutMs: 30_000,
+        retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 },
+      })
+    ).status,
+    201,
+  )
   const early: Promise<Status[]>[] = []
   const receiver = await startReceiver(t, (req) => {
     if (env(req).attempt === 1) early.push(nack('nk-g', [env(req).deliveryId], { delayMs: 200 }))
@@ -275,10 +370,14 @@ t.test('a nack sent from inside the handler before a 200 answer still counts: pu
   t.same(await early[0], ['nacked'])
   t.equal(env(receiver.requests[1]).attempt, 2)
   t.same(await ack('nk-g', [env(receiver.requests[1]).deliveryId]), ['acked'])
-  await waitUntil(async () => {
-    const rows = await attemptRows('nk-g')
-    return rows.length === 2 && rows[0].outcome === 'nacked' && rows[1].outcome === 'acked'
-  }, 3000, 'rows nacked, acked')
+  await waitUntil(
+    async () => {
+      const rows = await attemptRows('nk-g')
+      return rows.length === 2 && rows[0].outcome === 'nacked' && rows[1].outcome === 'acked'
+    },
+    3000,
+    'rows nacked, acked',
+  )
 })
 
 t.test('a nack sent before its push is answered: the dead letter carries the answer\'s error, not just "nacked"', async (t) => {
@@ -301,10 +400,14 @@ t.test('a nack sent before its push is answered: the dead letter carries the ans
   const error = dead[0].headers['hookq-dlq-error'] as string
   t.match(error, /^nacked: HTTP 500: .*the card was declined/, `hookq-dlq-error: ${error}`)
   // The attempt log writes within its flush delay, after the completion: the row's last outcome may come a moment later.
-  const rows = await waitUntil(async () => {
-    const r = await attemptRows('nr-g')
-    return r.length === 1 && r[0].outcome === 'dead' ? r : undefined
-  }, 5000, 'the attempt row marked dead')
+  const rows = await waitUntil(
+    async () => {
+      const r = await attemptRows('nr-g')
+      return r.length === 1 && r[0].outcome === 'dead' ? r : undefined
+    },
+    5000,
+    'the attempt row marked dead',
+  )
   // The last attempt's row is marked dead (how a dead letter without a topic is recorded), and keeps the answer.
   t.match(rows[0], { outcome: 'dead', status_code: 500, error: /the card was declined/ }, 'the attempt row keeps the answer')
 })

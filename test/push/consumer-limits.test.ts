@@ -15,9 +15,22 @@ const { call, produce, sql, groupStatus, allCompleted } = api(broker)
 
 /** When the group's pushes started (epoch ms, in order), once its attempt log has all `n` rows. */
 async function startTimes(group: string, n: number): Promise<number[]> {
-  const read = async () => (await sql(`SELECT (extract(epoch from d.started_at) * 1000)::float8 AS ms FROM deliveries d
-    JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d.started_at`, [group])).map((r: { ms: number }) => r.ms)
-  return waitUntil(async () => { const times = await read(); return times.length >= n ? times : undefined }, 10_000, `${n} attempt rows of ${group}`)
+  const read = async () =>
+    (
+      await sql(
+        `SELECT (extract(epoch from d.started_at) * 1000)::float8 AS ms FROM deliveries d
+    JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d.started_at`,
+        [group],
+      )
+    ).map((r: { ms: number }) => r.ms)
+  return waitUntil(
+    async () => {
+      const times = await read()
+      return times.length >= n ? times : undefined
+    },
+    10_000,
+    `${n} attempt rows of ${group}`,
+  )
 }
 
 /** A receiver answering 200 after 30 ms that records, for each request, how many it held open as it arrived (itself included). */
@@ -39,8 +52,11 @@ t.test('limits are validated, reported, changed in place and removed with null',
   await group('lim', 4)
   const receiver = await startReceiver(t)
   for (const bad of [
-    { url: receiver.url, rateLimitPerSecond: 0 }, { url: receiver.url, rateLimitPerSecond: -1 },
-    { url: receiver.url, maxConcurrency: 0 }, { url: receiver.url, maxConcurrency: 1001 }, { url: receiver.url, maxConcurrency: 1.5 },
+    { url: receiver.url, rateLimitPerSecond: 0 },
+    { url: receiver.url, rateLimitPerSecond: -1 },
+    { url: receiver.url, maxConcurrency: 0 },
+    { url: receiver.url, maxConcurrency: 1001 },
+    { url: receiver.url, maxConcurrency: 1.5 },
     { url: receiver.url, rateLimitPerSecond: 'fast' },
   ]) {
     const res = await call('POST', '/v1/groups/lim-g/consumers', bad)
@@ -49,7 +65,7 @@ t.test('limits are validated, reported, changed in place and removed with null',
   }
   t.same((await call('GET', '/v1/groups/lim-g/consumers')).json.consumers, [], 'a refused registration stored nothing')
 
-  const a = (await call('POST', '/v1/groups/lim-g/consumers', { url: receiver.url, rateLimitPerSecond: 2.5, maxConcurrency: 3 }))
+  const a = await call('POST', '/v1/groups/lim-g/consumers', { url: receiver.url, rateLimitPerSecond: 2.5, maxConcurrency: 3 })
   t.equal(a.status, 201)
   t.equal(a.json.rateLimitPerSecond, 2.5)
   t.equal(a.json.maxConcurrency, 3)
@@ -58,7 +74,14 @@ t.test('limits are validated, reported, changed in place and removed with null',
   t.equal(b.maxConcurrency, null)
   const owners = (await groupStatus('lim-g')).partitions.map((p: { consumerId: string }) => p.consumerId)
 
-  for (const bad of [{}, { maxConcurrency: 0 }, { url: 'ftp://127.0.0.1/x' }, { url: 'http://u:p@127.0.0.1/' }, { secret: 'whsec_x' }, { rateLimitPerSecond: 0 }]) {
+  for (const bad of [
+    {},
+    { maxConcurrency: 0 },
+    { url: 'ftp://127.0.0.1/x' },
+    { url: 'http://u:p@127.0.0.1/' },
+    { secret: 'whsec_x' },
+    { rateLimitPerSecond: 0 },
+  ]) {
     const res = await call('PATCH', `/v1/groups/lim-g/consumers/${a.json.id}`, bad)
     t.equal(res.status, 400, `PATCH refused: ${JSON.stringify(bad)}`)
   }
@@ -70,23 +93,49 @@ t.test('limits are validated, reported, changed in place and removed with null',
   const other = await startReceiver(t)
   const patched = await call('PATCH', `/v1/groups/lim-g/consumers/${a.json.id}`, { url: other.url, rateLimitPerSecond: null })
   t.equal(patched.status, 200)
-  t.match(patched.json, { id: a.json.id, url: `${other.url}/`, rateLimitPerSecond: null, maxConcurrency: 3 }, 'url changed, rate removed, cap kept')
-  t.same((await groupStatus('lim-g')).partitions.map((p: { consumerId: string }) => p.consumerId), owners, 'its partitions stay')
+  t.match(
+    patched.json,
+    { id: a.json.id, url: `${other.url}/`, rateLimitPerSecond: null, maxConcurrency: 3 },
+    'url changed, rate removed, cap kept',
+  )
+  t.same(
+    (await groupStatus('lim-g')).partitions.map((p: { consumerId: string }) => p.consumerId),
+    owners,
+    'its partitions stay',
+  )
 
   // The new url gets the pushes of its partitions.
-  t.equal((await produce('lim', Array.from({ length: 20 }, (_, k) => ({ value: k })))).status, 201)
+  t.equal(
+    (
+      await produce(
+        'lim',
+        Array.from({ length: 20 }, (_, k) => ({ value: k })),
+      )
+    ).status,
+    201,
+  )
   await allCompleted('lim-g')
   const mine = (await groupStatus('lim-g')).partitions.filter((p: { consumerId: string }) => p.consumerId === a.json.id)
   const pushedThere = other.requests.map((r) => (r.json as { partition: number }).partition)
-  t.ok(pushedThere.length > 0 && pushedThere.every((p) => mine.some((m: { partition: number }) => m.partition === p)),
-    'the consumer\'s partitions were pushed to its new url')
+  t.ok(
+    pushedThere.length > 0 && pushedThere.every((p) => mine.some((m: { partition: number }) => m.partition === p)),
+    "the consumer's partitions were pushed to its new url",
+  )
 })
 
 t.test('maxConcurrency caps the pushes in flight to a consumer across its partitions', async (t) => {
   await group('cap', 8)
   const { receiver, open } = await concurrencyReceiver(t)
   t.equal((await call('POST', '/v1/groups/cap-g/consumers', { url: receiver.url, maxConcurrency: 2 })).status, 201)
-  t.equal((await produce('cap', Array.from({ length: 120 }, (_, k) => ({ value: k })))).status, 201)
+  t.equal(
+    (
+      await produce(
+        'cap',
+        Array.from({ length: 120 }, (_, k) => ({ value: k })),
+      )
+    ).status,
+    201,
+  )
   await allCompleted('cap-g', 60_000)
   t.equal(open.length, 120, 'every message pushed once')
   t.equal(Math.max(...open), 2, 'never more than 2 pushes at once, and 2 were used')
@@ -95,7 +144,15 @@ t.test('maxConcurrency caps the pushes in flight to a consumer across its partit
   const id = (await call('GET', '/v1/groups/cap-g/consumers')).json.consumers[0].id
   t.equal((await call('PATCH', `/v1/groups/cap-g/consumers/${id}`, { maxConcurrency: null })).status, 200)
   open.length = 0
-  t.equal((await produce('cap', Array.from({ length: 120 }, (_, k) => ({ value: k })))).status, 201)
+  t.equal(
+    (
+      await produce(
+        'cap',
+        Array.from({ length: 120 }, (_, k) => ({ value: k })),
+      )
+    ).status,
+    201,
+  )
   await allCompleted('cap-g', 60_000)
   t.ok(Math.max(...open) > 2, `without the cap more pushes run at once (${Math.max(...open)})`)
 })
@@ -106,7 +163,15 @@ t.test('rateLimitPerSecond bounds the pushes in any one second', async (t) => {
   const RATE = 20
   t.equal((await call('POST', '/v1/groups/rate-g/consumers', { url: receiver.url, rateLimitPerSecond: RATE })).status, 201)
   const N = 70
-  t.equal((await produce('rate', Array.from({ length: N }, (_, k) => ({ value: k })))).status, 201)
+  t.equal(
+    (
+      await produce(
+        'rate',
+        Array.from({ length: N }, (_, k) => ({ value: k })),
+      )
+    ).status,
+    201,
+  )
   await allCompleted('rate-g', 60_000)
   t.equal(receiver.requests.length, N)
   // The limit is on the moments pushes start, which the attempt rows record (started_at): at a
@@ -120,7 +185,10 @@ t.test('rateLimitPerSecond bounds the pushes in any one second', async (t) => {
     most = Math.max(most, j - i)
   }
   t.equal(most, RATE, `${RATE} pushes started in some second, never more in any second`)
-  t.ok(times.at(-1)! - times[0]! >= (Math.ceil(N / RATE) - 1) * 1000 - 2, `${N} pushes took at least ${Math.ceil(N / RATE) - 1} s (${times.at(-1)! - times[0]!} ms)`)
+  t.ok(
+    times.at(-1)! - times[0]! >= (Math.ceil(N / RATE) - 1) * 1000 - 2,
+    `${N} pushes took at least ${Math.ceil(N / RATE) - 1} s (${times.at(-1)! - times[0]!} ms)`,
+  )
   const metrics = (await broker.app.inject({ method: 'GET', url: '/metrics' })).body
   t.match(metrics, /hookq_rate_limited_waits_total\{group="rate-g"\} [1-9]/, 'the waits are counted')
 })
@@ -132,19 +200,34 @@ t.test('a rate below one a second spaces the pushes', async (t) => {
   t.equal((await produce('slow', [{ value: 1 }, { value: 2 }])).status, 201)
   await receiver.waitFor(2, 20_000)
   await waitUntil(async () => (await groupStatus('slow-g')).partitions[0].lag === 0, 10_000, 'completed')
-  const [first, second] = await startTimes('slow-g', 2) as [number, number]
+  const [first, second] = (await startTimes('slow-g', 2)) as [number, number]
   t.ok(second - first >= 1998, `one push every 2 s (started ${second - first} ms apart)`)
 })
 
 t.test('under batch push maxConcurrency caps batch requests in flight, not messages', async (t) => {
   t.equal((await call('PUT', '/v1/topics/capb', { partitions: 4 })).status, 201)
-  t.equal((await call('PUT', '/v1/groups/capb-g', { topic: 'capb', ackMode: 'auto', maxInFlight: 50, batch: { maxMessages: 20 } })).status, 201)
+  t.equal(
+    (await call('PUT', '/v1/groups/capb-g', { topic: 'capb', ackMode: 'auto', maxInFlight: 50, batch: { maxMessages: 20 } })).status,
+    201,
+  )
   const { receiver, open } = await concurrencyReceiver(t)
   t.equal((await call('POST', '/v1/groups/capb-g/consumers', { url: receiver.url, maxConcurrency: 1 })).status, 201)
-  t.equal((await produce('capb', Array.from({ length: 200 }, (_, k) => ({ value: k })))).status, 201)
+  t.equal(
+    (
+      await produce(
+        'capb',
+        Array.from({ length: 200 }, (_, k) => ({ value: k })),
+      )
+    ).status,
+    201,
+  )
   await allCompleted('capb-g', 60_000)
   const sizes = receiver.requests.map((r) => (r.json as { deliveries: unknown[] }).deliveries.length)
-  t.equal(sizes.reduce((a, b) => a + b, 0), 200, 'every message once')
+  t.equal(
+    sizes.reduce((a, b) => a + b, 0),
+    200,
+    'every message once',
+  )
   t.equal(Math.max(...open), 1, 'one batch request at a time')
   t.ok(Math.max(...sizes) > 1, `and batches of more than one message (up to ${Math.max(...sizes)})`)
 })

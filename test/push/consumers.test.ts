@@ -12,7 +12,13 @@ import { waitUntil } from '../helpers/wait.ts'
 const broker = await startBroker(t)
 const { app, call, produce, groupStatus, allCompleted } = api(broker)
 
-interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown }
+interface Envelope {
+  deliveryId: string
+  partition: number
+  offset: number
+  attempt: number
+  value: unknown
+}
 const env = (r: Received | undefined) => r!.json as Envelope
 const owners = async (group: string) => (await groupStatus(group)).partitions.map((p: { consumerId: string | null }) => p.consumerId)
 const ack = async (group: string, ids: string[]) =>
@@ -22,7 +28,9 @@ const addConsumer = async (group: string, url: string) => {
   if (res.status !== 201) throw new Error(`add consumer: ${res.status}`)
   return res.json.id as string
 }
-interface TT { equal(found: unknown, wanted: unknown): boolean }
+interface TT {
+  equal(found: unknown, wanted: unknown): boolean
+}
 async function topicAndGroup(tt: TT, name: string, group: object, partitions: number) {
   tt.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
   tt.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ...group })).status, 201)
@@ -36,7 +44,10 @@ t.test('two consumers split four partitions: each receives exactly the partition
   const aId = await addConsumer('split-g', a.url)
   const bId = await addConsumer('split-g', b.url)
   t.same(await owners('split-g'), [aId, bId, aId, bId], 'p0 → a, p1 → b, p2 → a, p3 → b')
-  await produce('split', [0, 1, 2, 3].flatMap((p) => [0, 1, 2].map((i) => ({ value: `p${p}-${i}`, partition: p }))))
+  await produce(
+    'split',
+    [0, 1, 2, 3].flatMap((p) => [0, 1, 2].map((i) => ({ value: `p${p}-${i}`, partition: p }))),
+  )
   await allCompleted('split-g')
   t.same(partitionsOf(a), [0, 2])
   t.same(partitionsOf(b), [1, 3])
@@ -50,32 +61,60 @@ t.test('removing a consumer moves its partitions to the other; its in-flight and
   const b = await startReceiver(t)
   const aId = await addConsumer('move-g', a.url)
   const bId = await addConsumer('move-g', b.url)
-  await produce('move', [0, 1, 2, 3].map((p) => ({ value: `first-${p}`, partition: p })))
+  await produce(
+    'move',
+    [0, 1, 2, 3].map((p) => ({ value: `first-${p}`, partition: p })),
+  )
   await a.waitFor(2, 5000)
   await b.waitFor(2, 5000)
   t.same(partitionsOf(a), [0, 2])
-  t.same(await ack('move-g', b.requests.map((r) => env(r).deliveryId)), ['acked', 'acked'])
+  t.same(
+    await ack(
+      'move-g',
+      b.requests.map((r) => env(r).deliveryId),
+    ),
+    ['acked', 'acked'],
+  )
   // a answered 200 but never acks; then it is removed.
   t.equal((await call('DELETE', `/v1/groups/move-g/consumers/${aId}`)).status, 204)
   t.same(await owners('move-g'), [bId, bId, bId, bId], 'every partition now goes to b')
-  await produce('move', [{ value: 'second-0', partition: 0 }, { value: 'second-2', partition: 2 }])
+  await produce('move', [
+    { value: 'second-0', partition: 0 },
+    { value: 'second-2', partition: 2 },
+  ])
   // b gets the two new ones and, after their ack deadline, the two that were out at a.
   const want = ['first-0', 'first-2', 'second-0', 'second-2']
   const acked = new Set<string>()
-  await waitUntil(async () => {
-    const fresh = b.requests.filter((r) => !acked.has(env(r).deliveryId) && want.includes(String(env(r).value)))
-    for (const r of fresh) { acked.add(env(r).deliveryId); await ack('move-g', [env(r).deliveryId]) }
-    return (await groupStatus('move-g')).partitions.every((p: { lag: number }) => p.lag === 0)
-  }, 15_000, 'b acks everything that was a\'s')
+  await waitUntil(
+    async () => {
+      const fresh = b.requests.filter((r) => !acked.has(env(r).deliveryId) && want.includes(String(env(r).value)))
+      for (const r of fresh) {
+        acked.add(env(r).deliveryId)
+        await ack('move-g', [env(r).deliveryId])
+      }
+      return (await groupStatus('move-g')).partitions.every((p: { lag: number }) => p.lag === 0)
+    },
+    15_000,
+    "b acks everything that was a's",
+  )
   t.same([...new Set(b.requests.map((r) => String(env(r).value)))].filter((v) => want.includes(v)).sort(), want)
   t.equal(a.requests.length, 2, 'the removed consumer got nothing more')
 })
 
 t.test('messages produced while a group has no consumer are pushed when one registers', async (t) => {
   await topicAndGroup(t, 'none', { ackMode: 'auto' }, 2)
-  await produce('none', [{ value: 'n0', partition: 0 }, { value: 'n1', partition: 1 }])
+  await produce('none', [
+    { value: 'n0', partition: 0 },
+    { value: 'n1', partition: 1 },
+  ])
   await sleep(300)
-  t.same((await groupStatus('none-g')).partitions.map((p: { lag: number; consumerId: null }) => [p.lag, p.consumerId]), [[1, null], [1, null]])
+  t.same(
+    (await groupStatus('none-g')).partitions.map((p: { lag: number; consumerId: null }) => [p.lag, p.consumerId]),
+    [
+      [1, null],
+      [1, null],
+    ],
+  )
   const r = await startReceiver(t)
   await addConsumer('none-g', r.url)
   await allCompleted('none-g', 5000)
@@ -100,8 +139,17 @@ t.test('paused: no new pushes; acks of delivered messages still count; unpausing
   t.equal((await call('PUT', '/v1/groups/pause-g', { topic: 'pause', paused: false })).json.paused, false)
   await r.waitFor(3, 5000)
   t.ok(Date.now() - resumedAt < 5000, 'resumed promptly')
-  t.same(r.requests.slice(1).map((x) => env(x).value), ['during-1', 'during-2'])
-  t.same(await ack('pause-g', r.requests.slice(1).map((x) => env(x).deliveryId)), ['acked', 'acked'])
+  t.same(
+    r.requests.slice(1).map((x) => env(x).value),
+    ['during-1', 'during-2'],
+  )
+  t.same(
+    await ack(
+      'pause-g',
+      r.requests.slice(1).map((x) => env(x).deliveryId),
+    ),
+    ['acked', 'acked'],
+  )
 })
 
 t.test('paused while a message waits for its retry: the retry does not go out until unpaused', async (t) => {
@@ -125,7 +173,10 @@ t.test('a group created paused pushes nothing until unpaused', async (t) => {
   await topicAndGroup(t, 'cpause', { ackMode: 'auto', paused: true }, 2)
   const r = await startReceiver(t)
   await addConsumer('cpause-g', r.url)
-  await produce('cpause', [{ value: 1, partition: 0 }, { value: 2, partition: 1 }])
+  await produce('cpause', [
+    { value: 1, partition: 0 },
+    { value: 2, partition: 1 },
+  ])
   await sleep(600)
   t.equal(r.requests.length, 0)
   await call('PUT', '/v1/groups/cpause-g', { topic: 'cpause', ackMode: 'auto', paused: false })
@@ -133,9 +184,15 @@ t.test('a group created paused pushes nothing until unpaused', async (t) => {
   t.equal(r.requests.length, 2)
 })
 
-t.test('pausing with a partial PUT ({ topic, paused }) keeps the group\'s other settings', async (t) => {
+t.test("pausing with a partial PUT ({ topic, paused }) keeps the group's other settings", async (t) => {
   const settings = {
-    ackMode: 'auto', ackTimeoutMs: 5000, maxDeliveries: 3, ordered: true, maxInFlight: 7, pushTimeoutMs: 2000, pushFormat: 'raw',
+    ackMode: 'auto',
+    ackTimeoutMs: 5000,
+    maxDeliveries: 3,
+    ordered: true,
+    maxInFlight: 7,
+    pushTimeoutMs: 2000,
+    pushFormat: 'raw',
     retry: { initialDelayMs: 50, multiplier: 3, maxDelayMs: 500, jitter: 0 },
   }
   await topicAndGroup(t, 'keep', settings, 1)
@@ -149,8 +206,10 @@ t.test('pausing with a partial PUT ({ topic, paused }) keeps the group\'s other 
   await r.waitFor(1, 5000)
   t.equal(r.requests[0]!.body, '"k"', 'still pushed raw')
   // Still auto-acked: the 200 completes it without an ack call.
-  await waitUntil(async () => (await groupStatus('keep-g')).partitions[0].lag === 0, 3000, 'auto ack completed it')
-    .then(() => t.pass('completed by the 200'), (err: Error) => t.fail(err.message))
+  await waitUntil(async () => (await groupStatus('keep-g')).partitions[0].lag === 0, 3000, 'auto ack completed it').then(
+    () => t.pass('completed by the 200'),
+    (err: Error) => t.fail(err.message),
+  )
 })
 
 t.test('assignment follows registration order (p → consumer p mod n), also when registered back to back', async (t) => {
@@ -164,5 +223,8 @@ t.test('assignment follows registration order (p → consumer p mod n), also whe
   // Remove the third: partitions p → remaining[p mod 11].
   t.equal((await call('DELETE', `/v1/groups/order-g/consumers/${ids[2]}`)).status, 204)
   const rest = ids.filter((_, i) => i !== 2)
-  t.same(await owners('order-g'), Array.from({ length: 12 }, (_, p) => rest[p % rest.length]))
+  t.same(
+    await owners('order-g'),
+    Array.from({ length: 12 }, (_, p) => rest[p % rest.length]),
+  )
 })

@@ -12,18 +12,33 @@ import { waitUntil } from '../helpers/wait.ts'
 const broker = await startBroker(t)
 const { app, call, produce, sql, groupStatus, allCompleted } = api(broker)
 
-interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown }
+interface Envelope {
+  deliveryId: string
+  partition: number
+  offset: number
+  attempt: number
+  value: unknown
+}
 const env = (r: Received | undefined) => r!.json as Envelope
-const attemptRows = (group: string) => sql(
-  `SELECT d.id, d.partition, d."offset"::int AS "offset", d.attempt, d.outcome::text AS outcome, d.error, d.status_code, d.consumer_id
-   FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d.partition, d."offset", d.attempt`, [group])
+const attemptRows = (group: string) =>
+  sql(
+    `SELECT d.id, d.partition, d."offset"::int AS "offset", d.attempt, d.outcome::text AS outcome, d.error, d.status_code, d.consumer_id
+   FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d.partition, d."offset", d.attempt`,
+    [group],
+  )
 
-interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
+interface TT {
+  equal(found: unknown, wanted: unknown): boolean
+  teardown(fn: () => unknown): void
+}
 
 /** A receiver that also records when each request arrived (times[i] belongs to requests[i]). */
 async function timedReceiver(tt: TT, behave: (req: Received, n: number) => BehaviourSpec = () => ({ status: 200 })) {
   const times: number[] = []
-  const receiver = await startReceiver(tt, (req) => { times.push(Date.now()); return behave(req, times.length) })
+  const receiver = await startReceiver(tt, (req) => {
+    times.push(Date.now())
+    return behave(req, times.length)
+  })
   return { receiver, times }
 }
 
@@ -34,7 +49,11 @@ async function topicAndGroup(tt: TT, name: string, group: object, partitions = 1
 const addConsumer = async (group: string, url: string) => (await call('POST', `/v1/groups/${group}/consumers`, { url })).json.id as string
 
 t.test('backoff gaps grow: ~100, ~400, ~1600 ms with jitter 0 and multiplier 4', async (t) => {
-  await topicAndGroup(t, 'bo', { ackMode: 'auto', maxDeliveries: 4, retry: { initialDelayMs: 100, multiplier: 4, maxDelayMs: 10_000, jitter: 0 } })
+  await topicAndGroup(t, 'bo', {
+    ackMode: 'auto',
+    maxDeliveries: 4,
+    retry: { initialDelayMs: 100, multiplier: 4, maxDelayMs: 10_000, jitter: 0 },
+  })
   const { receiver, times } = await timedReceiver(t, () => ({ status: 500, body: 'down' }))
   await addConsumer('bo-g', receiver.url)
   await produce('bo', [{ value: 'x' }])
@@ -50,22 +69,61 @@ t.test('backoff gaps grow: ~100, ~400, ~1600 ms with jitter 0 and multiplier 4',
   }
   // A constant backoff cannot pass both: the last gap is at least ~1600 ms, the first well under it.
   t.ok(gaps[0]! < nominal[2]! - 10, `the first gap (${gaps[0]} ms) is shorter than the last one can be`)
-  t.same(receiver.requests.map((r) => env(r).attempt), [1, 2, 3, 4])
+  t.same(
+    receiver.requests.map((r) => env(r).attempt),
+    [1, 2, 3, 4],
+  )
   await sleep(900)
   t.equal(receiver.requests.length, 4, 'no attempt after maxDeliveries')
   await waitUntil(async () => (await attemptRows('bo-g')).at(-1)?.outcome === 'dead', 3000, 'last attempt dead')
   const rows = await attemptRows('bo-g')
-  t.same(rows.map((r) => r.outcome), ['failed', 'failed', 'failed', 'dead'])
-  t.ok(rows.every((r) => r.status_code === 500 && /HTTP 500/.test(r.error)), 'status code and error recorded on each attempt')
+  t.same(
+    rows.map((r) => r.outcome),
+    ['failed', 'failed', 'failed', 'dead'],
+  )
+  t.ok(
+    rows.every((r) => r.status_code === 500 && /HTTP 500/.test(r.error)),
+    'status code and error recorded on each attempt',
+  )
 })
 
 t.test('Retry-After on 503 and 429 is honoured, and capped by maxDelayMs; ignored on 500', async (t) => {
   const cases: { name: string; first: BehaviourSpec; maxDelayMs: number; min: number; max: number }[] = [
-    { name: '503 Retry-After: 1', first: { status: 503, headers: { 'retry-after': '1' } }, maxDelayMs: 5000, min: 1000 - 5, max: 1000 + 3000 },
-    { name: '429 Retry-After: 1', first: { status: 429, headers: { 'retry-after': '1' } }, maxDelayMs: 5000, min: 1000 - 5, max: 1000 + 3000 },
-    { name: '429 Retry-After: 30, capped at maxDelayMs 700', first: { status: 429, headers: { 'retry-after': '30' } }, maxDelayMs: 700, min: 700 - 5, max: 700 + 3000 },
-    { name: '503 Retry-After as an HTTP-date ~2 s ahead', first: { status: 503, headers: { 'retry-after': '' } }, maxDelayMs: 5000, min: 900, max: 2000 + 2500 },
-    { name: '500 with Retry-After: 5 (not honoured: only 429/503)', first: { status: 500, headers: { 'retry-after': '5' } }, maxDelayMs: 5000, min: 50 - 5, max: 3000 },
+    {
+      name: '503 Retry-After: 1',
+      first: { status: 503, headers: { 'retry-after': '1' } },
+      maxDelayMs: 5000,
+      min: 1000 - 5,
+      max: 1000 + 3000,
+    },
+    {
+      name: '429 Retry-After: 1',
+      first: { status: 429, headers: { 'retry-after': '1' } },
+      maxDelayMs: 5000,
+      min: 1000 - 5,
+      max: 1000 + 3000,
+    },
+    {
+      name: '429 Retry-After: 30, capped at maxDelayMs 700',
+      first: { status: 429, headers: { 'retry-after': '30' } },
+      maxDelayMs: 700,
+      min: 700 - 5,
+      max: 700 + 3000,
+    },
+    {
+      name: '503 Retry-After as an HTTP-date ~2 s ahead',
+      first: { status: 503, headers: { 'retry-after': '' } },
+      maxDelayMs: 5000,
+      min: 900,
+      max: 2000 + 2500,
+    },
+    {
+      name: '500 with Retry-After: 5 (not honoured: only 429/503)',
+      first: { status: 500, headers: { 'retry-after': '5' } },
+      maxDelayMs: 5000,
+      min: 50 - 5,
+      max: 3000,
+    },
   ]
   for (const [i, c] of cases.entries()) {
     const name = `ra${i}`
@@ -91,21 +149,39 @@ t.test('410 Gone disables the consumer: status shows it, its partitions move, pu
   const b = await startReceiver(t)
   const aId = await addConsumer('gone-g', a.url)
   const bId = await addConsumer('gone-g', b.url)
-  t.same((await groupStatus('gone-g')).partitions.map((p: { consumerId: string }) => p.consumerId), [aId, bId], 'p0 → a, p1 → b')
-  await produce('gone', [{ value: 'p0', partition: 0 }, { value: 'p1', partition: 1 }])
+  t.same(
+    (await groupStatus('gone-g')).partitions.map((p: { consumerId: string }) => p.consumerId),
+    [aId, bId],
+    'p0 → a, p1 → b',
+  )
+  await produce('gone', [
+    { value: 'p0', partition: 0 },
+    { value: 'p1', partition: 1 },
+  ])
   await a.waitFor(1, 5000)
   await allCompleted('gone-g')
   const s = await groupStatus('gone-g')
   const ca = s.consumers.find((c: { id: string }) => c.id === aId)
   t.match(ca, { disabled: true, disabledReason: /410/ }, 'consumer a shows disabled')
-  t.match(s.consumers.find((c: { id: string }) => c.id === bId), { disabled: false })
-  t.same(s.partitions.map((p: { consumerId: string }) => p.consumerId), [bId, bId], 'both partitions now go to b')
+  t.match(
+    s.consumers.find((c: { id: string }) => c.id === bId),
+    { disabled: false },
+  )
+  t.same(
+    s.partitions.map((p: { consumerId: string }) => p.consumerId),
+    [bId, bId],
+    'both partitions now go to b',
+  )
   t.same(b.requests.map((r) => env(r).value).sort(), ['p0', 'p1'], 'b got p0 (retried there) and p1')
   await produce('gone', [{ value: 'later', partition: 0 }])
   await b.waitFor(3, 5000)
   await sleep(300)
   t.equal(a.requests.length, 1, 'the disabled consumer gets nothing after its 410')
-  await waitUntil(async () => (await attemptRows('gone-g')).some((r) => r.status_code === 410 && r.outcome === 'failed'), 3000, '410 attempt row')
+  await waitUntil(
+    async () => (await attemptRows('gone-g')).some((r) => r.status_code === 410 && r.outcome === 'failed'),
+    3000,
+    '410 attempt row',
+  )
 
   // The only consumer goes: its partitions have no consumer; a new registration picks them up.
   await topicAndGroup(t, 'gone1', { ackMode: 'auto', retry: { initialDelayMs: 200, maxDelayMs: 200, jitter: 0 } }, 2)
@@ -113,8 +189,11 @@ t.test('410 Gone disables the consumer: status shows it, its partitions move, pu
   await addConsumer('gone1-g', only.url)
   await produce('gone1', [{ value: 'q', partition: 1 }])
   await only.waitFor(1, 5000)
-  await waitUntil(async () => (await groupStatus('gone1-g')).partitions.every((p: { consumerId: string | null }) => p.consumerId === null),
-    3000, 'no partition has a consumer')
+  await waitUntil(
+    async () => (await groupStatus('gone1-g')).partitions.every((p: { consumerId: string | null }) => p.consumerId === null),
+    3000,
+    'no partition has a consumer',
+  )
   await sleep(500)
   t.equal(only.requests.length, 1, 'not pushed again to the disabled consumer')
   only.setBehaviour({ status: 200 })
@@ -139,7 +218,10 @@ t.test('410 Gone with a zero backoff: the disabled consumer still gets no second
 
 t.test('redirects are never followed: 302 and 307 are failed attempts; the target gets nothing', async (t) => {
   const target = await startReceiver(t)
-  for (const [name, spec] of [['r302', { redirectTo: `${target.url}/moved` }], ['r307', { status: 307, headers: { location: `${target.url}/moved` } }]] as const) {
+  for (const [name, spec] of [
+    ['r302', { redirectTo: `${target.url}/moved` }],
+    ['r307', { status: 307, headers: { location: `${target.url}/moved` } }],
+  ] as const) {
     await topicAndGroup(t, name, { ackMode: 'auto', maxDeliveries: 2, retry: { initialDelayMs: 50, maxDelayMs: 50, jitter: 0 } })
     const r = await startReceiver(t, spec)
     await addConsumer(`${name}-g`, r.url)
@@ -147,30 +229,54 @@ t.test('redirects are never followed: 302 and 307 are failed attempts; the targe
     await r.waitFor(2, 5000)
     await allCompleted(`${name}-g`)
     const code = name === 'r302' ? 302 : 307
-    await waitUntil(async () => {
-      const rows = await attemptRows(`${name}-g`)
-      return rows.length === 2 && rows.every((x) => x.status_code === code && new RegExp(`HTTP ${code}`).test(x.error)) &&
-        rows[0].outcome === 'failed' && rows[1].outcome === 'dead'
-    }, 3000, `${name}: attempt rows record the ${code}`)
+    await waitUntil(
+      async () => {
+        const rows = await attemptRows(`${name}-g`)
+        return (
+          rows.length === 2 &&
+          rows.every((x) => x.status_code === code && new RegExp(`HTTP ${code}`).test(x.error)) &&
+          rows[0].outcome === 'failed' &&
+          rows[1].outcome === 'dead'
+        )
+      },
+      3000,
+      `${name}: attempt rows record the ${code}`,
+    )
   }
   await sleep(300)
   t.equal(target.requests.length, 0, 'the redirect target received nothing')
 })
 
 t.test('a consumer that hangs: the push times out, is retried, and is delivered', async (t) => {
-  await topicAndGroup(t, 'hang', { ackMode: 'auto', pushTimeoutMs: 300, ackTimeoutMs: 5000, retry: { initialDelayMs: 50, maxDelayMs: 50, jitter: 0 } })
+  await topicAndGroup(t, 'hang', {
+    ackMode: 'auto',
+    pushTimeoutMs: 300,
+    ackTimeoutMs: 5000,
+    retry: { initialDelayMs: 50, maxDelayMs: 50, jitter: 0 },
+  })
   const { receiver, times } = await timedReceiver(t, (_req, n) => (n === 1 ? { hang: true } : { status: 200 }))
   await addConsumer('hang-g', receiver.url)
   await produce('hang', [{ value: 'h' }])
   await receiver.waitFor(2, 5000)
   await allCompleted('hang-g')
-  t.ok(times[1]! - times[0]! >= 250, `retried after the 300 ms push timeout (counted from the push's start) and the 50 ms backoff (${times[1]! - times[0]!} ms)`)
+  t.ok(
+    times[1]! - times[0]! >= 250,
+    `retried after the 300 ms push timeout (counted from the push's start) and the 50 ms backoff (${times[1]! - times[0]!} ms)`,
+  )
   t.ok(times[1]! - times[0]! < 4000, 'not waiting for the 5 s ack deadline')
-  await waitUntil(async () => {
-    const rows = await attemptRows('hang-g')
-    return rows.length === 2 && ['failed', 'timed_out'].includes(rows[0].outcome) && /300 ms|time/i.test(rows[0].error ?? '') &&
-      rows[1].outcome === 'acked'
-  }, 3000, 'attempt 1 timed out (failed/timed_out with an error), attempt 2 acked')
+  await waitUntil(
+    async () => {
+      const rows = await attemptRows('hang-g')
+      return (
+        rows.length === 2 &&
+        ['failed', 'timed_out'].includes(rows[0].outcome) &&
+        /300 ms|time/i.test(rows[0].error ?? '') &&
+        rows[1].outcome === 'acked'
+      )
+    },
+    3000,
+    'attempt 1 timed out (failed/timed_out with an error), attempt 2 acked',
+  )
 })
 
 t.test('a consumer that resets the connection: a failed attempt with the network error, then delivered', async (t) => {
@@ -180,17 +286,26 @@ t.test('a consumer that resets the connection: a failed attempt with the network
   await produce('rst', [{ value: 'r' }])
   await receiver.waitFor(2, 5000)
   await allCompleted('rst-g')
-  const rows = await waitUntil(async () => {
-    const rows = await attemptRows('rst-g')
-    return rows.length === 2 && rows[1].outcome === 'acked' ? rows : undefined
-  }, 3000, 'two attempt rows')
+  const rows = await waitUntil(
+    async () => {
+      const rows = await attemptRows('rst-g')
+      return rows.length === 2 && rows[1].outcome === 'acked' ? rows : undefined
+    },
+    3000,
+    'two attempt rows',
+  )
   t.equal(rows[0].outcome, 'failed')
   t.equal(rows[0].status_code, null, 'no HTTP status for a reset')
   t.ok(typeof rows[0].error === 'string' && rows[0].error.length > 0, `error recorded: ${rows[0].error}`)
 })
 
 t.test('a flapping consumer (500, 503, then 200) gets every message delivered; attempts recorded per message', async (t) => {
-  await topicAndGroup(t, 'flap', { ackMode: 'auto', maxDeliveries: 5, retry: { initialDelayMs: 50, multiplier: 2, maxDelayMs: 200, jitter: 0 } }, 2)
+  await topicAndGroup(
+    t,
+    'flap',
+    { ackMode: 'auto', maxDeliveries: 5, retry: { initialDelayMs: 50, multiplier: 2, maxDelayMs: 200, jitter: 0 } },
+    2,
+  )
   const seen = new Map<string, number>()
   const { receiver } = await timedReceiver(t, (req) => {
     const key = String(env(req).value)
@@ -199,20 +314,30 @@ t.test('a flapping consumer (500, 503, then 200) gets every message delivered; a
     return n === 1 ? { status: 500, body: 'flap' } : n === 2 ? { status: 503 } : { status: 200 }
   })
   await addConsumer('flap-g', receiver.url)
-  await produce('flap', Array.from({ length: 6 }, (_, i) => ({ value: `m${i}`, partition: i % 2 })))
+  await produce(
+    'flap',
+    Array.from({ length: 6 }, (_, i) => ({ value: `m${i}`, partition: i % 2 })),
+  )
   await receiver.waitFor(18, 10_000)
   await allCompleted('flap-g')
   t.equal(seen.size, 6)
-  t.ok([...seen.values()].every((n) => n === 3), 'each message: exactly three attempts')
-  await waitUntil(async () => {
-    const rows = await attemptRows('flap-g')
-    if (rows.length !== 18) return false
-    for (let i = 0; i < 18; i += 3) {
-      const [a, b, c] = rows.slice(i, i + 3)
-      if (a.outcome !== 'failed' || a.status_code !== 500 || !/HTTP 500: flap/.test(a.error)) return false
-      if (b.outcome !== 'failed' || b.status_code !== 503) return false
-      if (c.outcome !== 'acked' || c.status_code !== 200 || c.attempt !== 3) return false
-    }
-    return true
-  }, 3000, 'rows: failed 500, failed 503, acked 200 for each message')
+  t.ok(
+    [...seen.values()].every((n) => n === 3),
+    'each message: exactly three attempts',
+  )
+  await waitUntil(
+    async () => {
+      const rows = await attemptRows('flap-g')
+      if (rows.length !== 18) return false
+      for (let i = 0; i < 18; i += 3) {
+        const [a, b, c] = rows.slice(i, i + 3)
+        if (a.outcome !== 'failed' || a.status_code !== 500 || !/HTTP 500: flap/.test(a.error)) return false
+        if (b.outcome !== 'failed' || b.status_code !== 503) return false
+        if (c.outcome !== 'acked' || c.status_code !== 200 || c.attempt !== 3) return false
+      }
+      return true
+    },
+    3000,
+    'rows: failed 500, failed 503, acked 200 for each message',
+  )
 })

@@ -13,16 +13,28 @@ import { waitUntil } from '../helpers/wait.ts'
 const broker = await startBroker(t)
 const { app, call, produce, groupStatus, allCompleted, ack } = api(broker)
 
-interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown }
+interface Envelope {
+  deliveryId: string
+  partition: number
+  offset: number
+  attempt: number
+  value: unknown
+}
 const env = (r: Received | undefined) => r!.json as Envelope
-interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
+interface TT {
+  equal(found: unknown, wanted: unknown): boolean
+  teardown(fn: () => unknown): void
+}
 async function topicAndGroup(tt: TT, name: string, group: object, partitions = 1) {
   tt.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
   tt.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ...group })).status, 201)
 }
 async function timedReceiver(tt: TT, behave: (req: Received, n: number) => BehaviourSpec = () => ({ status: 200 })) {
   const times: number[] = []
-  const receiver = await startReceiver(tt, (req) => { times.push(Date.now()); return behave(req, times.length) })
+  const receiver = await startReceiver(tt, (req) => {
+    times.push(Date.now())
+    return behave(req, times.length)
+  })
   return { receiver, times }
 }
 const addConsumer = async (group: string, url: string, secret?: string) => {
@@ -42,7 +54,9 @@ function independentVerify(secret: string, r: Received): boolean {
   const sig = header(r, 'webhook-signature')
   if (!id || !ts || !sig) return false
   const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64')
-  const expected = createHmac('sha256', key).update(Buffer.from(`${id}.${ts}.${r.body}`, 'utf8')).digest()
+  const expected = createHmac('sha256', key)
+    .update(Buffer.from(`${id}.${ts}.${r.body}`, 'utf8'))
+    .digest()
   return sig.split(' ').some((entry) => {
     const [version, b64] = entry.split(',')
     if (version !== 'v1' || !b64) return false
@@ -56,7 +70,10 @@ t.test('pushFormat raw: the body is the bare value; hookq-* headers carry the en
   const { receiver, times } = await timedReceiver(t)
   await addConsumer('raw-g', receiver.url)
   const value = { a: 1, b: [true, null, 'é'], s: 'x\u0000y' }
-  await produce('raw', [{ value, key: 'user-1', headers: { trace: 't1' }, partition: 1 }, { value: 'just a string', partition: 1 }])
+  await produce('raw', [
+    { value, key: 'user-1', headers: { trace: 't1' }, partition: 1 },
+    { value: 'just a string', partition: 1 },
+  ])
   await receiver.waitFor(2, 5000)
   const [first, second] = receiver.requests as [Received, Received]
   t.same(JSON.parse(first.body), value, 'body is the value itself')
@@ -113,8 +130,13 @@ t.test('Standard Webhooks: webhook-id stable across attempts, timestamp current,
   const other = 'whsec_' + randomBytes(32).toString('base64')
   t.notOk(independentVerify(other, m1), 'another secret does not verify')
   t.notOk(independentVerify(secret, { ...m1, body: m1.body.replace('2', '3') }), 'a changed body does not verify')
-  t.notOk(independentVerify(secret, { ...m1, headers: { ...m1.headers, 'webhook-timestamp': String(Number(header(m1, 'webhook-timestamp')) + 1) } }),
-    'a changed timestamp does not verify')
+  t.notOk(
+    independentVerify(secret, {
+      ...m1,
+      headers: { ...m1.headers, 'webhook-timestamp': String(Number(header(m1, 'webhook-timestamp')) + 1) },
+    }),
+    'a changed timestamp does not verify',
+  )
   const u = unsigned.requests[0]!
   t.ok(header(u, 'webhook-id') && header(u, 'webhook-timestamp'), 'a consumer without a secret gets id and timestamp')
   t.equal(header(u, 'webhook-signature'), undefined, 'and no signature')
@@ -134,7 +156,10 @@ t.test('Standard Webhooks with pushFormat raw: the signature covers the raw body
 t.test('produce delayMs: not pushed before its time; undelayed neighbours are not held back', async (t) => {
   await topicAndGroup(t, 'dly', { ackMode: 'auto' })
   const arrived = new Map<string, number>()
-  const r = await startReceiver(t, (req) => { arrived.set(String(env(req).value), Date.now()); return { status: 200 } })
+  const r = await startReceiver(t, (req) => {
+    arrived.set(String(env(req).value), Date.now())
+    return { status: 200 }
+  })
   await addConsumer('dly-g', r.url)
   const before = Date.now()
   await produce('dly', [{ value: 'late', delayMs: 1500 }, { value: 'now' }, { value: 'soon', delayMs: 600 }])
@@ -150,7 +175,10 @@ t.test('produce delayMs: delayed messages waiting for their time do not use up m
   // maxInFlight bounds messages in flight; a delayed message not yet pushed is not in flight.
   await topicAndGroup(t, 'dlyq', { ackMode: 'auto', maxInFlight: 2 })
   const arrived = new Map<string, number>()
-  const r = await startReceiver(t, (req) => { arrived.set(String(env(req).value), Date.now()); return { status: 200 } })
+  const r = await startReceiver(t, (req) => {
+    arrived.set(String(env(req).value), Date.now())
+    return { status: 200 }
+  })
   await addConsumer('dlyq-g', r.url)
   const before = Date.now()
   await produce('dlyq', [{ value: 'later-1', delayMs: 3000 }, { value: 'later-2', delayMs: 3000 }, { value: 'now' }])

@@ -6,7 +6,14 @@
  * sign the same list of headers.
  */
 import t, { type Test } from 'tap'
-import { SIGNED_HEADERS as HELPER_SIGNED, createConsumer, signedHeaderContent, signHeaders, verifyWebhook, WebhookVerificationError } from '@hookq/client/consumer'
+import {
+  SIGNED_HEADERS as HELPER_SIGNED,
+  createConsumer,
+  signedHeaderContent,
+  signHeaders,
+  verifyWebhook,
+  WebhookVerificationError,
+} from '@hookq/client/consumer'
 import { SIGNED_HEADERS as BROKER_SIGNED } from '../../src/dispatch/signature.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
@@ -55,7 +62,11 @@ t.test('raw pushes: every hookq-* header is covered', async (t) => {
   }
   const { 'hookq-signature': _, ...unsigned } = headers
   t.equal(reason(unsigned, push.body), 'missing_headers', 'hookq-signature removed')
-  t.equal(reason({ ...headers, 'hookq-signature': headers['webhook-signature']! }, push.body), 'bad_header_signature', 'the body signature in its place')
+  t.equal(
+    reason({ ...headers, 'hookq-signature': headers['webhook-signature']! }, push.body),
+    'bad_header_signature',
+    'the body signature in its place',
+  )
   t.equal(reason(headers, push.body + ' '), 'bad_signature', 'the body still checked first')
   t.equal(reason({ ...headers, 'hookq-key': '' }, push.body), 'bad_header_signature', 'an empty header is not an absent one')
 
@@ -67,15 +78,34 @@ t.test('raw pushes: every hookq-* header is covered', async (t) => {
 
   // Its own key: the header signature is not a webhook-signature over the header text as a body.
   const headerText = signedHeaderContent(headers)
-  t.equal(reason({ 'webhook-id': headers['webhook-id']!, 'webhook-timestamp': headers['webhook-timestamp']!, 'webhook-signature': headers['hookq-signature']! }, headerText),
-    'bad_signature', 'hookq-signature does not sign the header text as a body')
+  t.equal(
+    reason(
+      {
+        'webhook-id': headers['webhook-id']!,
+        'webhook-timestamp': headers['webhook-timestamp']!,
+        'webhook-signature': headers['hookq-signature']!,
+      },
+      headerText,
+    ),
+    'bad_signature',
+    'hookq-signature does not sign the header text as a body',
+  )
   // The helper's signer agrees with the broker's.
-  t.equal(signHeaders({ webhookId: headers['webhook-id']!, timestampSeconds: Number(headers['webhook-timestamp']), headers, secrets: secret }),
-    headers['hookq-signature'], 'signHeaders gives the broker\'s signature')
+  t.equal(
+    signHeaders({ webhookId: headers['webhook-id']!, timestampSeconds: Number(headers['webhook-timestamp']), headers, secrets: secret }),
+    headers['hookq-signature'],
+    "signHeaders gives the broker's signature",
+  )
 
   // The consumer helper refuses the altered push with 401 and never runs the handler.
   const handled: unknown[] = []
-  const consumer = createConsumer({ secret, ackMode: 'auto', handler: (m) => { handled.push(m) } })
+  const consumer = createConsumer({
+    secret,
+    ackMode: 'auto',
+    handler: (m) => {
+      handled.push(m)
+    },
+  })
   const altered = await consumer.handle({ headers: { ...headers, 'hookq-offset': '7' }, body: push.body })
   t.match(altered, { status: 401 }, 'altered offset: 401')
   t.equal(handled.length, 0, 'handler not run')

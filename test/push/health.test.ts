@@ -11,7 +11,12 @@ import { waitUntil } from '../helpers/wait.ts'
 const broker = await startBroker(t)
 const { call, produce, groupStatus, allCompleted } = api(broker)
 
-interface Health { lastSuccessAt: string | null; lastFailureAt: string | null; lastError: string | null; recentFailureRate: number | null }
+interface Health {
+  lastSuccessAt: string | null
+  lastFailureAt: string | null
+  lastError: string | null
+  recentFailureRate: number | null
+}
 const healthOf = async (group: string, id: string): Promise<Health> =>
   (await groupStatus(group)).consumers.find((c: { id: string }) => c.id === id).health
 
@@ -24,17 +29,32 @@ t.test('a consumer never pushed to has no health yet', async (t) => {
 
 t.test('failures, then successes: times, the error and the rate follow what the consumer answered', async (t) => {
   let failing = true
-  const receiver = await startReceiver(t, () => failing ? { status: 500, body: 'database down' } : { status: 200 })
+  const receiver = await startReceiver(t, () => (failing ? { status: 500, body: 'database down' } : { status: 200 }))
   t.equal((await call('PUT', '/v1/topics/h1', { partitions: 1 })).status, 201)
-  t.equal((await call('PUT', '/v1/groups/h1-g', {
-    topic: 'h1', ackMode: 'auto', maxDeliveries: 2, retry: { initialDelayMs: 10, maxDelayMs: 10, jitter: 0 },
-  })).status, 201)
+  t.equal(
+    (
+      await call('PUT', '/v1/groups/h1-g', {
+        topic: 'h1',
+        ackMode: 'auto',
+        maxDeliveries: 2,
+        retry: { initialDelayMs: 10, maxDelayMs: 10, jitter: 0 },
+      })
+    ).status,
+    201,
+  )
   const id = (await call('POST', '/v1/groups/h1-g/consumers', { url: receiver.url })).json.id
   const before = Date.now()
 
   t.equal((await produce('h1', [{ value: 1 }, { value: 2 }])).status, 201)
   await allCompleted('h1-g', 20_000) // both dead-lettered after 2 attempts: 4 failed pushes
-  const failed = await waitUntil(async () => { const h = await healthOf('h1-g', id); return h.lastFailureAt ? h : undefined }, 10_000, 'failures recorded')
+  const failed = await waitUntil(
+    async () => {
+      const h = await healthOf('h1-g', id)
+      return h.lastFailureAt ? h : undefined
+    },
+    10_000,
+    'failures recorded',
+  )
   t.equal(failed.lastSuccessAt, null)
   t.ok(Date.parse(failed.lastFailureAt!) >= before - 5)
   t.equal(failed.lastError, 'HTTP 500: database down')
@@ -43,10 +63,14 @@ t.test('failures, then successes: times, the error and the rate follow what the 
   failing = false
   t.equal((await produce('h1', [{ value: 3 }, { value: 4 }, { value: 5 }, { value: 6 }])).status, 201)
   await allCompleted('h1-g', 20_000)
-  const healed = await waitUntil(async () => {
-    const h = await healthOf('h1-g', id)
-    return h.recentFailureRate !== null && h.recentFailureRate < 1 ? h : undefined
-  }, 10_000, 'successes recorded')
+  const healed = await waitUntil(
+    async () => {
+      const h = await healthOf('h1-g', id)
+      return h.recentFailureRate !== null && h.recentFailureRate < 1 ? h : undefined
+    },
+    10_000,
+    'successes recorded',
+  )
   t.ok(Date.parse(healed.lastSuccessAt!) >= Date.parse(failed.lastFailureAt!), 'the last success is after the failures')
   t.equal(healed.lastFailureAt, failed.lastFailureAt, 'the last failure stays')
   t.equal(healed.lastError, 'HTTP 500: database down')
@@ -57,10 +81,21 @@ t.test('failures, then successes: times, the error and the rate follow what the 
 t.test('no answer in time counts as a failure with its error', async (t) => {
   const receiver = await startReceiver(t, { hang: true })
   t.equal((await call('PUT', '/v1/topics/h2', { partitions: 1 })).status, 201)
-  t.equal((await call('PUT', '/v1/groups/h2-g', { topic: 'h2', ackMode: 'auto', pushTimeoutMs: 200, ackTimeoutMs: 1000, maxDeliveries: 1 })).status, 201)
+  t.equal(
+    (await call('PUT', '/v1/groups/h2-g', { topic: 'h2', ackMode: 'auto', pushTimeoutMs: 200, ackTimeoutMs: 1000, maxDeliveries: 1 }))
+      .status,
+    201,
+  )
   const id = (await call('POST', '/v1/groups/h2-g/consumers', { url: receiver.url })).json.id
   t.equal((await produce('h2', [{ value: 1 }])).status, 201)
-  const h = await waitUntil(async () => { const h = await healthOf('h2-g', id); return h.lastFailureAt ? h : undefined }, 10_000, 'the timeout recorded')
+  const h = await waitUntil(
+    async () => {
+      const h = await healthOf('h2-g', id)
+      return h.lastFailureAt ? h : undefined
+    },
+    10_000,
+    'the timeout recorded',
+  )
   t.equal(h.lastError, 'no answer within 200 ms')
   t.equal(h.recentFailureRate, 1)
 })

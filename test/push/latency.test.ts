@@ -12,7 +12,10 @@ import { waitUntil } from '../helpers/wait.ts'
 const broker = await startBroker(t)
 const { app, call, produce, groupStatus, allCompleted } = api(broker)
 
-interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
+interface TT {
+  equal(found: unknown, wanted: unknown): boolean
+  teardown(fn: () => unknown): void
+}
 async function topicAndGroup(tt: TT, name: string, group: object, partitions = 1) {
   tt.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
   tt.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ...group })).status, 201)
@@ -26,7 +29,10 @@ const addConsumer = async (group: string, url: string, secret?: string) => {
 t.test('latency: a message produced while the dispatcher is idle is pushed promptly', async (t) => {
   await topicAndGroup(t, 'lat', { ackMode: 'auto' }, 3)
   const arrived: number[] = []
-  const r = await startReceiver(t, () => { arrived.push(Date.now()); return { status: 200 } })
+  const r = await startReceiver(t, () => {
+    arrived.push(Date.now())
+    return { status: 200 }
+  })
   await addConsumer('lat-g', r.url)
   const lat: number[] = []
   for (let i = 0; i < 4; i++) {
@@ -37,7 +43,10 @@ t.test('latency: a message produced while the dispatcher is idle is pushed promp
     lat.push(arrived[i]! - before)
   }
   t.comment(`produce → push: ${lat.join(', ')} ms`)
-  t.ok(lat.every((ms) => ms < 1000), 'each within 1 s of the produce call')
+  t.ok(
+    lat.every((ms) => ms < 1000),
+    'each within 1 s of the produce call',
+  )
 })
 
 t.test('a group created while produce calls are landing loses no wake-up: every message is pushed', async (t) => {
@@ -51,9 +60,15 @@ t.test('a group created while produce calls are landing loses no wake-up: every 
     const name = `race${k}`
     t.equal((await call('PUT', `/v1/topics/${name}`, { partitions: 16 })).status, 201)
     const started = performance.now()
-    const creating = call('PUT', `/v1/groups/${name}-g`, { topic: name, ackMode: 'auto' }).then((res) => ({ res, ms: performance.now() - started }))
+    const creating = call('PUT', `/v1/groups/${name}-g`, { topic: name, ackMode: 'auto' }).then((res) => ({
+      res,
+      ms: performance.now() - started,
+    }))
     await sleep(delayMs)
-    const producing = produce(name, Array.from({ length: 16 }, (_, p) => ({ value: `${k}-${p}`, partition: p })))
+    const producing = produce(
+      name,
+      Array.from({ length: 16 }, (_, p) => ({ value: `${k}-${p}`, partition: p })),
+    )
     const [c, p] = await Promise.all([creating, producing])
     t.equal(c.res.status, 201)
     t.equal(p.status, 201)

@@ -13,7 +13,12 @@ import { waitUntil } from '../helpers/wait.ts'
 const broker = await startBroker(t)
 const { call, produce, groupStatus, allCompleted, ack } = api(broker)
 
-interface Push { key: string | null; offset: number; deliveryId: string; value: unknown }
+interface Push {
+  key: string | null
+  offset: number
+  deliveryId: string
+  value: unknown
+}
 const push = (r: Received) => r.json as Push
 
 /**
@@ -26,7 +31,9 @@ function keyWatch(answer: (r: Received) => { status: number; delayMs?: number })
   const requests: Received[] = []
   const behaviour = (r: Received) => {
     const p = push(r)
-    const open = requests.filter((q) => !q.closed && q !== r && push(q).key !== null && push(q).key === p.key && push(q).offset !== p.offset)
+    const open = requests.filter(
+      (q) => !q.closed && q !== r && push(q).key !== null && push(q).key === p.key && push(q).offset !== p.offset,
+    )
     if (open.length > 0) overlaps.push(`${p.key}@${p.offset} while ${open.map((q) => push(q).offset).join(',')} open`)
     requests.push(r)
     return answer(r)
@@ -63,7 +70,10 @@ t.test('ordered and ordering are one setting, reported both ways', async (t) => 
     t.equal(res.status, 400, JSON.stringify(body))
   }
   t.match((await call('GET', '/v1/groups/os-g')).json, { ordering: 'key' }, 'refused changes changed nothing')
-  t.match((await call('PUT', '/v1/groups/os-g', { topic: 'os', ordered: true, ordering: 'partition' })).json, { ordered: true, ordering: 'partition' })
+  t.match((await call('PUT', '/v1/groups/os-g', { topic: 'os', ordered: true, ordering: 'partition' })).json, {
+    ordered: true,
+    ordering: 'partition',
+  })
   t.match((await call('PUT', '/v1/groups/os-g', { topic: 'os', ordered: false })).json, { ordered: false, ordering: 'none' })
 })
 
@@ -74,13 +84,25 @@ t.test('a key that keeps failing holds back its own messages only; then they fol
   await keyGroup('kf', { ackMode: 'auto', maxDeliveries: 1000, retry: { initialDelayMs: 20, multiplier: 1, maxDelayMs: 20, jitter: 0 } })
   t.equal((await call('POST', '/v1/groups/kf-g/consumers', { url: receiver.url })).status, 201)
   const keys = ['stuck', 'a', 'b', 'c', 'd']
-  t.equal((await produce('kf', Array.from({ length: 100 }, (_, i) => ({ key: keys[i % 5], value: i })))).status, 201)
+  t.equal(
+    (
+      await produce(
+        'kf',
+        Array.from({ length: 100 }, (_, i) => ({ key: keys[i % 5], value: i })),
+      )
+    ).status,
+    201,
+  )
 
   // Every message of the other keys arrives while the first of `stuck` is still being retried.
-  await waitUntil(() => {
-    const seen = byKey(receiver.requests)
-    return ['a', 'b', 'c', 'd'].every((k) => new Set(seen.get(k)).size === 20) && (seen.get('stuck')?.length ?? 0) >= 5
-  }, 20_000, 'the other keys flow while stuck retries')
+  await waitUntil(
+    () => {
+      const seen = byKey(receiver.requests)
+      return ['a', 'b', 'c', 'd'].every((k) => new Set(seen.get(k)).size === 20) && (seen.get('stuck')?.length ?? 0) >= 5
+    },
+    20_000,
+    'the other keys flow while stuck retries',
+  )
   const during = byKey(receiver.requests)
   t.same([...new Set(during.get('stuck'))], [0], 'only the first message of stuck was pushed, again and again')
 
@@ -89,8 +111,15 @@ t.test('a key that keeps failing holds back its own messages only; then they fol
   const seen = byKey(receiver.requests)
   for (const k of keys) {
     const offsets = seen.get(k)!
-    t.same([...new Set(offsets)], Array.from({ length: 20 }, (_, i) => keys.indexOf(k) + 5 * i), `${k}: every message, in offset order`)
-    t.ok(offsets.every((o, i) => i === 0 || o >= offsets[i - 1]!), `${k}: never a later message before an earlier one`)
+    t.same(
+      [...new Set(offsets)],
+      Array.from({ length: 20 }, (_, i) => keys.indexOf(k) + 5 * i),
+      `${k}: every message, in offset order`,
+    )
+    t.ok(
+      offsets.every((o, i) => i === 0 || o >= offsets[i - 1]!),
+      `${k}: never a later message before an earlier one`,
+    )
   }
   t.same(watch.overlaps, [], 'never two messages of a key outstanding')
 })
@@ -99,9 +128,19 @@ t.test('explicit mode: the next message of a key waits for the ack of the one be
   const receiver = await startReceiver(t)
   await keyGroup('ke', { ackMode: 'explicit', ackTimeoutMs: 60_000 })
   t.equal((await call('POST', '/v1/groups/ke-g/consumers', { url: receiver.url })).status, 201)
-  t.equal((await produce('ke', [
-    { key: 'x', value: 'x0' }, { key: 'y', value: 'y0' }, { key: 'x', value: 'x1' }, { value: 'n0' }, { key: 'y', value: 'y1' }, { value: 'n1' },
-  ])).status, 201)
+  t.equal(
+    (
+      await produce('ke', [
+        { key: 'x', value: 'x0' },
+        { key: 'y', value: 'y0' },
+        { key: 'x', value: 'x1' },
+        { value: 'n0' },
+        { key: 'y', value: 'y1' },
+        { value: 'n1' },
+      ])
+    ).status,
+    201,
+  )
   await receiver.waitFor(4, 10_000)
   await waitUntil(async () => (await groupStatus('ke-g')).partitions[0].inFlight === 4, 10_000, 'four outstanding')
   t.same(receiver.requests.map((r) => push(r).value).sort(), ['n0', 'n1', 'x0', 'y0'], 'the first of each key, and the unkeyed ones')
@@ -121,11 +160,19 @@ t.test('a delayed message holds back its key only; dead-lettering releases the k
   const receiver = await startReceiver(t, (r) => (push(r).value === 'poison' ? { status: 500 } : { status: 200 }))
   await keyGroup('kd', { ackMode: 'auto', maxDeliveries: 2, retry: { initialDelayMs: 10, maxDelayMs: 10, jitter: 0 } })
   t.equal((await call('POST', '/v1/groups/kd-g/consumers', { url: receiver.url })).status, 201)
-  t.equal((await produce('kd', [
-    { key: 'late', value: 'late0', delayMs: 3000 }, { key: 'late', value: 'late1' },
-    { key: 'p', value: 'poison' }, { key: 'p', value: 'p1' },
-    { key: 'free', value: 'free0' }, { key: 'free', value: 'free1' },
-  ])).status, 201)
+  t.equal(
+    (
+      await produce('kd', [
+        { key: 'late', value: 'late0', delayMs: 3000 },
+        { key: 'late', value: 'late1' },
+        { key: 'p', value: 'poison' },
+        { key: 'p', value: 'p1' },
+        { key: 'free', value: 'free0' },
+        { key: 'free', value: 'free1' },
+      ])
+    ).status,
+    201,
+  )
   await allCompleted('kd-g', 20_000)
   const order = receiver.requests.map((r) => push(r).value)
   const at = (v: string) => order.indexOf(v)
@@ -140,7 +187,15 @@ t.test('a seek replays under the same rule', async (t) => {
   const receiver = await startReceiver(t, watch.behaviour)
   await keyGroup('ks', { ackMode: 'auto' })
   t.equal((await call('POST', '/v1/groups/ks-g/consumers', { url: receiver.url })).status, 201)
-  t.equal((await produce('ks', Array.from({ length: 60 }, (_, i) => ({ key: `k${i % 3}`, value: i })))).status, 201)
+  t.equal(
+    (
+      await produce(
+        'ks',
+        Array.from({ length: 60 }, (_, i) => ({ key: `k${i % 3}`, value: i })),
+      )
+    ).status,
+    201,
+  )
   await allCompleted('ks-g', 20_000)
   const first = receiver.requests.length
   t.equal((await call('POST', '/v1/groups/ks-g/seek', { partition: 0, offset: 0 })).status, 200)
@@ -148,7 +203,10 @@ t.test('a seek replays under the same rule', async (t) => {
   await allCompleted('ks-g', 20_000)
   const replay = byKey(receiver.requests.slice(first))
   for (const [k, offsets] of replay) {
-    t.ok(offsets.every((o, i) => i === 0 || o > offsets[i - 1]!), `${k}: replayed in offset order`)
+    t.ok(
+      offsets.every((o, i) => i === 0 || o > offsets[i - 1]!),
+      `${k}: replayed in offset order`,
+    )
   }
   t.same(watch.overlaps, [], 'never two messages of a key outstanding, before or after the seek')
 })
@@ -159,13 +217,29 @@ t.test('a running group switched to key ordering keeps the rule from then on', a
   t.equal((await call('PUT', '/v1/topics/kw', { partitions: 2 })).status, 201)
   t.equal((await call('PUT', '/v1/groups/kw-g', { topic: 'kw', ackMode: 'auto', maxInFlight: 50 })).status, 201)
   t.equal((await call('POST', '/v1/groups/kw-g/consumers', { url: receiver.url })).status, 201)
-  t.equal((await produce('kw', Array.from({ length: 40 }, (_, i) => ({ key: `k${i % 2}`, value: i })))).status, 201)
+  t.equal(
+    (
+      await produce(
+        'kw',
+        Array.from({ length: 40 }, (_, i) => ({ key: `k${i % 2}`, value: i })),
+      )
+    ).status,
+    201,
+  )
   await allCompleted('kw-g', 20_000)
   const before = receiver.requests.length
   const switched = await call('PUT', '/v1/groups/kw-g', { topic: 'kw', ordering: 'key' })
   t.match(switched.json, { ordering: 'key' })
   watch.overlaps.length = 0
-  t.equal((await produce('kw', Array.from({ length: 60 }, (_, i) => ({ key: `k${i % 3}`, value: 100 + i })))).status, 201)
+  t.equal(
+    (
+      await produce(
+        'kw',
+        Array.from({ length: 60 }, (_, i) => ({ key: `k${i % 3}`, value: 100 + i })),
+      )
+    ).status,
+    201,
+  )
   await allCompleted('kw-g', 20_000)
   t.equal(receiver.requests.length - before, 60, 'every new message pushed once')
   t.same(watch.overlaps, [], 'one message of a key outstanding at a time after the switch')

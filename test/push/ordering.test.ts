@@ -12,12 +12,27 @@ import { waitUntil } from '../helpers/wait.ts'
 const broker = await startBroker(t)
 const { app, call, produce, groupStatus, allCompleted, ack } = api(broker)
 
-interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown }
+interface Envelope {
+  deliveryId: string
+  partition: number
+  offset: number
+  attempt: number
+  value: unknown
+}
 const env = (r: Received | undefined) => r!.json as Envelope
 
-interface TT { equal(found: unknown, wanted: unknown): boolean; teardown(fn: () => unknown): void }
+interface TT {
+  equal(found: unknown, wanted: unknown): boolean
+  teardown(fn: () => unknown): void
+}
 
-async function setup(tt: TT, name: string, group: object, partitions: number, behave: (req: Received) => BehaviourSpec = () => ({ status: 200 })) {
+async function setup(
+  tt: TT,
+  name: string,
+  group: object,
+  partitions: number,
+  behave: (req: Received) => BehaviourSpec = () => ({ status: 200 }),
+) {
   tt.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
   tt.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ...group })).status, 201)
   // Concurrency seen by the receiver: requests whose answer has not gone out yet when one arrives.
@@ -33,31 +48,54 @@ async function setup(tt: TT, name: string, group: object, partitions: number, be
 
 t.test('ordered: a message failing twice holds back the rest of its partition; order of first successes is offset order', async (t) => {
   const failures = new Map<string, number>()
-  const { receiver, maxOpen } = await setup(t, 'ord', {
-    ackMode: 'auto', ordered: true, maxDeliveries: 5, retry: { initialDelayMs: 100, multiplier: 1, maxDelayMs: 100, jitter: 0 },
-  }, 1, (req) => {
-    const v = String(env(req).value)
-    const n = (failures.get(v) ?? 0) + 1
-    failures.set(v, n)
-    // m1 and m4 fail twice, then succeed; a 30 ms answer gives overlapping pushes a chance to show.
-    return (v === 'm1' || v === 'm4') && n <= 2 ? { status: 500, delayMs: 30 } : { status: 200, delayMs: 30 }
-  })
-  await produce('ord', Array.from({ length: 7 }, (_, i) => ({ value: `m${i}`, partition: 0 })))
+  const { receiver, maxOpen } = await setup(
+    t,
+    'ord',
+    {
+      ackMode: 'auto',
+      ordered: true,
+      maxDeliveries: 5,
+      retry: { initialDelayMs: 100, multiplier: 1, maxDelayMs: 100, jitter: 0 },
+    },
+    1,
+    (req) => {
+      const v = String(env(req).value)
+      const n = (failures.get(v) ?? 0) + 1
+      failures.set(v, n)
+      // m1 and m4 fail twice, then succeed; a 30 ms answer gives overlapping pushes a chance to show.
+      return (v === 'm1' || v === 'm4') && n <= 2 ? { status: 500, delayMs: 30 } : { status: 200, delayMs: 30 }
+    },
+  )
+  await produce(
+    'ord',
+    Array.from({ length: 7 }, (_, i) => ({ value: `m${i}`, partition: 0 })),
+  )
   await allCompleted('ord-g')
   const offsets = receiver.requests.map((r) => env(r).offset)
   t.same(offsets, [0, 1, 1, 1, 2, 3, 4, 4, 4, 5, 6], 'pushes in strict offset order, retries included')
-  const firstSuccess = receiver.requests.filter((r) => {
-    const v = String(env(r).value)
-    return !((v === 'm1' || v === 'm4') && env(r).attempt <= 2)
-  }).map((r) => env(r).offset)
+  const firstSuccess = receiver.requests
+    .filter((r) => {
+      const v = String(env(r).value)
+      return !((v === 'm1' || v === 'm4') && env(r).attempt <= 2)
+    })
+    .map((r) => env(r).offset)
   t.same(firstSuccess, [0, 1, 2, 3, 4, 5, 6], 'first successful deliveries in offset order')
   t.equal(maxOpen(), 1, 'never two pushes of the partition at once')
 })
 
 t.test('ordered is per partition: a failing partition does not hold back another', async (t) => {
-  const { receiver } = await setup(t, 'ordp', {
-    ackMode: 'auto', ordered: true, maxDeliveries: 10, retry: { initialDelayMs: 400, multiplier: 1, maxDelayMs: 400, jitter: 0 },
-  }, 2, (req) => (env(req).partition === 0 && env(req).attempt <= 2 && env(req).offset === 0 ? { status: 500 } : { status: 200 }))
+  const { receiver } = await setup(
+    t,
+    'ordp',
+    {
+      ackMode: 'auto',
+      ordered: true,
+      maxDeliveries: 10,
+      retry: { initialDelayMs: 400, multiplier: 1, maxDelayMs: 400, jitter: 0 },
+    },
+    2,
+    (req) => (env(req).partition === 0 && env(req).attempt <= 2 && env(req).offset === 0 ? { status: 500 } : { status: 200 }),
+  )
   await produce('ordp', [
     ...Array.from({ length: 3 }, (_, i) => ({ value: `a${i}`, partition: 0 })),
     ...Array.from({ length: 5 }, (_, i) => ({ value: `b${i}`, partition: 1 })),
@@ -67,11 +105,19 @@ t.test('ordered is per partition: a failing partition does not hold back another
   // Its first message, however many attempts a slow machine has made by now: nothing after it yet.
   t.ok(p0.length >= 1 && p0.every((r) => env(r).offset === 0), `partition 0 still on its first message (${p0.length} attempts so far)`)
   await allCompleted('ordp-g')
-  t.same(receiver.requests.filter((r) => env(r).partition === 0).map((r) => env(r).offset), [0, 0, 0, 1, 2])
+  t.same(
+    receiver.requests.filter((r) => env(r).partition === 0).map((r) => env(r).offset),
+    [0, 0, 0, 1, 2],
+  )
 })
 
 t.test('ordered, explicit acks: the next message waits for the ack; a nack re-pushes the same message first', async (t) => {
-  const { receiver } = await setup(t, 'orde', { ackTimeoutMs: 30_000, ordered: true, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } }, 1)
+  const { receiver } = await setup(
+    t,
+    'orde',
+    { ackTimeoutMs: 30_000, ordered: true, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } },
+    1,
+  )
   await produce('orde', [{ value: 'e0' }, { value: 'e1' }, { value: 'e2' }])
   await receiver.waitFor(1, 5000)
   await sleep(500)
@@ -103,7 +149,10 @@ t.test('maxInFlight: with explicit acks and none sent, at most maxInFlight messa
   const part = (p: number) => receiver.requests.filter((r) => env(r).partition === p).map((r) => env(r).offset)
   t.same(part(0), [0, 1, 2], 'partition 0: three out')
   t.same(part(1), [0, 1, 2], 'partition 1: three out (the limit is per partition)')
-  t.same((await groupStatus('mif-g')).partitions.map((p: { inFlight: number }) => p.inFlight), [3, 3])
+  t.same(
+    (await groupStatus('mif-g')).partitions.map((p: { inFlight: number }) => p.inFlight),
+    [3, 3],
+  )
 
   // Ack one in the middle on partition 0: exactly one more goes out there, none on partition 1.
   const p0 = receiver.requests.filter((r) => env(r).partition === 0)
@@ -121,7 +170,10 @@ t.test('maxInFlight: with explicit acks and none sent, at most maxInFlight messa
     for (const p of [0, 1]) {
       const out = receiver.requests.filter((r) => env(r).partition === p && !acked.has(env(r).deliveryId))
       maxOut = Math.max(maxOut, out.length)
-      if (out[0]) { acked.add(env(out[0]).deliveryId); await ack('mif-g', [env(out[0]).deliveryId]) }
+      if (out[0]) {
+        acked.add(env(out[0]).deliveryId)
+        await ack('mif-g', [env(out[0]).deliveryId])
+      }
     }
     await sleep(100)
   }
@@ -133,16 +185,29 @@ t.test('maxInFlight: with explicit acks and none sent, at most maxInFlight messa
 
 t.test('ordered: a dead-lettered message releases its partition; a delayed one holds it back', async (t) => {
   const arrived = new Map<string, number>()
-  const { receiver } = await setup(t, 'ordd', {
-    ackMode: 'auto', ordered: true, maxDeliveries: 2, retry: { initialDelayMs: 50, maxDelayMs: 50, jitter: 0 },
-  }, 1, (req) => {
-    if (!arrived.has(String(env(req).value))) arrived.set(String(env(req).value), Date.now())
-    return env(req).value === 'poison' ? { status: 500 } : { status: 200 }
-  })
+  const { receiver } = await setup(
+    t,
+    'ordd',
+    {
+      ackMode: 'auto',
+      ordered: true,
+      maxDeliveries: 2,
+      retry: { initialDelayMs: 50, maxDelayMs: 50, jitter: 0 },
+    },
+    1,
+    (req) => {
+      if (!arrived.has(String(env(req).value))) arrived.set(String(env(req).value), Date.now())
+      return env(req).value === 'poison' ? { status: 500 } : { status: 200 }
+    },
+  )
   const before = Date.now()
   await produce('ordd', [{ value: 'poison' }, { value: 'late', delayMs: 800 }, { value: 'after' }])
   await allCompleted('ordd-g')
-  t.same(receiver.requests.map((r) => env(r).value), ['poison', 'poison', 'late', 'after'], 'dead letter, then the delayed one, then the rest')
+  t.same(
+    receiver.requests.map((r) => env(r).value),
+    ['poison', 'poison', 'late', 'after'],
+    'dead letter, then the delayed one, then the rest',
+  )
   t.ok(arrived.get('late')! - before >= 800, `the delayed message went out after its delay (${arrived.get('late')! - before} ms)`)
   t.ok(arrived.get('after')! >= arrived.get('late')!, 'the next one only after it')
 })
@@ -150,20 +215,39 @@ t.test('ordered: a dead-lettered message releases its partition; a delayed one h
 t.test('raising maxInFlight at runtime lets more out at once; ordered: true then holds back new pushes', async (t) => {
   const settings = { ackTimeoutMs: 30_000, maxInFlight: 2 }
   const { receiver } = await setup(t, 'mifu', settings, 1)
-  await produce('mifu', Array.from({ length: 10 }, (_, i) => ({ value: i })))
+  await produce(
+    'mifu',
+    Array.from({ length: 10 }, (_, i) => ({ value: i })),
+  )
   await receiver.waitFor(2, 5000)
   await sleep(300)
   t.equal(receiver.requests.length, 2)
   t.equal((await call('PUT', '/v1/groups/mifu-g', { topic: 'mifu', ...settings, maxInFlight: 5 })).status, 200)
   await receiver.waitFor(5, 3000)
   await sleep(300)
-  t.same(receiver.requests.map((r) => env(r).offset), [0, 1, 2, 3, 4], 'three more went out')
+  t.same(
+    receiver.requests.map((r) => env(r).offset),
+    [0, 1, 2, 3, 4],
+    'three more went out',
+  )
   t.equal((await call('PUT', '/v1/groups/mifu-g', { topic: 'mifu', ...settings, maxInFlight: 5, ordered: true })).status, 200)
   // Five are out; acking two of them must not release anything while more than one is outstanding.
-  t.same(await ack('mifu-g', receiver.requests.slice(0, 2).map((r) => env(r).deliveryId)), ['acked', 'acked'])
+  t.same(
+    await ack(
+      'mifu-g',
+      receiver.requests.slice(0, 2).map((r) => env(r).deliveryId),
+    ),
+    ['acked', 'acked'],
+  )
   await sleep(300)
   t.equal(receiver.requests.length, 5, 'ordered: nothing new while three are still out')
-  t.same(await ack('mifu-g', receiver.requests.slice(2, 5).map((r) => env(r).deliveryId)), ['acked', 'acked', 'acked'])
+  t.same(
+    await ack(
+      'mifu-g',
+      receiver.requests.slice(2, 5).map((r) => env(r).deliveryId),
+    ),
+    ['acked', 'acked', 'acked'],
+  )
   await receiver.waitFor(6, 3000)
   await sleep(300)
   t.equal(receiver.requests.length, 6, 'then one at a time')

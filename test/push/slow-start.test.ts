@@ -25,19 +25,38 @@ t.test('a failing consumer gets one push at a time; a healed one gets more, up t
   })
 
   t.equal((await call('PUT', '/v1/topics/ss', { partitions: 8 })).status, 201)
-  t.equal((await call('PUT', '/v1/groups/ss-g', {
-    topic: 'ss', ackMode: 'auto', maxInFlight: 100, maxDeliveries: 1000,
-    retry: { initialDelayMs: 20, multiplier: 2, maxDelayMs: 100, jitter: 0.2 },
-  })).status, 201)
+  t.equal(
+    (
+      await call('PUT', '/v1/groups/ss-g', {
+        topic: 'ss',
+        ackMode: 'auto',
+        maxInFlight: 100,
+        maxDeliveries: 1000,
+        retry: { initialDelayMs: 20, multiplier: 2, maxDelayMs: 100, jitter: 0.2 },
+      })
+    ).status,
+    201,
+  )
   t.equal((await call('POST', '/v1/groups/ss-g/consumers', { url: receiver.url })).status, 201)
   for (let i = 0; i < 4; i++) {
-    t.equal((await produce('ss', Array.from({ length: 200 }, (_, k) => ({ value: i * 200 + k })))).status, 201)
+    t.equal(
+      (
+        await produce(
+          'ss',
+          Array.from({ length: 200 }, (_, k) => ({ value: i * 200 + k })),
+        )
+      ).status,
+      201,
+    )
   }
 
   // Failing: the first round may use the initial window of 8; after that, one at a time (two at
   // the moment one ends as the next starts).
   await waitUntil(() => open.failing.length >= 80, 20_000, '80 failed pushes')
-  t.ok(Math.max(...open.failing.slice(0, 8)) <= 8 + 1, `the first round stays within the initial window (${Math.max(...open.failing.slice(0, 8))})`)
+  t.ok(
+    Math.max(...open.failing.slice(0, 8)) <= 8 + 1,
+    `the first round stays within the initial window (${Math.max(...open.failing.slice(0, 8))})`,
+  )
   const late = open.failing.slice(30)
   t.ok(Math.max(...late) <= 2, `after the first failures at most ~1 push at a time (max ${Math.max(...late)} over ${late.length} pushes)`)
 

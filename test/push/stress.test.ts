@@ -11,7 +11,13 @@ import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { app, call, produce, sql, groupStatus } = api(broker)
-interface Envelope { deliveryId: string; partition: number; offset: number; attempt: number; value: unknown }
+interface Envelope {
+  deliveryId: string
+  partition: number
+  offset: number
+  attempt: number
+  value: unknown
+}
 const env = (r: Received | undefined) => r!.json as Envelope
 
 /** mulberry32: a small seeded PRNG. */
@@ -25,7 +31,11 @@ function rng(seed: number) {
   }
 }
 
-interface TT { same(a: unknown, b: unknown): boolean; equal(a: unknown, b: unknown): boolean; ok(v: unknown): boolean }
+interface TT {
+  same(a: unknown, b: unknown): boolean
+  equal(a: unknown, b: unknown): boolean
+  ok(v: unknown): boolean
+}
 
 /**
  * Every push the receiver saw has its attempt row (pushes that timed out while queued for a socket
@@ -34,16 +44,27 @@ interface TT { same(a: unknown, b: unknown): boolean; equal(a: unknown, b: unkno
 async function checkClosed(tt: TT, group: string, requests: Received[]) {
   const [{ id }] = await sql(`SELECT id FROM consumer_groups WHERE name = $1`, [group])
   const seen = new Set(requests.map((r) => env(r).deliveryId))
-  const missing = await waitUntil(async () => {
-    const ids = new Set((await sql(`SELECT id FROM deliveries WHERE group_id = $1`, [id])).map((r) => r.id as string))
-    const missing = [...seen].filter((x) => !ids.has(x))
-    return missing.length === 0 ? [] : undefined
-  }, 5000, 'an attempt row for every push received').catch(() => ['some'])
+  const missing = await waitUntil(
+    async () => {
+      const ids = new Set((await sql(`SELECT id FROM deliveries WHERE group_id = $1`, [id])).map((r) => r.id as string))
+      const missing = [...seen].filter((x) => !ids.has(x))
+      return missing.length === 0 ? [] : undefined
+    },
+    5000,
+    'an attempt row for every push received',
+  ).catch(() => ['some'])
   tt.same(missing, [])
-  const open = await waitUntil(async () => {
-    const rows = await sql(`SELECT outcome::text AS outcome, count(*)::int AS n FROM deliveries WHERE group_id = $1 GROUP BY 1 ORDER BY 1`, [id])
-    return rows.some((r) => r.outcome === 'in_flight') ? undefined : rows
-  }, 5000, 'no attempt left in_flight').catch((err: Error) => err.message)
+  const open = await waitUntil(
+    async () => {
+      const rows = await sql(
+        `SELECT outcome::text AS outcome, count(*)::int AS n FROM deliveries WHERE group_id = $1 GROUP BY 1 ORDER BY 1`,
+        [id],
+      )
+      return rows.some((r) => r.outcome === 'in_flight') ? undefined : rows
+    },
+    5000,
+    'no attempt left in_flight',
+  ).catch((err: Error) => err.message)
   tt.equal(typeof open === 'string' ? open : 'closed', 'closed')
   tt.same(await sql(`SELECT count(*)::int AS n FROM group_completions WHERE group_id = $1`, [id]), [{ n: 0 }])
 }
@@ -51,7 +72,12 @@ async function checkClosed(tt: TT, group: string, requests: Received[]) {
 t.test('auto mode, 600 messages on 4 partitions, a consumer failing a fifth of pushes in assorted ways', async (t) => {
   await call('PUT', '/v1/topics/st', { partitions: 4 })
   await call('PUT', '/v1/groups/st-g', {
-    topic: 'st', ackMode: 'auto', maxDeliveries: 50, maxInFlight: 20, pushTimeoutMs: 300, ackTimeoutMs: 2000,
+    topic: 'st',
+    ackMode: 'auto',
+    maxDeliveries: 50,
+    maxInFlight: 20,
+    pushTimeoutMs: 300,
+    ackTimeoutMs: 2000,
     retry: { initialDelayMs: 10, multiplier: 1.5, maxDelayMs: 100, jitter: 0.2 },
   })
   const random = rng(42)
@@ -67,16 +93,31 @@ t.test('auto mode, 600 messages on 4 partitions, a consumer failing a fifth of p
   })
   await call('POST', '/v1/groups/st-g/consumers', { url: r.url })
   for (let b = 0; b < 6; b++) {
-    await produce('st', Array.from({ length: 100 }, (_, i) => ({ value: { b, i }, partition: (b * 100 + i) % 4 })))
+    await produce(
+      'st',
+      Array.from({ length: 100 }, (_, i) => ({ value: { b, i }, partition: (b * 100 + i) % 4 })),
+    )
   }
-  await waitUntil(async () => (await groupStatus('st-g')).partitions.every((p: { committedOffset: number; endOffset: number }) =>
-    p.committedOffset === p.endOffset && p.endOffset === 150), 20_000, 'every partition committed to its end')
+  await waitUntil(
+    async () =>
+      (await groupStatus('st-g')).partitions.every(
+        (p: { committedOffset: number; endOffset: number }) => p.committedOffset === p.endOffset && p.endOffset === 150,
+      ),
+    20_000,
+    'every partition committed to its end',
+  )
   await checkClosed(t, 'st-g', r.requests)
   const [{ id }] = await sql(`SELECT id FROM consumer_groups WHERE name = 'st-g'`)
-  const acked = await sql(`SELECT partition, "offset"::int AS o, count(*)::int AS n FROM deliveries
-    WHERE group_id = $1 AND outcome = 'acked' GROUP BY 1, 2`, [id])
+  const acked = await sql(
+    `SELECT partition, "offset"::int AS o, count(*)::int AS n FROM deliveries
+    WHERE group_id = $1 AND outcome = 'acked' GROUP BY 1, 2`,
+    [id],
+  )
   t.equal(acked.length, 600, 'every message has an acked attempt')
-  t.ok(acked.every((a) => a.n === 1), 'and exactly one')
+  t.ok(
+    acked.every((a) => a.n === 1),
+    'and exactly one',
+  )
   for (const req of r.requests) ok.set(`${env(req).partition}/${env(req).offset}`, 1)
   t.equal(ok.size, 600, 'every message reached the consumer')
 })
@@ -84,13 +125,20 @@ t.test('auto mode, 600 messages on 4 partitions, a consumer failing a fifth of p
 t.test('explicit mode, 300 messages: the consumer acks most, nacks some, ignores some; every message completes once', async (t) => {
   await call('PUT', '/v1/topics/sx', { partitions: 3 })
   await call('PUT', '/v1/groups/sx-g', {
-    topic: 'sx', maxDeliveries: 50, maxInFlight: 30, ackTimeoutMs: 1000, pushTimeoutMs: 500,
+    topic: 'sx',
+    maxDeliveries: 50,
+    maxInFlight: 30,
+    ackTimeoutMs: 1000,
+    pushTimeoutMs: 500,
     retry: { initialDelayMs: 20, multiplier: 1.5, maxDelayMs: 100, jitter: 0.2 },
   })
   const random = rng(7)
   const r = await startReceiver(t)
   await call('POST', '/v1/groups/sx-g/consumers', { url: r.url })
-  await produce('sx', Array.from({ length: 300 }, (_, i) => ({ value: i, partition: i % 3 })))
+  await produce(
+    'sx',
+    Array.from({ length: 300 }, (_, i) => ({ value: i, partition: i % 3 })),
+  )
   // A consumer loop: take new pushes, decide for each (ack 80%, nack 10%, ignore 10%); bounded.
   let handled = 0
   const statuses = new Map<string, number>()
@@ -115,9 +163,15 @@ t.test('explicit mode, 300 messages: the consumer acks most, nacks some, ignores
   t.ok(await done(), 'every message completed')
   t.comment(`ack/nack statuses: ${JSON.stringify([...statuses])}`)
   t.notOk(statuses.has('unknown'), 'no id the broker issued is unknown')
-  t.same((await groupStatus('sx-g')).partitions.map((p: { committedOffset: number }) => p.committedOffset), [100, 100, 100])
+  t.same(
+    (await groupStatus('sx-g')).partitions.map((p: { committedOffset: number }) => p.committedOffset),
+    [100, 100, 100],
+  )
   await checkClosed(t, 'sx-g', r.requests)
   const [{ id }] = await sql(`SELECT id FROM consumer_groups WHERE name = 'sx-g'`)
-  const acked = await sql(`SELECT count(DISTINCT (partition, "offset"))::int AS n, count(*)::int AS rows FROM deliveries WHERE group_id = $1 AND outcome = 'acked'`, [id])
+  const acked = await sql(
+    `SELECT count(DISTINCT (partition, "offset"))::int AS n, count(*)::int AS rows FROM deliveries WHERE group_id = $1 AND outcome = 'acked'`,
+    [id],
+  )
   t.equal(acked[0].n, 300, 'every message has an acked attempt')
 })

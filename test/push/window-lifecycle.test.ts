@@ -39,7 +39,7 @@ for (const how of ['consumer removed', 'group deleted'] as const) {
 const hookq = createClient({ baseUrl: url })
 
 /** The push window gauge of consumer `id`, or undefined when it has no series. */
-async function windowGauge (id: string): Promise<number | undefined> {
+async function windowGauge(id: string): Promise<number | undefined> {
   const quoted = id.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
   const m = new RegExp(`^hookq_push_window\\{consumer="${quoted}"\\} (\\d+)$`, 'm').exec(await metrics())
   return m ? Number(m[1]) : undefined
@@ -47,19 +47,44 @@ async function windowGauge (id: string): Promise<number | undefined> {
 
 t.test('handler failures (nacked, answered 500) leave the window of a fast consumer alone', async (t) => {
   await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'poison' } }, body: { partitions: 4 } }))
-  await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: 'poison' } }, body: { topic: 'poison', maxDeliveries: 50, retry: { initialDelayMs: 20, maxDelayMs: 50, multiplier: 1, jitter: 0 } } }))
+  await unwrap(
+    hookq.PUT('/v1/groups/{group}', {
+      params: { path: { group: 'poison' } },
+      body: { topic: 'poison', maxDeliveries: 50, retry: { initialDelayMs: 20, maxDelayMs: 50, multiplier: 1, jitter: 0 } },
+    }),
+  )
   let failures = 0
   const consumer = createConsumer({
-    unsigned: true, baseUrl: url, nackDelayMs: 20,
+    unsigned: true,
+    baseUrl: url,
+    nackDelayMs: 20,
     onError: () => {},
-    handler: async (m) => { if ((m.value as { poison?: boolean }).poison) { failures++; throw new Error('bad order') } },
+    handler: async (m) => {
+      if ((m.value as { poison?: boolean }).poison) {
+        failures++
+        throw new Error('bad order')
+      }
+    },
   })
   const server = http.createServer(consumer.listener)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
-  const { id } = await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: 'poison' } }, body: { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` } }))
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
+  )
+  const { id } = await unwrap(
+    hookq.POST('/v1/groups/{group}/consumers', {
+      params: { path: { group: 'poison' } },
+      body: { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` },
+    }),
+  )
 
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'poison' } }, body: { messages: [{ value: { poison: true } }] } }))
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'poison' } }, body: { messages: [{ value: { poison: true } }] } }),
+  )
   await waitUntil(() => failures >= 4, 20_000, '4 failed attempts of one poison message')
   const w = await windowGauge(id)
   t.comment(`window after ${failures} handler failures of ONE message on a fast consumer: ${w}`)

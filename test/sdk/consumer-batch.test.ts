@@ -16,28 +16,45 @@ import { waitUntil } from '../helpers/wait.ts'
 const { url } = await startListeningBroker(t)
 const hookq = createClient({ baseUrl: url })
 
-async function serve (tt: { teardown(fn: () => unknown): void }, listener: http.RequestListener): Promise<string> {
+async function serve(tt: { teardown(fn: () => unknown): void }, listener: http.RequestListener): Promise<string> {
   const server = http.createServer(listener)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  tt.teardown(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+  tt.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
+  )
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
 }
 
-async function setup (name: string, group: Partial<GroupConfig>, consumerUrl: string, secret: string): Promise<void> {
+async function setup(name: string, group: Partial<GroupConfig>, consumerUrl: string, secret: string): Promise<void> {
   await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: name } }, body: { partitions: 1 } }))
-  await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: name } }, body: { topic: name, batch: { maxMessages: 25 }, ...group } }))
+  await unwrap(
+    hookq.PUT('/v1/groups/{group}', { params: { path: { group: name } }, body: { topic: name, batch: { maxMessages: 25 }, ...group } }),
+  )
   await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: name } }, body: { url: consumerUrl, secret } }))
 }
 
-async function produce (topic: string, n: number): Promise<void> {
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic } }, body: { messages: Array.from({ length: n }, (_, i) => ({ value: i })) } }))
+async function produce(topic: string, n: number): Promise<void> {
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', {
+      params: { path: { topic } },
+      body: { messages: Array.from({ length: n }, (_, i) => ({ value: i })) },
+    }),
+  )
 }
 
-async function lagZero (group: string): Promise<void> {
-  await waitUntil(async () => {
-    const s = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group } } }))
-    return s.partitions.every((p) => p.lag === 0 && p.inFlight === 0)
-  }, 20_000, `${group}: lag 0`)
+async function lagZero(group: string): Promise<void> {
+  await waitUntil(
+    async () => {
+      const s = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group } } }))
+      return s.partitions.every((p) => p.lag === 0 && p.inFlight === 0)
+    },
+    20_000,
+    `${group}: lag 0`,
+  )
 }
 
 const retry = { initialDelayMs: 10, maxDelayMs: 10, multiplier: 1, jitter: 0 }
@@ -45,9 +62,12 @@ const retry = { initialDelayMs: 10, maxDelayMs: 10, multiplier: 1, jitter: 0 }
 for (const ackMode of ['auto', 'explicit'] as const) {
   t.test(`${ackMode} mode: per message, in order; only the failed ones come back`, async (t) => {
     const secret = generateSecret()
-    const calls: { value: number, attempt: number, batch: string }[] = []
+    const calls: { value: number; attempt: number; batch: string }[] = []
     const consumer = createConsumer<number>({
-      secret, ackMode, baseUrl: url, onError: () => {},
+      secret,
+      ackMode,
+      baseUrl: url,
+      onError: () => {},
       handler: (m: PushMessage<number>, ctx) => {
         calls.push({ value: m.value, attempt: m.attempt, batch: String((ctx.requestHeaders as Record<string, string>)['webhook-id']) })
         if (m.value % 3 === 0 && m.attempt === 1) throw new Error(`not yet: ${m.value}`)
@@ -58,17 +78,42 @@ for (const ackMode of ['auto', 'explicit'] as const) {
     await produce(name, 30)
     await lagZero(name)
     const firsts = calls.filter((c) => c.attempt === 1).map((c) => c.value)
-    t.same([...firsts].sort((a, b) => a - b), Array.from({ length: 30 }, (_, i) => i), 'every message once at attempt 1')
+    t.same(
+      [...firsts].sort((a, b) => a - b),
+      Array.from({ length: 30 }, (_, i) => i),
+      'every message once at attempt 1',
+    )
     const batches = new Map<string, number[]>()
     for (const c of calls) batches.set(c.batch, [...(batches.get(c.batch) ?? []), c.value])
-    t.ok([...batches.values()].every((vs) => vs.every((v, i) => i === 0 || v > vs[i - 1]!)), 'in offset order within each batch')
-    t.ok([...batches.values()].some((vs) => vs.length > 1), 'several messages a batch')
-    t.same(calls.filter((c) => c.attempt > 1).map((c) => c.value).sort((a, b) => a - b), [0, 3, 6, 9, 12, 15, 18, 21, 24, 27],
-      'again only the ones that failed')
+    t.ok(
+      [...batches.values()].every((vs) => vs.every((v, i) => i === 0 || v > vs[i - 1]!)),
+      'in offset order within each batch',
+    )
+    t.ok(
+      [...batches.values()].some((vs) => vs.length > 1),
+      'several messages a batch',
+    )
+    t.same(
+      calls
+        .filter((c) => c.attempt > 1)
+        .map((c) => c.value)
+        .sort((a, b) => a - b),
+      [0, 3, 6, 9, 12, 15, 18, 21, 24, 27],
+      'again only the ones that failed',
+    )
     // The attempt log is written in batches: its last outcomes may trail the committed offset a little.
-    const ackedRows = async () => (await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group: name }, query: { limit: 100 } } })))
-      .deliveries.filter((d) => d.outcome === 'acked')
-    const rows = await waitUntil(async () => { const r = await ackedRows(); return r.length >= 30 ? r : undefined }, 10_000, '30 acked attempt rows')
+    const ackedRows = async () =>
+      (
+        await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group: name }, query: { limit: 100 } } }))
+      ).deliveries.filter((d) => d.outcome === 'acked')
+    const rows = await waitUntil(
+      async () => {
+        const r = await ackedRows()
+        return r.length >= 30 ? r : undefined
+      },
+      10_000,
+      '30 acked attempt rows',
+    )
     t.equal(new Set(rows.map((d) => d.offset)).size, 30, 'each message acked once')
     t.equal(rows.length, 30)
   })
@@ -78,7 +123,13 @@ t.test('a batch handler gets the whole batch and names what failed', async (t) =
   const secret = generateSecret()
   const batches: number[][] = []
   const consumer = createConsumer<number>({
-    secret, ackMode: 'explicit', baseUrl: url, onError: () => {}, handler: () => { throw new Error('not used') },
+    secret,
+    ackMode: 'explicit',
+    baseUrl: url,
+    onError: () => {},
+    handler: () => {
+      throw new Error('not used')
+    },
     batchHandler: (messages) => {
       batches.push(messages.map((m) => m.value))
       return { failed: messages.filter((m) => m.value === 7 && m.attempt === 1).map((m) => m.deliveryId) }
@@ -87,14 +138,32 @@ t.test('a batch handler gets the whole batch and names what failed', async (t) =
   await setup('cb-batch', { ackMode: 'explicit', retry }, await serve(t, consumer.listener), secret)
   await produce('cb-batch', 10)
   await lagZero('cb-batch')
-  t.same(batches.flat().sort((a, b) => a - b), [0, 1, 2, 3, 4, 5, 6, 7, 7, 8, 9], 'every message once, and 7 again')
-  t.ok(batches.some((b) => b.length > 1), 'several messages a call')
+  t.same(
+    batches.flat().sort((a, b) => a - b),
+    [0, 1, 2, 3, 4, 5, 6, 7, 7, 8, 9],
+    'every message once, and 7 again',
+  )
+  t.ok(
+    batches.some((b) => b.length > 1),
+    'several messages a call',
+  )
 })
 
 t.test('a batch whose signature does not verify runs nothing', async (t) => {
-  const consumer = createConsumer({ secret: generateSecret(), onError: () => {}, handler: () => { t.fail('ran') } })
+  const consumer = createConsumer({
+    secret: generateSecret(),
+    onError: () => {},
+    handler: () => {
+      t.fail('ran')
+    },
+  })
   const answer = await consumer.handle({
-    headers: { 'webhook-id': 'batch_x', 'webhook-timestamp': String(Math.floor(Date.now() / 1000)), 'webhook-signature': 'v1,AAAA', 'hookq-signature': 'v1,AAAA' },
+    headers: {
+      'webhook-id': 'batch_x',
+      'webhook-timestamp': String(Math.floor(Date.now() / 1000)),
+      'webhook-signature': 'v1,AAAA',
+      'hookq-signature': 'v1,AAAA',
+    },
     body: '{"deliveries":[]}',
   })
   t.equal(answer.status, 401)

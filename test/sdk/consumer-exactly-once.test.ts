@@ -33,43 +33,62 @@ type GroupSettings = Partial<Omit<GroupConfig, 'topic' | 'retry'>> & { retry?: P
 const quickRetry = { initialDelayMs: 100, maxDelayMs: 100, multiplier: 1, jitter: 0 }
 
 /** A one-partition topic, a group of the same name on it, and a consumer at `consumerUrl` with `secret`. */
-async function setup (name: string, group: GroupSettings, consumerUrl: string, secret: string): Promise<void> {
+async function setup(name: string, group: GroupSettings, consumerUrl: string, secret: string): Promise<void> {
   await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: name } }, body: { partitions: 1 } }))
   await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: name } }, body: { topic: name, ...group } as GroupConfig }))
   await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: name } }, body: { url: consumerUrl, secret } }))
 }
 
-async function produce (topic: string, values: unknown[]): Promise<void> {
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic } }, body: { messages: values.map((value) => ({ value })) } }))
+async function produce(topic: string, values: unknown[]): Promise<void> {
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic } }, body: { messages: values.map((value) => ({ value })) } }),
+  )
 }
 
 /** Waits until the group has no lag: every message acked (or dead). */
-async function lagZero (group: string): Promise<void> {
-  await waitUntil(async () => {
-    const s = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group } } }))
-    return s.partitions.every((p) => p.lag === 0 && p.inFlight === 0)
-  }, 30_000, `${group}: lag 0`)
+async function lagZero(group: string): Promise<void> {
+  await waitUntil(
+    async () => {
+      const s = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group } } }))
+      return s.partitions.every((p) => p.lag === 0 && p.inFlight === 0)
+    },
+    30_000,
+    `${group}: lag 0`,
+  )
 }
 
 /** The group's attempt log, oldest first, once `done` holds for it (the log is written in batches). */
-async function deliveries (group: string, done: (d: Awaited<ReturnType<typeof readLog>>) => boolean) {
-  return waitUntil(async () => { const d = await readLog(group); return done(d) ? d : undefined }, 20_000, `${group}: the attempt log`)
+async function deliveries(group: string, done: (d: Awaited<ReturnType<typeof readLog>>) => boolean) {
+  return waitUntil(
+    async () => {
+      const d = await readLog(group)
+      return done(d) ? d : undefined
+    },
+    20_000,
+    `${group}: the attempt log`,
+  )
 }
 
-async function readLog (group: string) {
+async function readLog(group: string) {
   const log = await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group }, query: { limit: 100 } } }))
   return log.deliveries.reverse()
 }
 
-async function seekToStart (group: string): Promise<void> {
+async function seekToStart(group: string): Promise<void> {
   await unwrap(hookq.POST('/v1/groups/{group}/seek', { params: { path: { group } }, body: { partition: 0, offset: 0 } }))
 }
 
 /** A node:http server on 127.0.0.1:0 running `listener`; its base URL. Closed at teardown. */
-async function serve (tt: TT, listener: http.RequestListener): Promise<string> {
+async function serve(tt: TT, listener: http.RequestListener): Promise<string> {
   const s = http.createServer(listener)
   await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))
-  tt.teardown(() => new Promise<void>((resolve) => { s.closeAllConnections(); s.close(() => resolve()) }))
+  tt.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        s.closeAllConnections()
+        s.close(() => resolve())
+      }),
+  )
   return `http://127.0.0.1:${(s.address() as AddressInfo).port}`
 }
 
@@ -77,7 +96,7 @@ async function serve (tt: TT, listener: http.RequestListener): Promise<string> {
  * The consumer's own database: a fresh one, with an `effects` table that is not unique on purpose
  * (an effect that happened twice shows as two rows), and a pool for the consumer.
  */
-async function consumerDatabase (tt: TT) {
+async function consumerDatabase(tt: TT) {
   const db = await testDatabase(tt, { empty: true })
   const pool = testPool(tt, db.url, 4)
   await pool.query(`CREATE TABLE effects (webhook_id text NOT NULL, value int NOT NULL, attempt int NOT NULL,
@@ -87,7 +106,7 @@ async function consumerDatabase (tt: TT) {
 }
 
 /** An API client whose first `n` ack calls fail before reaching the broker, as a dropped connection would. */
-function droppingAcks (n: number) {
+function droppingAcks(n: number) {
   let toDrop = n
   return createClient({
     baseUrl: url,
@@ -100,7 +119,7 @@ function droppingAcks (n: number) {
 
 const INSERT_EFFECT = 'INSERT INTO effects (webhook_id, value, attempt) VALUES ($1, $2, $3)'
 
-t.test('the README\'s exactly-once consumer: the text of examples/consumer-exactly-once.mjs, run as a file', server, async (t) => {
+t.test("the README's exactly-once consumer: the text of examples/consumer-exactly-once.mjs, run as a file", server, async (t) => {
   const example = await readFile(path.join(root, 'examples/consumer-exactly-once.mjs'), 'utf8')
   const readme = await readFile(path.join(root, 'README.md'), 'utf8')
   const shown = /<!-- examples\/consumer-exactly-once\.mjs -->\n```js\n([\s\S]*?)```\n/.exec(readme)?.[1]
@@ -110,24 +129,60 @@ t.test('the README\'s exactly-once consumer: the text of examples/consumer-exact
   const secret = generateSecret()
   // In this checkout @hookq/client is TypeScript source, hence tsx; from the packed SDK plain node runs it.
   const child = spawn(process.execPath, ['--import', 'tsx', 'examples/consumer-exactly-once.mjs'], {
-    cwd: root, stdio: ['ignore', 'pipe', 'pipe'],
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOOKQ_URL: url, HOOKQ_WEBHOOK_SECRET: secret, DATABASE_URL: db.url, PORT: '0' },
+    cwd: root,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '',
+      HOOKQ_URL: url,
+      HOOKQ_WEBHOOK_SECRET: secret,
+      DATABASE_URL: db.url,
+      PORT: '0',
+    },
   })
   let out = ''
-  child.stdout.on('data', (d) => { out += d })
-  child.stderr.on('data', (d) => { out += d })
-  t.teardown(() => { child.kill('SIGKILL') })
-  const listening = await waitUntil(() => /consumer listening on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1], 20_000, 'the example listening')
+  child.stdout.on('data', (d) => {
+    out += d
+  })
+  child.stderr.on('data', (d) => {
+    out += d
+  })
+  t.teardown(() => {
+    child.kill('SIGKILL')
+  })
+  const listening = await waitUntil(
+    () => /consumer listening on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1],
+    20_000,
+    'the example listening',
+  )
   await setup('payments', { retry: quickRetry }, listening, secret)
 
-  await produce('payments', [{ account: 'a', cents: 250 }, { account: 'a', cents: 100 }, { account: 'b', cents: 5 }])
+  await produce('payments', [
+    { account: 'a', cents: 250 },
+    { account: 'a', cents: 100 },
+    { account: 'b', cents: 5 },
+  ])
   await lagZero('payments')
   const balances = () => db.rows('SELECT account, cents::int FROM balances ORDER BY account')
-  t.same(await balances(), [{ account: 'a', cents: 350 }, { account: 'b', cents: 5 }], 'each payment counted once')
+  t.same(
+    await balances(),
+    [
+      { account: 'a', cents: 350 },
+      { account: 'b', cents: 5 },
+    ],
+    'each payment counted once',
+  )
 
   await seekToStart('payments')
   await deliveries('payments', (d) => d.filter((x) => x.outcome === 'acked' && x.statusCode === 200).length === 6)
-  t.same(await balances(), [{ account: 'a', cents: 350 }, { account: 'b', cents: 5 }], 'all three pushed and acked again, and counted once')
+  t.same(
+    await balances(),
+    [
+      { account: 'a', cents: 350 },
+      { account: 'b', cents: 5 },
+    ],
+    'all three pushed and acked again, and counted once',
+  )
   t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 3, 'three ids recorded')
   t.equal(out.trim().split('\n').length, 1, `nothing printed but the listening line: ${out}`)
 })
@@ -136,8 +191,12 @@ t.test('a message handled once: its write and its id commit in one transaction, 
   const db = await consumerDatabase(t)
   const secret = generateSecret()
   const consumer = createConsumer<number, pg.PoolClient>({
-    secret, baseUrl: url, idempotency: new PgIdempotencyStore({ pool: db.pool }),
-    handler: async (m, { tx }) => { await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt]) },
+    secret,
+    baseUrl: url,
+    idempotency: new PgIdempotencyStore({ pool: db.pool }),
+    handler: async (m, { tx }) => {
+      await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt])
+    },
   })
   await setup('once', {}, await serve(t, consumer.listener), secret)
   await produce('once', [41])
@@ -147,7 +206,11 @@ t.test('a message handled once: its write and its id commit in one transaction, 
   const handled = await db.rows('SELECT id, xmin::text AS xmin, handled_at FROM hookq_handled')
   t.same(more, [], 'one effect')
   t.match(effect, { value: 41, webhook_id: /^msg_\d+_0_0$/ })
-  t.same(handled.map((h) => h.id), [`once/${effect.webhook_id}`], 'the id is <group>/<webhook-id>')
+  t.same(
+    handled.map((h) => h.id),
+    [`once/${effect.webhook_id}`],
+    'the id is <group>/<webhook-id>',
+  )
   t.equal(handled[0].xmin, effect.xmin, 'written by the same transaction')
   t.ok(handled[0].handled_at instanceof Date)
   const log = await deliveries('once', (d) => d.length === 1 && d[0]!.statusCode !== null)
@@ -161,18 +224,36 @@ t.test('a committed message pushed again (a lost ack, a seek back) is acked with
   let pushes = 0
   const stages: ConsumerErrorStage[] = []
   const consumer = createConsumer<number, pg.PoolClient>({
-    secret, client: droppingAcks(1), idempotency: new PgIdempotencyStore({ pool: db.pool }),
-    onError: (_e, { stage }) => { stages.push(stage) },
-    handler: async (m, { tx }) => { runs++; await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt]) },
+    secret,
+    client: droppingAcks(1),
+    idempotency: new PgIdempotencyStore({ pool: db.pool }),
+    onError: (_e, { stage }) => {
+      stages.push(stage)
+    },
+    handler: async (m, { tx }) => {
+      runs++
+      await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt])
+    },
   })
-  await setup('redelivered', { retry: quickRetry }, await serve(t, (req, res) => { pushes++; consumer.listener(req, res) }), secret)
+  await setup(
+    'redelivered',
+    { retry: quickRetry },
+    await serve(t, (req, res) => {
+      pushes++
+      consumer.listener(req, res)
+    }),
+    secret,
+  )
   await produce('redelivered', [7])
   await lagZero('redelivered')
   t.equal(pushes, 2, 'pushed twice: the first ack was lost after the COMMIT')
   t.equal(runs, 1, 'the second push found the id and ran nothing')
   t.same(stages, ['ack'])
   const log = await deliveries('redelivered', (d) => d.length === 2 && d.every((x) => x.statusCode !== null))
-  t.match(log, [{ attempt: 1, outcome: 'failed', statusCode: 500 }, { attempt: 2, outcome: 'acked', statusCode: 200 }])
+  t.match(log, [
+    { attempt: 1, outcome: 'failed', statusCode: 500 },
+    { attempt: 2, outcome: 'acked', statusCode: 200 },
+  ])
 
   await seekToStart('redelivered')
   await waitUntil(() => pushes === 3, 20_000, 'the push after the seek')
@@ -186,7 +267,10 @@ t.test('a handler that throws after its write: nothing of it commits, the id is 
   const secret = generateSecret()
   const seenAtFailure: unknown[] = []
   const consumer = createConsumer<number, pg.PoolClient>({
-    secret, baseUrl: url, nackDelayMs: 200, idempotency: new PgIdempotencyStore({ pool: db.pool }),
+    secret,
+    baseUrl: url,
+    nackDelayMs: 200,
+    idempotency: new PgIdempotencyStore({ pool: db.pool }),
     onError: () => {},
     handler: async (m, { tx }) => {
       await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt])
@@ -201,52 +285,86 @@ t.test('a handler that throws after its write: nothing of it commits, the id is 
   await produce('throws', [3])
   await lagZero('throws')
   t.same(seenAtFailure, [0])
-  t.same(await db.rows('SELECT value, attempt FROM effects'), [{ value: 3, attempt: 2 }], 'attempt 1\'s write rolled back; attempt 2\'s committed')
+  t.same(
+    await db.rows('SELECT value, attempt FROM effects'),
+    [{ value: 3, attempt: 2 }],
+    "attempt 1's write rolled back; attempt 2's committed",
+  )
   t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 1, 'recorded once, by attempt 2')
   const log = await deliveries('throws', (d) => d.length === 2 && d.every((x) => x.statusCode !== null))
-  t.match(log, [{ attempt: 1, outcome: 'nacked', statusCode: 500 }, { attempt: 2, outcome: 'acked', statusCode: 200 }],
-    'nacked with its 200 ms delay (not the group\'s minute of backoff), then handled')
+  t.match(
+    log,
+    [
+      { attempt: 1, outcome: 'nacked', statusCode: 500 },
+      { attempt: 2, outcome: 'acked', statusCode: 200 },
+    ],
+    "nacked with its 200 ms delay (not the group's minute of backoff), then handled",
+  )
 })
 
 t.test('batch push, a transaction per message: failures come back alone, a lost ack runs nothing again', server, async (t) => {
   const db = await consumerDatabase(t)
   const secret = generateSecret()
-  const calls: { value: number, attempt: number }[] = []
+  const calls: { value: number; attempt: number }[] = []
   let batches = 0
   const consumer = createConsumer<number, pg.PoolClient>({
     // The first batch's ack is lost: all of it comes back, its committed messages as duplicates.
-    secret, client: droppingAcks(1), idempotency: new PgIdempotencyStore({ pool: db.pool }), onError: () => {},
+    secret,
+    client: droppingAcks(1),
+    idempotency: new PgIdempotencyStore({ pool: db.pool }),
+    onError: () => {},
     handler: async (m, { tx }) => {
       calls.push({ value: m.value, attempt: m.attempt })
       await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt])
       if (m.value % 7 === 0 && m.attempt === 1) throw new Error(`not yet: ${m.value}`)
     },
   })
-  const base = await serve(t, (req, res) => { batches++; consumer.listener(req, res) })
+  const base = await serve(t, (req, res) => {
+    batches++
+    consumer.listener(req, res)
+  })
   await setup('batch-each', { batch: { maxMessages: 25 }, retry: quickRetry, maxDeliveries: 10 }, base, secret)
-  await produce('batch-each', Array.from({ length: 30 }, (_, i) => i))
+  await produce(
+    'batch-each',
+    Array.from({ length: 30 }, (_, i) => i),
+  )
   await lagZero('batch-each')
 
   const effects = await db.rows('SELECT value, attempt, txid::text AS txid FROM effects ORDER BY value')
-  t.same(effects.map((e) => e.value), Array.from({ length: 30 }, (_, i) => i), 'every message\'s effect exactly once')
-  t.same(effects.filter((e) => e.value % 7 === 0).map((e) => e.attempt > 1), [true, true, true, true, true],
-    'the failed ones\' first writes rolled back; their retries committed')
+  t.same(
+    effects.map((e) => e.value),
+    Array.from({ length: 30 }, (_, i) => i),
+    "every message's effect exactly once",
+  )
+  t.same(
+    effects.filter((e) => e.value % 7 === 0).map((e) => e.attempt > 1),
+    [true, true, true, true, true],
+    "the failed ones' first writes rolled back; their retries committed",
+  )
   t.equal(new Set(effects.map((e) => e.txid)).size, 30, 'a transaction per message')
   t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 30)
   t.equal(calls.length, 35, 'each handled once, and the five that failed once more')
   t.ok(batches < 30, `several messages a push (${batches} pushes)`)
   const log = await deliveries('batch-each', (d) => d.filter((x) => x.outcome === 'acked').length === 30)
   const again = new Set(log.filter((x) => x.attempt > 1).map((x) => x.offset))
-  t.ok(again.size > 5, `messages besides the five came back after the lost ack (${again.size} pushed again); the 35 calls above show they ran nothing`)
+  t.ok(
+    again.size > 5,
+    `messages besides the five came back after the lost ack (${again.size} pushed again); the 35 calls above show they ran nothing`,
+  )
 })
 
 t.test('batch push with a batch handler: one transaction for the batch, all or nothing', server, async (t) => {
   const db = await consumerDatabase(t)
   const secret = generateSecret()
-  const calls: { values: number[], attempts: number[] }[] = []
+  const calls: { values: number[]; attempts: number[] }[] = []
   const consumer = createConsumer<number, pg.PoolClient>({
-    secret, baseUrl: url, idempotency: new PgIdempotencyStore({ pool: db.pool }), onError: () => {},
-    handler: () => { throw new Error('not used with a batch handler') },
+    secret,
+    baseUrl: url,
+    idempotency: new PgIdempotencyStore({ pool: db.pool }),
+    onError: () => {},
+    handler: () => {
+      throw new Error('not used with a batch handler')
+    },
     batchHandler: async (messages, { tx }) => {
       calls.push({ values: messages.map((m) => m.value), attempts: messages.map((m) => m.attempt) })
       for (const m of messages) await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt])
@@ -256,14 +374,24 @@ t.test('batch push with a batch handler: one transaction for the batch, all or n
   })
   // maxWaitMs: the ten messages gather into one batch, so 7 fails a batch with others in it.
   await setup('batch-whole', { batch: { maxMessages: 25, maxWaitMs: 200 }, retry: quickRetry }, await serve(t, consumer.listener), secret)
-  await produce('batch-whole', Array.from({ length: 10 }, (_, i) => i))
+  await produce(
+    'batch-whole',
+    Array.from({ length: 10 }, (_, i) => i),
+  )
   await lagZero('batch-whole')
 
   const effects = await db.rows('SELECT value, txid::text AS txid FROM effects ORDER BY value')
-  t.same(effects.map((e) => e.value), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 'every message\'s effect exactly once')
+  t.same(
+    effects.map((e) => e.value),
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+    "every message's effect exactly once",
+  )
   const first = calls.find((c) => c.values.includes(7) && c.attempts[c.values.indexOf(7)] === 1)!
   t.ok(first.values.length > 1, `7 failed a batch of several (${first.values})`)
-  t.ok(first.values.every((v) => calls.some((c) => c !== first && c.values.includes(v))), 'every message of that batch came back')
+  t.ok(
+    first.values.every((v) => calls.some((c) => c !== first && c.values.includes(v))),
+    'every message of that batch came back',
+  )
   const txids = new Set(effects.map((e) => e.txid))
   t.ok(txids.size < effects.length, `several messages a transaction (${txids.size} for ${effects.length})`)
   t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 10)

@@ -15,22 +15,25 @@ const forever = () => new Promise<never>(() => {})
 const pool = new pg.Pool({ connectionString: process.env.CONSUMER_DATABASE_URL, max: 4 })
 const pgStore = new PgIdempotencyStore({ pool })
 // The consumer acks when runOnce returns: holding its return holds the message between COMMIT and ack.
-const store: TransactionalIdempotencyStore<pg.PoolClient> = pause !== 'after-commit' ? pgStore : {
-  async runOnce (ids, work) {
-    const fresh = await pgStore.runOnce(ids, work)
-    if (fresh.length > 0) {
-      console.log(`committed ${fresh.join(' ')}`)
-      await forever()
-    }
-    return fresh
-  },
-}
+const store: TransactionalIdempotencyStore<pg.PoolClient> =
+  pause !== 'after-commit'
+    ? pgStore
+    : {
+        async runOnce(ids, work) {
+          const fresh = await pgStore.runOnce(ids, work)
+          if (fresh.length > 0) {
+            console.log(`committed ${fresh.join(' ')}`)
+            await forever()
+          }
+          return fresh
+        },
+      }
 
 const consumer = createConsumer<number, pg.PoolClient>({
   secret: process.env.HOOKQ_WEBHOOK_SECRET,
   baseUrl: process.env.HOOKQ_URL,
   idempotency: store,
-  async handler (m, { tx }) {
+  async handler(m, { tx }) {
     await tx.query('INSERT INTO effects (webhook_id, value, pid) VALUES ($1, $2, $3)', [m.webhookId, m.value, process.pid])
     console.log(`wrote ${m.group}/${m.webhookId} attempt ${m.attempt}`)
     if (pause === 'after-write') await forever()

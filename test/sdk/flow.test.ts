@@ -17,19 +17,32 @@ t.test('a full flow through the SDK', async (t) => {
   const topic = await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'orders' } }, body: { partitions: 2 } }))
   t.equal(topic.partitions, 2)
 
-  await unwrap(hookq.PUT('/v1/groups/{group}', {
-    params: { path: { group: 'billing' } },
-    body: { topic: 'orders', ackMode: 'explicit', ackTimeoutMs: 30_000 },
-  }))
-  const consumer = await unwrap(hookq.POST('/v1/groups/{group}/consumers', {
-    params: { path: { group: 'billing' } }, body: { url: `${receiver.url}/hook` },
-  }))
+  await unwrap(
+    hookq.PUT('/v1/groups/{group}', {
+      params: { path: { group: 'billing' } },
+      body: { topic: 'orders', ackMode: 'explicit', ackTimeoutMs: 30_000 },
+    }),
+  )
+  const consumer = await unwrap(
+    hookq.POST('/v1/groups/{group}/consumers', {
+      params: { path: { group: 'billing' } },
+      body: { url: `${receiver.url}/hook` },
+    }),
+  )
   t.match(consumer, { id: String, url: `${receiver.url}/hook` })
 
-  const produced = await unwrap(hookq.POST('/v1/topics/{topic}/messages', {
-    params: { path: { topic: 'orders' } },
-    body: { messages: [{ key: 'a', value: { n: 1 } }, { key: 'b', value: { n: 2 } }, { key: 'c', value: { n: 3 } }] },
-  }))
+  const produced = await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', {
+      params: { path: { topic: 'orders' } },
+      body: {
+        messages: [
+          { key: 'a', value: { n: 1 } },
+          { key: 'b', value: { n: 2 } },
+          { key: 'c', value: { n: 3 } },
+        ],
+      },
+    }),
+  )
   t.equal(produced.results.length, 3)
 
   const pushes = await receiver.waitFor(3, 15_000)
@@ -37,13 +50,24 @@ t.test('a full flow through the SDK', async (t) => {
   t.same(pushes.map((p) => (p.json as { value: { n: number } }).value.n).sort(), [1, 2, 3])
 
   const acked = await unwrap(hookq.POST('/v1/groups/{group}/acks', { params: { path: { group: 'billing' } }, body: { deliveryIds: ids } }))
-  t.same(acked.results.map((r) => r.status), ['acked', 'acked', 'acked'])
+  t.same(
+    acked.results.map((r) => r.status),
+    ['acked', 'acked', 'acked'],
+  )
 
-  const status = await waitUntil(async () => {
-    const s = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'billing' } } }))
-    return s.partitions.every((p) => p.lag === 0) ? s : undefined
-  }, 15_000, 'lag 0')
-  t.equal(status.partitions.reduce((n, p) => n + p.committedOffset, 0), 3, 'committed offsets past all three')
+  const status = await waitUntil(
+    async () => {
+      const s = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group: 'billing' } } }))
+      return s.partitions.every((p) => p.lag === 0) ? s : undefined
+    },
+    15_000,
+    'lag 0',
+  )
+  t.equal(
+    status.partitions.reduce((n, p) => n + p.committedOffset, 0),
+    3,
+    'committed offsets past all three',
+  )
 
   const log = await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group: 'billing' }, query: { limit: 10 } } }))
   t.equal(log.deliveries.filter((d) => d.outcome === 'acked').length, 3, 'the attempt log shows three acks')

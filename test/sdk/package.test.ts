@@ -20,7 +20,11 @@ const workspace = path.join(root, 'clients', 'typescript')
 // The workspace's own TypeScript, wherever npm put it (nested today: the root pins another major).
 const tsc = createRequire(path.join(workspace, 'package.json')).resolve('typescript/bin/tsc')
 
-interface Run { code: number | string | null, stdout: string, stderr: string }
+interface Run {
+  code: number | string | null
+  stdout: string
+  stderr: string
+}
 
 // The settings of the npx that started tap (npm_config_local_prefix and the like) stay out of npm.
 const plainEnv: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k)))
@@ -31,16 +35,20 @@ plainEnv.npm_config_update_notifier = 'false'
  * `env -u`: tap's process tracker puts its loader in every child's NODE_OPTIONS, and its coverage
  * directory in NODE_V8_COVERAGE; these children get neither.
  */
-function exec (file: string, args: string[], options: { cwd: string, env?: NodeJS.ProcessEnv, timeoutMs?: number }): Promise<Run> {
+function exec(file: string, args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<Run> {
   return new Promise((resolve) => {
-    execFile('env', ['-u', 'NODE_OPTIONS', '-u', 'NODE_V8_COVERAGE', file, ...args],
+    execFile(
+      'env',
+      ['-u', 'NODE_OPTIONS', '-u', 'NODE_V8_COVERAGE', file, ...args],
       { cwd: options.cwd, env: options.env ?? plainEnv, timeout: options.timeoutMs ?? 60_000, maxBuffer: 16 << 20 },
-      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number | string }).code ?? err.signal ?? null) : 0, stdout, stderr }))
+      (err, stdout, stderr) =>
+        resolve({ code: err ? ((err as { code?: number | string }).code ?? err.signal ?? null) : 0, stdout, stderr }),
+    )
   })
 }
 
 /** Throws with the command's output unless it exited 0: the package must exist for any test to run. */
-function succeeded (what: string, run: Run): Run {
+function succeeded(what: string, run: Run): Run {
   if (run.code !== 0) throw new Error(`${what} exited ${run.code}:\n${run.stdout}${run.stderr}`)
   return run
 }
@@ -54,7 +62,7 @@ const installed = path.join(app, 'node_modules', '@hookq', 'client')
 // Built into the scratch directory, so a build of dist/ running meanwhile does not interfere.
 succeeded('build', await exec(process.execPath, [path.join(workspace, 'scripts', 'build.mjs'), '--out', out], { cwd: root }))
 const packed = succeeded('npm pack', await exec('npm', ['pack', out, '--pack-destination', tmp, '--json'], { cwd: tmp }))
-const [tarball] = JSON.parse(packed.stdout) as Array<{ filename: string, files: Array<{ path: string }> }>
+const [tarball] = JSON.parse(packed.stdout) as Array<{ filename: string; files: Array<{ path: string }> }>
 await fs.mkdir(installed, { recursive: true })
 succeeded('tar', await exec('tar', ['-xzf', path.join(tmp, tarball!.filename), '-C', installed, '--strip-components=1'], { cwd: tmp }))
 // The package's one dependency, and Node's types for the typecheck, from this checkout: no network.
@@ -208,14 +216,36 @@ export const topic = await unwrap(hookq.PUT('/v1/topics/{topic}', {
 
 t.test('the tarball holds the built package, with a package.json fit to publish', async (t) => {
   const files = tarball!.files.map((f) => f.path)
-  for (const f of ['package.json', 'README.md', 'LICENSE', 'index.js', 'index.d.ts', 'index.d.ts.map', 'consumer.js', 'consumer.d.ts', 'schema.d.ts', 'src/index.ts',
-    'pg-idempotency.js', 'pg-idempotency.d.ts']) {
+  for (const f of [
+    'package.json',
+    'README.md',
+    'LICENSE',
+    'index.js',
+    'index.d.ts',
+    'index.d.ts.map',
+    'consumer.js',
+    'consumer.d.ts',
+    'schema.d.ts',
+    'src/index.ts',
+    'pg-idempotency.js',
+    'pg-idempotency.d.ts',
+  ]) {
     t.ok(files.includes(f), `packs ${f}`)
   }
-  t.notOk(files.some((f) => f.startsWith('scripts/') || f.includes('tsconfig')), 'no build files')
+  t.notOk(
+    files.some((f) => f.startsWith('scripts/') || f.includes('tsconfig')),
+    'no build files',
+  )
   const pkg = JSON.parse(await fs.readFile(path.join(installed, 'package.json'), 'utf8'))
   const source = JSON.parse(await fs.readFile(path.join(workspace, 'package.json'), 'utf8'))
-  t.match(pkg, { name: source.name, version: source.version, license: source.license, type: 'module', dependencies: source.dependencies, engines: { node: '>=20' } })
+  t.match(pkg, {
+    name: source.name,
+    version: source.version,
+    license: source.license,
+    type: 'module',
+    dependencies: source.dependencies,
+    engines: { node: '>=20' },
+  })
   t.same(pkg.exports['.'], { types: './index.d.ts', default: './index.js' })
   t.same(pkg.exports['./consumer'], { types: './consumer.d.ts', default: './consumer.js' })
   t.equal(pkg.private, undefined, 'not private')
@@ -225,7 +255,7 @@ t.test('the tarball holds the built package, with a package.json fit to publish'
   t.match(declarations, "from './index.js'", 'declarations import the .js names')
   t.notMatch(declarations, /from '\.\/[^']+\.ts'/)
   const pgStore = await fs.readFile(path.join(installed, 'pg-idempotency.js'), 'utf8')
-  t.notMatch(pgStore, /from ['"]pg['"]|import\(['"]pg['"]\)/, 'the PostgreSQL store loads no pg (the app\'s pool is passed in)')
+  t.notMatch(pgStore, /from ['"]pg['"]|import\(['"]pg['"]\)/, "the PostgreSQL store loads no pg (the app's pool is passed in)")
   const map = JSON.parse(await fs.readFile(path.join(installed, 'index.d.ts.map'), 'utf8'))
   t.same(map.sources, ['src/index.ts'], 'the declaration map points at the shipped source')
 })
@@ -243,11 +273,23 @@ t.test('plain node runs the packed client and consumer against a real broker', a
   t.equal(r.resolved.consumer, `file://${installed}/consumer.js`)
 
   t.equal(r.topic.partitions, 1)
-  t.same(r.produced, [{ partition: 0, offset: 0 }, { partition: 0, offset: 1 }])
-  t.same(r.read, [{ offset: 0, key: 'k1', value: { n: 1 } }, { offset: 1, key: null, value: 'two' }])
+  t.same(r.produced, [
+    { partition: 0, offset: 0 },
+    { partition: 0, offset: 1 },
+  ])
+  t.same(r.read, [
+    { offset: 0, key: 'k1', value: { n: 1 } },
+    { offset: 1, key: null, value: 'two' },
+  ])
   t.same(r.missing, { isHookqError: true, status: 404, code: 'topic_not_found' })
-  t.same(r.pushes.map((p: { offset: number, key: string | null, value: unknown, attempt: number }) => [p.offset, p.key, p.value, p.attempt]),
-    [[0, 'k1', { n: 1 }, 1], [1, null, 'two', 1]], 'each message pushed once, verified and handled')
+  t.same(
+    r.pushes.map((p: { offset: number; key: string | null; value: unknown; attempt: number }) => [p.offset, p.key, p.value, p.attempt]),
+    [
+      [0, 'k1', { n: 1 }, 1],
+      [1, null, 'two', 1],
+    ],
+    'each message pushed once, verified and handled',
+  )
   t.same(r.committed, [2], 'acked: the group committed past both')
 
   t.same(r.verified, { webhookId: 'msg_packed', timestampSeconds: r.timestampSeconds })
@@ -258,16 +300,36 @@ t.test('the packed declarations typecheck a consumer project, and catch a wrong 
   await fs.writeFile(path.join(app, 'good.ts'), GOOD)
   await fs.writeFile(path.join(app, 'bad.ts'), BAD)
   // A NodeNext, strict consumer without DOM types; lib checking on, so the shipped .d.ts are checked too.
-  const flags = ['--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022', '--lib', 'es2022', '--types', 'node']
+  const flags = [
+    '--noEmit',
+    '--strict',
+    '--module',
+    'nodenext',
+    '--moduleResolution',
+    'nodenext',
+    '--target',
+    'es2022',
+    '--lib',
+    'es2022',
+    '--types',
+    'node',
+  ]
 
   const good = await exec(process.execPath, [tsc, ...flags, '--listFiles', 'good.ts'], { cwd: app })
   t.equal(good.code, 0, good.code === 0 ? 'tsc good.ts passes' : `tsc good.ts: ${good.stdout}${good.stderr}`)
   const listed = good.stdout.split('\n')
-  t.ok(listed.includes(`${installed}/index.d.ts`) && listed.includes(`${installed}/consumer.d.ts`), 'checked against the packed declarations')
+  t.ok(
+    listed.includes(`${installed}/index.d.ts`) && listed.includes(`${installed}/consumer.d.ts`),
+    'checked against the packed declarations',
+  )
 
   const bad = await exec(process.execPath, [tsc, ...flags, '--skipLibCheck', 'bad.ts'], { cwd: app })
   t.equal(bad.code, 2, 'tsc bad.ts fails')
   const errors = bad.stdout.split('\n').filter((l) => /error TS\d+/.test(l))
   t.equal(errors.length, 1, `one error: ${bad.stdout}`)
-  t.match(errors[0], /^bad\.ts\(5,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/, 'the wrong body field, nothing else')
+  t.match(
+    errors[0],
+    /^bad\.ts\(5,\d+\): error TS2322: Type 'string' is not assignable to type 'number'/,
+    'the wrong body field, nothing else',
+  )
 })

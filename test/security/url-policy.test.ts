@@ -17,12 +17,29 @@ t.test('defaults: http on, private on, no lists', async (t) => {
 })
 
 const LOOPBACK_SPELLINGS = [
-  'http://127.0.0.1/', 'http://127.0.0.1:8080/x', 'http://2130706433/', 'http://0x7f000001/', 'http://0x7F.0.0.1/',
-  'http://0177.0.0.1/', 'http://0177.0000.0000.0001/', 'http://127.1/', 'http://127.0.1/', 'http://127.0.0.1./',
-  'http://%31%32%37.0.0.1/', 'http://１２７.０.０.１/', 'http://127.255.255.254/',
-  'http://[::1]/', 'http://[0:0:0:0:0:0:0:1]/', 'http://[::ffff:127.0.0.1]/', 'http://[::ffff:7f00:1]/',
-  'http://[0:0:0:0:0:ffff:127.0.0.1]/', 'http://[::127.0.0.1]/', 'http://[64:ff9b::127.0.0.1]/',
-  'http://localhost/', 'http://LOCALHOST./', 'http://api.localhost/',
+  'http://127.0.0.1/',
+  'http://127.0.0.1:8080/x',
+  'http://2130706433/',
+  'http://0x7f000001/',
+  'http://0x7F.0.0.1/',
+  'http://0177.0.0.1/',
+  'http://0177.0000.0000.0001/',
+  'http://127.1/',
+  'http://127.0.1/',
+  'http://127.0.0.1./',
+  'http://%31%32%37.0.0.1/',
+  'http://１２７.０.０.１/',
+  'http://127.255.255.254/',
+  'http://[::1]/',
+  'http://[0:0:0:0:0:0:0:1]/',
+  'http://[::ffff:127.0.0.1]/',
+  'http://[::ffff:7f00:1]/',
+  'http://[0:0:0:0:0:ffff:127.0.0.1]/',
+  'http://[::127.0.0.1]/',
+  'http://[64:ff9b::127.0.0.1]/',
+  'http://localhost/',
+  'http://LOCALHOST./',
+  'http://api.localhost/',
 ]
 
 t.test('every spelling of loopback is denied when private addresses are', async (t) => {
@@ -35,9 +52,18 @@ t.test('every spelling of loopback is denied when private addresses are', async 
 })
 
 t.test('private ranges', async (t) => {
-  for (const url of ['http://10.1.2.3/', 'http://172.16.0.1/', 'http://172.31.255.255/', 'http://192.168.1.1/',
-    'http://100.64.0.1/', 'http://[fc00::1]/', 'http://[fd12:3456::1]/', 'http://[::ffff:10.0.0.1]/', 'http://[::ffff:a00:1]/',
-    'http://167772161/' /* 10.0.0.1 */]) {
+  for (const url of [
+    'http://10.1.2.3/',
+    'http://172.16.0.1/',
+    'http://172.31.255.255/',
+    'http://192.168.1.1/',
+    'http://100.64.0.1/',
+    'http://[fc00::1]/',
+    'http://[fd12:3456::1]/',
+    'http://[::ffff:10.0.0.1]/',
+    'http://[::ffff:a00:1]/',
+    'http://167772161/' /* 10.0.0.1 */,
+  ]) {
     t.match(reasonOf(checkUrl(url, strict)), /private or loopback \(HOOKQ_PUSH_ALLOW_PRIVATE=false\)/, url)
   }
   for (const url of ['http://172.32.0.1/', 'http://192.169.0.1/', 'http://11.0.0.1/', 'http://100.128.0.1/', 'http://[fe00::1]/']) {
@@ -46,9 +72,17 @@ t.test('private ranges', async (t) => {
 })
 
 const METADATA_SPELLINGS = [
-  'http://169.254.169.254/latest/meta-data/', 'http://2852039166/', 'http://0xa9fea9fe/', 'http://0251.0376.0251.0376/',
-  'http://169.254.43518/', 'http://[::ffff:169.254.169.254]/', 'http://[::ffff:a9fe:a9fe]/', 'http://[64:ff9b::a9fe:a9fe]/',
-  'http://[fd00:ec2::254]/', 'http://100.100.100.200/', 'http://[::ffff:100.100.100.200]/',
+  'http://169.254.169.254/latest/meta-data/',
+  'http://2852039166/',
+  'http://0xa9fea9fe/',
+  'http://0251.0376.0251.0376/',
+  'http://169.254.43518/',
+  'http://[::ffff:169.254.169.254]/',
+  'http://[::ffff:a9fe:a9fe]/',
+  'http://[64:ff9b::a9fe:a9fe]/',
+  'http://[fd00:ec2::254]/',
+  'http://100.100.100.200/',
+  'http://[::ffff:100.100.100.200]/',
 ]
 
 t.test('metadata addresses are denied in every spelling, whatever HOOKQ_PUSH_ALLOW_PRIVATE says', async (t) => {
@@ -65,24 +99,44 @@ t.test('metadata addresses are denied in every spelling, whatever HOOKQ_PUSH_ALL
   t.same(checkUrl('http://[fd00:ec2::254]/', allowed), { allowed: true }, 'a bare address is a /128')
   t.match(reasonOf(checkUrl('http://169.254.1.1/', allowed)), /link-local/, 'the rest of link-local stays denied')
   t.same(checkUrl('http://metadata.google.internal/', policy({ HOOKQ_PUSH_ALLOW_HOSTS: 'metadata.google.internal' })), { allowed: true })
-  t.match(reasonOf(checkUrl('http://metadata.google.internal/', policy({ HOOKQ_PUSH_ALLOW_HOSTS: '*.internal' }))), /metadata/,
-    'a wildcard does not allow the metadata name')
+  t.match(
+    reasonOf(checkUrl('http://metadata.google.internal/', policy({ HOOKQ_PUSH_ALLOW_HOSTS: '*.internal' }))),
+    /metadata/,
+    'a wildcard does not allow the metadata name',
+  )
 })
 
 t.test('link-local, "this network" and unspecified are always denied', async (t) => {
-  for (const url of ['http://169.254.1.1/', 'http://[fe80::1]/', 'http://[febf::1]/', 'http://0.0.0.0/', 'http://0/',
-    'http://0.1.2.3/', 'http://[::]/', 'http://[::ffff:0.0.0.0]/', 'http://[::ffff:169.254.0.1]/']) {
+  for (const url of [
+    'http://169.254.1.1/',
+    'http://[fe80::1]/',
+    'http://[febf::1]/',
+    'http://0.0.0.0/',
+    'http://0/',
+    'http://0.1.2.3/',
+    'http://[::]/',
+    'http://[::ffff:0.0.0.0]/',
+    'http://[::ffff:169.254.0.1]/',
+  ]) {
     t.match(reasonOf(checkUrl(url, DEFAULT_POLICY)), /link-local, unspecified or "this network"/, url)
   }
 })
 
 t.test('special-purpose ranges: never a webhook, denied even with private addresses allowed', async (t) => {
   const cases: [string, RegExp][] = [
-    ['http://224.0.0.1/', /multicast/], ['http://239.255.255.250/', /multicast/], ['http://[ff02::1]/', /multicast/],
-    ['http://240.0.0.1/', /reserved or broadcast/], ['http://255.255.255.255/', /reserved or broadcast/], ['http://4294967295/', /reserved or broadcast/],
-    ['http://192.0.0.8/', /IETF protocol assignment/], ['http://192.0.0.170/', /IETF protocol assignment/],
-    ['http://192.0.2.1/', /documentation/], ['http://198.51.100.7/', /documentation/], ['http://203.0.113.9/', /documentation/],
-    ['http://[2001:db8::1]/', /documentation/], ['http://[100::1]/', /discard-only/],
+    ['http://224.0.0.1/', /multicast/],
+    ['http://239.255.255.250/', /multicast/],
+    ['http://[ff02::1]/', /multicast/],
+    ['http://240.0.0.1/', /reserved or broadcast/],
+    ['http://255.255.255.255/', /reserved or broadcast/],
+    ['http://4294967295/', /reserved or broadcast/],
+    ['http://192.0.0.8/', /IETF protocol assignment/],
+    ['http://192.0.0.170/', /IETF protocol assignment/],
+    ['http://192.0.2.1/', /documentation/],
+    ['http://198.51.100.7/', /documentation/],
+    ['http://203.0.113.9/', /documentation/],
+    ['http://[2001:db8::1]/', /documentation/],
+    ['http://[100::1]/', /discard-only/],
     ['http://[::ffff:240.0.0.1]/', /reserved or broadcast/],
   ]
   for (const [url, why] of cases) {
@@ -103,10 +157,21 @@ t.test('private-like ranges: benchmarking 198.18.0.0/15 and local-use NAT64 foll
 
 t.test('6to4, NAT64 and IPv4-translated forms are judged by the IPv4 address they embed', async (t) => {
   // 2002:AABB:CCDD::/48 carries AA.BB.CC.DD; 64:ff9b:1::/48 and ::ffff:0:0:0/96 carry it in the last 32 bits.
-  for (const url of ['http://[2002:7f00:1::]/', 'http://[2002:7f00:1:0:1::]/', 'http://[2002:a00:1::1]/', 'http://[::ffff:0:7f00:1]/', 'http://[64:ff9b:1::7f00:1]/']) {
+  for (const url of [
+    'http://[2002:7f00:1::]/',
+    'http://[2002:7f00:1:0:1::]/',
+    'http://[2002:a00:1::1]/',
+    'http://[::ffff:0:7f00:1]/',
+    'http://[64:ff9b:1::7f00:1]/',
+  ]) {
     t.match(reasonOf(checkUrl(url, strict)), /private or loopback/, url)
   }
-  for (const url of ['http://[2002:a9fe:a9fe::]/', 'http://[64:ff9b:1::a9fe:a9fe]/', 'http://[::ffff:0:a9fe:a9fe]/', 'http://[64:ff9b::a9fe:a9fe]/']) {
+  for (const url of [
+    'http://[2002:a9fe:a9fe::]/',
+    'http://[64:ff9b:1::a9fe:a9fe]/',
+    'http://[::ffff:0:a9fe:a9fe]/',
+    'http://[64:ff9b::a9fe:a9fe]/',
+  ]) {
     t.match(reasonOf(checkUrl(url, DEFAULT_POLICY)), /cloud metadata/, url)
   }
   t.match(reasonOf(checkUrl('http://[2002:e000:1::]/', DEFAULT_POLICY)), /multicast/, '6to4 of 224.0.0.1')
@@ -120,8 +185,14 @@ t.test('6to4, NAT64 and IPv4-translated forms are judged by the IPv4 address the
 t.test('checkAddress: families, zones, mapped forms', async (t) => {
   t.same(checkAddress('93.184.216.34', 4, strict), { allowed: true })
   t.same(checkAddress('2606:2800:220:1::1', 'IPv6', strict), { allowed: true })
-  t.match(checkAddress('169.254.169.254', 4, DEFAULT_POLICY), { allowed: false, reason: 'address 169.254.169.254 is denied by the push URL policy: it is a cloud metadata address' })
-  t.match(checkAddress('::ffff:169.254.169.254', 6, DEFAULT_POLICY), { allowed: false, reason: /::ffff:169\.254\.169\.254 \(169\.254\.169\.254\)/ })
+  t.match(checkAddress('169.254.169.254', 4, DEFAULT_POLICY), {
+    allowed: false,
+    reason: 'address 169.254.169.254 is denied by the push URL policy: it is a cloud metadata address',
+  })
+  t.match(checkAddress('::ffff:169.254.169.254', 6, DEFAULT_POLICY), {
+    allowed: false,
+    reason: /::ffff:169\.254\.169\.254 \(169\.254\.169\.254\)/,
+  })
   t.match(checkAddress('fe80::1%eth0', 6, DEFAULT_POLICY), { allowed: false, reason: /link-local/ })
   t.match(checkAddress('127.0.0.1', 'IPv4', strict), { allowed: false, reason: /private or loopback/ })
   t.match(checkAddress('::1', undefined, strict), { allowed: false })
@@ -132,7 +203,8 @@ t.test('checkAddress: families, zones, mapped forms', async (t) => {
 
 t.test('allowCidrs override built-in and configured deny ranges', async (t) => {
   const p = policy({
-    HOOKQ_PUSH_ALLOW_PRIVATE: 'false', HOOKQ_PUSH_ALLOW_CIDRS: '10.1.0.0/16, 127.0.0.1, fd00:1::/32',
+    HOOKQ_PUSH_ALLOW_PRIVATE: 'false',
+    HOOKQ_PUSH_ALLOW_CIDRS: '10.1.0.0/16, 127.0.0.1, fd00:1::/32',
     HOOKQ_PUSH_DENY_CIDRS: '93.184.216.0/24,2606:2800::/32, 1.1.1.7',
   })
   t.same(checkUrl('http://10.1.2.3/', p), { allowed: true })
@@ -149,7 +221,11 @@ t.test('allowCidrs override built-in and configured deny ranges', async (t) => {
   const carve = policy({ HOOKQ_PUSH_DENY_CIDRS: '93.184.216.0/24', HOOKQ_PUSH_ALLOW_CIDRS: '93.184.216.64/26' })
   t.same(checkAddress('93.184.216.70', 4, carve), { allowed: true }, 'an allowed range carves out of a denied one')
   t.match(checkAddress('93.184.216.1', 4, carve), { allowed: false })
-  t.same(checkUrl('http://203.0.113.9/', policy({ HOOKQ_PUSH_ALLOW_CIDRS: '203.0.113.0/24' })), { allowed: true }, 'a built-in special range can be allowed too')
+  t.same(
+    checkUrl('http://203.0.113.9/', policy({ HOOKQ_PUSH_ALLOW_CIDRS: '203.0.113.0/24' })),
+    { allowed: true },
+    'a built-in special range can be allowed too',
+  )
 })
 
 t.test('host lists: exact names and wildcards', async (t) => {
@@ -200,5 +276,9 @@ t.test('bad configuration: ConfigError naming the variable', async (t) => {
     t.throws(() => parsePolicy(env), message, JSON.stringify(env))
     t.throws(() => loadConfig(env), ConfigError)
   }
-  t.same(parsePolicy({ HOOKQ_PUSH_ALLOW_PRIVATE: ' FALSE ', HOOKQ_PUSH_ALLOW_HTTP: '0' }), { ...DEFAULT_POLICY, allowPrivate: false, allowHttp: false } satisfies UrlPolicy)
+  t.same(parsePolicy({ HOOKQ_PUSH_ALLOW_PRIVATE: ' FALSE ', HOOKQ_PUSH_ALLOW_HTTP: '0' }), {
+    ...DEFAULT_POLICY,
+    allowPrivate: false,
+    allowHttp: false,
+  } satisfies UrlPolicy)
 })

@@ -5,7 +5,9 @@ import { GroupCommitter } from '../../src/service/group-commit.ts'
 
 function deferred() {
   let resolve!: () => void
-  const promise = new Promise<void>((r) => { resolve = r })
+  const promise = new Promise<void>((r) => {
+    resolve = r
+  })
   return { promise, resolve }
 }
 
@@ -40,16 +42,25 @@ t.test('a batch never exceeds maxBatchMessages, and a call is never split', asyn
   for (let i = 0; i < 4; i++) calls.push(gc.submit([i * 4 + 1, i * 4 + 2, i * 4 + 3, i * 4 + 4], 1))
   gate.resolve()
   await Promise.all(calls)
-  t.same(batches.map((b) => b.length), [1, 8, 8])
+  t.same(
+    batches.map((b) => b.length),
+    [1, 8, 8],
+  )
 })
 
 t.test('past the backlog limit, submit refuses at once with 503 and Retry-After', async (t) => {
   const gate = deferred()
-  const gc = new GroupCommitter<number, number>(async (e) => { await gate.promise; return e }, limits)
+  const gc = new GroupCommitter<number, number>(async (e) => {
+    await gate.promise
+    return e
+  }, limits)
   const inFlight = gc.submit([0], 1)
   const queued = gc.submit(new Array(25).fill(1), 10)
   await t.rejects(gc.submit([1], 1), { code: 'overloaded', status: 503, retryAfterS: 1 })
-  const bytes = new GroupCommitter<number, number>(async (e) => { await gate.promise; return e }, limits)
+  const bytes = new GroupCommitter<number, number>(async (e) => {
+    await gate.promise
+    return e
+  }, limits)
   const first = bytes.submit([0], 1) // in flight at once
   const large = bytes.submit([1], 2_000) // an empty queue takes even an oversized call
   await t.rejects(bytes.submit([2], 1), { code: 'overloaded' }, 'bytes over the limit')
@@ -63,7 +74,10 @@ t.test('a failed commit fails every call in it and the next batch still runs', a
   const gate = deferred()
   const gc = new GroupCommitter<number, number>(async (e) => {
     n++
-    if (n === 1) { await gate.promise; return e }
+    if (n === 1) {
+      await gate.promise
+      return e
+    }
     if (n === 2) throw new Error('database went away')
     return e
   }, limits)
@@ -80,7 +94,14 @@ t.test('a failed commit fails every call in it and the next batch still runs', a
 t.test('drain waits for queued calls, then refuses new ones', async (t) => {
   const gate = deferred()
   const committed: number[] = []
-  const gc = new GroupCommitter<number, number>(async (e) => { await gate.promise; committed.push(...e); return e }, { ...limits, maxConcurrentCommits: 2 })
+  const gc = new GroupCommitter<number, number>(
+    async (e) => {
+      await gate.promise
+      committed.push(...e)
+      return e
+    },
+    { ...limits, maxConcurrentCommits: 2 },
+  )
   const calls = [gc.submit([1], 1), gc.submit([2], 1), gc.submit([3], 1)]
   const drained = gc.drain()
   await t.rejects(gc.submit([4], 1), { code: 'unavailable' })

@@ -1,10 +1,14 @@
 import t from 'tap'
 import { murmur2, partitionForKey, RoundRobin } from '../../src/service/partitioner.ts'
 
-t.test('murmur2 matches Kafka (vectors from Kafka\'s own UtilsTest)', async (t) => {
+t.test("murmur2 matches Kafka (vectors from Kafka's own UtilsTest)", async (t) => {
   const vectors: [string, number][] = [
-    ['21', -973932308], ['foobar', -790332482], ['a-little-bit-long-string', -985981536],
-    ['a-little-bit-longer-string', -1486304829], ['lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8', -58897971], ['abc', 479470107],
+    ['21', -973932308],
+    ['foobar', -790332482],
+    ['a-little-bit-long-string', -985981536],
+    ['a-little-bit-longer-string', -1486304829],
+    ['lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8', -58897971],
+    ['abc', 479470107],
   ]
   for (const [input, expected] of vectors) t.equal(murmur2(Buffer.from(input)), expected, input)
 })

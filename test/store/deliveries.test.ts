@@ -22,8 +22,15 @@ async function groupSetup(t: { teardown(fn: () => unknown): void; equal(a: unkno
   const topicId = (await sql('SELECT id FROM topics WHERE name = $1', [name]))[0]!.id as number
   /** Attempt 1 of `offset`, started now, in flight. */
   const row = (offset: number) => ({
-    id: newDeliveryId({ groupId, partition: 0, offset, attempt: 1 }), groupId, topicId, partition: 0, offset, attempt: 1,
-    consumerId: 'c', startedAt: new Date(), ackDeadline: new Date(Date.now() + 30_000),
+    id: newDeliveryId({ groupId, partition: 0, offset, attempt: 1 }),
+    groupId,
+    topicId,
+    partition: 0,
+    offset,
+    attempt: 1,
+    consumerId: 'c',
+    startedAt: new Date(),
+    ackDeadline: new Date(Date.now() + 30_000),
   })
   return { broker, groupId, topicId, row }
 }
@@ -43,7 +50,8 @@ t.test('delivery ids carry their coordinates and 128 random bits', async (t) => 
   t.match(a, /^[A-Za-z0-9_-]{48}$/)
   t.not(a, b, 'same coordinates, different ids')
   t.same(parseDeliveryId(a), key)
-  for (const bad of ['', 'x', a.slice(1), `${a}A`, `${a.slice(0, 47)}.`, 'd1', '\u0000'.repeat(48)]) t.equal(parseDeliveryId(bad), null, `not ours: ${JSON.stringify(bad)}`)
+  for (const bad of ['', 'x', a.slice(1), `${a}A`, `${a.slice(0, 47)}.`, 'd1', '\u0000'.repeat(48)])
+    t.equal(parseDeliveryId(bad), null, `not ours: ${JSON.stringify(bad)}`)
 })
 
 t.test('attempt rows round-trip through the database', async (t) => {
@@ -54,16 +62,36 @@ t.test('attempt rows round-trip through the database', async (t) => {
   const base = Date.UTC(2026, 11, 1, 5, 44, 50, 7)
   const at = (k: number) => new Date(base + k * 86_400_123 + (k % 1000))
   const rows = Array.from({ length: 300 }, (_, i) => ({
-    id: newDeliveryId({ groupId, partition: i % 2, offset: 2 ** 40 + i, attempt: 1 + (i % 3) }), groupId, topicId, partition: i % 2, offset: 2 ** 40 + i, attempt: 1 + (i % 3), consumerId: i % 5 === 0 ? null : `c${i % 5}`,
-    startedAt: at(i - 150), ackDeadline: at(i - 149),
+    id: newDeliveryId({ groupId, partition: i % 2, offset: 2 ** 40 + i, attempt: 1 + (i % 3) }),
+    groupId,
+    topicId,
+    partition: i % 2,
+    offset: 2 ** 40 + i,
+    attempt: 1 + (i % 3),
+    consumerId: i % 5 === 0 ? null : `c${i % 5}`,
+    startedAt: at(i - 150),
+    ackDeadline: at(i - 149),
     ...(i % 2 === 0 ? { outcome: 'acked' as const, finishedAt: at(i - 148), statusCode: 200, durationMs: i } : {}),
   }))
   await insertAttempts(broker.db, rows)
   // Updates: a full outcome for odd rows, a deadline change only for some even ones.
-  await updateAttempts(broker.db, rows.filter((_, i) => i % 2 === 1).map((r, k) => ({
-    id: r.id, outcome: 'failed' as const, finishedAt: at(k + 7), statusCode: 503, durationMs: 5000 + k, error: `boom ${k} "quoted" \\ {brace}`,
-  })))
-  await updateAttempts(broker.db, rows.filter((_, i) => i % 4 === 0).map((r) => ({ id: r.id, ackDeadline: at(999) })))
+  await updateAttempts(
+    broker.db,
+    rows
+      .filter((_, i) => i % 2 === 1)
+      .map((r, k) => ({
+        id: r.id,
+        outcome: 'failed' as const,
+        finishedAt: at(k + 7),
+        statusCode: 503,
+        durationMs: 5000 + k,
+        error: `boom ${k} "quoted" \\ {brace}`,
+      })),
+  )
+  await updateAttempts(
+    broker.db,
+    rows.filter((_, i) => i % 4 === 0).map((r) => ({ id: r.id, ackDeadline: at(999) })),
+  )
 
   const listed = await listAttempts(broker.db, groupId, { limit: 1000 })
   t.equal(listed.length, rows.length)
@@ -72,7 +100,11 @@ t.test('attempt rows round-trip through the database', async (t) => {
   for (const [i, r] of rows.entries()) {
     const got = byId.get(r.id)!
     const want = {
-      partition: r.partition, offset: r.offset, attempt: r.attempt, consumerId: r.consumerId, startedAt: r.startedAt.getTime(),
+      partition: r.partition,
+      offset: r.offset,
+      attempt: r.attempt,
+      consumerId: r.consumerId,
+      startedAt: r.startedAt.getTime(),
       outcome: i % 2 === 0 ? 'acked' : 'failed',
       finishedAt: i % 2 === 0 ? r.finishedAt!.getTime() : at((i - 1) / 2 + 7).getTime(),
       statusCode: i % 2 === 0 ? 200 : 503,
@@ -80,23 +112,42 @@ t.test('attempt rows round-trip through the database', async (t) => {
       error: i % 2 === 0 ? null : `boom ${(i - 1) / 2} "quoted" \\ {brace}`,
     }
     const have = {
-      partition: got.partition, offset: Number(got.offset), attempt: got.attempt, consumerId: got.consumerId, startedAt: got.startedAt.getTime(),
-      outcome: got.outcome, finishedAt: got.finishedAt?.getTime() ?? null, statusCode: got.statusCode, durationMs: got.durationMs, error: got.error,
+      partition: got.partition,
+      offset: Number(got.offset),
+      attempt: got.attempt,
+      consumerId: got.consumerId,
+      startedAt: got.startedAt.getTime(),
+      outcome: got.outcome,
+      finishedAt: got.finishedAt?.getTime() ?? null,
+      statusCode: got.statusCode,
+      durationMs: got.durationMs,
+      error: got.error,
     }
     if (JSON.stringify(have) !== JSON.stringify(want)) {
       if (mismatches++ < 5) t.same(have, want, `row ${i}`)
     }
   }
   t.equal(mismatches, 0, 'every row as written, to the millisecond')
-  const deadlines = await sql("SELECT id, (extract(epoch FROM ack_deadline) * 1000)::bigint::text AS ms FROM deliveries WHERE group_id = $1", [groupId])
+  const deadlines = await sql(
+    'SELECT id, (extract(epoch FROM ack_deadline) * 1000)::bigint::text AS ms FROM deliveries WHERE group_id = $1',
+    [groupId],
+  )
   const deadlineOf = new Map(deadlines.map((r) => [r.id as string, Number(r.ms)]))
-  t.ok(rows.every((r, i) => deadlineOf.get(r.id) === (i % 4 === 0 ? at(999) : r.ackDeadline).getTime()), 'ack deadlines as written and as updated')
+  t.ok(
+    rows.every((r, i) => deadlineOf.get(r.id) === (i % 4 === 0 ? at(999) : r.ackDeadline).getTime()),
+    'ack deadlines as written and as updated',
+  )
 })
 
 t.test('a row PostgreSQL refuses fails alone: the rows around it are written, and it without its details', async (t) => {
   const { broker, groupId, topicId, row } = await groupSetup(t, 'bad')
   const errors: { err: unknown; dropped: number }[] = []
-  const log = new AttemptLog(broker.db, { flushDelayMs: 1, holdMs: 60_000, maxBuffered: 10_000, onError: (err, dropped) => errors.push({ err, dropped }) })
+  const log = new AttemptLog(broker.db, {
+    flushDelayMs: 1,
+    holdMs: 60_000,
+    maxBuffered: 10_000,
+    onError: (err, dropped) => errors.push({ err, dropped }),
+  })
   const rows = Array.from({ length: 9 }, (_, i) => row(i))
   for (const r of rows) log.started({ ...r, outcome: 'failed', finishedAt: new Date(), statusCode: 500, durationMs: 3, error: 'boom' })
   // A duration past int4: the whole statement is refused (22003), again at every retry as it is.
@@ -111,7 +162,10 @@ t.test('a row PostgreSQL refuses fails alone: the rows around it are written, an
 
   const listed = new Map((await listAttempts(broker.db, groupId, { limit: 100 })).map((r) => [r.deliveryId, r]))
   t.equal(listed.size, 11, 'every row written')
-  t.ok(rows.every((r) => listed.get(r.id)?.error === 'boom' && listed.get(r.id)?.durationMs === 3), 'the rows around the bad one, as they were')
+  t.ok(
+    rows.every((r) => listed.get(r.id)?.error === 'boom' && listed.get(r.id)?.durationMs === 3),
+    'the rows around the bad one, as they were',
+  )
   const b = listed.get(bad.id)
   t.equal(b?.outcome, 'failed', 'the bad row keeps its outcome')
   t.equal(b?.durationMs, null, 'and loses the value PostgreSQL refused')
@@ -125,10 +179,25 @@ t.test('a row PostgreSQL refuses fails alone: the rows around it are written, an
 t.test('durable() rejects a row that was dropped instead of written', async (t) => {
   const { broker, groupId, topicId } = await groupSetup(t, 'dur')
   const errors: number[] = []
-  const log = new AttemptLog(broker.db, { flushDelayMs: 1, holdMs: 60_000, maxBuffered: 10_000, onError: (_err, dropped) => errors.push(dropped) })
+  const log = new AttemptLog(broker.db, {
+    flushDelayMs: 1,
+    holdMs: 60_000,
+    maxBuffered: 10_000,
+    onError: (_err, dropped) => errors.push(dropped),
+  })
   // A start before PostgreSQL's timestamp range (271821 BC): refused with its details and without them (22008).
   const id = newDeliveryId({ groupId, partition: 0, offset: 0, attempt: 2 })
-  const row = { id, groupId, topicId, partition: 0, offset: 0, attempt: 2, consumerId: 'c', startedAt: new Date(-8.64e15), ackDeadline: new Date(-8.64e15) }
+  const row = {
+    id,
+    groupId,
+    topicId,
+    partition: 0,
+    offset: 0,
+    attempt: 2,
+    consumerId: 'c',
+    startedAt: new Date(-8.64e15),
+    ackDeadline: new Date(-8.64e15),
+  }
   await t.rejects(log.durable(row), /could not be recorded/, 'the caller learns the row is not on record, and does not push')
   t.same(errors, [1], 'the drop is reported')
   t.same(await listAttempts(broker.db, groupId, { limit: 10 }), [], 'nothing written')
@@ -144,7 +213,9 @@ t.test('a flush that fails part-way keeps the outcomes that arrive afterwards', 
   log.started(a)
   await log.flush(true) // a is written as in_flight
   // Updates fail for now (not for their data: the database is at fault, so they are kept).
-  await broker.db.pool.query(`CREATE FUNCTION refuse_updates() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'updates refused' USING ERRCODE = '57P03'; END $$`)
+  await broker.db.pool.query(
+    `CREATE FUNCTION refuse_updates() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'updates refused' USING ERRCODE = '57P03'; END $$`,
+  )
   await broker.db.pool.query('CREATE TRIGGER refuse_updates BEFORE UPDATE ON deliveries FOR EACH ROW EXECUTE FUNCTION refuse_updates()')
   log.update({ id: a.id, outcome: 'acked', finishedAt: new Date(), statusCode: 200 })
   log.started(b)

@@ -35,7 +35,10 @@ t.test('data on disk survives close and reopen; the directory is locked while op
   const first = await startEmbedded({ dataDir })
   t.equal(first.maxConnections, 1)
   t.match(first.connectionString, /^postgresql:\/\/postgres@127\.0\.0\.1:\d+\/postgres$/)
-  await query(first.connectionString, "CREATE TABLE notes (id INT PRIMARY KEY, body TEXT); INSERT INTO notes VALUES (1, 'kept'), (2, 'too')")
+  await query(
+    first.connectionString,
+    "CREATE TABLE notes (id INT PRIMARY KEY, body TEXT); INSERT INTO notes VALUES (1, 'kept'), (2, 'too')",
+  )
   await t.rejects(startEmbedded({ dataDir }), /in use by process/, 'a second open of the directory is refused')
   await first.close()
   await first.close() // idempotent
@@ -76,7 +79,14 @@ t.test('one connection at a time: the next one waits instead of failing', async 
 t.test('rows committed before a SIGKILL are there after reopening', async (t) => {
   const dataDir = await tempDir(t)
   // The child inserts one row per autocommitted statement and reports each after it returns.
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', `
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      '--input-type=module',
+      '-e',
+      `
     import pg from 'pg'
     import { startEmbedded } from ${JSON.stringify(EMBEDDED_MODULE)}
     const db = await startEmbedded({ dataDir: ${JSON.stringify(dataDir)} })
@@ -87,7 +97,10 @@ t.test('rows committed before a SIGKILL are there after reopening', async (t) =>
       await client.query('INSERT INTO rows VALUES ($1)', [n])
       process.stdout.write(n + '\\n')
     }
-  `], { stdio: ['ignore', 'pipe', 'pipe'] })
+  `,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  )
   let out = ''
   let err = ''
   child.stdout.on('data', (d) => (out += d))

@@ -56,7 +56,10 @@ t.test('applies to an empty database, then has nothing to do', async (t) => {
   t.ok(['messages', 'topic_partitions', 'topics', 'consumer_groups', 'deliveries'].every((x) => tables.includes(x)))
   const rows = await recorded(db.url)
   t.same(rows.map((r) => r.migration_name).sort(), names)
-  t.ok(rows.every((r) => r.finished_at instanceof Date), 'recorded as finished')
+  t.ok(
+    rows.every((r) => r.finished_at instanceof Date),
+    'recorded as finished',
+  )
   t.same(await withClient(db.url, (c) => pendingMigrations((sql) => c.query(sql))), [], 'none pending after')
 
   t.same(await applyMigrations(db.url, { singleConnection }), { applied: [] }, 'second run is a no-op')
@@ -75,13 +78,16 @@ t.test('a second starter waits for the one holding the migration lock', { skip: 
   await withClient(db.url, async (holder) => {
     await holder.query('SELECT pg_advisory_lock($1)', [MIGRATE_LOCK_KEY])
     const starting = applyMigrations(db.url)
-    await waitUntil(async () => {
-      const { rowCount } = await holder.query(
-        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted",
-        [MIGRATE_LOCK_KEY],
-      )
-      return rowCount === 1
-    }, 10_000, 'applyMigrations to queue on the advisory lock')
+    await waitUntil(
+      async () => {
+        const { rowCount } = await holder.query("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted", [
+          MIGRATE_LOCK_KEY,
+        ])
+        return rowCount === 1
+      },
+      10_000,
+      'applyMigrations to queue on the advisory lock',
+    )
     t.same(await pendingMigrations((sql) => holder.query(sql)), names, 'nothing applied while the lock is held')
     await holder.query('SELECT pg_advisory_unlock($1)', [MIGRATE_LOCK_KEY])
     t.same(await starting, { applied: names })
@@ -139,7 +145,11 @@ t.test('db:migration writes nothing for an unchanged schema and the diff for a c
 
   await writeFile(schemaPath, schema.replace(/(model Topic \{\n)/, '$1  description String?\n'))
   const file = await writeNextMigration({
-    name: 'topic_description', schemaPath, migrationsDir, databaseUrl, now: new Date('2999-01-02T03:04:05Z'),
+    name: 'topic_description',
+    schemaPath,
+    migrationsDir,
+    databaseUrl,
+    now: new Date('2999-01-02T03:04:05Z'),
   })
   t.equal(file, path.join(migrationsDir, '29990102030405_topic_description', 'migration.sql'))
   t.match(await readFile(file!, 'utf8'), /ALTER TABLE "topics" ADD COLUMN\s+"description" TEXT/)
@@ -158,7 +168,10 @@ t.test('a search_path leading away from public is refused before anything is cre
     await c.query(`ALTER DATABASE "${name}" SET search_path = hq`)
   })
   await t.rejects(applyMigrations(db.url), /search_path puts new tables in schema "hq"; hookq keeps its tables in public/)
-  const tables = await withClient(db.url, async (c) => (await c.query(
-    `SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema IN ('hq', 'public')`)).rows)
+  const tables = await withClient(
+    db.url,
+    async (c) =>
+      (await c.query(`SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema IN ('hq', 'public')`)).rows,
+  )
   t.same(tables, [], 'no table created in either schema')
 })

@@ -23,10 +23,13 @@ const out = path.resolve(values.out ?? path.join(workspace, 'dist', 'package'))
 // Emptied first, so only a directory that is missing, empty or an earlier build of this package,
 // and never one holding the workspace (`--out /`, `--out ..`).
 const fromOut = path.relative(out, workspace)
-if (fromOut === '' || (!fromOut.startsWith('..') && !path.isAbsolute(fromOut))) throw new Error(`refusing to build into ${out}: it holds the workspace`)
+if (fromOut === '' || (!fromOut.startsWith('..') && !path.isAbsolute(fromOut)))
+  throw new Error(`refusing to build into ${out}: it holds the workspace`)
 if (existsSync(out) && readdirSync(out).length > 0) {
   let previous
-  try { previous = JSON.parse(readFileSync(path.join(out, 'package.json'), 'utf8')).name } catch {}
+  try {
+    previous = JSON.parse(readFileSync(path.join(out, 'package.json'), 'utf8')).name
+  } catch {}
   if (previous !== '@hookq/client') throw new Error(`refusing to empty ${out}: it is not empty and holds no earlier build of @hookq/client`)
 }
 
@@ -37,7 +40,9 @@ mkdirSync(out, { recursive: true })
 
 // The workspace's own TypeScript (the root may pin another major), run by this Node.
 const tsc = createRequire(path.join(workspace, 'package.json')).resolve('typescript/bin/tsc')
-const compiled = spawnSync(process.execPath, [tsc, '-p', path.join(workspace, 'tsconfig.build.json'), '--outDir', out], { stdio: 'inherit' })
+const compiled = spawnSync(process.execPath, [tsc, '-p', path.join(workspace, 'tsconfig.build.json'), '--outDir', out], {
+  stdio: 'inherit',
+})
 if (compiled.status !== 0) {
   console.error(`tsc failed (${compiled.status ?? compiled.signal})`)
   process.exit(1)
@@ -95,7 +100,7 @@ writeFileSync(path.join(out, 'README.md'), readme(published))
 copyFileSync(path.join(workspace, '..', '..', 'LICENSE'), path.join(out, 'LICENSE'))
 console.log(`built ${pkg.name}@${pkg.version} in ${path.relative(process.cwd(), out) || '.'}`)
 
-function readme ({ name, description }) {
+function readme({ name, description }) {
   return `# ${name}
 
 ${description}.

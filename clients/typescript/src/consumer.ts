@@ -28,14 +28,42 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createClient, HookqError, unwrap, type HookqClient } from './index.ts'
-import { isTransactional, MemoryIdempotencyStore, transact, type IdempotencyStore, type TransactionalIdempotencyStore, type TransactOutcome } from './idempotency.ts'
+import {
+  isTransactional,
+  MemoryIdempotencyStore,
+  transact,
+  type IdempotencyStore,
+  type TransactionalIdempotencyStore,
+  type TransactOutcome,
+} from './idempotency.ts'
 import { parsePushes, PushParseError, type PushMessage, type RawPush } from './push.ts'
 import { decodeSecret, verifyWebhook, WebhookVerificationError, DEFAULT_TOLERANCE_SECONDS, type HeaderSource } from './verify.ts'
 
-export { MemoryIdempotencyStore, type IdempotencyStore, type MemoryIdempotencyStoreOptions, type TransactionalIdempotencyStore } from './idempotency.ts'
-export { DEFAULT_HANDLED_TABLE, PgIdempotencyStore, type PgClientLike, type PgIdempotencyStoreOptions, type PgPoolLike, type PgResultLike } from './pg-idempotency.ts'
+export {
+  MemoryIdempotencyStore,
+  type IdempotencyStore,
+  type MemoryIdempotencyStoreOptions,
+  type TransactionalIdempotencyStore,
+} from './idempotency.ts'
+export {
+  DEFAULT_HANDLED_TABLE,
+  PgIdempotencyStore,
+  type PgClientLike,
+  type PgIdempotencyStoreOptions,
+  type PgPoolLike,
+  type PgResultLike,
+} from './pg-idempotency.ts'
 export { parsePush, parsePushes, PushParseError, type ParsedPush, type PushMessage, type RawPush } from './push.ts'
-export { SIGNED_HEADERS, signedHeaderContent, signHeaders, signWebhook, verifyWebhook, WebhookVerificationError, type VerifyWebhookOptions, type WebhookVerificationReason } from './verify.ts'
+export {
+  SIGNED_HEADERS,
+  signedHeaderContent,
+  signHeaders,
+  signWebhook,
+  verifyWebhook,
+  WebhookVerificationError,
+  type VerifyWebhookOptions,
+  type WebhookVerificationReason,
+} from './verify.ts'
 
 /** How the group settles pushes: `explicit` (the default) by acks and nacks, `auto` by the push's answer. */
 export type AckMode = 'explicit' | 'auto'
@@ -46,7 +74,7 @@ export interface ConsumerContext {
    * Explicit mode: moves this attempt's ack deadline to now + extendMs; resolves with the status
    * (`extended`, or `already_completed` once the deadline passed). The push timeout still applies.
    */
-  extend (extendMs: number): Promise<string>
+  extend(extendMs: number): Promise<string>
   /** The push's HTTP request headers. */
   requestHeaders: HeaderSource
 }
@@ -68,7 +96,7 @@ export type HandlerContext<Tx = never> = [Tx] extends [never] ? ConsumerContext 
 export type PushHandler<T = unknown, Tx = never> = (message: PushMessage<T>, ctx: HandlerContext<Tx>) => Promise<void> | void
 
 /** The batch handler's second argument; `tx` as in TransactionalContext, one transaction for the whole batch. */
-export type BatchContext<Tx = never> = [Tx] extends [never] ? { requestHeaders: HeaderSource } : { requestHeaders: HeaderSource, tx: Tx }
+export type BatchContext<Tx = never> = [Tx] extends [never] ? { requestHeaders: HeaderSource } : { requestHeaders: HeaderSource; tx: Tx }
 
 /** What a batch handler returns. */
 export type BatchResult = { failed?: readonly string[] } | void
@@ -80,7 +108,10 @@ export type BatchResult = { failed?: readonly string[] } | void
  * batch is one transaction, all or nothing: naming any as failed rolls back the whole batch and
  * fails every message of it, since the writes for the others cannot be told apart.
  */
-export type BatchHandler<T = unknown, Tx = never> = (messages: PushMessage<T>[], ctx: BatchContext<Tx>) => Promise<BatchResult> | BatchResult
+export type BatchHandler<T = unknown, Tx = never> = (
+  messages: PushMessage<T>[],
+  ctx: BatchContext<Tx>,
+) => Promise<BatchResult> | BatchResult
 
 /** Where something went wrong, for `onError`. */
 export type ConsumerErrorStage = 'verify' | 'parse' | 'handler' | 'ack' | 'nack' | 'idempotency' | 'internal'
@@ -133,7 +164,7 @@ export interface ConsumerOptions<T = unknown, Tx = never> {
    */
   exposeErrors?: boolean
   /** Told of every failure (default: console.error). Must not throw. */
-  onError?: (error: unknown, info: { stage: ConsumerErrorStage, message?: PushMessage<T> }) => void
+  onError?: (error: unknown, info: { stage: ConsumerErrorStage; message?: PushMessage<T> }) => void
 }
 
 /** An answer to send back to the broker. */
@@ -145,24 +176,30 @@ export interface ConsumerResponse {
 
 /** The few Fastify instance methods the plugin uses (typed here: this package does not depend on Fastify). */
 export interface FastifyInstanceLike {
-  removeAllContentTypeParsers (): void
-  addContentTypeParser (contentType: string, options: { parseAs: 'buffer', bodyLimit?: number },
-    parser: (request: unknown, body: Buffer, done: (err: Error | null, body?: unknown) => void) => void): unknown
-  post (path: string, options: { bodyLimit?: number },
-    handler: (request: { headers: HeaderSource, body: unknown }, reply: FastifyReplyLike) => Promise<unknown>): unknown
+  removeAllContentTypeParsers(): void
+  addContentTypeParser(
+    contentType: string,
+    options: { parseAs: 'buffer'; bodyLimit?: number },
+    parser: (request: unknown, body: Buffer, done: (err: Error | null, body?: unknown) => void) => void,
+  ): unknown
+  post(
+    path: string,
+    options: { bodyLimit?: number },
+    handler: (request: { headers: HeaderSource; body: unknown }, reply: FastifyReplyLike) => Promise<unknown>,
+  ): unknown
 }
 
 /** The few Fastify reply methods the plugin uses. */
 export interface FastifyReplyLike {
-  code (status: number): FastifyReplyLike
-  headers (values: Record<string, string>): FastifyReplyLike
-  send (payload: string): unknown
+  code(status: number): FastifyReplyLike
+  headers(values: Record<string, string>): FastifyReplyLike
+  send(payload: string): unknown
 }
 
 /** A push consumer: the same logic behind a node:http listener, a Fastify plugin and a plain function. */
 export interface Consumer {
   /** Verifies, parses, runs the handler and settles; resolves with the answer to send. Never rejects. */
-  handle (push: RawPush): Promise<ConsumerResponse>
+  handle(push: RawPush): Promise<ConsumerResponse>
   /** A node:http request listener: `http.createServer(consumer.listener)`. Answers POSTs at any path. */
   listener: (req: IncomingMessage, res: ServerResponse) => void
   /**
@@ -174,7 +211,7 @@ export interface Consumer {
 }
 
 /** An environment variable where there is a process (the helper also runs where there is none). */
-function processEnv (name: string): string | undefined {
+function processEnv(name: string): string | undefined {
   return (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env?.[name]
 }
 
@@ -203,73 +240,109 @@ const API_TIMEOUT_MS = 8000
  * pushTimeoutMs (default 10 s); past it the broker counts a timeout and pushes again, and the late
  * ack still completes the message (with idempotency the second push waits for the first here).
  */
-export function createConsumer<T = unknown, Tx = never> (options: ConsumerOptions<T, Tx>): Consumer {
+export function createConsumer<T = unknown, Tx = never>(options: ConsumerOptions<T, Tx>): Consumer {
   if (typeof options?.handler !== 'function') throw new TypeError('createConsumer needs a handler function')
   const secrets = options.secret === undefined ? [] : typeof options.secret === 'string' ? [options.secret] : [...options.secret]
   if (secrets.length === 0 && options.unsigned !== true) {
-    throw new TypeError('createConsumer needs the consumer\'s `secret` (whsec_...), or `unsigned: true` to accept unsigned pushes')
+    throw new TypeError("createConsumer needs the consumer's `secret` (whsec_...), or `unsigned: true` to accept unsigned pushes")
   }
   for (const s of secrets) decodeSecret(s)
   const ackMode = options.ackMode ?? 'explicit'
   if (ackMode !== 'explicit' && ackMode !== 'auto') throw new TypeError(`ackMode must be "explicit" or "auto", got ${String(ackMode)}`)
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
-  if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 1) throw new TypeError(`maxBodyBytes must be a whole number ≥ 1, got ${maxBodyBytes}`)
+  if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 1)
+    throw new TypeError(`maxBodyBytes must be a whole number ≥ 1, got ${maxBodyBytes}`)
   const toleranceSeconds = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS
-  if (!(Number.isFinite(toleranceSeconds) && toleranceSeconds >= 0)) throw new TypeError(`toleranceSeconds must be a finite number ≥ 0, got ${toleranceSeconds}`)
+  if (!(Number.isFinite(toleranceSeconds) && toleranceSeconds >= 0))
+    throw new TypeError(`toleranceSeconds must be a finite number ≥ 0, got ${toleranceSeconds}`)
   const idempotency = options.idempotency
   const txStore = isTransactional(idempotency) ? idempotency : undefined
   // isTransactional again, not txStore: that is what narrows `idempotency` to a plain store.
-  const store = idempotency === true ? new MemoryIdempotencyStore()
-    : idempotency === false || idempotency === undefined || isTransactional(idempotency) ? undefined : idempotency
+  const store =
+    idempotency === true
+      ? new MemoryIdempotencyStore()
+      : idempotency === false || idempotency === undefined || isTransactional(idempotency)
+        ? undefined
+        : idempotency
   // HandlerContext<Tx> and BatchContext<Tx> are conditional types: ConsumerContext, plus `tx` when
   // there is a transactional store. The contexts built below are always the right one, which
   // TypeScript cannot follow through the condition on an unresolved Tx.
   const handler = options.handler as (message: PushMessage<T>, ctx: ConsumerContext & { tx?: Tx }) => Promise<void> | void
-  const batchHandler = options.batchHandler as ((messages: PushMessage<T>[], ctx: { requestHeaders: HeaderSource, tx?: Tx }) => Promise<BatchResult> | BatchResult) | undefined
-  const report = options.onError ?? ((error, { stage, message }) => {
-    console.error(`hookq consumer: ${stage} failed${message ? ` for ${message.webhookId} (attempt ${message.attempt})` : ''}:`, error)
-  })
+  const batchHandler = options.batchHandler as
+    | ((messages: PushMessage<T>[], ctx: { requestHeaders: HeaderSource; tx?: Tx }) => Promise<BatchResult> | BatchResult)
+    | undefined
+  const report =
+    options.onError ??
+    ((error, { stage, message }) => {
+      console.error(`hookq consumer: ${stage} failed${message ? ` for ${message.webhookId} (attempt ${message.attempt})` : ''}:`, error)
+    })
   // Auto mode never calls the API, so it needs no client (nor an API key).
-  const client = ackMode === 'explicit'
-    ? options.client ?? createClient({ ...(options.baseUrl !== undefined ? { baseUrl: options.baseUrl } : {}), ...(options.apiKey !== undefined ? { apiKey: options.apiKey } : {}) })
-    : undefined
+  const client =
+    ackMode === 'explicit'
+      ? (options.client ??
+        createClient({
+          ...(options.baseUrl !== undefined ? { baseUrl: options.baseUrl } : {}),
+          ...(options.apiKey !== undefined ? { apiKey: options.apiKey } : {}),
+        }))
+      : undefined
   const keyGiven = options.client ? undefined : (options.apiKey ?? processEnv('HOOKQ_API_KEY') ?? '') !== ''
 
   /**
    * An ack, nack or extend the broker refused for the key (401/403) is a set-up mistake, not a
    * passing failure: every push would fail and end as a dead letter. Say that, and what to do.
    */
-  function explained (err: unknown): unknown {
+  function explained(err: unknown): unknown {
     if (!(err instanceof HookqError) || (err.status !== 401 && err.status !== 403)) return err
-    const why = err.status === 403
-      ? 'its API key lacks the consume scope (403)'
-      : keyGiven === false ? 'no API key is set (401)' : 'its API key is not valid (401)'
-    return new Error(`the broker refused this consumer's call: ${why}. Set HOOKQ_API_KEY (or the apiKey option) to a key with ` +
-      'the consume scope; until then every push fails and ends as a dead letter after the group\'s maxDeliveries', { cause: err })
+    const why =
+      err.status === 403
+        ? 'its API key lacks the consume scope (403)'
+        : keyGiven === false
+          ? 'no API key is set (401)'
+          : 'its API key is not valid (401)'
+    return new Error(
+      `the broker refused this consumer's call: ${why}. Set HOOKQ_API_KEY (or the apiKey option) to a key with ` +
+        "the consume scope; until then every push fails and ends as a dead letter after the group's maxDeliveries",
+      { cause: err },
+    )
   }
 
   /** Per group/webhook-id, the tail of the pushes of that message being handled here, one after another. */
   const running = new Map<string, Promise<unknown>>()
 
   /** Calls acks, nacks or extend for one delivery id; resolves with its status. */
-  async function settle (verb: 'acks' | 'nacks' | 'extend', m: PushMessage<T>, extra: { delayMs?: number, extendMs?: number }): Promise<string> {
+  async function settle(
+    verb: 'acks' | 'nacks' | 'extend',
+    m: PushMessage<T>,
+    extra: { delayMs?: number; extendMs?: number },
+  ): Promise<string> {
     return (await settleAll(verb, m.group, [m.deliveryId], extra))[0] ?? 'unknown'
   }
 
   /** Calls acks, nacks or extend for delivery ids of one group, in one call; resolves with their statuses. */
-  async function settleAll (verb: 'acks' | 'nacks' | 'extend', group: string, deliveryIds: string[], extra: { delayMs?: number, extendMs?: number }): Promise<string[]> {
+  async function settleAll(
+    verb: 'acks' | 'nacks' | 'extend',
+    group: string,
+    deliveryIds: string[],
+    extra: { delayMs?: number; extendMs?: number },
+  ): Promise<string[]> {
     if (!client) throw new Error(`${verb} needs ackMode "explicit"`)
     const init = { params: { path: { group } }, signal: AbortSignal.timeout(API_TIMEOUT_MS) }
-    const answer = verb === 'acks'
-      ? await unwrap(client.POST('/v1/groups/{group}/acks', { ...init, body: { deliveryIds } }))
-      : verb === 'nacks'
-        ? await unwrap(client.POST('/v1/groups/{group}/nacks', { ...init, body: { deliveryIds, ...(extra.delayMs !== undefined ? { delayMs: extra.delayMs } : {}) } }))
-        : await unwrap(client.POST('/v1/groups/{group}/extend', { ...init, body: { deliveryIds, extendMs: extra.extendMs ?? 0 } }))
+    const answer =
+      verb === 'acks'
+        ? await unwrap(client.POST('/v1/groups/{group}/acks', { ...init, body: { deliveryIds } }))
+        : verb === 'nacks'
+          ? await unwrap(
+              client.POST('/v1/groups/{group}/nacks', {
+                ...init,
+                body: { deliveryIds, ...(extra.delayMs !== undefined ? { delayMs: extra.delayMs } : {}) },
+              }),
+            )
+          : await unwrap(client.POST('/v1/groups/{group}/extend', { ...init, body: { deliveryIds, extendMs: extra.extendMs ?? 0 } }))
     return answer.results.map((r) => r.status)
   }
 
   /** The delay a failed message is nacked with (undefined: the group's backoff). */
-  function delayFor (m: PushMessage<T>, error: unknown): number | undefined {
+  function delayFor(m: PushMessage<T>, error: unknown): number | undefined {
     let delayMs: number | undefined
     try {
       delayMs = typeof options.nackDelayMs === 'function' ? options.nackDelayMs(error, m) : options.nackDelayMs
@@ -284,31 +357,37 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
   }
 
   /** The store key: webhook-ids are per message, the same for every group, so it names the group too. */
-  function keyOf (m: PushMessage<T>): string {
+  function keyOf(m: PushMessage<T>): string {
     return `${m.group}/${m.webhookId}`
   }
 
-  function contextFor (m: PushMessage<T>, headers: HeaderSource): ConsumerContext {
+  function contextFor(m: PushMessage<T>, headers: HeaderSource): ConsumerContext {
     return {
-      extend: (extendMs) => settle('extend', m, { extendMs }).catch((err: unknown) => { throw explained(err) }),
+      extend: (extendMs) =>
+        settle('extend', m, { extendMs }).catch((err: unknown) => {
+          throw explained(err)
+        }),
       requestHeaders: headers,
     }
   }
 
   /** A batch's messages handled: those to ack, and those that failed with the stage to report. */
-  interface BatchOutcome { ok: PushMessage<T>[], failed: { m: PushMessage<T>, error: unknown, stage: ConsumerErrorStage }[] }
+  interface BatchOutcome {
+    ok: PushMessage<T>[]
+    failed: { m: PushMessage<T>; error: unknown; stage: ConsumerErrorStage }[]
+  }
 
   /**
    * A batch with a plain store (or none): the ids the store has are acked without running anything;
    * the rest go to the handler per message (or the batch handler once). Undefined when `has` failed.
    */
-  async function handleBatch (messages: PushMessage<T>[], headers: HeaderSource): Promise<BatchOutcome | undefined> {
+  async function handleBatch(messages: PushMessage<T>[], headers: HeaderSource): Promise<BatchOutcome | undefined> {
     const out: BatchOutcome = { ok: [], failed: [] }
     let todo = messages
     if (store) {
       todo = []
       try {
-        for (const m of messages) (await store.has(keyOf(m)) ? out.ok : todo).push(m)
+        for (const m of messages) ((await store.has(keyOf(m))) ? out.ok : todo).push(m)
       } catch (err) {
         report(err, { stage: 'idempotency' })
         return undefined
@@ -317,7 +396,10 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
     if (batchHandler && todo.length > 0) {
       try {
         const named = new Set((await batchHandler(todo, { requestHeaders: headers }))?.failed ?? [])
-        for (const m of todo) (named.has(m.deliveryId) ? out.failed.push({ m, error: new Error('named as failed by the batch handler'), stage: 'handler' }) : out.ok.push(m))
+        for (const m of todo)
+          named.has(m.deliveryId)
+            ? out.failed.push({ m, error: new Error('named as failed by the batch handler'), stage: 'handler' })
+            : out.ok.push(m)
       } catch (err) {
         for (const m of todo) out.failed.push({ m, error: err, stage: 'handler' })
       }
@@ -344,12 +426,16 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
   }
 
   /** The handler on one message, in a transaction of `txs` that records its id. */
-  function runInTransaction (txs: TransactionalIdempotencyStore<Tx>, m: PushMessage<T>, headers: HeaderSource): Promise<TransactOutcome<PushMessage<T>>> {
+  function runInTransaction(
+    txs: TransactionalIdempotencyStore<Tx>,
+    m: PushMessage<T>,
+    headers: HeaderSource,
+  ): Promise<TransactOutcome<PushMessage<T>>> {
     return transact(txs, [m], keyOf, (tx) => Promise.resolve(handler(m, { ...contextFor(m, headers), tx })))
   }
 
   /** The store failed before any work ran (no connection, BEGIN refused): nothing ran, nothing is known. */
-  function storeDown (result: TransactOutcome<PushMessage<T>>): boolean {
+  function storeDown(result: TransactOutcome<PushMessage<T>>): boolean {
     return result.kind === 'store' && result.fresh === undefined
   }
 
@@ -359,18 +445,28 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
    * likely down), while those committed before it are acked. The batch handler: one transaction for
    * the batch, all or nothing (see BatchHandler).
    */
-  async function handleBatchInTransactions (txs: TransactionalIdempotencyStore<Tx>, messages: PushMessage<T>[], headers: HeaderSource): Promise<BatchOutcome | undefined> {
+  async function handleBatchInTransactions(
+    txs: TransactionalIdempotencyStore<Tx>,
+    messages: PushMessage<T>[],
+    headers: HeaderSource,
+  ): Promise<BatchOutcome | undefined> {
     const out: BatchOutcome = { ok: [], failed: [] }
     if (batchHandler) {
       const result = await transact(txs, messages, keyOf, async (tx, fresh) => {
         const named = (await batchHandler(fresh, { requestHeaders: headers, tx }))?.failed ?? []
-        if (named.length > 0) throw new Error(`the batch handler named ${named.length} of ${fresh.length} as failed: with a transactional store the batch is rolled back whole`)
+        if (named.length > 0)
+          throw new Error(
+            `the batch handler named ${named.length} of ${fresh.length} as failed: with a transactional store the batch is rolled back whole`,
+          )
       })
       if (storeDown(result)) return undefined
       if (result.kind === 'done') out.ok.push(...messages)
       else {
         const failing = result.fresh ?? messages
-        for (const m of messages) (failing.includes(m) ? out.failed.push({ m, error: result.error, stage: result.kind === 'threw' ? 'handler' : 'idempotency' }) : out.ok.push(m))
+        for (const m of messages)
+          failing.includes(m)
+            ? out.failed.push({ m, error: result.error, stage: result.kind === 'threw' ? 'handler' : 'idempotency' })
+            : out.ok.push(m)
       }
     } else {
       for (const [i, m] of messages.entries()) {
@@ -395,7 +491,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
    * id; one whose ack or nack call failed is named as failed too (with idempotency, its second
    * push is acked without running the handler again).
    */
-  async function processBatch (messages: PushMessage<T>[], headers: HeaderSource): Promise<ConsumerResponse> {
+  async function processBatch(messages: PushMessage<T>[], headers: HeaderSource): Promise<ConsumerResponse> {
     const outcome = txStore ? await handleBatchInTransactions(txStore, messages, headers) : await handleBatch(messages, headers)
     if (!outcome) return reply(503, { error: 'idempotency_store_failed' })
     const { ok, failed } = outcome
@@ -405,8 +501,15 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
       const group = messages[0]!.group
       if (ok.length > 0) {
         try {
-          const statuses = await settleAll('acks', group, ok.map((m) => m.deliveryId), {})
-          statuses.forEach((status, i) => { if (status === 'unknown') answerFailed.add(ok[i]!.deliveryId) })
+          const statuses = await settleAll(
+            'acks',
+            group,
+            ok.map((m) => m.deliveryId),
+            {},
+          )
+          statuses.forEach((status, i) => {
+            if (status === 'unknown') answerFailed.add(ok[i]!.deliveryId)
+          })
         } catch (err) {
           report(explained(err), { stage: 'ack' })
           for (const m of ok) answerFailed.add(m.deliveryId)
@@ -419,14 +522,16 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
         byDelay.set(d, [...(byDelay.get(d) ?? []), m.deliveryId])
       }
       for (const [delayMs, ids] of byDelay) {
-        await settleAll('nacks', group, ids, delayMs === undefined ? {} : { delayMs }).catch((err: unknown) => report(explained(err), { stage: 'nack' }))
+        await settleAll('nacks', group, ids, delayMs === undefined ? {} : { delayMs }).catch((err: unknown) =>
+          report(explained(err), { stage: 'nack' }),
+        )
       }
     }
     return reply(200, { failed: [...answerFailed] })
   }
 
   /** The handler succeeded (or had already): ack it, then say so. */
-  async function succeeded (m: PushMessage<T>, outcome: 'handled' | 'duplicate'): Promise<ConsumerResponse> {
+  async function succeeded(m: PushMessage<T>, outcome: 'handled' | 'duplicate'): Promise<ConsumerResponse> {
     if (ackMode === 'auto') return reply(200, { outcome })
     let status: string
     try {
@@ -451,7 +556,11 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
    * The handler threw (or, `commit_failed`, a transactional store's COMMIT failed after it returned):
    * nack with the delay (explicit mode), then answer 5xx.
    */
-  async function failed (m: PushMessage<T>, error: unknown, code: 'handler_failed' | 'commit_failed' = 'handler_failed'): Promise<ConsumerResponse> {
+  async function failed(
+    m: PushMessage<T>,
+    error: unknown,
+    code: 'handler_failed' | 'commit_failed' = 'handler_failed',
+  ): Promise<ConsumerResponse> {
     report(error, { stage: code === 'handler_failed' ? 'handler' : 'idempotency', message: m })
     const delayMs = delayFor(m, error)
     let nacked = false
@@ -463,9 +572,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
         report(explained(err), { stage: 'nack', message: m })
       }
     }
-    const detail = options.exposeErrors === true
-      ? { detail: (error instanceof Error ? error.message : String(error)).slice(0, 200) }
-      : {}
+    const detail = options.exposeErrors === true ? { detail: (error instanceof Error ? error.message : String(error)).slice(0, 200) } : {}
     // 503 + Retry-After is how an answer asks for a later retry (auto mode, or a nack that failed).
     // After a nack the answer changes nothing but the push window: a 500 says the message failed,
     // where a 503 would tell the broker this consumer is overloaded and halve its concurrency.
@@ -480,7 +587,11 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
    * (503, nothing ran); one that failed at COMMIT fails the message, whose redelivery then finds
    * the id (it committed after all) or runs the handler again (it did not).
    */
-  async function processTransactional (txs: TransactionalIdempotencyStore<Tx>, m: PushMessage<T>, headers: HeaderSource): Promise<ConsumerResponse> {
+  async function processTransactional(
+    txs: TransactionalIdempotencyStore<Tx>,
+    m: PushMessage<T>,
+    headers: HeaderSource,
+  ): Promise<ConsumerResponse> {
     const result = await runInTransaction(txs, m, headers)
     if (result.kind === 'done') return succeeded(m, result.fresh.length === 0 ? 'duplicate' : 'handled')
     if (result.kind === 'threw') return failed(m, result.error)
@@ -489,7 +600,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
     return reply(503, { error: 'idempotency_store_failed' })
   }
 
-  async function processPush (m: PushMessage<T>, headers: HeaderSource): Promise<ConsumerResponse> {
+  async function processPush(m: PushMessage<T>, headers: HeaderSource): Promise<ConsumerResponse> {
     if (txStore) return processTransactional(txStore, m, headers)
     const key = keyOf(m)
     if (store) {
@@ -518,7 +629,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
     return succeeded(m, 'handled')
   }
 
-  async function handle ({ headers, body }: RawPush): Promise<ConsumerResponse> {
+  async function handle({ headers, body }: RawPush): Promise<ConsumerResponse> {
     try {
       if (byteLength(body) > maxBodyBytes) return reply(413, { error: 'body_too_large', limit: maxBodyBytes })
       if (secrets.length > 0) {
@@ -531,7 +642,7 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
           return reply(401, { error: 'invalid_signature', reason: err.reason })
         }
       }
-      let parsed: { batch: boolean, messages: PushMessage<T>[] }
+      let parsed: { batch: boolean; messages: PushMessage<T>[] }
       try {
         parsed = parsePushes<T>({ headers, body })
       } catch (err) {
@@ -554,7 +665,9 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
       const mine = previous.then(() => processPush(m, headers))
       const tail = mine.catch(() => {})
       running.set(key, tail)
-      void tail.then(() => { if (running.get(key) === tail) running.delete(key) })
+      void tail.then(() => {
+        if (running.get(key) === tail) running.delete(key)
+      })
       return await mine
     } catch (err) {
       report(err, { stage: 'internal' })
@@ -568,10 +681,18 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
       send(res, reply(405, { error: 'method_not_allowed' }, { allow: 'POST' }))
       return
     }
-    readBody(req, maxBodyBytes).then(
-      (body) => body === undefined ? reply(413, { error: 'body_too_large', limit: maxBodyBytes }, { connection: 'close' }) : handle({ headers: req.headers, body }),
-      () => undefined, // the client went away mid-body: nothing to answer
-    ).then((r) => { if (r) send(res, r) }).catch((err: unknown) => report(err, { stage: 'internal' }))
+    readBody(req, maxBodyBytes)
+      .then(
+        (body) =>
+          body === undefined
+            ? reply(413, { error: 'body_too_large', limit: maxBodyBytes }, { connection: 'close' })
+            : handle({ headers: req.headers, body }),
+        () => undefined, // the client went away mid-body: nothing to answer
+      )
+      .then((r) => {
+        if (r) send(res, r)
+      })
+      .catch((err: unknown) => report(err, { stage: 'internal' }))
   }
 
   const fastify = async (instance: FastifyInstanceLike, { path = '/' }: { path?: string } = {}): Promise<void> => {
@@ -588,22 +709,22 @@ export function createConsumer<T = unknown, Tx = never> (options: ConsumerOption
   return { handle, listener, fastify }
 }
 
-function reply (status: number, body: Record<string, unknown>, headers: Record<string, string> = {}): ConsumerResponse {
+function reply(status: number, body: Record<string, unknown>, headers: Record<string, string> = {}): ConsumerResponse {
   return { status, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) }
 }
 
-function byteLength (body: string | Uint8Array): number {
+function byteLength(body: string | Uint8Array): number {
   return typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength
 }
 
-function send (res: ServerResponse, r: ConsumerResponse): void {
+function send(res: ServerResponse, r: ConsumerResponse): void {
   if (res.headersSent || res.destroyed) return
   res.writeHead(r.status, { ...r.headers, 'content-length': String(Buffer.byteLength(r.body)) })
   res.end(r.body)
 }
 
 /** The request body, or undefined once it passes `limit` bytes (then the rest is not read). */
-function readBody (req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
   const declared = Number(req.headers['content-length'])
   if (declared > limit) return Promise.resolve(undefined)
   return new Promise((resolve, reject) => {
@@ -621,6 +742,8 @@ function readBody (req: IncomingMessage, limit: number): Promise<Buffer | undefi
     })
     req.on('end', () => resolve(Buffer.concat(chunks, size)))
     req.on('error', reject)
-    req.on('close', () => { if (!req.complete) reject(new Error('the request was cut off')) })
+    req.on('close', () => {
+      if (!req.complete) reject(new Error('the request was cut off'))
+    })
   })
 }

@@ -49,15 +49,17 @@ export interface RetryOptions {
  * 429 or 503: after its Retry-After (capped at 30 s), else after 0.5 s, 1 s, 2 s ... Other errors
  * are thrown at once.
  */
-export async function withRetries<T> (call: () => Promise<T>, options: RetryOptions = {}): Promise<T> {
+export async function withRetries<T>(call: () => Promise<T>, options: RetryOptions = {}): Promise<T> {
   const maxRetries = options.maxRetries ?? DEFAULT_RETRIES
   for (let attempt = 1; ; attempt++) {
     try {
       return await call()
     } catch (err) {
       if (!(err instanceof HookqError) || (err.status !== 429 && err.status !== 503) || attempt > maxRetries) throw err
-      const waitMs = Math.min(MAX_RETRY_WAIT_MS,
-        err.retryAfterSeconds !== undefined ? err.retryAfterSeconds * 1000 : 500 * 2 ** (attempt - 1))
+      const waitMs = Math.min(
+        MAX_RETRY_WAIT_MS,
+        err.retryAfterSeconds !== undefined ? err.retryAfterSeconds * 1000 : 500 * 2 ** (attempt - 1),
+      )
       options.onRetry?.(err, waitMs, attempt)
       await sleep(waitMs, options.signal)
     }
@@ -89,7 +91,7 @@ export class BatchProduceError extends Error {
   /** How many messages the failed call carried: inputs `committed` to `committed + attempted - 1`. */
   readonly attempted: number
 
-  constructor (cause: unknown, committed: number, failedIndex: number | undefined, attempted = 0) {
+  constructor(cause: unknown, committed: number, failedIndex: number | undefined, attempted = 0) {
     super(`produce stopped after ${committed} committed messages: ${cause instanceof Error ? cause.message : String(cause)}`)
     this.name = 'BatchProduceError'
     this.cause = cause
@@ -103,7 +105,12 @@ export class BatchProduceError extends Error {
  * Produces `messages` to `topic` in as many calls as it takes, in order, one call at a time.
  * Returns one result per message, in input order; throws BatchProduceError on the first failure.
  */
-export async function produceInBatches (client: HookqClient, topic: string, messages: ProduceMessage[], options: BatchOptions = {}): Promise<ProduceResult[]> {
+export async function produceInBatches(
+  client: HookqClient,
+  topic: string,
+  messages: ProduceMessage[],
+  options: BatchOptions = {},
+): Promise<ProduceResult[]> {
   const maxMessages = Math.max(1, Math.min(MAX_CALL_MESSAGES, options.maxBatchMessages ?? MAX_CALL_MESSAGES))
   const maxBytes = options.maxBatchBytes ?? DEFAULT_BATCH_BYTES
   const results: ProduceResult[] = []
@@ -111,9 +118,17 @@ export async function produceInBatches (client: HookqClient, topic: string, mess
   const send = async (start: number, batch: ProduceMessage[]): Promise<void> => {
     let answer: { results: ProduceResult[] }
     try {
-      answer = await withRetries(() => unwrap(client.POST('/v1/topics/{topic}/messages', {
-        params: { path: { topic } }, body: { messages: batch }, signal: options.signal,
-      })), options)
+      answer = await withRetries(
+        () =>
+          unwrap(
+            client.POST('/v1/topics/{topic}/messages', {
+              params: { path: { topic } },
+              body: { messages: batch },
+              signal: options.signal,
+            }),
+          ),
+        options,
+      )
     } catch (err) {
       // The broker's body limit is its own configuration: halve the call until it fits.
       if (err instanceof HookqError && err.code === 'body_too_large' && batch.length > 1) {
@@ -134,7 +149,7 @@ export async function produceInBatches (client: HookqClient, topic: string, mess
 }
 
 /** Splits messages into runs of at most `maxMessages` and (estimated) `maxBytes`, with each run's start index. */
-function * chunks (messages: ProduceMessage[], maxMessages: number, maxBytes: number): Generator<[number, ProduceMessage[]]> {
+function* chunks(messages: ProduceMessage[], maxMessages: number, maxBytes: number): Generator<[number, ProduceMessage[]]> {
   const encoder = new TextEncoder()
   let start = 0
   let bytes = 0
@@ -151,7 +166,7 @@ function * chunks (messages: ProduceMessage[], maxMessages: number, maxBytes: nu
 }
 
 /** The message a produce error names: the problem's `index`, or the first validation error's path `/messages/N/...`. */
-function messageIndexOf (err: HookqError): number | undefined {
+function messageIndexOf(err: HookqError): number | undefined {
   if (typeof err.problem.index === 'number') return err.problem.index
   const path = err.problem.errors?.[0]?.path
   const m = path === undefined ? null : /^\/messages\/(\d+)/.exec(path)
@@ -169,7 +184,7 @@ export interface DeadLetterOrigin {
 }
 
 /** The origin of a dead letter, or undefined when it has no `hookq-dlq-topic` header (not a dead letter). */
-export function deadLetterOrigin (message: Pick<Message, 'headers'>): DeadLetterOrigin | undefined {
+export function deadLetterOrigin(message: Pick<Message, 'headers'>): DeadLetterOrigin | undefined {
   const h = message.headers
   const topic = h[DLQ_HEADERS.topic]
   if (topic === undefined || topic === '') return undefined
@@ -187,7 +202,7 @@ export function deadLetterOrigin (message: Pick<Message, 'headers'>): DeadLetter
  * The idempotency key of a replayed dead letter. The dead-letter topic's creation time is part of
  * it, so a topic deleted and created again (whose offsets start over) never collides with its past.
  */
-export function replayIdempotencyKey (dlqTopic: string, dlqCreatedAt: string, partition: number, offset: number): string {
+export function replayIdempotencyKey(dlqTopic: string, dlqCreatedAt: string, partition: number, offset: number): string {
   return `hookq-replay:${dlqTopic}@${Date.parse(dlqCreatedAt)}:${partition}:${offset}`
 }
 
@@ -245,23 +260,44 @@ const MAX_SKIP_RECORDS = 100
  * topic no longer exists, are skipped and listed. Broker errors other than 429/503 are thrown; what
  * was produced before them stays produced, and running the replay again does not duplicate it.
  */
-export async function replayDeadLetters (client: HookqClient, dlqTopic: string, options: ReplayOptions = {}): Promise<ReplaySummary> {
+export async function replayDeadLetters(client: HookqClient, dlqTopic: string, options: ReplayOptions = {}): Promise<ReplaySummary> {
   const retry = { maxRetries: options.maxRetries, signal: options.signal, onRetry: options.onRetry }
   const batchSize = Math.max(1, Math.min(1000, options.batchSize ?? 200))
   const fromOffset = Math.max(0, options.fromOffset ?? 0)
-  const dlq = await withRetries(() => unwrap(client.GET('/v1/topics/{topic}', { params: { path: { topic: dlqTopic } }, signal: options.signal })), retry)
+  const dlq = await withRetries(
+    () => unwrap(client.GET('/v1/topics/{topic}', { params: { path: { topic: dlqTopic } }, signal: options.signal })),
+    retry,
+  )
   const wanted = options.partitions ?? dlq.partitionStats.map((s) => s.partition)
   const plan = wanted.map((partition) => {
     const stat = dlq.partitionStats.find((s) => s.partition === partition)
-    if (stat === undefined) throw new RangeError(`topic ${dlqTopic} has ${dlq.partitions} partitions (0 to ${dlq.partitions - 1}); there is no partition ${partition}`)
+    if (stat === undefined)
+      throw new RangeError(
+        `topic ${dlqTopic} has ${dlq.partitions} partitions (0 to ${dlq.partitions - 1}); there is no partition ${partition}`,
+      )
     return { partition, fromOffset, endOffset: stat.endOffset }
   })
   const available = plan.reduce((n, p) => n + Math.max(0, p.endOffset - p.fromOffset), 0)
   const summary: ReplaySummary = {
-    dlqTopic, dryRun: options.dryRun === true, total: Math.min(available, options.limit ?? Infinity),
-    read: 0, replayed: 0, duplicates: 0, skipped: 0, byTopic: {}, skips: [], partitions: [],
+    dlqTopic,
+    dryRun: options.dryRun === true,
+    total: Math.min(available, options.limit ?? Infinity),
+    read: 0,
+    replayed: 0,
+    duplicates: 0,
+    skipped: 0,
+    byTopic: {},
+    skips: [],
+    partitions: [],
   }
-  const progress = () => options.onProgress?.({ total: summary.total, read: summary.read, replayed: summary.replayed, duplicates: summary.duplicates, skipped: summary.skipped })
+  const progress = () =>
+    options.onProgress?.({
+      total: summary.total,
+      read: summary.read,
+      replayed: summary.replayed,
+      duplicates: summary.duplicates,
+      skipped: summary.skipped,
+    })
   const skip = (m: Message, reason: string) => {
     summary.skipped++
     if (summary.skips.length < MAX_SKIP_RECORDS) summary.skips.push({ partition: m.partition, offset: m.offset, reason })
@@ -274,28 +310,48 @@ export async function replayDeadLetters (client: HookqClient, dlqTopic: string, 
     summary.partitions.push(done)
     while (done.nextOffset < p.endOffset && summary.read < summary.total) {
       const limit = Math.min(batchSize, p.endOffset - done.nextOffset, summary.total - summary.read)
-      const page = await withRetries(() => unwrap(client.GET('/v1/topics/{topic}/partitions/{partition}/messages', {
-        params: { path: { topic: dlqTopic, partition: p.partition }, query: { fromOffset: done.nextOffset, limit } }, signal: options.signal,
-      })), retry)
+      const page = await withRetries(
+        () =>
+          unwrap(
+            client.GET('/v1/topics/{topic}/partitions/{partition}/messages', {
+              params: { path: { topic: dlqTopic, partition: p.partition }, query: { fromOffset: done.nextOffset, limit } },
+              signal: options.signal,
+            }),
+          ),
+        retry,
+      )
       // Offsets past the end seen at the start are dead letters that arrived during the replay.
       const messages = page.messages.filter((m) => m.offset < p.endOffset)
-      if (messages.length === 0) { done.nextOffset = p.endOffset; break }
+      if (messages.length === 0) {
+        done.nextOffset = p.endOffset
+        break
+      }
       done.nextOffset = messages.at(-1)!.offset + 1
 
       const byTarget = new Map<string, ProduceMessage[]>()
       for (const m of messages) {
         summary.read++
         const origin = deadLetterOrigin(m)
-        if (origin === undefined) { skip(m, `no ${DLQ_HEADERS.topic} header: not a dead letter`); continue }
+        if (origin === undefined) {
+          skip(m, `no ${DLQ_HEADERS.topic} header: not a dead letter`)
+          continue
+        }
         const target = await targets.get(origin.topic)
-        if (target === undefined) { skip(m, `topic ${origin.topic} does not exist`); continue }
+        if (target === undefined) {
+          skip(m, `topic ${origin.topic} does not exist`)
+          continue
+        }
         const list = byTarget.get(origin.topic) ?? []
         list.push(replayMessage(m, origin, target.partitions, replayIdempotencyKey(dlqTopic, dlq.createdAt, m.partition, m.offset)))
         byTarget.set(origin.topic, list)
       }
       for (const [topic, batch] of byTarget) {
-        const counts = summary.byTopic[topic] ??= { replayed: 0, duplicates: 0 }
-        if (summary.dryRun) { counts.replayed += batch.length; summary.replayed += batch.length; continue }
+        const counts = (summary.byTopic[topic] ??= { replayed: 0, duplicates: 0 })
+        if (summary.dryRun) {
+          counts.replayed += batch.length
+          summary.replayed += batch.length
+          continue
+        }
         await produceInBatches(client, topic, batch, {
           ...retry,
           onCommitted: (results) => {
@@ -316,7 +372,7 @@ export async function replayDeadLetters (client: HookqClient, dlqTopic: string, 
 }
 
 /** The message a dead letter is replayed as: its key, value and own headers, on its first partition when that exists. */
-function replayMessage (m: Message, origin: DeadLetterOrigin, targetPartitions: number, idempotencyKey: string): ProduceMessage {
+function replayMessage(m: Message, origin: DeadLetterOrigin, targetPartitions: number, idempotencyKey: string): ProduceMessage {
   const headers: Record<string, string> = {}
   for (const [name, value] of Object.entries(m.headers)) {
     if (!name.startsWith(DLQ_HEADER_PREFIX)) headers[name] = value
@@ -330,13 +386,19 @@ function replayMessage (m: Message, origin: DeadLetterOrigin, targetPartitions: 
 /** The topics dead letters go back to, each looked up once; undefined for one that does not exist. */
 class TargetTopics {
   private readonly known = new Map<string, { partitions: number } | undefined>()
-  constructor (private readonly client: HookqClient, private readonly retry: RetryOptions) {}
+  constructor(
+    private readonly client: HookqClient,
+    private readonly retry: RetryOptions,
+  ) {}
 
-  async get (name: string): Promise<{ partitions: number } | undefined> {
+  async get(name: string): Promise<{ partitions: number } | undefined> {
     if (this.known.has(name)) return this.known.get(name)
     let found: { partitions: number } | undefined
     try {
-      const topic = await withRetries(() => unwrap(this.client.GET('/v1/topics/{topic}', { params: { path: { topic: name } }, signal: this.retry.signal })), this.retry)
+      const topic = await withRetries(
+        () => unwrap(this.client.GET('/v1/topics/{topic}', { params: { path: { topic: name } }, signal: this.retry.signal })),
+        this.retry,
+      )
       found = { partitions: topic.partitions }
     } catch (err) {
       if (!(err instanceof HookqError && err.code === 'topic_not_found')) throw err
@@ -346,15 +408,24 @@ class TargetTopics {
   }
 }
 
-function wholeNumber (text: string | undefined): number | undefined {
+function wholeNumber(text: string | undefined): number | undefined {
   return text !== undefined && /^\d{1,15}$/.test(text) ? Number(text) : undefined
 }
 
-function sleep (ms: number, signal: AbortSignal | undefined): Promise<void> {
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {
-    if (signal?.aborted) { reject(signal.reason); return }
-    const onAbort = () => { clearTimeout(timer); reject(signal!.reason) }
-    const timer = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve() }, ms)
+    if (signal?.aborted) {
+      reject(signal.reason)
+      return
+    }
+    const onAbort = () => {
+      clearTimeout(timer)
+      reject(signal!.reason)
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort)
+      resolve()
+    }, ms)
     signal?.addEventListener('abort', onAbort, { once: true })
   })
 }

@@ -13,9 +13,9 @@
 /** Remembers handled ids. Methods may return promises; a thrown error fails the push (it is retried). */
 export interface IdempotencyStore {
   /** Whether `id` was added (and not yet forgotten). */
-  has (id: string): boolean | Promise<boolean>
+  has(id: string): boolean | Promise<boolean>
   /** Records `id` as handled. */
-  add (id: string): void | Promise<void>
+  add(id: string): void | Promise<void>
 }
 
 /**
@@ -31,11 +31,13 @@ export interface TransactionalIdempotencyStore<Tx> {
    * the others were handled before. When `work` throws, rolls back and rejects with its error; any
    * other rejection (a connection, BEGIN or COMMIT that failed) means nothing is known to be recorded.
    */
-  runOnce (ids: readonly string[], work: (tx: Tx, fresh: readonly string[]) => Promise<void>): Promise<readonly string[]>
+  runOnce(ids: readonly string[], work: (tx: Tx, fresh: readonly string[]) => Promise<void>): Promise<readonly string[]>
 }
 
 /** A transactional store is told from a plain one by its `runOnce`. */
-export function isTransactional<Tx> (store: IdempotencyStore | boolean | TransactionalIdempotencyStore<Tx> | undefined): store is TransactionalIdempotencyStore<Tx> {
+export function isTransactional<Tx>(
+  store: IdempotencyStore | boolean | TransactionalIdempotencyStore<Tx> | undefined,
+): store is TransactionalIdempotencyStore<Tx> {
   return typeof store === 'object' && store !== null && typeof (store as Partial<TransactionalIdempotencyStore<Tx>>).runOnce === 'function'
 }
 
@@ -46,14 +48,21 @@ export function isTransactional<Tx> (store: IdempotencyStore | boolean | Transac
  * finds the id).
  */
 export type TransactOutcome<M> =
-  | { kind: 'done', fresh: M[] }
-  | { kind: 'threw', error: unknown, fresh: M[] }
-  | { kind: 'store', error: unknown, fresh: M[] | undefined }
+  | { kind: 'done'; fresh: M[] }
+  | { kind: 'threw'; error: unknown; fresh: M[] }
+  | { kind: 'store'; error: unknown; fresh: M[] | undefined }
 
 /** Runs `work` in one transaction of `store` recording the ids of `items`; says what came of it (never rejects). */
-export async function transact<M, Tx> (store: TransactionalIdempotencyStore<Tx>, items: readonly M[], idOf: (item: M) => string,
-  work: (tx: Tx, fresh: M[]) => Promise<void>): Promise<TransactOutcome<M>> {
-  const freshOf = (ids: readonly string[]) => { const set = new Set(ids); return items.filter((m) => set.has(idOf(m))) }
+export async function transact<M, Tx>(
+  store: TransactionalIdempotencyStore<Tx>,
+  items: readonly M[],
+  idOf: (item: M) => string,
+  work: (tx: Tx, fresh: M[]) => Promise<void>,
+): Promise<TransactOutcome<M>> {
+  const freshOf = (ids: readonly string[]) => {
+    const set = new Set(ids)
+    return items.filter((m) => set.has(idOf(m)))
+  }
   let fresh: M[] | undefined
   let threw: { error: unknown } | undefined
   try {
@@ -95,7 +104,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   private readonly ttlMs: number
   private readonly now: () => number
 
-  constructor ({ maxEntries = 10_000, ttlMs = 24 * 3600_000, now = Date.now }: MemoryIdempotencyStoreOptions = {}) {
+  constructor({ maxEntries = 10_000, ttlMs = 24 * 3600_000, now = Date.now }: MemoryIdempotencyStoreOptions = {}) {
     if (!Number.isInteger(maxEntries) || maxEntries < 1) throw new RangeError(`maxEntries must be a whole number ≥ 1, got ${maxEntries}`)
     if (!(ttlMs > 0)) throw new RangeError(`ttlMs must be > 0, got ${ttlMs}`)
     this.maxEntries = maxEntries
@@ -104,16 +113,16 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   /** Ids currently remembered (expired ones still at the front included until the next call). */
-  get size (): number {
+  get size(): number {
     return this.expiries.size
   }
 
-  has (id: string): boolean {
+  has(id: string): boolean {
     this.evictExpired()
     return this.expiries.has(id)
   }
 
-  add (id: string): void {
+  add(id: string): void {
     this.evictExpired()
     this.expiries.delete(id)
     this.expiries.set(id, this.now() + this.ttlMs)
@@ -123,7 +132,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  private evictExpired (): void {
+  private evictExpired(): void {
     const nowMs = this.now()
     for (const [id, expiresAtMs] of this.expiries) {
       if (expiresAtMs > nowMs) break

@@ -42,12 +42,12 @@ export interface HookqClientOptions extends Omit<ClientOptions, 'baseUrl'> {
 
 export const DEFAULT_URL = 'http://127.0.0.1:8080'
 
-export function createClient (options: HookqClientOptions = {}): HookqClient {
+export function createClient(options: HookqClientOptions = {}): HookqClient {
   const { apiKey = env('HOOKQ_API_KEY'), baseUrl = env('HOOKQ_URL') ?? DEFAULT_URL, headers, ...rest } = options
   return createFetchClient<paths, `${string}/${string}json`>({
     ...rest,
     baseUrl: baseUrl.replace(/\/+$/, ''),
-    headers: apiKey === undefined || apiKey === '' ? headers : { authorization: `Bearer ${apiKey}`, ...headers }
+    headers: apiKey === undefined || apiKey === '' ? headers : { authorization: `Bearer ${apiKey}`, ...headers },
   })
 }
 
@@ -58,7 +58,7 @@ export class HookqError extends Error {
   readonly problem: Partial<Problem> & Record<string, unknown>
   readonly retryAfterSeconds: number | undefined
 
-  constructor (status: number, problem: unknown, retryAfter: string | null) {
+  constructor(status: number, problem: unknown, retryAfter: string | null) {
     const p = (typeof problem === 'object' && problem !== null ? problem : { detail: String(problem) }) as HookqError['problem']
     super(`${status} ${p.code ?? p.title ?? 'error'}: ${p.detail ?? p.title ?? 'request failed'}`)
     this.name = 'HookqError'
@@ -71,15 +71,30 @@ export class HookqError extends Error {
 }
 
 /** The data of a successful answer, or a thrown HookqError. */
-export async function unwrap<T> (call: Promise<{ data?: T, error?: unknown, response: Response }>): Promise<T> {
+export async function unwrap<T>(call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
   const { data, error, response } = await call
   if (!response.ok || error !== undefined) throw new HookqError(response.status, error, response.headers.get('retry-after'))
   return data as T
 }
 
-function env (name: string): string | undefined {
+function env(name: string): string | undefined {
   const value = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env?.[name]
   return value === '' ? undefined : value
 }
 
-export { BatchProduceError, DLQ_HEADERS, deadLetterOrigin, produceInBatches, replayDeadLetters, replayIdempotencyKey, withRetries, type BatchOptions, type DeadLetterOrigin, type ReplayOptions, type ReplayProgress, type ReplaySkip, type ReplaySummary, type RetryOptions } from './dlq.ts'
+export {
+  BatchProduceError,
+  DLQ_HEADERS,
+  deadLetterOrigin,
+  produceInBatches,
+  replayDeadLetters,
+  replayIdempotencyKey,
+  withRetries,
+  type BatchOptions,
+  type DeadLetterOrigin,
+  type ReplayOptions,
+  type ReplayProgress,
+  type ReplaySkip,
+  type ReplaySummary,
+  type RetryOptions,
+} from './dlq.ts'

@@ -38,21 +38,21 @@ export interface PgResultLike {
 
 /** A connection checked out of a pool: node-postgres's PoolClient, or anything with these two methods. */
 export interface PgClientLike {
-  query (text: string, values?: unknown[]): Promise<PgResultLike>
+  query(text: string, values?: unknown[]): Promise<PgResultLike>
   /** Back to the pool; with an error, the connection is closed instead (it may be mid-transaction). */
-  release (err?: Error | boolean): void
+  release(err?: Error | boolean): void
   /**
    * A node-postgres client emits 'error' when its connection ends, and a checked-out one has no
    * listener of the pool's: unheard, the error would end the process. The store listens while it
    * holds the client (the handler's next query then rejects), and closes it at release.
    */
-  on? (event: 'error', listener: (err: Error) => void): unknown
-  removeListener? (event: 'error', listener: (err: Error) => void): unknown
+  on?(event: 'error', listener: (err: Error) => void): unknown
+  removeListener?(event: 'error', listener: (err: Error) => void): unknown
 }
 
 /** A pool with a promise `connect()`. */
 export interface PgPoolLike<C extends PgClientLike = PgClientLike> {
-  connect (): Promise<C>
+  connect(): Promise<C>
 }
 
 /**
@@ -60,8 +60,8 @@ export interface PgPoolLike<C extends PgClientLike = PgClientLike> {
  * TypeScript infers a type parameter from the last one only; matching both makes `C` its PoolClient.
  */
 interface NodePostgresPoolLike<C extends PgClientLike> {
-  connect (): Promise<C>
-  connect (callback: (...args: never[]) => void): void
+  connect(): Promise<C>
+  connect(callback: (...args: never[]) => void): void
 }
 
 export interface PgIdempotencyStoreOptions<C extends PgClientLike> {
@@ -99,7 +99,7 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
   /** What createTableSql says, one statement each. */
   private readonly createStatements: readonly string[]
 
-  constructor ({ pool, table = DEFAULT_HANDLED_TABLE, createTable = true }: PgIdempotencyStoreOptions<C>) {
+  constructor({ pool, table = DEFAULT_HANDLED_TABLE, createTable = true }: PgIdempotencyStoreOptions<C>) {
     if (typeof pool?.connect !== 'function') throw new TypeError('PgIdempotencyStore needs a pool with connect() (a node-postgres Pool)')
     const parts = table.split('.')
     if (parts.length > 2 || !parts.every((p) => IDENTIFIER.test(p))) {
@@ -118,15 +118,20 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
     this.createTableSql = this.createStatements.join('\n')
   }
 
-  async runOnce (ids: readonly string[], work: (tx: C, fresh: readonly string[]) => Promise<void>): Promise<readonly string[]> {
+  async runOnce(ids: readonly string[], work: (tx: C, fresh: readonly string[]) => Promise<void>): Promise<readonly string[]> {
     await this.ensureTable()
     return this.withClient(async (client, broken) => {
-      await client.query('BEGIN').catch((err: unknown) => { broken(err); throw err })
+      await client.query('BEGIN').catch((err: unknown) => {
+        broken(err)
+        throw err
+      })
       try {
         // One statement for one id or a batch's; unnest keeps the array's (offset) order, so two
         // transactions inserting overlapping batches take their row locks in the same order.
         const inserted = await client.query(
-          `INSERT INTO ${this.table} (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING RETURNING id`, [[...ids]])
+          `INSERT INTO ${this.table} (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING RETURNING id`,
+          [[...ids]],
+        )
         const fresh = inserted.rows.map((r) => String(r.id))
         if (fresh.length === 0) {
           await client.query('ROLLBACK')
@@ -156,11 +161,15 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
    * come: past the group's retries (maxDeliveries × maxDelayMs), and past the topic's retention
    * (7 days by default) if you replay with seek. Run it on a timer; the handled_at index keeps it cheap.
    */
-  async prune ({ olderThanMs }: { olderThanMs: number }): Promise<number> {
-    if (!(Number.isFinite(olderThanMs) && olderThanMs >= 0)) throw new RangeError(`olderThanMs must be a finite number ≥ 0, got ${olderThanMs}`)
+  async prune({ olderThanMs }: { olderThanMs: number }): Promise<number> {
+    if (!(Number.isFinite(olderThanMs) && olderThanMs >= 0))
+      throw new RangeError(`olderThanMs must be a finite number ≥ 0, got ${olderThanMs}`)
     await this.ensureTable()
     return this.withClient(async (client) => {
-      const deleted = await client.query(`DELETE FROM ${this.table} WHERE handled_at < now() - $1::double precision * interval '1 millisecond'`, [olderThanMs])
+      const deleted = await client.query(
+        `DELETE FROM ${this.table} WHERE handled_at < now() - $1::double precision * interval '1 millisecond'`,
+        [olderThanMs],
+      )
       return deleted.rowCount ?? 0
     })
   }
@@ -169,10 +178,12 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
    * A client from the pool for `use`, released after it; closed instead when its connection failed
    * or `use` called `broken` (the connection's state is unknown).
    */
-  private async withClient<R> (use: (client: C, broken: (err: unknown) => void) => Promise<R>): Promise<R> {
+  private async withClient<R>(use: (client: C, broken: (err: unknown) => void) => Promise<R>): Promise<R> {
     const client = await this.pool.connect()
     let failure: Error | undefined
-    const broken = (err: unknown) => { failure ??= err instanceof Error ? err : new Error(String(err)) }
+    const broken = (err: unknown) => {
+      failure ??= err instanceof Error ? err : new Error(String(err))
+    }
     client.on?.('error', broken)
     try {
       return await use(client, broken)
@@ -182,22 +193,27 @@ export class PgIdempotencyStore<C extends PgClientLike = PgClientLike> implement
     }
   }
 
-  private ensureTable (): Promise<void> {
+  private ensureTable(): Promise<void> {
     if (!this.createTable) return Promise.resolve()
     if (this.ready === undefined) {
       const ready = this.create()
-      ready.catch(() => { if (this.ready === ready) this.ready = undefined })
+      ready.catch(() => {
+        if (this.ready === ready) this.ready = undefined
+      })
       this.ready = ready
     }
     return this.ready
   }
 
-  private async create (): Promise<void> {
+  private async create(): Promise<void> {
     await this.withClient(async (client) => {
       // Looked up first: CREATE INDEX IF NOT EXISTS takes its SHARE lock on the table before it
       // finds the index, so it would wait for every handler transaction open in other processes,
       // and hold up their new INSERTs behind it meanwhile.
-      const found = await client.query('SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AS present', [this.table, this.index])
+      const found = await client.query('SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AS present', [
+        this.table,
+        this.index,
+      ])
       if (found.rows[0]?.present === true) return
       for (const statement of this.createStatements) {
         try {

@@ -37,7 +37,7 @@ export interface PushMessage<T = unknown> {
 
 /** A push that cannot be read as a hookq message: answer 400 and do not run anything for it. */
 export class PushParseError extends Error {
-  constructor (message: string) {
+  constructor(message: string) {
     super(message)
     this.name = 'PushParseError'
   }
@@ -51,14 +51,12 @@ export interface RawPush {
 }
 
 /** Reads a push in either format; throws a PushParseError naming the first thing wrong. */
-export function parsePush<T = unknown> ({ headers, body }: RawPush): PushMessage<T> {
+export function parsePush<T = unknown>({ headers, body }: RawPush): PushMessage<T> {
   const webhookId = headerValue(headers, 'webhook-id')
   if (!webhookId) throw new PushParseError('the webhook-id header is missing')
   const text = typeof body === 'string' ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')
   const value = json(text, 'the body')
-  return headerValue(headers, 'hookq-topic') !== undefined
-    ? fromRaw<T>(headers, webhookId, value)
-    : fromEnvelope<T>(webhookId, value)
+  return headerValue(headers, 'hookq-topic') !== undefined ? fromRaw<T>(headers, webhookId, value) : fromEnvelope<T>(webhookId, value)
 }
 
 /** A push as it arrived: one message, or a batch of them. */
@@ -75,7 +73,7 @@ export interface ParsedPush<T = unknown> {
  * each gets `<topic>/<partition>/<offset>`, the same for every attempt of the message (what the
  * idempotency store keys on). Throws a PushParseError naming the first thing wrong.
  */
-export function parsePushes<T = unknown> ({ headers, body }: RawPush): ParsedPush<T> {
+export function parsePushes<T = unknown>({ headers, body }: RawPush): ParsedPush<T> {
   const webhookId = headerValue(headers, 'webhook-id')
   if (!webhookId) throw new PushParseError('the webhook-id header is missing')
   const text = typeof body === 'string' ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')
@@ -93,11 +91,12 @@ export function parsePushes<T = unknown> ({ headers, body }: RawPush): ParsedPus
     })
     return { batch: true, webhookId, messages }
   }
-  const message = headerValue(headers, 'hookq-topic') !== undefined ? fromRaw<T>(headers, webhookId, value) : fromEnvelope<T>(webhookId, value)
+  const message =
+    headerValue(headers, 'hookq-topic') !== undefined ? fromRaw<T>(headers, webhookId, value) : fromEnvelope<T>(webhookId, value)
   return { batch: false, webhookId, messages: [message] }
 }
 
-function fromEnvelope<T> (webhookId: string, body: unknown): PushMessage<T> {
+function fromEnvelope<T>(webhookId: string, body: unknown): PushMessage<T> {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new PushParseError('the envelope is not a JSON object')
   const e = body as Record<string, unknown>
   if (!('value' in e)) throw new PushParseError('the envelope has no value')
@@ -118,7 +117,7 @@ function fromEnvelope<T> (webhookId: string, body: unknown): PushMessage<T> {
   }
 }
 
-function fromRaw<T> (headers: HeaderSource, webhookId: string, value: unknown): PushMessage<T> {
+function fromRaw<T>(headers: HeaderSource, webhookId: string, value: unknown): PushMessage<T> {
   const h = (name: string) => headerValue(headers, `hookq-${name}`)
   const key = h('key')
   const messageHeaders = h('headers')
@@ -140,7 +139,7 @@ function fromRaw<T> (headers: HeaderSource, webhookId: string, value: unknown): 
   }
 }
 
-function json (source: string, what: string): unknown {
+function json(source: string, what: string): unknown {
   try {
     return JSON.parse(source)
   } catch {
@@ -148,33 +147,33 @@ function json (source: string, what: string): unknown {
   }
 }
 
-function text (v: unknown, what: string): string {
+function text(v: unknown, what: string): string {
   if (typeof v !== 'string' || v === '') throw new PushParseError(`${what} must be a non-empty string`)
   return v
 }
 
 /** A key may be any string, the empty one included. */
-function keyText (v: unknown, what: string): string {
+function keyText(v: unknown, what: string): string {
   if (typeof v !== 'string') throw new PushParseError(`${what} must be a string or null`)
   return v
 }
 
-function numeric (v: string | undefined): unknown {
+function numeric(v: string | undefined): unknown {
   return v !== undefined && /^\d{1,16}$/.test(v) ? Number(v) : v
 }
 
-function count (v: unknown, what: string): number {
+function count(v: unknown, what: string): number {
   if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new PushParseError(`${what} must be a whole number ≥ 0`)
   return v
 }
 
-function date (v: unknown, what: string): Date {
+function date(v: unknown, what: string): Date {
   const d = typeof v === 'string' ? new Date(v) : undefined
   if (!d || Number.isNaN(d.getTime())) throw new PushParseError(`${what} must be an ISO-8601 timestamp`)
   return d
 }
 
-function stringMap (v: unknown, what: string): Record<string, string> {
+function stringMap(v: unknown, what: string): Record<string, string> {
   if (typeof v !== 'object' || v === null || Array.isArray(v) || Object.values(v).some((x) => typeof x !== 'string')) {
     throw new PushParseError(`${what} must be an object of strings`)
   }

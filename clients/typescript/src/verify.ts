@@ -19,13 +19,18 @@ export const DEFAULT_TOLERANCE_SECONDS = 300
 const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/
 
 /** Why a push failed verification. */
-export type WebhookVerificationReason = 'missing_headers' | 'invalid_timestamp' | 'timestamp_out_of_tolerance' | 'bad_signature' | 'bad_header_signature'
+export type WebhookVerificationReason =
+  | 'missing_headers'
+  | 'invalid_timestamp'
+  | 'timestamp_out_of_tolerance'
+  | 'bad_signature'
+  | 'bad_header_signature'
 
 /** A push that must not be trusted: answer 401 and do not run anything for it. */
 export class WebhookVerificationError extends Error {
   readonly reason: WebhookVerificationReason
 
-  constructor (reason: WebhookVerificationReason, message: string) {
+  constructor(reason: WebhookVerificationReason, message: string) {
     super(message)
     this.name = 'WebhookVerificationError'
     this.reason = reason
@@ -36,7 +41,7 @@ export class WebhookVerificationError extends Error {
 export type HeaderSource = Headers | Record<string, string | string[] | undefined>
 
 /** One header's value; repeated headers are joined with a space (how several signatures may arrive). */
-export function headerValue (headers: HeaderSource, name: string): string | undefined {
+export function headerValue(headers: HeaderSource, name: string): string | undefined {
   if (typeof (headers as Headers).get === 'function') return (headers as Headers).get(name) ?? undefined
   const record = headers as Record<string, string | string[] | undefined>
   const value = record[name] ?? Object.entries(record).find(([k]) => k.toLowerCase() === name)?.[1]
@@ -48,7 +53,7 @@ export function headerValue (headers: HeaderSource, name: string): string | unde
  * stripped only when present, as the Standard Webhooks libraries do). Throws a TypeError for
  * anything else: a wrong secret is a configuration error, found at start-up, not per request.
  */
-export function decodeSecret (secret: string): Buffer {
+export function decodeSecret(secret: string): Buffer {
   if (typeof secret !== 'string') throw new TypeError('a webhook secret must be a string ("whsec_" followed by base64)')
   const encoded = secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret
   if (!BASE64.test(encoded)) throw new TypeError('a webhook secret must be "whsec_" followed by base64')
@@ -62,7 +67,7 @@ export interface SignedContent {
   body: string | Uint8Array
 }
 
-function digest (key: Buffer, { webhookId, timestampSeconds, body }: SignedContent): Buffer {
+function digest(key: Buffer, { webhookId, timestampSeconds, body }: SignedContent): Buffer {
   return createHmac('sha256', key).update(`${webhookId}.${timestampSeconds}.`).update(body).digest()
 }
 
@@ -73,15 +78,23 @@ function digest (key: Buffer, { webhookId, timestampSeconds, body }: SignedConte
  * (src/dispatch/signature.ts); a test keeps them equal.
  */
 export const SIGNED_HEADERS = [
-  'hookq-delivery-id', 'hookq-attempt', 'hookq-topic', 'hookq-group', 'hookq-partition', 'hookq-offset',
-  'hookq-ack-deadline', 'hookq-timestamp', 'hookq-key', 'hookq-headers',
+  'hookq-delivery-id',
+  'hookq-attempt',
+  'hookq-topic',
+  'hookq-group',
+  'hookq-partition',
+  'hookq-offset',
+  'hookq-ack-deadline',
+  'hookq-timestamp',
+  'hookq-key',
+  'hookq-headers',
 ] as const
 
 /**
  * What `hookq-signature` signs in place of a body: `name:value` per signed header present, one per
  * line, in SIGNED_HEADERS order; an absent header has no line, so absent and empty differ.
  */
-export function signedHeaderContent (headers: HeaderSource): string {
+export function signedHeaderContent(headers: HeaderSource): string {
   const lines: string[] = []
   for (const name of SIGNED_HEADERS) {
     const value = headerValue(headers, name)
@@ -94,7 +107,7 @@ export function signedHeaderContent (headers: HeaderSource): string {
  * hookq-signature's key: HMAC(secret's key, "hookq-signature"), so that it is never also a valid
  * webhook-signature over the header text taken as a body.
  */
-function headerKey (key: Buffer): Buffer {
+function headerKey(key: Buffer): Buffer {
   return createHmac('sha256', key).update('hookq-signature').digest()
 }
 
@@ -102,7 +115,12 @@ function headerKey (key: Buffer): Buffer {
  * The `hookq-signature` value for a push's hookq-* headers under each secret, space-separated.
  * The broker signs for you; this is for tests of your own consumer with hand-made pushes.
  */
-export function signHeaders (content: { webhookId: string, timestampSeconds: number, headers: HeaderSource, secrets: string | readonly string[] }): string {
+export function signHeaders(content: {
+  webhookId: string
+  timestampSeconds: number
+  headers: HeaderSource
+  secrets: string | readonly string[]
+}): string {
   const secrets = typeof content.secrets === 'string' ? [content.secrets] : content.secrets
   if (secrets.length === 0) throw new TypeError('signHeaders needs at least one secret')
   const signed = { webhookId: content.webhookId, timestampSeconds: content.timestampSeconds, body: signedHeaderContent(content.headers) }
@@ -110,10 +128,13 @@ export function signHeaders (content: { webhookId: string, timestampSeconds: num
 }
 
 /** Whether some `v1,` entry of a signature header is the HMAC of `content` under one of `keys`, compared in constant time. */
-function anyMatches (keys: Buffer[], signatures: string, content: SignedContent): boolean {
+function anyMatches(keys: Buffer[], signatures: string, content: SignedContent): boolean {
   const expected = keys.map((key) => digest(key, content))
   // Other versions (e.g. `v1a`, asymmetric) are skipped, as the spec asks.
-  const received = signatures.split(' ').filter((e) => e.startsWith('v1,')).map((e) => Buffer.from(e.slice(3), 'base64'))
+  const received = signatures
+    .split(' ')
+    .filter((e) => e.startsWith('v1,'))
+    .map((e) => Buffer.from(e.slice(3), 'base64'))
   // Every pair is compared, without an early exit, so the time taken says nothing about which matched.
   let matched = false
   for (const want of expected) {
@@ -128,7 +149,7 @@ function anyMatches (keys: Buffer[], signatures: string, content: SignedContent)
  * The `webhook-signature` value for `content` under each secret, space-separated. The broker
  * signs for you; this is for tests of your own consumer, and for replaying a push by hand.
  */
-export function signWebhook (content: SignedContent & { secrets: string | readonly string[] }): string {
+export function signWebhook(content: SignedContent & { secrets: string | readonly string[] }): string {
   const secrets = typeof content.secrets === 'string' ? [content.secrets] : content.secrets
   if (secrets.length === 0) throw new TypeError('signWebhook needs at least one secret')
   return secrets.map((s) => `v1,${digest(decodeSecret(s), content).toString('base64')}`).join(' ')
@@ -170,13 +191,14 @@ export interface VerifiedWebhook {
  * WebhookVerificationError naming the reason.
  * Throws a TypeError for a missing or malformed secret (a configuration error).
  */
-export function verifyWebhook (options: VerifyWebhookOptions): VerifiedWebhook {
+export function verifyWebhook(options: VerifyWebhookOptions): VerifiedWebhook {
   const secrets = [...(options.secret !== undefined ? [options.secret] : []), ...(options.secrets ?? [])]
   if (secrets.length === 0) throw new TypeError('verifyWebhook needs `secret` or `secrets`')
   const keys = secrets.map(decodeSecret)
   const { headers, body, toleranceSeconds = DEFAULT_TOLERANCE_SECONDS, nowMs = Date.now() } = options
   // NaN (say, Number of an unset variable) would make the timestamp check pass for any push.
-  if (!(Number.isFinite(toleranceSeconds) && toleranceSeconds >= 0)) throw new TypeError(`toleranceSeconds must be a finite number ≥ 0, got ${toleranceSeconds}`)
+  if (!(Number.isFinite(toleranceSeconds) && toleranceSeconds >= 0))
+    throw new TypeError(`toleranceSeconds must be a finite number ≥ 0, got ${toleranceSeconds}`)
 
   const webhookId = headerValue(headers, 'webhook-id')
   const timestamp = headerValue(headers, 'webhook-timestamp')
@@ -196,8 +218,13 @@ export function verifyWebhook (options: VerifyWebhookOptions): VerifiedWebhook {
   // A push carrying hookq-* headers (every push from hookq) must have them signed as well: an
   // altered or stripped header would change what the consumer reads in raw format.
   const headerSignatures = headerValue(headers, 'hookq-signature')
-  if (options.requireHeaderSignature === true || headerSignatures !== undefined || SIGNED_HEADERS.some((name) => headerValue(headers, name) !== undefined)) {
-    if (!headerSignatures) throw new WebhookVerificationError('missing_headers', 'hookq-signature is required (it signs the hookq-* headers)')
+  if (
+    options.requireHeaderSignature === true ||
+    headerSignatures !== undefined ||
+    SIGNED_HEADERS.some((name) => headerValue(headers, name) !== undefined)
+  ) {
+    if (!headerSignatures)
+      throw new WebhookVerificationError('missing_headers', 'hookq-signature is required (it signs the hookq-* headers)')
     if (!anyMatches(keys.map(headerKey), headerSignatures, { webhookId, timestampSeconds, body: signedHeaderContent(headers) })) {
       throw new WebhookVerificationError('bad_header_signature', 'no v1 hookq-signature matches the secret: a hookq-* header was changed')
     }

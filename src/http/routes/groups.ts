@@ -3,7 +3,18 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { consumerView, groupView, rotationView } from '../../service/groups.ts'
 import { problems, ref } from '../schemas/common.ts'
 import {
-  Consumer, ConsumerCreate, ConsumerList, ConsumerPatch, ConsumerParams, Group, GroupConfig, GroupList, GroupParams, GroupStatus, RotatedConsumer, SecretRotation,
+  Consumer,
+  ConsumerCreate,
+  ConsumerList,
+  ConsumerPatch,
+  ConsumerParams,
+  Group,
+  GroupConfig,
+  GroupList,
+  GroupParams,
+  GroupStatus,
+  RotatedConsumer,
+  SecretRotation,
 } from '../schemas/groups.ts'
 import type { Services } from '../../service/services.ts'
 
@@ -11,88 +22,156 @@ const tags = ['groups']
 
 export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
   return async (app) => {
-    app.put('/v1/groups/:group', {
-      schema: {
-        operationId: 'putGroup', tags, summary: 'Create or update a consumer group',
-        params: GroupParams, body: ref(GroupConfig),
-        response: { 200: ref(Group), 201: ref(Group), ...problems(400, 401, 404, 409, 415, 503) },
+    app.put(
+      '/v1/groups/:group',
+      {
+        schema: {
+          operationId: 'putGroup',
+          tags,
+          summary: 'Create or update a consumer group',
+          params: GroupParams,
+          body: ref(GroupConfig),
+          response: { 200: ref(Group), 201: ref(Group), ...problems(400, 401, 404, 409, 415, 503) },
+        },
       },
-    }, async (req, reply) => {
-      const { group, created } = await services.groups.put(req.params.group, req.body)
-      return reply.code(created ? 201 : 200).send(groupView(group))
-    })
-
-    app.get('/v1/groups', {
-      schema: { operationId: 'listGroups', tags, summary: 'List consumer groups', response: { 200: ref(GroupList), ...problems(401, 503) } },
-    }, async () => ({ groups: (await services.groups.list()).map(groupView) }))
-
-    app.get('/v1/groups/:group', {
-      schema: {
-        operationId: 'getGroup', tags, summary: 'A group with its per-partition offsets, lag and consumers',
-        params: GroupParams, response: { 200: ref(GroupStatus), ...problems(400, 401, 404, 503) },
+      async (req, reply) => {
+        const { group, created } = await services.groups.put(req.params.group, req.body)
+        return reply.code(created ? 201 : 200).send(groupView(group))
       },
-    }, async (req) => services.groups.status(req.params.group,
-      (groupId, partition) => req.inFlightElsewhere?.get(partition) ?? services.inFlight(groupId, partition)))
+    )
 
-    app.delete('/v1/groups/:group', {
-      schema: {
-        operationId: 'deleteGroup', tags, summary: 'Delete a group with its consumers, offsets and attempts',
-        params: GroupParams, response: { 204: { type: 'null', description: 'Deleted' }, ...problems(400, 401, 404, 503) },
+    app.get(
+      '/v1/groups',
+      {
+        schema: {
+          operationId: 'listGroups',
+          tags,
+          summary: 'List consumer groups',
+          response: { 200: ref(GroupList), ...problems(401, 503) },
+        },
       },
-    }, async (req, reply) => {
-      await services.groups.delete(req.params.group)
-      return reply.code(204).send(null)
-    })
+      async () => ({ groups: (await services.groups.list()).map(groupView) }),
+    )
 
-    app.post('/v1/groups/:group/consumers', {
-      schema: {
-        operationId: 'addConsumer', tags, summary: 'Register a webhook consumer',
-        params: GroupParams, body: ref(ConsumerCreate),
-        response: { 201: ref(Consumer), ...problems(400, 401, 404, 415, 503) },
+    app.get(
+      '/v1/groups/:group',
+      {
+        schema: {
+          operationId: 'getGroup',
+          tags,
+          summary: 'A group with its per-partition offsets, lag and consumers',
+          params: GroupParams,
+          response: { 200: ref(GroupStatus), ...problems(400, 401, 404, 503) },
+        },
       },
-    }, async (req, reply) => {
-      const consumer = await services.groups.addConsumer(req.params.group, req.body)
-      return reply.code(201).send(consumerView(consumer))
-    })
+      async (req) =>
+        services.groups.status(
+          req.params.group,
+          (groupId, partition) => req.inFlightElsewhere?.get(partition) ?? services.inFlight(groupId, partition),
+        ),
+    )
 
-    app.patch('/v1/groups/:group/consumers/:id', {
-      schema: {
-        operationId: 'updateConsumer', tags, summary: 'Change a consumer\'s url or limits in place; its partitions stay',
-        params: ConsumerParams, body: ref(ConsumerPatch),
-        response: { 200: ref(Consumer), ...problems(400, 401, 404, 415, 503) },
+    app.delete(
+      '/v1/groups/:group',
+      {
+        schema: {
+          operationId: 'deleteGroup',
+          tags,
+          summary: 'Delete a group with its consumers, offsets and attempts',
+          params: GroupParams,
+          response: { 204: { type: 'null', description: 'Deleted' }, ...problems(400, 401, 404, 503) },
+        },
       },
-    }, async (req) => consumerView(await services.groups.updateConsumer(req.params.group, req.params.id, req.body)))
+      async (req, reply) => {
+        await services.groups.delete(req.params.group)
+        return reply.code(204).send(null)
+      },
+    )
 
-    app.get('/v1/groups/:group/consumers', {
-      schema: {
-        operationId: 'listConsumers', tags, summary: 'List a group\'s consumers',
-        params: GroupParams, response: { 200: ref(ConsumerList), ...problems(400, 401, 404, 503) },
+    app.post(
+      '/v1/groups/:group/consumers',
+      {
+        schema: {
+          operationId: 'addConsumer',
+          tags,
+          summary: 'Register a webhook consumer',
+          params: GroupParams,
+          body: ref(ConsumerCreate),
+          response: { 201: ref(Consumer), ...problems(400, 401, 404, 415, 503) },
+        },
       },
-    }, async (req) => ({ consumers: (await services.groups.consumers(req.params.group)).map(consumerView) }))
+      async (req, reply) => {
+        const consumer = await services.groups.addConsumer(req.params.group, req.body)
+        return reply.code(201).send(consumerView(consumer))
+      },
+    )
 
-    app.post('/v1/groups/:group/consumers/:id/secret', {
-      schema: {
-        operationId: 'rotateConsumerSecret', tags,
-        summary: 'Rotate a consumer\'s secret; the old one keeps signing pushes for overlapMs',
-        description: 'The given secret, or a generated one, becomes current; the current one becomes the previous secret until now + overlapMs. ' +
-          'Until then every push carries two v1 signatures in webhook-signature, the new secret\'s first. ' +
-          'A generated secret is returned in this answer only.',
-        params: ConsumerParams, body: ref(SecretRotation),
-        response: { 200: ref(RotatedConsumer), ...problems(400, 401, 404, 415, 503) },
+    app.patch(
+      '/v1/groups/:group/consumers/:id',
+      {
+        schema: {
+          operationId: 'updateConsumer',
+          tags,
+          summary: "Change a consumer's url or limits in place; its partitions stay",
+          params: ConsumerParams,
+          body: ref(ConsumerPatch),
+          response: { 200: ref(Consumer), ...problems(400, 401, 404, 415, 503) },
+        },
       },
-    }, async (req) => {
-      const { consumer, generated } = await services.groups.rotateSecret(req.params.group, req.params.id, req.body)
-      return rotationView(consumer, generated)
-    })
+      async (req) => consumerView(await services.groups.updateConsumer(req.params.group, req.params.id, req.body)),
+    )
 
-    app.delete('/v1/groups/:group/consumers/:id', {
-      schema: {
-        operationId: 'removeConsumer', tags, summary: 'Remove a consumer; its partitions move to the others',
-        params: ConsumerParams, response: { 204: { type: 'null', description: 'Removed' }, ...problems(400, 401, 404, 503) },
+    app.get(
+      '/v1/groups/:group/consumers',
+      {
+        schema: {
+          operationId: 'listConsumers',
+          tags,
+          summary: "List a group's consumers",
+          params: GroupParams,
+          response: { 200: ref(ConsumerList), ...problems(400, 401, 404, 503) },
+        },
       },
-    }, async (req, reply) => {
-      await services.groups.removeConsumer(req.params.group, req.params.id)
-      return reply.code(204).send(null)
-    })
+      async (req) => ({ consumers: (await services.groups.consumers(req.params.group)).map(consumerView) }),
+    )
+
+    app.post(
+      '/v1/groups/:group/consumers/:id/secret',
+      {
+        schema: {
+          operationId: 'rotateConsumerSecret',
+          tags,
+          summary: "Rotate a consumer's secret; the old one keeps signing pushes for overlapMs",
+          description:
+            'The given secret, or a generated one, becomes current; the current one becomes the previous secret until now + overlapMs. ' +
+            "Until then every push carries two v1 signatures in webhook-signature, the new secret's first. " +
+            'A generated secret is returned in this answer only.',
+          params: ConsumerParams,
+          body: ref(SecretRotation),
+          response: { 200: ref(RotatedConsumer), ...problems(400, 401, 404, 415, 503) },
+        },
+      },
+      async (req) => {
+        const { consumer, generated } = await services.groups.rotateSecret(req.params.group, req.params.id, req.body)
+        return rotationView(consumer, generated)
+      },
+    )
+
+    app.delete(
+      '/v1/groups/:group/consumers/:id',
+      {
+        schema: {
+          operationId: 'removeConsumer',
+          tags,
+          summary: 'Remove a consumer; its partitions move to the others',
+          params: ConsumerParams,
+          response: { 204: { type: 'null', description: 'Removed' }, ...problems(400, 401, 404, 503) },
+        },
+      },
+      async (req, reply) => {
+        await services.groups.removeConsumer(req.params.group, req.params.id)
+        return reply.code(204).send(null)
+      },
+    )
   }
 }

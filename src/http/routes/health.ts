@@ -5,28 +5,42 @@ import type { Services } from '../../service/services.ts'
 
 const tags = ['operations']
 
-const Health = Type.Object({
-  status: Type.Union([Type.Literal('ok'), Type.Literal('unavailable')]),
-  checks: Type.Optional(Type.Record(Type.String(), Type.String())),
-}, { $id: 'Health' })
+const Health = Type.Object(
+  {
+    status: Type.Union([Type.Literal('ok'), Type.Literal('unavailable')]),
+    checks: Type.Optional(Type.Record(Type.String(), Type.String())),
+  },
+  { $id: 'Health' },
+)
 
 export const healthSchemas = [Health]
 
 export function healthRoutes(services: Services): FastifyPluginAsyncTypebox {
   return async (app) => {
-    app.get('/healthz', {
-      schema: { operationId: 'healthz', tags, summary: 'The process is alive', security: [], response: { 200: { $ref: 'Health#' } } },
-    }, async () => ({ status: 'ok' as const }))
-
-    app.get('/readyz', {
-      schema: {
-        operationId: 'readyz', tags, summary: 'The database is reachable and migrated', security: [],
-        response: { 200: { $ref: 'Health#' }, 503: { $ref: 'Health#' } },
+    app.get(
+      '/healthz',
+      {
+        schema: { operationId: 'healthz', tags, summary: 'The process is alive', security: [], response: { 200: { $ref: 'Health#' } } },
       },
-    }, async (_req, reply) => {
-      const checks = await services.readiness()
-      const ok = Object.values(checks).every((v) => v === 'ok')
-      return reply.code(ok ? 200 : 503).send({ status: ok ? 'ok' : 'unavailable', checks })
-    })
+      async () => ({ status: 'ok' as const }),
+    )
+
+    app.get(
+      '/readyz',
+      {
+        schema: {
+          operationId: 'readyz',
+          tags,
+          summary: 'The database is reachable and migrated',
+          security: [],
+          response: { 200: { $ref: 'Health#' }, 503: { $ref: 'Health#' } },
+        },
+      },
+      async (_req, reply) => {
+        const checks = await services.readiness()
+        const ok = Object.values(checks).every((v) => v === 'ok')
+        return reply.code(ok ? 200 : 503).send({ status: ok ? 'ok' : 'unavailable', checks })
+      },
+    )
   }
 }

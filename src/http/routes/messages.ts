@@ -9,26 +9,38 @@ const tags = ['messages']
 
 export function messageRoutes(services: Services): FastifyPluginAsyncTypebox {
   return async (app) => {
-    app.post('/v1/topics/:topic/messages', {
-      schema: {
-        operationId: 'produce', tags,
-        summary: 'Produce messages; answered once they are durably committed, all or nothing',
-        params: TopicParams, body: ref(ProduceRequest),
-        response: { 201: ref(ProduceResponse), ...problems(400, 401, 404, 413, 415, 429, 503) },
+    app.post(
+      '/v1/topics/:topic/messages',
+      {
+        schema: {
+          operationId: 'produce',
+          tags,
+          summary: 'Produce messages; answered once they are durably committed, all or nothing',
+          params: TopicParams,
+          body: ref(ProduceRequest),
+          response: { 201: ref(ProduceResponse), ...problems(400, 401, 404, 413, 415, 429, 503) },
+        },
       },
-    }, async (req, reply) => {
-      const results = await services.produce.produce(req.params.topic, req.body.messages)
-      services.metrics.produced(req.params.topic, results.filter((r) => !r.duplicate).length)
-      return reply.code(201).send({ results })
-    })
+      async (req, reply) => {
+        const results = await services.produce.produce(req.params.topic, req.body.messages)
+        services.metrics.produced(req.params.topic, results.filter((r) => !r.duplicate).length)
+        return reply.code(201).send({ results })
+      },
+    )
 
-    app.get('/v1/topics/:topic/partitions/:partition/messages', {
-      schema: {
-        operationId: 'fetchMessages', tags, summary: 'Read a partition in offset order',
-        params: PartitionParams, querystring: FetchQuery,
-        response: { 200: ref(FetchResponse), ...problems(400, 401, 404, 503) },
+    app.get(
+      '/v1/topics/:topic/partitions/:partition/messages',
+      {
+        schema: {
+          operationId: 'fetchMessages',
+          tags,
+          summary: 'Read a partition in offset order',
+          params: PartitionParams,
+          querystring: FetchQuery,
+          response: { 200: ref(FetchResponse), ...problems(400, 401, 404, 503) },
+        },
       },
-    }, async (req) =>
-      services.read.fetch(req.params.topic, req.params.partition, req.query.fromOffset ?? 0, req.query.limit ?? 100))
+      async (req) => services.read.fetch(req.params.topic, req.params.partition, req.query.fromOffset ?? 0, req.query.limit ?? 100),
+    )
   }
 }

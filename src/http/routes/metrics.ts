@@ -7,14 +7,21 @@ import type { Services } from '../../service/services.ts'
 
 export function metricsRoutes(services: Services): FastifyPluginAsyncTypebox {
   return async (app) => {
-    app.get('/metrics', {
-      schema: {
-        operationId: 'metrics', tags: ['operations'], summary: 'Prometheus metrics (text exposition format)', security: [],
-        response: { 200: { description: 'Prometheus text', content: { 'text/plain': { schema: { type: 'string' } } } } },
+    app.get(
+      '/metrics',
+      {
+        schema: {
+          operationId: 'metrics',
+          tags: ['operations'],
+          summary: 'Prometheus metrics (text exposition format)',
+          security: [],
+          response: { 200: { description: 'Prometheus text', content: { 'text/plain': { schema: { type: 'string' } } } } },
+        },
       },
-    }, async (_req, reply) => {
-      const { contentType, text } = await services.metrics.exposition()
-      return reply.type(contentType).send(text)
-    })
+      async (_req, reply) => {
+        const { contentType, text } = await services.metrics.exposition()
+        return reply.type(contentType).send(text)
+      },
+    )
   }
 }

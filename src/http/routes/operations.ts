@@ -9,20 +9,34 @@ const tags = ['operations']
 
 export function operationRoutes(services: Services): FastifyPluginAsyncTypebox {
   return async (app) => {
-    app.get('/v1/groups/:group/deliveries', {
-      schema: {
-        operationId: 'listDeliveries', tags, summary: 'Every push attempt of a group, newest first, filtered and paged',
-        params: GroupParams, querystring: DeliveriesQuery,
-        response: { 200: ref(DeliveryList), ...problems(400, 401, 404, 503) },
+    app.get(
+      '/v1/groups/:group/deliveries',
+      {
+        schema: {
+          operationId: 'listDeliveries',
+          tags,
+          summary: 'Every push attempt of a group, newest first, filtered and paged',
+          params: GroupParams,
+          querystring: DeliveriesQuery,
+          response: { 200: ref(DeliveryList), ...problems(400, 401, 404, 503) },
+        },
       },
-    }, async (req) => services.operations.deliveries(req.params.group, req.query))
+      async (req) => services.operations.deliveries(req.params.group, req.query),
+    )
 
-    app.post('/v1/groups/:group/seek', {
-      schema: {
-        operationId: 'seek', tags, summary: 'Move committed offsets to an offset or a time: replay or skip messages',
-        params: GroupParams, body: ref(SeekRequest),
-        response: { 200: ref(SeekResponse), ...problems(400, 401, 404, 415, 503) },
+    app.post(
+      '/v1/groups/:group/seek',
+      {
+        schema: {
+          operationId: 'seek',
+          tags,
+          summary: 'Move committed offsets to an offset or a time: replay or skip messages',
+          params: GroupParams,
+          body: ref(SeekRequest),
+          response: { 200: ref(SeekResponse), ...problems(400, 401, 404, 415, 503) },
+        },
       },
-    }, async (req) => services.operations.seek(req.params.group, req.body))
+      async (req) => services.operations.seek(req.params.group, req.body),
+    )
   }
 }

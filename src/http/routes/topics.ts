@@ -9,39 +9,64 @@ const tags = ['topics']
 
 export function topicRoutes(services: Services): FastifyPluginAsyncTypebox {
   return async (app) => {
-    app.put('/v1/topics/:topic', {
-      schema: {
-        operationId: 'putTopic', tags, summary: 'Create a topic, or confirm it exists with this configuration',
-        params: TopicParams, body: ref(TopicConfig),
-        response: { 200: ref(Topic), 201: ref(Topic), ...problems(400, 401, 409, 415, 503) },
+    app.put(
+      '/v1/topics/:topic',
+      {
+        schema: {
+          operationId: 'putTopic',
+          tags,
+          summary: 'Create a topic, or confirm it exists with this configuration',
+          params: TopicParams,
+          body: ref(TopicConfig),
+          response: { 200: ref(Topic), 201: ref(Topic), ...problems(400, 401, 409, 415, 503) },
+        },
       },
-    }, async (req, reply) => {
-      const { topic, created } = await services.topics.put(req.params.topic, req.body.partitions, req.body.retentionMs)
-      return reply.code(created ? 201 : 200).send(topicView(topic))
-    })
-
-    app.get('/v1/topics', {
-      schema: { operationId: 'listTopics', tags, summary: 'List topics', response: { 200: ref(TopicList), ...problems(401, 503) } },
-    }, async () => ({ topics: (await services.topics.list()).map(topicView) }))
-
-    app.get('/v1/topics/:topic', {
-      schema: {
-        operationId: 'getTopic', tags, summary: 'Describe a topic with its partitions\' end offsets',
-        params: TopicParams, response: { 200: ref(TopicDetail), ...problems(400, 401, 404, 503) },
+      async (req, reply) => {
+        const { topic, created } = await services.topics.put(req.params.topic, req.body.partitions, req.body.retentionMs)
+        return reply.code(created ? 201 : 200).send(topicView(topic))
       },
-    }, async (req) => {
-      const { topic, partitionStats } = await services.topics.describe(req.params.topic)
-      return { ...topicView(topic), partitionStats }
-    })
+    )
 
-    app.delete('/v1/topics/:topic', {
-      schema: {
-        operationId: 'deleteTopic', tags, summary: 'Delete a topic with its messages',
-        params: TopicParams, response: { 204: { type: 'null', description: 'Deleted' }, ...problems(400, 401, 404, 503) },
+    app.get(
+      '/v1/topics',
+      {
+        schema: { operationId: 'listTopics', tags, summary: 'List topics', response: { 200: ref(TopicList), ...problems(401, 503) } },
       },
-    }, async (req, reply) => {
-      await services.topics.delete(req.params.topic)
-      return reply.code(204).send(null)
-    })
+      async () => ({ topics: (await services.topics.list()).map(topicView) }),
+    )
+
+    app.get(
+      '/v1/topics/:topic',
+      {
+        schema: {
+          operationId: 'getTopic',
+          tags,
+          summary: "Describe a topic with its partitions' end offsets",
+          params: TopicParams,
+          response: { 200: ref(TopicDetail), ...problems(400, 401, 404, 503) },
+        },
+      },
+      async (req) => {
+        const { topic, partitionStats } = await services.topics.describe(req.params.topic)
+        return { ...topicView(topic), partitionStats }
+      },
+    )
+
+    app.delete(
+      '/v1/topics/:topic',
+      {
+        schema: {
+          operationId: 'deleteTopic',
+          tags,
+          summary: 'Delete a topic with its messages',
+          params: TopicParams,
+          response: { 204: { type: 'null', description: 'Deleted' }, ...problems(400, 401, 404, 503) },
+        },
+      },
+      async (req, reply) => {
+        await services.topics.delete(req.params.topic)
+        return reply.code(204).send(null)
+      },
+    )
   }
 }

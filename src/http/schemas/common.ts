@@ -25,19 +25,27 @@ export const ALLOW_NUL = 'x-allow-nul'
 export const MAX_PARTITION = 2_147_483_647
 export const MAX_OFFSET = Number.MAX_SAFE_INTEGER
 
-export const Problem = Type.Object({
-  type: Type.String({ description: 'URI naming the problem type' }),
-  title: Type.String(),
-  status: Type.Integer(),
-  detail: Type.String(),
-  code: Type.String({ description: 'Stable machine-readable error code, e.g. topic_not_found' }),
-  instance: Type.Optional(Type.String()),
-  errors: Type.Optional(Type.Array(Type.Object({
-    path: Type.String({ description: 'JSON pointer into the request part' }),
-    message: Type.String(),
-  }), { description: 'Each validation failure, for invalid_request' })),
-  index: Type.Optional(Type.Integer({ description: 'The offending message of a produce call' })),
-}, { $id: 'Problem', description: 'RFC 9457 problem details', additionalProperties: true })
+export const Problem = Type.Object(
+  {
+    type: Type.String({ description: 'URI naming the problem type' }),
+    title: Type.String(),
+    status: Type.Integer(),
+    detail: Type.String(),
+    code: Type.String({ description: 'Stable machine-readable error code, e.g. topic_not_found' }),
+    instance: Type.Optional(Type.String()),
+    errors: Type.Optional(
+      Type.Array(
+        Type.Object({
+          path: Type.String({ description: 'JSON pointer into the request part' }),
+          message: Type.String(),
+        }),
+        { description: 'Each validation failure, for invalid_request' },
+      ),
+    ),
+    index: Type.Optional(Type.Integer({ description: 'The offending message of a produce call' })),
+  },
+  { $id: 'Problem', description: 'RFC 9457 problem details', additionalProperties: true },
+)
 
 /** Response entries for error statuses, all answered as application/problem+json. */
 export function problems(...statuses: number[]): Record<number, unknown> {
