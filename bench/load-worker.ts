@@ -60,4 +60,4 @@ instance.on('reqError', () => {
 await instance
 span.end() // if autocannon ended on its own (it should not)
 const result: Measured = { ok, items: ok * args.batch, non201, errors, latencyMs: latencies.summary(), cpu: span.cpu() }
-process.stdout.write(JSON.stringify(result) + '\n')
+process.stdout.write(`${JSON.stringify(result)}\n`)

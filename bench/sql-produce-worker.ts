@@ -62,4 +62,4 @@ async function loop(): Promise<void> {
 await Promise.all(Array.from({ length: args.connections }, loop))
 await pool.end()
 const result: Measured = { ok, items, non201: {}, errors, latencyMs: latencies.summary(), cpu: span.cpu() }
-process.stdout.write(JSON.stringify(result) + '\n')
+process.stdout.write(`${JSON.stringify(result)}\n`)

@@ -24,7 +24,7 @@ const unused = new Proxy(
 )
 const app = await buildApp({ services: unused as Services, maxRequestBytes: 1024 })
 await app.ready()
-const text = JSON.stringify(app.swagger(), null, 2) + '\n'
+const text = `${JSON.stringify(app.swagger(), null, 2)}\n`
 await app.close()
 
 if (mode === 'write') {

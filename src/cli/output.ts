@@ -191,6 +191,7 @@ function codeOf(exitCode: number): string {
 
 // C0 and C1 controls, DEL, and the bidirectional overrides and isolates (U+202A–U+202E,
 // U+2066–U+2069) that reorder what a terminal shows.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: these are the characters it escapes
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g
 const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' }
 

@@ -17,7 +17,6 @@ import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
 import { HookqError } from '../errors.ts'
 import type { DispatchMessage } from '../store/consumption.ts'
 import { seekOffsets } from '../store/consumption.ts'
-import type { Database } from '../store/db.ts'
 import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, publish } from '../store/membership.ts'
 import { Ownership, type OwnershipDeps } from './ownership.ts'
 

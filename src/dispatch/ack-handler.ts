@@ -82,7 +82,7 @@ export class AckHandler {
     return this.each(g, deliveryIds, (g, id, w, offset) => {
       const o = w.outstanding.get(offset)
       // Only the current attempt can be nacked; an older id names an attempt already settled.
-      if (!o || o.state !== 'in_flight' || o.current !== id) return 'already_completed'
+      if (o?.state !== 'in_flight' || o.current !== id) return 'already_completed'
       this.deps.flow.cancel(o)
       o.open.delete(id)
       this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.deps.now()) })
@@ -132,7 +132,7 @@ export class AckHandler {
   /** An attempt in flight without an ack deadline (auto mode) gets one when it is extended. */
   private deadlineFor(w: PartitionState, offset: number, g: GroupRuntime, id: string, deadlineMs: number): boolean {
     const o = w.outstanding.get(offset)
-    if (!o || o.state !== 'in_flight' || o.current !== id || o.inFlight) return false
+    if (o?.state !== 'in_flight' || o.current !== id || o.inFlight) return false
     o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, offset, o.attempts, deadlineMs)
     return true
   }

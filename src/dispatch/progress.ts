@@ -71,7 +71,7 @@ export class ProgressWriter {
       const statuses = new Array<CompletionStatus>(reqs.length)
       let waiting = reqs.length
       let failed = false
-      reqs.forEach((req, k) =>
+      reqs.forEach((req, k) => {
         this.complete(
           req,
           (status) => {
@@ -84,8 +84,8 @@ export class ProgressWriter {
               reject(err)
             }
           },
-        ),
-      )
+        )
+      })
     })
   }
 

@@ -452,7 +452,7 @@ export class PushFlow {
     }
     if (live.length === 0) return false
     if (this.deps.stopped() || w.dropped) {
-      live.forEach((e) => this.giveUp(e, owner))
+      for (const e of live) this.giveUp(e, owner)
       return false
     }
     live.sort((a, b) => a.o.msg.offset - b.o.msg.offset)
@@ -466,7 +466,7 @@ export class PushFlow {
         nowMs,
       )
     } catch (err) {
-      live.forEach((e) => this.giveUp(e, owner))
+      for (const e of live) this.giveUp(e, owner)
       throw err
     }
     this.deps.metrics?.batchSent(g.row.name, live.length)
@@ -495,7 +495,9 @@ export class PushFlow {
     try {
       if (r.kind !== 'delivered') {
         this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000, entries.length)
-        entries.forEach((e, i) => this.settleOne(g, w, e.o, e.id, owner, r, i > 0 ? 'neutral' : undefined))
+        entries.forEach((e, i) => {
+          this.settleOne(g, w, e.o, e.id, owner, r, i > 0 ? 'neutral' : undefined)
+        })
         return
       }
       const failed = failedIds(r.body)

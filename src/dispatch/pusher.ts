@@ -158,6 +158,7 @@ function headerLines(headers: Record<string, string>): string {
   let lines = ''
   for (const name in headers) {
     const value = headers[name]!
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: \x00-\xff is the Latin-1 range a header may hold
     if (/[\r\n]|[^\x00-\xff]/.test(value) || /[\r\n:]|[^\x00-\xff]/.test(name))
       throw new Error(`header ${JSON.stringify(name)} holds a line break or a character beyond Latin-1`)
     lines += `${name}: ${value}\r\n`

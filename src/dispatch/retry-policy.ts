@@ -31,8 +31,10 @@ export function nextDelayMs(attempt: number, policy: RetryPolicy, random: () => 
   // multiplier^(attempt-1) overflows to Infinity near attempt 1000 (for 2): the cap absorbs it.
   // initialDelayMs 0 would make that 0 * Infinity = NaN, so it short-cuts to 0.
   const uncappedMs = initialDelayMs > 0 ? initialDelayMs * multiplier ** (attempt - 1) : 0
+  // biome-ignore lint/complexity/useMathMinMax: a comparison, not Math.min: a NaN here takes the cap, never passes on
   const baseMs = uncappedMs < maxDelayMs ? uncappedMs : maxDelayMs
   const delayMs = Math.round(baseMs * (1 + jitter * (2 * random() - 1)))
+  // biome-ignore lint/complexity/useMathMinMax: a comparison, not Math.max: a NaN delay becomes 0, never a NaN timer
   return delayMs > 0 ? delayMs : 0
 }
 
@@ -45,5 +47,5 @@ export function nextDelayMs(attempt: number, policy: RetryPolicy, random: () => 
 export function honourRetryAfterMs(delayMs: number, retryAfterMs: number | undefined, policy: RetryPolicy): number {
   if (retryAfterMs === undefined || !Number.isFinite(retryAfterMs) || retryAfterMs <= 0) return delayMs
   const wishMs = Math.min(Math.ceil(retryAfterMs), policy.maxDelayMs)
-  return wishMs > delayMs ? wishMs : delayMs
+  return Math.max(wishMs, delayMs)
 }

@@ -139,7 +139,9 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     for (const { a, indexes } of answers) {
       if (a.status !== 200) return relay(reply, a)
       const got = (JSON.parse(a.text) as { results: Result[] }).results
-      indexes.forEach((i, k) => results.set(i, got[k]!))
+      indexes.forEach((i, k) => {
+        results.set(i, got[k]!)
+      })
     }
     if (local.length === 0) return reply.send({ results: body.deliveryIds.map((_, i) => results.get(i)!) })
     // This process answers for its own ids; mergeIds puts the answers back in request order.

@@ -304,7 +304,7 @@ function expandIpv6(text: string): number[] | undefined {
   const quad = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(s)
   if (quad) {
     const b = quad.slice(1).map(Number) as [number, number, number, number]
-    s = s.slice(0, quad.index) + `${((b[0] << 8) | b[1]).toString(16)}:${((b[2] << 8) | b[3]).toString(16)}`
+    s = `${s.slice(0, quad.index)}${((b[0] << 8) | b[1]).toString(16)}:${((b[2] << 8) | b[3]).toString(16)}`
   }
   const halves = s.split('::')
   if (halves.length > 2) return undefined

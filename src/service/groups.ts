@@ -463,7 +463,7 @@ function orderingOf(input: GroupInput): GroupSettings['ordering'] | undefined {
   if (input.ordered !== undefined && input.ordered !== (input.ordering === 'partition')) {
     throw new HookqError(
       'invalid_request',
-      `ordered: ${input.ordered} contradicts ordering: "${input.ordering}" ` + '(ordered: true is ordering: "partition"; send one of them)',
+      `ordered: ${input.ordered} contradicts ordering: "${input.ordering}" (ordered: true is ordering: "partition"; send one of them)`,
     )
   }
   return input.ordering

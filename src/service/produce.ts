@@ -6,7 +6,7 @@
 import { HookqError } from '../errors.ts'
 import { CommitOutcomeUnknown } from '../store/errors.ts'
 import type { DispatchMessage } from '../store/consumption.ts'
-import type { AppendEntry, Coordinates, MessageStore } from '../store/messages.ts'
+import type { AppendEntry, Coordinates } from '../store/messages.ts'
 import type { GroupCommitter } from './group-commit.ts'
 import { partitionForKey, RoundRobin } from './partitioner.ts'
 import type { TopicService } from './topics.ts'

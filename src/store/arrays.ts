@@ -16,7 +16,7 @@ export function numberArray(values: readonly (number | null | undefined)[]): str
     else if (Number.isFinite(v)) s += v
     else throw new TypeError(`not a finite number: ${v}`)
   }
-  return s + '}'
+  return `${s}}`
 }
 
 /** Epoch milliseconds of each date, as numberArray: pair with `to_timestamp(x / 1000)` in SQL. */

@@ -201,6 +201,7 @@ t.test("deliveries: a consumer's error text is shown escaped, never as terminal 
 
   const run = await cli(['deliveries', 'hostile-g'])
   t.equal(run.code, 0, run.stderr)
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: the characters that must not reach a terminal
   t.notOk(/[\u0000-\u0008\u000b-\u001f\u007f\u202e]/.test(run.stdout), 'no control character reaches the terminal')
   // (The broker stores NUL as U+FFFD: PostgreSQL text cannot hold it.)
   t.match(run.stdout, 'HTTP 500: no\\x1b[31m red\\x1b]0;pwned\\x07 \\u202etxt.exe\\r\uFFFD end\\\\x', 'each one is shown escaped')

@@ -101,7 +101,7 @@ t.test('verifyWebhook accepts the vector and rejects tampering, wrong secrets an
   )
   t.same(verifyWebhook(h, VECTOR.body, generateSecret(), at), { ok: false, reason: 'bad_signature' }, 'wrong secret')
   t.same(
-    verifyWebhook({ ...h, 'webhook-signature': 'v1a,' + VECTOR.signature.slice(3) }, VECTOR.body, VECTOR.secret, at),
+    verifyWebhook({ ...h, 'webhook-signature': `v1a,${VECTOR.signature.slice(3)}` }, VECTOR.body, VECTOR.secret, at),
     { ok: false, reason: 'bad_signature' },
     'other versions are ignored',
   )

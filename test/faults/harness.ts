@@ -120,15 +120,12 @@ export class Cluster {
   starts = 0
   faults: string[] = []
 
-  private constructor(
-    private t: Tap,
-    private opts: ClusterOptions,
-  ) {}
+  private constructor(private opts: ClusterOptions) {}
 
   static async start(t: Tap, opts: ClusterOptions = {}): Promise<Cluster> {
     const n = opts.processes ?? 1
     if (!Number.isInteger(n) || n < 1 || n > 8) throw new Error(`ClusterOptions.processes must be an integer from 1 to 8, got ${n}`)
-    const c = new Cluster(t, opts)
+    const c = new Cluster(opts)
     const db = opts.privatePostgres ? await c.privateDatabase(t) : await testDatabase(t)
     c.dbUrl = db.url
     c.dbName = new URL(db.url).pathname.slice(1)
@@ -492,7 +489,7 @@ export class History {
       }
     } catch (err) {
       op.status = 'unknown'
-      op.error = (err as Error).name + ': ' + (err as Error).message
+      op.error = `${(err as Error).name}: ${(err as Error).message}`
     }
     op.end = Date.now()
     return op
@@ -708,10 +705,7 @@ export class OwnershipSampler {
   private stopped = false
   private loop: Promise<void>
 
-  constructor(
-    private cluster: Cluster,
-    everyMs = 200,
-  ) {
+  constructor(cluster: Cluster, everyMs = 200) {
     this.loop = (async () => {
       for (let i = 0; i < 20_000 && !this.stopped; i++) {
         const problems = await cluster.ownershipProblems().catch(() => undefined)

@@ -5,7 +5,7 @@ import { waitUntil } from './wait.ts'
 export interface ApiAnswer {
   status: number
   // Tests read whatever shape the route answers.
-  json: any // eslint-disable-line @typescript-eslint/no-explicit-any
+  json: any
 }
 
 /** Helpers bound to one broker. */

@@ -27,7 +27,7 @@ const list = async (query = ''): Promise<Delivery[]> => {
   if (res.status !== 200) throw new Error(JSON.stringify(res.json))
   return res.json.deliveries
 }
-const valueOf = (d: Delivery) => ['ack', 'fail', 'nack', 'timeout', 'wait'][d.partition * 3 + d.offset] ?? `bulk-${d.offset}`
+const sentValue = (d: Delivery) => ['ack', 'fail', 'nack', 'timeout', 'wait'][d.partition * 3 + d.offset] ?? `bulk-${d.offset}`
 
 // One message per outcome. maxDeliveries 2 and a 50 ms backoff let `fail` go failed → dead quickly;
 // `timeout` is never acked on its first attempt, so it times out after ackTimeoutMs (2 s).
@@ -60,7 +60,7 @@ t.test('in_flight: attempts pushed and not yet settled', async (t) => {
   const inFlight = await waitUntil(
     async () => {
       const rows = await list('&outcome=in_flight')
-      return rows.some((d) => valueOf(d) === 'wait') ? rows : undefined
+      return rows.some((d) => sentValue(d) === 'wait') ? rows : undefined
     },
     5000,
     'the wait attempt listed in flight',
@@ -88,7 +88,7 @@ t.test('every outcome, each filter, and the fields of an attempt', async (t) => 
     'seven settled attempts',
   )
 
-  const byValue = (v: string) => all.filter((d) => valueOf(d) === v).map((d) => [d.attempt, d.outcome])
+  const byValue = (v: string) => all.filter((d) => sentValue(d) === v).map((d) => [d.attempt, d.outcome])
   t.same(byValue('ack'), [[1, 'acked']])
   t.same(
     byValue('fail'),
@@ -109,7 +109,7 @@ t.test('every outcome, each filter, and the fields of an attempt', async (t) => 
   t.match(failed, { partition: 0, offset: 1, attempt: 1, consumerId: consumer.id, statusCode: 500, error: /HTTP 500: boom/ })
   t.ok(failed.durationMs !== null && failed.durationMs >= 0)
   t.ok(Date.parse(failed.finishedAt!) >= Date.parse(failed.startedAt))
-  t.equal(all.find((d) => valueOf(d) === 'ack')!.deliveryId, pushes('ack')[0]!.deliveryId, 'the id the consumer was given')
+  t.equal(all.find((d) => sentValue(d) === 'ack')!.deliveryId, pushes('ack')[0]!.deliveryId, 'the id the consumer was given')
 
   for (const outcome of ['acked', 'failed', 'timed_out', 'nacked', 'dead', 'in_flight']) {
     const rows = await list(`&outcome=${outcome}`)

@@ -79,7 +79,7 @@ t.test('status: committed offsets from startAt, end offsets, lag, assignment', a
   const b = (
     await json('POST', '/v1/groups/from-start/consumers', {
       url: 'http://127.0.0.1:9/b',
-      secret: 'whsec_' + Buffer.alloc(24, 7).toString('base64'),
+      secret: `whsec_${Buffer.alloc(24, 7).toString('base64')}`,
     })
   ).json()
   const status = (await json('GET', '/v1/groups/from-start')).json()

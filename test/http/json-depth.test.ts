@@ -45,7 +45,7 @@ t.test('a body nested past the limit is a 400 naming it, refused before JSON.par
     method: 'POST',
     url: '/v1/topics/deep/messages',
     headers: json,
-    payload: '{"messages":[{"value":' + '['.repeat(200_000),
+    payload: `{"messages":[{"value":${'['.repeat(200_000)}`,
   })
   t.equal(unclosed.statusCode, 400)
   t.match(unclosed.json(), { code: 'invalid_request', detail: NESTING })
@@ -94,7 +94,7 @@ t.test(`a message value may nest ${MAX_VALUE_DEPTH} levels, not one more`, async
 })
 
 t.test('brackets and escaped quotes inside strings do not count', async (t) => {
-  const tricky = ['['.repeat(5000) + '"' + '{'.repeat(5000), 'ends in a backslash \\', '\\"[[[', '\u0000[']
+  const tricky = [`${'['.repeat(5000)}"${'{'.repeat(5000)}`, 'ends in a backslash \\', '\\"[[[', '\u0000[']
   // The strings sit in the innermost array of a value as deep as allowed: one bracket of theirs
   // counted would refuse the body.
   const value = JSON.parse(nested(MAX_VALUE_DEPTH)) as unknown[]

@@ -107,9 +107,9 @@ t.test(
           const messages = [0, 1, 2].map((partition) => ({ value: `p${p}-c${c}-${partition}`, partition }))
           const res = await call('POST', '/v1/topics/shared/messages', { messages }, bases[p % 2])
           if (res.status !== 201) throw new Error(`produce answered ${res.status}`)
-          res.json.results.forEach((r: { partition: number; offset: number }, i: number) =>
-            acked.push(`${r.partition}:${r.offset}=${messages[i]!.value}`),
-          )
+          res.json.results.forEach((r: { partition: number; offset: number }, i: number) => {
+            acked.push(`${r.partition}:${r.offset}=${messages[i]!.value}`)
+          })
         }
       }),
     )

@@ -14,7 +14,7 @@ import { waitUntil } from '../helpers/wait.ts'
 const broker = await startBroker(t)
 const { call, produce, sql, allCompleted } = api(broker)
 
-const newSecret = (bytes = 32) => 'whsec_' + randomBytes(bytes).toString('base64')
+const newSecret = (bytes = 32) => `whsec_${randomBytes(bytes).toString('base64')}`
 const header = (r: Received, name: string) => {
   const v = r.headers[name]
   return Array.isArray(v) ? v.join(' ') : v

@@ -166,7 +166,7 @@ t.test('what is forwarded to an owner, and what of its answer is relayed', { ski
   t.equal(r1.headers.get('x-other'), null, 'other headers are not relayed')
 
   // The owner answers: its results and this process's are merged in request order.
-  behaviour = (req, res) => {
+  behaviour = (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' })
     res.end(JSON.stringify({ results: [{ deliveryId: remoteId, status: 'already_completed' }] }))
   }

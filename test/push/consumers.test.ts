@@ -10,7 +10,7 @@ import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { app, call, produce, groupStatus, allCompleted } = api(broker)
+const { call, produce, groupStatus, allCompleted } = api(broker)
 
 interface Envelope {
   deliveryId: string

@@ -6,14 +6,14 @@ import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { app, call, produce } = api(broker)
+const { call, produce } = api(broker)
 
 t.test('explicit mode: pushed with the envelope and signature, acked, committed offset moves', async (t) => {
   await call('PUT', '/v1/topics/orders', { partitions: 1 })
-  const secret = 'whsec_' + Buffer.alloc(32, 3).toString('base64')
+  const secret = `whsec_${Buffer.alloc(32, 3).toString('base64')}`
   await call('PUT', '/v1/groups/billing', { topic: 'orders' })
   const receiver = await startReceiver(t)
-  await call('POST', '/v1/groups/billing/consumers', { url: receiver.url + '/hook', secret })
+  await call('POST', '/v1/groups/billing/consumers', { url: `${receiver.url}/hook`, secret })
   await produce('orders', [{ value: { n: 1 }, key: 'k1', headers: { h: 'v' } }, { value: 'two' }])
   await receiver.waitFor(2, 10_000)
   const [first, second] = receiver.requests

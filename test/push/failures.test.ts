@@ -10,7 +10,7 @@ import { startReceiver, type BehaviourSpec, type Received } from '../helpers/rec
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { app, call, produce, sql, groupStatus, allCompleted } = api(broker)
+const { call, produce, sql, groupStatus, allCompleted } = api(broker)
 
 interface Envelope {
   deliveryId: string

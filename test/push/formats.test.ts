@@ -11,7 +11,7 @@ import { startReceiver, type BehaviourSpec, type Received } from '../helpers/rec
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { app, call, produce, groupStatus, allCompleted, ack } = api(broker)
+const { call, produce, groupStatus, allCompleted, ack } = api(broker)
 
 interface Envelope {
   deliveryId: string
@@ -103,7 +103,7 @@ t.test('pushFormat raw: the body is the bare value; hookq-* headers carry the en
 })
 
 t.test('Standard Webhooks: webhook-id stable across attempts, timestamp current, signature verifies independently', async (t) => {
-  const secret = 'whsec_' + randomBytes(32).toString('base64')
+  const secret = `whsec_${randomBytes(32).toString('base64')}`
   await topicAndGroup(t, 'sw', { ackMode: 'auto', retry: { initialDelayMs: 1100, maxDelayMs: 1100, jitter: 0 } })
   const { receiver } = await timedReceiver(t, (_req, n) => (n === 1 ? { status: 500 } : { status: 200 }))
   await addConsumer('sw-g', receiver.url, secret)
@@ -127,7 +127,7 @@ t.test('Standard Webhooks: webhook-id stable across attempts, timestamp current,
     t.ok(independentVerify(secret, r), `attempt ${env(r).attempt} of offset ${env(r).offset}: signature verifies`)
   }
   // The verifier is not a yes-man: another secret or a changed byte fails.
-  const other = 'whsec_' + randomBytes(32).toString('base64')
+  const other = `whsec_${randomBytes(32).toString('base64')}`
   t.notOk(independentVerify(other, m1), 'another secret does not verify')
   t.notOk(independentVerify(secret, { ...m1, body: m1.body.replace('2', '3') }), 'a changed body does not verify')
   t.notOk(
@@ -143,7 +143,7 @@ t.test('Standard Webhooks: webhook-id stable across attempts, timestamp current,
 })
 
 t.test('Standard Webhooks with pushFormat raw: the signature covers the raw body', async (t) => {
-  const secret = 'whsec_' + randomBytes(24).toString('base64')
+  const secret = `whsec_${randomBytes(24).toString('base64')}`
   await topicAndGroup(t, 'swraw', { ackMode: 'auto', pushFormat: 'raw' })
   const r = await startReceiver(t)
   await addConsumer('swraw-g', r.url, secret)

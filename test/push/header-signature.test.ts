@@ -19,7 +19,7 @@ import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
 
-const secret = 'whsec_' + Buffer.alloc(32, 7).toString('base64')
+const secret = `whsec_${Buffer.alloc(32, 7).toString('base64')}`
 const broker = await startBroker(t)
 const { call, produce } = api(broker)
 
@@ -53,7 +53,7 @@ t.test('raw pushes: every hookq-* header is covered', async (t) => {
   t.equal(reason(headers, push.body), 'ok', 'the push as sent verifies')
 
   for (const name of BROKER_SIGNED) {
-    const changed = { ...headers, [name]: headers[name] === undefined ? '"x"' : headers[name] + '1' }
+    const changed = { ...headers, [name]: headers[name] === undefined ? '"x"' : `${headers[name]}1` }
     t.equal(reason(changed, push.body), 'bad_header_signature', `${name} changed`)
     if (headers[name] !== undefined) {
       const { [name]: _, ...removed } = headers
@@ -67,7 +67,7 @@ t.test('raw pushes: every hookq-* header is covered', async (t) => {
     'bad_header_signature',
     'the body signature in its place',
   )
-  t.equal(reason(headers, push.body + ' '), 'bad_signature', 'the body still checked first')
+  t.equal(reason(headers, `${push.body} `), 'bad_signature', 'the body still checked first')
   t.equal(reason({ ...headers, 'hookq-key': '' }, push.body), 'bad_header_signature', 'an empty header is not an absent one')
 
   // Replayed with every hookq-* header stripped, the push is a plain Standard Webhooks one: a

@@ -10,7 +10,7 @@ import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { app, call, produce, groupStatus, allCompleted } = api(broker)
+const { call, produce, groupStatus } = api(broker)
 
 interface TT {
   equal(found: unknown, wanted: unknown): boolean

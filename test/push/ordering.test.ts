@@ -10,7 +10,7 @@ import { startReceiver, type BehaviourSpec, type Received } from '../helpers/rec
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { app, call, produce, groupStatus, allCompleted, ack } = api(broker)
+const { call, produce, groupStatus, allCompleted, ack } = api(broker)
 
 interface Envelope {
   deliveryId: string

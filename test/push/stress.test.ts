@@ -10,7 +10,7 @@ import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { app, call, produce, sql, groupStatus } = api(broker)
+const { call, produce, sql, groupStatus } = api(broker)
 interface Envelope {
   deliveryId: string
   partition: number
@@ -82,7 +82,7 @@ t.test('auto mode, 600 messages on 4 partitions, a consumer failing a fifth of p
   })
   const random = rng(42)
   const ok = new Map<string, number>()
-  const r = await startReceiver(t, (req) => {
+  const r = await startReceiver(t, (_req) => {
     const x = random()
     if (x < 0.08) return { status: 500 }
     if (x < 0.12) return { status: 503, headers: { 'retry-after': '0' } }

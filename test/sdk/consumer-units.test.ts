@@ -10,7 +10,7 @@ import { createConsumer, parsePush, PushParseError, MemoryIdempotencyStore } fro
 import type { ConsumerErrorStage, ConsumerOptions } from '@hookq/client/consumer'
 import { signedPush } from '../helpers/push.ts'
 
-const secret = 'whsec_' + Buffer.alloc(32, 7).toString('base64')
+const secret = `whsec_${Buffer.alloc(32, 7).toString('base64')}`
 
 function envelope(over: Record<string, unknown> = {}): string {
   return JSON.stringify({

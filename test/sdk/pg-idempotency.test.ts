@@ -6,7 +6,7 @@
  * down, the table options, and prune.
  */
 import t from 'tap'
-import pg from 'pg'
+import type pg from 'pg'
 import { createConsumer, PgIdempotencyStore, type ConsumerErrorStage, type PushMessage } from '@hookq/client/consumer'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { testPool } from '../helpers/pg-pool.ts'
@@ -16,7 +16,7 @@ import { signedPush } from '../helpers/push.ts'
 // The embedded database takes one connection: no second consumer could wait on a lock there.
 const server = { skip: needsServer }
 
-const secret = 'whsec_' + Buffer.alloc(32, 9).toString('base64')
+const secret = `whsec_${Buffer.alloc(32, 9).toString('base64')}`
 
 function envelope(over: Record<string, unknown> = {}): string {
   const now = new Date().toISOString()
@@ -242,7 +242,11 @@ t.test('stores of several processes creating the table at once all succeed', ser
     [],
     'none failed',
   )
-  t.same(results.map((r) => (r.status === 'fulfilled' ? r.value : [])).flat(), ['x'], 'recorded by one of them only')
+  t.same(
+    results.flatMap((r) => (r.status === 'fulfilled' ? r.value : [])),
+    ['x'],
+    'recorded by one of them only',
+  )
 })
 
 t.test('prune deletes the ids older than the limit, and says how many', server, async (t) => {

@@ -164,7 +164,7 @@ const deep = fc
 const DEEP = /"\\u0001deep:(\d+):(arrays|objects)\\u0001"/g
 function serialise(payload: unknown): string {
   return (JSON.stringify(payload) ?? 'null').replace(DEEP, (_, n: string, kind: string) =>
-    kind === 'arrays' ? '['.repeat(Number(n)) + ']'.repeat(Number(n)) : '{"a":'.repeat(Number(n)) + '1' + '}'.repeat(Number(n)),
+    kind === 'arrays' ? '['.repeat(Number(n)) + ']'.repeat(Number(n)) : `${'{"a":'.repeat(Number(n))}1${'}'.repeat(Number(n))}`,
   )
 }
 const json = fc.oneof(

@@ -215,11 +215,11 @@ const BODY_ROUTES: BodyRoute[] = [
   {
     method: 'POST',
     path: `/v1/groups/g/consumers/${consumer.id}/secret`,
-    valid: { secret: 'whsec_' + Buffer.alloc(32, 9).toString('base64'), overlapMs: 1000 },
+    valid: { secret: `whsec_${Buffer.alloc(32, 9).toString('base64')}`, overlapMs: 1000 },
     wrongTypes: [
       { secret: 1 },
       { secret: 'nope' },
-      { secret: 'whsec_' + Buffer.alloc(12, 9).toString('base64') },
+      { secret: `whsec_${Buffer.alloc(12, 9).toString('base64')}` },
       { overlapMs: -1 },
       { overlapMs: '1000' },
       { overlapMs: 604_800_001 },
@@ -307,7 +307,7 @@ const PARAM_ROUTES: { method: 'GET' | 'PUT' | 'POST' | 'PATCH' | 'DELETE'; templ
   {
     method: 'POST',
     template: '/v1/groups/{group}/consumers/{id}/secret',
-    body: { secret: 'whsec_' + Buffer.alloc(32, 9).toString('base64') },
+    body: { secret: `whsec_${Buffer.alloc(32, 9).toString('base64')}` },
   },
   { method: 'POST', template: '/v1/groups/{group}/acks', body: { deliveryIds: ['x'] } },
   { method: 'POST', template: '/v1/groups/{group}/nacks', body: { deliveryIds: ['x'] } },
@@ -504,7 +504,7 @@ for (const route of BODY_ROUTES) {
     await rejected(
       t,
       `${what} BOM`,
-      { method: route.method, url: route.path, headers: json, payload: '\uFEFF' + JSON.stringify({ ...route.valid, bogus: 1 }) },
+      { method: route.method, url: route.path, headers: json, payload: `\uFEFF${JSON.stringify({ ...route.valid, bogus: 1 })}` },
       [400],
       ['invalid_request'],
     )
@@ -598,7 +598,7 @@ t.test('deeply nested values never crash the broker', async (t) => {
   for (const depth of [1000, 10_000]) {
     for (const [label, value] of [
       ['arrays', '['.repeat(depth) + ']'.repeat(depth)],
-      ['objects', '{"a":'.repeat(depth) + '1' + '}'.repeat(depth)],
+      ['objects', `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`],
     ] as const) {
       const before = await snapshot()
       const res = await app.inject({
@@ -693,7 +693,7 @@ t.test('bad partition and consumer-id params are 4xx, never 5xx', async (t) => {
     'partition=99999999999999999999',
     'offset=9223372036854775808',
     'cursor=%00',
-    'cursor=' + 'a'.repeat(513),
+    `cursor=${'a'.repeat(513)}`,
     'outcome=exploded',
     'limit=0',
   ]) {
@@ -713,7 +713,7 @@ t.test('bad partition and consumer-id params are 4xx, never 5xx', async (t) => {
 })
 
 const NUL = '\u0000'
-const SECRET = 'whsec_' + Buffer.alloc(32, 9).toString('base64')
+const SECRET = `whsec_${Buffer.alloc(32, 9).toString('base64')}`
 
 t.test('NUL in any string field of any body is 400 invalid_request and changes nothing', async (t) => {
   // PostgreSQL text cannot hold NUL: every string the schemas type as a string refuses it.

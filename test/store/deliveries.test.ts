@@ -140,7 +140,7 @@ t.test('attempt rows round-trip through the database', async (t) => {
 })
 
 t.test('a row PostgreSQL refuses fails alone: the rows around it are written, and it without its details', async (t) => {
-  const { broker, groupId, topicId, row } = await groupSetup(t, 'bad')
+  const { broker, groupId, row } = await groupSetup(t, 'bad')
   const errors: { err: unknown; dropped: number }[] = []
   const log = new AttemptLog(broker.db, {
     flushDelayMs: 1,
@@ -205,7 +205,7 @@ t.test('durable() rejects a row that was dropped instead of written', async (t) 
 })
 
 t.test('a flush that fails part-way keeps the outcomes that arrive afterwards', async (t) => {
-  const { broker, groupId, topicId, row } = await groupSetup(t, 'part')
+  const { broker, groupId, row } = await groupSetup(t, 'part')
   const errors: unknown[] = []
   const log = new AttemptLog(broker.db, { flushDelayMs: 60_000, holdMs: 60_000, maxBuffered: 10_000, onError: (err) => errors.push(err) })
   const a = row(0)

@@ -94,7 +94,7 @@ const published = {
   files: ['*.js', '*.d.ts', '*.d.ts.map', 'src/'],
   dependencies: pkg.dependencies,
 }
-writeFileSync(path.join(out, 'package.json'), JSON.stringify(published, null, 2) + '\n')
+writeFileSync(path.join(out, 'package.json'), `${JSON.stringify(published, null, 2)}\n`)
 writeFileSync(path.join(out, 'README.md'), readme(published))
 // The project's licence (README and LICENSE are always packed; `files` need not list them).
 copyFileSync(path.join(workspace, '..', '..', 'LICENSE'), path.join(out, 'LICENSE'))

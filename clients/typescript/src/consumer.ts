@@ -99,6 +99,7 @@ export type PushHandler<T = unknown, Tx = never> = (message: PushMessage<T>, ctx
 export type BatchContext<Tx = never> = [Tx] extends [never] ? { requestHeaders: HeaderSource } : { requestHeaders: HeaderSource; tx: Tx }
 
 /** What a batch handler returns. */
+// biome-ignore lint/suspicious/noConfusingVoidType: void lets a handler that returns nothing (Promise<void>) type-check
 export type BatchResult = { failed?: readonly string[] } | void
 
 /**
