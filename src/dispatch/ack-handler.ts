@@ -85,7 +85,8 @@ export class AckHandler {
       if (o?.state !== 'in_flight' || o.current !== id) return 'already_completed'
       this.deps.flow.cancel(o)
       o.open.delete(id)
-      this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.deps.now()) })
+      // The error says why it ended even after the row is marked dead (dead-lettered by this nack or after it).
+      this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.deps.now()), error: 'nacked by the consumer' })
       // The push's answer is still to come: it says why (the push flow acts on the nack then).
       if (o.pushing === id) o.nackedPush = { id, delayMs, deadLetter }
       else this.deps.flow.nacked(g, w, o, 'nacked', delayMs, deadLetter)

@@ -9,7 +9,9 @@
  *
  * Invariant: every push attempt ends in exactly one outcome (acked, failed, timed_out, nacked or
  * dead) and has exactly one attempt row, written once its outcome is known (or as in_flight if
- * that takes long, then updated; see attempt-log.ts).
+ * that takes long, then updated; see attempt-log.ts). The one exception to "written once": the
+ * attempt after which its message is dead-lettered ends failed, timed_out or nacked, and its row is
+ * then marked dead; its finish time, status code and error stay those of the attempt.
  *
  * - `fill` admits messages from the partition's buffer while the partition has room (maxInFlight
  *   active; one outstanding of any state when ordered) and the consumer's push window too.
@@ -696,7 +698,11 @@ export class PushFlow {
         )
       }
     }
-    if (deliveryId && outcome && !o?.open.has(deliveryId)) this.deps.attempts.update({ id: deliveryId, outcome, finishedAt })
+    if (deliveryId && outcome && !o?.open.has(deliveryId)) {
+      // The attempt that dead-letters its message has ended already (failed, timed out or nacked):
+      // it is marked dead, but keeps when it ended, its status code and its error, which say why.
+      this.deps.attempts.update(outcome === 'dead' ? { id: deliveryId, outcome } : { id: deliveryId, outcome, finishedAt })
+    }
     this.fill(req.g, req.w)
   }
 

@@ -109,6 +109,14 @@ t.test('every outcome, each filter, and the fields of an attempt', async (t) => 
   t.match(failed, { partition: 0, offset: 1, attempt: 1, consumerId: consumer.id, statusCode: 500, error: /HTTP 500: boom/ })
   t.ok(failed.durationMs !== null && failed.durationMs >= 0)
   t.ok(Date.parse(failed.finishedAt!) >= Date.parse(failed.startedAt))
+  // Marked dead, the last attempt still says why it ended; a nacked one says it was nacked.
+  const dead = all.find((d) => d.outcome === 'dead')!
+  t.match(dead, { offset: 1, attempt: 2, statusCode: 500, error: /HTTP 500: boom/ }, 'the dead attempt keeps its cause')
+  t.ok(dead.finishedAt !== null && dead.durationMs !== null)
+  t.match(
+    all.find((d) => d.outcome === 'nacked'),
+    { error: 'nacked by the consumer' },
+  )
   t.equal(all.find((d) => sentValue(d) === 'ack')!.deliveryId, pushes('ack')[0]!.deliveryId, 'the id the consumer was given')
 
   for (const outcome of ['acked', 'failed', 'timed_out', 'nacked', 'dead', 'in_flight']) {
