@@ -6,9 +6,17 @@ import pg from 'pg'
 import { PrismaPg } from '@prisma/adapter-pg'
 import { PrismaClient } from '../generated/prisma/client.ts'
 
-// BIGINT columns (offsets) arrive as JS numbers: offsets stay far below 2^53 (a partition
-// written at 1 M messages/s would need 285 years to get there).
-pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v))
+/**
+ * The pools' type parsers: BIGINT columns (offsets) arrive as JS numbers, as offsets stay far below
+ * 2^53 (a partition written at 1 M messages/s would need 285 years to get there). Given to each
+ * pool, not set on pg's global table, which would change every other pg user in the process too.
+ */
+export const pgTypes: pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === pg.types.builtins.INT8 && format !== 'binary'
+      ? Number
+      : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig['getTypeParser'],
+}
 
 export type Prisma = InstanceType<typeof PrismaClient>
 
@@ -27,6 +35,7 @@ export function openDatabase(url: string, maxConnections: number): Database {
     connectionTimeoutMillis: 10_000,
     idleTimeoutMillis: 30_000,
     application_name: 'hookq',
+    types: pgTypes,
   })
   // An idle client whose connection dies (server restart) emits 'error' on the pool; without a
   // listener that would crash the process. The pool drops the client and opens a new one on demand.
