@@ -1,19 +1,8 @@
 /** Liveness and readiness. Both stay open when API keys are configured. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { Type } from 'typebox'
 import type { Services } from '../../service/services.ts'
 
 const tags = ['operations']
-
-const Health = Type.Object(
-  {
-    status: Type.Union([Type.Literal('ok'), Type.Literal('unavailable')]),
-    checks: Type.Optional(Type.Record(Type.String(), Type.String())),
-  },
-  { $id: 'Health' },
-)
-
-export const healthSchemas = [Health]
 
 export function healthRoutes(services: Services): FastifyPluginAsyncTypebox {
   return async (app) => {
