@@ -1,5 +1,10 @@
-/** The rules of acknowledgement at the service boundary: the group must exist; the dispatcher does the rest. */
-import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
+/**
+ * The rules of acknowledgement at the service boundary: the group must exist; the cluster does the
+ * rest (it hands each call to this process's dispatcher, or answers 503 while a group is still
+ * loading here; src/cluster/cluster.ts).
+ */
+import type { Cluster } from '../cluster/cluster.ts'
+import type { AckStatus } from '../dispatch/dispatcher.ts'
 import type { Metrics } from '../metrics.ts'
 import type { GroupService } from './groups.ts'
 
@@ -8,31 +13,31 @@ type Results = Promise<{ deliveryId: string; status: AckStatus }[]>
 export class AckService {
   constructor(
     private readonly groups: GroupService,
-    private readonly dispatcher: Pick<Dispatcher, 'hasGroup' | 'ack' | 'nack' | 'extend'>,
+    private readonly cluster: Pick<Cluster, 'hasGroup' | 'ack' | 'nack' | 'extend'>,
     private readonly metrics?: Pick<Metrics, 'acked'>,
   ) {}
 
   /** 404 for a group that does not exist; the dispatcher knows the running ones without a query. */
   private async requireGroup(group: string): Promise<void> {
-    if (!this.dispatcher.hasGroup(group)) await this.groups.get(group)
+    if (!this.cluster.hasGroup(group)) await this.groups.get(group)
   }
 
   /** Completes the deliveries' messages; answered once durable. */
   async ack(group: string, deliveryIds: string[]): Results {
     await this.requireGroup(group)
-    return this.counted(group, await this.dispatcher.ack(group, deliveryIds))
+    return this.counted(group, await this.cluster.ack(group, deliveryIds))
   }
 
   /** Fails the deliveries' current attempts. */
   async nack(group: string, deliveryIds: string[], delayMs: number | undefined, deadLetter: boolean): Results {
     await this.requireGroup(group)
-    return this.counted(group, await this.dispatcher.nack(group, deliveryIds, delayMs, deadLetter))
+    return this.counted(group, await this.cluster.nack(group, deliveryIds, delayMs, deadLetter))
   }
 
   /** Moves ack deadlines. */
   async extend(group: string, deliveryIds: string[], extendMs: number): Results {
     await this.requireGroup(group)
-    return this.counted(group, await this.dispatcher.extend(group, deliveryIds, extendMs))
+    return this.counted(group, await this.cluster.extend(group, deliveryIds, extendMs))
   }
 
   private counted(group: string, results: Awaited<Results>): Awaited<Results> {

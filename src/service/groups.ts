@@ -18,6 +18,7 @@ import { parseInstant } from './instants.ts'
 import type { TopicStore } from '../store/topics.ts'
 import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
 import { compileFilter, FilterError } from '../dispatch/filter.ts'
+import { assignPartitions } from '../dispatch/consumer-assignment.ts'
 
 /** How long a rotated-out secret keeps signing pushes when the caller does not say: 24 h. */
 export const DEFAULT_SECRET_OVERLAP_MS = 86_400_000
@@ -185,12 +186,6 @@ function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): Gr
     batchMaxWaitMs: input.batch === undefined ? base.batchMaxWaitMs : (input.batch?.maxWaitMs ?? 0),
     batchMaxBytes: input.batch === undefined ? base.batchMaxBytes : (input.batch?.maxBytes ?? null),
   }
-}
-
-/** The partition → consumer assignment (null when the group has no enabled consumer). */
-export function assignPartitions(partitions: number, consumers: { id: string; disabledAt: Date | null }[]): (string | null)[] {
-  const enabled = consumers.filter((c) => c.disabledAt === null)
-  return Array.from({ length: partitions }, (_, p) => (enabled.length === 0 ? null : enabled[p % enabled.length]!.id))
 }
 
 export class GroupService {

@@ -69,7 +69,7 @@ export class OperationsService {
     private readonly db: Database,
     private readonly groups: GroupService,
     private readonly topics: TopicStore,
-    private readonly dispatcher: Pick<Cluster, 'seek' | 'inFlight'>,
+    private readonly cluster: Pick<Cluster, 'seek' | 'inFlight'>,
   ) {}
 
   /** A page of the group's push attempts, newest first. */
@@ -132,7 +132,7 @@ export class OperationsService {
       const firsts = await offsetsAtTime(this.db, topic.id, at!)
       for (const p of partitions) targets.set(p, firsts.get(p) ?? end(p))
     }
-    await this.dispatcher.seek({ name: group.name, id: group.id }, topic.id, targets)
+    await this.cluster.seek({ name: group.name, id: group.id }, topic.id, targets)
     const committed = await this.groups.ensureOffsets(group, topic.id, topic.partitions)
     return { partitions: [...committed].sort(([a], [b]) => a - b).map(([partition, committedOffset]) => ({ partition, committedOffset })) }
   }
@@ -145,7 +145,7 @@ export class OperationsService {
     const out: PartitionStat[] = []
     for (const g of await this.groups.list()) {
       const status = await this.groups
-        .status(g.name, (groupId, p) => this.dispatcher.inFlight(groupId, p))
+        .status(g.name, (groupId, p) => this.cluster.inFlight(groupId, p))
         .catch((err: unknown) => {
           if (err instanceof HookqError && err.code === 'group_not_found') return null
           throw err

@@ -8,7 +8,7 @@ import { CommitOutcomeUnknown } from '../store/errors.ts'
 import type { DispatchMessage } from '../store/consumption.ts'
 import type { AppendEntry, Coordinates } from '../store/messages.ts'
 import type { GroupCommitter } from './group-commit.ts'
-import { partitionForKey, RoundRobin } from './partitioner.ts'
+import { partitionForKey, RoundRobin } from '../partitioner.ts'
 import type { TopicService } from './topics.ts'
 
 export interface ProduceMessage {

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { assignPartitions } from '../../src/service/groups.ts'
+import { assignPartitions } from '../../src/dispatch/consumer-assignment.ts'
 import { startBroker } from '../helpers/broker.ts'
 
 const broker = await startBroker(t)

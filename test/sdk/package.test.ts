@@ -252,7 +252,7 @@ t.test('the tarball holds the built package, with a package.json fit to publish'
   t.equal(pkg.scripts, undefined, 'no scripts')
   t.equal(pkg.devDependencies, undefined, 'no devDependencies')
   const declarations = await fs.readFile(path.join(installed, 'consumer.d.ts'), 'utf8')
-  t.match(declarations, "from './index.js'", 'declarations import the .js names')
+  t.match(declarations, "from './client.js'", 'declarations import the .js names')
   t.notMatch(declarations, /from '\.\/[^']+\.ts'/)
   const pgStore = await fs.readFile(path.join(installed, 'pg-idempotency.js'), 'utf8')
   t.notMatch(pgStore, /from ['"]pg['"]|import\(['"]pg['"]\)/, "the PostgreSQL store loads no pg (the app's pool is passed in)")

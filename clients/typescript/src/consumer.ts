@@ -27,7 +27,7 @@
  * in that database happen exactly once (see pg-idempotency.ts).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { createClient, HookqError, unwrap, type HookqClient } from './index.ts'
+import { createClient, HookqError, unwrap, type HookqClient } from './client.ts'
 import {
   isTransactional,
   MemoryIdempotencyStore,

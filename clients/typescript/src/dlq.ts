@@ -14,7 +14,7 @@
  * Only the public HTTP API is used: `GET /v1/topics/{dlq}` for the partitions, the
  * partition reads and produce: a key with the produce scope is enough.
  */
-import { HookqError, unwrap, type HookqClient, type Message, type ProduceMessage, type ProduceResult } from './index.ts'
+import { HookqError, unwrap, type HookqClient, type Message, type ProduceMessage, type ProduceResult } from './client.ts'
 
 /** The headers the broker adds to a dead letter, naming where it came from. */
 export const DLQ_HEADERS = {

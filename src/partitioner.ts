@@ -2,6 +2,9 @@
  * Choosing a partition. A keyed message goes where Kafka's default partitioner would put it
  * (murmur2 of the key's UTF-8 bytes, sign bit cleared, modulo the partition count), so a key's
  * messages stay on one partition and mirror a Kafka topic with the same partition count.
+ *
+ * Produce (src/service/produce.ts) and the dispatcher's dead letters (src/dispatch/partition-state.ts)
+ * both place messages by it, so it sits below both and imports nothing of either.
  */
 
 /** Kafka's murmur2 (seed 0x9747b28c) as a signed 32-bit integer. */
