@@ -71,7 +71,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const unsafe = await durabilityWarnings(db)
     if (unsafe.length > 0) {
       const message = embedded
-        ? `embedded database: ${unsafe.join(', ')} (PGlite never flushes to disk: a machine crash can lose acknowledged messages; see README)`
+        ? `embedded database: ${unsafe.join(', ')} (PGlite never flushes to disk: a machine crash can lose acknowledged messages; see docs/operations.md)`
         : `PostgreSQL runs with ${unsafe.join(', ')}: a crash can lose messages that produce acknowledged as durably committed`
       if (opts.logger) opts.logger.warn({ settings: unsafe }, message)
       else log(`WARNING: ${message}`)

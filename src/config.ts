@@ -35,7 +35,7 @@ export interface Config {
   rateLimitPerKey: number
   /** How long SIGTERM waits for in-progress work before giving up. */
   shutdownGraceMs: number
-  /** Which consumer URLs may be registered and pushed to (HOOKQ_PUSH_* variables; see README "Push URL policy"). */
+  /** Which consumer URLs may be registered and pushed to (HOOKQ_PUSH_* variables; see docs/security.md "Push URL policy"). */
   pushPolicy: UrlPolicy
   /** Concurrent pushes to one consumer: where the adaptive window starts, and its ceiling. */
   pushWindowInitial: number
@@ -131,7 +131,7 @@ export function loadConfig(env: Env = process.env): Config {
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     throw new ConfigError(`DATABASE_URL must be a postgresql:// URL, got ${JSON.stringify(databaseUrl)}`)
   }
-  // Prisma's ?schema= would be silently ignored: the tables live in public (see README).
+  // Prisma's ?schema= would be silently ignored: the tables live in public (see docs/operations.md).
   const schema = databaseUrl === undefined ? null : URL.canParse(databaseUrl) ? new URL(databaseUrl).searchParams.get('schema') : null
   if (schema !== null && schema !== 'public') {
     throw new ConfigError(

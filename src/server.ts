@@ -32,7 +32,7 @@ if (cluster.isPrimary) {
   if (config.databaseUrl === undefined) {
     logger.info(
       { dataDir: config.dataDir },
-      'DATABASE_URL is not set: using the embedded database (one process, one connection; see README)',
+      'DATABASE_URL is not set: using the embedded database (one process, one connection; see docs/operations.md)',
     )
     if (config.processes > 1)
       logger.warn(
@@ -45,7 +45,7 @@ if (cluster.isPrimary) {
   }
   if (config.pushPolicy.allowPrivate) {
     logger.warn(
-      'HOOKQ_PUSH_ALLOW_PRIVATE is true: consumers may be registered on private and loopback addresses; set it to false in production (see README "Push URL policy")',
+      'HOOKQ_PUSH_ALLOW_PRIVATE is true: consumers may be registered on private and loopback addresses; set it to false in production (see docs/security.md "Push URL policy")',
     )
   }
   if (config.processes > 1 && config.databaseUrl !== undefined) {

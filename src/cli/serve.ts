@@ -22,7 +22,7 @@ export function registerServe(program: Command): void {
     .option('--host <host>', 'address to listen on (sets HOST; default 127.0.0.1)')
     .option('--data-dir <dir>', 'directory of the embedded database when DATABASE_URL is not set (sets HOOKQ_DATA_DIR)')
     .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent (sets LOG_LEVEL)')
-    .addHelpText('after', '\nEvery other setting comes from the environment; see the README section "Configuration".')
+    .addHelpText('after', '\nEvery other setting comes from the environment; see docs/configuration.md.')
     .action(async (opts: ServeOptions) => {
       if (opts.port !== undefined) process.env.PORT = String(opts.port)
       if (opts.host !== undefined) process.env.HOST = opts.host

@@ -119,11 +119,11 @@ function droppingAcks(n: number) {
 
 const INSERT_EFFECT = 'INSERT INTO effects (webhook_id, value, attempt) VALUES ($1, $2, $3)'
 
-t.test("the README's exactly-once consumer: the text of examples/consumer-exactly-once.mjs, run as a file", server, async (t) => {
+t.test("docs/consumer-helper.md's exactly-once consumer: the text of examples/consumer-exactly-once.mjs, run as a file", server, async (t) => {
   const example = await readFile(path.join(root, 'examples/consumer-exactly-once.mjs'), 'utf8')
-  const readme = await readFile(path.join(root, 'README.md'), 'utf8')
+  const readme = await readFile(path.join(root, 'docs/consumer-helper.md'), 'utf8')
   const shown = /<!-- examples\/consumer-exactly-once\.mjs -->\n```js\n([\s\S]*?)```\n/.exec(readme)?.[1]
-  t.equal(shown, example, 'the README shows examples/consumer-exactly-once.mjs exactly')
+  t.equal(shown, example, 'docs/consumer-helper.md shows examples/consumer-exactly-once.mjs exactly')
 
   const db = await consumerDatabase(t)
   const secret = generateSecret()

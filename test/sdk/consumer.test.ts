@@ -116,12 +116,12 @@ function envelope(group: string, over: Record<string, unknown> = {}): string {
   })
 }
 
-t.test("the README's complete consumer: the text of examples/consumer.mjs, run as a file", async (t) => {
-  // The README shows the file verbatim, so running the file runs what a reader copies.
+t.test("docs/consumer-helper.md's complete consumer: the text of examples/consumer.mjs, run as a file", async (t) => {
+  // docs/consumer-helper.md shows the file verbatim, so running the file runs what a reader copies.
   const example = await readFile(path.join(root, 'examples/consumer.mjs'), 'utf8')
-  const readme = await readFile(path.join(root, 'README.md'), 'utf8')
+  const readme = await readFile(path.join(root, 'docs/consumer-helper.md'), 'utf8')
   const shown = /<!-- examples\/consumer\.mjs -->\n```js\n([\s\S]*?)```\n/.exec(readme)?.[1]
-  t.equal(shown, example, 'the README shows examples/consumer.mjs exactly')
+  t.equal(shown, example, 'docs/consumer-helper.md shows examples/consumer.mjs exactly')
 
   await setup('readme')
   const secret = generateSecret()
