@@ -11,7 +11,7 @@
  *   insert ──▶ in_flight ──touch──▶ in_flight            (deadline = the ack deadline, moved)
  *   insert ──▶ retry_wait | delayed | dead_letter_retry   (deadline = when to push, or dead-letter, again)
  *   in_flight ──requeue──▶ retry_wait
- *   either ──finish / expireDue / removeWhere──▶ untracked (the caller gets the entry back)
+ *   either ──finish / expireDue──▶ untracked (the caller gets the entry back)
  *
  * All kinds share one heap. The dispatcher keeps only in_flight entries here, the ack deadlines of
  * delivery ids (src/dispatch/schedule.ts arms one timer for them and for the waits of messages,
@@ -198,33 +198,6 @@ export class InFlightTracker {
   /** The earliest deadline tracked, or undefined when empty: when the dispatcher's one timer should fire. */
   nextDeadlineMs(): number | undefined {
     return this.heap.peek()?.deadlineMs
-  }
-
-  /**
-   * Removes every entry the predicate selects and returns them (in no particular order). O(n) scan
-   * plus O(log n) per removal: meant for rebalancing and group changes, not for the hot path.
-   */
-  removeWhere(predicate: (entry: TrackerEntry) => boolean): TrackerEntry[] {
-    const removed: TrackerEntry[] = []
-    // Deleting the current key while iterating a Map is well defined: iteration continues.
-    for (const entry of this.byId.values()) {
-      if (!predicate(entry)) continue
-      this.forget(entry)
-      removed.push(entry)
-    }
-    return removed
-  }
-
-  /** Removes every entry of one partition of one group (it moved to another consumer); O(n), see removeWhere. */
-  removeGroupPartition(groupId: number, partition: number): TrackerEntry[] {
-    return this.removeWhere((entry) => entry.groupId === groupId && entry.partition === partition)
-  }
-
-  /** Removes every entry (dispatcher stop). */
-  clear(): void {
-    this.heap.clear()
-    this.byId.clear()
-    this.inFlight = 0
   }
 
   /** Throws when the Map, the heap and the counters disagree. O(n): for tests and debugging. */
