@@ -38,7 +38,7 @@ export class Schedule {
 
   /** The attempt `deliveryId` of the message at (group, partition, offset) waits for its ack until `deadlineMs`. */
   ackDeadline(deliveryId: string, groupId: number, partition: number, offset: number, attempt: number, deadlineMs: number): TrackerEntry {
-    const entry = this.tracker.insert(new TrackerEntry({ deliveryId, groupId, partition, offset, attempt, deadlineMs, kind: 'in_flight' }))
+    const entry = this.tracker.insert(new TrackerEntry({ deliveryId, groupId, partition, offset, attempt, deadlineMs }))
     this.arm()
     return entry
   }

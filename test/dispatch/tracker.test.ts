@@ -1,9 +1,9 @@
 import t from 'tap'
-import { InFlightTracker, TrackerEntry, type DeliveryKind, type TrackerEntryInit } from '../../src/dispatch/tracker.ts'
+import { InFlightTracker, TrackerEntry, type TrackerEntryInit } from '../../src/dispatch/tracker.ts'
 import { mulberry32 } from '../helpers/prng.ts'
 
 function entry(deliveryId: string, deadlineMs: number, more: Partial<TrackerEntryInit> = {}): TrackerEntry {
-  return new TrackerEntry({ deliveryId, groupId: 1, partition: 0, offset: 0, attempt: 1, kind: 'in_flight', deadlineMs, ...more })
+  return new TrackerEntry({ deliveryId, groupId: 1, partition: 0, offset: 0, attempt: 1, deadlineMs, ...more })
 }
 
 function ids(entries: TrackerEntry[]): string[] {
@@ -13,29 +13,24 @@ function ids(entries: TrackerEntry[]): string[] {
 t.test('an empty tracker', async (t) => {
   const tracker = new InFlightTracker()
   t.equal(tracker.size, 0)
-  t.equal(tracker.inFlightCount, 0)
-  t.equal(tracker.retryWaitCount, 0)
   t.equal(tracker.nextDeadlineMs(), undefined)
   t.same(tracker.expireDue(Number.MAX_SAFE_INTEGER), { due: [], nextDeadlineMs: undefined })
   t.equal(tracker.get('x'), undefined)
   t.equal(tracker.has('x'), false)
   t.equal(tracker.finish('x'), undefined)
   t.equal(tracker.touch('x', 5), false)
-  t.equal(tracker.requeue('x', 5), false)
   tracker.checkInvariant()
 })
 
-t.test('insert, get, has, counts; a duplicate id throws and changes nothing', async (t) => {
+t.test('insert, get, has, size; a duplicate id throws and changes nothing', async (t) => {
   const tracker = new InFlightTracker()
   const a = entry('a', 100, { groupId: 7, partition: 3, offset: 41, attempt: 2 })
   t.equal(tracker.insert(a), a)
-  tracker.insert(entry('b', 50, { kind: 'retry_wait' }))
+  tracker.insert(entry('b', 50))
   t.equal(tracker.get('a'), a)
-  t.match(tracker.get('a'), { deliveryId: 'a', groupId: 7, partition: 3, offset: 41, attempt: 2, deadlineMs: 100, kind: 'in_flight' })
+  t.match(tracker.get('a'), { deliveryId: 'a', groupId: 7, partition: 3, offset: 41, attempt: 2, deadlineMs: 100, index: 1 })
   t.equal(tracker.has('a'), true)
   t.equal(tracker.size, 2)
-  t.equal(tracker.inFlightCount, 1)
-  t.equal(tracker.retryWaitCount, 1)
   t.equal(tracker.nextDeadlineMs(), 50)
   t.throws(() => tracker.insert(entry('a', 1)), /already tracked/)
   t.equal(tracker.get('a'), a, 'the original stays')
@@ -48,78 +43,44 @@ t.test('insert, get, has, counts; a duplicate id throws and changes nothing', as
   other.checkInvariant()
 })
 
-t.test('an entry keeps attempt and kind apart in its packed field', async (t) => {
-  const big = entry('big', 1, { attempt: 2 ** 28, kind: 'retry_wait' })
-  t.equal(big.attempt, 2 ** 28)
-  t.equal(big.kind, 'retry_wait')
-  big.kind = 'in_flight'
-  t.equal(big.kind, 'in_flight')
-  t.equal(big.attempt, 2 ** 28, 'changing the kind leaves the attempt')
-  for (const kind of ['retry_wait', 'delayed', 'dead_letter_retry', 'in_flight'] as const) {
-    big.kind = kind
-    t.same([big.kind, big.attempt], [kind, 2 ** 28], `kind ${kind} and the attempt side by side`)
-  }
-  t.equal(entry('zero', 1, { attempt: 0 }).attempt, 0)
-  for (const attempt of [-1, 1.5, 2 ** 28 + 1, NaN]) t.throws(() => entry('bad', 1, { attempt }), RangeError, String(attempt))
-  const tracker = new InFlightTracker()
-  tracker.insert(entry('a', 10, { attempt: 7 }))
-  tracker.requeue('a', 20)
-  t.match(tracker.get('a'), { attempt: 7, kind: 'retry_wait', deadlineMs: 20 })
-})
-
-t.test('finish removes either kind; unknown and repeated ids give undefined', async (t) => {
+t.test('finish removes an entry; unknown and repeated ids give undefined', async (t) => {
   const tracker = new InFlightTracker()
   const a = tracker.insert(entry('a', 10))
-  tracker.insert(entry('b', 20, { kind: 'retry_wait' }))
+  const b = tracker.insert(entry('b', 20))
   tracker.insert(entry('c', 30))
   t.equal(tracker.finish('nope'), undefined)
   t.equal(tracker.finish('a'), a)
   t.equal(a.index, -1)
   t.equal(tracker.finish('a'), undefined, 'already finished')
   t.equal(tracker.nextDeadlineMs(), 20)
-  t.equal(tracker.finish('b')?.kind, 'retry_wait', 'a late ack cancels the redelivery')
+  t.equal(tracker.finish('b'), b)
   t.equal(tracker.size, 1)
-  t.equal(tracker.inFlightCount, 1)
-  t.equal(tracker.retryWaitCount, 0)
+  t.equal(tracker.nextDeadlineMs(), 30)
   tracker.checkInvariant()
   tracker.insert(a)
   t.equal(tracker.nextDeadlineMs(), 10, 'a finished entry can be inserted again')
   tracker.checkInvariant()
 })
 
-t.test('touch moves an in_flight deadline either way; not a retry_wait one', async (t) => {
+t.test('touch moves a deadline either way; not one that was finished or expired', async (t) => {
   const tracker = new InFlightTracker()
   tracker.insert(entry('a', 10))
   tracker.insert(entry('b', 20))
-  const wait = tracker.insert(entry('w', 15, { kind: 'retry_wait' }))
+  tracker.insert(entry('c', 15))
   t.equal(tracker.touch('a', 100), true)
   t.equal(tracker.get('a')!.deadlineMs, 100)
   t.equal(tracker.nextDeadlineMs(), 15)
   t.equal(tracker.touch('a', 1), true, 'earlier is allowed too')
   t.equal(tracker.nextDeadlineMs(), 1)
-  t.equal(tracker.touch('w', 1000), false, 'retry_wait: the attempt is over, nothing to extend')
-  t.equal(wait.deadlineMs, 15)
-  t.equal(wait.kind, 'retry_wait')
+  const finished = tracker.finish('c')!
+  t.equal(tracker.touch('c', 1000), false, 'finished (acked or nacked): the attempt is over, nothing to extend')
+  t.equal(finished.deadlineMs, 15, 'and the untracked entry is left alone')
+  const [expired] = tracker.expireDue(1).due
+  t.equal(expired!.deliveryId, 'a')
+  t.equal(tracker.touch('a', 1000), false, 'expired: the attempt timed out')
+  t.equal(expired!.deadlineMs, 1)
   t.equal(tracker.touch('unknown', 5), false)
-  tracker.checkInvariant()
-})
-
-t.test('requeue turns in_flight into retry_wait once', async (t) => {
-  const tracker = new InFlightTracker()
-  const a = tracker.insert(entry('a', 10))
-  tracker.insert(entry('b', 20))
-  t.equal(tracker.requeue('a', 500), true)
-  t.equal(a.kind, 'retry_wait')
-  t.equal(a.deadlineMs, 500)
-  t.equal(tracker.inFlightCount, 1)
-  t.equal(tracker.retryWaitCount, 1)
   t.equal(tracker.nextDeadlineMs(), 20)
-  t.equal(tracker.requeue('a', 5), false, 'already waiting')
-  t.equal(a.deadlineMs, 500)
-  t.equal(tracker.requeue('unknown', 5), false)
-  t.equal(tracker.requeue('b', 5), true, 'a retry may also be due sooner than the ack deadline')
-  t.equal(tracker.nextDeadlineMs(), 5)
-  t.equal(tracker.inFlightCount, 0)
   tracker.checkInvariant()
 })
 
@@ -136,7 +97,6 @@ t.test('expireDue: order, boundary, equal deadlines, limit, next deadline', asyn
   ] as const) {
     tracker.insert(entry(id, deadlineMs))
   }
-  tracker.requeue('e', 50)
   t.same(tracker.expireDue(9), { due: [], nextDeadlineMs: 10 }, 'nothing due yet')
   const first = tracker.expireDue(10)
   t.same(ids(first.due), ['a'], 'deadline equal to now is due')
@@ -156,37 +116,28 @@ t.test('expireDue: order, boundary, equal deadlines, limit, next deadline', asyn
   t.throws(() => tracker.expireDue(100, -1), RangeError)
   t.throws(() => tracker.expireDue(100, NaN), RangeError)
   const all = tracker.expireDue(1000)
-  t.same(
-    all.due.map((e) => [e.deliveryId, e.kind]),
-    [
-      ['d', 'in_flight'],
-      ['e', 'retry_wait'],
-    ],
-  )
+  t.same(ids(all.due), ['d', 'e'])
   t.equal(all.nextDeadlineMs, undefined)
   t.equal(tracker.size, 0)
-  t.equal(tracker.inFlightCount, 0)
-  t.equal(tracker.retryWaitCount, 0)
   tracker.checkInvariant()
 })
 
-t.test('an expired entry goes back in as retry_wait, as the dispatcher does', async (t) => {
+t.test('an expired entry is untracked: it may be edited and inserted again', async (t) => {
   const tracker = new InFlightTracker()
   tracker.insert(entry('a', 10))
   const [expired] = tracker.expireDue(10).due
-  expired!.kind = 'retry_wait'
+  t.equal(expired!.index, -1)
   expired!.deadlineMs = 2010
-  tracker.insert(expired!)
-  t.equal(tracker.retryWaitCount, 1)
+  t.equal(tracker.insert(expired!), expired)
+  t.equal(tracker.size, 1)
   t.equal(tracker.nextDeadlineMs(), 2010)
   tracker.checkInvariant()
 })
 
 interface ModelEntry {
-  kind: DeliveryKind
   deadlineMs: number
-  groupId: number
-  partition: number
+  /** Unique per inserted entry (the step that made it): tells a returned entry from another with the same id. */
+  offset: number
 }
 
 /** One random run: every operation on the tracker and on a Map scanned linearly, compared after each step. */
@@ -198,7 +149,7 @@ function randomRun(seed: number, steps: number): string | undefined {
   let nowMs = 1_700_000_000_000
   let nextId = 0
   // Deadlines on a 10 ms grid so that equal deadlines are common; a 4 s window with a clock that
-  // advances ~15 ms per expireDue keeps ~150 entries (a heap ~8 levels deep).
+  // advances ~15 ms per expireDue keeps ~120-130 entries (a heap ~7 levels deep).
   const deadline = () => nowMs + 10 * pick(400)
   const someId = () => {
     if (model.size > 0 && random() < 0.9) {
@@ -221,7 +172,6 @@ function randomRun(seed: number, steps: number): string | undefined {
           offset: step,
           attempt: 1 + pick(5),
           deadlineMs: deadline(),
-          kind: (random() < 0.8 ? 'in_flight' : 'retry_wait') as DeliveryKind,
         }
         what = `insert ${id}`
         let threw = false
@@ -231,31 +181,24 @@ function randomRun(seed: number, steps: number): string | undefined {
           threw = true
         }
         if (threw !== model.has(id)) return `step ${step} ${what}: threw=${threw}, model has it=${model.has(id)}`
-        if (!threw) model.set(id, { kind: init.kind, deadlineMs: init.deadlineMs, groupId: init.groupId, partition: init.partition })
-      } else if (op < 0.47) {
+        if (!threw) model.set(id, { deadlineMs: init.deadlineMs, offset: init.offset })
+      } else if (op < 0.52) {
         const id = someId()
         what = `finish ${id}`
         const got = tracker.finish(id)
         const expected = model.get(id)
-        if ((got === undefined) !== (expected === undefined)) return `step ${step} ${what}: got ${got?.deliveryId}, model ${expected?.kind}`
-        if (got !== undefined && (got.kind !== expected!.kind || got.deadlineMs !== expected!.deadlineMs || got.index !== -1))
+        if ((got === undefined) !== (expected === undefined))
+          return `step ${step} ${what}: got ${got?.deliveryId}, model ${expected?.offset}`
+        if (got !== undefined && (got.offset !== expected!.offset || got.deadlineMs !== expected!.deadlineMs || got.index !== -1))
           return `step ${step} ${what}: wrong entry`
         model.delete(id)
-      } else if (op < 0.65) {
+      } else if (op < 0.72) {
         const id = someId()
         const deadlineMs = deadline()
         what = `touch ${id} ${deadlineMs}`
-        const expected = model.get(id)?.kind === 'in_flight'
+        const expected = model.has(id)
         if (tracker.touch(id, deadlineMs) !== expected) return `step ${step} ${what}: expected ${expected}`
         if (expected) model.get(id)!.deadlineMs = deadlineMs
-      } else if (op < 0.78) {
-        const id = someId()
-        const deadlineMs = deadline()
-        what = `requeue ${id} ${deadlineMs}`
-        const m = model.get(id)
-        const expected = m?.kind === 'in_flight'
-        if (tracker.requeue(id, deadlineMs) !== expected) return `step ${step} ${what}: expected ${expected}`
-        if (expected) Object.assign(m!, { kind: 'retry_wait', deadlineMs })
       } else {
         nowMs += pick(30)
         const limit = random() < 0.5 ? Infinity : pick(6)
@@ -266,7 +209,7 @@ function randomRun(seed: number, steps: number): string | undefined {
         for (let i = 0; i < due.length; i++) {
           const e = due[i]!
           const m = model.get(e.deliveryId)
-          if (m === undefined || m.deadlineMs !== e.deadlineMs || m.kind !== e.kind || e.deadlineMs > nowMs)
+          if (m === undefined || m.deadlineMs !== e.deadlineMs || m.offset !== e.offset || e.deadlineMs > nowMs)
             return `step ${step} ${what}: unexpected ${e.deliveryId}`
           if (i > 0 && due[i - 1]!.deadlineMs > e.deadlineMs) return `step ${step} ${what}: out of order at ${i}`
           if (e.index !== -1 || tracker.has(e.deliveryId)) return `step ${step} ${what}: ${e.deliveryId} still tracked`
@@ -282,12 +225,9 @@ function randomRun(seed: number, steps: number): string | undefined {
       // The whole state, after every step.
       tracker.checkInvariant()
       if (tracker.size !== model.size) return `step ${step} ${what}: size ${tracker.size}, model ${model.size}`
-      const inFlight = [...model.values()].filter((m) => m.kind === 'in_flight').length
-      if (tracker.inFlightCount !== inFlight || tracker.retryWaitCount !== model.size - inFlight)
-        return `step ${step} ${what}: counts differ`
       for (const [id, m] of model) {
         const e = tracker.get(id)
-        if (e === undefined || e.kind !== m.kind || e.deadlineMs !== m.deadlineMs) return `step ${step} ${what}: ${id} differs`
+        if (e === undefined || e.offset !== m.offset || e.deadlineMs !== m.deadlineMs) return `step ${step} ${what}: ${id} differs`
       }
       const modelNext = model.size === 0 ? undefined : Math.min(...[...model.values()].map((m) => m.deadlineMs))
       if (tracker.nextDeadlineMs() !== modelNext)
