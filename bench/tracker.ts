@@ -130,7 +130,7 @@ function touchPhase(tracker: InFlightTracker, ids: string[], order: Uint32Array,
 function finishPhase(tracker: InFlightTracker, ids: string[], order: Uint32Array): number {
   return timed(() => {
     let finished = 0
-    for (let i = 0; i < N; i++) if (tracker.finish(ids[order[i]!]!) !== undefined) finished++
+    for (let i = 0; i < N; i++) if (tracker.finish(ids[order[i]!]!)) finished++
     if (finished !== N || tracker.size !== 0) throw new Error(`finish removed ${finished} of ${N}`)
     return N
   })
@@ -144,7 +144,7 @@ function expirePhase(tracker: InFlightTracker): number {
     let nowMs = START_MS
     for (let calls = 0; calls < 4 * N && tracker.size > 0; calls++) {
       nowMs += stepMs
-      expired += tracker.expireDue(nowMs, 1000).due.length
+      expired += tracker.expireDue(nowMs, 1000).length
     }
     if (expired !== N) throw new Error(`expireDue returned ${expired} of ${N}`)
     return expired
@@ -179,13 +179,13 @@ function mixedInOrderPhase(ids: string[]): MixedResult {
       const pushed = N + cycle
       tracker.insert(newEntry(ids[pushed % POOL]!, pushed, nowMs + ACK_TIMEOUT_MS))
       const acked = cycle - (cycle % REORDER) + reorder[cycle % REORDER]!
-      if (tracker.finish(ids[acked % POOL]!) === undefined) throw new Error(`message ${acked} was not tracked`)
+      if (!tracker.finish(ids[acked % POOL]!)) throw new Error(`message ${acked} was not tracked`)
       const extended = cycle + REORDER + (rand() % (N - REORDER))
       tracker.touch(ids[extended % POOL]!, nowMs + ACK_TIMEOUT_MS)
       ops += 3
       if (cycle % CYCLES_PER_MS === 0) {
         nowMs++
-        expired += tracker.expireDue(nowMs, 1000).due.length
+        expired += tracker.expireDue(nowMs, 1000).length
         ops++
       }
     }
@@ -242,7 +242,7 @@ function mixedRandomPhase(ids: string[], deadlines: Float64Array): MixedResult {
       }
       if (cycle % CYCLES_PER_MS === 0) {
         nowMs++
-        const { due } = tracker.expireDue(nowMs, 1000)
+        const due = tracker.expireDue(nowMs, 1000)
         ops++
         for (let i = 0; i < due.length; i++) {
           dropLive(due[i]!.offset) // offset holds the slot here

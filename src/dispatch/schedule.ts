@@ -96,7 +96,7 @@ export class Schedule {
     this.timerAtMs = Infinity
     const nowMs = this.now()
     // Both are out of their structures before any is acted on: one failing cannot strand the rest.
-    const { due } = this.tracker.expireDue(nowMs, MAX_DUE_PER_TICK)
+    const due = this.tracker.expireDue(nowMs, MAX_DUE_PER_TICK)
     const waits = this.waits.takeDue(nowMs, MAX_DUE_PER_TICK)
     for (const entry of due) this.onDue(entry)
     for (const wait of waits) this.onDue(wait)

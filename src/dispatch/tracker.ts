@@ -73,22 +73,23 @@ export class TrackerEntry implements HeapEntry {
   }
 }
 
-/** What {@link InFlightTracker.expireDue} returns. */
-export interface ExpireResult {
-  /** Removed entries whose deadline was ≤ nowMs, earliest first (ties in no particular order). */
-  due: TrackerEntry[]
-  /** The earliest deadline still tracked; undefined when empty. ≤ nowMs when `limit` cut the batch short. */
-  nextDeadlineMs: number | undefined
-}
-
 /** Map by delivery id plus min-heap by deadline; every operation by id is O(1) + O(log n). */
 export class InFlightTracker {
   private readonly byId = new Map<string, TrackerEntry>()
   private readonly heap = new MinHeap<TrackerEntry>()
 
-  /** Entries tracked. */
+  // size and has: the broker asks neither (it holds the entry it inserted, in Outstanding.inFlight),
+  // but a Map answers them in O(1), and the model-based test compares the tracked set with its
+  // model through them after every operation.
+
+  /** Delivery ids tracked. */
   get size(): number {
     return this.byId.size
+  }
+
+  /** True when the delivery id is tracked. */
+  has(deliveryId: string): boolean {
+    return this.byId.has(deliveryId)
   }
 
   /** Starts tracking an entry and returns it; throws if its delivery id is tracked or the entry is in a heap. */
@@ -99,22 +100,13 @@ export class InFlightTracker {
     return entry
   }
 
-  /** The tracked entry for a delivery id, or undefined. */
-  get(deliveryId: string): TrackerEntry | undefined {
-    return this.byId.get(deliveryId)
-  }
-
-  /** True when the delivery id is tracked. */
-  has(deliveryId: string): boolean {
-    return this.byId.has(deliveryId)
-  }
-
-  /** Stops tracking a delivery id (its attempt was acked or nacked); returns the removed entry or undefined. */
-  finish(deliveryId: string): TrackerEntry | undefined {
+  /** Stops tracking a delivery id (its attempt was acked, nacked or otherwise settled); false when it was not tracked. */
+  finish(deliveryId: string): boolean {
     const entry = this.byId.get(deliveryId)
-    if (entry === undefined) return undefined
-    this.forget(entry)
-    return entry
+    if (entry === undefined) return false
+    this.heap.remove(entry)
+    this.byId.delete(deliveryId)
+    return true
   }
 
   /**
@@ -129,24 +121,23 @@ export class InFlightTracker {
   }
 
   /**
-   * Removes and returns the entries whose deadline is ≤ nowMs, earliest first, at most `limit` of
-   * them (a bound on the work of one timer tick), and says when the next one falls due.
+   * Removes and returns the entries whose deadline is ≤ nowMs, earliest first (ties in no particular
+   * order), at most `limit` of them: a bound on the work of one timer tick. When the limit cut the
+   * batch short, nextDeadlineMs() is ≤ nowMs.
    */
-  expireDue(nowMs: number, limit = Infinity): ExpireResult {
+  expireDue(nowMs: number, limit = Infinity): TrackerEntry[] {
     if (!(limit >= 0)) throw new RangeError(`limit must be ≥ 0, got ${limit}`)
     const due: TrackerEntry[] = []
     const heap = this.heap
-    let next = heap.peek()
-    while (next !== undefined && next.deadlineMs <= nowMs && due.length < limit) {
+    for (let next = heap.peek(); next !== undefined && next.deadlineMs <= nowMs && due.length < limit; next = heap.peek()) {
       heap.pop()
       this.byId.delete(next.deliveryId)
       due.push(next)
-      next = heap.peek()
     }
-    return { due, nextDeadlineMs: next?.deadlineMs }
+    return due
   }
 
-  /** The earliest deadline tracked, or undefined when empty: when the dispatcher's one timer should fire. */
+  /** The earliest deadline tracked, or undefined when empty: when the schedule's one timer should fire. */
   nextDeadlineMs(): number | undefined {
     return this.heap.peek()?.deadlineMs
   }
@@ -154,7 +145,7 @@ export class InFlightTracker {
   /**
    * Throws when the Map and the heap disagree (or the heap's own order or indexes are wrong). O(n),
    * and no caller in src/ needs it: a test hook, kept because this is a pure structure whose two
-   * halves must hold the same entries, and the randomised test checks that after every operation.
+   * halves must hold the same entries, and the model-based test checks that after every operation.
    */
   checkInvariant(): void {
     this.heap.checkInvariant()
@@ -163,10 +154,5 @@ export class InFlightTracker {
       if (entry.deliveryId !== deliveryId) throw new Error(`map key ${deliveryId} holds entry ${entry.deliveryId}`)
       if (!this.heap.contains(entry)) throw new Error(`entry ${deliveryId} is not in the heap`)
     }
-  }
-
-  private forget(entry: TrackerEntry): void {
-    this.heap.remove(entry)
-    this.byId.delete(entry.deliveryId)
   }
 }
