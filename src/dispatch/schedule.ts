@@ -38,7 +38,7 @@ export class Schedule {
 
   /** The attempt `deliveryId` of the message at (group, partition, offset) waits for its ack until `deadlineMs`. */
   ackDeadline(deliveryId: string, groupId: number, partition: number, offset: number, attempt: number, deadlineMs: number): TrackerEntry {
-    const entry = this.tracker.insert(new TrackerEntry({ deliveryId, groupId, partition, offset, attempt, deadlineMs, kind: 'in_flight' }))
+    const entry = this.tracker.insert(new TrackerEntry({ deliveryId, groupId, partition, offset, attempt, deadlineMs }))
     this.arm()
     return entry
   }
@@ -96,7 +96,7 @@ export class Schedule {
     this.timerAtMs = Infinity
     const nowMs = this.now()
     // Both are out of their structures before any is acted on: one failing cannot strand the rest.
-    const { due } = this.tracker.expireDue(nowMs, MAX_DUE_PER_TICK)
+    const due = this.tracker.expireDue(nowMs, MAX_DUE_PER_TICK)
     const waits = this.waits.takeDue(nowMs, MAX_DUE_PER_TICK)
     for (const entry of due) this.onDue(entry)
     for (const wait of waits) this.onDue(wait)

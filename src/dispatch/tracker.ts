@@ -1,40 +1,38 @@
 /**
- * The in-flight tracker: which pushed messages are waiting for something, and until when.
+ * The in-flight tracker: the ack deadlines of the pushes in flight, one per delivery id.
  *
- * A pure data structure, an index over what PostgreSQL already holds (it can be rebuilt from the
- * attempts table after a restart): a Map from delivery id to entry, plus a min-heap of the same
- * entries by deadline. No I/O, no timers, no clock: methods that need the time take `nowMs`.
+ * A pure data structure, an index over what PostgreSQL already holds (the attempts table has each
+ * attempt's ack deadline): a Map from delivery id to entry, plus a min-heap of the same entries by
+ * deadline. No I/O, no timers, no clock: methods that need the time take `nowMs`.
+ * src/dispatch/schedule.ts owns the one tracker and arms one timer for its earliest deadline and
+ * for the earliest wait (src/dispatch/waits.ts).
  *
- * States of an entry and the calls that move it (verbs as in the HTTP layer: acks → finish,
- * nacks → requeue, extend → touch):
+ * The calls, by what happens to a push (the dispatcher makes them through the schedule):
  *
- *   insert ──▶ in_flight ──touch──▶ in_flight            (deadline = the ack deadline, moved)
- *   insert ──▶ retry_wait | delayed | dead_letter_retry   (deadline = when to push, or dead-letter, again)
- *   in_flight ──requeue──▶ retry_wait
- *   either ──finish / expireDue / removeWhere──▶ untracked (the caller gets the entry back)
+ *   pushed                  → insert     an entry with the attempt's ack deadline (explicit mode;
+ *                                        in auto mode only if it can pass before the push's timeout,
+ *                                        or when the attempt is extended)
+ *   acked                   → finish     no longer tracked
+ *   extended                → touch      the deadline moved, earlier or later
+ *   nacked                  → finish     then the push flow schedules the retry as a wait in
+ *                                        waits.ts (or dead-letters the message): no requeue here
+ *   settled otherwise       → finish     the push failed, an auto-mode push was answered, the
+ *                                        message was dead-lettered or its partition moved
+ *   the deadline passed     → expireDue  removed and handed back, earliest first; the push flow
+ *                                        records the timeout and schedules the retry as a wait
  *
- * All kinds share one heap. The dispatcher keeps only in_flight entries here, the ack deadlines of
- * delivery ids (src/dispatch/schedule.ts arms one timer for them and for the waits of messages,
- * which are typed entries of src/dispatch/waits.ts, not delivery ids); the other kinds and
- * `requeue` remain for a caller that keeps waits by id.
- *
- * Cost, measured by bench/tracker.ts with 1,000,000 entries (Node 20, 64-bit, no pointer
- * compression): ~144 bytes an entry right after filling (entry object with its boxed deadline 88,
- * Map slot ~21-29, heap slot ~19 with the key array), ~166 once the Map has seen as many deletes
- * (it keeps a table twice as large), plus the delivery id string the caller allocates (~48 for
- * 22 chars). Most of the time per operation goes to the Map's random memory accesses and to
- * allocating entries: with the heap replaced by a no-op, the mixed workload ran only ~1.4-1.6×
- * faster.
+ * Cost, measured by `npm run bench:tracker` with 1,000,000 entries (Node 20, 64-bit, no pointer
+ * compression). Memory, the same in every run: 144 bytes an entry right after filling (the entry
+ * object with its boxed deadline 88, a Map slot ~21, a heap slot ~19 with the key array), 166 once
+ * the Map has seen as many deletes (it keeps a larger table), plus the delivery id string the caller
+ * allocates (48 for 22 chars). Time varies with the load of the shared 2-core machine; medians of
+ * two runs (load average ~19, then ~10): insert 0.19 / 0.49 M/s, touch 0.23 / 0.49 M/s, finish
+ * 0.17 / 0.44 M/s, expireDue 0.16 / 0.47 M entries/s; mixed workloads 0.41 / 0.49 M ops/s with acks
+ * in push order, 0.15 / 0.34 M ops/s with acks for random ids. In the same runs a bare Map.get of a
+ * random id ran at 0.50 / 1.84 M/s and a plain number[] heap's push or pop at 3.5 / 6.8 M/s: an
+ * operation by id costs about as much as 2-4 random Map lookups.
  */
 import { MinHeap, type HeapEntry } from './min-heap.ts'
-
-/**
- * What an entry is waiting for: an ack (`in_flight`), the end of its retry backoff (`retry_wait`),
- * its produce delay (`delayed`), or another try at dead-lettering it (`dead_letter_retry`). All but
- * `in_flight` are waits the dispatcher schedules; only `in_flight` entries can be touched or requeued.
- */
-export type DeliveryKind = 'in_flight' | 'retry_wait' | 'delayed' | 'dead_letter_retry'
-const KINDS: readonly DeliveryKind[] = ['in_flight', 'retry_wait', 'delayed', 'dead_letter_retry']
 
 /** The fields of a new entry. */
 export interface TrackerEntryInit {
@@ -44,17 +42,14 @@ export interface TrackerEntryInit {
   offset: number
   attempt: number
   deadlineMs: number
-  kind: DeliveryKind
 }
 
-/** Attempts above this do not fit the packed field (a Smi, 31 bits); maxDeliveries is far lower. */
-const MAX_ATTEMPT = 2 ** 28
-
 /**
- * One tracked delivery. A class with fixed fields so that a million of them share one hidden
- * class and cost ~96 bytes each (with the boxed deadline); an object literal per entry would cost
- * more and vary in shape. `deadlineMs`, `kind` and `index` belong to the tracker: change them only
- * through its methods while the entry is tracked (an untracked entry may be edited, then inserted).
+ * The ack deadline of one delivery id. A class with fixed fields so that a million of them share
+ * one hidden class and cost 88 bytes each with the boxed deadline (bench/tracker.ts); an object
+ * literal per entry would cost more and vary in shape. `deadlineMs` and `index` belong to the
+ * tracker: change them only through its methods while the entry is tracked (an untracked entry may
+ * be edited, then inserted).
  */
 export class TrackerEntry implements HeapEntry {
   // `declare`: no class-field initialisers, so V8 first sees each field with its real type. A field
@@ -64,82 +59,36 @@ export class TrackerEntry implements HeapEntry {
   declare readonly groupId: number
   declare readonly partition: number
   declare readonly offset: number
-  /** Epoch ms: the ack deadline (in_flight) or when to push again (retry_wait). */
+  /** The attempt this delivery id names (1 for the first push). */
+  declare readonly attempt: number
+  /** Epoch ms: the ack deadline. */
   declare deadlineMs: number
   /** Heap position, maintained by the heap; -1 when not tracked. */
   declare index: number
-  /** attempt * 4 plus the kind's index in KINDS: one small integer instead of two fields, 8 bytes less an entry. */
-  declare private attemptAndKind: number
 
   constructor(init: TrackerEntryInit) {
-    if (!Number.isInteger(init.attempt) || init.attempt < 0 || init.attempt > MAX_ATTEMPT) {
-      throw new RangeError(`attempt must be an integer from 0 to ${MAX_ATTEMPT}, got ${init.attempt}`)
-    }
     this.deliveryId = init.deliveryId
     this.groupId = init.groupId
     this.partition = init.partition
     this.offset = init.offset
+    this.attempt = init.attempt
     this.deadlineMs = init.deadlineMs
     this.index = -1
-    this.attemptAndKind = init.attempt * 4 + KINDS.indexOf(init.kind)
   }
-
-  /** The attempt this delivery id names (1 for the first push). */
-  get attempt(): number {
-    return this.attemptAndKind >> 2
-  }
-
-  /** What the entry waits for; set only while untracked, or through the tracker's requeue. */
-  get kind(): DeliveryKind {
-    return KINDS[this.attemptAndKind & 3]!
-  }
-
-  set kind(kind: DeliveryKind) {
-    this.attemptAndKind = (this.attemptAndKind & ~3) | KINDS.indexOf(kind)
-  }
-}
-
-/** What {@link InFlightTracker.expireDue} returns. */
-export interface ExpireResult {
-  /** Removed entries whose deadline was ≤ nowMs, earliest first (ties in no particular order). */
-  due: TrackerEntry[]
-  /** The earliest deadline still tracked; undefined when empty. ≤ nowMs when `limit` cut the batch short. */
-  nextDeadlineMs: number | undefined
 }
 
 /** Map by delivery id plus min-heap by deadline; every operation by id is O(1) + O(log n). */
 export class InFlightTracker {
   private readonly byId = new Map<string, TrackerEntry>()
   private readonly heap = new MinHeap<TrackerEntry>()
-  private inFlight = 0
 
-  /** Entries tracked, both kinds. */
+  // size and has: the broker asks neither (it holds the entry it inserted, in Outstanding.inFlight),
+  // but a Map answers them in O(1), and the model-based test compares the tracked set with its
+  // model through them after every operation.
+
+  /** Delivery ids tracked. */
   get size(): number {
     return this.byId.size
-  }
-
-  /** Entries waiting for an ack. */
-  get inFlightCount(): number {
-    return this.inFlight
-  }
-
-  /** Entries waiting for their retry backoff. */
-  get retryWaitCount(): number {
-    return this.byId.size - this.inFlight
-  }
-
-  /** Starts tracking an entry and returns it; throws if its delivery id is tracked or the entry is in a heap. */
-  insert(entry: TrackerEntry): TrackerEntry {
-    if (this.byId.has(entry.deliveryId)) throw new Error(`delivery ${entry.deliveryId} is already tracked`)
-    this.heap.push(entry) // throws before the Map changes if the entry is tracked elsewhere
-    this.byId.set(entry.deliveryId, entry)
-    if (entry.kind === 'in_flight') this.inFlight++
-    return entry
-  }
-
-  /** The tracked entry for a delivery id, or undefined. */
-  get(deliveryId: string): TrackerEntry | undefined {
-    return this.byId.get(deliveryId)
   }
 
   /** True when the delivery id is tracked. */
@@ -147,102 +96,67 @@ export class InFlightTracker {
     return this.byId.has(deliveryId)
   }
 
-  /** Stops tracking a delivery of either kind (ack, dead-letter); returns the removed entry or undefined. */
-  finish(deliveryId: string): TrackerEntry | undefined {
-    const entry = this.byId.get(deliveryId)
-    if (entry === undefined) return undefined
-    this.forget(entry)
+  /** Starts tracking an entry and returns it; throws if its delivery id is tracked or the entry is in a heap. */
+  insert(entry: TrackerEntry): TrackerEntry {
+    if (this.byId.has(entry.deliveryId)) throw new Error(`delivery ${entry.deliveryId} is already tracked`)
+    this.heap.push(entry) // throws before the Map changes if the entry is tracked elsewhere
+    this.byId.set(entry.deliveryId, entry)
     return entry
   }
 
+  /** Stops tracking a delivery id (its attempt was acked, nacked or otherwise settled); false when it was not tracked. */
+  finish(deliveryId: string): boolean {
+    const entry = this.byId.get(deliveryId)
+    if (entry === undefined) return false
+    this.heap.remove(entry)
+    this.byId.delete(deliveryId)
+    return true
+  }
+
   /**
-   * Moves an in_flight entry's ack deadline (extend). False for an unknown id and for a retry_wait
-   * entry: its attempt already ended (timed out, failed or nacked), so there is no deadline to extend.
+   * Moves a delivery id's ack deadline, earlier or later (extend). False for an id not tracked: its
+   * attempt already ended (acked, nacked, failed or timed out), so there is no deadline to extend.
    */
   touch(deliveryId: string, deadlineMs: number): boolean {
     const entry = this.byId.get(deliveryId)
-    if (entry === undefined || entry.kind !== 'in_flight') return false
+    if (entry === undefined) return false
     this.heap.update(entry, deadlineMs)
     return true
   }
 
-  /** Turns an in_flight entry into retry_wait until `retryAtMs` (nack); false for an unknown id or one already waiting. */
-  requeue(deliveryId: string, retryAtMs: number): boolean {
-    const entry = this.byId.get(deliveryId)
-    if (entry === undefined || entry.kind !== 'in_flight') return false
-    entry.kind = 'retry_wait'
-    this.inFlight--
-    this.heap.update(entry, retryAtMs)
-    return true
-  }
-
   /**
-   * Removes and returns the entries whose deadline is ≤ nowMs, earliest first, at most `limit` of
-   * them (a bound on the work of one timer tick), and says when the next one falls due.
+   * Removes and returns the entries whose deadline is ≤ nowMs, earliest first (ties in no particular
+   * order), at most `limit` of them: a bound on the work of one timer tick. When the limit cut the
+   * batch short, nextDeadlineMs() is ≤ nowMs.
    */
-  expireDue(nowMs: number, limit = Infinity): ExpireResult {
+  expireDue(nowMs: number, limit = Infinity): TrackerEntry[] {
     if (!(limit >= 0)) throw new RangeError(`limit must be ≥ 0, got ${limit}`)
     const due: TrackerEntry[] = []
     const heap = this.heap
-    let next = heap.peek()
-    while (next !== undefined && next.deadlineMs <= nowMs && due.length < limit) {
+    for (let next = heap.peek(); next !== undefined && next.deadlineMs <= nowMs && due.length < limit; next = heap.peek()) {
       heap.pop()
       this.byId.delete(next.deliveryId)
-      if (next.kind === 'in_flight') this.inFlight--
       due.push(next)
-      next = heap.peek()
     }
-    return { due, nextDeadlineMs: next?.deadlineMs }
+    return due
   }
 
-  /** The earliest deadline tracked, or undefined when empty: when the dispatcher's one timer should fire. */
+  /** The earliest deadline tracked, or undefined when empty: when the schedule's one timer should fire. */
   nextDeadlineMs(): number | undefined {
     return this.heap.peek()?.deadlineMs
   }
 
   /**
-   * Removes every entry the predicate selects and returns them (in no particular order). O(n) scan
-   * plus O(log n) per removal: meant for rebalancing and group changes, not for the hot path.
+   * Throws when the Map and the heap disagree (or the heap's own order or indexes are wrong). O(n),
+   * and no caller in src/ needs it: a test hook, kept because this is a pure structure whose two
+   * halves must hold the same entries, and the model-based test checks that after every operation.
    */
-  removeWhere(predicate: (entry: TrackerEntry) => boolean): TrackerEntry[] {
-    const removed: TrackerEntry[] = []
-    // Deleting the current key while iterating a Map is well defined: iteration continues.
-    for (const entry of this.byId.values()) {
-      if (!predicate(entry)) continue
-      this.forget(entry)
-      removed.push(entry)
-    }
-    return removed
-  }
-
-  /** Removes every entry of one partition of one group (it moved to another consumer); O(n), see removeWhere. */
-  removeGroupPartition(groupId: number, partition: number): TrackerEntry[] {
-    return this.removeWhere((entry) => entry.groupId === groupId && entry.partition === partition)
-  }
-
-  /** Removes every entry (dispatcher stop). */
-  clear(): void {
-    this.heap.clear()
-    this.byId.clear()
-    this.inFlight = 0
-  }
-
-  /** Throws when the Map, the heap and the counters disagree. O(n): for tests and debugging. */
   checkInvariant(): void {
     this.heap.checkInvariant()
     if (this.heap.size !== this.byId.size) throw new Error(`heap has ${this.heap.size} entries, map ${this.byId.size}`)
-    let inFlight = 0
     for (const [deliveryId, entry] of this.byId) {
       if (entry.deliveryId !== deliveryId) throw new Error(`map key ${deliveryId} holds entry ${entry.deliveryId}`)
       if (!this.heap.contains(entry)) throw new Error(`entry ${deliveryId} is not in the heap`)
-      if (entry.kind === 'in_flight') inFlight++
     }
-    if (inFlight !== this.inFlight) throw new Error(`inFlightCount says ${this.inFlight}, counted ${inFlight}`)
-  }
-
-  private forget(entry: TrackerEntry): void {
-    this.heap.remove(entry)
-    this.byId.delete(entry.deliveryId)
-    if (entry.kind === 'in_flight') this.inFlight--
   }
 }
