@@ -1,6 +1,6 @@
 /**
  * Acks, nacks and extends of delivery ids, as the dispatcher takes them (verbs as in the HTTP
- * layer; on the schedule they finish, requeue and touch an attempt's ack deadline).
+ * layer; on the schedule they finish and touch an attempt's ack deadline).
  *
  * A delivery id names its group, partition, offset and attempt (src/store/delivery-id.ts). One
  * issued here is found in memory; one issued before a restart, or by another process, by its

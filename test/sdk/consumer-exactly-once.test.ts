@@ -119,73 +119,77 @@ function droppingAcks(n: number) {
 
 const INSERT_EFFECT = 'INSERT INTO effects (webhook_id, value, attempt) VALUES ($1, $2, $3)'
 
-t.test("docs/consumer-helper.md's exactly-once consumer: the text of examples/consumer-exactly-once.mjs, run as a file", server, async (t) => {
-  const example = await readFile(path.join(root, 'examples/consumer-exactly-once.mjs'), 'utf8')
-  const readme = await readFile(path.join(root, 'docs/consumer-helper.md'), 'utf8')
-  const shown = /<!-- examples\/consumer-exactly-once\.mjs -->\n```js\n([\s\S]*?)```\n/.exec(readme)?.[1]
-  t.equal(shown, example, 'docs/consumer-helper.md shows examples/consumer-exactly-once.mjs exactly')
+t.test(
+  "docs/consumer-helper.md's exactly-once consumer: the text of examples/consumer-exactly-once.mjs, run as a file",
+  server,
+  async (t) => {
+    const example = await readFile(path.join(root, 'examples/consumer-exactly-once.mjs'), 'utf8')
+    const readme = await readFile(path.join(root, 'docs/consumer-helper.md'), 'utf8')
+    const shown = /<!-- examples\/consumer-exactly-once\.mjs -->\n```js\n([\s\S]*?)```\n/.exec(readme)?.[1]
+    t.equal(shown, example, 'docs/consumer-helper.md shows examples/consumer-exactly-once.mjs exactly')
 
-  const db = await consumerDatabase(t)
-  const secret = generateSecret()
-  // In this checkout @hookq/client is TypeScript source, hence tsx; from the packed SDK plain node runs it.
-  const child = spawn(process.execPath, ['--import', 'tsx', 'examples/consumer-exactly-once.mjs'], {
-    cwd: root,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: {
-      PATH: process.env.PATH ?? '',
-      HOME: process.env.HOME ?? '',
-      HOOKQ_URL: url,
-      HOOKQ_WEBHOOK_SECRET: secret,
-      DATABASE_URL: db.url,
-      PORT: '0',
-    },
-  })
-  let out = ''
-  child.stdout.on('data', (d) => {
-    out += d
-  })
-  child.stderr.on('data', (d) => {
-    out += d
-  })
-  t.teardown(() => {
-    child.kill('SIGKILL')
-  })
-  const listening = await waitUntil(
-    () => /consumer listening on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1],
-    20_000,
-    'the example listening',
-  )
-  await setup('payments', { retry: quickRetry }, listening, secret)
+    const db = await consumerDatabase(t)
+    const secret = generateSecret()
+    // In this checkout @hookq/client is TypeScript source, hence tsx; from the packed SDK plain node runs it.
+    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/consumer-exactly-once.mjs'], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: {
+        PATH: process.env.PATH ?? '',
+        HOME: process.env.HOME ?? '',
+        HOOKQ_URL: url,
+        HOOKQ_WEBHOOK_SECRET: secret,
+        DATABASE_URL: db.url,
+        PORT: '0',
+      },
+    })
+    let out = ''
+    child.stdout.on('data', (d) => {
+      out += d
+    })
+    child.stderr.on('data', (d) => {
+      out += d
+    })
+    t.teardown(() => {
+      child.kill('SIGKILL')
+    })
+    const listening = await waitUntil(
+      () => /consumer listening on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1],
+      20_000,
+      'the example listening',
+    )
+    await setup('payments', { retry: quickRetry }, listening, secret)
 
-  await produce('payments', [
-    { account: 'a', cents: 250 },
-    { account: 'a', cents: 100 },
-    { account: 'b', cents: 5 },
-  ])
-  await lagZero('payments')
-  const balances = () => db.rows('SELECT account, cents::int FROM balances ORDER BY account')
-  t.same(
-    await balances(),
-    [
-      { account: 'a', cents: 350 },
+    await produce('payments', [
+      { account: 'a', cents: 250 },
+      { account: 'a', cents: 100 },
       { account: 'b', cents: 5 },
-    ],
-    'each payment counted once',
-  )
+    ])
+    await lagZero('payments')
+    const balances = () => db.rows('SELECT account, cents::int FROM balances ORDER BY account')
+    t.same(
+      await balances(),
+      [
+        { account: 'a', cents: 350 },
+        { account: 'b', cents: 5 },
+      ],
+      'each payment counted once',
+    )
 
-  await seekToStart('payments')
-  await deliveries('payments', (d) => d.filter((x) => x.outcome === 'acked' && x.statusCode === 200).length === 6)
-  t.same(
-    await balances(),
-    [
-      { account: 'a', cents: 350 },
-      { account: 'b', cents: 5 },
-    ],
-    'all three pushed and acked again, and counted once',
-  )
-  t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 3, 'three ids recorded')
-  t.equal(out.trim().split('\n').length, 1, `nothing printed but the listening line: ${out}`)
-})
+    await seekToStart('payments')
+    await deliveries('payments', (d) => d.filter((x) => x.outcome === 'acked' && x.statusCode === 200).length === 6)
+    t.same(
+      await balances(),
+      [
+        { account: 'a', cents: 350 },
+        { account: 'b', cents: 5 },
+      ],
+      'all three pushed and acked again, and counted once',
+    )
+    t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 3, 'three ids recorded')
+    t.equal(out.trim().split('\n').length, 1, `nothing printed but the listening line: ${out}`)
+  },
+)
 
 t.test('a message handled once: its write and its id commit in one transaction, and it is acked', server, async (t) => {
   const db = await consumerDatabase(t)
