@@ -64,7 +64,7 @@ export async function startEmbedded(opts: { dataDir: string | 'memory'; log?: (m
     })
   }
   const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: MAX_WAITING_SOCKETS })
-  admitOneAtATime(server)
+  admitOneAtATime(server, db)
   try {
     await server.start()
   } catch (err) {
@@ -95,11 +95,26 @@ export async function startEmbedded(opts: { dataDir: string | 'memory'; log?: (m
 
 // Each server socket is handed to pglite-socket's private handleConnection (pglite-socket is pinned
 // to 0.2.17); we delay that call until no other socket is being served.
-function admitOneAtATime(server: PGLiteSocketServer): void {
+//
+// Every socket is served by the same PGlite session, so what a connection leaves in it would be
+// there for the next: its prepared statements (pg-pool replaces a connection after a failed query,
+// and the new one's PREPARE of a statement the old one prepared failed with 42P05, for ever: one
+// refused attempt row stopped the attempt log), its advisory locks, LISTENs and settings.
+// pglite-socket rolls back a transaction left open; before the next socket is served the session
+// is reset as a new one would be (DISCARD ALL, what connection poolers run between clients).
+function admitOneAtATime(server: PGLiteSocketServer, db: PGlite): void {
   const internals = server as unknown as { handleConnection(socket: Socket): Promise<void> }
   const admit = internals.handleConnection.bind(server)
-  internals.handleConnection = async (socket) => {
+  // Sockets are let in one at a time, in arrival order: the reset below awaits, and a second waiter
+  // must not pass the check while the first is between it and admit().
+  let turns: Promise<unknown> = Promise.resolve()
+  internals.handleConnection = (socket) => {
     socket.on('error', () => {}) // a waiting client that resets must not crash the process
+    const turn = turns.then(() => admitWhenFree(socket))
+    turns = turn.catch(() => {})
+    return turn
+  }
+  const admitWhenFree = async (socket: Socket) => {
     const deadline = Date.now() + ADMIT_WAIT_MS
     while (server.getStats().activeConnections > 0) {
       if (socket.destroyed) return // the client gave up waiting
@@ -109,6 +124,9 @@ function admitOneAtATime(server: PGLiteSocketServer): void {
       }
       await sleep(2)
     }
+    if (socket.destroyed) return
+    if (db.isInTransaction()) await db.exec('ROLLBACK')
+    await db.exec('DISCARD ALL')
     // admit() registers the socket before its first await, so the next waiter sees it as active.
     return admit(socket)
   }

@@ -76,6 +76,25 @@ t.test('one connection at a time: the next one waits instead of failing', async 
   }
 })
 
+t.test('each connection starts a fresh session: nothing the previous one left carries over', async (t) => {
+  const db = await startEmbedded({ dataDir: 'memory' })
+  t.teardown(() => db.close())
+  const first = new pg.Client({ connectionString: db.connectionString })
+  await first.connect()
+  await first.query({ name: 'stmt', text: 'SELECT $1::int AS n', values: [1] })
+  await first.query('SELECT pg_advisory_lock(7)')
+  await first.query("SET application_name = 'first'")
+  await first.end()
+
+  // What pg-pool does after a failed query: a new client, which prepares the same name again.
+  const second = new pg.Client({ connectionString: db.connectionString })
+  await second.connect()
+  t.teardown(() => second.end())
+  t.same((await second.query({ name: 'stmt', text: 'SELECT $1::int AS n', values: [2] })).rows, [{ n: 2 }], 'the name is free again')
+  t.same((await second.query('SELECT pg_try_advisory_lock(7) AS ok')).rows, [{ ok: true }], 'the lock went with its session')
+  t.not((await second.query('SHOW application_name')).rows[0].application_name, 'first', 'settings too')
+})
+
 t.test('rows committed before a SIGKILL are there after reopening', async (t) => {
   const dataDir = await tempDir(t)
   // The child inserts one row per autocommitted statement and reports each after it returns.
