@@ -59,29 +59,40 @@ function storableText(text: string | undefined): string | null {
 /**
  * Inserts attempt rows in one statement (outcome in_flight unless already known), a named one:
  * prepared once per connection, it skips PostgreSQL's parse and plan at every flush.
+ *
+ * A plain INSERT first: ON CONFLICT DO NOTHING made every row a speculative insertion (one more
+ * WAL record a row, 15-25% of the statement's time: 13.7-16.3 against 11.6-12.2 us a row for
+ * batches of 1,270 here). Rows can only exist already when a flush committed and its answer was
+ * lost, so the writer sends them again: that retry meets a unique violation, and then skips them.
  */
 export async function insertAttempts(db: Database, rows: AttemptStart[]): Promise<void> {
   if (rows.length === 0) return
-  await db.pool.query({
-    name: 'hookq_insert_attempts',
-    text: INSERT_ATTEMPTS,
-    values: [
-      rows.map((r) => r.id),
-      numberArray(rows.map((r) => r.groupId)),
-      numberArray(rows.map((r) => r.topicId)),
-      numberArray(rows.map((r) => r.partition)),
-      numberArray(rows.map((r) => r.offset)),
-      numberArray(rows.map((r) => r.attempt)),
-      rows.map((r) => r.consumerId),
-      epochMsArray(rows.map((r) => r.startedAt)),
-      epochMsArray(rows.map((r) => r.ackDeadline)),
-      rows.map((r) => r.outcome ?? null),
-      epochMsArray(rows.map((r) => r.finishedAt)),
-      numberArray(rows.map((r) => r.statusCode)),
-      numberArray(rows.map((r) => r.durationMs)),
-      rows.map((r) => storableText(r.error)),
-    ],
-  })
+  const values = attemptValues(rows)
+  try {
+    await db.pool.query({ name: 'hookq_insert_attempts', text: INSERT_ATTEMPTS, values })
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== '23505') throw err
+    await db.pool.query({ name: 'hookq_insert_attempts_again', text: `${INSERT_ATTEMPTS} ON CONFLICT DO NOTHING`, values })
+  }
+}
+
+function attemptValues(rows: AttemptStart[]): unknown[] {
+  return [
+    rows.map((r) => r.id),
+    numberArray(rows.map((r) => r.groupId)),
+    numberArray(rows.map((r) => r.topicId)),
+    numberArray(rows.map((r) => r.partition)),
+    numberArray(rows.map((r) => r.offset)),
+    numberArray(rows.map((r) => r.attempt)),
+    rows.map((r) => r.consumerId),
+    epochMsArray(rows.map((r) => r.startedAt)),
+    epochMsArray(rows.map((r) => r.ackDeadline)),
+    rows.map((r) => r.outcome ?? null),
+    epochMsArray(rows.map((r) => r.finishedAt)),
+    numberArray(rows.map((r) => r.statusCode)),
+    numberArray(rows.map((r) => r.durationMs)),
+    rows.map((r) => storableText(r.error)),
+  ]
 }
 
 // A group or topic deleted meanwhile takes its attempts with it: rows of ids no longer there are
@@ -96,8 +107,7 @@ FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[]
             $10::text[], $11::float8[], $12::int[], $13::int[], $14::text[])
   AS u(id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline,
        outcome, finished_at, status_code, duration_ms, error)
-WHERE u.group_id IN (SELECT id FROM consumer_groups) AND u.topic_id IN (SELECT id FROM topics)
-ON CONFLICT DO NOTHING`
+WHERE u.group_id IN (SELECT id FROM consumer_groups) AND u.topic_id IN (SELECT id FROM topics)`
 
 /** Applies attempt updates in one statement (each id at most once: merge before calling). */
 export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promise<void> {

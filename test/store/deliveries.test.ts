@@ -139,6 +139,24 @@ t.test('attempt rows round-trip through the database', async (t) => {
   )
 })
 
+t.test('a batch sent again after its answer was lost: the rows already there are skipped, the new ones written', async (t) => {
+  const { broker, groupId, row } = await groupSetup(t, 'again')
+  const first = [row(0), row(1)]
+  await insertAttempts(broker.db, first)
+  // The retry carries the same rows (outcomes learnt meanwhile merged in) and rows that came since.
+  await insertAttempts(broker.db, [{ ...first[0]!, outcome: 'acked' }, first[1]!, row(2)])
+  const listed = await listAttempts(broker.db, groupId, { limit: 10 })
+  t.same(
+    listed.map((r) => [r.offset, r.outcome]).sort(),
+    [
+      [0, 'in_flight'],
+      [1, 'in_flight'],
+      [2, 'in_flight'],
+    ],
+    'each row once; a row already there keeps what it has (its outcome comes by update)',
+  )
+})
+
 t.test('a row PostgreSQL refuses fails alone: the rows around it are written, and it without its details', async (t) => {
   const { broker, groupId, row } = await groupSetup(t, 'bad')
   const errors: { err: unknown; dropped: number }[] = []
