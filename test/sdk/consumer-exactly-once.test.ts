@@ -3,7 +3,8 @@
  * PostgreSQL database of the consumer's own: the README's example run as a file, a message's write
  * and its id committed in one transaction before the ack, a committed message pushed again (a lost
  * ack, a seek back) acked without the handler, a throwing handler's writes rolled back and run
- * again, and batch pushes (a transaction per message, or one for a batch handler's batch).
+ * again, and batch pushes (a transaction per message, or one for a batch handler's batch, which
+ * gets only the batch's messages not handled before).
  * test/sdk/consumer-exactly-once-kill.test.ts kills consumer processes mid-message.
  */
 import t from 'tap'
@@ -11,6 +12,7 @@ import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type pg from 'pg'
+import { unwrap, type GroupConfig } from '@hookq/client'
 import { createConsumer, PgIdempotencyStore, type ConsumerErrorStage } from '@hookq/client/consumer'
 import { generateSecret } from '../../src/dispatch/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
@@ -20,7 +22,7 @@ import { waitUntil } from '../helpers/wait.ts'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
 const { url } = await startListeningBroker(t)
-const { setupWithConsumer, produceValues, lagZero, deliveriesWhen, seekToStart, droppingAcks } = sdkApi(url)
+const { hookq, setupWithConsumer, produceValues, lagZero, deliveriesWhen, seekToStart, droppingAcks } = sdkApi(url)
 // The embedded database takes one connection: the broker's, and none left for a consumer.
 const server = { skip: needsServer }
 
@@ -290,3 +292,85 @@ t.test('batch push with a batch handler: one transaction for the batch, all or n
   t.ok(txids.size < effects.length, `several messages a transaction (${txids.size} for ${effects.length})`)
   t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 10)
 })
+
+t.test(
+  'batch push with a batch handler: only the fresh messages of a batch reach it; the duplicates in it are acked without it',
+  server,
+  async (t) => {
+    const db = await consumerDatabase(t, EFFECTS)
+    const secret = generateSecret()
+    const calls: number[][] = []
+    const stages: ConsumerErrorStage[] = []
+    const consumer = createConsumer<number, pg.PoolClient>({
+      secret,
+      baseUrl: url,
+      idempotency: new PgIdempotencyStore({ pool: db.pool }),
+      onError: (_e, { stage }) => {
+        stages.push(stage)
+      },
+      handler: () => {
+        throw new Error('not used with a batch handler')
+      },
+      batchHandler: async (messages, { tx }) => {
+        calls.push(messages.map((m) => m.value))
+        for (const m of messages) await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt])
+      },
+    })
+    // The offsets each push carried, read before the consumer handles it.
+    const pushes: number[][] = []
+    const base = await serve(t, (req, res) => {
+      const chunks: Buffer[] = []
+      req.on('data', (c: Buffer) => chunks.push(c))
+      req.on('end', () => {
+        const body = Buffer.concat(chunks).toString('utf8')
+        pushes.push((JSON.parse(body) as { deliveries: { offset: number }[] }).deliveries.map((d) => d.offset))
+        consumer.handle({ headers: req.headers, body }).then((answer) => res.writeHead(answer.status, answer.headers).end(answer.body))
+      })
+    })
+    const group = 'batch-fresh'
+    const settings = { topic: group, batch: { maxMessages: 25, maxWaitMs: 200 }, retry: quickRetry }
+    const paused = async (on: boolean) => {
+      await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group } }, body: { ...settings, paused: on } as GroupConfig }))
+    }
+    await setupWithConsumer(group, settings, base, secret)
+    const ackedOffsets = async (n: number) =>
+      (await deliveriesWhen(group, (d) => d.filter((x) => x.outcome === 'acked').length === n))
+        .filter((x) => x.outcome === 'acked')
+        .map((x) => x.offset)
+        .sort((a, b) => a - b)
+
+    // 0-2 are handled and acked.
+    await produceValues(group, [0, 1, 2])
+    await lagZero(group)
+    t.same(calls.flat(), [0, 1, 2], 'the first three handled')
+
+    // While the group is paused, 3-5 are produced and the partition is sought back to 0: unpaused,
+    // it pushes 0-5 together, 0-2 handled before and 3-5 not.
+    await paused(true)
+    await produceValues(group, [3, 4, 5])
+    await seekToStart(group)
+    const pushesBefore = pushes.length
+    const callsBefore = calls.length
+    await paused(false)
+    await lagZero(group)
+    const mixed = pushes.slice(pushesBefore).filter((p) => p.some((o) => o < 3) && p.some((o) => o >= 3))
+    t.ok(mixed.length > 0, `a push carried handled and fresh messages together: ${JSON.stringify(pushes.slice(pushesBefore))}`)
+    t.same(calls.slice(callsBefore).flat(), [3, 4, 5], 'the batch handler got the fresh ones only, each once')
+    t.same(await ackedOffsets(9), [0, 0, 1, 1, 2, 2, 3, 4, 5], 'and all six were acked: the duplicates without the handler')
+
+    // Once more from 0: a batch of nothing but duplicates does not call the batch handler at all.
+    const callsAfter = calls.length
+    await seekToStart(group)
+    await lagZero(group)
+    t.equal(calls.length, callsAfter, 'no call for a batch of duplicates')
+    t.same(await ackedOffsets(15), [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 5], 'yet every message acked again')
+
+    t.same(
+      (await db.rows('SELECT value FROM effects ORDER BY value')).map((e) => e.value),
+      [0, 1, 2, 3, 4, 5],
+      "every message's effect exactly once",
+    )
+    t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 6, 'six ids recorded')
+    t.same(stages, [], 'nothing reported: a duplicate is not an error')
+  },
+)
