@@ -2,6 +2,13 @@
  * A database per test file. With DATABASE_URL (a PostgreSQL server), each call clones a migrated
  * template database, which takes milliseconds; the template is built once per migrations content
  * and reused by later runs. Without it, each call starts an in-memory embedded PGlite and migrates it.
+ *
+ * A server database is dropped at the end of the test that asked for it, unless that test failed:
+ * then it is kept, as pg-boss keeps a failed test's schema, and its name and a psql command to
+ * open it go to stderr. Kept databases (and any a killed run left) are dropped by the first test
+ * process that starts more than KEEP_HOURS after them: their names carry their creation time
+ * (hookq_t_<UTC yyyymmddhhmmss>_<random>), so no run ever drops a database of a run still going,
+ * its own or another checkout's on the same server.
  */
 import { createHash, randomBytes } from 'node:crypto'
 import pg from 'pg'
@@ -12,6 +19,10 @@ import { readMigrations } from '../../src/store/schema-engine.ts'
 /** What tests need from tap's `t`. */
 export interface TeardownHost {
   teardown(fn: () => unknown): void
+  /** tap's: false once the test has failed; a failed test's database is kept. */
+  passing?(): boolean
+  /** tap's full name of the test, recorded on a kept database. */
+  fullname?: string
 }
 
 /** A database for one test file: connect to `url` with at most `maxConnections` connections. */
@@ -30,8 +41,9 @@ export const databaseServerUrl: string | undefined = process.env.DATABASE_URL?.t
 export const needsServer: string | false = databaseServerUrl ? false : 'needs a PostgreSQL server (set DATABASE_URL)'
 
 /**
- * A fresh database, dropped (or closed) at the end of the test. Migrated unless `empty` is set.
- * Server databases allow plenty of connections; the embedded one takes one.
+ * A fresh database, dropped (or closed) at the end of the test `t`, or kept if `t` failed (server
+ * databases only: the embedded one lives in memory). Migrated unless `empty` is set. Server
+ * databases allow plenty of connections; the embedded one takes one.
  */
 export async function testDatabase(t: TeardownHost, opts: { empty?: boolean } = {}): Promise<TestDatabase> {
   if (!databaseServerUrl) {
@@ -40,12 +52,77 @@ export async function testDatabase(t: TeardownHost, opts: { empty?: boolean } = 
     if (!opts.empty) await applyMigrations(db.connectionString, { singleConnection: true })
     return { url: db.connectionString, maxConnections: db.maxConnections }
   }
+  await pruneKept(databaseServerUrl)
   const source = opts.empty ? 'template0' : await migratedTemplate(databaseServerUrl)
-  const name = `hookq_t_${randomBytes(6).toString('hex')}`
+  const name = `${TEST_PREFIX}${stamp(new Date())}_${randomBytes(6).toString('hex')}`
   await admin(databaseServerUrl, (c) => c.query(`CREATE DATABASE "${name}" TEMPLATE "${source}"`))
-  t.teardown(() => admin(databaseServerUrl, (c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)))
+  undropped.add(name)
+  // Teardowns run last-registered first: the broker or pool using this database has closed by now.
+  t.teardown(async () => {
+    undropped.delete(name)
+    // tap's full name is `<file> > TAP > <subtest> > ...`; the root test's name says nothing.
+    if (t.passing?.() === false) return keep(databaseServerUrl, name, t.fullname?.replace(' > TAP', ''))
+    await admin(databaseServerUrl, (c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`))
+  })
   // Test files run in parallel, each with a pool or a broker: stay well inside max_connections (100).
   return { url: withDatabase(databaseServerUrl, name), maxConnections: 10 }
+}
+
+/** A kept database is dropped by the first test process that starts this long after it was created. */
+export const KEEP_HOURS = 24
+const TEST_PREFIX = 'hookq_t_'
+const TEST_NAME = /^hookq_t_(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})_[0-9a-f]{12}$/
+
+/** `date` as yyyymmddhhmmss, UTC. */
+function stamp(date: Date): string {
+  return date.toISOString().replace(/\D/g, '').slice(0, 14)
+}
+
+/** When a test database was created, from its name; undefined for any other name. */
+export function createdAt(name: string): Date | undefined {
+  const m = TEST_NAME.exec(name)
+  if (!m) return undefined
+  const [, y, mo, d, h, mi, s] = m.map(Number) as number[]
+  return new Date(Date.UTC(y!, mo! - 1, d!, h!, mi!, s!))
+}
+
+// Databases created by this process and not yet dropped or kept: reported if the process ends first.
+const undropped = new Set<string>()
+process.once('exit', () => {
+  for (const name of undropped) {
+    process.stderr.write(`# test database ${name} was not dropped: the process ended before its test did (dropped after ${KEEP_HOURS} h)\n`)
+  }
+})
+
+/** Leaves a failed test's database in place and says where it is. */
+async function keep(serverUrl: string, name: string, test: string | undefined): Promise<void> {
+  const why = `kept: ${test ?? 'a test'} failed at ${new Date().toISOString()}`
+  // The comment shows in psql's \l+; a failure to write it changes nothing else.
+  await admin(serverUrl, (c) => c.query(`COMMENT ON DATABASE "${name}" IS '${why.replaceAll("'", "''")}'`)).catch(() => {})
+  const open = new URL(withDatabase(serverUrl, name))
+  open.password = '' // not into logs; psql takes it from PGPASSWORD or ~/.pgpass
+  process.stderr.write(
+    `# ${test ?? 'a test'} failed: its database is kept for inspection\n` +
+      `#   psql '${open.href}'\n` +
+      `#   dropped by the first test run ${KEEP_HOURS} h after its creation (or now: DROP DATABASE "${name}")\n`,
+  )
+}
+
+let pruned: Promise<void> | undefined
+
+/** Once per process: drops test databases created more than KEEP_HOURS ago (kept, or left by a killed run). */
+function pruneKept(serverUrl: string): Promise<void> {
+  pruned ??= admin(serverUrl, async (c) => {
+    const { rows } = await c.query<{ datname: string }>(`SELECT datname FROM pg_database WHERE datname LIKE 'hookq\\_t\\_%'`)
+    const before = Date.now() - KEEP_HOURS * 3_600_000
+    for (const { datname } of rows) {
+      const at = createdAt(datname)
+      if (!at || at.getTime() >= before) continue
+      // Another process may be dropping it too: whichever comes second finds nothing to do.
+      await c.query(`DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`).catch(() => {})
+    }
+  }).catch(() => {}) // best effort: a test never fails for an old database it could not drop
+  return pruned
 }
 
 /** `url` pointing at database `name` on the same server. */

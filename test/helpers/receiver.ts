@@ -34,6 +34,11 @@ export interface BehaviourSpec {
   body?: string
   /** Wait this long before answering, ms. */
   delayMs?: number
+  /**
+   * Answer only once this has settled (then wait `delayMs`, if set): to answer after a call the
+   * handler made (an ack, a nack) has been answered, however long that takes.
+   */
+  after?: PromiseLike<unknown>
   /** Never answer; the socket stays open until the client or `close()` ends it. */
   hang?: boolean
   /** Destroy the socket with a TCP RST instead of answering. */
@@ -104,8 +109,12 @@ export async function startReceiver(t: { teardown(fn: () => unknown): void }, in
         received.closed = true
       })
       const spec = typeof behaviour === 'function' ? behaviour(received) : behaviour
-      if (spec.delayMs) later(() => answer(spec, req, res, received), spec.delayMs)
-      else answer(spec, req, res, received)
+      const go = () => {
+        if (spec.delayMs) later(() => answer(spec, req, res, received), spec.delayMs)
+        else answer(spec, req, res, received)
+      }
+      if (spec.after) spec.after.then(go, go)
+      else go()
     })
   })
   server.on('connection', (socket) => {

@@ -23,3 +23,15 @@ export async function waitUntil<T>(
     await sleep(everyMs)
   }
 }
+
+/**
+ * Waits out a window in which the test expects something not to happen (a push, a retry), for the
+ * one kind of fixed wait a test may have: an absence has no condition to poll for. Say at the call
+ * what must not happen, make the window longer than the moment it would come (a backoff, a
+ * deadline), and use it only where nothing is due until the test acts again, so that a slow
+ * machine can make the check miss a bug but never fail a correct broker. Where a state rules the
+ * event out (nothing outstanding, nothing to push), wait for that state instead.
+ */
+export function absenceWindow(ms: number): Promise<void> {
+  return sleep(ms)
+}

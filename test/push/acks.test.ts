@@ -4,11 +4,10 @@
  * acks of another group's ids, and the durability of an answered ack (checked in the tables).
  */
 import t from 'tap'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type BehaviourSpec, type Received } from '../helpers/receiver.ts'
-import { waitUntil } from '../helpers/wait.ts'
+import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, sql, groupStatus } = api(broker)
@@ -68,11 +67,13 @@ t.test('nack with delayMs: pushed again not before the delay, as attempt 2 with 
   const first = env(receiver.requests[0])
   const nackAt = Date.now()
   t.same(await nack('nd-g', [first.deliveryId], { delayMs: 1200 }), ['nacked'])
-  await sleep(700)
-  t.equal(receiver.requests.length, 1, 'not pushed again during the delay (the 100 ms backoff does not apply)')
   await receiver.waitFor(2, 5000)
   const second = env(receiver.requests[1])
-  t.ok(times[1]! - nackAt >= 1200 - 2, `pushed again ${times[1]! - nackAt} ms after the nack (≥ 1200)`)
+  // nackAt is taken before the call, so the broker's delay cannot end before nackAt + 1200.
+  t.ok(
+    times[1]! - nackAt >= 1200 - 2,
+    `not pushed again during the delay, the 100 ms backoff did not apply: ${times[1]! - nackAt} ms after the nack (≥ 1200)`,
+  )
   t.ok(times[1]! - nackAt < 1200 + 3000, 'and not much later')
   t.equal(second.attempt, 2, 'the nack counted as attempt 1')
   t.not(second.deliveryId, first.deliveryId)
@@ -104,14 +105,30 @@ t.test('nack without delayMs: pushed again after the backoff; it counts toward m
   t.equal(env(receiver.requests[1]).attempt, 2)
   // Second nack: maxDeliveries (2) reached, so it is dead (no dead-letter topic: recorded as dead).
   t.same(await nack('nb-g', [env(receiver.requests[1]).deliveryId]), ['nacked'])
-  await waitUntil(async () => (await groupStatus('nb-g')).partitions[0].committedOffset === 1, 5000, 'dead message completed')
-  await sleep(1500) // longer than the next backoff (1200 ms)
+  await waitUntil(
+    async () => {
+      const p = (await groupStatus('nb-g')).partitions[0]
+      return p.committedOffset === 1 && p.inFlight === 0
+    },
+    5000,
+    'the dead message completed and forgotten',
+  )
+  // Nothing is outstanding, so nothing can be pushed again: no third attempt.
   t.equal(receiver.requests.length, 2, 'no third attempt')
-  const rows = await attemptRows('nb-g')
+  // The nack writes "nacked" at once; the dead-lettering then marks the last attempt "dead" (the
+  // attempt log writes within its flush delay, so that row may trail the completion a little).
+  const rows = await waitUntil(
+    async () => {
+      const r = await attemptRows('nb-g')
+      return r.length === 2 && r[1].outcome !== 'nacked' ? r : undefined
+    },
+    5000,
+    "the second attempt's final outcome",
+  )
   t.same(
     rows.map((r) => r.outcome),
-    ['nacked', rows[1]!.outcome === 'dead' ? 'dead' : 'nacked'],
-    'attempt rows: nacked, then nacked/dead',
+    ['nacked', 'dead'],
+    'attempt rows: nacked, then dead',
   )
 })
 
@@ -153,7 +170,7 @@ t.test('nack with deadLetter: true goes to the dead-letter topic at once and com
   t.match((await groupStatus('nq-g')).partitions[0], { committedOffset: 1, lag: 0, inFlight: 0 }, 'completed for the group')
   t.same(await ack('nq-g', [id]), ['already_completed'], 'an ack afterwards: already completed')
   t.same(await nack('nq-g', [id]), ['already_completed'], 'a nack afterwards: already completed')
-  await sleep(300)
+  t.match((await groupStatus('nq-g')).partitions[0], { committedOffset: 1, inFlight: 0 }, 'and nothing outstanding after them')
   t.equal(receiver.requests.length, 1, 'never pushed again')
 })
 
@@ -165,7 +182,8 @@ t.test('ids of another group, and ids never issued, are unknown to ack, nack and
     ['nf-a', ra],
     ['nf-b', rb],
   ] as const) {
-    await call('PUT', `/v1/groups/${g}`, { topic: 'nf', ackTimeoutMs: 30_000 })
+    // A 100 ms backoff: a nack wrongly applied here would push again well inside the window below.
+    await call('PUT', `/v1/groups/${g}`, { topic: 'nf', ackTimeoutMs: 30_000, retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 } })
     await call('POST', `/v1/groups/${g}/consumers`, { url: r.url })
   }
   await produce('nf', [{ value: 'shared' }])
@@ -179,7 +197,7 @@ t.test('ids of another group, and ids never issued, are unknown to ack, nack and
   t.same(await extend('nf-b', [aId, never], 5000), ['unknown', 'unknown'], "extend of group a's id through group b")
   t.match((await groupStatus('nf-a')).partitions[0], { committedOffset: 0, inFlight: 1 }, "group a's message is untouched")
   t.match((await groupStatus('nf-b')).partitions[0], { committedOffset: 0, inFlight: 1 }, "group b's message is untouched")
-  await sleep(200)
+  await absenceWindow(600) // absence: no push from the foreign nack (one applied would come after the 100 ms backoff)
   t.equal(ra.requests.length + rb.requests.length, 2, 'the foreign nack did not cause a push anywhere')
 
   t.same(await ack('nf-a', [aId]), ['acked'])
@@ -196,16 +214,22 @@ t.test('a nack or extend of a superseded delivery id does not touch the current 
     pushTimeoutMs: 500,
     retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 },
   })
+  // Attempt 2 extends its own deadline as it arrives, so what follows has all the time it needs
+  // however slow the machine (its 1 s deadline would otherwise push attempt 3 of its own accord).
+  const extended: Promise<Status[]>[] = []
+  receiver.setBehaviour((req) => {
+    if (env(req).attempt === 2) extended.push(extend('ns-g', [env(req).deliveryId], 30_000))
+    return { status: 200 }
+  })
   await produce('ns', [{ value: 'x' }])
   await receiver.waitFor(2, 6000) // attempt 1 not acked: redelivered after its deadline
   const [a, b] = [env(receiver.requests[0]), env(receiver.requests[1])]
   t.equal(b.attempt, 2)
-  const n = await nack('ns-g', [a.deliveryId], { delayMs: 0 })
-  t.not(n[0], 'nacked', `nack of attempt 1's id did not take effect (${n[0]})`)
-  t.not(n[0], 'unknown', 'the group did issue that id')
-  const e = await extend('ns-g', [a.deliveryId], 60_000)
-  t.not(e[0], 'extended', `extend of attempt 1's id did not take effect (${e[0]})`)
-  await sleep(400)
+  t.same(await extended[0], ['extended'], 'attempt 2 extended itself')
+  // Only the current attempt can be nacked or extended; attempt 1's id names a settled attempt.
+  t.same(await nack('ns-g', [a.deliveryId], { delayMs: 0 }), ['already_completed'], "nack of attempt 1's id: no effect")
+  t.same(await extend('ns-g', [a.deliveryId], 60_000), ['already_completed'], "extend of attempt 1's id: no effect")
+  await absenceWindow(600) // absence: a stale nack applied (delay 0) would push attempt 3 at once
   t.equal(receiver.requests.length, 2, 'no extra push from the stale nack')
   t.same(await ack('ns-g', [b.deliveryId]), ['acked'], 'the current attempt is still ackable')
   t.match((await groupStatus('ns-g')).partitions[0], { committedOffset: 1, inFlight: 0 })
@@ -217,28 +241,49 @@ t.test('extend keeps a message from being redelivered past its original deadline
     pushTimeoutMs: 500,
     retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 },
   })
+  // Attempt 1 is extended as it arrives, well before its 1 s deadline however slow the machine;
+  // the call's start and end bound the deadline the broker sets.
+  let extendSent = 0
+  let extendAnswered = 0
+  const extended: Promise<Status[]>[] = []
+  receiver.setBehaviour((req) => {
+    times.push(Date.now())
+    if (env(req).attempt === 1) {
+      extendSent = Date.now()
+      extended.push(
+        extend('ne-g', [env(req).deliveryId], 2500).then((s) => {
+          extendAnswered = Date.now()
+          return s
+        }),
+      )
+    }
+    return { status: 200 }
+  })
+  const producedAt = Date.now()
   await produce('ne', [{ value: 'x' }])
   await receiver.waitFor(1, 5000)
   const first = env(receiver.requests[0])
   const t0 = times[0]!
   const originalDeadline = Date.parse(first.ackDeadline)
-  t.ok(Math.abs(originalDeadline - (t0 + 1000)) < 300, 'the envelope names the 1 s deadline')
-  const extendAt = Date.now()
-  t.same(await extend('ne-g', [first.deliveryId], 2500), ['extended'])
-  // Well past the original deadline plus the retry delay (t0 + 1100): nothing.
-  await sleep(Math.max(0, t0 + 1900 - Date.now()))
-  t.equal(receiver.requests.length, 1, 'not redelivered at the original deadline')
-  await waitUntil(
+  // The push started after the produce call did and before it arrived (ISO times: whole ms).
+  t.ok(
+    originalDeadline >= producedAt + 1000 - 1 && originalDeadline <= t0 + 1000,
+    `the envelope names the 1 s deadline (${originalDeadline - producedAt} ms after the produce call, ${t0 + 1000 - originalDeadline} ms before arrival + 1 s)`,
+  )
+  t.same(await extended[0], ['extended'])
+  const rows = await waitUntil(
     async () => {
-      const rows = await attemptRows('ne-g')
-      return rows.length === 1 && Math.abs(new Date(rows[0].ack_deadline).getTime() - (extendAt + 2500)) < 300
+      const r = await attemptRows('ne-g')
+      return r.length === 1 && r[0].ack_deadline && new Date(r[0].ack_deadline).getTime() > originalDeadline ? r : undefined
     },
-    3000,
+    5000,
     'the attempt row carries the new deadline',
   )
-  // Not acked: redelivered after the extended deadline.
-  await receiver.waitFor(2, 5000)
-  t.ok(times[1]! >= extendAt + 2500, `redelivered ${times[1]! - extendAt} ms after the extend (≥ 2500)`)
+  const newDeadline = new Date(rows[0].ack_deadline).getTime()
+  t.ok(newDeadline >= extendSent + 2500 - 1 && newDeadline <= extendAnswered + 2500, 'the new deadline is 2.5 s after the extend call')
+  // Not acked: redelivered after the extended deadline, not at the original one.
+  await receiver.waitFor(2, 6000)
+  t.ok(times[1]! >= extendSent + 2500, `redelivered ${times[1]! - extendSent} ms after the extend (≥ 2500), not at the original deadline`)
   t.equal(env(receiver.requests[1]).attempt, 2)
   t.same(await extend('ne-g', ['BBBBBBBBBBBBBBBBBBBBBB'], 1000), ['unknown'], 'extend of an unknown id')
   t.same(await ack('ne-g', [env(receiver.requests[1]).deliveryId]), ['acked'])
@@ -312,19 +357,20 @@ t.test('a late ack of attempt 1 while attempt 2 is out completes the message; no
     () => t.pass('final outcomes'),
     (err: Error) => t.fail(err.message),
   )
-  const seen = receiver.requests.length
-  await sleep(1300)
-  t.equal(receiver.requests.length, seen, "attempt 2's deadline does not push again")
+  // The message is completed and forgotten: attempt 2's deadline has nothing left to push again.
+  t.match((await groupStatus('nl-g')).partitions[0], { committedOffset: 1, inFlight: 0 }, 'nothing outstanding')
+  t.equal(receiver.requests.length, 2, "attempt 2's deadline does not push again")
 })
 
 t.test('an ack sent from inside the handler before its answer completes the message; a 500 answer after it changes nothing', async (t) => {
   t.equal((await call('PUT', '/v1/topics/nh', { partitions: 1 })).status, 201)
   t.equal(
+    // Deadlines far off: the answer waits for the ack, however long that takes here.
     (
       await call('PUT', '/v1/groups/nh-g', {
         topic: 'nh',
-        ackTimeoutMs: 1000,
-        pushTimeoutMs: 800,
+        ackTimeoutMs: 30_000,
+        pushTimeoutMs: 10_000,
         retry: { initialDelayMs: 100, maxDelayMs: 100, jitter: 0 },
       })
     ).status,
@@ -332,19 +378,27 @@ t.test('an ack sent from inside the handler before its answer completes the mess
   )
   const early: Promise<Status[]>[] = []
   const receiver = await startReceiver(t, (req) => {
-    early.push(ack('nh-g', [env(req).deliveryId]))
-    return { status: 500, body: 'answered after acking', delayMs: 300 }
+    const acked = ack('nh-g', [env(req).deliveryId])
+    early.push(acked)
+    return { status: 500, body: 'answered after acking', after: acked }
   })
   await call('POST', '/v1/groups/nh-g/consumers', { url: receiver.url })
   await produce('nh', [{ value: 'x' }])
   await receiver.waitFor(1, 5000)
   t.same(await early[0], ['acked'])
-  await sleep(1600) // past the 500 answer, the ack deadline and the retry delay
-  t.equal(receiver.requests.length, 1, 'not pushed again')
+  // The 500 answered after the ack is recorded on the attempt, which keeps its outcome.
+  const rows = await waitUntil(
+    async () => {
+      const r = await attemptRows('nh-g')
+      return r.length === 1 && r[0].status_code !== null ? r : undefined
+    },
+    5000,
+    "the 500 answer on the attempt's row",
+  )
+  t.match(rows[0], { outcome: 'acked', status_code: 500 }, 'the attempt keeps its acked outcome, with the 500 it answered')
+  // Nothing outstanding after the answer: no deadline or retry is left to push it again.
   t.match((await groupStatus('nh-g')).partitions[0], { committedOffset: 1, inFlight: 0 })
-  const rows = await attemptRows('nh-g')
-  t.equal(rows.length, 1)
-  t.equal(rows[0].outcome, 'acked', 'the attempt keeps its acked outcome')
+  t.equal(receiver.requests.length, 1, 'not pushed again')
 })
 
 t.test('a nack sent from inside the handler before a 200 answer still counts: pushed again', async (t) => {
@@ -361,8 +415,10 @@ t.test('a nack sent from inside the handler before a 200 answer still counts: pu
   )
   const early: Promise<Status[]>[] = []
   const receiver = await startReceiver(t, (req) => {
-    if (env(req).attempt === 1) early.push(nack('nk-g', [env(req).deliveryId], { delayMs: 200 }))
-    return { status: 200, delayMs: 300 }
+    if (env(req).attempt !== 1) return { status: 200 }
+    const nacked = nack('nk-g', [env(req).deliveryId], { delayMs: 200 })
+    early.push(nacked)
+    return { status: 200, after: nacked }
   })
   await call('POST', '/v1/groups/nk-g/consumers', { url: receiver.url })
   await produce('nk', [{ value: 'x' }])
@@ -387,8 +443,9 @@ t.test('a nack sent before its push is answered: the dead letter carries the ans
   t.equal((await call('PUT', '/v1/groups/nr-g', { topic: 'nr', maxDeliveries: 1, deadLetterTopic: 'nr.dlq' })).status, 201)
   const nacks: Promise<Status[]>[] = []
   const receiver = await startReceiver(t, (req) => {
-    nacks.push(nack('nr-g', [env(req).deliveryId]))
-    return { delayMs: 300, status: 500, body: '{"error":"handler_failed","detail":"the card was declined"}' }
+    const nacked = nack('nr-g', [env(req).deliveryId])
+    nacks.push(nacked)
+    return { after: nacked, status: 500, body: '{"error":"handler_failed","detail":"the card was declined"}' }
   })
   t.equal((await call('POST', '/v1/groups/nr-g/consumers', { url: receiver.url })).status, 201)
   await produce('nr', [{ value: 'order-1' }])

@@ -3,14 +3,13 @@
  * p mod n, in registration order), rebalancing when a consumer leaves or joins, pausing.
  */
 import t from 'tap'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
-import { waitUntil } from '../helpers/wait.ts'
+import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { call, produce, groupStatus, allCompleted } = api(broker)
+const { call, produce, sql, groupStatus, allCompleted } = api(broker)
 
 interface Envelope {
   deliveryId: string
@@ -107,7 +106,7 @@ t.test('messages produced while a group has no consumer are pushed when one regi
     { value: 'n0', partition: 0 },
     { value: 'n1', partition: 1 },
   ])
-  await sleep(300)
+  // The status reads the committed offsets and the log's end: it holds as soon as produce answered.
   t.same(
     (await groupStatus('none-g')).partitions.map((p: { lag: number; consumerId: null }) => [p.lag, p.consumerId]),
     [
@@ -129,11 +128,11 @@ t.test('paused: no new pushes; acks of delivered messages still count; unpausing
   await r.waitFor(1, 5000)
   t.equal((await call('PUT', '/v1/groups/pause-g', { topic: 'pause', paused: true })).json.paused, true)
   await produce('pause', [{ value: 'during-1' }, { value: 'during-2' }])
-  await sleep(700)
+  await absenceWindow(700) // absence: unpaused, the two would go out at once
   t.equal(r.requests.length, 1, 'nothing pushed while paused')
   t.same(await ack('pause-g', [env(r.requests[0]).deliveryId]), ['acked'], 'an ack while paused')
   t.match((await groupStatus('pause-g')).partitions[0], { committedOffset: 1, endOffset: 3 }, 'the ack counted')
-  await sleep(300)
+  await absenceWindow(600) // absence: unpaused, the freed slot would be filled at once
   t.equal(r.requests.length, 1, 'still nothing pushed after the ack freed a slot')
   const resumedAt = Date.now()
   t.equal((await call('PUT', '/v1/groups/pause-g', { topic: 'pause', paused: false })).json.paused, false)
@@ -154,14 +153,31 @@ t.test('paused: no new pushes; acks of delivered messages still count; unpausing
 
 t.test('paused while a message waits for its retry: the retry does not go out until unpaused', async (t) => {
   await topicAndGroup(t, 'pretry', { ackMode: 'auto', retry: { initialDelayMs: 300, maxDelayMs: 300, jitter: 0 } }, 1)
-  const r = await startReceiver(t, (req) => (env(req).attempt === 1 ? { status: 500 } : { status: 200 }))
+  // Attempt 1 is answered 500 only once the group is paused, so the retry is scheduled, and comes
+  // due, while it is paused, however long the pause takes to apply.
+  let pausedNow!: () => void
+  const paused = new Promise<void>((resolve) => {
+    pausedNow = resolve
+  })
+  const r = await startReceiver(t, (req) => (env(req).attempt === 1 ? { status: 500, after: paused } : { status: 200 }))
   await addConsumer('pretry-g', r.url)
   await produce('pretry', [{ value: 'x' }])
   await r.waitFor(1, 5000)
-  // Every setting restated: a partial PUT resets the others (see the next test but one).
   const settings = { topic: 'pretry', ackMode: 'auto', retry: { initialDelayMs: 300, maxDelayMs: 300, jitter: 0 } }
   await call('PUT', '/v1/groups/pretry-g', { ...settings, paused: true })
-  await sleep(800)
+  pausedNow()
+  await waitUntil(
+    async () =>
+      (
+        await sql(
+          `SELECT d.outcome::text AS outcome FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id
+           WHERE g.name = 'pretry-g' AND d.status_code = 500`,
+        )
+      ).some((row) => row.outcome === 'failed'),
+    5000,
+    "attempt 1's 500 settled",
+  )
+  await absenceWindow(1000) // absence: the retry, due 300 ms after the 500, is held while paused
   t.equal(r.requests.length, 1, 'the retry came due while paused and was held')
   await call('PUT', '/v1/groups/pretry-g', { ...settings, paused: false })
   await allCompleted('pretry-g', 5000)
@@ -177,8 +193,8 @@ t.test('a group created paused pushes nothing until unpaused', async (t) => {
     { value: 1, partition: 0 },
     { value: 2, partition: 1 },
   ])
-  await sleep(600)
-  t.equal(r.requests.length, 0)
+  await absenceWindow(700) // absence: unpaused, both would go out at once
+  t.equal(r.requests.length, 0, 'nothing pushed while paused')
   await call('PUT', '/v1/groups/cpause-g', { topic: 'cpause', ackMode: 'auto', paused: false })
   await allCompleted('cpause-g', 5000)
   t.equal(r.requests.length, 2)

@@ -36,7 +36,9 @@ t.test('latency: a message produced while the dispatcher is idle is pushed promp
   await addConsumer('lat-g', r.url)
   const lat: number[] = []
   for (let i = 0; i < 4; i++) {
-    await sleep(i === 0 ? 1500 : 400) // idle: nothing in flight, nothing scheduled
+    // Not a wait for a condition: the dispatcher is left idle on purpose (nothing in flight, nothing
+    // scheduled) for a while before each produce, since what is measured is a wake-up from idle.
+    await sleep(i === 0 ? 1500 : 400)
     const before = Date.now()
     await produce('lat', [{ value: i, partition: i % 3 }])
     await r.waitFor(i + 1, 3000)
@@ -64,6 +66,7 @@ t.test('a group created while produce calls are landing loses no wake-up: every 
       res,
       ms: performance.now() - started,
     }))
+    // Not a wait for a condition: the produce call is fired this far into the group's creation.
     await sleep(delayMs)
     const producing = produce(
       name,

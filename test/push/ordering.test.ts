@@ -3,11 +3,10 @@
  * order through failures, nacks and explicit acks; maxInFlight bounds what is out per partition.
  */
 import t from 'tap'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type BehaviourSpec, type Received } from '../helpers/receiver.ts'
-import { waitUntil } from '../helpers/wait.ts'
+import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, groupStatus, allCompleted, ack } = api(broker)
@@ -120,7 +119,7 @@ t.test('ordered, explicit acks: the next message waits for the ack; a nack re-pu
   )
   await produce('orde', [{ value: 'e0' }, { value: 'e1' }, { value: 'e2' }])
   await receiver.waitFor(1, 5000)
-  await sleep(500)
+  await absenceWindow(600) // absence: unordered, offsets 1 and 2 would go out at once
   t.equal(receiver.requests.length, 1, 'answered 200 but not acked: nothing else of the partition is pushed')
   t.same(await ack('orde-g', [env(receiver.requests[0]).deliveryId]), ['acked'])
   await receiver.waitFor(2, 5000)
@@ -129,8 +128,8 @@ t.test('ordered, explicit acks: the next message waits for the ack; a nack re-pu
   t.equal(nacked.json.results[0].status, 'nacked')
   await receiver.waitFor(3, 5000)
   t.match(env(receiver.requests[2]), { offset: 1, attempt: 2 }, 'the nacked message again, before offset 2')
-  await sleep(300)
-  t.equal(receiver.requests.length, 3)
+  await absenceWindow(600) // absence: offset 2 waits for the ack of offset 1
+  t.equal(receiver.requests.length, 3, 'offset 2 not pushed while offset 1 is out')
   t.same(await ack('orde-g', [env(receiver.requests[2]).deliveryId]), ['acked'])
   await receiver.waitFor(4, 5000)
   t.equal(env(receiver.requests[3]).offset, 2)
@@ -145,7 +144,7 @@ t.test('maxInFlight: with explicit acks and none sent, at most maxInFlight messa
     ...Array.from({ length: 8 }, (_, i) => ({ value: `b${i}`, partition: 1 })),
   ])
   await receiver.waitFor(6, 5000)
-  await sleep(600)
+  await absenceWindow(600) // absence: with no ack, no fourth message of a partition may go out
   const part = (p: number) => receiver.requests.filter((r) => env(r).partition === p).map((r) => env(r).offset)
   t.same(part(0), [0, 1, 2], 'partition 0: three out')
   t.same(part(1), [0, 1, 2], 'partition 1: three out (the limit is per partition)')
@@ -158,24 +157,31 @@ t.test('maxInFlight: with explicit acks and none sent, at most maxInFlight messa
   const p0 = receiver.requests.filter((r) => env(r).partition === 0)
   t.same(await ack('mif-g', [env(p0[1]).deliveryId]), ['acked'])
   await receiver.waitFor(7, 5000)
-  await sleep(300)
+  await absenceWindow(600) // absence: one slot was freed, so one more push and no other
   t.same(part(0), [0, 1, 2, 3], 'one slot freed, one more pushed')
   t.same(part(1), [0, 1, 2])
 
-  // Ack the oldest unacked message of each partition, round after round (bounded); at no point
-  // are more than 3 of a partition pushed and unacked.
+  // Ack the oldest unacked message of each partition, round after round; after each round the
+  // freed slots fill again: each partition has exactly min(3, what is left of its 8) out. At no
+  // point are more than 3 of a partition pushed and unacked.
   const acked = new Set<string>([env(p0[1]).deliveryId])
+  const pushed = (p: number) => receiver.requests.filter((r) => env(r).partition === p)
+  const unacked = (p: number) => pushed(p).filter((r) => !acked.has(env(r).deliveryId))
   let maxOut = 0
-  for (let round = 0; round < 40 && acked.size < 16; round++) {
+  while (acked.size < 16) {
     for (const p of [0, 1]) {
-      const out = receiver.requests.filter((r) => env(r).partition === p && !acked.has(env(r).deliveryId))
+      const out = unacked(p)
       maxOut = Math.max(maxOut, out.length)
       if (out[0]) {
         acked.add(env(out[0]).deliveryId)
-        await ack('mif-g', [env(out[0]).deliveryId])
+        t.same(await ack('mif-g', [env(out[0]).deliveryId]), ['acked'], `partition ${p} offset ${env(out[0]).offset} acked`)
       }
     }
-    await sleep(100)
+    await waitUntil(
+      () => [0, 1].every((p) => unacked(p).length === Math.min(3, 8 - (pushed(p).length - unacked(p).length))),
+      5000,
+      'the freed slots filled again',
+    )
   }
   t.equal(acked.size, 16, 'every message pushed and acked')
   t.ok(maxOut <= 3, `at most 3 unacked of a partition at any time (saw ${maxOut})`)
@@ -220,11 +226,11 @@ t.test('raising maxInFlight at runtime lets more out at once; ordered: true then
     Array.from({ length: 10 }, (_, i) => ({ value: i })),
   )
   await receiver.waitFor(2, 5000)
-  await sleep(300)
+  await absenceWindow(600) // absence: maxInFlight 2, no ack
   t.equal(receiver.requests.length, 2)
   t.equal((await call('PUT', '/v1/groups/mifu-g', { topic: 'mifu', ...settings, maxInFlight: 5 })).status, 200)
   await receiver.waitFor(5, 3000)
-  await sleep(300)
+  await absenceWindow(600) // absence: maxInFlight 5 now, still no ack
   t.same(
     receiver.requests.map((r) => env(r).offset),
     [0, 1, 2, 3, 4],
@@ -239,7 +245,7 @@ t.test('raising maxInFlight at runtime lets more out at once; ordered: true then
     ),
     ['acked', 'acked'],
   )
-  await sleep(300)
+  await absenceWindow(600) // absence: ordered, nothing new while any message is out
   t.equal(receiver.requests.length, 5, 'ordered: nothing new while three are still out')
   t.same(
     await ack(
@@ -249,6 +255,6 @@ t.test('raising maxInFlight at runtime lets more out at once; ordered: true then
     ['acked', 'acked', 'acked'],
   )
   await receiver.waitFor(6, 3000)
-  await sleep(300)
+  await absenceWindow(600) // absence: ordered, the seventh waits for the sixth's ack
   t.equal(receiver.requests.length, 6, 'then one at a time')
 })

@@ -5,57 +5,15 @@
  * explicit mode each message is acked or nacked by its own delivery id.
  */
 import t from 'tap'
-import http from 'node:http'
-import type { AddressInfo } from 'node:net'
-import { createClient, unwrap, type GroupConfig } from '@hookq/client'
 import { createConsumer, type PushMessage } from '@hookq/client/consumer'
 import { generateSecret } from '../../src/dispatch/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
+import { sdkApi, serve } from '../helpers/sdk.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const { url } = await startListeningBroker(t)
-const hookq = createClient({ baseUrl: url })
-
-async function serve(tt: { teardown(fn: () => unknown): void }, listener: http.RequestListener): Promise<string> {
-  const server = http.createServer(listener)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  tt.teardown(
-    () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections()
-        server.close(() => resolve())
-      }),
-  )
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-}
-
-async function setup(name: string, group: Partial<GroupConfig>, consumerUrl: string, secret: string): Promise<void> {
-  await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: name } }, body: { partitions: 1 } }))
-  await unwrap(
-    hookq.PUT('/v1/groups/{group}', { params: { path: { group: name } }, body: { topic: name, batch: { maxMessages: 25 }, ...group } }),
-  )
-  await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: name } }, body: { url: consumerUrl, secret } }))
-}
-
-async function produce(topic: string, n: number): Promise<void> {
-  await unwrap(
-    hookq.POST('/v1/topics/{topic}/messages', {
-      params: { path: { topic } },
-      body: { messages: Array.from({ length: n }, (_, i) => ({ value: i })) },
-    }),
-  )
-}
-
-async function lagZero(group: string): Promise<void> {
-  await waitUntil(
-    async () => {
-      const s = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group } } }))
-      return s.partitions.every((p) => p.lag === 0 && p.inFlight === 0)
-    },
-    20_000,
-    `${group}: lag 0`,
-  )
-}
+const { setupWithConsumer, produceValues, lagZero, deliveries } = sdkApi(url)
+const range = (n: number) => Array.from({ length: n }, (_, i) => i)
 
 const retry = { initialDelayMs: 10, maxDelayMs: 10, multiplier: 1, jitter: 0 }
 
@@ -74,8 +32,13 @@ for (const ackMode of ['auto', 'explicit'] as const) {
       },
     })
     const name = `cb-${ackMode}`
-    await setup(name, { ackMode, retry, maxDeliveries: 5 }, await serve(t, consumer.listener), secret)
-    await produce(name, 30)
+    await setupWithConsumer(
+      name,
+      { batch: { maxMessages: 25 }, ackMode, retry, maxDeliveries: 5 },
+      await serve(t, consumer.listener),
+      secret,
+    )
+    await produceValues(name, range(30))
     await lagZero(name)
     const firsts = calls.filter((c) => c.attempt === 1).map((c) => c.value)
     t.same(
@@ -102,10 +65,7 @@ for (const ackMode of ['auto', 'explicit'] as const) {
       'again only the ones that failed',
     )
     // The attempt log is written in batches: its last outcomes may trail the committed offset a little.
-    const ackedRows = async () =>
-      (
-        await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group: name }, query: { limit: 100 } } }))
-      ).deliveries.filter((d) => d.outcome === 'acked')
+    const ackedRows = async () => (await deliveries(name)).filter((d) => d.outcome === 'acked')
     const rows = await waitUntil(
       async () => {
         const r = await ackedRows()
@@ -135,8 +95,8 @@ t.test('a batch handler gets the whole batch and names what failed', async (t) =
       return { failed: messages.filter((m) => m.value === 7 && m.attempt === 1).map((m) => m.deliveryId) }
     },
   })
-  await setup('cb-batch', { ackMode: 'explicit', retry }, await serve(t, consumer.listener), secret)
-  await produce('cb-batch', 10)
+  await setupWithConsumer('cb-batch', { batch: { maxMessages: 25 }, ackMode: 'explicit', retry }, await serve(t, consumer.listener), secret)
+  await produceValues('cb-batch', range(10))
   await lagZero('cb-batch')
   t.same(
     batches.flat().sort((a, b) => a - b),

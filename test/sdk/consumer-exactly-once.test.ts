@@ -1,121 +1,34 @@
 /**
  * Exactly-once effects with PgIdempotencyStore, against the real broker over HTTP and a real
- * PostgreSQL database of the consumer's own: the README's example run as a file, a message's write
+ * PostgreSQL database of the consumer's own: the example docs/consumer-helper.md shows, run as a file, a message's write
  * and its id committed in one transaction before the ack, a committed message pushed again (a lost
  * ack, a seek back) acked without the handler, a throwing handler's writes rolled back and run
- * again, and batch pushes (a transaction per message, or one for a batch handler's batch).
+ * again, and batch pushes (a transaction per message, or one for a batch handler's batch, which
+ * gets only the batch's messages not handled before).
  * test/sdk/consumer-exactly-once-kill.test.ts kills consumer processes mid-message.
  */
 import t from 'tap'
-import http from 'node:http'
-import { spawn } from 'node:child_process'
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import type { AddressInfo } from 'node:net'
 import type pg from 'pg'
-import { createClient, unwrap, type GroupConfig } from '@hookq/client'
+import { unwrap, type GroupConfig } from '@hookq/client'
 import { createConsumer, PgIdempotencyStore, type ConsumerErrorStage } from '@hookq/client/consumer'
 import { generateSecret } from '../../src/dispatch/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
-import { needsServer, testDatabase } from '../helpers/db.ts'
-import { testPool } from '../helpers/pg-pool.ts'
+import { needsServer } from '../helpers/db.ts'
+import { consumerDatabase, sdkApi, serve, spawnConsumer } from '../helpers/sdk.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
 const { url } = await startListeningBroker(t)
-const hookq = createClient({ baseUrl: url })
+const { hookq, setupWithConsumer, produceValues, lagZero, deliveriesWhen, seekToStart, droppingAcks } = sdkApi(url)
 // The embedded database takes one connection: the broker's, and none left for a consumer.
 const server = { skip: needsServer }
 
-type TT = Parameters<typeof testDatabase>[0]
-type GroupSettings = Partial<Omit<GroupConfig, 'topic' | 'retry'>> & { retry?: Partial<GroupConfig['retry']> }
 const quickRetry = { initialDelayMs: 100, maxDelayMs: 100, multiplier: 1, jitter: 0 }
-
-/** A one-partition topic, a group of the same name on it, and a consumer at `consumerUrl` with `secret`. */
-async function setup(name: string, group: GroupSettings, consumerUrl: string, secret: string): Promise<void> {
-  await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: name } }, body: { partitions: 1 } }))
-  await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: name } }, body: { topic: name, ...group } as GroupConfig }))
-  await unwrap(hookq.POST('/v1/groups/{group}/consumers', { params: { path: { group: name } }, body: { url: consumerUrl, secret } }))
-}
-
-async function produce(topic: string, values: unknown[]): Promise<void> {
-  await unwrap(
-    hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic } }, body: { messages: values.map((value) => ({ value })) } }),
-  )
-}
-
-/** Waits until the group has no lag: every message acked (or dead). */
-async function lagZero(group: string): Promise<void> {
-  await waitUntil(
-    async () => {
-      const s = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group } } }))
-      return s.partitions.every((p) => p.lag === 0 && p.inFlight === 0)
-    },
-    30_000,
-    `${group}: lag 0`,
-  )
-}
-
-/** The group's attempt log, oldest first, once `done` holds for it (the log is written in batches). */
-async function deliveries(group: string, done: (d: Awaited<ReturnType<typeof readLog>>) => boolean) {
-  return waitUntil(
-    async () => {
-      const d = await readLog(group)
-      return done(d) ? d : undefined
-    },
-    20_000,
-    `${group}: the attempt log`,
-  )
-}
-
-async function readLog(group: string) {
-  const log = await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group }, query: { limit: 100 } } }))
-  return log.deliveries.reverse()
-}
-
-async function seekToStart(group: string): Promise<void> {
-  await unwrap(hookq.POST('/v1/groups/{group}/seek', { params: { path: { group } }, body: { partition: 0, offset: 0 } }))
-}
-
-/** A node:http server on 127.0.0.1:0 running `listener`; its base URL. Closed at teardown. */
-async function serve(tt: TT, listener: http.RequestListener): Promise<string> {
-  const s = http.createServer(listener)
-  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))
-  tt.teardown(
-    () =>
-      new Promise<void>((resolve) => {
-        s.closeAllConnections()
-        s.close(() => resolve())
-      }),
-  )
-  return `http://127.0.0.1:${(s.address() as AddressInfo).port}`
-}
-
-/**
- * The consumer's own database: a fresh one, with an `effects` table that is not unique on purpose
- * (an effect that happened twice shows as two rows), and a pool for the consumer.
- */
-async function consumerDatabase(tt: TT) {
-  const db = await testDatabase(tt, { empty: true })
-  const pool = testPool(tt, db.url, 4)
-  await pool.query(`CREATE TABLE effects (webhook_id text NOT NULL, value int NOT NULL, attempt int NOT NULL,
-    txid bigint NOT NULL DEFAULT txid_current())`)
-  const rows = async (sql: string) => (await pool.query(sql)).rows
-  return { url: db.url, pool, rows }
-}
-
-/** An API client whose first `n` ack calls fail before reaching the broker, as a dropped connection would. */
-function droppingAcks(n: number) {
-  let toDrop = n
-  return createClient({
-    baseUrl: url,
-    fetch: async (request: Request) => {
-      if (request.url.endsWith('/acks') && toDrop-- > 0) throw new TypeError('fetch failed: connection reset')
-      return fetch(request)
-    },
-  })
-}
+/** The consumer's effects: `txid` tells which transaction wrote each. */
+const EFFECTS = 'webhook_id text NOT NULL, value int NOT NULL, attempt int NOT NULL, txid bigint NOT NULL DEFAULT txid_current()'
 
 const INSERT_EFFECT = 'INSERT INTO effects (webhook_id, value, attempt) VALUES ($1, $2, $3)'
 
@@ -128,39 +41,17 @@ t.test(
     const shown = /<!-- examples\/consumer-exactly-once\.mjs -->\n```js\n([\s\S]*?)```\n/.exec(readme)?.[1]
     t.equal(shown, example, 'docs/consumer-helper.md shows examples/consumer-exactly-once.mjs exactly')
 
-    const db = await consumerDatabase(t)
+    const db = await consumerDatabase(t, EFFECTS)
     const secret = generateSecret()
-    // In this checkout @hookq/client is TypeScript source, hence tsx; from the packed SDK plain node runs it.
-    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/consumer-exactly-once.mjs'], {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: {
-        PATH: process.env.PATH ?? '',
-        HOME: process.env.HOME ?? '',
-        HOOKQ_URL: url,
-        HOOKQ_WEBHOOK_SECRET: secret,
-        DATABASE_URL: db.url,
-        PORT: '0',
-      },
+    const running = await spawnConsumer(t, 'examples/consumer-exactly-once.mjs', {
+      HOOKQ_URL: url,
+      HOOKQ_WEBHOOK_SECRET: secret,
+      DATABASE_URL: db.url,
+      PORT: '0',
     })
-    let out = ''
-    child.stdout.on('data', (d) => {
-      out += d
-    })
-    child.stderr.on('data', (d) => {
-      out += d
-    })
-    t.teardown(() => {
-      child.kill('SIGKILL')
-    })
-    const listening = await waitUntil(
-      () => /consumer listening on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1],
-      20_000,
-      'the example listening',
-    )
-    await setup('payments', { retry: quickRetry }, listening, secret)
+    await setupWithConsumer('payments', { retry: quickRetry }, running.url, secret)
 
-    await produce('payments', [
+    await produceValues('payments', [
       { account: 'a', cents: 250 },
       { account: 'a', cents: 100 },
       { account: 'b', cents: 5 },
@@ -177,7 +68,7 @@ t.test(
     )
 
     await seekToStart('payments')
-    await deliveries('payments', (d) => d.filter((x) => x.outcome === 'acked' && x.statusCode === 200).length === 6)
+    await deliveriesWhen('payments', (d) => d.filter((x) => x.outcome === 'acked' && x.statusCode === 200).length === 6)
     t.same(
       await balances(),
       [
@@ -187,12 +78,12 @@ t.test(
       'all three pushed and acked again, and counted once',
     )
     t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 3, 'three ids recorded')
-    t.equal(out.trim().split('\n').length, 1, `nothing printed but the listening line: ${out}`)
+    t.equal(running.output().trim().split('\n').length, 1, `nothing printed but the listening line: ${running.output()}`)
   },
 )
 
 t.test('a message handled once: its write and its id commit in one transaction, and it is acked', server, async (t) => {
-  const db = await consumerDatabase(t)
+  const db = await consumerDatabase(t, EFFECTS)
   const secret = generateSecret()
   const consumer = createConsumer<number, pg.PoolClient>({
     secret,
@@ -202,8 +93,8 @@ t.test('a message handled once: its write and its id commit in one transaction, 
       await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt])
     },
   })
-  await setup('once', {}, await serve(t, consumer.listener), secret)
-  await produce('once', [41])
+  await setupWithConsumer('once', {}, await serve(t, consumer.listener), secret)
+  await produceValues('once', [41])
   await lagZero('once')
 
   const [effect, ...more] = await db.rows('SELECT webhook_id, value, xmin::text AS xmin FROM effects')
@@ -217,12 +108,12 @@ t.test('a message handled once: its write and its id commit in one transaction, 
   )
   t.equal(handled[0].xmin, effect.xmin, 'written by the same transaction')
   t.ok(handled[0].handled_at instanceof Date)
-  const log = await deliveries('once', (d) => d.length === 1 && d[0]!.statusCode !== null)
+  const log = await deliveriesWhen('once', (d) => d.length === 1 && d[0]!.statusCode !== null)
   t.match(log, [{ attempt: 1, outcome: 'acked', statusCode: 200 }], 'acked (before the 200 answer)')
 })
 
 t.test('a committed message pushed again (a lost ack, a seek back) is acked without running the handler', server, async (t) => {
-  const db = await consumerDatabase(t)
+  const db = await consumerDatabase(t, EFFECTS)
   const secret = generateSecret()
   let runs = 0
   let pushes = 0
@@ -239,7 +130,7 @@ t.test('a committed message pushed again (a lost ack, a seek back) is acked with
       await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt])
     },
   })
-  await setup(
+  await setupWithConsumer(
     'redelivered',
     { retry: quickRetry },
     await serve(t, (req, res) => {
@@ -248,12 +139,12 @@ t.test('a committed message pushed again (a lost ack, a seek back) is acked with
     }),
     secret,
   )
-  await produce('redelivered', [7])
+  await produceValues('redelivered', [7])
   await lagZero('redelivered')
   t.equal(pushes, 2, 'pushed twice: the first ack was lost after the COMMIT')
   t.equal(runs, 1, 'the second push found the id and ran nothing')
   t.same(stages, ['ack'])
-  const log = await deliveries('redelivered', (d) => d.length === 2 && d.every((x) => x.statusCode !== null))
+  const log = await deliveriesWhen('redelivered', (d) => d.length === 2 && d.every((x) => x.statusCode !== null))
   t.match(log, [
     { attempt: 1, outcome: 'failed', statusCode: 500 },
     { attempt: 2, outcome: 'acked', statusCode: 200 },
@@ -267,7 +158,7 @@ t.test('a committed message pushed again (a lost ack, a seek back) is acked with
 })
 
 t.test('a handler that throws after its write: nothing of it commits, the id is not recorded, and the retry runs it', server, async (t) => {
-  const db = await consumerDatabase(t)
+  const db = await consumerDatabase(t, EFFECTS)
   const secret = generateSecret()
   const seenAtFailure: unknown[] = []
   const consumer = createConsumer<number, pg.PoolClient>({
@@ -285,8 +176,8 @@ t.test('a handler that throws after its write: nothing of it commits, the id is 
       }
     },
   })
-  await setup('throws', { retry: { initialDelayMs: 60_000 } }, await serve(t, consumer.listener), secret)
-  await produce('throws', [3])
+  await setupWithConsumer('throws', { retry: { initialDelayMs: 60_000 } }, await serve(t, consumer.listener), secret)
+  await produceValues('throws', [3])
   await lagZero('throws')
   t.same(seenAtFailure, [0])
   t.same(
@@ -295,7 +186,7 @@ t.test('a handler that throws after its write: nothing of it commits, the id is 
     "attempt 1's write rolled back; attempt 2's committed",
   )
   t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 1, 'recorded once, by attempt 2')
-  const log = await deliveries('throws', (d) => d.length === 2 && d.every((x) => x.statusCode !== null))
+  const log = await deliveriesWhen('throws', (d) => d.length === 2 && d.every((x) => x.statusCode !== null))
   t.match(
     log,
     [
@@ -307,7 +198,7 @@ t.test('a handler that throws after its write: nothing of it commits, the id is 
 })
 
 t.test('batch push, a transaction per message: failures come back alone, a lost ack runs nothing again', server, async (t) => {
-  const db = await consumerDatabase(t)
+  const db = await consumerDatabase(t, EFFECTS)
   const secret = generateSecret()
   const calls: { value: number; attempt: number }[] = []
   let batches = 0
@@ -327,8 +218,8 @@ t.test('batch push, a transaction per message: failures come back alone, a lost 
     batches++
     consumer.listener(req, res)
   })
-  await setup('batch-each', { batch: { maxMessages: 25 }, retry: quickRetry, maxDeliveries: 10 }, base, secret)
-  await produce(
+  await setupWithConsumer('batch-each', { batch: { maxMessages: 25 }, retry: quickRetry, maxDeliveries: 10 }, base, secret)
+  await produceValues(
     'batch-each',
     Array.from({ length: 30 }, (_, i) => i),
   )
@@ -349,7 +240,7 @@ t.test('batch push, a transaction per message: failures come back alone, a lost 
   t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 30)
   t.equal(calls.length, 35, 'each handled once, and the five that failed once more')
   t.ok(batches < 30, `several messages a push (${batches} pushes)`)
-  const log = await deliveries('batch-each', (d) => d.filter((x) => x.outcome === 'acked').length === 30)
+  const log = await deliveriesWhen('batch-each', (d) => d.filter((x) => x.outcome === 'acked').length === 30)
   const again = new Set(log.filter((x) => x.attempt > 1).map((x) => x.offset))
   t.ok(
     again.size > 5,
@@ -358,7 +249,7 @@ t.test('batch push, a transaction per message: failures come back alone, a lost 
 })
 
 t.test('batch push with a batch handler: one transaction for the batch, all or nothing', server, async (t) => {
-  const db = await consumerDatabase(t)
+  const db = await consumerDatabase(t, EFFECTS)
   const secret = generateSecret()
   const calls: { values: number[]; attempts: number[] }[] = []
   const consumer = createConsumer<number, pg.PoolClient>({
@@ -377,8 +268,13 @@ t.test('batch push with a batch handler: one transaction for the batch, all or n
     },
   })
   // maxWaitMs: the ten messages gather into one batch, so 7 fails a batch with others in it.
-  await setup('batch-whole', { batch: { maxMessages: 25, maxWaitMs: 200 }, retry: quickRetry }, await serve(t, consumer.listener), secret)
-  await produce(
+  await setupWithConsumer(
+    'batch-whole',
+    { batch: { maxMessages: 25, maxWaitMs: 200 }, retry: quickRetry },
+    await serve(t, consumer.listener),
+    secret,
+  )
+  await produceValues(
     'batch-whole',
     Array.from({ length: 10 }, (_, i) => i),
   )
@@ -400,3 +296,85 @@ t.test('batch push with a batch handler: one transaction for the batch, all or n
   t.ok(txids.size < effects.length, `several messages a transaction (${txids.size} for ${effects.length})`)
   t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 10)
 })
+
+t.test(
+  'batch push with a batch handler: only the fresh messages of a batch reach it; the duplicates in it are acked without it',
+  server,
+  async (t) => {
+    const db = await consumerDatabase(t, EFFECTS)
+    const secret = generateSecret()
+    const calls: number[][] = []
+    const stages: ConsumerErrorStage[] = []
+    const consumer = createConsumer<number, pg.PoolClient>({
+      secret,
+      baseUrl: url,
+      idempotency: new PgIdempotencyStore({ pool: db.pool }),
+      onError: (_e, { stage }) => {
+        stages.push(stage)
+      },
+      handler: () => {
+        throw new Error('not used with a batch handler')
+      },
+      batchHandler: async (messages, { tx }) => {
+        calls.push(messages.map((m) => m.value))
+        for (const m of messages) await tx.query(INSERT_EFFECT, [m.webhookId, m.value, m.attempt])
+      },
+    })
+    // The offsets each push carried, read before the consumer handles it.
+    const pushes: number[][] = []
+    const base = await serve(t, (req, res) => {
+      const chunks: Buffer[] = []
+      req.on('data', (c: Buffer) => chunks.push(c))
+      req.on('end', () => {
+        const body = Buffer.concat(chunks).toString('utf8')
+        pushes.push((JSON.parse(body) as { deliveries: { offset: number }[] }).deliveries.map((d) => d.offset))
+        consumer.handle({ headers: req.headers, body }).then((answer) => res.writeHead(answer.status, answer.headers).end(answer.body))
+      })
+    })
+    const group = 'batch-fresh'
+    const settings = { topic: group, batch: { maxMessages: 25, maxWaitMs: 200 }, retry: quickRetry }
+    const paused = async (on: boolean) => {
+      await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group } }, body: { ...settings, paused: on } as GroupConfig }))
+    }
+    await setupWithConsumer(group, settings, base, secret)
+    const ackedOffsets = async (n: number) =>
+      (await deliveriesWhen(group, (d) => d.filter((x) => x.outcome === 'acked').length === n))
+        .filter((x) => x.outcome === 'acked')
+        .map((x) => x.offset)
+        .sort((a, b) => a - b)
+
+    // 0-2 are handled and acked.
+    await produceValues(group, [0, 1, 2])
+    await lagZero(group)
+    t.same(calls.flat(), [0, 1, 2], 'the first three handled')
+
+    // While the group is paused, 3-5 are produced and the partition is sought back to 0: unpaused,
+    // it pushes 0-5 together, 0-2 handled before and 3-5 not.
+    await paused(true)
+    await produceValues(group, [3, 4, 5])
+    await seekToStart(group)
+    const pushesBefore = pushes.length
+    const callsBefore = calls.length
+    await paused(false)
+    await lagZero(group)
+    const mixed = pushes.slice(pushesBefore).filter((p) => p.some((o) => o < 3) && p.some((o) => o >= 3))
+    t.ok(mixed.length > 0, `a push carried handled and fresh messages together: ${JSON.stringify(pushes.slice(pushesBefore))}`)
+    t.same(calls.slice(callsBefore).flat(), [3, 4, 5], 'the batch handler got the fresh ones only, each once')
+    t.same(await ackedOffsets(9), [0, 0, 1, 1, 2, 2, 3, 4, 5], 'and all six were acked: the duplicates without the handler')
+
+    // Once more from 0: a batch of nothing but duplicates does not call the batch handler at all.
+    const callsAfter = calls.length
+    await seekToStart(group)
+    await lagZero(group)
+    t.equal(calls.length, callsAfter, 'no call for a batch of duplicates')
+    t.same(await ackedOffsets(15), [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 5], 'yet every message acked again')
+
+    t.same(
+      (await db.rows('SELECT value FROM effects ORDER BY value')).map((e) => e.value),
+      [0, 1, 2, 3, 4, 5],
+      "every message's effect exactly once",
+    )
+    t.equal((await db.rows('SELECT id FROM hookq_handled')).length, 6, 'six ids recorded')
+    t.same(stages, [], 'nothing reported: a duplicate is not an error')
+  },
+)

@@ -1,84 +1,26 @@
 /**
  * The consumer helper (@hookq/client/consumer) against the real broker over HTTP, served by a real
- * node:http server (and a real Fastify app) on 127.0.0.1: the README's example run as a file, acks
+ * node:http server (and a real Fastify app) on 127.0.0.1: the example docs/consumer-helper.md shows, run as a file, acks
  * bringing the lag to 0, a nack's delay honoured, bad signatures and stale timestamps refused
  * without running the handler, secret rotation, idempotency across a dropped ack, a seek back and
  * a push timeout, the raw format, and auto ack mode.
  */
 import t from 'tap'
-import http from 'node:http'
-import { spawn } from 'node:child_process'
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
-import { createClient, unwrap, type GroupConfig } from '@hookq/client'
+import { unwrap } from '@hookq/client'
 import { createConsumer } from '@hookq/client/consumer'
 import type { ConsumerErrorStage, PushMessage } from '@hookq/client/consumer'
 import { generateSecret, signHeaders, signWebhook } from '../../src/dispatch/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
+import { sdkApi, serve, spawnConsumer } from '../helpers/sdk.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
 const { url } = await startListeningBroker(t)
-const hookq = createClient({ baseUrl: url })
-
-type TT = { teardown(fn: () => unknown): void }
-type GroupSettings = Partial<Omit<GroupConfig, 'topic' | 'retry'>> & { retry?: Partial<GroupConfig['retry']> }
-
-/** A one-partition topic and a group of the same name on it. */
-async function setup(name: string, group: GroupSettings = {}): Promise<void> {
-  await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: name } }, body: { partitions: 1 } }))
-  await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: name } }, body: { topic: name, ...group } as GroupConfig }))
-}
-
-/** Registers a consumer of `group` at `consumerUrl`; its id. */
-async function register(group: string, consumerUrl: string, secret?: string): Promise<string> {
-  const c = await unwrap(
-    hookq.POST('/v1/groups/{group}/consumers', {
-      params: { path: { group } },
-      body: { url: consumerUrl, ...(secret ? { secret } : {}) },
-    }),
-  )
-  return c.id
-}
-
-async function produce(topic: string, messages: { value: unknown; key?: string; headers?: Record<string, string> }[]): Promise<void> {
-  await unwrap(hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic } }, body: { messages } }))
-}
-
-/** Waits until the group has no lag: every message acked (or dead). */
-async function lagZero(group: string, timeoutMs = 20_000): Promise<void> {
-  await waitUntil(
-    async () => {
-      const s = await unwrap(hookq.GET('/v1/groups/{group}', { params: { path: { group } } }))
-      return s.partitions.every((p) => p.lag === 0 && p.inFlight === 0)
-    },
-    timeoutMs,
-    `${group}: lag 0`,
-  )
-}
-
-/** The group's attempt log, oldest first. */
-async function deliveries(group: string) {
-  const log = await unwrap(hookq.GET('/v1/groups/{group}/deliveries', { params: { path: { group }, query: { limit: 100 } } }))
-  return log.deliveries.reverse()
-}
-
-/** A node:http server on 127.0.0.1:0 running `listener`; its base URL. Closed at teardown. */
-async function serve(tt: TT, listener: http.RequestListener): Promise<string> {
-  const server = http.createServer(listener)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  tt.teardown(
-    () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections()
-        server.close(() => resolve())
-      }),
-  )
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-}
+const { hookq, setup, register, produce, lagZero, deliveries, droppingAcks } = sdkApi(url)
 
 /** Collects what the consumer reports to onError. */
 function errorLog() {
@@ -125,33 +67,16 @@ t.test("docs/consumer-helper.md's complete consumer: the text of examples/consum
 
   await setup('readme')
   const secret = generateSecret()
-  // In this checkout @hookq/client is TypeScript source, hence tsx; from the packed SDK plain node runs it.
-  const child = spawn(process.execPath, ['--import', 'tsx', 'examples/consumer.mjs'], {
-    cwd: root,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOOKQ_URL: url, HOOKQ_WEBHOOK_SECRET: secret, PORT: '0' },
-  })
-  let out = ''
-  child.stdout.on('data', (d) => {
-    out += d
-  })
-  child.stderr.on('data', (d) => {
-    out += d
-  })
-  t.teardown(() => {
-    child.kill('SIGKILL')
-  })
-  const listening = await waitUntil(
-    () => /consumer listening on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1],
-    20_000,
-    'the example listening',
-  )
-  await register('readme', listening, secret)
+  const running = await spawnConsumer(t, 'examples/consumer.mjs', { HOOKQ_URL: url, HOOKQ_WEBHOOK_SECRET: secret, PORT: '0' })
+  await register('readme', running.url, secret)
 
   await produce('readme', [{ value: { order: 1 } }, { value: { order: 2 } }])
   await lagZero('readme')
   t.same(
-    out.split('\n').filter((l) => l.startsWith('order ')),
+    running
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('order ')),
     ['order {"order":1}', 'order {"order":2}'],
     'each value handled once, in order',
   )
@@ -346,15 +271,8 @@ t.test('rotation: during the overlap either secret verifies', async (t) => {
 t.test('idempotency: a dropped ack and a seek back redeliver, and the handler runs once', async (t) => {
   await setup('idem', { retry: { initialDelayMs: 100 } })
   const secret = generateSecret()
-  let acksToDrop = 1
   // The first ack never reaches the broker (as if the network dropped it); the rest go through.
-  const client = createClient({
-    baseUrl: url,
-    fetch: async (request: Request) => {
-      if (request.url.endsWith('/acks') && acksToDrop-- > 0) throw new TypeError('fetch failed: connection reset')
-      return fetch(request)
-    },
-  })
+  const client = droppingAcks(1)
   let runs = 0
   let pushes = 0
   const errors = errorLog()

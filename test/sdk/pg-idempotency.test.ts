@@ -8,8 +8,9 @@
 import t from 'tap'
 import type pg from 'pg'
 import { createConsumer, PgIdempotencyStore, type ConsumerErrorStage, type PushMessage } from '@hookq/client/consumer'
-import { needsServer, testDatabase } from '../helpers/db.ts'
+import { needsServer, type TeardownHost } from '../helpers/db.ts'
 import { testPool } from '../helpers/pg-pool.ts'
+import { consumerDatabase } from '../helpers/sdk.ts'
 import { waitUntil } from '../helpers/wait.ts'
 import { signedPush } from '../helpers/push.ts'
 
@@ -39,15 +40,8 @@ function envelope(over: Record<string, unknown> = {}): string {
 /** A push of `body` signed with `secret` now, as the broker sends it. */
 const signed = (body: string, id = 'msg_1_0_7') => signedPush(body, secret, id)
 
-/** A fresh database for the consumer's own data, with its effects table. */
-async function consumerDatabase(tt: Parameters<typeof testDatabase>[0]) {
-  const db = await testDatabase(tt, { empty: true })
-  const admin = testPool(tt, db.url, 2)
-  // Not unique on purpose: an effect that happened twice shows as two rows.
-  await admin.query('CREATE TABLE effects (webhook_id text NOT NULL, by text NOT NULL, cents int NOT NULL)')
-  const pool = () => testPool(tt, db.url, 3)
-  return { url: db.url, admin, pool }
-}
+/** The consumer's own database; `pool` is the test's, `newPool()` a consumer process's. */
+const consumerDb = (tt: TeardownHost) => consumerDatabase(tt, 'webhook_id text NOT NULL, by text NOT NULL, cents int NOT NULL', 2)
 
 /** An auto-mode consumer (no API calls) on its own pool, as a consumer process would be. */
 function consumerOn(
@@ -91,51 +85,51 @@ async function waitingInserts(admin: pg.Pool): Promise<number> {
 }
 
 t.test('the same message in two consumers at once: the second waits in its INSERT, then is a duplicate', server, async (t) => {
-  const db = await consumerDatabase(t)
+  const db = await consumerDb(t)
   const held = gate()
   let written = false
-  const a = consumerOn(db.pool(), 'a', async () => {
+  const a = consumerOn(db.newPool(), 'a', async () => {
     written = true
     await held.closed
   })
-  const b = consumerOn(db.pool(), 'b', async () => {})
+  const b = consumerOn(db.newPool(), 'b', async () => {})
   const push = signed(envelope())
 
   t.teardown(held.open) // should the test fail before it lets a go: the pools can end
   const first = a.consumer.handle(push)
   await waitUntil(() => written, 10_000, 'a wrote, its transaction open')
   const second = b.consumer.handle(signed(envelope({ deliveryId: 'd-2', attempt: 2 })))
-  await waitUntil(async () => (await waitingInserts(db.admin)) === 1, 10_000, "b blocked on a's uncommitted id")
+  await waitUntil(async () => (await waitingInserts(db.pool)) === 1, 10_000, "b blocked on a's uncommitted id")
   t.same(b.runs, [], "b has not run the handler while a's transaction is open")
   held.open()
   t.match(await first, { status: 200, body: '{"outcome":"handled"}' })
   t.match(await second, { status: 200, body: '{"outcome":"duplicate"}' }, "b found a's committed id")
   t.same(b.runs, [], 'b never ran the handler')
-  const { rows } = await db.admin.query('SELECT by FROM effects')
+  const { rows } = await db.pool.query('SELECT by FROM effects')
   t.same(rows, [{ by: 'a' }], 'the effect happened once')
-  t.same((await db.admin.query('SELECT id FROM hookq_handled')).rows, [{ id: 'billing/msg_1_0_7' }], 'the key is <group>/<webhook-id>')
+  t.same((await db.pool.query('SELECT id FROM hookq_handled')).rows, [{ id: 'billing/msg_1_0_7' }], 'the key is <group>/<webhook-id>')
 })
 
 t.test('the same message in two consumers at once, the first rolling back: the second runs it', server, async (t) => {
-  const db = await consumerDatabase(t)
+  const db = await consumerDb(t)
   const held = gate()
   let written = false
-  const a = consumerOn(db.pool(), 'a', async () => {
+  const a = consumerOn(db.newPool(), 'a', async () => {
     written = true
     await held.closed
     throw new Error('a failed after its write')
   })
-  const b = consumerOn(db.pool(), 'b', async () => {})
+  const b = consumerOn(db.newPool(), 'b', async () => {})
 
   t.teardown(held.open)
   const first = a.consumer.handle(signed(envelope()))
   await waitUntil(() => written, 10_000, 'a wrote, its transaction open')
   const second = b.consumer.handle(signed(envelope({ deliveryId: 'd-2', attempt: 2 })))
-  await waitUntil(async () => (await waitingInserts(db.admin)) === 1, 10_000, "b blocked on a's uncommitted id")
+  await waitUntil(async () => (await waitingInserts(db.pool)) === 1, 10_000, "b blocked on a's uncommitted id")
   held.open()
   t.match(await first, { status: 500, body: '{"error":"handler_failed"}' })
   t.match(await second, { status: 200, body: '{"outcome":"handled"}' }, 'a rolled back: b inserted the id and ran the handler')
-  t.same((await db.admin.query('SELECT by FROM effects')).rows, [{ by: 'b' }], "a's write is gone, b's stays: once")
+  t.same((await db.pool.query('SELECT by FROM effects')).rows, [{ by: 'b' }], "a's write is gone, b's stays: once")
   t.same(
     a.errors.map((e) => e.stage),
     ['handler'],
@@ -143,9 +137,9 @@ t.test('the same message in two consumers at once, the first rolling back: the s
 })
 
 t.test('a handler that catches a failed statement and returns: COMMIT rolls back, so the message fails', server, async (t) => {
-  const db = await consumerDatabase(t)
+  const db = await consumerDb(t)
   let swallow = true
-  const c = consumerOn(db.pool(), 'c', async (_m, tx) => {
+  const c = consumerOn(db.newPool(), 'c', async (_m, tx) => {
     if (!swallow) return
     try {
       await tx.query('SELECT 1 / 0')
@@ -158,15 +152,15 @@ t.test('a handler that catches a failed statement and returns: COMMIT rolls back
     ['idempotency'],
   )
   t.match(c.errors[0]!.error, { message: /rolled back at COMMIT/ })
-  t.same((await db.admin.query('SELECT * FROM effects')).rows, [], 'the write before the failed statement is gone')
-  t.same((await db.admin.query('SELECT * FROM hookq_handled')).rows, [], 'and the id is not recorded')
+  t.same((await db.pool.query('SELECT * FROM effects')).rows, [], 'the write before the failed statement is gone')
+  t.same((await db.pool.query('SELECT * FROM hookq_handled')).rows, [], 'and the id is not recorded')
   swallow = false
   t.match(
     await c.consumer.handle(signed(envelope({ attempt: 2 }))),
     { status: 200, body: '{"outcome":"handled"}' },
     'the redelivery runs it',
   )
-  t.equal((await db.admin.query('SELECT * FROM effects')).rowCount, 1)
+  t.equal((await db.pool.query('SELECT * FROM effects')).rowCount, 1)
 })
 
 t.test('a database that is down: 503 and the handler not run; a failed COMMIT is a failed message', server, async (t) => {
@@ -185,8 +179,8 @@ t.test('a database that is down: 503 and the handler not run; a failed COMMIT is
   t.same(c.runs, [], 'no message of the batch run')
 
   // The connection dies in the handler, after its write: the COMMIT cannot be sent.
-  const db = await consumerDatabase(t)
-  const lost = consumerOn(db.pool(), 'lost', async (_m, tx) => {
+  const db = await consumerDb(t)
+  const lost = consumerOn(db.newPool(), 'lost', async (_m, tx) => {
     await tx.query('SELECT pg_terminate_backend(pg_backend_pid())').catch(() => {})
   })
   t.match(
@@ -198,24 +192,24 @@ t.test('a database that is down: 503 and the handler not run; a failed COMMIT is
     lost.errors.map((e) => e.stage),
     ['idempotency'],
   )
-  t.same((await db.admin.query('SELECT * FROM effects')).rows, [], 'nothing committed')
-  t.same((await db.admin.query('SELECT * FROM hookq_handled')).rows, [])
+  t.same((await db.pool.query('SELECT * FROM effects')).rows, [], 'nothing committed')
+  t.same((await db.pool.query('SELECT * FROM hookq_handled')).rows, [])
 })
 
 t.test('table: a schema-qualified name, names refused, createTable false with createTableSql', server, async (t) => {
-  const db = await consumerDatabase(t)
-  await db.admin.query('CREATE SCHEMA app')
-  const c = consumerOn(db.pool(), 'c', async () => {}, 'app.Handled_Ids')
+  const db = await consumerDb(t)
+  await db.pool.query('CREATE SCHEMA app')
+  const c = consumerOn(db.newPool(), 'c', async () => {}, 'app.Handled_Ids')
   t.match(await c.consumer.handle(signed(envelope())), { status: 200, body: '{"outcome":"handled"}' })
-  t.same((await db.admin.query('SELECT id FROM app."Handled_Ids"')).rows, [{ id: 'billing/msg_1_0_7' }], 'created there, its case kept')
-  const { rows: columns } = await db.admin.query(`SELECT column_name, data_type, is_nullable FROM information_schema.columns
+  t.same((await db.pool.query('SELECT id FROM app."Handled_Ids"')).rows, [{ id: 'billing/msg_1_0_7' }], 'created there, its case kept')
+  const { rows: columns } = await db.pool.query(`SELECT column_name, data_type, is_nullable FROM information_schema.columns
     WHERE table_schema = 'app' AND table_name = 'Handled_Ids' ORDER BY ordinal_position`)
   t.same(columns, [
     { column_name: 'id', data_type: 'text', is_nullable: 'NO' },
     { column_name: 'handled_at', data_type: 'timestamp with time zone', is_nullable: 'NO' },
   ])
 
-  const pool = db.pool()
+  const pool = db.newPool()
   for (const table of ['', 'a.b.c', 'x; DROP TABLE effects', 'name"quoted', '1st', 'a'.repeat(64)]) {
     t.throws(() => new PgIdempotencyStore({ pool, table }), TypeError, JSON.stringify(table))
   }
@@ -228,14 +222,14 @@ t.test('table: a schema-qualified name, names refused, createTable false with cr
     manual.createTableSql,
     /^CREATE TABLE IF NOT EXISTS "managed" \(id text PRIMARY KEY, handled_at timestamptz NOT NULL DEFAULT now\(\)\);\nCREATE INDEX IF NOT EXISTS "managed_handled_at" ON "managed" \(handled_at\);$/,
   )
-  await db.admin.query(manual.createTableSql)
+  await db.pool.query(manual.createTableSql)
   t.match(await m.handle(signed(envelope())), { status: 200, body: '{"outcome":"handled"}' }, 'after the statement is run by hand')
 })
 
 t.test('stores of several processes creating the table at once all succeed', server, async (t) => {
-  const db = await consumerDatabase(t)
+  const db = await consumerDb(t)
   // Each with its own pool, as separate processes would: CREATE ... IF NOT EXISTS races between them.
-  const stores = Array.from({ length: 6 }, () => new PgIdempotencyStore({ pool: db.pool(), table: 'raced' }))
+  const stores = Array.from({ length: 6 }, () => new PgIdempotencyStore({ pool: db.newPool(), table: 'raced' }))
   const results = await Promise.allSettled(stores.map((s) => s.runOnce(['x'], async () => {})))
   t.same(
     results.flatMap((r) => (r.status === 'rejected' ? [String(r.reason)] : [])),
@@ -250,14 +244,14 @@ t.test('stores of several processes creating the table at once all succeed', ser
 })
 
 t.test('prune deletes the ids older than the limit, and says how many', server, async (t) => {
-  const db = await consumerDatabase(t)
-  const store = new PgIdempotencyStore({ pool: db.pool() })
+  const db = await consumerDb(t)
+  const store = new PgIdempotencyStore({ pool: db.newPool() })
   t.same(await store.runOnce(['g/a', 'g/b', 'g/c'], async () => {}), ['g/a', 'g/b', 'g/c'])
   t.same(await store.runOnce(['g/a', 'g/d'], async () => {}), ['g/d'], 'only the new ids of a batch are fresh')
-  await db.admin.query(`UPDATE hookq_handled SET handled_at = now() - interval '9 days' WHERE id IN ('g/a', 'g/b')`)
+  await db.pool.query(`UPDATE hookq_handled SET handled_at = now() - interval '9 days' WHERE id IN ('g/a', 'g/b')`)
   t.equal(await store.prune({ olderThanMs: 8 * 86_400_000 }), 2)
   t.same(
-    (await db.admin.query('SELECT id FROM hookq_handled ORDER BY id')).rows.map((r) => r.id),
+    (await db.pool.query('SELECT id FROM hookq_handled ORDER BY id')).rows.map((r) => r.id),
     ['g/c', 'g/d'],
   )
   t.same(await store.runOnce(['g/a'], async () => {}), ['g/a'], 'a pruned id is new again')
