@@ -172,7 +172,7 @@ interface ValueSpec<S extends TSchema, D, N> {
 function value<S extends TSchema, const D extends Static<S> | null, N extends string | undefined = undefined>(
   schema: S,
   spec: ValueSpec<S, D, N>,
-): ValueSetting<N extends string ? TOptional<TUnion<[S, TNull]>> : TOptional<S>, null extends D ? TUnion<[S, TNull]> : S> {
+): ValueSetting<N extends string ? TOptional<TUnion<[S, TNull]>> : TOptional<S>, null extends D ? TUnion<[S, TNull]> : S> & { default: D } {
   const s = { kind: 'value' as const, schema, ...spec }
   const description = describe(s)
   const given = named(schema)
