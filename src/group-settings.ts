@@ -7,7 +7,7 @@
  *    GroupInput and GroupView;
  *  - a new group's defaults and the mapping to and from its row (src/service/groups.ts): a
  *    setting's column is its name, an object member's is the object's name and the member's
- *    (retry.jitter → retryJitter; see columnOf);
+ *    (retry.jitter → retryJitter; see flatName);
  *  - the CLI's flags, their parsers and their help (src/cli/groups.ts).
  * A new setting is one entry here; besides it, only its column in prisma/schema.prisma (with a
  * migration), the code that acts on it, and the README's table of settings.
@@ -142,20 +142,29 @@ export function defaultText(s: ValueSetting): string {
 }
 
 /** "explicit (default): a 2xx means received; auto: a 2xx is the ack". */
-export function choiceList(s: ValueSetting): string {
+function choiceList(s: ValueSetting): string {
   return Object.entries(s.choices ?? {})
     .map(([choice, meaning]) => `${choice}${choice === s.default ? ' (default)' : ''}: ${meaning}`)
     .join('; ')
 }
 
-/** The description of a value setting in the PUT body: what it is, its default, what null does. */
-function describe(s: Omit<ValueSetting, 'input' | 'view'>): string {
-  const parts = [s.choices ? choiceList(s as ValueSetting) : s.doc]
+/**
+ * A value setting's description: what it is (or its choices) and its default; with `withNull`, then
+ * what null does. The PUT body's member says all of it; a CLI flag says the first part, and its
+ * --no- flag the null part.
+ */
+export function description(s: Omit<ValueSetting, 'input' | 'view'>, withNull = true): string {
   if (s.doc === undefined && !s.choices) throw new Error('group-settings: a setting needs doc or choices')
+  const parts = [s.choices ? choiceList(s as ValueSetting) : s.doc]
   const defaultSaidByNull = s.default === null && s.nullable !== undefined
   if (s.default !== undefined && !s.choices && !defaultSaidByNull) parts.push(`default ${defaultText(s as ValueSetting)}`)
-  if (s.nullable !== undefined) parts.push(`null: ${s.nullable}${defaultSaidByNull ? ' (the default)' : ''}`)
+  if (withNull && s.nullable !== undefined) parts.push(`null: ${whatNullDoes(s)}`)
   return parts.join('; ')
+}
+
+/** What sending null does, marked when it is the default: "every message is pushed (the default)". */
+export function whatNullDoes(s: Pick<ValueSetting, 'nullable' | 'default'>): string {
+  return `${s.nullable}${s.default === null ? ' (the default)' : ''}`
 }
 
 interface ValueSpec<S extends TSchema, D, N> {
@@ -174,12 +183,10 @@ function value<S extends TSchema, const D extends Static<S> | null, N extends st
   spec: ValueSpec<S, D, N>,
 ): ValueSetting<N extends string ? TOptional<TUnion<[S, TNull]>> : TOptional<S>, null extends D ? TUnion<[S, TNull]> : S> & { default: D } {
   const s = { kind: 'value' as const, schema, ...spec }
-  const description = describe(s)
+  const described = { description: description(s) }
   const given = named(schema)
   const input =
-    spec.nullable === undefined
-      ? Type.Optional(Type.With(given, { description }))
-      : Type.Optional(Type.Union([given, Type.Null()], { description }))
+    spec.nullable === undefined ? Type.Optional(Type.With(given, described)) : Type.Optional(Type.Union([given, Type.Null()], described))
   const view = spec.default === null ? Type.Union([plain(schema), Type.Null()]) : plain(schema)
   return { ...s, input, view } as never
 }
@@ -187,7 +194,7 @@ function value<S extends TSchema, const D extends Static<S> | null, N extends st
 /** A member of an object setting that the caller must give whenever they give the object (no default). */
 function required<S extends TSchema>(schema: S, spec: { doc: string; cli?: CliSpelling }): ValueSetting<S, S> {
   const s = { kind: 'value' as const, schema, default: undefined, ...spec }
-  return { ...s, input: Type.With(schema, { description: describe(s) }), view: plain(schema) } as never
+  return { ...s, input: Type.With(schema, { description: description(s) }), view: plain(schema) } as never
 }
 
 interface ObjectSpec<N> {
@@ -217,7 +224,7 @@ function object<M extends Record<string, ValueSetting>, N extends string | undef
     return { kind: 'object', members, component, label: spec.label, given: spec.given, input: Type.Optional(ref(component)), view } as never
   }
   const description = [spec.label, ...(spec.given === 'whole' ? ['given whole (what it leaves out takes its default)'] : [])]
-    .concat(`null: ${spec.nullable} (the default)`)
+    .concat(`null: ${whatNullDoes({ nullable: spec.nullable, default: null })}`)
     .join('; ')
   return {
     kind: 'object',
@@ -377,8 +384,12 @@ export const GROUP_SETTINGS = {
   }),
 } satisfies Record<string, Setting>
 
-/** The column of a setting in consumer_groups: its name, or the object's name and the member's (retry.jitter → retryJitter). */
-export function columnOf(name: string, member?: string): string {
+/**
+ * A setting's flat name: its own, or for an object's member the object's name and the member's
+ * (retry.jitter → retryJitter). It names the setting's column in consumer_groups and the attribute
+ * of its CLI flag (--retry-jitter).
+ */
+export function flatName(name: string, member?: string): string {
   return member === undefined ? name : `${name}${member[0]!.toUpperCase()}${member.slice(1)}`
 }
 

@@ -20,7 +20,7 @@ import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
 import { compileFilter, FilterError } from '../dispatch/filter.ts'
 import { assignPartitions } from '../dispatch/consumer-assignment.ts'
 import {
-  columnOf,
+  flatName,
   GROUP_SETTINGS,
   type GroupInput,
   type GroupView,
@@ -57,7 +57,10 @@ export interface ConsumerPatch {
 /** The push timeout of a group that sets none, unless its ackTimeoutMs is shorter. */
 export const DEFAULT_PUSH_TIMEOUT_MS: number = GROUP_SETTINGS.pushTimeoutMs.default
 
-/** A consumer_groups row, or the part of one that holds settings, by column name. */
+/**
+ * A consumer_groups row, or the part of one that holds settings, by column name: a setting's column
+ * is its flat name (flatName: ackMode → ackMode, retry.jitter → retryJitter).
+ */
 type Columns = Record<string, unknown>
 
 /** The settings of the table that have columns; `ordered` has none (it is a spelling of ordering). */
@@ -74,8 +77,8 @@ function stored(s: ValueSetting, value: unknown): unknown {
 function defaultColumns(): Columns {
   const columns: Columns = {}
   for (const [name, s] of STORED) {
-    if (s.kind === 'value') columns[columnOf(name)] = stored(s, s.default)
-    else for (const [member, m] of Object.entries(s.members)) columns[columnOf(name, member)] = m.default ?? null
+    if (s.kind === 'value') columns[name] = stored(s, s.default)
+    else for (const [member, m] of Object.entries(s.members)) columns[flatName(name, member)] = m.default ?? null
   }
   return columns
 }
@@ -91,11 +94,11 @@ function columnsFrom(input: Columns, base: Columns): Columns {
   for (const [name, s] of STORED) {
     const given = input[name]
     if (s.kind === 'value') {
-      columns[columnOf(name)] = given === undefined ? base[columnOf(name)] : stored(s, given)
+      columns[name] = given === undefined ? base[name] : stored(s, given)
       continue
     }
     for (const [member, m] of Object.entries(s.members)) {
-      const column = columnOf(name, member)
+      const column = flatName(name, member)
       const value = (given as Columns | null | undefined)?.[member]
       if (given === undefined) columns[column] = base[column]
       else if (s.given === 'whole') columns[column] = value ?? m.default ?? null
@@ -110,12 +113,12 @@ function settingsView(row: Columns): Columns {
   const view: Columns = {}
   for (const [name, s] of STORED) {
     if (s.kind === 'value') {
-      const value = row[columnOf(name)]
+      const value = row[name]
       view[name] = s.json && value !== null ? JSON.parse(value as string) : value
-    } else if (s.key !== undefined && row[columnOf(name, s.key)] === null) {
+    } else if (s.key !== undefined && row[flatName(name, s.key)] === null) {
       view[name] = null
     } else {
-      view[name] = Object.fromEntries(Object.keys(s.members).map((member) => [member, row[columnOf(name, member)]]))
+      view[name] = Object.fromEntries(Object.keys(s.members).map((member) => [member, row[flatName(name, member)]]))
     }
   }
   return view
