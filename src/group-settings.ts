@@ -53,7 +53,7 @@ export interface ValueSetting<I extends TSchema = TSchema, V extends TSchema = T
   /** For a union of literals: what each one means (descriptions mark the default). */
   choices?: Record<string, string>
   /** The default as descriptions put it, from the formatted value (pushTimeoutMs: min(10000, ackTimeoutMs)). */
-  defaultText?: (value: string) => string
+  defaultPhrase?: (value: string) => string
   /** The caller may send null: what that does. */
   nullable?: string
   /** Stored as its JSON text (the filter's column is text). */
@@ -135,10 +135,10 @@ function plain<S extends TSchema>(schema: S): S {
 }
 
 /** A setting's default as descriptions and help put it: "none" for null, strings quoted. */
-export function defaultText(s: ValueSetting): string {
+function defaultText(s: ValueSetting): string {
   if (s.default === null) return 'none'
   const value = typeof s.default === 'string' ? JSON.stringify(s.default) : String(s.default)
-  return s.defaultText ? s.defaultText(value) : value
+  return s.defaultPhrase ? s.defaultPhrase(value) : value
 }
 
 /** "explicit (default): a 2xx means received; auto: a 2xx is the ack". */
@@ -171,13 +171,17 @@ interface ValueSpec<S extends TSchema, D, N> {
   default: D
   doc?: string
   choices?: Record<Extract<Static<S>, string>, string>
-  defaultText?: (value: string) => string
+  defaultPhrase?: (value: string) => string
   nullable?: N
   json?: boolean
   cli?: CliSpelling
 }
 
-/** A value setting: `schema` is what the caller may give (not null), with its bounds. */
+/**
+ * A value setting: `schema` is what the caller may give (not null), with its bounds. The return type
+ * says which schemas the setting adds to the PUT body and the view (so Static<> of them is exact);
+ * TypeScript cannot check a body against such conditional types, hence the casts of these helpers.
+ */
 function value<S extends TSchema, const D extends Static<S> | null, N extends string | undefined = undefined>(
   schema: S,
   spec: ValueSpec<S, D, N>,
@@ -223,7 +227,7 @@ function object<M extends Record<string, ValueSetting>, N extends string | undef
   if (spec.nullable === undefined) {
     return { kind: 'object', members, component, label: spec.label, given: spec.given, input: Type.Optional(ref(component)), view } as never
   }
-  const description = [spec.label, ...(spec.given === 'whole' ? ['given whole (what it leaves out takes its default)'] : [])]
+  const summary = [spec.label, ...(spec.given === 'whole' ? ['given whole (what it leaves out takes its default)'] : [])]
     .concat(`null: ${whatNullDoes({ nullable: spec.nullable, default: null })}`)
     .join('; ')
   return {
@@ -234,7 +238,7 @@ function object<M extends Record<string, ValueSetting>, N extends string | undef
     given: spec.given,
     nullable: spec.nullable,
     key: keys[0],
-    input: Type.Optional(Type.Union([ref(component), Type.Null()], { description })),
+    input: Type.Optional(Type.Union([ref(component), Type.Null()], { description: summary })),
     view: Type.Union([view, Type.Null()]),
   } as never
 }
@@ -336,7 +340,7 @@ export const GROUP_SETTINGS = {
   pushTimeoutMs: value(Type.Integer({ minimum: 100, maximum: 600_000 }), {
     default: 10_000,
     doc: 'Time a push may take to be answered',
-    defaultText: (value) => `min(${value}, ackTimeoutMs), following ackTimeoutMs until set`,
+    defaultPhrase: (value) => `min(${value}, ackTimeoutMs), following ackTimeoutMs until set`,
     nullable: 'back to the default',
   }),
   pushFormat: value(Type.Union([Type.Literal('envelope'), Type.Literal('raw')]), {
@@ -360,7 +364,7 @@ export const GROUP_SETTINGS = {
       maxWaitMs: value(Type.Integer({ minimum: 0, maximum: 10_000 }), {
         default: 0,
         doc: 'How long a batch waits for more messages after its first is ready',
-        defaultText: (value) => `${value} (the messages ready together)`,
+        defaultPhrase: (value) => `${value} (the messages ready together)`,
       }),
       maxBytes: value(Type.Integer({ minimum: 1024, maximum: 16 * 1024 * 1024 }), {
         default: null,
