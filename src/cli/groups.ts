@@ -1,37 +1,27 @@
 /** `hookq groups create|update|list|status|pause|resume|delete`. */
 import { Option, type Command } from 'commander'
+import { Type, type TSchema } from 'typebox'
 import { unwrap, type GroupConfig, type GroupStatus, type HookqClient } from '@hookq/client'
+import {
+  description,
+  flatName,
+  GROUP_SETTINGS,
+  whatNullDoes,
+  type AliasSetting,
+  type Setting,
+  type ValueSetting,
+} from '../group-settings.ts'
 import { decimal, jsonObject, wholeNumber } from './args.ts'
 import { contextOf, unwrapWithStatus, type CliContext } from './context.ts'
 import { printJson, printLine, printTable, short } from './output.ts'
 import { duration } from './topics.ts'
 
-/** The group options as commander parses them; each one left out keeps its current (or default) value. */
-interface GroupOptions {
-  topic?: string
-  ackMode?: 'explicit' | 'auto'
-  ackTimeoutMs?: number
-  maxDeliveries?: number
-  deadLetterTopic?: string | false
-  startAt?: string
-  maxInFlight?: number
-  ordered?: boolean
-  ordering?: 'none' | 'partition' | 'key'
-  pushTimeoutMs?: number
-  pushFormat?: 'envelope' | 'raw'
-  paused?: boolean
-  retryInitialDelayMs?: number
-  retryMultiplier?: number
-  retryMaxDelayMs?: number
-  retryJitter?: number
-  batchMaxMessages?: number
-  batchMaxWaitMs?: number
-  batchMaxBytes?: number
-  /** false: --no-batch */
-  batch?: false
-  /** A filter as JSON, or false (--no-filter) to remove it. */
-  filter?: Record<string, unknown> | false
-}
+/**
+ * The group options as commander parses them: a setting's flag is its flat name in kebab case
+ * (ackTimeoutMs → --ack-timeout-ms, retry.jitter → --retry-jitter) and commander names the value by
+ * the flat name again; --no-… gives false. Each one left out keeps its current (or default) value.
+ */
+type GroupOptions = { topic?: string } & Record<string, unknown>
 
 /** Adds the `groups` command group to `program`. */
 export function registerGroups(program: Command): void {
@@ -98,52 +88,66 @@ export function registerGroups(program: Command): void {
     })
 }
 
+/** The flags of every setting of src/group-settings.ts, with their parsers and help. */
 function configOptions(cmd: Command): Command {
+  for (const [name, s] of Object.entries(GROUP_SETTINGS) as [string, Setting][]) {
+    if (s.kind !== 'object') {
+      addFlags(cmd, name, s)
+      continue
+    }
+    for (const [member, m] of Object.entries(s.members)) addFlags(cmd, flatName(name, member), m, `${s.label.toLowerCase()}: `)
+    if (s.nullable !== undefined) cmd.option(`--no-${kebab(name)}`, whatNullDoes({ nullable: s.nullable, default: null }))
+  }
   return cmd
-    .addOption(
-      new Option('--ack-mode <mode>', 'explicit: a 2xx means received, ack over HTTP; auto: a 2xx is the ack').choices([
-        'explicit',
-        'auto',
-      ]),
-    )
-    .option('--ack-timeout-ms <ms>', 'time to ack a push before it is pushed again (default 30000)', wholeNumber(1000, 43_200_000))
-    .option('--max-deliveries <n>', 'attempts before a message is dead-lettered (default 5)', wholeNumber(1, 1000))
-    .option('--dead-letter-topic <topic>', 'where dead letters go (the topic must exist)')
-    .option('--no-dead-letter-topic', 'record dead letters as dead instead of producing them to a topic')
-    .option('--start-at <where>', 'where a new group starts: earliest (default), latest, or an ISO-8601 timestamp')
-    .option('--max-in-flight <n>', 'messages in flight a partition at most (default 100)', wholeNumber(1, 10_000))
-    .addOption(
-      new Option(
-        '--ordering <ordering>',
-        'none (default): in parallel; partition: one message of a partition out at a time; ' +
-          'key: one message per key out at a time, keys in parallel',
-      ).choices(['none', 'partition', 'key']),
-    )
-    .option('--ordered', 'the same as --ordering partition')
-    .option('--no-ordered', 'the same as --ordering none')
-    .option('--push-timeout-ms <ms>', 'time a push may take (default 10000)', wholeNumber(100, 600_000))
-    .addOption(
-      new Option('--push-format <format>', 'envelope (default) or raw: the bare value, the rest in hookq-* headers').choices([
-        'envelope',
-        'raw',
-      ]),
-    )
-    .option(
-      '--batch-max-messages <n>',
-      'batch push: up to n messages a push (the batch is given whole: set its other flags with it)',
-      wholeNumber(1, 1000),
-    )
-    .option('--batch-max-wait-ms <ms>', 'batch push: wait this long for more messages after the first (default 0)', wholeNumber(0, 10_000))
-    .option('--batch-max-bytes <n>', 'batch push: send before the body would pass n bytes', wholeNumber(1024, 16 * 1024 * 1024))
-    .option('--no-batch', 'one message a push (the default)')
-    .option('--filter <json>', 'push only the messages this filter matches, e.g. \'{"headers.type":"paid"}\'', jsonObject)
-    .option('--no-filter', 'remove the filter: every message is pushed')
-    .option('--paused', 'create or keep the group paused')
-    .option('--no-paused', 'push (the default)')
-    .option('--retry-initial-delay-ms <ms>', 'delay before the second attempt (default 1000)', wholeNumber(0, 86_400_000))
-    .option('--retry-multiplier <x>', 'each further delay is this many times the last (default 2)', decimal(1, 100))
-    .option('--retry-max-delay-ms <ms>', 'the longest delay (default 60000)', wholeNumber(0, 86_400_000))
-    .option('--retry-jitter <fraction>', 'spread of each delay, 0 to 1 (default 0.1)', decimal(0, 1))
+}
+
+/** --name <value> (and --no-name for a nullable setting), or a boolean's --name and --no-name. */
+function addFlags(cmd: Command, name: string, s: ValueSetting | AliasSetting, prefix = ''): void {
+  const flag = `--${kebab(name)}`
+  if (Type.IsBoolean(s.schema)) {
+    const isDefault = (v: boolean) => (s.kind === 'value' && s.default === v ? ' (the default)' : '')
+    cmd.option(flag, `${s.cli?.on}${isDefault(true)}`).option(`--no-${kebab(name)}`, `${s.cli?.off}${isDefault(false)}`)
+    return
+  }
+  if (s.kind === 'alias') throw new Error(`groups: no flag for the alias ${name}`)
+  const option = new Option(`${flag} <${placeholder(name, s)}>`, prefix + help(s))
+  if (s.choices) option.choices(Object.keys(s.choices))
+  else {
+    const parse = parserOf(s.schema)
+    if (parse) option.argParser(parse)
+  }
+  cmd.addOption(option)
+  if (s.nullable !== undefined) cmd.option(`--no-${kebab(name)}`, whatNullDoes(s))
+}
+
+/** A flag's help: the API's description of the setting (what it is, its default), null aside. */
+function help(s: ValueSetting): string {
+  const text = description(s, false)
+  // "Time to ack …" → "time to ack …", as all help starts; "RFC …" stays.
+  const what = /^[A-Z](?![A-Z])/.test(text) ? text[0]!.toLowerCase() + text.slice(1) : text
+  return `${what}${s.cli?.note ? ` (${s.cli.note})` : ''}`
+}
+
+/** The value's placeholder: ms for a …Ms name, n for an integer, x for a number, or the name's last word. */
+function placeholder(name: string, s: ValueSetting): string {
+  if (s.cli?.arg) return s.cli.arg
+  if (name.endsWith('Ms')) return 'ms'
+  if (Type.IsInteger(s.schema)) return 'n'
+  if (Type.IsNumber(s.schema)) return 'x'
+  return kebab(name).split('-').at(-1)!
+}
+
+/** The parser the schema calls for, with its bounds: a whole number, a number, or a JSON object. */
+function parserOf(schema: TSchema): ((text: string) => unknown) | undefined {
+  const { minimum, maximum } = schema as { minimum?: number; maximum?: number }
+  if (Type.IsInteger(schema)) return wholeNumber(minimum, maximum)
+  if (Type.IsNumber(schema)) return decimal(minimum ?? -Number.MAX_VALUE, maximum ?? Number.MAX_VALUE)
+  if (Type.IsRecord(schema)) return jsonObject
+  return undefined
+}
+
+function kebab(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
 }
 
 /** PUT the group; without --topic (update, pause, resume) the group's current topic is sent. */
@@ -163,35 +167,30 @@ async function currentTopic(client: HookqClient, name: string): Promise<string> 
   return group.topic
 }
 
+/**
+ * The PUT body of the settings given as flags. --no-… is null for a nullable setting (false for a
+ * boolean); an object's member flags make the object (given whole for batch, so its other members
+ * take their defaults: the broker says so when a required one is missing).
+ */
 function bodyOf(topic: string, o: GroupOptions): GroupConfig {
-  const body: GroupConfig = { topic }
-  if (o.ackMode !== undefined) body.ackMode = o.ackMode
-  if (o.ackTimeoutMs !== undefined) body.ackTimeoutMs = o.ackTimeoutMs
-  if (o.maxDeliveries !== undefined) body.maxDeliveries = o.maxDeliveries
-  if (o.deadLetterTopic !== undefined) body.deadLetterTopic = o.deadLetterTopic === false ? null : o.deadLetterTopic
-  if (o.startAt !== undefined) body.startAt = o.startAt
-  if (o.maxInFlight !== undefined) body.maxInFlight = o.maxInFlight
-  if (o.ordered !== undefined) body.ordered = o.ordered
-  if (o.ordering !== undefined) body.ordering = o.ordering
-  if (o.pushTimeoutMs !== undefined) body.pushTimeoutMs = o.pushTimeoutMs
-  if (o.pushFormat !== undefined) body.pushFormat = o.pushFormat
-  if (o.paused !== undefined) body.paused = o.paused
-  if (o.filter !== undefined) body.filter = o.filter === false ? null : o.filter
-  if (o.batch === false) body.batch = null
-  else if (o.batchMaxMessages !== undefined) {
-    body.batch = {
-      maxMessages: o.batchMaxMessages,
-      ...(o.batchMaxWaitMs === undefined ? {} : { maxWaitMs: o.batchMaxWaitMs }),
-      ...(o.batchMaxBytes === undefined ? {} : { maxBytes: o.batchMaxBytes }),
+  const body: Record<string, unknown> = { topic }
+  for (const [name, s] of Object.entries(GROUP_SETTINGS) as [string, Setting][]) {
+    if (s.kind !== 'object') {
+      if (o[name] !== undefined) body[name] = o[name] === false && s.kind === 'value' && s.nullable !== undefined ? null : o[name]
+      continue
     }
+    // --no-batch alone makes commander default `batch` to true: only false means it was given.
+    if (s.nullable !== undefined && o[name] === false) {
+      body[name] = null
+      continue
+    }
+    const members = Object.keys(s.members).flatMap((member) => {
+      const value = o[flatName(name, member)]
+      return value === undefined ? [] : [[member, value] as const]
+    })
+    if (members.length > 0) body[name] = Object.fromEntries(members)
   }
-  const retry: NonNullable<GroupConfig['retry']> = {}
-  if (o.retryInitialDelayMs !== undefined) retry.initialDelayMs = o.retryInitialDelayMs
-  if (o.retryMultiplier !== undefined) retry.multiplier = o.retryMultiplier
-  if (o.retryMaxDelayMs !== undefined) retry.maxDelayMs = o.retryMaxDelayMs
-  if (o.retryJitter !== undefined) retry.jitter = o.retryJitter
-  if (Object.keys(retry).length > 0) body.retry = retry
-  return body
+  return body as GroupConfig
 }
 
 function printStatus(s: GroupStatus): void {

@@ -19,34 +19,23 @@ import type { TopicStore } from '../store/topics.ts'
 import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
 import { compileFilter, FilterError } from '../dispatch/filter.ts'
 import { assignPartitions } from '../dispatch/consumer-assignment.ts'
+import {
+  flatName,
+  GROUP_SETTINGS,
+  type GroupInput,
+  type GroupView,
+  type ObjectSetting,
+  type Setting,
+  type ValueSetting,
+} from '../group-settings.ts'
+
+/** A PUT body: every setting optional but the topic (Static<> of GroupConfig, built from the settings table). */
+export type { GroupInput }
 
 /** How long a rotated-out secret keeps signing pushes when the caller does not say: 24 h. */
 export const DEFAULT_SECRET_OVERLAP_MS = 86_400_000
 /** The longest overlap a rotation may ask for: 7 days. */
 export const MAX_SECRET_OVERLAP_MS = 7 * 86_400_000
-
-/** A PUT body: every setting optional but the topic. */
-export interface GroupInput {
-  topic: string
-  ackMode?: 'explicit' | 'auto'
-  ackTimeoutMs?: number
-  maxDeliveries?: number
-  retry?: { initialDelayMs?: number; multiplier?: number; maxDelayMs?: number; jitter?: number }
-  deadLetterTopic?: string | null
-  startAt?: string
-  maxInFlight?: number
-  /** The v1 spelling of ordering: true is "partition", false "none" */
-  ordered?: boolean
-  ordering?: 'none' | 'partition' | 'key'
-  /** null: back to the default, min(10000, ackTimeoutMs) */
-  pushTimeoutMs?: number | null
-  pushFormat?: 'envelope' | 'raw'
-  paused?: boolean
-  /** null: no filter (every message is pushed) */
-  filter?: Record<string, unknown> | null
-  /** null: one message a push */
-  batch?: { maxMessages: number; maxWaitMs?: number; maxBytes?: number } | null
-}
 
 const NO_HEALTH: ConsumerHealthView = { lastSuccessAt: null, lastFailureAt: null, lastError: null, recentFailureRate: null }
 
@@ -66,51 +55,88 @@ export interface ConsumerPatch {
 }
 
 /** The push timeout of a group that sets none, unless its ackTimeoutMs is shorter. */
-export const DEFAULT_PUSH_TIMEOUT_MS = 10_000
+export const DEFAULT_PUSH_TIMEOUT_MS: number = GROUP_SETTINGS.pushTimeoutMs.default
 
-export const GROUP_DEFAULTS: Omit<GroupSettings, 'topic'> = {
-  ackMode: 'explicit',
-  ackTimeoutMs: 30_000,
-  maxDeliveries: 5,
-  retryInitialDelayMs: 1000,
-  retryMultiplier: 2,
-  retryMaxDelayMs: 60_000,
-  retryJitter: 0.1,
-  deadLetterTopic: null,
-  startAt: 'earliest',
-  maxInFlight: 100,
-  ordering: 'none',
-  pushTimeoutMs: DEFAULT_PUSH_TIMEOUT_MS,
-  pushTimeoutSet: false,
-  pushFormat: 'envelope',
-  paused: false,
-  filter: null,
-  batchMaxMessages: null,
-  batchMaxWaitMs: 0,
-  batchMaxBytes: null,
+/**
+ * A consumer_groups row, or the part of one that holds settings, by column name: a setting's column
+ * is its flat name (flatName: ackMode → ackMode, retry.jitter → retryJitter).
+ */
+type Columns = Record<string, unknown>
+
+/** The settings of the table that have columns; `ordered` has none (it is a spelling of ordering). */
+const STORED = (Object.entries(GROUP_SETTINGS) as [string, Setting][]).filter(
+  (entry): entry is [string, ValueSetting | ObjectSetting] => entry[1].kind !== 'alias',
+)
+
+/** A value as its column holds it: the filter as its JSON text, anything else as it is. */
+function stored(s: ValueSetting, value: unknown): unknown {
+  return s.json && value !== null && value !== undefined ? JSON.stringify(value) : value
 }
 
-export function groupView(g: GroupRow) {
+/** The columns of a group that sets nothing: the defaults of src/group-settings.ts. */
+function defaultColumns(): Columns {
+  const columns: Columns = {}
+  for (const [name, s] of STORED) {
+    if (s.kind === 'value') columns[name] = stored(s, s.default)
+    else for (const [member, m] of Object.entries(s.members)) columns[flatName(name, member)] = m.default ?? null
+  }
+  return columns
+}
+
+/**
+ * The columns a PUT body sets, over `base` (the defaults, or the group's current columns): a setting
+ * left out keeps its column, null (where the schema allows it) clears it. An object given by member
+ * (retry) keeps the members left out; one given whole (batch) gives the members it leaves out their
+ * defaults, not their previous values.
+ */
+function columnsFrom(input: Columns, base: Columns): Columns {
+  const columns: Columns = {}
+  for (const [name, s] of STORED) {
+    const given = input[name]
+    if (s.kind === 'value') {
+      columns[name] = given === undefined ? base[name] : stored(s, given)
+      continue
+    }
+    for (const [member, m] of Object.entries(s.members)) {
+      const column = flatName(name, member)
+      const value = (given as Columns | null | undefined)?.[member]
+      if (given === undefined) columns[column] = base[column]
+      else if (s.given === 'whole') columns[column] = value ?? m.default ?? null
+      else columns[column] = value === undefined ? base[column] : value
+    }
+  }
+  return columns
+}
+
+/** The settings of a row as the API shows them: a nullable object (batch) is null when its required member's column is. */
+function settingsView(row: Columns): Columns {
+  const view: Columns = {}
+  for (const [name, s] of STORED) {
+    if (s.kind === 'value') {
+      const value = row[name]
+      view[name] = s.json && value !== null ? JSON.parse(value as string) : value
+    } else if (s.key !== undefined && row[flatName(name, s.key)] === null) {
+      view[name] = null
+    } else {
+      view[name] = Object.fromEntries(Object.keys(s.members).map((member) => [member, row[flatName(name, member)]]))
+    }
+  }
+  return view
+}
+
+/** The columns of a new group that sets nothing; pushTimeoutSet false: its push timeout follows ackTimeoutMs. */
+export const GROUP_DEFAULTS = { ...defaultColumns(), pushTimeoutSet: false } as Omit<GroupSettings, 'topic'>
+
+export function groupView(g: GroupRow): GroupView {
   return {
     name: g.name,
     topic: g.topic,
-    ackMode: g.ackMode,
-    ackTimeoutMs: g.ackTimeoutMs,
-    maxDeliveries: g.maxDeliveries,
-    retry: { initialDelayMs: g.retryInitialDelayMs, multiplier: g.retryMultiplier, maxDelayMs: g.retryMaxDelayMs, jitter: g.retryJitter },
-    deadLetterTopic: g.deadLetterTopic,
-    startAt: g.startAt,
-    maxInFlight: g.maxInFlight,
+    ...settingsView(g),
+    // Not a column: the v1 spelling of ordering (see orderingOf).
     ordered: g.ordering === 'partition',
-    ordering: g.ordering,
-    pushTimeoutMs: g.pushTimeoutMs,
-    pushFormat: g.pushFormat,
-    paused: g.paused,
-    filter: g.filter === null ? null : (JSON.parse(g.filter) as Record<string, unknown>),
-    batch: g.batchMaxMessages === null ? null : { maxMessages: g.batchMaxMessages, maxWaitMs: g.batchMaxWaitMs, maxBytes: g.batchMaxBytes },
     createdAt: g.createdAt.toISOString(),
     updatedAt: g.updatedAt.toISOString(),
-  }
+  } as GroupView
 }
 
 export function consumerView(c: ConsumerRow) {
@@ -152,7 +178,10 @@ function checkSecret(secret: string): void {
 }
 
 /**
- * Settings from a PUT body, over `base` (the defaults, or the group's current settings).
+ * Settings from a PUT body, over `base` (the defaults, or the group's current settings): the
+ * table's columns (columnsFrom), then the two rules the table leaves to code.
+ *
+ * `ordered` and `ordering` are two spellings of one setting (orderingOf reconciles them).
  *
  * pushTimeoutMs is the one default that depends on another setting: a group that never set it
  * (or set it to null) has min(10000, ackTimeoutMs), recomputed whenever ackTimeoutMs changes. Once
@@ -160,31 +189,14 @@ function checkSecret(secret: string): void {
  * (validated), not silently changed, since the caller chose it.
  */
 function settingsFrom(input: GroupInput, base: Omit<GroupSettings, 'topic'>): GroupSettings {
-  const ackTimeoutMs = input.ackTimeoutMs ?? base.ackTimeoutMs
+  const columns = columnsFrom(input, base) as Omit<GroupSettings, 'topic' | 'pushTimeoutSet'>
   const pushTimeoutSet = input.pushTimeoutMs === undefined ? base.pushTimeoutSet : input.pushTimeoutMs !== null
-  const pushTimeoutMs = !pushTimeoutSet ? Math.min(DEFAULT_PUSH_TIMEOUT_MS, ackTimeoutMs) : (input.pushTimeoutMs ?? base.pushTimeoutMs)
   return {
+    ...columns,
     topic: input.topic,
-    ackMode: input.ackMode ?? base.ackMode,
-    ackTimeoutMs,
-    maxDeliveries: input.maxDeliveries ?? base.maxDeliveries,
-    retryInitialDelayMs: input.retry?.initialDelayMs ?? base.retryInitialDelayMs,
-    retryMultiplier: input.retry?.multiplier ?? base.retryMultiplier,
-    retryMaxDelayMs: input.retry?.maxDelayMs ?? base.retryMaxDelayMs,
-    retryJitter: input.retry?.jitter ?? base.retryJitter,
-    deadLetterTopic: input.deadLetterTopic === undefined ? base.deadLetterTopic : input.deadLetterTopic,
-    startAt: input.startAt ?? base.startAt,
-    maxInFlight: input.maxInFlight ?? base.maxInFlight,
     ordering: orderingOf(input) ?? base.ordering,
-    pushTimeoutMs,
+    pushTimeoutMs: pushTimeoutSet ? (input.pushTimeoutMs ?? base.pushTimeoutMs) : Math.min(DEFAULT_PUSH_TIMEOUT_MS, columns.ackTimeoutMs),
     pushTimeoutSet,
-    pushFormat: input.pushFormat ?? base.pushFormat,
-    paused: input.paused ?? base.paused,
-    filter: input.filter === undefined ? base.filter : input.filter === null ? null : JSON.stringify(input.filter),
-    // A batch is given whole: what it leaves out takes its default, not the previous value.
-    batchMaxMessages: input.batch === undefined ? base.batchMaxMessages : (input.batch?.maxMessages ?? null),
-    batchMaxWaitMs: input.batch === undefined ? base.batchMaxWaitMs : (input.batch?.maxWaitMs ?? 0),
-    batchMaxBytes: input.batch === undefined ? base.batchMaxBytes : (input.batch?.maxBytes ?? null),
   }
 }
 

@@ -437,13 +437,13 @@ export interface components {
         };
         /** @description Delay before attempt n+1: min(maxDelayMs, initialDelayMs × multiplier^(n-1)), ±jitter */
         RetryPolicy: {
-            /** @description Default 1000 */
+            /** @description Delay before the second attempt; default 1000 */
             initialDelayMs?: number;
-            /** @description Default 2 */
+            /** @description Each further delay is this many times the last; default 2 */
             multiplier?: number;
-            /** @description Default 60000 */
+            /** @description The longest delay; default 60000 */
             maxDelayMs?: number;
-            /** @description Spread of each delay, as a fraction: 0.1 (the default) is ±10% */
+            /** @description Spread of each delay, as a fraction: 0.1 is ±10%; default 0.1 */
             jitter?: number;
         };
         GroupConfig: {
@@ -451,29 +451,30 @@ export interface components {
             topic: string;
             /** @description explicit (default): a 2xx means received, ack over HTTP; auto: a 2xx is the ack */
             ackMode?: "explicit" | "auto";
-            /** @description Default 30000 */
+            /** @description Time to ack a push (explicit mode) before it is pushed again; default 30000 */
             ackTimeoutMs?: number;
             /** @description Attempts before dead-lettering; default 5 */
             maxDeliveries?: number;
             retry?: components["schemas"]["RetryPolicy"];
+            /** @description The topic dead letters are produced to (it must exist); null: dead letters are only recorded as dead (the default) */
             deadLetterTopic?: string | null;
-            /** @description "earliest" (default), "latest", or an RFC 3339 date-time (2026-01-01T00:00:00Z): where a new group starts */
+            /** @description Where a new group starts: "earliest", "latest", or an RFC 3339 date-time (2026-01-01T00:00:00Z); default "earliest" */
             startAt?: string;
-            /** @description Per partition; default 100 */
+            /** @description Messages in flight on one partition at most; default 100 */
             maxInFlight?: number;
             /** @description The v1 spelling of ordering: true is "partition", false "none" */
             ordered?: boolean;
             /** @description none (default): messages of a partition in parallel up to maxInFlight; partition: one message of a partition outstanding at a time; key: one message per key outstanding at a time, keys in parallel (a message without a key is not ordered) */
             ordering?: "none" | "partition" | "key";
-            /** @description Default min(10000, ackTimeoutMs), following ackTimeoutMs until set; null returns to the default */
+            /** @description Time a push may take to be answered; default min(10000, ackTimeoutMs), following ackTimeoutMs until set; null: back to the default */
             pushTimeoutMs?: number | null;
-            /** @description Default envelope */
+            /** @description envelope (default): the message in a JSON envelope (deliveryId, value, attempt, ackDeadline, ...); raw: the message value itself as the body, the envelope's other fields in hookq-* headers */
             pushFormat?: "envelope" | "raw";
-            /** @description Default false */
+            /** @description true stops new pushes; acks still count; default false */
             paused?: boolean;
             /** @description Batch push; given whole (what it leaves out takes its default); null: one message a push (the default) */
             batch?: components["schemas"]["BatchSettings"] | null;
-            /** @description Only matching messages are pushed; the others are completed without a push. null removes it; default none */
+            /** @description Only matching messages are pushed; the others are completed without a push; null: every message is pushed (the default) */
             filter?: components["schemas"]["Filter"] | null;
         };
         Group: {
@@ -497,12 +498,12 @@ export interface components {
             pushTimeoutMs: number;
             pushFormat: "envelope" | "raw";
             paused: boolean;
-            filter: components["schemas"]["Filter"] | null;
             batch: {
                 maxMessages: number;
                 maxWaitMs: number;
                 maxBytes: number | null;
             } | null;
+            filter: components["schemas"]["Filter"] | null;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */
@@ -633,12 +634,12 @@ export interface components {
             pushTimeoutMs: number;
             pushFormat: "envelope" | "raw";
             paused: boolean;
-            filter: components["schemas"]["Filter"] | null;
             batch: {
                 maxMessages: number;
                 maxWaitMs: number;
                 maxBytes: number | null;
             } | null;
+            filter: components["schemas"]["Filter"] | null;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */

@@ -1,19 +1,11 @@
 /** Schemas shared by every resource: problem details, names, and the $ref helper. */
-import { Type, type Static, type TSchema } from 'typebox'
+import { Type } from 'typebox'
 
-/**
- * A reference to a named component schema. Routes refer to named schemas (registered once with
- * addSchema) so the OpenAPI document has components an SDK generator can name, not inline shapes.
- */
-export function ref<T extends TSchema>(schema: T): T {
-  const id = (schema as { $id?: string }).$id
-  if (!id) throw new Error('ref() needs a schema with an $id')
-  return Type.Unsafe<Static<T>>({ $ref: `${id}#` }) as unknown as T
-}
+// The $ref helper and the name pattern live in a leaf below the HTTP layer (the group settings
+// table builds schemas with them too); every HTTP schema takes them from here.
+import { NAME_PATTERN, ref } from '../../json-schema.ts'
 
-// The contract's name pattern, less "." and "..": URL-normalising clients turn /v1/topics/.. into
-// /v1, so such a resource could be created but never reached again by most clients.
-export const NAME_PATTERN = '^(?!\\.{1,2}$)[A-Za-z0-9._-]{1,249}$'
+export { NAME_PATTERN, ref }
 
 /**
  * The keyword that lets one string schema accept NUL (U+0000); every other string schema refuses
