@@ -7,6 +7,7 @@
 import { readFile } from 'node:fs/promises'
 import t from 'tap'
 import type { Command, Option } from 'commander'
+import { registerGroups } from '../src/cli/groups.ts'
 import { buildProgram } from '../src/cli/main.ts'
 import { Prisma } from '../src/generated/prisma/browser.ts'
 import { flatName, GROUP_SETTINGS, type ObjectSetting, type Setting, type ValueSetting } from '../src/group-settings.ts'
@@ -89,7 +90,7 @@ t.test('every setting is in the OpenAPI document, its default in its description
 
 /** The options of `hookq groups <command>`, by flag. */
 function optionsOf(command: string): Map<string, Option> {
-  const groups = buildProgram().commands.find((c) => c.name() === 'groups')!
+  const groups = buildProgram(registerGroups).commands.find((c) => c.name() === 'groups')!
   const cmd = groups.commands.find((c: Command) => c.name() === command)!
   return new Map(cmd.options.map((o) => [o.long!, o]))
 }

@@ -24,9 +24,8 @@ import { duration } from './topics.ts'
 type GroupOptions = { topic?: string } & Record<string, unknown>
 
 /** Adds the `groups` command group to `program`. */
-export function registerGroups(program: Command): void {
-  const groups = program.command('groups').description('create, update, inspect and delete consumer groups')
-
+/** Adds the group commands to `hookq groups` (main.ts declares it, and loads this file only when it is named). */
+export function registerGroups(groups: Command): void {
   configOptions(
     groups
       .command('create <name>')

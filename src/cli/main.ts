@@ -11,7 +11,6 @@ import { DEFAULT_TIMEOUT_MS } from './context.ts'
 import { registerConsumers } from './consumers.ts'
 import { registerDeliveries } from './deliveries.ts'
 import { registerDlq } from './dlq.ts'
-import { registerGroups } from './groups.ts'
 import { EXIT, reportError } from './output.ts'
 import { registerProduce } from './produce.ts'
 import { registerSeek } from './seek.ts'
@@ -21,8 +20,13 @@ import { registerTopics } from './topics.ts'
 
 const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
 
-/** The whole program, with its global options; commander errors are thrown (exitOverride), not exited on. */
-export function buildProgram(): Command {
+/**
+ * The whole program, with its global options; commander errors are thrown (exitOverride), not exited on.
+ * `hookq groups` gets its commands from `registerGroups` (groups.ts), given only when it is named:
+ * its flags come from the group settings table, whose TypeBox schemas took ~0.4 s of CPU to load at
+ * every start of every other command.
+ */
+export function buildProgram(registerGroups?: (groups: Command) => void): Command {
   const program = new Command('hookq')
     .description('command line for the hookq broker: topics, produce, groups, consumers, tail, deliveries, seek, dead letters')
     .version(version, '-V, --version')
@@ -38,7 +42,8 @@ export function buildProgram(): Command {
   registerServe(program)
   registerTopics(program)
   registerProduce(program)
-  registerGroups(program)
+  const groups = program.command('groups').description('create, update, inspect and delete consumer groups')
+  registerGroups?.(groups)
   registerConsumers(program)
   registerTail(program)
   registerDeliveries(program)
@@ -55,7 +60,9 @@ export async function main(argv: string[] = process.argv): Promise<number> {
     throw err
   })
   try {
-    await buildProgram().parseAsync(argv)
+    // A topic or value spelled "groups" loads it too: only slower, never wrong.
+    const groups = argv.slice(2).includes('groups') ? (await import('./groups.ts')).registerGroups : undefined
+    await buildProgram(groups).parseAsync(argv)
     return EXIT.ok
   } catch (err) {
     if (err instanceof CommanderError) {
