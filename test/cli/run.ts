@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
+import { EXIT_WITH_PARENT } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
@@ -25,7 +26,7 @@ export interface CliOptions {
 }
 
 function start(args: string[], opts: CliOptions): ChildProcess {
-  return spawn(process.execPath, ['src/cli/hookq.mjs', ...args], {
+  return spawn(process.execPath, [...EXIT_WITH_PARENT, 'src/cli/hookq.mjs', ...args], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...(opts.url ? { HOOKQ_URL: opts.url } : {}), ...opts.env },
     stdio: [opts.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],

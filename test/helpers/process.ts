@@ -4,6 +4,9 @@ import { fileURLToPath } from 'node:url'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
 
+/** node's flags for a process a test starts: it ends itself once the test's process is gone (exit-with-parent.mjs). */
+export const EXIT_WITH_PARENT = ['--import', new URL('./exit-with-parent.mjs', import.meta.url).href]
+
 export interface BrokerProcess {
   child: ChildProcess
   url: string
@@ -38,7 +41,7 @@ export async function spawnBroker(env: Record<string, string>, timeoutMs = 30_00
 
 /** Starts the broker with `env` on a free port without waiting for anything (for tests of start-up). */
 export function launchBroker(env: Record<string, string>): Omit<BrokerProcess, 'url'> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+  const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--import', 'tsx', 'src/server.ts'], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -56,7 +59,7 @@ export function launchBroker(env: Record<string, string>): Omit<BrokerProcess, '
 
 /** Runs the broker to completion (for start-up failures); resolves with its exit code and output. */
 export async function runBrokerToExit(env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | string; output: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+  const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--import', 'tsx', 'src/server.ts'], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -11,6 +11,7 @@ import type pg from 'pg'
 import { createClient, unwrap, type GroupConfig } from '@hookq/client'
 import { testDatabase, type TeardownHost } from './db.ts'
 import { testPool } from './pg-pool.ts'
+import { EXIT_WITH_PARENT } from './process.ts'
 import { waitUntil } from './wait.ts'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
@@ -146,7 +147,7 @@ export async function spawnConsumer(
   env: Record<string, string>,
   timeoutMs = 30_000,
 ): Promise<ConsumerProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', file], {
+  const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--import', 'tsx', file], {
     cwd: root,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
