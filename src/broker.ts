@@ -21,7 +21,6 @@ import { durabilityWarnings, openDatabase, type Database } from './store/db.ts'
 import { MessageStore, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
-import { TopicStore } from './store/topics.ts'
 import { GroupStore } from './store/groups.ts'
 import { Metrics } from './metrics.ts'
 import { OperationsService } from './service/operations.ts'
@@ -68,7 +67,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     if (applied.length > 0) log(`applied migrations: ${applied.join(', ')}`)
     db = openDatabase(databaseUrl, singleConnection ? 1 : config.dbPoolSize)
     const database = db
-    const unsafe = await durabilityWarnings(db)
+    const unsafe = await durabilityWarnings(db.pool)
     if (unsafe.length > 0) {
       const message = embedded
         ? `embedded database: ${unsafe.join(', ')} (PGlite never flushes to disk: a machine crash can lose acknowledged messages; see docs/operations.md)`
@@ -77,7 +76,6 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       else log(`WARNING: ${message}`)
     }
 
-    const topicStore = new TopicStore(db.prisma)
     const messageStore = new MessageStore(db)
     const committer = new GroupCommitter<AppendEntry, Coordinates | null>((entries) => messageStore.append(entries), {
       maxBatchMessages: config.commitMaxMessages,
@@ -85,8 +83,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       maxPendingMessages: config.commitMaxPendingMessages,
       maxPendingBytes: config.commitMaxPendingBytes,
     })
-    const topics = new TopicService(topicStore)
-    const groups = new GroupService(db, new GroupStore(db.prisma), topicStore, config.pushPolicy)
+    const topics = new TopicService(db)
+    const groups = new GroupService(db, new GroupStore(db.prisma), config.pushPolicy)
     const logger = opts.logger
     const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
     // Finished attempts wait up to 20 ms for company: the log is history, and fewer, larger inserts
@@ -103,7 +101,6 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     let onMoved: ((name: string, partition: number) => void) | undefined
     const dispatcher = new Dispatcher({
       db: database,
-      topics: topicStore,
       attempts,
       agent,
       metrics,
@@ -143,7 +140,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       read: new ReadService(topics, messageStore),
       groups,
       acks: new AckService(groups, cluster, metrics),
-      operations: new OperationsService(db, groups, topicStore, cluster),
+      operations: new OperationsService(db, groups, cluster),
       metrics,
       inFlight: (groupId, partition) => cluster.inFlight(groupId, partition),
       async readiness() {
@@ -158,7 +155,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     metrics.trackPartitions(() => services.operations.partitionStats())
     metrics.trackPushWindows(() => cluster.pushWindows())
     metrics.trackOutbox(() => oldestWaitingSeconds(database))
-    const retention = new RetentionSweeper(db, topicStore, {
+    const retention = new RetentionSweeper(db, {
       intervalMs: config.retentionIntervalMs,
       sliceRows: 10_000,
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),

@@ -15,7 +15,7 @@ import type { ConsumerRow, GroupRow, GroupSettings, GroupStore } from '../store/
 import { firstOffsets, offsetsAtTime } from '../store/messages.ts'
 import { readHealth, type ConsumerHealthView } from '../store/consumer-health.ts'
 import { parseInstant } from './instants.ts'
-import type { TopicStore } from '../store/topics.ts'
+import { findTopicByName, readEndOffsets } from '../store/topics.ts'
 import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
 import { compileFilter, FilterError } from '../dispatch/filter.ts'
 import { assignPartitions } from '../dispatch/consumer-assignment.ts'
@@ -206,7 +206,6 @@ export class GroupService {
   constructor(
     private readonly db: Database,
     private readonly groups: GroupStore,
-    private readonly topicStore: TopicStore,
     /** Consumer URLs the policy denies are refused with url_not_allowed; none: no policy checks. */
     private readonly pushPolicy?: UrlPolicy,
   ) {}
@@ -289,7 +288,7 @@ export class GroupService {
   async status(name: string, inFlight: (groupId: number, partition: number) => number = () => 0) {
     const group = await this.get(name)
     const consumers = await this.groups.consumers(group.id)
-    const topic = await this.topicStore.findByName(group.topic)
+    const topic = await findTopicByName(this.db.prisma, group.topic)
     const partitions: {
       partition: number
       committedOffset: number
@@ -300,7 +299,7 @@ export class GroupService {
       filtered: number
     }[] = []
     if (topic) {
-      const ends = await this.topicStore.endOffsets(topic.id)
+      const ends = await readEndOffsets(this.db.prisma, topic.id)
       const committed = await this.ensureOffsets(group, topic.id, topic.partitions)
       const owners = assignPartitions(topic.partitions, consumers)
       const filtered = await this.groups.filteredCounts(group.id, topic.id)
@@ -416,7 +415,7 @@ export class GroupService {
   }
 
   private async requireTopic(name: string, what: string) {
-    const topic = await this.topicStore.findByName(name)
+    const topic = await findTopicByName(this.db.prisma, name)
     if (!topic) throw new HookqError('topic_not_found', `${what} ${name} does not exist; create it first`)
     return topic
   }
@@ -437,7 +436,7 @@ export class GroupService {
 
   /** Where a group starting now begins on each partition. */
   private async startOffsets(topicId: number, partitions: number, startAt: string): Promise<number[]> {
-    const ends = await this.topicStore.endOffsets(topicId)
+    const ends = await readEndOffsets(this.db.prisma, topicId)
     const end = (p: number) => ends.find((e) => e.partition === p)?.endOffset ?? 0
     if (startAt === 'latest') return Array.from({ length: partitions }, (_, p) => end(p))
     const firsts = startAt === 'earliest' ? await firstOffsets(this.db, topicId) : await offsetsAtTime(this.db, topicId, new Date(startAt))

@@ -6,7 +6,7 @@
  * API. Reads go through Prisma.
  */
 import { numberArray } from './arrays.ts'
-import type { Database } from './db.ts'
+import type { Database, Queryable } from './db.ts'
 import { CommitOutcomeUnknown, isAnswerLost } from './errors.ts'
 
 /** One message to append; `value` and `headers` are JSON text. */
@@ -129,15 +129,6 @@ export async function withAppendRetries<T>(run: () => Promise<T>): Promise<T> {
 }
 
 const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
-
-/** Something that runs a query: the pool (own transaction) or a client inside a transaction. */
-export interface Queryable {
-  /** `text`, or a named statement (prepared once per connection: the hot statements skip PostgreSQL's parse and plan). */
-  query<R extends object = Record<string, unknown>>(
-    text: string | { name: string; text: string },
-    values?: unknown[],
-  ): Promise<{ rows: R[]; rowCount: number | null }>
-}
 
 /**
  * Runs the APPEND statement for entries (idempotency already settled by the caller): alone it is

@@ -13,7 +13,7 @@ import { TopicService } from '../../src/service/topics.ts'
 import { openDatabase } from '../../src/store/db.ts'
 import { GroupStore } from '../../src/store/groups.ts'
 import { MessageStore } from '../../src/store/messages.ts'
-import { TopicStore } from '../../src/store/topics.ts'
+import { findTopicByName } from '../../src/store/topics.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { seekOffsets } from '../../src/store/consumption.ts'
 import { testDatabase } from '../helpers/db.ts'
@@ -52,9 +52,8 @@ class SteppedClock implements Timers {
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
-const topicStore = new TopicStore(db.prisma)
-const topics = new TopicService(topicStore)
-const groups = new GroupService(db, new GroupStore(db.prisma), topicStore)
+const topics = new TopicService(db)
+const groups = new GroupService(db, new GroupStore(db.prisma))
 const messages = new MessageStore(db)
 const agent = createPushAgent()
 t.teardown(() => agent.destroy())
@@ -76,7 +75,6 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   const errors: unknown[] = []
   const dispatcher = new Dispatcher({
     db,
-    topics: topicStore,
     attempts,
     agent,
     now: clock.now,
@@ -94,7 +92,7 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
     await attempts.close()
   })
   await dispatcher.start()
-  const topic = (await topicStore.findByName(name))!
+  const topic = (await findTopicByName(db.prisma, name))!
   const groupId = (await groups.load(name))!.row.id
   // This process owns the partition, as src/cluster/ownership.ts would make it: a new epoch, then acquire.
   const own = async () => t.ok(await dispatcher.acquire(name, 0, (await claimPartition(db, groupId, 0))!), 'the partition is acquired')

@@ -21,7 +21,7 @@ import { newDeliveryId } from '../../src/store/delivery-id.ts'
 import { GroupStore } from '../../src/store/groups.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { MessageStore, type AppendEntry } from '../../src/store/messages.ts'
-import { TopicStore } from '../../src/store/topics.ts'
+import { findTopicByName } from '../../src/store/topics.ts'
 import { GroupService } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { testDatabase } from '../helpers/db.ts'
@@ -29,9 +29,8 @@ import { testDatabase } from '../helpers/db.ts'
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
-const topicStore = new TopicStore(db.prisma)
-const topics = new TopicService(topicStore)
-const groups = new GroupService(db, new GroupStore(db.prisma), topicStore)
+const topics = new TopicService(db)
+const groups = new GroupService(db, new GroupStore(db.prisma))
 const messages = new MessageStore(db)
 
 /** A group on a new topic of two partitions with offsets rows, and partition 0 claimed (its epoch). */
@@ -40,7 +39,7 @@ async function setup(name: string, opts: { dlq?: string } = {}) {
   if (opts.dlq) await topics.put(opts.dlq, 1)
   await groups.put(name, { topic: name, ...(opts.dlq ? { deadLetterTopic: opts.dlq } : {}) })
   const row = (await groups.load(name))!.row
-  const topic = (await topicStore.findByName(name))!
+  const topic = (await findTopicByName(db.prisma, name))!
   await groups.ensureOffsets(row, topic.id, 2)
   const epoch = (await claimPartition(db, row.id, 0))!
   const key = { groupId: row.id, topicId: topic.id, partition: 0 }
@@ -123,7 +122,7 @@ t.test('writeProgress: a write with an epoch no longer held changes nothing and 
 
 t.test('writeProgress: dead letters land in their topic with the completion, or neither does', async (t) => {
   const s = await setup('dl', { dlq: 'dl.dlq' })
-  const dlq = (await topicStore.findByName('dl.dlq'))!
+  const dlq = (await findTopicByName(db.prisma, 'dl.dlq'))!
   const deadLetter = { from: s.key, entry: entry(dlq.id, 'poison', { headers: '{"hookq-dlq-offset":"0"}' }) }
   const result = await s.write({ committedOffset: 1 }, { deadLetters: [deadLetter] })
   t.same(result, { refused: [], deadLettered: [{ topicId: dlq.id, partition: 0, offset: 0 }] })
@@ -141,7 +140,7 @@ t.test('writeProgress: dead letters land in their topic with the completion, or 
 
   // The dead-letter topic deleted meanwhile: the write fails whole (the caller retries it later).
   const s2 = await setup('dl2', { dlq: 'dl2.dlq' })
-  const dlq2 = (await topicStore.findByName('dl2.dlq'))!
+  const dlq2 = (await findTopicByName(db.prisma, 'dl2.dlq'))!
   await topics.delete('dl2.dlq')
   await t.rejects(s2.write({ committedOffset: 1 }, { deadLetters: [{ from: s2.key, entry: entry(dlq2.id, 'lost') }] }), /dead-letter topic/)
   t.equal((await loadProgress(db, s2.row.id, s2.topic.id, 0))!.committed, 0, 'not completed either')
