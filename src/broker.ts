@@ -21,7 +21,6 @@ import { durabilityWarnings, openDatabase, type Database } from './store/db.ts'
 import { MessageStore, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
-import { GroupStore } from './store/groups.ts'
 import { Metrics } from './metrics.ts'
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
@@ -84,7 +83,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       maxPendingBytes: config.commitMaxPendingBytes,
     })
     const topics = new TopicService(db)
-    const groups = new GroupService(db, new GroupStore(db.prisma), config.pushPolicy)
+    const groups = new GroupService(db, config.pushPolicy)
     const logger = opts.logger
     const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
     // Finished attempts wait up to 20 ms for company: the log is history, and fewer, larger inserts

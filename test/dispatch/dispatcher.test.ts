@@ -11,7 +11,6 @@ import { createPushAgent } from '../../src/dispatch/pusher.ts'
 import { GroupService, type GroupInput } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { openDatabase } from '../../src/store/db.ts'
-import { GroupStore } from '../../src/store/groups.ts'
 import { MessageStore } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
 import { claimPartition } from '../../src/store/membership.ts'
@@ -53,7 +52,7 @@ const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
 const topics = new TopicService(db)
-const groups = new GroupService(db, new GroupStore(db.prisma))
+const groups = new GroupService(db)
 const messages = new MessageStore(db)
 const agent = createPushAgent()
 t.teardown(() => agent.destroy())

@@ -13,7 +13,6 @@ import { TopicService } from '../../src/service/topics.ts'
 import { KeyOrder } from '../../src/dispatch/key-order.ts'
 import { writeProgress, type ProgressBatch } from '../../src/store/consumption.ts'
 import { openDatabase } from '../../src/store/db.ts'
-import { GroupStore } from '../../src/store/groups.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
 import { testDatabase } from '../helpers/db.ts'
@@ -22,7 +21,7 @@ const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
 const topics = new TopicService(db)
-const groups = new GroupService(db, new GroupStore(db.prisma))
+const groups = new GroupService(db)
 
 /** A group on a topic of two partitions, both claimed by "this process", and their in-memory states. */
 async function setup(t: Test, name: string, dlq?: string) {

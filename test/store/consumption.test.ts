@@ -18,7 +18,6 @@ import {
 import { openDatabase } from '../../src/store/db.ts'
 import { insertAttempts } from '../../src/store/deliveries.ts'
 import { newDeliveryId } from '../../src/store/delivery-id.ts'
-import { GroupStore } from '../../src/store/groups.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { MessageStore, type AppendEntry } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
@@ -30,7 +29,7 @@ const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
 const topics = new TopicService(db)
-const groups = new GroupService(db, new GroupStore(db.prisma))
+const groups = new GroupService(db)
 const messages = new MessageStore(db)
 
 /** A group on a new topic of two partitions with offsets rows, and partition 0 claimed (its epoch). */
