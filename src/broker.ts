@@ -18,7 +18,7 @@ import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
 import { TopicService } from './service/topics.ts'
 import { durabilityWarnings, openDatabase, type Database } from './store/db.ts'
-import { MessageStore, type AppendEntry, type Coordinates } from './store/messages.ts'
+import { appendMessages, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
@@ -75,8 +75,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       else log(`WARNING: ${message}`)
     }
 
-    const messageStore = new MessageStore(db)
-    const committer = new GroupCommitter<AppendEntry, Coordinates | null>((entries) => messageStore.append(entries), {
+    const committer = new GroupCommitter<AppendEntry, Coordinates | null>((entries) => appendMessages(database, entries), {
       maxBatchMessages: config.commitMaxMessages,
       maxConcurrentCommits: singleConnection ? 1 : config.commitConcurrency,
       maxPendingMessages: config.commitMaxPendingMessages,
@@ -136,7 +135,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const services: Services = {
       topics,
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
-      read: new ReadService(topics, messageStore),
+      read: new ReadService(topics, db),
       groups,
       acks: new AckService(groups, cluster, metrics),
       operations: new OperationsService(db, groups, cluster),

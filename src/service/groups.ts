@@ -463,7 +463,8 @@ export class GroupService {
     const ends = await readEndOffsets(this.db.prisma, topicId)
     const end = (p: number) => ends.find((e) => e.partition === p)?.endOffset ?? 0
     if (startAt === 'latest') return Array.from({ length: partitions }, (_, p) => end(p))
-    const firsts = startAt === 'earliest' ? await firstOffsets(this.db, topicId) : await offsetsAtTime(this.db, topicId, new Date(startAt))
+    const firsts =
+      startAt === 'earliest' ? await firstOffsets(this.db.pool, topicId) : await offsetsAtTime(this.db.pool, topicId, new Date(startAt))
     return Array.from({ length: partitions }, (_, p) => firsts.get(p) ?? end(p))
   }
 }

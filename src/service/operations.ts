@@ -128,7 +128,7 @@ export class OperationsService {
       }
       for (const p of partitions) targets.set(p, offset)
     } else {
-      const firsts = await offsetsAtTime(this.db, topic.id, at!)
+      const firsts = await offsetsAtTime(this.db.pool, topic.id, at!)
       for (const p of partitions) targets.set(p, firsts.get(p) ?? end(p))
     }
     await this.cluster.seek({ name: group.name, id: group.id }, topic.id, targets)

@@ -39,7 +39,7 @@ export class RetentionSweeper {
     for (const topic of await listTopics(this.db.prisma)) {
       for (;;) {
         if (this.stopped) return total
-        const n = await deleteExpired(this.db, topic.id, topic.retentionMs, this.opts.sliceRows)
+        const n = await deleteExpired(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
         total += n
         if (n > 0) this.opts.onDeleted?.(topic.name, n)
         if (n < this.opts.sliceRows) break

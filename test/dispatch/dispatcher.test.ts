@@ -11,7 +11,7 @@ import { createPushAgent } from '../../src/dispatch/pusher.ts'
 import { GroupService, type GroupInput } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { openDatabase } from '../../src/store/db.ts'
-import { MessageStore } from '../../src/store/messages.ts'
+import { appendMessages } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { seekOffsets } from '../../src/store/consumption.ts'
@@ -53,7 +53,6 @@ const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
 const topics = new TopicService(db)
 const groups = new GroupService(db)
-const messages = new MessageStore(db)
 const agent = createPushAgent()
 t.teardown(() => agent.destroy())
 
@@ -97,7 +96,8 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   const own = async () => t.ok(await dispatcher.acquire(name, 0, (await claimPartition(db, groupId, 0))!), 'the partition is acquired')
   await own()
   const produce = async (values: unknown[], delayMs = 0) => {
-    const at = await messages.append(
+    const at = await appendMessages(
+      db,
       values.map((v) => ({
         topicId: topic.id,
         partition: 0,

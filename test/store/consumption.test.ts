@@ -19,7 +19,7 @@ import { openDatabase } from '../../src/store/db.ts'
 import { insertAttempts } from '../../src/store/deliveries.ts'
 import { newDeliveryId } from '../../src/store/delivery-id.ts'
 import { claimPartition } from '../../src/store/membership.ts'
-import { MessageStore, type AppendEntry } from '../../src/store/messages.ts'
+import { appendMessages, readMessages, type AppendEntry } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
 import { GroupService } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
@@ -30,7 +30,6 @@ const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
 const topics = new TopicService(db)
 const groups = new GroupService(db)
-const messages = new MessageStore(db)
 
 /** A group on a new topic of two partitions with offsets rows, and partition 0 claimed (its epoch). */
 async function setup(name: string, opts: { dlq?: string } = {}) {
@@ -125,7 +124,7 @@ t.test('writeProgress: dead letters land in their topic with the completion, or 
   const deadLetter = { from: s.key, entry: entry(dlq.id, 'poison', { headers: '{"hookq-dlq-offset":"0"}' }) }
   const result = await s.write({ committedOffset: 1 }, { deadLetters: [deadLetter] })
   t.same(result, { refused: [], deadLettered: [{ topicId: dlq.id, partition: 0, offset: 0 }] })
-  const stored = await messages.read(dlq.id, 0, 0, 10)
+  const stored = await readMessages(db.prisma, dlq.id, 0, 0, 10)
   t.same(
     stored.map((m) => [m.offset, m.value, m.headers]),
     [[0, '"poison"', '{"hookq-dlq-offset":"0"}']],
@@ -135,7 +134,7 @@ t.test('writeProgress: dead letters land in their topic with the completion, or 
   await claimPartition(db, s.row.id, 0)
   const refused = await s.write({ committedOffset: 2 }, { deadLetters: [deadLetter] })
   t.same(refused, { refused: [s.key], deadLettered: [] })
-  t.equal((await messages.read(dlq.id, 0, 0, 10)).length, 1, 'still one dead letter')
+  t.equal((await readMessages(db.prisma, dlq.id, 0, 0, 10)).length, 1, 'still one dead letter')
 
   // The dead-letter topic deleted meanwhile: the write fails whole (the caller retries it later).
   const s2 = await setup('dl2', { dlq: 'dl2.dlq' })
@@ -148,7 +147,7 @@ t.test('writeProgress: dead letters land in their topic with the completion, or 
 t.test('readForDispatch: a partition in offset order from an offset, up to a limit, with its times', async (t) => {
   const s = await setup('read')
   const before = Date.now()
-  await messages.append([
+  await appendMessages(db, [
     entry(s.topic.id, 'a', { key: 'k' }),
     entry(s.topic.id, 'b'),
     entry(s.topic.id, 'other partition', { partition: 1 }),
