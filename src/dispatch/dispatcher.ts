@@ -268,7 +268,7 @@ export class Dispatcher {
     if (old) this.dropPartition(g, old, 'abandoned: the partition was claimed again')
     const { db } = this.deps
     // Attempts its previous owner left in flight ended with that ownership; their messages go again.
-    await abandonInFlight(db, g.row.id, partition)
+    await abandonInFlight(db.pool, g.row.id, partition)
     const pr = (await loadProgress(db, g.row.id, g.topic.id, partition)) ?? {
       committed: 0,
       completed: new Set<number>(),

@@ -334,7 +334,7 @@ export class GroupService {
       }
     }
     const health = await readHealth(
-      this.db,
+      this.db.pool,
       consumers.map((c) => c.id),
       Date.now(),
     )

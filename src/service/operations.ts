@@ -77,7 +77,7 @@ export class OperationsService {
     const limit = q.limit ?? 100
     const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor)
     // One row more than asked tells whether another page exists, so the last page says null.
-    const rows = await listAttempts(this.db, group.id, {
+    const rows = await listAttempts(this.db.pool, group.id, {
       partition: q.partition,
       offset: q.offset,
       outcome: q.outcome,

@@ -44,7 +44,7 @@ export type PrismaExecutor = Prisma | PrismaNamespace.TransactionClient
 export interface Queryable {
   /** `text`, or a named statement (prepared once per connection: the hot statements skip PostgreSQL's parse and plan). */
   query<R extends object = Record<string, unknown>>(
-    text: string | { name: string; text: string },
+    text: string | { name: string; text: string; values?: unknown[] },
     values?: unknown[],
   ): Promise<{ rows: R[]; rowCount: number | null }>
 }

@@ -188,7 +188,7 @@ t.test('attemptCounts: the highest attempt per offset since the last seek; reser
     outcome: 'failed' as const,
   })
   const old = new Date(Date.now() - 60_000)
-  await insertAttempts(db, [attempt(0, 1, old), attempt(0, 2), attempt(0, 3), attempt(1, 1), attempt(6, 2), attempt(7, 1, old)])
+  await insertAttempts(db.pool, [attempt(0, 1, old), attempt(0, 2), attempt(0, 3), attempt(1, 1), attempt(6, 2), attempt(7, 1, old)])
   // Committed 0, offsets 0-4 reserved (pushed 5), 3 completed; offset 7's only attempt is older than the seek.
   const progress = { committed: 0, completed: new Set([3]), pushed: 5, seekedAtMs: Date.now() - 30_000 }
   const counts = await attemptCounts(db, s.row.id, s.topic.id, 0, progress)
