@@ -152,7 +152,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     }
     metrics.trackPartitions(() => services.operations.partitionStats())
     metrics.trackPushWindows(() => cluster.pushWindows())
-    metrics.trackOutbox(() => oldestWaitingSeconds(database))
+    metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
     const retention = new RetentionSweeper(db, {
       intervalMs: config.retentionIntervalMs,
       sliceRows: 10_000,

@@ -269,13 +269,13 @@ export class Dispatcher {
     const { db } = this.deps
     // Attempts its previous owner left in flight ended with that ownership; their messages go again.
     await abandonInFlight(db.pool, g.row.id, partition)
-    const pr = (await loadProgress(db, g.row.id, g.topic.id, partition)) ?? {
+    const pr = (await loadProgress(db.pool, g.row.id, g.topic.id, partition)) ?? {
       committed: 0,
       completed: new Set<number>(),
       pushed: 0,
       seekedAtMs: 0,
     }
-    const priorAttempts = await attemptCounts(db, g.row.id, g.topic.id, partition, pr)
+    const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr)
     const end = (await readEndOffsets(this.deps.db.prisma, g.topic.id)).find((e) => e.partition === partition)?.endOffset ?? 0
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     const w: PartitionState = {

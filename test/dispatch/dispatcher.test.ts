@@ -93,7 +93,7 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   const topic = (await findTopicByName(db.prisma, name))!
   const groupId = (await groups.load(name))!.row.id
   // This process owns the partition, as src/cluster/ownership.ts would make it: a new epoch, then acquire.
-  const own = async () => t.ok(await dispatcher.acquire(name, 0, (await claimPartition(db, groupId, 0))!), 'the partition is acquired')
+  const own = async () => t.ok(await dispatcher.acquire(name, 0, (await claimPartition(db.pool, groupId, 0))!), 'the partition is acquired')
   await own()
   const produce = async (values: unknown[], delayMs = 0) => {
     const at = await appendMessages(

@@ -57,7 +57,7 @@ async function setup(t: Test, name: string, dlq?: string) {
     delayed: 0,
     ready: [],
     gaps: [],
-    ownerEpoch: (await claimPartition(db, g.row.id, partition))!,
+    ownerEpoch: (await claimPartition(db.pool, g.row.id, partition))!,
     releasing: false,
     onIdle: undefined,
     dropped: false,
@@ -174,7 +174,7 @@ t.test('one statement a turn: completions in and out of order, reservations, of 
 
 t.test('a partition whose owner epoch moved on is refused; the others are written', async (t) => {
   const s = await setup(t, 'fenced')
-  await claimPartition(db, s.g.row.id, 1) // another process (or a seek) took partition 1
+  await claimPartition(db.pool, s.g.row.id, 1) // another process (or a seek) took partition 1
   const [a, b, held] = await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0), s.reserve(s.w1, 5)])
   t.same([a, b, held], ['acked', 'moved', false])
   t.same(s.refused, [1], 'the dispatcher is told')
