@@ -18,11 +18,9 @@ import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
 import { TopicService } from './service/topics.ts'
 import { durabilityWarnings, openDatabase, type Database } from './store/db.ts'
-import { MessageStore, type AppendEntry, type Coordinates } from './store/messages.ts'
+import { appendMessages, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
-import { TopicStore } from './store/topics.ts'
-import { GroupStore } from './store/groups.ts'
 import { Metrics } from './metrics.ts'
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
@@ -68,7 +66,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     if (applied.length > 0) log(`applied migrations: ${applied.join(', ')}`)
     db = openDatabase(databaseUrl, singleConnection ? 1 : config.dbPoolSize)
     const database = db
-    const unsafe = await durabilityWarnings(db)
+    const unsafe = await durabilityWarnings(db.pool)
     if (unsafe.length > 0) {
       const message = embedded
         ? `embedded database: ${unsafe.join(', ')} (PGlite never flushes to disk: a machine crash can lose acknowledged messages; see docs/operations.md)`
@@ -77,16 +75,14 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       else log(`WARNING: ${message}`)
     }
 
-    const topicStore = new TopicStore(db.prisma)
-    const messageStore = new MessageStore(db)
-    const committer = new GroupCommitter<AppendEntry, Coordinates | null>((entries) => messageStore.append(entries), {
+    const committer = new GroupCommitter<AppendEntry, Coordinates | null>((entries) => appendMessages(database, entries), {
       maxBatchMessages: config.commitMaxMessages,
       maxConcurrentCommits: singleConnection ? 1 : config.commitConcurrency,
       maxPendingMessages: config.commitMaxPendingMessages,
       maxPendingBytes: config.commitMaxPendingBytes,
     })
-    const topics = new TopicService(topicStore)
-    const groups = new GroupService(db, new GroupStore(db.prisma), topicStore, config.pushPolicy)
+    const topics = new TopicService(db)
+    const groups = new GroupService(db, config.pushPolicy)
     const logger = opts.logger
     const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
     // Finished attempts wait up to 20 ms for company: the log is history, and fewer, larger inserts
@@ -103,7 +99,6 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     let onMoved: ((name: string, partition: number) => void) | undefined
     const dispatcher = new Dispatcher({
       db: database,
-      topics: topicStore,
       attempts,
       agent,
       metrics,
@@ -140,10 +135,10 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const services: Services = {
       topics,
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
-      read: new ReadService(topics, messageStore),
+      read: new ReadService(topics, db),
       groups,
       acks: new AckService(groups, cluster, metrics),
-      operations: new OperationsService(db, groups, topicStore, cluster),
+      operations: new OperationsService(db, groups, cluster),
       metrics,
       inFlight: (groupId, partition) => cluster.inFlight(groupId, partition),
       async readiness() {
@@ -157,8 +152,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     }
     metrics.trackPartitions(() => services.operations.partitionStats())
     metrics.trackPushWindows(() => cluster.pushWindows())
-    metrics.trackOutbox(() => oldestWaitingSeconds(database))
-    const retention = new RetentionSweeper(db, topicStore, {
+    metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
+    const retention = new RetentionSweeper(db, {
       intervalMs: config.retentionIntervalMs,
       sliceRows: 10_000,
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),

@@ -200,7 +200,7 @@ export class Ownership {
     if (this.stopped) return
     if (this.deps.connectionString === null) {
       try {
-        const groups = await groupPartitions(this.deps.db)
+        const groups = await groupPartitions(this.deps.db.pool)
         const holders = [...this.held.values()].map((h) => ({ groupId: h.groupId, partition: h.partition, pid: 0 }))
         this.setView({ self: 0, members: [{ pid: 0, url: null }], holders, groups })
         this.balance(ALONE, this.view!)
@@ -323,7 +323,7 @@ export class Ownership {
     const k = pairKey(h.groupId, h.partition)
     try {
       if (!this.deps.dispatcher.hasGroup(h.name)) await this.deps.dispatcher.reload(h.name)
-      const epoch = await claimPartition(this.deps.db, h.groupId, h.partition)
+      const epoch = await claimPartition(this.deps.db.pool, h.groupId, h.partition)
       if (locks.isLost || this.stopped || this.held.get(k) !== h) return
       if (epoch !== null && (await this.deps.dispatcher.acquire(h.name, h.partition, epoch))) {
         // The session may have been lost while loading: then the partition is not ours to push.
@@ -368,7 +368,7 @@ export class Ownership {
       await this.deps.dispatcher.reconcile()
       const held = this.deps.dispatcher.heldEpochs()
       const now = await ownerEpochs(
-        this.deps.db,
+        this.deps.db.pool,
         held.map((h) => h.key),
       )
       for (const h of held) {
@@ -376,7 +376,7 @@ export class Ownership {
         const epoch = now.get(pairKey(h.key.groupId, h.key.partition))
         if (epoch !== undefined && epoch !== h.ownerEpoch) void this.refresh(h.name, h.key.partition)
       }
-      if (this.deps.connectionString !== null) await forgetDeadMembers(this.deps.db)
+      if (this.deps.connectionString !== null) await forgetDeadMembers(this.deps.db.pool)
     }
     void run()
       .catch((err: unknown) => this.deps.log.warn({ err }, 'reconciling with the database failed; trying again later'))

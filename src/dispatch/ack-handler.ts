@@ -173,7 +173,7 @@ export class AckHandler {
     }
     if (lookUp.length > 0) {
       const rows = await findAttempts(
-        this.deps.db,
+        this.deps.db.pool,
         g.row.id,
         lookUp.map(({ i }) => ids[i]!),
       )

@@ -138,7 +138,7 @@ export class AttemptLog {
         await this.writeApart(
           [...inserts.values()],
           async (rows) => {
-            await insertAttempts(this.db, rows)
+            await insertAttempts(this.db.pool, rows)
             for (const r of rows) inserts.delete(r.id)
           },
           withoutDetails,
@@ -146,7 +146,7 @@ export class AttemptLog {
         await this.writeApart(
           [...updates.values()],
           async (rows) => {
-            await updateAttempts(this.db, rows)
+            await updateAttempts(this.db.pool, rows)
             for (const r of rows) updates.delete(r.id)
           },
           (u, err) => ({ id: u.id, outcome: u.outcome, finishedAt: u.finishedAt, error: notStorable(err) }),

@@ -26,7 +26,7 @@
  */
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
-import type { TopicRow, TopicStore } from '../store/topics.ts'
+import { findTopicByName, readEndOffsets, type TopicRow } from '../store/topics.ts'
 import { attemptCounts, loadProgress, type DispatchMessage, type PartitionKey } from '../store/consumption.ts'
 import { abandonInFlight } from '../store/deliveries.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
@@ -49,7 +49,6 @@ export type { Timers } from './schedule.ts'
 
 export interface DispatcherDeps {
   db: Database
-  topics: TopicStore
   /** Loads a group's row and consumers; null once deleted. */
   loadGroup(name: string): Promise<{ row: GroupRow; consumers: ConsumerRow[] } | null>
   listGroups(): Promise<GroupRow[]>
@@ -113,7 +112,7 @@ export class Dispatcher {
     })
     this.flow = new PushFlow({
       db: deps.db,
-      findTopic: (name) => deps.topics.findByName(name),
+      findTopic: (name) => findTopicByName(deps.db.prisma, name),
       attempts: deps.attempts,
       agent: deps.agent,
       log: deps.log,
@@ -166,7 +165,7 @@ export class Dispatcher {
     const topicIds = new Set([...this.groups.values()].map((g) => g.topic.id))
     for (const topicId of topicIds) {
       if (this.stopped) return
-      for (const e of await this.deps.topics.endOffsets(topicId)) this.notifyAppend(topicId, e.partition, e.endOffset)
+      for (const e of await readEndOffsets(this.deps.db.prisma, topicId)) this.notifyAppend(topicId, e.partition, e.endOffset)
     }
   }
 
@@ -201,7 +200,7 @@ export class Dispatcher {
     if (this.stopped) return
     const loaded = await this.deps.loadGroup(name)
     const current = this.groups.get(name)
-    const topic = loaded ? await this.deps.topics.findByName(loaded.row.topic) : null
+    const topic = loaded ? await findTopicByName(this.deps.db.prisma, loaded.row.topic) : null
     if (!loaded || !topic || (current && current.topic.id !== topic.id)) {
       if (current) this.drop(current)
       if (!loaded || !topic) return
@@ -269,15 +268,15 @@ export class Dispatcher {
     if (old) this.dropPartition(g, old, 'abandoned: the partition was claimed again')
     const { db } = this.deps
     // Attempts its previous owner left in flight ended with that ownership; their messages go again.
-    await abandonInFlight(db, g.row.id, partition)
-    const pr = (await loadProgress(db, g.row.id, g.topic.id, partition)) ?? {
+    await abandonInFlight(db.pool, g.row.id, partition)
+    const pr = (await loadProgress(db.pool, g.row.id, g.topic.id, partition)) ?? {
       committed: 0,
       completed: new Set<number>(),
       pushed: 0,
       seekedAtMs: 0,
     }
-    const priorAttempts = await attemptCounts(db, g.row.id, g.topic.id, partition, pr)
-    const end = (await this.deps.topics.endOffsets(g.topic.id)).find((e) => e.partition === partition)?.endOffset ?? 0
+    const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr)
+    const end = (await readEndOffsets(this.deps.db.prisma, g.topic.id)).find((e) => e.partition === partition)?.endOffset ?? 0
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     const w: PartitionState = {
       partition,

@@ -13,7 +13,7 @@
  * they are written, and a consumer's counts of the current bucket are found by its id alone.
  */
 import { HEALTH_BUCKET_MS, recordHealth, type HealthCounts } from '../store/consumer-health.ts'
-import type { Database } from '../store/db.ts'
+import type { Database, Queryable } from '../store/db.ts'
 import type { Timers } from './schedule.ts'
 
 /** How often the counts are written. */
@@ -25,7 +25,7 @@ export interface HealthRecorderDeps {
   timers: Timers
   log: { warn(obj: object, msg: string): void }
   /** Tests replace the write. */
-  write?: (db: Database, rows: HealthCounts[]) => Promise<void>
+  write?: (q: Queryable, rows: HealthCounts[]) => Promise<void>
 }
 
 /** One consumer's counts in one bucket, times as epoch ms (0: none). */
@@ -74,7 +74,7 @@ export class HealthRecorder {
     const rows = [...this.ended, ...this.current.values()].map(row)
     this.current = new Map()
     this.ended = []
-    this.writing = (this.deps.write ?? recordHealth)(this.deps.db, rows)
+    this.writing = (this.deps.write ?? recordHealth)(this.deps.db.pool, rows)
       .catch((err: unknown) => this.deps.log.warn({ err }, 'writing consumer health failed; those counts are lost'))
       .finally(() => {
         this.writing = undefined

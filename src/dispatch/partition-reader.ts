@@ -65,7 +65,7 @@ export class PartitionReader {
     const hint = w.endHint
     let rows: DispatchMessage[]
     try {
-      rows = await readForDispatch(this.deps.db, g.topic.id, w.partition, from, READ_BATCH)
+      rows = await readForDispatch(this.deps.db.pool, g.topic.id, w.partition, from, READ_BATCH)
     } catch (err) {
       this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reading messages failed; retrying in 1 s')
       this.deps.timers.setTimeout(() => this.deps.onReadable(g, w), 1000)

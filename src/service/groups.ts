@@ -11,11 +11,29 @@ import { randomUUID } from 'node:crypto'
 import { HookqError } from '../errors.ts'
 import { checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 import type { Database } from '../store/db.ts'
-import type { ConsumerRow, GroupRow, GroupSettings, GroupStore } from '../store/groups.ts'
+import {
+  createGroup,
+  deleteConsumer,
+  deleteGroup,
+  disableConsumer,
+  findGroupByName,
+  insertConsumer,
+  insertMissingOffsets,
+  listConsumers,
+  listGroups,
+  readCommittedOffsets,
+  readFilteredCounts,
+  rotateConsumerSecret,
+  updateConsumer,
+  updateGroup,
+  type ConsumerRow,
+  type GroupRow,
+  type GroupSettings,
+} from '../store/groups.ts'
 import { firstOffsets, offsetsAtTime } from '../store/messages.ts'
 import { readHealth, type ConsumerHealthView } from '../store/consumer-health.ts'
 import { parseInstant } from './instants.ts'
-import type { TopicStore } from '../store/topics.ts'
+import { findTopicByName, readEndOffsets } from '../store/topics.ts'
 import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
 import { compileFilter, FilterError } from '../dispatch/filter.ts'
 import { assignPartitions } from '../dispatch/consumer-assignment.ts'
@@ -205,8 +223,6 @@ export class GroupService {
 
   constructor(
     private readonly db: Database,
-    private readonly groups: GroupStore,
-    private readonly topicStore: TopicStore,
     /** Consumer URLs the policy denies are refused with url_not_allowed; none: no policy checks. */
     private readonly pushPolicy?: UrlPolicy,
   ) {}
@@ -236,7 +252,7 @@ export class GroupService {
       await this.requireTopic(input.deadLetterTopic, 'dead-letter topic')
     }
     for (;;) {
-      const existing = await this.groups.findByName(name)
+      const existing = await findGroupByName(this.db.prisma, name)
       if (existing) {
         if (existing.topic !== input.topic) {
           throw new HookqError(
@@ -246,50 +262,50 @@ export class GroupService {
         }
         const { topic: _topic, ...current } = existing
         const settings = validated(settingsFrom(input, current))
-        return { group: await this.groups.update(existing.id, settings), created: false }
+        return { group: await updateGroup(this.db.prisma, existing.id, settings), created: false }
       }
       const topic = await this.requireTopic(input.topic, 'topic')
       const settings = validated(settingsFrom(input, GROUP_DEFAULTS))
       const starts = await this.startOffsets(topic.id, topic.partitions, settings.startAt)
       const offsets = starts.map((committedOffset, partition) => ({ topicId: topic.id, partition, committedOffset }))
-      const group = await this.groups.create(name, settings, offsets)
+      const group = await createGroup(this.db.prisma, name, settings, offsets)
       if (group) return { group, created: true }
       // A concurrent creator won: read theirs and update it like any existing group.
     }
   }
 
   async get(name: string): Promise<GroupRow> {
-    const group = await this.groups.findByName(name)
+    const group = await findGroupByName(this.db.prisma, name)
     if (!group) throw new HookqError('group_not_found', `group ${name} does not exist`)
     return group
   }
 
   async list(): Promise<GroupRow[]> {
-    return this.groups.list()
+    return listGroups(this.db.prisma)
   }
 
   async delete(name: string): Promise<void> {
     const group = await this.get(name)
-    if (!(await this.groups.delete(group.id))) throw new HookqError('group_not_found', `group ${name} does not exist`)
+    if (!(await deleteGroup(this.db.prisma, group.id))) throw new HookqError('group_not_found', `group ${name} does not exist`)
     await this.changed(name)
   }
 
   /** The group's row and consumers, or null (for the dispatcher). */
   async load(name: string): Promise<{ row: GroupRow; consumers: ConsumerRow[] } | null> {
-    const row = await this.groups.findByName(name)
-    return row ? { row, consumers: await this.groups.consumers(row.id) } : null
+    const row = await findGroupByName(this.db.prisma, name)
+    return row ? { row, consumers: await listConsumers(this.db.prisma, row.id) } : null
   }
 
   /** Names of the groups consuming a topic. */
   async namesForTopic(topic: string): Promise<string[]> {
-    return (await this.groups.list()).filter((g) => g.topic === topic).map((g) => g.name)
+    return (await listGroups(this.db.prisma)).filter((g) => g.topic === topic).map((g) => g.name)
   }
 
   /** The group with per-partition committed offset, end offset, lag, in-flight count and owner. */
   async status(name: string, inFlight: (groupId: number, partition: number) => number = () => 0) {
     const group = await this.get(name)
-    const consumers = await this.groups.consumers(group.id)
-    const topic = await this.topicStore.findByName(group.topic)
+    const consumers = await listConsumers(this.db.prisma, group.id)
+    const topic = await findTopicByName(this.db.prisma, group.topic)
     const partitions: {
       partition: number
       committedOffset: number
@@ -300,10 +316,10 @@ export class GroupService {
       filtered: number
     }[] = []
     if (topic) {
-      const ends = await this.topicStore.endOffsets(topic.id)
+      const ends = await readEndOffsets(this.db.prisma, topic.id)
       const committed = await this.ensureOffsets(group, topic.id, topic.partitions)
       const owners = assignPartitions(topic.partitions, consumers)
-      const filtered = await this.groups.filteredCounts(group.id, topic.id)
+      const filtered = await readFilteredCounts(this.db.prisma, group.id, topic.id)
       for (const { partition, endOffset } of ends) {
         const committedOffset = committed.get(partition) ?? 0
         partitions.push({
@@ -318,7 +334,7 @@ export class GroupService {
       }
     }
     const health = await readHealth(
-      this.db,
+      this.db.pool,
       consumers.map((c) => c.id),
       Date.now(),
     )
@@ -333,7 +349,7 @@ export class GroupService {
     const group = await this.get(groupName)
     const url = this.consumerUrl(input.url)
     if (input.secret !== undefined) checkSecret(input.secret)
-    const consumer = await this.groups.addConsumer(group.id, randomUUID(), url, input.secret ?? null, {
+    const consumer = await insertConsumer(this.db.prisma, group.id, randomUUID(), url, input.secret ?? null, {
       rateLimitPerSecond: input.rateLimitPerSecond ?? null,
       maxConcurrency: input.maxConcurrency ?? null,
     })
@@ -352,7 +368,7 @@ export class GroupService {
     if (patch.url !== undefined) changes.url = this.consumerUrl(patch.url)
     if (patch.rateLimitPerSecond !== undefined) changes.rateLimitPerSecond = patch.rateLimitPerSecond
     if (patch.maxConcurrency !== undefined) changes.maxConcurrency = patch.maxConcurrency
-    const consumer = await this.groups.updateConsumer(group.id, id, changes)
+    const consumer = await updateConsumer(this.db.prisma, group.id, id, changes)
     if (!consumer) throw new HookqError('consumer_not_found', `group ${groupName} has no consumer ${id}`)
     await this.changed(groupName)
     return consumer
@@ -392,19 +408,26 @@ export class GroupService {
     const group = await this.get(groupName)
     const generated = opts.secret === undefined ? generateSecret() : undefined
     const now = new Date()
-    const consumer = await this.groups.rotateSecret(group.id, id, opts.secret ?? generated!, new Date(now.getTime() + overlapMs), now)
+    const consumer = await rotateConsumerSecret(
+      this.db.prisma,
+      group.id,
+      id,
+      opts.secret ?? generated!,
+      new Date(now.getTime() + overlapMs),
+      now,
+    )
     if (!consumer) throw new HookqError('consumer_not_found', `group ${groupName} has no consumer ${id}`)
     await this.changed(groupName)
     return generated === undefined ? { consumer } : { consumer, generated }
   }
 
   async consumers(groupName: string): Promise<ConsumerRow[]> {
-    return this.groups.consumers((await this.get(groupName)).id)
+    return listConsumers(this.db.prisma, (await this.get(groupName)).id)
   }
 
   async removeConsumer(groupName: string, id: string): Promise<void> {
     const group = await this.get(groupName)
-    if (!(await this.groups.removeConsumer(group.id, id))) {
+    if (!(await deleteConsumer(this.db.prisma, group.id, id))) {
       throw new HookqError('consumer_not_found', `group ${groupName} has no consumer ${id}`)
     }
     await this.changed(groupName)
@@ -412,35 +435,36 @@ export class GroupService {
 
   /** Marks a consumer disabled (it answered 410 Gone). */
   async disableConsumer(id: string, reason: string): Promise<void> {
-    await this.groups.disableConsumer(id, reason)
+    await disableConsumer(this.db.prisma, id, reason)
   }
 
   private async requireTopic(name: string, what: string) {
-    const topic = await this.topicStore.findByName(name)
+    const topic = await findTopicByName(this.db.prisma, name)
     if (!topic) throw new HookqError('topic_not_found', `${what} ${name} does not exist; create it first`)
     return topic
   }
 
   /** Committed offsets of every partition, initialising (from startAt) those the group has none for. */
   async ensureOffsets(group: GroupRow, topicId: number, partitionCount: number): Promise<Map<number, number>> {
-    const committed = await this.groups.committedOffsets(group.id, topicId)
+    const committed = await readCommittedOffsets(this.db.prisma, group.id, topicId)
     if (committed.size < partitionCount) {
       const starts = await this.startOffsets(topicId, partitionCount, group.startAt)
       const missing = starts.flatMap((committedOffset, partition) =>
         committed.has(partition) ? [] : [{ topicId, partition, committedOffset }],
       )
-      await this.groups.initOffsets(group.id, missing)
-      return this.groups.committedOffsets(group.id, topicId)
+      await insertMissingOffsets(this.db.prisma, group.id, missing)
+      return readCommittedOffsets(this.db.prisma, group.id, topicId)
     }
     return committed
   }
 
   /** Where a group starting now begins on each partition. */
   private async startOffsets(topicId: number, partitions: number, startAt: string): Promise<number[]> {
-    const ends = await this.topicStore.endOffsets(topicId)
+    const ends = await readEndOffsets(this.db.prisma, topicId)
     const end = (p: number) => ends.find((e) => e.partition === p)?.endOffset ?? 0
     if (startAt === 'latest') return Array.from({ length: partitions }, (_, p) => end(p))
-    const firsts = startAt === 'earliest' ? await firstOffsets(this.db, topicId) : await offsetsAtTime(this.db, topicId, new Date(startAt))
+    const firsts =
+      startAt === 'earliest' ? await firstOffsets(this.db.pool, topicId) : await offsetsAtTime(this.db.pool, topicId, new Date(startAt))
     return Array.from({ length: partitions }, (_, p) => firsts.get(p) ?? end(p))
   }
 }

@@ -9,7 +9,7 @@ import type { PartitionStat } from '../metrics.ts'
 import type { Database } from '../store/db.ts'
 import { listAttempts, type AttemptRow, type Outcome } from '../store/deliveries.ts'
 import { offsetsAtTime } from '../store/messages.ts'
-import type { TopicStore } from '../store/topics.ts'
+import { findTopicByName, readEndOffsets } from '../store/topics.ts'
 import type { GroupService } from './groups.ts'
 import { parseInstant } from './instants.ts'
 
@@ -68,7 +68,6 @@ export class OperationsService {
   constructor(
     private readonly db: Database,
     private readonly groups: GroupService,
-    private readonly topics: TopicStore,
     private readonly cluster: Pick<Cluster, 'seek' | 'inFlight'>,
   ) {}
 
@@ -78,7 +77,7 @@ export class OperationsService {
     const limit = q.limit ?? 100
     const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor)
     // One row more than asked tells whether another page exists, so the last page says null.
-    const rows = await listAttempts(this.db, group.id, {
+    const rows = await listAttempts(this.db.pool, group.id, {
       partition: q.partition,
       offset: q.offset,
       outcome: q.outcome,
@@ -106,7 +105,7 @@ export class OperationsService {
       )
     }
     const group = await this.groups.get(groupName)
-    const topic = await this.topics.findByName(group.topic)
+    const topic = await findTopicByName(this.db.prisma, group.topic)
     if (!topic) throw new HookqError('topic_not_found', `topic ${group.topic} of group ${group.name} does not exist`)
     if (input.partition !== undefined && input.partition >= topic.partitions) {
       throw new HookqError(
@@ -114,7 +113,7 @@ export class OperationsService {
         `topic ${topic.name} has ${topic.partitions} partitions (0 to ${topic.partitions - 1}); no partition ${input.partition}`,
       )
     }
-    const ends = new Map((await this.topics.endOffsets(topic.id)).map((e) => [e.partition, e.endOffset]))
+    const ends = new Map((await readEndOffsets(this.db.prisma, topic.id)).map((e) => [e.partition, e.endOffset]))
     const end = (p: number) => ends.get(p) ?? 0
     const partitions = input.partition !== undefined ? [input.partition] : Array.from({ length: topic.partitions }, (_, p) => p)
     const targets = new Map<number, number>()
@@ -129,7 +128,7 @@ export class OperationsService {
       }
       for (const p of partitions) targets.set(p, offset)
     } else {
-      const firsts = await offsetsAtTime(this.db, topic.id, at!)
+      const firsts = await offsetsAtTime(this.db.pool, topic.id, at!)
       for (const p of partitions) targets.set(p, firsts.get(p) ?? end(p))
     }
     await this.cluster.seek({ name: group.name, id: group.id }, topic.id, targets)

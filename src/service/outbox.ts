@@ -99,7 +99,7 @@ export class OutboxMover {
    */
   private async round(): Promise<boolean> {
     try {
-      if (!(await outboxWaiting(this.opts.db))) return false
+      if (!(await outboxWaiting(this.opts.db.pool))) return false
       for (;;) {
         const moved = await moveOutbox(this.opts.db, this.opts.batchRows, (row) => this.place(row))
         if (!moved) return true

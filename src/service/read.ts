@@ -1,6 +1,7 @@
 /** Reading a partition in offset order (pull and inspection). */
 import { HookqError } from '../errors.ts'
-import type { MessageStore } from '../store/messages.ts'
+import type { Database } from '../store/db.ts'
+import { readMessages } from '../store/messages.ts'
 import type { TopicService } from './topics.ts'
 
 export interface MessageView {
@@ -15,7 +16,7 @@ export interface MessageView {
 export class ReadService {
   constructor(
     private readonly topics: TopicService,
-    private readonly messages: MessageStore,
+    private readonly db: Database,
   ) {}
 
   /** Up to `limit` messages from `fromOffset`, and the offset to continue from. */
@@ -32,7 +33,7 @@ export class ReadService {
         `topic ${topicName} has ${topic.partitions} partitions (0 to ${topic.partitions - 1}); there is no partition ${partition}`,
       )
     }
-    const rows = await this.messages.read(topic.id, partition, fromOffset, limit)
+    const rows = await readMessages(this.db.prisma, topic.id, partition, fromOffset, limit)
     const messages = rows.map((r) => ({
       partition: r.partition,
       offset: r.offset,

@@ -9,7 +9,7 @@
  */
 import type { Database } from '../store/db.ts'
 import { deleteExpired } from '../store/messages.ts'
-import type { TopicStore } from '../store/topics.ts'
+import { listTopics } from '../store/topics.ts'
 
 export interface RetentionOptions {
   intervalMs: number
@@ -26,7 +26,6 @@ export class RetentionSweeper {
 
   constructor(
     private readonly db: Database,
-    private readonly topics: TopicStore,
     private readonly opts: RetentionOptions,
   ) {}
 
@@ -37,10 +36,10 @@ export class RetentionSweeper {
   /** Runs one full sweep now (also used by tests). */
   async sweep(): Promise<number> {
     let total = 0
-    for (const topic of await this.topics.list()) {
+    for (const topic of await listTopics(this.db.prisma)) {
       for (;;) {
         if (this.stopped) return total
-        const n = await deleteExpired(this.db, topic.id, topic.retentionMs, this.opts.sliceRows)
+        const n = await deleteExpired(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
         total += n
         if (n > 0) this.opts.onDeleted?.(topic.name, n)
         if (n < this.opts.sliceRows) break

@@ -1,6 +1,7 @@
 /** The rules for topics: idempotent creation, lookups cached for the produce path, deletion. */
 import { HookqError } from '../errors.ts'
-import type { TopicRow, TopicStore } from '../store/topics.ts'
+import type { Database } from '../store/db.ts'
+import { createTopic, deleteTopic, findTopicByName, listTopics, readEndOffsets, setTopicRetention, type TopicRow } from '../store/topics.ts'
 
 export const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 
@@ -23,7 +24,7 @@ export class TopicService {
 
   private readonly listeners = new Set<(event: { created?: TopicRow; deleted?: TopicRow }) => Promise<void>>()
 
-  constructor(private readonly store: TopicStore) {}
+  constructor(private readonly db: Database) {}
 
   /** Registers a listener told (and awaited) after a topic is created or deleted. */
   onChange(listener: (event: { created?: TopicRow; deleted?: TopicRow }) => Promise<void>): void {
@@ -37,7 +38,7 @@ export class TopicService {
   /** Creates the topic, or confirms it exists with the same partition count (retention may change). */
   async put(name: string, partitions: number, retentionMs = DEFAULT_RETENTION_MS): Promise<{ topic: TopicRow; created: boolean }> {
     for (;;) {
-      const existing = await this.store.findByName(name)
+      const existing = await findTopicByName(this.db.prisma, name)
       if (existing) {
         if (existing.partitions !== partitions) {
           throw new HookqError(
@@ -45,11 +46,11 @@ export class TopicService {
             `topic ${name} exists with ${existing.partitions} partitions; the partition count of a topic cannot change`,
           )
         }
-        const topic = existing.retentionMs === retentionMs ? existing : await this.store.setRetention(existing.id, retentionMs)
+        const topic = existing.retentionMs === retentionMs ? existing : await setTopicRetention(this.db.prisma, existing.id, retentionMs)
         this.cache.set(name, topic)
         return { topic, created: false }
       }
-      const created = await this.store.create(name, partitions, retentionMs)
+      const created = await createTopic(this.db.prisma, name, partitions, retentionMs)
       if (created) {
         this.cache.set(name, created)
         await this.changed({ created })
@@ -63,7 +64,7 @@ export class TopicService {
   async require(name: string): Promise<TopicRow> {
     const cached = this.cache.get(name)
     if (cached) return cached
-    const topic = await this.store.findByName(name)
+    const topic = await findTopicByName(this.db.prisma, name)
     if (!topic) throw new HookqError('topic_not_found', `topic ${name} does not exist`)
     this.cache.set(name, topic)
     return topic
@@ -76,19 +77,19 @@ export class TopicService {
   }
 
   async list(): Promise<TopicRow[]> {
-    return this.store.list()
+    return listTopics(this.db.prisma)
   }
 
   async describe(name: string): Promise<{ topic: TopicRow; partitionStats: { partition: number; endOffset: number }[] }> {
     const topic = await this.requireFresh(name)
-    return { topic, partitionStats: await this.store.endOffsets(topic.id) }
+    return { topic, partitionStats: await readEndOffsets(this.db.prisma, topic.id) }
   }
 
   /** Deletes the topic with its messages; 404 when it does not exist. */
   async delete(name: string): Promise<void> {
     const topic = await this.requireFresh(name)
     this.cache.delete(name)
-    if (!(await this.store.delete(topic.id))) {
+    if (!(await deleteTopic(this.db.prisma, topic.id))) {
       throw new HookqError('topic_not_found', `topic ${name} does not exist`)
     }
     await this.changed({ deleted: topic })

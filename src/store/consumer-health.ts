@@ -4,7 +4,7 @@
  * consumers row). Written by every broker process about once a second; read by the group status.
  */
 import { epochMsArray, numberArray } from './arrays.ts'
-import type { Database } from './db.ts'
+import type { Queryable } from './db.ts'
 
 /** What one process saw of one consumer in one bucket since its last write. */
 export interface HealthCounts {
@@ -35,10 +35,10 @@ export const HEALTH_WINDOW_MS = 5 * 60_000
  * failure forward (never back: processes write in any order), and deletes buckets past the window.
  * Consumers deleted meanwhile are skipped (the join), so a write never fails for them.
  */
-export async function recordHealth(db: Database, rows: HealthCounts[]): Promise<void> {
+export async function recordHealth(q: Queryable, rows: HealthCounts[]): Promise<void> {
   if (rows.length === 0) return
   const ids = rows.map((r) => r.consumerId)
-  await db.pool.query({
+  await q.query({
     name: 'hookq_health',
     text: `WITH input AS (
       SELECT u.* FROM unnest($1::text[], $2::float8[], $3::int[], $4::int[], $5::float8[], $6::float8[], $7::text[]) AS u(id, bucket, ok, bad, success_ms, failure_ms, error)
@@ -71,10 +71,10 @@ export async function recordHealth(db: Database, rows: HealthCounts[]): Promise<
 }
 
 /** The health of each consumer named, by id (those never pushed to have all nulls). */
-export async function readHealth(db: Database, consumerIds: string[], nowMs: number): Promise<Map<string, ConsumerHealthView>> {
+export async function readHealth(q: Queryable, consumerIds: string[], nowMs: number): Promise<Map<string, ConsumerHealthView>> {
   const out = new Map<string, ConsumerHealthView>()
   if (consumerIds.length === 0) return out
-  const { rows } = await db.pool.query<{
+  const { rows } = await q.query<{
     id: string
     last_success_at: Date | null
     last_failure_at: Date | null

@@ -1,9 +1,13 @@
 /**
  * Storage of a group's progress on a topic: committed offsets, offsets completed above them, and
  * the reads and writes of the dispatcher's hot path (raw SQL: arrays in, one statement each).
+ *
+ * The reads take a Queryable (the pool, or a caller's transaction). writeProgress and seekOffsets
+ * take the Database: each is a transaction of its own (the dead letters' append with the progress
+ * statement; the seek's two statements), and no caller has a transaction to join them to.
  */
 import { numberArray } from './arrays.ts'
-import { inTransaction, type Database } from './db.ts'
+import { inTransaction, type Database, type Queryable } from './db.ts'
 import { appendRows, type AppendEntry } from './messages.ts'
 
 /** A message as the dispatcher pushes it: value and headers still as stored JSON text. */
@@ -77,15 +81,15 @@ export interface ProgressResult {
 }
 
 /** Committed offset and out-of-order completions of a group on one partition; null when it has no offsets row. */
-export async function loadProgress(db: Database, groupId: number, topicId: number, partition: number): Promise<PartitionProgress | null> {
-  const offsets = await db.pool.query<{ committed_offset: number; pushed_offset: number; seeked_ms: number | null }>(
+export async function loadProgress(q: Queryable, groupId: number, topicId: number, partition: number): Promise<PartitionProgress | null> {
+  const offsets = await q.query<{ committed_offset: number; pushed_offset: number; seeked_ms: number | null }>(
     `SELECT committed_offset, pushed_offset, (extract(epoch from seeked_at) * 1000)::float8 AS seeked_ms
      FROM group_offsets WHERE group_id = $1 AND topic_id = $2 AND partition = $3`,
     [groupId, topicId, partition],
   )
   const row = offsets.rows[0]
   if (!row) return null
-  const done = await db.pool.query<{ offset: number }>(
+  const done = await q.query<{ offset: number }>(
     'SELECT "offset" FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = $3',
     [groupId, topicId, partition],
   )
@@ -99,13 +103,13 @@ export async function loadProgress(db: Database, groupId: number, topicId: numbe
 
 /** Up to `limit` messages of a partition from `fromOffset`, in offset order. */
 export async function readForDispatch(
-  db: Database,
+  q: Queryable,
   topicId: number,
   partition: number,
   fromOffset: number,
   limit: number,
 ): Promise<DispatchMessage[]> {
-  const res = await db.pool.query<{
+  const res = await q.query<{
     offset: number
     key: string | null
     value: string
@@ -137,13 +141,13 @@ export async function readForDispatch(
  * recorded maximum is exact.)
  */
 export async function attemptCounts(
-  db: Database,
+  q: Queryable,
   groupId: number,
   topicId: number,
   partition: number,
   progress: PartitionProgress,
 ): Promise<Map<number, number>> {
-  const res = await db.pool.query<{ offset: number; attempts: number }>(
+  const res = await q.query<{ offset: number; attempts: number }>(
     `SELECT "offset", max(attempt) AS attempts FROM deliveries
      WHERE group_id = $1 AND topic_id = $2 AND partition = $3 AND "offset" >= $4 AND started_at >= to_timestamp($5 / 1000.0)
      GROUP BY "offset"`,
@@ -165,7 +169,8 @@ export async function attemptCounts(
  * nothing written and come back in `refused`.
  *
  * The rows of group_offsets are locked in key order (`held`): a claim or a seek of one of them
- * waits for this write, and two writers can never lock the same rows in opposite orders.
+ * waits for this write, and two writers can never lock the same rows in opposite orders. Takes the
+ * Database: with dead letters it opens a transaction of its own (inTransaction).
  */
 export async function writeProgress(db: Database, batch: ProgressBatch): Promise<ProgressResult> {
   if (batch.partitions.length === 0) return { refused: [], deadLettered: [] }
@@ -265,7 +270,7 @@ const sameKey = (a: PartitionKey, b: PartitionKey) => a.groupId === b.groupId &&
  * replayed messages start again at attempt 1: the push reservation moves back with the offset, and
  * the seek time hides earlier attempts from a restart's count. The owner epoch moves on too, so the
  * partition's owner (any process) can write nothing more from before the seek; it claims the
- * partition again and reloads it.
+ * partition again and reloads it. Its two statements are a transaction of its own (inTransaction).
  */
 export async function seekOffsets(
   db: Database,

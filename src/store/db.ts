@@ -1,10 +1,27 @@
 /**
  * The database handle: one pg pool shared by the Prisma client (through @prisma/adapter-pg) and the
  * few raw statements Prisma cannot express (row locks, bulk inserts from arrays).
+ *
+ * The shape of src/store: one file per aggregate (topics, messages, groups, consumption, deliveries,
+ * consumer health, outbox, membership), each a module of free functions, one query per function,
+ * named for what it does (findGroupByName, insertAttempts, ...). A function's first parameter is
+ * the executor it runs on, so the caller picks the connection and any function can join a caller's
+ * transaction by being handed that transaction instead of the pool:
+ * - `Queryable` for raw SQL: `db.pool` (a statement of its own), or the client `inTransaction` gives.
+ * - `PrismaExecutor` for Prisma: `db.prisma`, or the client of a `db.prisma.$transaction(async (tx) => ...)`.
+ * - A function that is a transaction itself (several statements that commit together, or a
+ *   statement on a client of its own) takes what opens one: the `Database` (a pool transaction) or
+ *   the `Prisma` client (a Prisma transaction). Its doc comment says so.
+ * Why free functions and not classes over the handle: the repositories hold no state but the
+ * handle, and a class would bind every method to it, which is exactly what stops a call from running
+ * on a transaction's client instead; services and the dispatcher keep the `Database` and pass what
+ * each call needs (graphile-worker's "dependencies passed in, no module globals"). The one stateful
+ * object, a member's own session with its advisory locks and LISTEN (MemberSession in
+ * membership.ts), stays a class.
  */
 import pg from 'pg'
 import { PrismaPg } from '@prisma/adapter-pg'
-import { PrismaClient } from '../generated/prisma/client.ts'
+import { PrismaClient, type Prisma as PrismaNamespace } from '../generated/prisma/client.ts'
 
 /**
  * The pools' type parsers: BIGINT columns (offsets) arrive as JS numbers, as offsets stay far below
@@ -19,6 +36,18 @@ export const pgTypes: pg.CustomTypesConfig = {
 }
 
 export type Prisma = InstanceType<typeof PrismaClient>
+
+/** What a Prisma query runs on: the client, or the client of an interactive transaction (`$transaction(async (tx) => ...)`). */
+export type PrismaExecutor = Prisma | PrismaNamespace.TransactionClient
+
+/** What a raw statement runs on: the pool (a statement of its own) or a client inside a transaction (see inTransaction). */
+export interface Queryable {
+  /** `text`, or a named statement (prepared once per connection: the hot statements skip PostgreSQL's parse and plan). */
+  query<R extends object = Record<string, unknown>>(
+    text: string | { name: string; text: string; values?: unknown[] },
+    values?: unknown[],
+  ): Promise<{ rows: R[]; rowCount: number | null }>
+}
 
 export interface Database {
   prisma: Prisma
@@ -86,8 +115,8 @@ export async function inTransaction<T>(db: Database, fn: (client: pg.PoolClient)
  * crash can lose or corrupt committed data) and synchronous_commit=off (a crash loses the last
  * commits). Returns a description of each one found, empty when the server is safe.
  */
-export async function durabilityWarnings(db: Database): Promise<string[]> {
-  const res = await db.pool.query<{ name: string; setting: string }>(
+export async function durabilityWarnings(q: Queryable): Promise<string[]> {
+  const res = await q.query<{ name: string; setting: string }>(
     `SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes')`,
   )
   const warnings: string[] = []

@@ -1,6 +1,6 @@
 /** Storage of push attempts: one row each, inserted when the push starts and updated with its outcome. */
 import { epochMsArray, numberArray } from './arrays.ts'
-import type { Database } from './db.ts'
+import type { Queryable } from './db.ts'
 import { parseDeliveryId, type AttemptKey } from './delivery-id.ts'
 
 export type Outcome = 'in_flight' | 'acked' | 'failed' | 'timed_out' | 'nacked' | 'dead'
@@ -65,14 +65,14 @@ function storableText(text: string | undefined): string | null {
  * batches of 1,270 here). Rows can only exist already when a flush committed and its answer was
  * lost, so the writer sends them again: that retry meets a unique violation, and then skips them.
  */
-export async function insertAttempts(db: Database, rows: AttemptStart[]): Promise<void> {
+export async function insertAttempts(q: Queryable, rows: AttemptStart[]): Promise<void> {
   if (rows.length === 0) return
   const values = attemptValues(rows)
   try {
-    await db.pool.query({ name: 'hookq_insert_attempts', text: INSERT_ATTEMPTS, values })
+    await q.query({ name: 'hookq_insert_attempts', text: INSERT_ATTEMPTS, values })
   } catch (err) {
     if ((err as { code?: unknown }).code !== '23505') throw err
-    await db.pool.query({ name: 'hookq_insert_attempts_again', text: `${INSERT_ATTEMPTS} ON CONFLICT DO NOTHING`, values })
+    await q.query({ name: 'hookq_insert_attempts_again', text: `${INSERT_ATTEMPTS} ON CONFLICT DO NOTHING`, values })
   }
 }
 
@@ -110,13 +110,13 @@ FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[]
 WHERE u.group_id IN (SELECT id FROM consumer_groups) AND u.topic_id IN (SELECT id FROM topics)`
 
 /** Applies attempt updates in one statement (each id at most once: merge before calling). */
-export async function updateAttempts(db: Database, rows: AttemptUpdate[]): Promise<void> {
+export async function updateAttempts(q: Queryable, rows: AttemptUpdate[]): Promise<void> {
   const keyed = rows.flatMap((r) => {
     const k = parseDeliveryId(r.id)
     return k ? [{ k, r }] : []
   })
   if (keyed.length === 0) return
-  await db.pool.query(
+  await q.query(
     `UPDATE deliveries d SET
        outcome = coalesce(u.outcome::delivery_outcome, d.outcome),
        finished_at = coalesce(to_timestamp(u.finished_at / 1000), d.finished_at),
@@ -150,14 +150,14 @@ export type FoundAttempt = AttemptKey & { topicId: number; startedAt: Date }
  * The attempts these delivery ids name, among this group's, in one statement (by primary key: the
  * ids carry it); ids of other groups, or not ours, are not looked up. Keyed by delivery id.
  */
-export async function findAttempts(db: Database, groupId: number, ids: string[]): Promise<Map<string, FoundAttempt>> {
+export async function findAttempts(q: Queryable, groupId: number, ids: string[]): Promise<Map<string, FoundAttempt>> {
   const keyed = ids.flatMap((id) => {
     const k = parseDeliveryId(id)
     return k && k.groupId === groupId ? [{ id, k }] : []
   })
   const found = new Map<string, FoundAttempt>()
   if (keyed.length === 0) return found
-  const res = await db.pool.query<{ id: string; topic_id: number; started_at: Date }>(
+  const res = await q.query<{ id: string; topic_id: number; started_at: Date }>(
     `SELECT d.id, d.topic_id, d.started_at FROM deliveries d
      JOIN unnest($2::int[], $3::bigint[], $4::int[], $5::text[]) AS u(p, o, a, id)
        ON d.group_id = $1 AND d.partition = u.p AND d."offset" = u.o AND d.attempt = u.a AND d.id = u.id`,
@@ -176,7 +176,7 @@ export async function findAttempts(db: Database, groupId: number, ids: string[])
 
 /** Attempts of a group, newest first, after an optional (startedAt, id) cursor. */
 export async function listAttempts(
-  db: Database,
+  q: Queryable,
   groupId: number,
   f: {
     partition?: number
@@ -200,7 +200,7 @@ export async function listAttempts(
     where.push(`(started_at, id) < ($${params.length - 1}, $${params.length})`)
   }
   params.push(f.limit)
-  const res = await db.pool.query<{
+  const res = await q.query<{
     id: string
     partition: number
     offset: number
@@ -233,8 +233,8 @@ export async function listAttempts(
 }
 
 /** Marks attempts left in flight by a previous process as failed (run when a group's runtime starts). */
-export async function abandonInFlight(db: Database, groupId: number, partition: number): Promise<void> {
-  await db.pool.query(
+export async function abandonInFlight(q: Queryable, groupId: number, partition: number): Promise<void> {
+  await q.query(
     `UPDATE deliveries SET outcome = 'failed', finished_at = coalesce(finished_at, clock_timestamp()),
        error = coalesce(error, 'the broker stopped before the outcome was known')
      WHERE group_id = $1 AND partition = $2 AND outcome = 'in_flight'`,

@@ -13,7 +13,7 @@
  * - Members tell each other what changed with NOTIFY; each LISTENs on its session.
  */
 import pg from 'pg'
-import type { Database } from './db.ts'
+import type { Queryable } from './db.ts'
 
 /** Advisory lock key of membership ("hkqB"), held in shared mode by every member. */
 export const MEMBERS_LOCK_KEY = 0x686b7142
@@ -239,8 +239,8 @@ SELECT 'g', g.id, t.partitions, 0, NULL, g.name FROM consumer_groups g JOIN topi
  * (it holds the row, see src/store/consumption.ts), so the progress read after this includes it and
  * any later write of the previous owner is refused.
  */
-export async function claimPartition(db: Database, groupId: number, partition: number): Promise<number | null> {
-  const { rows } = await db.pool.query<{ epoch: string }>(
+export async function claimPartition(q: Queryable, groupId: number, partition: number): Promise<number | null> {
+  const { rows } = await q.query<{ epoch: string }>(
     `UPDATE group_offsets o SET owner_epoch = o.owner_epoch + 1
      FROM consumer_groups g JOIN topics t ON t.name = g.topic
      WHERE g.id = $1 AND o.group_id = g.id AND o.topic_id = t.id AND o.partition = $2
@@ -252,11 +252,11 @@ export async function claimPartition(db: Database, groupId: number, partition: n
 
 /** The owner epochs in the database now, "groupId:partition" → epoch, of the partitions asked about. */
 export async function ownerEpochs(
-  db: Database,
+  q: Queryable,
   keys: { groupId: number; topicId: number; partition: number }[],
 ): Promise<Map<string, number>> {
   if (keys.length === 0) return new Map()
-  const { rows } = await db.pool.query<{ group_id: number; partition: number; epoch: string }>(
+  const { rows } = await q.query<{ group_id: number; partition: number; epoch: string }>(
     `SELECT o.group_id, o.partition, o.owner_epoch::text AS epoch FROM group_offsets o
      JOIN unnest($1::int[], $2::int[], $3::int[]) AS k(g, t, p) ON o.group_id = k.g AND o.topic_id = k.t AND o.partition = k.p`,
     [keys.map((k) => k.groupId), keys.map((k) => k.topicId), keys.map((k) => k.partition)],
@@ -265,16 +265,16 @@ export async function ownerEpochs(
 }
 
 /** Every group whose topic exists, with its partition count (what a process alone owns). */
-export async function groupPartitions(db: Database): Promise<GroupPartitions[]> {
-  const { rows } = await db.pool.query<{ id: number; name: string; partitions: number }>(
+export async function groupPartitions(q: Queryable): Promise<GroupPartitions[]> {
+  const { rows } = await q.query<{ id: number; name: string; partitions: number }>(
     'SELECT g.id, g.name, t.partitions FROM consumer_groups g JOIN topics t ON t.name = g.topic',
   )
   return rows.map((r) => ({ groupId: r.id, name: r.name, partitions: r.partitions }))
 }
 
 /** Members whose session is gone leave rows behind: removed now and then by any member. */
-export async function forgetDeadMembers(db: Database): Promise<void> {
-  await db.pool.query(
+export async function forgetDeadMembers(q: Queryable): Promise<void> {
+  await q.query(
     `DELETE FROM broker_members m WHERE NOT EXISTS (
        SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = m.backend_pid
          AND l.classid = 0 AND l.objid = $1 AND l.objsubid = 1)`,
@@ -283,6 +283,6 @@ export async function forgetDeadMembers(db: Database): Promise<void> {
 }
 
 /** NOTIFY on a channel (after the caller's commit: NOTIFY outside a transaction is sent at once). */
-export async function publish(pool: pg.Pool, channel: string, payload: string): Promise<void> {
-  await pool.query('SELECT pg_notify($1, $2)', [channel, payload])
+export async function publish(q: Queryable, channel: string, payload: string): Promise<void> {
+  await q.query('SELECT pg_notify($1, $2)', [channel, payload])
 }

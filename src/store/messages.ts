@@ -6,7 +6,7 @@
  * API. Reads go through Prisma.
  */
 import { numberArray } from './arrays.ts'
-import type { Database } from './db.ts'
+import type { Database, PrismaExecutor, Queryable } from './db.ts'
 import { CommitOutcomeUnknown, isAnswerLost } from './errors.ts'
 
 /** One message to append; `value` and `headers` are JSON text. */
@@ -130,15 +130,6 @@ export async function withAppendRetries<T>(run: () => Promise<T>): Promise<T> {
 
 const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
 
-/** Something that runs a query: the pool (own transaction) or a client inside a transaction. */
-export interface Queryable {
-  /** `text`, or a named statement (prepared once per connection: the hot statements skip PostgreSQL's parse and plan). */
-  query<R extends object = Record<string, unknown>>(
-    text: string | { name: string; text: string },
-    values?: unknown[],
-  ): Promise<{ rows: R[]; rowCount: number | null }>
-}
-
 /**
  * Runs the APPEND statement for entries (idempotency already settled by the caller): alone it is
  * its own transaction; on a transaction's client it joins that transaction. Returns, for each
@@ -157,62 +148,64 @@ export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<
   return res.rows
 }
 
-export class MessageStore {
-  constructor(private readonly db: Database) {}
-
-  /**
-   * Appends the entries atomically (all or nothing) and returns each one's coordinates in input
-   * order; null for an entry whose topic no longer exists. Resolves only after the commit.
-   */
-  async append(entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
-    return withAppendRetries(() => this.appendOnce(entries))
-  }
-
-  /** Up to `limit` messages of a partition from `fromOffset` on, in offset order. */
-  async read(topicId: number, partition: number, fromOffset: number, limit: number): Promise<StoredMessage[]> {
-    const rows = await this.db.prisma.message.findMany({
-      where: { topicId, partition, offset: { gte: BigInt(fromOffset) } },
-      orderBy: { offset: 'asc' },
-      take: limit,
-      select: { partition: true, offset: true, key: true, value: true, headers: true, producedAt: true },
-    })
-    return rows.map((r) => ({
-      partition: r.partition,
-      offset: Number(r.offset),
-      key: r.key,
-      value: r.value,
-      headers: r.headers,
-      timestamp: r.producedAt,
-    }))
-  }
-
-  private appendOnce(entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
-    return appendDeduplicated(
+/**
+ * Appends the entries atomically (all or nothing) and returns each one's coordinates in input
+ * order; null for an entry whose topic no longer exists. Resolves only after the commit. Runs on a
+ * client of its own (see appendChecked), retried after a conflict, hence the Database; a caller's
+ * transaction appends with appendDeduplicated and appendRows on its client instead (see outbox.ts).
+ */
+export async function appendMessages(db: Database, entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
+  return withAppendRetries(() =>
+    appendDeduplicated(
       entries,
-      (all) => findKnownKeys(this.db.pool, all),
-      (fresh) => this.appendChecked(fresh),
-    )
-  }
+      (all) => findKnownKeys(db.pool, all),
+      (fresh) => appendChecked(db, fresh),
+    ),
+  )
+}
 
-  /**
-   * The append on a client of its own, so the two ways it can fail are told apart: failing to get
-   * a connection means nothing was sent (safe to retry); losing the connection after sending the
-   * statement means it may have committed (CommitOutcomeUnknown).
-   */
-  private async appendChecked(entries: AppendEntry[]): Promise<AppendedRow[]> {
-    const client = await this.db.pool.connect()
-    let broken = false
-    try {
-      return await appendRows(client, entries)
-    } catch (err) {
-      if (isAnswerLost(err)) {
-        broken = true
-        throw new CommitOutcomeUnknown(err)
-      }
-      throw err
-    } finally {
-      client.release(broken)
+/** Up to `limit` messages of a partition from `fromOffset` on, in offset order. */
+export async function readMessages(
+  p: PrismaExecutor,
+  topicId: number,
+  partition: number,
+  fromOffset: number,
+  limit: number,
+): Promise<StoredMessage[]> {
+  const rows = await p.message.findMany({
+    where: { topicId, partition, offset: { gte: BigInt(fromOffset) } },
+    orderBy: { offset: 'asc' },
+    take: limit,
+    select: { partition: true, offset: true, key: true, value: true, headers: true, producedAt: true },
+  })
+  return rows.map((r) => ({
+    partition: r.partition,
+    offset: Number(r.offset),
+    key: r.key,
+    value: r.value,
+    headers: r.headers,
+    timestamp: r.producedAt,
+  }))
+}
+
+/**
+ * The append on a client of its own, so the two ways it can fail are told apart: failing to get
+ * a connection means nothing was sent (safe to retry); losing the connection after sending the
+ * statement means it may have committed (CommitOutcomeUnknown).
+ */
+async function appendChecked(db: Database, entries: AppendEntry[]): Promise<AppendedRow[]> {
+  const client = await db.pool.connect()
+  let broken = false
+  try {
+    return await appendRows(client, entries)
+  } catch (err) {
+    if (isAnswerLost(err)) {
+      broken = true
+      throw new CommitOutcomeUnknown(err)
     }
+    throw err
+  } finally {
+    client.release(broken)
   }
 }
 
@@ -306,14 +299,14 @@ DELETE FROM messages m USING (
 WHERE m.topic_id = doomed.topic_id AND m.partition = doomed.partition AND m."offset" = doomed."offset"`
 
 /** Deletes up to `limit` messages of the topic older than `retentionMs`; returns how many. */
-export async function deleteExpired(db: Database, topicId: number, retentionMs: number, limit: number): Promise<number> {
-  const res = await db.pool.query(DELETE_EXPIRED, [topicId, retentionMs, limit])
+export async function deleteExpired(q: Queryable, topicId: number, retentionMs: number, limit: number): Promise<number> {
+  const res = await q.query(DELETE_EXPIRED, [topicId, retentionMs, limit])
   return res.rowCount ?? 0
 }
 
 /** The oldest offset kept per partition (retention deletes from the front), or null when empty. */
-export async function firstOffsets(db: Database, topicId: number): Promise<Map<number, number>> {
-  const res = await db.pool.query<{ partition: number; first: number }>(
+export async function firstOffsets(q: Queryable, topicId: number): Promise<Map<number, number>> {
+  const res = await q.query<{ partition: number; first: number }>(
     `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 GROUP BY partition`,
     [topicId],
   )
@@ -321,8 +314,8 @@ export async function firstOffsets(db: Database, topicId: number): Promise<Map<n
 }
 
 /** Per partition, the first offset produced at or after `at` (null: none yet). */
-export async function offsetsAtTime(db: Database, topicId: number, at: Date): Promise<Map<number, number>> {
-  const res = await db.pool.query<{ partition: number; first: number }>(
+export async function offsetsAtTime(q: Queryable, topicId: number, at: Date): Promise<Map<number, number>> {
+  const res = await q.query<{ partition: number; first: number }>(
     `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 AND produced_at >= $2 GROUP BY partition`,
     [topicId, at],
   )

@@ -3,7 +3,7 @@
  * function is in the transactional_produce migration), moved into the log by the broker. Why it
  * is built this way: src/service/outbox.ts.
  */
-import type { Database } from './db.ts'
+import type { Database, Queryable } from './db.ts'
 import { isAnswerLost } from './errors.ts'
 import { appendDeduplicated, appendRows, findKnownKeys, withAppendRetries, type AppendEntry, type Coordinates } from './messages.ts'
 
@@ -46,13 +46,13 @@ FROM taken LEFT JOIN topics t ON t.id = taken.topic_id
 ORDER BY taken.id`
 
 /** Whether a committed row waits to be moved. */
-export async function outboxWaiting(db: Database): Promise<boolean> {
-  return ((await db.pool.query({ name: 'hookq_outbox_any', text: ANY_WAITING })).rowCount ?? 0) > 0
+export async function outboxWaiting(q: Queryable): Promise<boolean> {
+  return ((await q.query({ name: 'hookq_outbox_any', text: ANY_WAITING })).rowCount ?? 0) > 0
 }
 
 /** Seconds since the oldest waiting row was written (0: none waits); one index probe. */
-export async function oldestWaitingSeconds(db: Database): Promise<number> {
-  const res = await db.pool.query<{ s: number }>(
+export async function oldestWaitingSeconds(q: Queryable): Promise<number> {
+  const res = await q.query<{ s: number }>(
     'SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 AS s FROM produce_outbox ORDER BY id LIMIT 1',
   )
   return Math.max(0, res.rows[0]?.s ?? 0)

@@ -1,5 +1,5 @@
 /** Storage of topics and their partitions' end offsets. */
-import type { Prisma } from './db.ts'
+import type { Prisma, PrismaExecutor } from './db.ts'
 
 export interface TopicRow {
   id: number
@@ -18,68 +18,66 @@ function isUniqueViolation(err: unknown): boolean {
   return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 'P2002'
 }
 
-export class TopicStore {
-  constructor(private readonly prisma: Prisma) {}
-
-  /**
-   * Creates the topic and its partition rows in one transaction. Returns null when a topic of
-   * that name exists already (a concurrent creator won).
-   */
-  async create(name: string, partitions: number, retentionMs: number): Promise<TopicRow | null> {
-    try {
-      const topic = await this.prisma.topic.create({
-        data: {
-          name,
-          partitions,
-          retentionMs: BigInt(retentionMs),
-          parts: { createMany: { data: Array.from({ length: partitions }, (_, partition) => ({ partition })) } },
-        },
-      })
-      return toRow(topic)
-    } catch (err) {
-      if (isUniqueViolation(err)) return null
-      throw err
-    }
-  }
-
-  async findByName(name: string): Promise<TopicRow | null> {
-    const topic = await this.prisma.topic.findUnique({ where: { name } })
-    return topic ? toRow(topic) : null
-  }
-
-  async list(): Promise<TopicRow[]> {
-    const topics = await this.prisma.topic.findMany({ orderBy: { name: 'asc' } })
-    return topics.map(toRow)
-  }
-
-  /** Sets the retention of an existing topic. */
-  async setRetention(id: number, retentionMs: number): Promise<TopicRow> {
-    return toRow(await this.prisma.topic.update({ where: { id }, data: { retentionMs: BigInt(retentionMs) } }))
-  }
-
-  /**
-   * Deletes the topic with its partitions, messages, and the groups' offsets, completions and
-   * attempts on it, in one transaction (the hot tables have no foreign keys to cascade: see
-   * prisma/schema.prisma).
-   */
-  async delete(id: number): Promise<boolean> {
-    const [, , , , { count }] = await this.prisma.$transaction([
-      this.prisma.message.deleteMany({ where: { topicId: id } }),
-      this.prisma.groupOffset.deleteMany({ where: { topicId: id } }),
-      this.prisma.groupCompletion.deleteMany({ where: { topicId: id } }),
-      this.prisma.delivery.deleteMany({ where: { topicId: id } }),
-      this.prisma.topic.deleteMany({ where: { id } }),
-    ])
-    return count > 0
-  }
-
-  /** The next offset to be written, per partition, in partition order. */
-  async endOffsets(topicId: number): Promise<{ partition: number; endOffset: number }[]> {
-    const parts = await this.prisma.topicPartition.findMany({
-      where: { topicId },
-      orderBy: { partition: 'asc' },
-      select: { partition: true, nextOffset: true },
+/**
+ * Creates the topic and its partition rows (one nested write: Prisma runs it in a transaction, or
+ * in the caller's). Returns null when a topic of that name exists already (a concurrent creator won).
+ */
+export async function createTopic(p: PrismaExecutor, name: string, partitions: number, retentionMs: number): Promise<TopicRow | null> {
+  try {
+    const topic = await p.topic.create({
+      data: {
+        name,
+        partitions,
+        retentionMs: BigInt(retentionMs),
+        parts: { createMany: { data: Array.from({ length: partitions }, (_, partition) => ({ partition })) } },
+      },
     })
-    return parts.map((p) => ({ partition: p.partition, endOffset: Number(p.nextOffset) }))
+    return toRow(topic)
+  } catch (err) {
+    if (isUniqueViolation(err)) return null
+    throw err
   }
+}
+
+/** The topic of that name, or null. */
+export async function findTopicByName(p: PrismaExecutor, name: string): Promise<TopicRow | null> {
+  const topic = await p.topic.findUnique({ where: { name } })
+  return topic ? toRow(topic) : null
+}
+
+/** Every topic, by name. */
+export async function listTopics(p: PrismaExecutor): Promise<TopicRow[]> {
+  const topics = await p.topic.findMany({ orderBy: { name: 'asc' } })
+  return topics.map(toRow)
+}
+
+/** Sets the retention of an existing topic. */
+export async function setTopicRetention(p: PrismaExecutor, id: number, retentionMs: number): Promise<TopicRow> {
+  return toRow(await p.topic.update({ where: { id }, data: { retentionMs: BigInt(retentionMs) } }))
+}
+
+/**
+ * Deletes the topic with its partitions, messages, and the groups' offsets, completions and
+ * attempts on it, in one transaction of its own (the hot tables have no foreign keys to cascade: see
+ * prisma/schema.prisma); hence the client, not a transaction's.
+ */
+export async function deleteTopic(prisma: Prisma, id: number): Promise<boolean> {
+  const [, , , , { count }] = await prisma.$transaction([
+    prisma.message.deleteMany({ where: { topicId: id } }),
+    prisma.groupOffset.deleteMany({ where: { topicId: id } }),
+    prisma.groupCompletion.deleteMany({ where: { topicId: id } }),
+    prisma.delivery.deleteMany({ where: { topicId: id } }),
+    prisma.topic.deleteMany({ where: { id } }),
+  ])
+  return count > 0
+}
+
+/** The next offset to be written, per partition, in partition order. */
+export async function readEndOffsets(p: PrismaExecutor, topicId: number): Promise<{ partition: number; endOffset: number }[]> {
+  const parts = await p.topicPartition.findMany({
+    where: { topicId },
+    orderBy: { partition: 'asc' },
+    select: { partition: true, nextOffset: true },
+  })
+  return parts.map((p) => ({ partition: p.partition, endOffset: Number(p.nextOffset) }))
 }

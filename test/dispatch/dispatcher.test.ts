@@ -11,9 +11,8 @@ import { createPushAgent } from '../../src/dispatch/pusher.ts'
 import { GroupService, type GroupInput } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { openDatabase } from '../../src/store/db.ts'
-import { GroupStore } from '../../src/store/groups.ts'
-import { MessageStore } from '../../src/store/messages.ts'
-import { TopicStore } from '../../src/store/topics.ts'
+import { appendMessages } from '../../src/store/messages.ts'
+import { findTopicByName } from '../../src/store/topics.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { seekOffsets } from '../../src/store/consumption.ts'
 import { testDatabase } from '../helpers/db.ts'
@@ -52,10 +51,8 @@ class SteppedClock implements Timers {
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
-const topicStore = new TopicStore(db.prisma)
-const topics = new TopicService(topicStore)
-const groups = new GroupService(db, new GroupStore(db.prisma), topicStore)
-const messages = new MessageStore(db)
+const topics = new TopicService(db)
+const groups = new GroupService(db)
 const agent = createPushAgent()
 t.teardown(() => agent.destroy())
 
@@ -76,7 +73,6 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
   const errors: unknown[] = []
   const dispatcher = new Dispatcher({
     db,
-    topics: topicStore,
     attempts,
     agent,
     now: clock.now,
@@ -94,13 +90,14 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
     await attempts.close()
   })
   await dispatcher.start()
-  const topic = (await topicStore.findByName(name))!
+  const topic = (await findTopicByName(db.prisma, name))!
   const groupId = (await groups.load(name))!.row.id
   // This process owns the partition, as src/cluster/ownership.ts would make it: a new epoch, then acquire.
-  const own = async () => t.ok(await dispatcher.acquire(name, 0, (await claimPartition(db, groupId, 0))!), 'the partition is acquired')
+  const own = async () => t.ok(await dispatcher.acquire(name, 0, (await claimPartition(db.pool, groupId, 0))!), 'the partition is acquired')
   await own()
   const produce = async (values: unknown[], delayMs = 0) => {
-    const at = await messages.append(
+    const at = await appendMessages(
+      db,
       values.map((v) => ({
         topicId: topic.id,
         partition: 0,

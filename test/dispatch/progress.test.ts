@@ -13,17 +13,15 @@ import { TopicService } from '../../src/service/topics.ts'
 import { KeyOrder } from '../../src/dispatch/key-order.ts'
 import { writeProgress, type ProgressBatch } from '../../src/store/consumption.ts'
 import { openDatabase } from '../../src/store/db.ts'
-import { GroupStore } from '../../src/store/groups.ts'
 import { claimPartition } from '../../src/store/membership.ts'
-import { TopicStore } from '../../src/store/topics.ts'
+import { findTopicByName } from '../../src/store/topics.ts'
 import { testDatabase } from '../helpers/db.ts'
 
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
-const topicStore = new TopicStore(db.prisma)
-const topics = new TopicService(topicStore)
-const groups = new GroupService(db, new GroupStore(db.prisma), topicStore)
+const topics = new TopicService(db)
+const groups = new GroupService(db)
 
 /** A group on a topic of two partitions, both claimed by "this process", and their in-memory states. */
 async function setup(t: Test, name: string, dlq?: string) {
@@ -31,7 +29,7 @@ async function setup(t: Test, name: string, dlq?: string) {
   if (dlq) await topics.put(dlq, 1)
   await groups.put(name, { topic: name, ...(dlq ? { deadLetterTopic: dlq } : {}) })
   const loaded = (await groups.load(name))!
-  const topic = (await topicStore.findByName(name))!
+  const topic = (await findTopicByName(db.prisma, name))!
   await groups.ensureOffsets(loaded.row, topic.id, 2)
   const g: GroupRuntime = {
     row: loaded.row,
@@ -59,7 +57,7 @@ async function setup(t: Test, name: string, dlq?: string) {
     delayed: 0,
     ready: [],
     gaps: [],
-    ownerEpoch: (await claimPartition(db, g.row.id, partition))!,
+    ownerEpoch: (await claimPartition(db.pool, g.row.id, partition))!,
     releasing: false,
     onIdle: undefined,
     dropped: false,
@@ -176,7 +174,7 @@ t.test('one statement a turn: completions in and out of order, reservations, of 
 
 t.test('a partition whose owner epoch moved on is refused; the others are written', async (t) => {
   const s = await setup(t, 'fenced')
-  await claimPartition(db, s.g.row.id, 1) // another process (or a seek) took partition 1
+  await claimPartition(db.pool, s.g.row.id, 1) // another process (or a seek) took partition 1
   const [a, b, held] = await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0), s.reserve(s.w1, 5)])
   t.same([a, b, held], ['acked', 'moved', false])
   t.same(s.refused, [1], 'the dispatcher is told')
@@ -210,7 +208,7 @@ t.test('a failed statement fails its whole batch and leaves memory as it was', a
 
 t.test('a dead letter is appended in the same transaction as its completion', async (t) => {
   const s = await setup(t, 'dead', 'dead.dlq')
-  const dlq = (await topicStore.findByName('dead.dlq'))!
+  const dlq = (await findTopicByName(db.prisma, 'dead.dlq'))!
   const status = await new Promise<CompletionStatus>((resolve, reject) =>
     s.writer.complete(
       {

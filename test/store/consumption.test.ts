@@ -18,10 +18,9 @@ import {
 import { openDatabase } from '../../src/store/db.ts'
 import { insertAttempts } from '../../src/store/deliveries.ts'
 import { newDeliveryId } from '../../src/store/delivery-id.ts'
-import { GroupStore } from '../../src/store/groups.ts'
 import { claimPartition } from '../../src/store/membership.ts'
-import { MessageStore, type AppendEntry } from '../../src/store/messages.ts'
-import { TopicStore } from '../../src/store/topics.ts'
+import { appendMessages, readMessages, type AppendEntry } from '../../src/store/messages.ts'
+import { findTopicByName } from '../../src/store/topics.ts'
 import { GroupService } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { testDatabase } from '../helpers/db.ts'
@@ -29,10 +28,8 @@ import { testDatabase } from '../helpers/db.ts'
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
-const topicStore = new TopicStore(db.prisma)
-const topics = new TopicService(topicStore)
-const groups = new GroupService(db, new GroupStore(db.prisma), topicStore)
-const messages = new MessageStore(db)
+const topics = new TopicService(db)
+const groups = new GroupService(db)
 
 /** A group on a new topic of two partitions with offsets rows, and partition 0 claimed (its epoch). */
 async function setup(name: string, opts: { dlq?: string } = {}) {
@@ -40,9 +37,9 @@ async function setup(name: string, opts: { dlq?: string } = {}) {
   if (opts.dlq) await topics.put(opts.dlq, 1)
   await groups.put(name, { topic: name, ...(opts.dlq ? { deadLetterTopic: opts.dlq } : {}) })
   const row = (await groups.load(name))!.row
-  const topic = (await topicStore.findByName(name))!
+  const topic = (await findTopicByName(db.prisma, name))!
   await groups.ensureOffsets(row, topic.id, 2)
-  const epoch = (await claimPartition(db, row.id, 0))!
+  const epoch = (await claimPartition(db.pool, row.id, 0))!
   const key = { groupId: row.id, topicId: topic.id, partition: 0 }
   const write = (w: Partial<PartitionWrite>, rest: Partial<Omit<ProgressBatch, 'partitions'>> = {}) =>
     writeProgress(db, {
@@ -68,21 +65,21 @@ const entry = (topicId: number, value: string, extra: Partial<AppendEntry> = {})
 
 t.test('loadProgress: null without an offsets row; a new group stands at 0 with nothing completed', async (t) => {
   const s = await setup('load')
-  t.equal(await loadProgress(db, s.row.id, s.topic.id, 5), null, 'no such partition')
-  t.same(await loadProgress(db, s.row.id, s.topic.id, 1), { committed: 0, completed: new Set(), pushed: 0, seekedAtMs: 0 })
+  t.equal(await loadProgress(db.pool, s.row.id, s.topic.id, 5), null, 'no such partition')
+  t.same(await loadProgress(db.pool, s.row.id, s.topic.id, 1), { committed: 0, completed: new Set(), pushed: 0, seekedAtMs: 0 })
 })
 
 t.test('writeProgress: completions above the committed offset are kept, those it passes deleted', async (t) => {
   const s = await setup('progress')
   t.same(await s.write({}, { completions: [s.completion(2), s.completion(3), s.completion(5)] }), { refused: [], deadLettered: [] })
-  t.same(await loadProgress(db, s.row.id, s.topic.id, 0), { committed: 0, completed: new Set([2, 3, 5]), pushed: 0, seekedAtMs: 0 })
+  t.same(await loadProgress(db.pool, s.row.id, s.topic.id, 0), { committed: 0, completed: new Set([2, 3, 5]), pushed: 0, seekedAtMs: 0 })
 
   // Offsets 0 and 1 completed in order: the committed offset moves past 2 and 3, which go.
   await s.write({ committedOffset: 4, pushedOffset: 8 })
-  const p = (await loadProgress(db, s.row.id, s.topic.id, 0))!
+  const p = (await loadProgress(db.pool, s.row.id, s.topic.id, 0))!
   t.same([p.committed, [...p.completed], p.pushed], [4, [5], 8])
   t.same(
-    await loadProgress(db, s.row.id, s.topic.id, 1),
+    await loadProgress(db.pool, s.row.id, s.topic.id, 1),
     { committed: 0, completed: new Set(), pushed: 0, seekedAtMs: 0 },
     'partition 1 untouched',
   )
@@ -92,7 +89,7 @@ t.test('writeProgress: the committed offset and the push reservation never move 
   const s = await setup('monotonic')
   await s.write({ committedOffset: 10, pushedOffset: 20, filtered: 3 })
   await s.write({ committedOffset: 7, pushedOffset: 12, filtered: 2 })
-  const p = (await loadProgress(db, s.row.id, s.topic.id, 0))!
+  const p = (await loadProgress(db.pool, s.row.id, s.topic.id, 0))!
   t.same([p.committed, p.pushed], [10, 20], 'a late, lower write changes neither')
   const { rows } = await db.pool.query('SELECT filtered FROM group_offsets WHERE group_id = $1 AND partition = 0', [s.row.id])
   t.equal(rows[0].filtered, 5)
@@ -100,14 +97,14 @@ t.test('writeProgress: the committed offset and the push reservation never move 
 
 t.test('writeProgress: a write with an epoch no longer held changes nothing and is reported', async (t) => {
   const s = await setup('fence')
-  const newer = (await claimPartition(db, s.row.id, 0))!
+  const newer = (await claimPartition(db.pool, s.row.id, 0))!
   t.equal(newer, s.epoch + 1, 'another owner claimed partition 0')
   const result = await s.write({ committedOffset: 3, pushedOffset: 9 }, { completions: [s.completion(5)] })
   t.same(result.refused, [s.key])
-  t.same(await loadProgress(db, s.row.id, s.topic.id, 0), { committed: 0, completed: new Set(), pushed: 0, seekedAtMs: 0 })
+  t.same(await loadProgress(db.pool, s.row.id, s.topic.id, 0), { committed: 0, completed: new Set(), pushed: 0, seekedAtMs: 0 })
 
   // In one batch with a partition whose epoch is held, that one is written and only the stale one refused.
-  const epoch1 = (await claimPartition(db, s.row.id, 1))!
+  const epoch1 = (await claimPartition(db.pool, s.row.id, 1))!
   const both = await writeProgress(db, {
     partitions: [
       { ...s.key, ownerEpoch: s.epoch, committedOffset: 3, pushedOffset: null, filtered: 0 },
@@ -117,46 +114,46 @@ t.test('writeProgress: a write with an epoch no longer held changes nothing and 
     deadLetters: [],
   })
   t.same(both.refused, [s.key])
-  t.equal((await loadProgress(db, s.row.id, s.topic.id, 0))!.committed, 0)
-  t.equal((await loadProgress(db, s.row.id, s.topic.id, 1))!.committed, 2)
+  t.equal((await loadProgress(db.pool, s.row.id, s.topic.id, 0))!.committed, 0)
+  t.equal((await loadProgress(db.pool, s.row.id, s.topic.id, 1))!.committed, 2)
 })
 
 t.test('writeProgress: dead letters land in their topic with the completion, or neither does', async (t) => {
   const s = await setup('dl', { dlq: 'dl.dlq' })
-  const dlq = (await topicStore.findByName('dl.dlq'))!
+  const dlq = (await findTopicByName(db.prisma, 'dl.dlq'))!
   const deadLetter = { from: s.key, entry: entry(dlq.id, 'poison', { headers: '{"hookq-dlq-offset":"0"}' }) }
   const result = await s.write({ committedOffset: 1 }, { deadLetters: [deadLetter] })
   t.same(result, { refused: [], deadLettered: [{ topicId: dlq.id, partition: 0, offset: 0 }] })
-  const stored = await messages.read(dlq.id, 0, 0, 10)
+  const stored = await readMessages(db.prisma, dlq.id, 0, 0, 10)
   t.same(
     stored.map((m) => [m.offset, m.value, m.headers]),
     [[0, '"poison"', '{"hookq-dlq-offset":"0"}']],
   )
 
   // A refused partition's dead letters are not appended.
-  await claimPartition(db, s.row.id, 0)
+  await claimPartition(db.pool, s.row.id, 0)
   const refused = await s.write({ committedOffset: 2 }, { deadLetters: [deadLetter] })
   t.same(refused, { refused: [s.key], deadLettered: [] })
-  t.equal((await messages.read(dlq.id, 0, 0, 10)).length, 1, 'still one dead letter')
+  t.equal((await readMessages(db.prisma, dlq.id, 0, 0, 10)).length, 1, 'still one dead letter')
 
   // The dead-letter topic deleted meanwhile: the write fails whole (the caller retries it later).
   const s2 = await setup('dl2', { dlq: 'dl2.dlq' })
-  const dlq2 = (await topicStore.findByName('dl2.dlq'))!
+  const dlq2 = (await findTopicByName(db.prisma, 'dl2.dlq'))!
   await topics.delete('dl2.dlq')
   await t.rejects(s2.write({ committedOffset: 1 }, { deadLetters: [{ from: s2.key, entry: entry(dlq2.id, 'lost') }] }), /dead-letter topic/)
-  t.equal((await loadProgress(db, s2.row.id, s2.topic.id, 0))!.committed, 0, 'not completed either')
+  t.equal((await loadProgress(db.pool, s2.row.id, s2.topic.id, 0))!.committed, 0, 'not completed either')
 })
 
 t.test('readForDispatch: a partition in offset order from an offset, up to a limit, with its times', async (t) => {
   const s = await setup('read')
   const before = Date.now()
-  await messages.append([
+  await appendMessages(db, [
     entry(s.topic.id, 'a', { key: 'k' }),
     entry(s.topic.id, 'b'),
     entry(s.topic.id, 'other partition', { partition: 1 }),
     entry(s.topic.id, 'c', { delayMs: 60_000 }),
   ])
-  const read = await readForDispatch(db, s.topic.id, 0, 1, 10)
+  const read = await readForDispatch(db.pool, s.topic.id, 0, 1, 10)
   t.same(
     read.map((m) => [m.offset, m.key, m.value]),
     [
@@ -165,7 +162,7 @@ t.test('readForDispatch: a partition in offset order from an offset, up to a lim
     ],
   )
   t.same(
-    (await readForDispatch(db, s.topic.id, 0, 0, 1)).map((m) => [m.offset, m.key]),
+    (await readForDispatch(db.pool, s.topic.id, 0, 0, 1)).map((m) => [m.offset, m.key]),
     [[0, 'k']],
     'limit',
   )
@@ -173,7 +170,7 @@ t.test('readForDispatch: a partition in offset order from an offset, up to a lim
   t.ok(b.producedAtMs >= Math.floor(before / 1000) * 1000 && b.producedAtMs <= Date.now(), 'produced now')
   t.equal(b.availableAtMs, b.producedAtMs, 'no delay: available when produced')
   t.equal(c.availableAtMs - c.producedAtMs, 60_000, 'a delay of 60 s')
-  t.same(await readForDispatch(db, s.topic.id, 0, 3, 10), [], 'past the end')
+  t.same(await readForDispatch(db.pool, s.topic.id, 0, 3, 10), [], 'past the end')
 })
 
 t.test('attemptCounts: the highest attempt per offset since the last seek; reserved offsets without a row count one', async (t) => {
@@ -191,10 +188,10 @@ t.test('attemptCounts: the highest attempt per offset since the last seek; reser
     outcome: 'failed' as const,
   })
   const old = new Date(Date.now() - 60_000)
-  await insertAttempts(db, [attempt(0, 1, old), attempt(0, 2), attempt(0, 3), attempt(1, 1), attempt(6, 2), attempt(7, 1, old)])
+  await insertAttempts(db.pool, [attempt(0, 1, old), attempt(0, 2), attempt(0, 3), attempt(1, 1), attempt(6, 2), attempt(7, 1, old)])
   // Committed 0, offsets 0-4 reserved (pushed 5), 3 completed; offset 7's only attempt is older than the seek.
   const progress = { committed: 0, completed: new Set([3]), pushed: 5, seekedAtMs: Date.now() - 30_000 }
-  const counts = await attemptCounts(db, s.row.id, s.topic.id, 0, progress)
+  const counts = await attemptCounts(db.pool, s.row.id, s.topic.id, 0, progress)
   t.same(
     [...counts].sort((a, b) => a[0] - b[0]),
     [
@@ -206,7 +203,7 @@ t.test('attemptCounts: the highest attempt per offset since the last seek; reser
     ],
     '0 and 1 as recorded, 2 and 4 reserved and so perhaps pushed once, 3 completed, 6 recorded, 7 before the seek',
   )
-  const from1 = await attemptCounts(db, s.row.id, s.topic.id, 0, { ...progress, committed: 1 })
+  const from1 = await attemptCounts(db.pool, s.row.id, s.topic.id, 0, { ...progress, committed: 1 })
   t.notOk(from1.has(0), 'nothing below the committed offset')
 })
 
@@ -215,13 +212,13 @@ t.test('seekOffsets: committed and reserved offsets move (back too), completions
   await s.write({ committedOffset: 10, pushedOffset: 15 }, { completions: [s.completion(12)] })
   const at = Date.now()
   await seekOffsets(db, s.row.id, s.topic.id, new Map([[0, 4]]), at)
-  const p = (await loadProgress(db, s.row.id, s.topic.id, 0))!
+  const p = (await loadProgress(db.pool, s.row.id, s.topic.id, 0))!
   t.same([p.committed, p.pushed, [...p.completed]], [4, 4, []], 'replayed from 4, nothing reserved above it')
   t.equal(p.seekedAtMs, at, 'the seek time, to the millisecond')
   t.same((await s.write({ committedOffset: 11 })).refused, [s.key], 'the owner from before the seek can write nothing')
-  t.equal((await loadProgress(db, s.row.id, s.topic.id, 0))!.committed, 4)
+  t.equal((await loadProgress(db.pool, s.row.id, s.topic.id, 0))!.committed, 4)
   t.same(
-    await loadProgress(db, s.row.id, s.topic.id, 1),
+    await loadProgress(db.pool, s.row.id, s.topic.id, 1),
     { committed: 0, completed: new Set(), pushed: 0, seekedAtMs: 0 },
     'partition 1 not named',
   )
@@ -230,7 +227,7 @@ t.test('seekOffsets: committed and reserved offsets move (back too), completions
 t.test('seekOffsets: a partition without an offsets row gets one', async (t: Test) => {
   const s = await setup('seek-new')
   await db.pool.query('DELETE FROM group_offsets WHERE group_id = $1 AND partition = 1', [s.row.id])
-  t.equal(await loadProgress(db, s.row.id, s.topic.id, 1), null)
+  t.equal(await loadProgress(db.pool, s.row.id, s.topic.id, 1), null)
   await seekOffsets(db, s.row.id, s.topic.id, new Map([[1, 7]]), Date.now())
-  t.match(await loadProgress(db, s.row.id, s.topic.id, 1), { committed: 7, pushed: 7 })
+  t.match(await loadProgress(db.pool, s.row.id, s.topic.id, 1), { committed: 7, pushed: 7 })
 })

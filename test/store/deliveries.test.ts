@@ -73,10 +73,10 @@ t.test('attempt rows round-trip through the database', async (t) => {
     ackDeadline: at(i - 149),
     ...(i % 2 === 0 ? { outcome: 'acked' as const, finishedAt: at(i - 148), statusCode: 200, durationMs: i } : {}),
   }))
-  await insertAttempts(broker.db, rows)
+  await insertAttempts(broker.db.pool, rows)
   // Updates: a full outcome for odd rows, a deadline change only for some even ones.
   await updateAttempts(
-    broker.db,
+    broker.db.pool,
     rows
       .filter((_, i) => i % 2 === 1)
       .map((r, k) => ({
@@ -89,11 +89,11 @@ t.test('attempt rows round-trip through the database', async (t) => {
       })),
   )
   await updateAttempts(
-    broker.db,
+    broker.db.pool,
     rows.filter((_, i) => i % 4 === 0).map((r) => ({ id: r.id, ackDeadline: at(999) })),
   )
 
-  const listed = await listAttempts(broker.db, groupId, { limit: 1000 })
+  const listed = await listAttempts(broker.db.pool, groupId, { limit: 1000 })
   t.equal(listed.length, rows.length)
   const byId = new Map(listed.map((r) => [r.deliveryId, r]))
   let mismatches = 0
@@ -144,10 +144,10 @@ t.test('a batch sent again after its answer was lost: the rows already there are
   // Settled rows: the broker's own claim of the partition marks rows left in flight as failed.
   const settled = (offset: number) => ({ ...row(offset), outcome: 'acked' as const, finishedAt: new Date() })
   const first = [settled(0), settled(1)]
-  await insertAttempts(broker.db, first)
+  await insertAttempts(broker.db.pool, first)
   // The retry carries the same rows (an outcome learnt meanwhile merged into one) and a row that came since.
-  await insertAttempts(broker.db, [{ ...first[0]!, outcome: 'nacked' }, first[1]!, settled(2)])
-  const listed = await listAttempts(broker.db, groupId, { limit: 10 })
+  await insertAttempts(broker.db.pool, [{ ...first[0]!, outcome: 'nacked' }, first[1]!, settled(2)])
+  const listed = await listAttempts(broker.db.pool, groupId, { limit: 10 })
   t.same(
     listed.map((r) => [r.offset, r.outcome]).sort(),
     [
@@ -180,7 +180,7 @@ t.test('a row PostgreSQL refuses fails alone: the rows around it are written, an
   log.update({ id: late.id, outcome: 'failed', finishedAt: new Date(), statusCode: 70_000_000_000, error: 'late boom' })
   await log.flush(true)
 
-  const listed = new Map((await listAttempts(broker.db, groupId, { limit: 100 })).map((r) => [r.deliveryId, r]))
+  const listed = new Map((await listAttempts(broker.db.pool, groupId, { limit: 100 })).map((r) => [r.deliveryId, r]))
   t.equal(listed.size, 11, 'every row written')
   t.ok(
     rows.every((r) => listed.get(r.id)?.error === 'boom' && listed.get(r.id)?.durationMs === 3),
@@ -220,7 +220,7 @@ t.test('durable() rejects a row that was dropped instead of written', async (t) 
   }
   await t.rejects(log.durable(row), /could not be recorded/, 'the caller learns the row is not on record, and does not push')
   t.same(errors, [1], 'the drop is reported')
-  t.same(await listAttempts(broker.db, groupId, { limit: 10 }), [], 'nothing written')
+  t.same(await listAttempts(broker.db.pool, groupId, { limit: 10 }), [], 'nothing written')
   await log.close()
 })
 
@@ -245,7 +245,7 @@ t.test('a flush that fails part-way keeps the outcomes that arrive afterwards', 
   await broker.db.pool.query('DROP TRIGGER refuse_updates ON deliveries')
   await log.flush(true)
   await log.close()
-  const listed = new Map((await listAttempts(broker.db, groupId, { limit: 10 })).map((r) => [r.deliveryId, r]))
+  const listed = new Map((await listAttempts(broker.db.pool, groupId, { limit: 10 })).map((r) => [r.deliveryId, r]))
   t.match(listed.get(a.id), { outcome: 'acked', statusCode: 200 }, 'the failed update is written at the retry')
   t.match(listed.get(b.id), { outcome: 'failed', statusCode: 503, error: 'busy' }, 'the outcome that came after the failure is written too')
 })
