@@ -4,6 +4,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { loadConfig, ConfigError } from '../../src/config.ts'
+import { testDatabase } from '../helpers/db.ts'
 import { runBrokerToExit } from '../helpers/process.ts'
 
 t.test('defaults', async (t) => {
@@ -89,17 +90,23 @@ t.test('start-up failures say why in one line, with exit code 1', async (t) => {
   t.equal(inUse.code, 1, 'data directory in use: exit 1')
   oneLine(inUse.output, new RegExp(`^hookq: cannot start: the data directory ${held} is in use by process ${process.pid}$`, 'm'))
 
+  // The next two fail after the database is up. A fresh embedded directory runs PGlite's initdb
+  // (2-4 s of CPU, 38 s once on a CI machine running four test files at once, past the limit), so
+  // they use a database of the server when there is one.
+  const database = async (name: string): Promise<Record<string, string>> =>
+    process.env.DATABASE_URL ? { DATABASE_URL: (await testDatabase(t)).url } : { HOOKQ_DATA_DIR: path.join(dir, name) }
+
   // A port another process listens on.
   const taken = net.createServer()
   await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r))
   t.teardown(() => taken.close())
   const port = (taken.address() as net.AddressInfo).port
-  const busy = await runBrokerToExit({ HOOKQ_DATA_DIR: path.join(dir, 'busy'), HOST: '127.0.0.1', PORT: String(port) }, 60_000)
+  const busy = await runBrokerToExit({ ...(await database('busy')), HOST: '127.0.0.1', PORT: String(port) }, 90_000)
   t.equal(busy.code, 1, 'port in use: exit 1')
   oneLine(busy.output, new RegExp(`^hookq: cannot start: 127\\.0\\.0\\.1:${port} is in use by another process \\(EADDRINUSE\\)`, 'm'))
 
   // A HOST that does not resolve (.invalid never does, RFC 6761).
-  const nowhere = await runBrokerToExit({ HOOKQ_DATA_DIR: path.join(dir, 'nowhere'), HOST: 'hookq.invalid', PORT: '0' }, 60_000)
+  const nowhere = await runBrokerToExit({ ...(await database('nowhere')), HOST: 'hookq.invalid', PORT: '0' }, 90_000)
   t.equal(nowhere.code, 1, 'HOST unresolvable: exit 1')
   oneLine(nowhere.output, /^hookq: cannot start: HOST hookq\.invalid does not resolve \((ENOTFOUND|EAI_AGAIN)\)/m)
 
