@@ -34,10 +34,9 @@ import { AckHandler, type AckResult } from './ack-handler.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { ConsumerWindows } from './consumer-windows.ts'
 import { HealthRecorder } from './health.ts'
-import { KeyOrder } from './key-order.ts'
 import { DeliveryIndex } from './delivery-index.ts'
 import { PartitionReader } from './partition-reader.ts'
-import { filterOf, policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
+import { filterOf, newGroupRuntime, newPartitionState, policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
 import { ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import type { PushAgent } from './pusher.ts'
@@ -219,16 +218,7 @@ export class Dispatcher {
     // Committed offsets exist before any process claims a partition (the claim bumps their epoch).
     await this.deps.ensureOffsets(loaded.row, topic)
     if (this.stopped || this.groups.has(name)) return
-    const g: GroupRuntime = {
-      row: loaded.row,
-      topic,
-      consumers: [],
-      owners: [],
-      parts: new Map(),
-      policy: policyOf(loaded.row),
-      filter: filterOf(loaded.row),
-      dropped: false,
-    }
+    const g = newGroupRuntime(loaded.row, topic)
     this.groups.set(name, g)
     this.groupsById.set(g.row.id, g)
     this.flow.consumersChanged(g, loaded.consumers)
@@ -278,29 +268,9 @@ export class Dispatcher {
     const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr)
     const end = (await readEndOffsets(this.deps.db.prisma, g.topic.id)).find((e) => e.partition === partition)?.endOffset ?? 0
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
-    const w: PartitionState = {
-      partition,
-      committed: pr.committed,
-      completed: pr.completed,
-      readPos: pr.committed,
-      // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
-      endHint: Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0),
-      buffer: [],
-      reading: false,
-      outstanding: new Map(),
-      priorAttempts,
-      reservedTo: pr.pushed,
-      reserving: false,
-      seekAtMs: pr.seekedAtMs,
-      delayed: 0,
-      ready: [],
-      gaps: [],
-      ownerEpoch,
-      releasing: false,
-      onIdle: undefined,
-      dropped: false,
-      keys: new KeyOrder(),
-    }
+    // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
+    const endHint = Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0)
+    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch)
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)
     this.flow.fill(g, w)

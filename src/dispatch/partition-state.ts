@@ -5,13 +5,13 @@
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import type { TopicRow } from '../store/topics.ts'
 import type { AppendEntry } from '../store/messages.ts'
-import type { DispatchMessage } from '../store/consumption.ts'
+import type { DispatchMessage, PartitionProgress } from '../store/consumption.ts'
 import { partitionForKey } from '../partitioner.ts'
 import type { RetryPolicy } from './retry-policy.ts'
 import type { TrackerEntry } from './tracker.ts'
 import type { Wait } from './waits.ts'
 import { compileFilter, type MessageFilter } from './filter.ts'
-import type { KeyOrder } from './key-order.ts'
+import { KeyOrder } from './key-order.ts'
 
 export type State = 'delayed' | 'ready' | 'parked' | 'reserving' | 'in_flight' | 'retry_wait' | 'completing'
 
@@ -94,6 +94,43 @@ export interface GroupRuntime {
   /** The group's filter, compiled; undefined: every message is pushed. */
   filter: MessageFilter | undefined
   dropped: boolean
+}
+
+/** A group as loaded, with no consumers and no partition owned yet. */
+export function newGroupRuntime(row: GroupRow, topic: TopicRow): GroupRuntime {
+  return { row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(row), filter: filterOf(row), dropped: false }
+}
+
+/** A partition as claimed: where the group stands on it (PostgreSQL's), nothing read or pushed yet. */
+export function newPartitionState(
+  partition: number,
+  progress: PartitionProgress,
+  priorAttempts: Map<number, number>,
+  endHint: number,
+  ownerEpoch: number,
+): PartitionState {
+  return {
+    partition,
+    committed: progress.committed,
+    completed: progress.completed,
+    readPos: progress.committed,
+    endHint,
+    buffer: [],
+    reading: false,
+    outstanding: new Map(),
+    priorAttempts,
+    reservedTo: progress.pushed,
+    reserving: false,
+    seekAtMs: progress.seekedAtMs,
+    delayed: 0,
+    ready: [],
+    gaps: [],
+    ownerEpoch,
+    releasing: false,
+    onIdle: undefined,
+    dropped: false,
+    keys: new KeyOrder(),
+  }
 }
 
 export interface CompletionRequest {

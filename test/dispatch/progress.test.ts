@@ -7,10 +7,9 @@
  */
 import t, { type Test } from 'tap'
 import { ProgressWriter } from '../../src/dispatch/progress.ts'
-import { policyOf, type CompletionStatus, type GroupRuntime, type PartitionState } from '../../src/dispatch/partition-state.ts'
+import { newGroupRuntime, newPartitionState, type CompletionStatus, type PartitionState } from '../../src/dispatch/partition-state.ts'
 import { GroupService } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
-import { KeyOrder } from '../../src/dispatch/key-order.ts'
 import { writeProgress, type ProgressBatch } from '../../src/store/consumption.ts'
 import { openDatabase } from '../../src/store/db.ts'
 import { claimPartition } from '../../src/store/membership.ts'
@@ -31,38 +30,15 @@ async function setup(t: Test, name: string, dlq?: string) {
   const loaded = (await groups.load(name))!
   const topic = (await findTopicByName(db.prisma, name))!
   await groups.ensureOffsets(loaded.row, topic.id, 2)
-  const g: GroupRuntime = {
-    row: loaded.row,
-    topic,
-    consumers: [],
-    owners: [],
-    parts: new Map(),
-    policy: policyOf(loaded.row),
-    filter: undefined,
-    dropped: false,
-  }
-  const part = async (partition: number): Promise<PartitionState> => ({
-    partition,
-    committed: 0,
-    completed: new Set(),
-    readPos: 0,
-    endHint: 0,
-    buffer: [],
-    reading: false,
-    outstanding: new Map(),
-    priorAttempts: new Map(),
-    reservedTo: 0,
-    reserving: false,
-    seekAtMs: 0,
-    delayed: 0,
-    ready: [],
-    gaps: [],
-    ownerEpoch: (await claimPartition(db.pool, g.row.id, partition))!,
-    releasing: false,
-    onIdle: undefined,
-    dropped: false,
-    keys: new KeyOrder(),
-  })
+  const g = newGroupRuntime(loaded.row, topic)
+  const part = async (partition: number) =>
+    newPartitionState(
+      partition,
+      { committed: 0, completed: new Set(), pushed: 0, seekedAtMs: 0 },
+      new Map(),
+      0,
+      (await claimPartition(db.pool, g.row.id, partition))!,
+    )
   const w0 = await part(0)
   const w1 = await part(1)
   g.parts.set(0, w0)

@@ -39,6 +39,19 @@ export async function spawnBroker(env: Record<string, string>, timeoutMs = 30_00
   return { ...b, url }
 }
 
+/** Starts brokers on `env`, one a call, each SIGKILLed at the test's teardown if still running. */
+export function brokerSpawner(t: { teardown(fn: () => unknown): void }, env: Record<string, string>): () => Promise<BrokerProcess> {
+  const procs: BrokerProcess[] = []
+  t.teardown(() => {
+    for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
+  })
+  return async () => {
+    const p = await spawnBroker(env, 60_000)
+    procs.push(p)
+    return p
+  }
+}
+
 /** Starts the broker with `env` on a free port without waiting for anything (for tests of start-up). */
 export function launchBroker(env: Record<string, string>): Omit<BrokerProcess, 'url'> {
   const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--import', 'tsx', 'src/server.ts'], {

@@ -3,7 +3,7 @@
 // before, across or after the kill, and each key's messages are completed in offset order.
 import t from 'tap'
 import { databaseServerUrl, testDatabase } from '../helpers/db.ts'
-import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
+import { brokerSpawner, spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -104,15 +104,7 @@ t.test(
   { skip: databaseServerUrl ? false : 'needs a PostgreSQL server (set DATABASE_URL)' },
   async (t) => {
     const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }
-    const procs: BrokerProcess[] = []
-    t.teardown(() => {
-      for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
-    })
-    const spawn = async () => {
-      const p = await spawnBroker(env, 60_000)
-      procs.push(p)
-      return p
-    }
+    const spawn = brokerSpawner(t, env)
     const [a, b] = (await Promise.all([spawn(), spawn()])) as [BrokerProcess, BrokerProcess]
 
     // Auto mode: a push is outstanding until it is answered (20 ms here); a push of a key arriving

@@ -7,7 +7,7 @@
 import t from 'tap'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
+import { brokerSpawner, callBroker as call } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const ROWS = 20_000
@@ -27,15 +27,7 @@ t.test('SIGKILL while moving outbox rows: every row once, with several processes
     HOOKQ_COMMIT_MAX_MESSAGES: '200',
     HOOKQ_OUTBOX_POLL_MS: '20',
   }
-  const procs: BrokerProcess[] = []
-  t.teardown(() => {
-    for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
-  })
-  const spawn = async () => {
-    const p = await spawnBroker(env, 60_000)
-    procs.push(p)
-    return p
-  }
+  const spawn = brokerSpawner(t, env)
 
   const first = await spawn()
   t.equal((await call(first.url, 'PUT', '/v1/topics/moved', { partitions: PARTITIONS })).status, 201)

@@ -8,7 +8,7 @@
 import t, { type Test } from 'tap'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
+import { brokerSpawner, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -50,15 +50,7 @@ async function cluster(t: Test) {
   await c.connect()
   t.teardown(() => c.end())
   const env = { DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }
-  const procs: BrokerProcess[] = []
-  t.teardown(() => {
-    for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
-  })
-  const spawn = async () => {
-    const p = await spawnBroker(env, 60_000)
-    procs.push(p)
-    return p
-  }
+  const spawn = brokerSpawner(t, env)
   return { c, spawn }
 }
 
