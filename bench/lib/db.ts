@@ -1,6 +1,7 @@
 /** A throw-away database on the local PostgreSQL server for one bench run. */
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
+import { countPostgresOf } from './proc.ts'
 
 export interface BenchDatabase {
   name: string
@@ -12,6 +13,7 @@ export interface BenchDatabase {
 export async function createBenchDatabase(serverUrl: string): Promise<BenchDatabase> {
   const name = `hookq_bench_${randomBytes(4).toString('hex')}`
   await adminQuery(serverUrl, `CREATE DATABASE ${name}`)
+  await serverSettings(serverUrl) // counts this server's processes only (see countPostgresOf)
   const url = new URL(serverUrl)
   url.pathname = `/${name}`
   let dropped = false
@@ -27,11 +29,16 @@ export async function createBenchDatabase(serverUrl: string): Promise<BenchDatab
   }
 }
 
-/** Reads a few server settings that decide commit cost, to print next to the figures. */
+/**
+ * Reads a few server settings that decide commit cost, to print next to the figures, and tells the
+ * CPU accounting which server's processes to count (the one at `serverUrl`, when it runs here).
+ */
 export async function serverSettings(serverUrl: string): Promise<Record<string, string>> {
   const client = new pg.Client({ connectionString: serverUrl })
   await client.connect()
   try {
+    const backend = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')
+    countPostgresOf(backend.rows[0]!.pid)
     const { rows } = await client.query<{ name: string; setting: string }>(
       `SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'fsync', 'synchronous_commit', 'wal_sync_method', 'commit_delay', 'max_connections')`,
     )

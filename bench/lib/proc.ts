@@ -29,7 +29,37 @@ export function processCpuSeconds(pid: number): number | undefined {
   }
 }
 
-/** CPU seconds of every process named postgres (server, backends, WAL writer…), by pid. */
+/** The parent process's id, from /proc/<pid>/stat (field 4); undefined when it is gone. */
+export function parentPid(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * The postmaster whose processes are counted as PostgreSQL's: set by `countPostgresOf`. Unset, every
+ * process named postgres counts, and another server on the machine (a test suite's private one, say)
+ * would be added to the bench's figures.
+ */
+let postmaster: number | undefined
+
+/**
+ * Counts only the server that runs `backendPid` (a session's pg_backend_pid()): its postmaster and
+ * the postmaster's children (backends, WAL writer, …). A server on another machine leaves the count as it is.
+ */
+export function countPostgresOf(backendPid: number): void {
+  const pid = parentPid(backendPid)
+  try {
+    if (pid !== undefined && readFileSync(`/proc/${pid}/comm`, 'utf8') === 'postgres\n') postmaster = pid
+  } catch {
+    // not a process of this machine
+  }
+}
+
+/** CPU seconds of the server's processes (every process named postgres, unless countPostgresOf said which), by pid. */
 function postgresCpu(): Map<number, number> {
   const byPid = new Map<number, number>()
   for (const name of readdirSync('/proc')) {
@@ -39,6 +69,7 @@ function postgresCpu(): Map<number, number> {
     } catch {
       continue
     } // exited meanwhile
+    if (postmaster !== undefined && Number(name) !== postmaster && parentPid(Number(name)) !== postmaster) continue
     const s = processCpuSeconds(Number(name))
     if (s !== undefined) byPid.set(Number(name), s)
   }
