@@ -1,6 +1,6 @@
-/** The broker under test as a child process: `node --import tsx src/server.ts` on a port we pick. */
+/** The broker under test as a child process, started as `npm start` starts it (node with the start script's flags), on a port we pick. */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdirSync } from 'node:fs'
+import { mkdirSync, readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -33,6 +33,17 @@ async function freePort(): Promise<number> {
  * `inspect` adds --inspect on a free loopback port, so that a profile can be taken over one window
  * (bench/lib/inspector.ts); resolves only once the inspector's URL is known.
  */
+/**
+ * The arguments `npm start` gives node (package.json's start script without its leading `node`), so
+ * the bench runs the broker with the same flags as users do.
+ */
+function startArgs(): string[] {
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
+  const [node, ...args] = pkg.scripts.start.trim().split(/\s+/)
+  if (node !== 'node') throw new Error(`package.json's start script does not begin with node: ${pkg.scripts.start}`)
+  return args
+}
+
 export async function startBroker(
   databaseUrl: string,
   opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number; env?: Record<string, string> },
@@ -47,7 +58,9 @@ export async function startBroker(
     LOG_LEVEL: 'warn',
   }
   delete env.HOOKQ_API_KEYS // the load sends no Authorization header
-  const nodeArgs = ['--import', 'tsx', 'src/server.ts']
+  // Node or V8 flags for the broker alone (BENCH_BROKER_NODE_OPTIONS), to compare settings in one run.
+  if (process.env.BENCH_BROKER_NODE_OPTIONS) env.NODE_OPTIONS = `${env.NODE_OPTIONS ?? ''} ${process.env.BENCH_BROKER_NODE_OPTIONS}`.trim()
+  const nodeArgs = startArgs()
   if (opts.cpuProfDir !== undefined) {
     mkdirSync(join(ROOT, opts.cpuProfDir), { recursive: true })
     nodeArgs.unshift('--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir)
