@@ -680,10 +680,11 @@ async function clockSkewMs(a: IpcWorker, b: IpcWorker): Promise<number> {
 
 async function main(): Promise<void> {
   const settings = await serverSettings(SERVER_URL)
+  // First: it also tells the CPU accounting which server is ours (countPostgresOf).
+  const db = (run.db = await createBenchDatabase(SERVER_URL))
   const idle = cpuSnapshot(undefined)
   await sleep(1000)
   const background = cpuSince(idle, undefined)
-  const db = (run.db = await createBenchDatabase(SERVER_URL))
   const started = Date.now()
   const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000, inspect: CPU_PROF }))
   const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: broker.url }, 30_000)

@@ -248,11 +248,12 @@ async function commitToPush(
 
 async function main(): Promise<void> {
   const settings = await serverSettings(SERVER_URL)
+  // First: it also tells the CPU accounting which server is ours (countPostgresOf).
+  const db = (run.db = await createBenchDatabase(SERVER_URL))
   // The machine is shared: say how busy it was before we added any load.
   const idle = cpuSnapshot(undefined)
   await sleep(1000)
   const background = cpuSince(idle, undefined)
-  const db = (run.db = await createBenchDatabase(SERVER_URL))
   const started = Date.now()
   const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000, ...(CPU_PROF_DIR ? { cpuProfDir: CPU_PROF_DIR } : {}) }))
 

@@ -26,14 +26,6 @@ async function freePort(): Promise<number> {
 }
 
 /**
- * Starts the broker on `databaseUrl` and resolves once GET /healthz answers 200. The bench
- * environment is passed through, so HOOKQ_* settings (HOOKQ_COMMIT_CONCURRENCY…) reach it.
- * `cpuProfDir` adds --cpu-prof: V8 writes the profile there when the process exits.
- * `env` adds to (or overrides) the environment the broker gets, HOOKQ_PROCESSES for one.
- * `inspect` adds --inspect on a free loopback port, so that a profile can be taken over one window
- * (bench/lib/inspector.ts); resolves only once the inspector's URL is known.
- */
-/**
  * The arguments `npm start` gives node (package.json's start script without its leading `node`), so
  * the bench runs the broker with the same flags as users do.
  */
@@ -44,6 +36,14 @@ function startArgs(): string[] {
   return args
 }
 
+/**
+ * Starts the broker on `databaseUrl` and resolves once GET /healthz answers 200. The bench
+ * environment is passed through, so HOOKQ_* settings (HOOKQ_COMMIT_CONCURRENCY…) reach it.
+ * `cpuProfDir` adds --cpu-prof: V8 writes the profile there when the process exits.
+ * `env` adds to (or overrides) the environment the broker gets, HOOKQ_PROCESSES for one.
+ * `inspect` adds --inspect on a free loopback port, so that a profile can be taken over one window
+ * (bench/lib/inspector.ts); resolves only once the inspector's URL is known.
+ */
 export async function startBroker(
   databaseUrl: string,
   opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number; env?: Record<string, string> },

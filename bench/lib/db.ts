@@ -12,8 +12,8 @@ export interface BenchDatabase {
 /** Creates hookq_bench_<random> on the server of `serverUrl`; drop() is safe to call twice. */
 export async function createBenchDatabase(serverUrl: string): Promise<BenchDatabase> {
   const name = `hookq_bench_${randomBytes(4).toString('hex')}`
-  await adminQuery(serverUrl, `CREATE DATABASE ${name}`)
-  await serverSettings(serverUrl) // counts this server's processes only (see countPostgresOf)
+  // The CPU accounting counts this server's processes only (see countPostgresOf).
+  countPostgresOf(await adminQuery(serverUrl, `CREATE DATABASE ${name}`))
   const url = new URL(serverUrl)
   url.pathname = `/${name}`
   let dropped = false
@@ -29,16 +29,11 @@ export async function createBenchDatabase(serverUrl: string): Promise<BenchDatab
   }
 }
 
-/**
- * Reads a few server settings that decide commit cost, to print next to the figures, and tells the
- * CPU accounting which server's processes to count (the one at `serverUrl`, when it runs here).
- */
+/** Reads a few server settings that decide commit cost, to print next to the figures. */
 export async function serverSettings(serverUrl: string): Promise<Record<string, string>> {
   const client = new pg.Client({ connectionString: serverUrl })
   await client.connect()
   try {
-    const backend = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')
-    countPostgresOf(backend.rows[0]!.pid)
     const { rows } = await client.query<{ name: string; setting: string }>(
       `SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'fsync', 'synchronous_commit', 'wal_sync_method', 'commit_delay', 'max_connections')`,
     )
@@ -48,11 +43,14 @@ export async function serverSettings(serverUrl: string): Promise<Record<string, 
   }
 }
 
-async function adminQuery(serverUrl: string, sql: string): Promise<void> {
+/** Runs `sql` on a connection of its own; returns that session's backend pid. */
+async function adminQuery(serverUrl: string, sql: string): Promise<number> {
   const client = new pg.Client({ connectionString: serverUrl })
   await client.connect()
   try {
     await client.query(sql)
+    // The BackendKeyData pid pg keeps for cancelling (not in its typings): no query needed.
+    return (client as unknown as { processID: number }).processID
   } finally {
     await client.end()
   }

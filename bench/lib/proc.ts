@@ -16,27 +16,29 @@ const HZ = (() => {
   }
 })()
 
-/** utime + stime of a process in seconds; undefined when it is gone. */
-export function processCpuSeconds(pid: number): number | undefined {
+/**
+ * The fields of /proc/<pid>/stat from field 3 (state) on, so field n is at index n - 3; undefined
+ * when the process is gone. comm (field 2) may hold spaces or parentheses: split only after its ')'.
+ */
+function statFields(pid: number): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    // comm (field 2) may hold spaces or parentheses: split only after its closing ')'.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    // fields[0] is field 3 (state), so utime (14) and stime (15) are fields[11] and fields[12].
-    return (Number(fields[11]) + Number(fields[12])) / HZ
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')
   } catch {
     return undefined
   }
 }
 
-/** The parent process's id, from /proc/<pid>/stat (field 4); undefined when it is gone. */
-export function parentPid(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
-  } catch {
-    return undefined
-  }
+/** utime + stime (fields 14 and 15) of a process in seconds; undefined when it is gone. */
+export function processCpuSeconds(pid: number): number | undefined {
+  const fields = statFields(pid)
+  return fields && (Number(fields[11]) + Number(fields[12])) / HZ
+}
+
+/** The parent process's id (field 4); undefined when the process is gone. */
+function parentPid(pid: number): number | undefined {
+  const fields = statFields(pid)
+  return fields && Number(fields[1])
 }
 
 /**
