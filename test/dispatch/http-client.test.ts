@@ -123,6 +123,33 @@ t.test('a UTF-8 character split between two pieces of the body comes out whole',
   t.same(await send(client, s.origin), { kind: 'answer', status: 200, retryAfter: undefined, body: 'prix: 5 €' })
 })
 
+t.test('answers in pieces on several connections at once each come out whole (their reads share one buffer)', async (t) => {
+  // Each answer is cut inside its head, inside a chunk size line and inside its body, so every
+  // connection holds a partial piece while the others' reads land in the same buffer.
+  const answerFor = (id: string) => {
+    const body = `answer ${id} ${'·'.repeat(40)} end`
+    const bytes = Buffer.byteLength(body)
+    return [
+      'HTTP/1.1 200 OK\r\nTransfer-Enc',
+      `oding: chunked\r\nx-id: ${id}\r\n\r\n${bytes.toString(16).slice(0, 1)}`,
+      `${bytes.toString(16).slice(1)}\r\n${body.slice(0, 12)}`,
+      `${body.slice(12)}\r\n0\r\n\r\n`,
+    ]
+  }
+  const s = await rawServer(t, (request) => answerFor(/"id":"(\w+)"/.exec(request)![1]!), 2)
+  const client = new HttpClient({ connections: 8 })
+  t.teardown(() => client.destroy())
+  const ids = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']
+  for (let round = 0; round < 3; round++) {
+    const outcomes = await Promise.all(ids.map((id) => send(client, s.origin, JSON.stringify({ id }))))
+    t.same(
+      outcomes.map((o) => (o.kind === 'answer' ? o.body : o.kind)),
+      ids.map((id) => `answer ${id} ${'·'.repeat(40)} end`),
+      `round ${round}: every connection got its own answer`,
+    )
+  }
+  t.equal(s.conns.length, ids.length, 'one connection per request under way, reused each round')
+})
 t.test('connections that end with their answer: Connection: close, HTTP/1.0, a close-delimited body, a second answer', async (t) => {
   const answers: (string[] | 'close')[] = [
     [ok('connection: close\r\n')],
