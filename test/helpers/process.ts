@@ -1,6 +1,10 @@
-/** The real broker as a child process (`node --import tsx src/server.ts`), for tests about processes. */
+/**
+ * The real broker as a child process, for tests about processes: src/server.ts bundled by esbuild
+ * (server-bundle.ts says why), run by node with source maps so stacks name the source files.
+ */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
+import { serverBundle } from './server-bundle.ts'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -17,7 +21,7 @@ export interface BrokerProcess {
 
 /** Starts the broker with `env` on a free port; resolves once it listens. */
 export async function spawnBroker(env: Record<string, string>, timeoutMs = 30_000): Promise<BrokerProcess> {
-  const b = launchBroker(env)
+  const b = await launchBroker(env)
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => {
       b.child.kill('SIGKILL')
@@ -52,9 +56,9 @@ export function brokerSpawner(t: { teardown(fn: () => unknown): void }, env: Rec
   }
 }
 
-/** Starts the broker with `env` on a free port without waiting for anything (for tests of start-up). */
-export function launchBroker(env: Record<string, string>): Omit<BrokerProcess, 'url'> {
-  const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--import', 'tsx', 'src/server.ts'], {
+/** Starts the broker with `env` on a free port without waiting for it to listen (for tests of start-up). */
+export async function launchBroker(env: Record<string, string>): Promise<Omit<BrokerProcess, 'url'>> {
+  const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--enable-source-maps', await serverBundle()], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -72,7 +76,7 @@ export function launchBroker(env: Record<string, string>): Omit<BrokerProcess, '
 
 /** Runs the broker to completion (for start-up failures); resolves with its exit code and output. */
 export async function runBrokerToExit(env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | string; output: string }> {
-  const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--import', 'tsx', 'src/server.ts'], {
+  const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--enable-source-maps', await serverBundle()], {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -119,7 +119,7 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
 t.test('a broker process stopped while it starts exits 0', { skip: needsServer }, async (t) => {
   // The primary passes SIGTERM to every process, one it has just started again included: that one
   // must end cleanly, not die to the signal (which the primary reports as a failed stop, exit 1).
-  const b = launchBroker({ DATABASE_URL: (await testDatabase(t, { empty: true })).url })
+  const b = await launchBroker({ DATABASE_URL: (await testDatabase(t, { empty: true })).url })
   t.teardown(() => {
     if (b.child.exitCode === null) b.child.kill('SIGKILL')
   })
