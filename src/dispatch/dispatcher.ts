@@ -35,6 +35,7 @@ import type { AttemptLog } from './attempt-log.ts'
 import { ConsumerWindows } from './consumer-windows.ts'
 import { HealthRecorder } from './health.ts'
 import { DeliveryIndex } from './delivery-index.ts'
+import { PendingDisables } from './pending-disables.ts'
 import { PartitionReader } from './partition-reader.ts'
 import { filterOf, newGroupRuntime, newPartitionState, policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
 import { ProgressWriter } from './progress.ts'
@@ -83,6 +84,7 @@ export class Dispatcher {
   private readonly flow: PushFlow
   private readonly acks: AckHandler
   private readonly health: HealthRecorder
+  private readonly disables = new PendingDisables()
   private stopped = false
 
   constructor(private readonly deps: DispatcherDeps) {
@@ -125,7 +127,7 @@ export class Dispatcher {
       reader: this.reader,
       group: (id) => this.groupsById.get(id),
       stopped: () => this.stopped,
-      disableConsumer: (id, reason) => deps.disableConsumer(id, reason),
+      disableConsumer: (groupId, id, reason, at) => this.disables.disable(groupId, id, reason, at, () => deps.disableConsumer(id, reason)),
       moved: (g, w) => this.moved(g, w),
       health: this.health,
     })
@@ -197,7 +199,9 @@ export class Dispatcher {
 
   private async reloadNow(name: string): Promise<void> {
     if (this.stopped) return
+    const load = this.disables.beginLoad()
     const loaded = await this.deps.loadGroup(name)
+    if (loaded) this.disables.apply(loaded.row.id, load, loaded.consumers)
     const current = this.groups.get(name)
     const topic = loaded ? await findTopicByName(this.deps.db.prisma, loaded.row.topic) : null
     if (!loaded || !topic || (current && current.topic.id !== topic.id)) {

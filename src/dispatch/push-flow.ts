@@ -78,8 +78,8 @@ export interface PushFlowDeps {
   group(groupId: number): GroupRuntime | undefined
   /** True once the dispatcher is stopping: nothing new goes out. */
   stopped(): boolean
-  /** Records a consumer as disabled (410 Gone). */
-  disableConsumer(id: string, reason: string): Promise<void>
+  /** Records a consumer of the group as disabled (410 Gone) at `at`. */
+  disableConsumer(groupId: number, id: string, reason: string, at: Date): Promise<void>
   /** A write for the partition was refused for its owner epoch: it is not this process's any more. */
   moved(g: GroupRuntime, w: PartitionState): void
   /** Each consumer's successes and failures, for its health. */
@@ -778,7 +778,8 @@ export class PushFlow {
 
   /**
    * 410 Gone: the consumer gets nothing more until registered again. Disabled in memory at once,
-   * so the retry that follows goes to the partition's new consumer, then recorded in the database.
+   * so the retry that follows goes to the partition's new consumer, then recorded in the database
+   * (the dispatcher keeps a reload that reads the consumers before that write from undoing it).
    */
   private disable(g: GroupRuntime, owner: ConsumerRow): void {
     if (owner.disabledAt !== null) return
@@ -786,7 +787,7 @@ export class PushFlow {
     owner.disabledReason = 'answered 410 Gone'
     this.consumersChanged(g, g.consumers)
     this.deps
-      .disableConsumer(owner.id, 'answered 410 Gone')
+      .disableConsumer(g.row.id, owner.id, owner.disabledReason, owner.disabledAt)
       .catch((err: unknown) => this.deps.log.error({ err, consumer: owner.id }, 'recording a disabled consumer failed'))
   }
 

@@ -63,7 +63,12 @@ interface Envelope {
 }
 
 /** A topic of one partition, a group on it, a receiver answering 200, and a dispatcher on a stepped clock. */
-async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
+async function setup(
+  t: Test,
+  name: string,
+  group: Omit<GroupInput, 'topic'>,
+  opts: { disableConsumer?: (id: string, reason: string) => Promise<void> } = {},
+) {
   await topics.put(name, 1)
   await groups.put(name, { topic: name, ...group })
   const receiver = await startReceiver(t)
@@ -82,7 +87,7 @@ async function setup(t: Test, name: string, group: Omit<GroupInput, 'topic'>) {
     ensureOffsets: async (row, topic) => {
       await groups.ensureOffsets(row, topic.id, topic.partitions)
     },
-    disableConsumer: (id, reason) => groups.disableConsumer(id, reason),
+    disableConsumer: opts.disableConsumer ?? ((id, reason) => groups.disableConsumer(id, reason)),
     log: { warn: () => {}, error: (o) => errors.push(o) },
   })
   t.teardown(async () => {
@@ -302,4 +307,45 @@ t.test('auto mode: an ack of a delivery id whose message the answer completed is
     (await s.dispatcher.ack('autoack', [raw.toString('base64url')])).map((r) => r.status),
     ['unknown'],
   )
+})
+
+t.test('410 Gone: a reload that read the consumers before the disable was written does not enable it again', async (t) => {
+  // The disable's write waits until the test lets it go: the reload below reads the consumer as enabled.
+  let letWrite!: () => void
+  const written = new Promise<void>((resolve) => {
+    letWrite = resolve
+  })
+  const disables: string[] = []
+  const s = await setup(
+    t,
+    'gone-race',
+    { ackMode: 'auto', retry: { initialDelayMs: 200, maxDelayMs: 200, jitter: 0 } },
+    {
+      disableConsumer: async (id, reason) => {
+        disables.push(id)
+        await written
+        await groups.disableConsumer(id, reason)
+      },
+    },
+  )
+  s.receiver.setBehaviour({ status: 410 })
+  const other = await startReceiver(t)
+  await groups.addConsumer('gone-race', { url: other.url })
+  await s.dispatcher.reload('gone-race')
+  await s.produce(['a'])
+  t.match(await s.pushed(1), { offset: 0, attempt: 1 }, 'the first consumer (it holds the partition) answers 410')
+  await s.answered()
+  t.equal(disables.length, 1, 'its disable is being written')
+  await s.dispatcher.reload('gone-race') // reads it as enabled: the write has not committed
+  s.clock.advance(200) // the retry is due
+  letWrite()
+  await waitUntil(() => s.receiver.requests.length + other.requests.length >= 2, 10_000, 'the retry pushed')
+  t.equal(s.receiver.requests.length, 1, 'the disabled consumer got no second push')
+  t.match(other.requests[0]!.json, { offset: 0, attempt: 2 }, 'the retry went to the other consumer')
+  await waitUntil(async () => (await s.committed()) === 1, 10_000, 'completed there')
+
+  const first = (await groups.load('gone-race'))!.consumers[0]!
+  t.match(first, { url: s.receiver.url, disabledReason: /410/ }, 'and disabled in the database once written')
+  t.not(first.disabledAt, null)
+  t.same(s.errors, [], 'no step failed')
 })
