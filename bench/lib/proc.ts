@@ -61,7 +61,40 @@ export function countPostgresOf(backendPid: number): void {
   }
 }
 
-/** CPU seconds of the server's processes (every process named postgres, unless countPostgresOf said which), by pid. */
+/**
+ * The databases whose backends are counted as PostgreSQL's (see `countPostgresDatabases`); unset,
+ * the backends of every database count.
+ */
+let databases: Set<string> | undefined
+
+/**
+ * Counts only the backends (and autovacuum workers) of `names`, beside the server's shared
+ * processes (checkpointer, WAL writer, …); `[]`: the shared processes alone; `undefined`: every
+ * backend again. For a server other work uses meanwhile (a test suite's databases), whose backends
+ * then show as other tenants' CPU rather than as the bench's.
+ */
+export function countPostgresDatabases(names: string[] | undefined): void {
+  databases = names && new Set(names)
+}
+
+/**
+ * The database a postgres process serves, from its title: "postgres: [cluster: ]user db host(port) …"
+ * for a backend, "postgres: [cluster: ]autovacuum worker db"; undefined for a shared process.
+ */
+function databaseOf(pid: number): string | undefined {
+  let title: string
+  try {
+    title = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').trim()
+  } catch {
+    return undefined
+  }
+  const worker = /: autovacuum worker (\S+)/.exec(title)
+  if (worker) return worker[1]
+  const backend = /^postgres: (?:\S+: )?\S+ (\S+) (?:\S+\(\d+\)|\[local\])/.exec(title)
+  return backend?.[1]
+}
+
+/** CPU seconds of the server's processes (every process named postgres, unless countPostgresOf and countPostgresDatabases said which), by pid. */
 function postgresCpu(): Map<number, number> {
   const byPid = new Map<number, number>()
   for (const name of readdirSync('/proc')) {
@@ -72,6 +105,10 @@ function postgresCpu(): Map<number, number> {
       continue
     } // exited meanwhile
     if (postmaster !== undefined && Number(name) !== postmaster && parentPid(Number(name)) !== postmaster) continue
+    if (databases !== undefined) {
+      const db = databaseOf(Number(name))
+      if (db !== undefined && !databases.has(db)) continue
+    }
     const s = processCpuSeconds(Number(name))
     if (s !== undefined) byPid.set(Number(name), s)
   }

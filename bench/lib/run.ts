@@ -10,12 +10,24 @@ import type { BenchDatabase } from './db.ts'
 export const run: { db?: BenchDatabase; broker?: BrokerProcess; interrupted: boolean } = { interrupted: false }
 
 let cleaning: Promise<void> | undefined
+const steps = new Set<() => Promise<void>>()
 
-/** Stops the workers (only ours, by pid), then the broker gracefully, then drops the database. Once. */
+/**
+ * Adds a step to the cleanup, for what a bench holds beyond run.db and run.broker (bench/peers.ts:
+ * a database per system, a RabbitMQ queue). Runs after the workers and the broker have stopped;
+ * the returned function removes the step again (the bench released the thing itself).
+ */
+export function atCleanup(step: () => Promise<void>): () => void {
+  steps.add(step)
+  return () => steps.delete(step)
+}
+
+/** Stops the workers (only ours, by pid), then the broker gracefully, then the added steps, then drops the database. Once. */
 export function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     await Promise.all([...children].filter((c) => c !== run.broker?.child).map((c) => stopChild(c, 2000, 'SIGKILL')))
     if (run.broker) await stopBroker(run.broker).catch((err: unknown) => console.error('stopping the broker:', err))
+    for (const step of steps) await step().catch((err: unknown) => console.error('cleanup:', err))
     if (run.db && !process.env.BENCH_KEEP_DB) await run.db.drop().catch((err: unknown) => console.error(`dropping ${run.db!.name}:`, err))
   })()
   return cleaning

@@ -1,0 +1,184 @@
+/**
+ * The producer process of bench/peers.ts, one per system and round, separate from the worker (or
+ * broker) it feeds. Driven over IPC (bench/lib/ipc.ts): `produce` sends `total` messages in
+ * batches of `batch` from `producers` concurrent loops, as fast as the system accepts them, each
+ * batch to the system's own batch API:
+ *
+ *   hookq     POST /v1/topics/{t}/messages with `batch` messages (as bench/e2e-load.ts's bulk)
+ *   graphile  WorkerUtils.addJobs (one graphile_worker.add_jobs call) of `batch` jobs
+ *   pgboss    PgBoss.insert of `batch` jobs (one statement)
+ *   rabbitmq  `batch` persistent publishes on the loop's confirm channel, then waitForConfirms
+ *   nats      `batch` JetStream publishes at once, then all their acks (the stream has stored each)
+ *
+ * Every message value is bench/lib/payload.ts's MESSAGE_VALUE plus its batch's send time `t`
+ * (wall-clock ms, for the receiver's produce-to-push latency). For the peers the job (or AMQP body)
+ * is the JSON the worker POSTs as it is: {"partition":0,"offset":<n>,"value":…}, n numbering the
+ * messages 0…total-1, so the receiver counts each once and sees duplicates as it does for hookq's
+ * envelopes. A failed batch is sent again (up to 5 times). Bounded in count and in time (maxSeconds).
+ *
+ * argv[2]: JSON { system, url, queue } (url: the broker's, the database's or the AMQP server's)
+ */
+import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { jetstream } from '@nats-io/jetstream'
+import { connect as natsConnect } from '@nats-io/transport-node'
+import amqp from 'amqplib'
+import { makeWorkerUtils } from 'graphile-worker'
+import { PgBoss } from 'pg-boss'
+import { Pool } from 'undici'
+import { serveIpc } from './lib/ipc.ts'
+import { MESSAGE_VALUE, MESSAGE_VALUE_JSON } from './lib/payload.ts'
+import { Latencies } from './lib/stats.ts'
+
+export type ProducerSystem = 'hookq' | 'graphile' | 'pgboss' | 'rabbitmq' | 'nats'
+export interface ProducerArgs {
+  system: ProducerSystem
+  url: string
+  /** hookq: the topic; graphile: the task identifier; pg-boss and RabbitMQ: the queue; NATS: the stream's subject. */
+  queue: string
+  producers: number
+}
+export interface ProduceArgs {
+  total: number
+  batch: number
+  maxSeconds: number
+}
+
+const args = JSON.parse(process.argv[2] ?? '{}') as ProducerArgs
+const wallNow = () => performance.timeOrigin + performance.now()
+
+/** Sends messages first…first+n-1 of the run as one batch from loop `loop`; throws when the system refused it. */
+interface Sender {
+  send(loop: number, first: number, n: number, sentAt: number): Promise<void>
+  close(): Promise<void>
+}
+
+/** The job of a peer: the body its worker POSTs. */
+const job = (offset: number, sentAt: number) => ({ partition: 0, offset, value: { ...MESSAGE_VALUE, t: sentAt } })
+
+async function hookqSender(): Promise<Sender> {
+  const pool = new Pool(new URL(args.url).origin, { connections: args.producers, pipelining: 1 })
+  const path = `/v1/topics/${encodeURIComponent(args.queue)}/messages`
+  return {
+    async send(_loop, _first, n, sentAt) {
+      const one = `{"value":${MESSAGE_VALUE_JSON.slice(0, -1)},"t":${sentAt}}}`
+      const res = await pool.request({
+        path,
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: `{"messages":[${Array.from({ length: n }, () => one).join(',')}]}`,
+        headersTimeout: 30_000,
+        bodyTimeout: 30_000,
+      })
+      const text = await res.body.text()
+      if (res.statusCode === 201) return
+      // The broker shed load: honour Retry-After (capped) before the batch is sent again.
+      if (res.statusCode === 429 || res.statusCode === 503)
+        await sleep(Math.min(1000, Math.max(20, Number(res.headers['retry-after'] ?? 0) * 1000)))
+      throw new Error(`produce answered ${res.statusCode}: ${text.slice(0, 300)}`)
+    },
+    close: () => pool.close(),
+  }
+}
+
+async function graphileSender(): Promise<Sender> {
+  const utils = await makeWorkerUtils({ connectionString: args.url, maxPoolSize: Math.max(2, args.producers) })
+  return {
+    async send(_loop, first, n, sentAt) {
+      await utils.addJobs(Array.from({ length: n }, (_, k) => ({ identifier: args.queue, payload: job(first + k, sentAt) })))
+    },
+    async close() {
+      await utils.release()
+    },
+  }
+}
+
+async function pgbossSender(): Promise<Sender> {
+  // Only inserts here: no maintenance, no cron, no migration (the worker process installed the schema).
+  const boss = new PgBoss({ connectionString: args.url, max: args.producers, supervise: false, schedule: false, migrate: false })
+  boss.on('error', (err: unknown) => console.error('pg-boss (producer):', err))
+  await boss.start()
+  return {
+    async send(_loop, first, n, sentAt) {
+      await boss.insert(
+        args.queue,
+        Array.from({ length: n }, (_, k) => ({ data: job(first + k, sentAt) })),
+      )
+    },
+    close: () => boss.stop({ graceful: false }),
+  }
+}
+
+async function rabbitSender(): Promise<Sender> {
+  const conn = await amqp.connect(args.url)
+  // One confirm channel per producer loop, so that each loop waits for its own batch's confirms.
+  const channels = await Promise.all(Array.from({ length: args.producers }, () => conn.createConfirmChannel()))
+  return {
+    async send(loop, first, n, sentAt) {
+      const ch = channels[loop]!
+      for (let k = 0; k < n; k++) {
+        const body = Buffer.from(JSON.stringify(job(first + k, sentAt)))
+        if (!ch.sendToQueue(args.queue, body, { persistent: true, contentType: 'application/json' })) await once(ch, 'drain')
+      }
+      await ch.waitForConfirms()
+    },
+    async close() {
+      await conn.close()
+    },
+  }
+}
+
+async function natsSender(): Promise<Sender> {
+  const nc = await natsConnect({ servers: args.url })
+  const js = jetstream(nc)
+  return {
+    async send(_loop, first, n, sentAt) {
+      await Promise.all(Array.from({ length: n }, (_, k) => js.publish(args.queue, JSON.stringify(job(first + k, sentAt)))))
+    },
+    close: () => nc.close(),
+  }
+}
+
+const sender = await { hookq: hookqSender, graphile: graphileSender, pgboss: pgbossSender, rabbitmq: rabbitSender, nats: natsSender }[
+  args.system
+]()
+
+async function produce(a: ProduceArgs) {
+  const batches = Math.ceil(a.total / a.batch)
+  const deadline = performance.now() + a.maxSeconds * 1000
+  const latencies = new Latencies()
+  let nextBatch = 0
+  let produced = 0
+  let errors = 0
+  let firstSendAt = NaN
+  let lastAnswerAt = NaN
+  const loop = async (i: number) => {
+    while (nextBatch < batches && performance.now() < deadline) {
+      const b = nextBatch++
+      const n = Math.min(a.batch, a.total - b * a.batch)
+      for (let attempt = 1; attempt <= 5 && performance.now() < deadline; attempt++) {
+        const sentAt = wallNow()
+        if (Number.isNaN(firstSendAt)) firstSendAt = sentAt
+        const t0 = performance.now()
+        try {
+          await sender.send(i, b * a.batch, n, sentAt)
+          produced += n
+          lastAnswerAt = wallNow()
+          latencies.add(performance.now() - t0)
+          break
+        } catch (err) {
+          errors++
+          if (errors <= 3)
+            console.error(`peers-produce (${args.system}): batch failed (attempt ${attempt}):`, err instanceof Error ? err.message : err)
+          await sleep(50)
+        }
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: args.producers }, (_, i) => loop(i)))
+  return { produced, errors, firstSendAt, lastAnswerAt, timedOut: produced < a.total, latencyMs: latencies.summary() }
+}
+export type ProduceResult = Awaited<ReturnType<typeof produce>>
+
+serveIpc({ produce, close: () => sender.close() } as Record<string, (a: never) => unknown>, { pid: process.pid })
+process.on('SIGTERM', () => process.exit(0))

@@ -1,0 +1,218 @@
+/**
+ * The systems of bench/peers.ts, each set up fresh for one round: its store (a new database, a
+ * RabbitMQ queue, a JetStream stream), its worker process (hookq: the broker) pushing to the sink,
+ * the producer's connection details, a check that every message is completed, and its teardown.
+ * A set-up that fails half way undoes what it did, so the next system's round runs on a quiet machine.
+ */
+import pg from 'pg'
+import { declareQuorumQueue, deleteQueue } from './lib/amqp.ts'
+import { startBroker, stopBroker } from './lib/broker.ts'
+import { createBenchDatabase } from './lib/db.ts'
+import { startIpcWorker } from './lib/ipc.ts'
+import { createStream, deleteStream, NATS_CONSUMER } from './lib/nats.ts'
+import { atCleanup, run } from './lib/run.ts'
+import type { ProducerArgs } from './peers-produce.ts'
+
+export type PeerSystem = 'hookq' | 'graphile' | 'pgboss' | 'rabbitmq' | 'nats'
+
+export interface SystemConfig {
+  serverUrl: string
+  amqpUrl: string
+  natsUrl: string
+  keepDb: boolean
+  producers: number
+  /** POSTs in flight at most per peer worker. */
+  concurrency: number
+  pgbossBatch: number
+  /** hookq's topic and group. */
+  partitions: number
+  maxInFlight: number
+  /** The pids of the servers the bench does not start, for their CPU. */
+  pids: { rabbitmq?: number | undefined; nats?: number | undefined }
+}
+
+export interface Setup {
+  /** The process whose CPU is the system's "worker" (hookq: the broker). */
+  workerPid: number
+  /** Where its messages are stored: PostgreSQL (CPU from bench/lib/proc.ts) or the pid of RabbitMQ's or NATS's server. */
+  server: 'postgres' | number
+  /** The bench database of this round: PostgreSQL's CPU is its backends' plus the server's shared processes'. */
+  database?: string
+  producer: ProducerArgs
+  /** True once the system has completed `n` messages (completed jobs, committed offsets, acks). */
+  completed(n: number): Promise<boolean>
+  /** Stops its processes, drops its database or deletes its queue. */
+  stop(): Promise<void>
+}
+
+/** Teardown steps, run in reverse order; each also registered with the run's cleanup (failure, Ctrl-C). */
+class Undo {
+  private steps: { step: () => Promise<void>; forget: () => void }[] = []
+  add(step: () => Promise<void>): void {
+    this.steps.push({ step, forget: atCleanup(step) })
+  }
+  async run(): Promise<void> {
+    for (const { step, forget } of this.steps.reverse()) {
+      forget()
+      await step().catch((err: unknown) => console.error('teardown:', err))
+    }
+    this.steps = []
+  }
+}
+
+/** Runs `build` with an Undo; if it throws, undoes what it did. */
+async function building(build: (undo: Undo) => Promise<Omit<Setup, 'stop'>>): Promise<Setup> {
+  const undo = new Undo()
+  try {
+    const setup = await build(undo)
+    return { ...setup, stop: () => undo.run() }
+  } catch (err) {
+    await undo.run()
+    throw err
+  }
+}
+
+/** A fresh database for one system and round, dropped at teardown (unless keepDb). */
+async function freshDatabase(cfg: SystemConfig, undo: Undo) {
+  // createBenchDatabase also tells the CPU accounting which server's processes are PostgreSQL's.
+  const db = await createBenchDatabase(cfg.serverUrl)
+  undo.add(() => (cfg.keepDb ? Promise.resolve() : db.drop()))
+  return db
+}
+
+/** A pg client on `url` for a completion check: `sql` answers one integer `n`. */
+async function counter(url: string, sql: string, params: unknown[], undo: Undo): Promise<() => Promise<number>> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  undo.add(() => client.end())
+  return async () => (await client.query<{ n: number }>(sql, params)).rows[0]!.n
+}
+
+async function worker(script: string, args: object, undo: Undo) {
+  const w = await startIpcWorker(script, args, 60_000)
+  undo.add(() => w.stop(10_000))
+  return w
+}
+
+const hookq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
+  building(async (undo) => {
+    const db = await freshDatabase(cfg, undo)
+    const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000 }))
+    undo.add(async () => {
+      await stopBroker(broker)
+      run.broker = undefined
+      if (broker.child.exitCode !== 0)
+        console.error(`the broker exited with ${broker.child.exitCode ?? broker.child.signalCode}:\n${broker.output()}`)
+    })
+    const api = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
+      const res = await fetch(`${broker.url}${path}`, {
+        method,
+        ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
+        signal: AbortSignal.timeout(30_000),
+      })
+      const text = await res.text()
+      if (res.status >= 300) throw new Error(`${method} ${path}: HTTP ${res.status} ${text.slice(0, 500)}`)
+      return (text ? JSON.parse(text) : undefined) as T
+    }
+    await api('PUT', `/v1/topics/${name}`, { partitions: cfg.partitions })
+    await api('PUT', `/v1/groups/${name}`, {
+      topic: name,
+      ackMode: 'auto',
+      maxInFlight: cfg.maxInFlight,
+      ackTimeoutMs: 30_000,
+      pushTimeoutMs: 10_000,
+    })
+    await api('POST', `/v1/groups/${name}/consumers`, { url: `${sinkUrl}/p/${name}` })
+    return {
+      workerPid: broker.pid,
+      server: 'postgres',
+      database: db.name,
+      producer: { system: 'hookq', url: broker.url, queue: name, producers: cfg.producers },
+      async completed(n) {
+        const g = await api<{ partitions: { committedOffset: number }[] }>('GET', `/v1/groups/${name}`)
+        return g.partitions.reduce((sum, p) => sum + p.committedOffset, 0) >= n
+      },
+    }
+  })
+
+const graphile = (name: string, sinkUrl: string, cfg: SystemConfig) =>
+  building(async (undo) => {
+    const db = await freshDatabase(cfg, undo)
+    const w = await worker(
+      'bench/peers-graphile.ts',
+      { databaseUrl: db.url, sinkUrl: `${sinkUrl}/p/${name}`, task: name, concurrency: cfg.concurrency },
+      undo,
+    )
+    // Completed jobs are deleted: none left means every job completed (failed ones stay, for their retry).
+    const left = await counter(db.url, 'SELECT count(*)::int AS n FROM graphile_worker._private_jobs', [], undo)
+    return {
+      workerPid: w.pid,
+      server: 'postgres',
+      database: db.name,
+      producer: { system: 'graphile', url: db.url, queue: name, producers: cfg.producers },
+      completed: async () => (await left()) === 0,
+    }
+  })
+
+const pgboss = (name: string, sinkUrl: string, cfg: SystemConfig) =>
+  building(async (undo) => {
+    const db = await freshDatabase(cfg, undo)
+    const w = await worker(
+      'bench/peers-pgboss.ts',
+      { databaseUrl: db.url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency, batchSize: cfg.pgbossBatch },
+      undo,
+    )
+    const done = await counter(db.url, `SELECT count(*)::int AS n FROM pgboss.job WHERE name = $1 AND state = 'completed'`, [name], undo)
+    return {
+      workerPid: w.pid,
+      server: 'postgres',
+      database: db.name,
+      producer: { system: 'pgboss', url: db.url, queue: name, producers: cfg.producers },
+      completed: async (n) => (await done()) >= n,
+    }
+  })
+
+const rabbitmq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
+  building(async (undo) => {
+    await declareQuorumQueue(cfg.amqpUrl, name)
+    undo.add(async () => {
+      const left = await deleteQueue(cfg.amqpUrl, name)
+      if (left) console.log(`  deleted queue ${name} with ${left} messages in it`)
+    })
+    const w = await worker(
+      'bench/peers-rabbitmq.ts',
+      { amqpUrl: cfg.amqpUrl, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency },
+      undo,
+    )
+    return {
+      workerPid: w.pid,
+      server: cfg.pids.rabbitmq!,
+      producer: { system: 'rabbitmq', url: cfg.amqpUrl, queue: name, producers: cfg.producers },
+      completed: async (n) => (await w.call<{ acked: number }>('stats', {}, 5000)).acked >= n,
+    }
+  })
+
+const nats = (name: string, sinkUrl: string, cfg: SystemConfig) =>
+  building(async (undo) => {
+    await createStream(cfg.natsUrl, name, cfg.concurrency)
+    undo.add(async () => {
+      const left = await deleteStream(cfg.natsUrl, name)
+      if (left) console.log(`  deleted stream ${name} with ${left} messages in it`)
+    })
+    const w = await worker(
+      'bench/peers-nats.ts',
+      { natsUrl: cfg.natsUrl, sinkUrl: `${sinkUrl}/p/${name}`, stream: name, consumer: NATS_CONSUMER, concurrency: cfg.concurrency },
+      undo,
+    )
+    return {
+      workerPid: w.pid,
+      server: cfg.pids.nats!,
+      producer: { system: 'nats', url: cfg.natsUrl, queue: name, producers: cfg.producers },
+      completed: async (n) => (await w.call<{ acked: number }>('stats', {}, 5000)).acked >= n,
+    }
+  })
+
+/** Sets `system` up for one round under `name` (database, queue or stream, topic), pushing to `sinkUrl`/p/`name`. */
+export function setUp(system: PeerSystem, name: string, sinkUrl: string, cfg: SystemConfig): Promise<Setup> {
+  return { hookq, graphile, pgboss, rabbitmq, nats }[system](name, sinkUrl, cfg)
+}
