@@ -19,6 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { Agent, Pool, request } from 'undici'
 import { serveIpc } from './lib/ipc.ts'
 import { MESSAGE_VALUE_JSON } from './lib/payload.ts'
+import { sendBatches } from './lib/batches.ts'
 import { Latencies } from './lib/stats.ts'
 
 const wallNow = () => performance.timeOrigin + performance.now()
@@ -151,74 +152,41 @@ interface BulkArgs {
 async function bulk(a: BulkArgs) {
   const pool = new Pool(new URL(a.url).origin, { connections: a.concurrency, pipelining: 1 })
   const path = new URL(a.url).pathname
-  const latencies = new Latencies()
   const non201: Record<string, number> = {}
-  const batches = Math.ceil(a.total / a.batch)
-  const deadline = performance.now() + a.maxSeconds * 1000
-  let nextBatch = 0
-  let produced = 0
   let requests = 0
-  let errors = 0
-  let retries = 0
-  let firstSendAt = NaN
-  let lastAnswerAt = NaN
-  const loop = async () => {
-    while (nextBatch < batches && performance.now() < deadline) {
-      const b = nextBatch++
-      const n = Math.min(a.batch, a.total - b * a.batch)
-      for (let attempt = 1; attempt <= 5 && performance.now() < deadline; attempt++) {
-        const sentAt = wallNow()
-        if (Number.isNaN(firstSendAt)) firstSendAt = sentAt
-        const one = `{"value":${valueWith(`"t":${sentAt}`)}}`
-        const keep = a.keepEvery
-        const body = `{"messages":[${Array.from({ length: n }, (_, k) => (keep ? `${one.slice(0, -1)},"headers":{"keep":"${k % keep === 0 ? 'yes' : 'no'}"}}` : one)).join(',')}]}`
-        const t0 = performance.now()
-        try {
-          const res = await pool.request({
-            path,
-            method: 'POST',
-            body,
-            headers: { 'content-type': 'application/json' },
-            headersTimeout: 30_000,
-            bodyTimeout: 30_000,
-          })
-          const text = await res.body.text()
-          requests++
-          if (res.statusCode === 201) {
-            produced += n
-            lastAnswerAt = wallNow()
-            latencies.add(performance.now() - t0)
-            break
-          }
-          non201[res.statusCode] = (non201[res.statusCode] ?? 0) + 1
-          if (res.statusCode !== 429 && res.statusCode !== 503) throw new Error(`produce answered ${res.statusCode}: ${text.slice(0, 300)}`)
-          // The broker shed load: honour Retry-After (capped), then send the batch again.
-          const retryAfterS = Number(res.headers['retry-after'] ?? 0)
-          retries++
-          await sleep(Math.min(1000, Math.max(20, retryAfterS * 1000)))
-        } catch (err) {
-          if (err instanceof Error && err.message.startsWith('produce answered')) throw err
-          errors++
-          retries++
-          await sleep(50)
-        }
-      }
-    }
-  }
-  await Promise.all(Array.from({ length: a.concurrency }, loop))
+  const keep = a.keepEvery
+  const r = await sendBatches(
+    { total: a.total, batch: a.batch, loops: a.concurrency, maxSeconds: a.maxSeconds },
+    async (_loop, _first, n, sentAt) => {
+      const one = `{"value":${valueWith(`"t":${sentAt}`)}}`
+      const body = `{"messages":[${Array.from({ length: n }, (_, k) => (keep ? `${one.slice(0, -1)},"headers":{"keep":"${k % keep === 0 ? 'yes' : 'no'}"}}` : one)).join(',')}]}`
+      const res = await pool.request({
+        path,
+        method: 'POST',
+        body,
+        headers: { 'content-type': 'application/json' },
+        headersTimeout: 30_000,
+        bodyTimeout: 30_000,
+      })
+      const text = await res.body.text()
+      requests++
+      if (res.statusCode === 201) return undefined
+      non201[res.statusCode] = (non201[res.statusCode] ?? 0) + 1
+      if (res.statusCode !== 429 && res.statusCode !== 503)
+        throw new FatalAnswer(`produce answered ${res.statusCode}: ${text.slice(0, 300)}`)
+      // The broker shed load: honour Retry-After (capped), then send the batch again.
+      return Math.min(1000, Math.max(20, Number(res.headers['retry-after'] ?? 0) * 1000))
+    },
+    (err) => {
+      if (err instanceof FatalAnswer) throw err
+    },
+  )
   await pool.close()
-  return {
-    produced,
-    requests,
-    non201,
-    errors,
-    retries,
-    firstSendAt,
-    lastAnswerAt,
-    timedOut: produced < a.total,
-    latencyMs: latencies.summary(),
-  }
+  return { ...r, requests, non201 }
 }
+
+/** An answer no retry can mend (not 201, 429 or 503): ends the run. */
+class FatalAnswer extends Error {}
 
 // ---- paced: single messages at a fixed rate
 

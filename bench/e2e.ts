@@ -58,7 +58,7 @@ import { mkdirSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startBroker, stopBroker } from './lib/broker.ts'
+import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
 import { ROOT } from './lib/child.ts'
 import { formatSummary, inclusiveTimes, summarizeProfile } from './lib/cpuprofile.ts'
 import { createBenchDatabase, serverSettings } from './lib/db.ts'
@@ -68,14 +68,7 @@ import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { sampleWaits, type WaitSampler } from './lib/pgwaits.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds, type CpuWindow } from './lib/proc.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
-
-function envNumber(name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number, got ${JSON.stringify(raw)}`)
-  return n
-}
+import { envNumber } from './lib/env.ts'
 
 const SCENARIOS = new Set((process.env.BENCH_SCENARIOS || 'ceiling,produce,auto,explicit,latency').split(',').map((s) => s.trim()))
 for (const s of SCENARIOS)
@@ -167,15 +160,8 @@ const otherPct = (c: Cpu) => c.hostPct * c.cores - c.brokerPct - c.postgresPct -
 
 // ---- the broker's API
 
-async function api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
-  const res = await fetch(`${run.broker!.url}${path}`, {
-    method,
-    ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
-    signal: AbortSignal.timeout(30_000),
-  })
-  const text = await res.text()
-  if (res.status >= 300) throw new Error(`${method} ${path}: HTTP ${res.status} ${text.slice(0, 500)}`)
-  return (text ? JSON.parse(text) : undefined) as T
+function api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
+  return brokerApi<T>(run.broker!.url, method, path, body)
 }
 
 interface GroupStatus {

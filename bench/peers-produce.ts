@@ -19,7 +19,6 @@
  * argv[2]: JSON { system, url, queue } (url: the broker's, the database's or the AMQP server's)
  */
 import { once } from 'node:events'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { jetstream } from '@nats-io/jetstream'
 import { connect as natsConnect } from '@nats-io/transport-node'
 import amqp from 'amqplib'
@@ -28,7 +27,7 @@ import { PgBoss } from 'pg-boss'
 import { Pool } from 'undici'
 import { serveIpc } from './lib/ipc.ts'
 import { MESSAGE_VALUE, MESSAGE_VALUE_JSON } from './lib/payload.ts'
-import { Latencies } from './lib/stats.ts'
+import { sendBatches, type SendBatch } from './lib/batches.ts'
 
 export type ProducerSystem = 'hookq' | 'graphile' | 'pgboss' | 'rabbitmq' | 'nats'
 export interface ProducerArgs {
@@ -45,11 +44,11 @@ export interface ProduceArgs {
 }
 
 const args = JSON.parse(process.argv[2] ?? '{}') as ProducerArgs
-const wallNow = () => performance.timeOrigin + performance.now()
 
 /** Sends messages first…first+n-1 of the run as one batch from loop `loop`; throws when the system refused it. */
 interface Sender {
-  send(loop: number, first: number, n: number, sentAt: number): Promise<void>
+  /** One batch through the system's batch API (see SendBatch: a wait in ms when refused for now). */
+  send: SendBatch
   close(): Promise<void>
 }
 
@@ -71,10 +70,10 @@ async function hookqSender(): Promise<Sender> {
         bodyTimeout: 30_000,
       })
       const text = await res.body.text()
-      if (res.statusCode === 201) return
-      // The broker shed load: honour Retry-After (capped) before the batch is sent again.
+      if (res.statusCode === 201) return undefined
+      // The broker shed load: honour Retry-After (capped), then send the batch again.
       if (res.statusCode === 429 || res.statusCode === 503)
-        await sleep(Math.min(1000, Math.max(20, Number(res.headers['retry-after'] ?? 0) * 1000)))
+        return Math.min(1000, Math.max(20, Number(res.headers['retry-after'] ?? 0) * 1000))
       throw new Error(`produce answered ${res.statusCode}: ${text.slice(0, 300)}`)
     },
     close: () => pool.close(),
@@ -143,40 +142,16 @@ const sender = await { hookq: hookqSender, graphile: graphileSender, pgboss: pgb
   args.system
 ]()
 
+let failures = 0
 async function produce(a: ProduceArgs) {
-  const batches = Math.ceil(a.total / a.batch)
-  const deadline = performance.now() + a.maxSeconds * 1000
-  const latencies = new Latencies()
-  let nextBatch = 0
-  let produced = 0
-  let errors = 0
-  let firstSendAt = NaN
-  let lastAnswerAt = NaN
-  const loop = async (i: number) => {
-    while (nextBatch < batches && performance.now() < deadline) {
-      const b = nextBatch++
-      const n = Math.min(a.batch, a.total - b * a.batch)
-      for (let attempt = 1; attempt <= 5 && performance.now() < deadline; attempt++) {
-        const sentAt = wallNow()
-        if (Number.isNaN(firstSendAt)) firstSendAt = sentAt
-        const t0 = performance.now()
-        try {
-          await sender.send(i, b * a.batch, n, sentAt)
-          produced += n
-          lastAnswerAt = wallNow()
-          latencies.add(performance.now() - t0)
-          break
-        } catch (err) {
-          errors++
-          if (errors <= 3)
-            console.error(`peers-produce (${args.system}): batch failed (attempt ${attempt}):`, err instanceof Error ? err.message : err)
-          await sleep(50)
-        }
-      }
-    }
-  }
-  await Promise.all(Array.from({ length: args.producers }, (_, i) => loop(i)))
-  return { produced, errors, firstSendAt, lastAnswerAt, timedOut: produced < a.total, latencyMs: latencies.summary() }
+  return sendBatches(
+    { total: a.total, batch: a.batch, loops: args.producers, maxSeconds: a.maxSeconds },
+    (loop, first, n, sentAt) => sender.send(loop, first, n, sentAt),
+    (err, attempt) => {
+      if (++failures <= 3)
+        console.error(`peers-produce (${args.system}): batch failed (attempt ${attempt}):`, err instanceof Error ? err.message : err)
+    },
+  )
 }
 export type ProduceResult = Awaited<ReturnType<typeof produce>>
 

@@ -6,7 +6,7 @@
  */
 import pg from 'pg'
 import { declareQuorumQueue, deleteQueue } from './lib/amqp.ts'
-import { startBroker, stopBroker } from './lib/broker.ts'
+import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
 import { startIpcWorker } from './lib/ipc.ts'
 import { createStream, deleteStream, NATS_CONSUMER } from './lib/nats.ts'
@@ -104,16 +104,7 @@ const hookq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
       if (broker.child.exitCode !== 0)
         console.error(`the broker exited with ${broker.child.exitCode ?? broker.child.signalCode}:\n${broker.output()}`)
     })
-    const api = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
-      const res = await fetch(`${broker.url}${path}`, {
-        method,
-        ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
-        signal: AbortSignal.timeout(30_000),
-      })
-      const text = await res.text()
-      if (res.status >= 300) throw new Error(`${method} ${path}: HTTP ${res.status} ${text.slice(0, 500)}`)
-      return (text ? JSON.parse(text) : undefined) as T
-    }
+    const api = <T>(method: string, path: string, body?: unknown) => brokerApi<T>(broker.url, method, path, body)
     await api('PUT', `/v1/topics/${name}`, { partitions: cfg.partitions })
     await api('PUT', `/v1/groups/${name}`, {
       topic: name,

@@ -79,14 +79,7 @@ import type { ReceiverStats } from './e2e-receiver.ts'
 import type { ProduceResult } from './peers-produce.ts'
 import { fixed, int, mediansTable, roundLine, roundsTable, type RoundResult } from './peers-report.ts'
 import { setUp, type PeerSystem, type SystemConfig } from './peers-systems.ts'
-
-function envNumber(name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number, got ${JSON.stringify(raw)}`)
-  return n
-}
+import { envNumber } from './lib/env.ts'
 
 const LABELS = {
   hookq: 'hookq (ackMode auto)',

@@ -36,14 +36,7 @@ import { createBenchDatabase, serverSettings } from './lib/db.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 import { Latencies, type Measured } from './lib/stats.ts'
 import pg from 'pg'
-
-function envNumber(name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number, got ${JSON.stringify(raw)}`)
-  return n
-}
+import { envNumber } from './lib/env.ts'
 
 const MEASURE_S = envNumber('BENCH_SECONDS', 5)
 const WARMUP_S = envNumber('BENCH_WARMUP_SECONDS', 2)

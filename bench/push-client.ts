@@ -19,14 +19,7 @@ import { fork } from 'node:child_process'
 import type { AddressInfo } from 'node:net'
 import { Pool } from 'undici'
 import { HttpClient, type Origin } from '../src/dispatch/http-client.ts'
-
-function envNumber(name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const n = Number(raw)
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(raw)}`)
-  return n
-}
+import { envInt } from './lib/env.ts'
 
 if (process.argv[2] === 'sink') {
   const http = await import('node:http')
@@ -42,10 +35,10 @@ if (process.argv[2] === 'sink') {
 }
 
 async function main(): Promise<void> {
-  const REQUESTS = envNumber('BENCH_REQUESTS', 60_000)
-  const WARMUP = envNumber('BENCH_WARMUP', 10_000)
-  const CONCURRENCY = envNumber('BENCH_CONCURRENCY', 64)
-  const ROUNDS = envNumber('BENCH_ROUNDS', 3)
+  const REQUESTS = envInt('BENCH_REQUESTS', 60_000)
+  const WARMUP = envInt('BENCH_WARMUP', 10_000)
+  const CONCURRENCY = envInt('BENCH_CONCURRENCY', 64)
+  const ROUNDS = envInt('BENCH_ROUNDS', 3)
   const sink = fork(new URL(import.meta.url).pathname, ['sink'], { execArgv: ['--import', 'tsx'], stdio: 'inherit' })
   try {
     const port = await new Promise<number>((resolve, reject) => {

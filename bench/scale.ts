@@ -24,7 +24,7 @@ import { readFileSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { startBroker, stopBroker } from './lib/broker.ts'
+import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
@@ -83,17 +83,6 @@ async function metricsOf(url: string): Promise<{ cpuS: number; owned: number; pu
   return { cpuS: one(/^process_cpu_seconds_total ([\d.e+-]+)/m), owned: one(/^hookq_partitions_owned (\d+)/m), pushes }
 }
 
-async function api(base: string, method: string, path: string, body?: unknown): Promise<unknown> {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
-    signal: AbortSignal.timeout(30_000),
-  })
-  const text = await res.text()
-  if (res.status >= 300) throw new Error(`${method} ${path}: HTTP ${res.status} ${text.slice(0, 300)}`)
-  return text ? JSON.parse(text) : undefined
-}
-
 interface Row {
   processes: number
   msgPerS: number
@@ -116,9 +105,14 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
   await c.connect()
   try {
     const name = `scale-${n}`
-    await api(broker.url, 'PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
-    await api(broker.url, 'PUT', `/v1/groups/${name}`, { topic: name, ackMode: 'auto', maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000 })
-    await api(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
+    await brokerApi(broker.url, 'PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
+    await brokerApi(broker.url, 'PUT', `/v1/groups/${name}`, {
+      topic: name,
+      ackMode: 'auto',
+      maxInFlight: MAX_IN_FLIGHT,
+      ackTimeoutMs: 30_000,
+    })
+    await brokerApi(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
     // Every process joined and the partitions spread (each owns its share, all of them owned).
     let ms: Member[] = []
     let before: Awaited<ReturnType<typeof metricsOf>>[] = []
@@ -157,7 +151,7 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
     // Completed: the committed offsets (the receiver's count says pushed, not yet committed).
     let completed = 0
     for (let i = 0; i < 1000 && wallNow() < startedAt + (MAX_SECONDS + 10) * 1000; i++) {
-      const s = (await api(broker.url, 'GET', `/v1/groups/${name}`)) as { partitions: { committedOffset: number }[] }
+      const s = (await brokerApi(broker.url, 'GET', `/v1/groups/${name}`)) as { partitions: { committedOffset: number }[] }
       completed = s.partitions.reduce((a, p) => a + p.committedOffset, 0)
       if (completed >= r.produced) break
       await sleep(10)

@@ -20,20 +20,13 @@ import { cpus, loadavg } from 'node:os'
 import { MinHeap } from '../src/dispatch/min-heap.ts'
 import { InFlightTracker, TrackerEntry } from '../src/dispatch/tracker.ts'
 import { mulberry32 } from '../test/helpers/prng.ts'
+import { envInt } from './lib/env.ts'
 
 if (typeof globalThis.gc !== 'function') {
   const child = spawnSync(process.execPath, ['--expose-gc', ...process.execArgv, ...process.argv.slice(1)], { stdio: 'inherit' })
   process.exit(child.status ?? 1)
 }
 const gc = globalThis.gc as () => void
-
-function envInt(name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const n = Number(raw)
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(raw)}`)
-  return n
-}
 
 const N = envInt('BENCH_ENTRIES', 1_000_000)
 if (N < 10_000) throw new Error(`BENCH_ENTRIES must be at least 10000, got ${N}`)

@@ -1,34 +1,28 @@
 /** RabbitMQ for bench/peers.ts: the bench's quorum queue, declared before a round and deleted after it. */
-import amqp from 'amqplib'
+import amqp, { type Channel, type ChannelModel } from 'amqplib'
+
+/** Runs `fn` on a connection of its own, closed after it whatever happens. */
+async function connected<T>(url: string, fn: (conn: ChannelModel) => Promise<T>): Promise<T> {
+  const conn = await amqp.connect(url)
+  try {
+    return await fn(conn)
+  } finally {
+    await conn.close()
+  }
+}
+
+const onChannel = <T>(url: string, fn: (ch: Channel) => Promise<T>) => connected(url, async (conn) => fn(await conn.createChannel()))
 
 /** The server's version, as it announces itself on connecting. */
-export async function rabbitVersion(url: string): Promise<string> {
-  const conn = await amqp.connect(url)
-  try {
-    return String(conn.connection.serverProperties.version ?? '?')
-  } finally {
-    await conn.close()
-  }
-}
+export const rabbitVersion = (url: string): Promise<string> =>
+  connected(url, async (conn) => String(conn.connection.serverProperties.version ?? '?'))
 
 /** Declares a durable quorum queue `name` (x-queue-type: quorum). */
-export async function declareQuorumQueue(url: string, name: string): Promise<void> {
-  const conn = await amqp.connect(url)
-  try {
-    const ch = await conn.createChannel()
+export const declareQuorumQueue = (url: string, name: string): Promise<void> =>
+  onChannel(url, async (ch) => {
     await ch.assertQueue(name, { durable: true, arguments: { 'x-queue-type': 'quorum' } })
-  } finally {
-    await conn.close()
-  }
-}
+  })
 
 /** Deletes queue `name` with whatever it still holds; answers how many messages that was. */
-export async function deleteQueue(url: string, name: string): Promise<number> {
-  const conn = await amqp.connect(url)
-  try {
-    const ch = await conn.createChannel()
-    return (await ch.deleteQueue(name)).messageCount
-  } finally {
-    await conn.close()
-  }
-}
+export const deleteQueue = (url: string, name: string): Promise<number> =>
+  onChannel(url, async (ch) => (await ch.deleteQueue(name)).messageCount)

@@ -110,3 +110,15 @@ export async function stopBroker(broker: BrokerProcess, graceMs = 30_000): Promi
   await stopChild(broker.child, graceMs)
   await exited(broker.child)
 }
+
+/** One JSON call to the broker at `base`; throws on an answer of 300 or more, with its body. */
+export async function brokerApi<T = unknown>(base: string, method: string, path: string, body?: unknown): Promise<T> {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
+    signal: AbortSignal.timeout(30_000),
+  })
+  const text = await res.text()
+  if (res.status >= 300) throw new Error(`${method} ${path}: HTTP ${res.status} ${text.slice(0, 500)}`)
+  return (text ? JSON.parse(text) : undefined) as T
+}

@@ -1,0 +1,17 @@
+/** The benches' settings from the environment: unset or empty takes the default, anything else must be valid. */
+
+/** A positive number from `name`, or `fallback` when it is unset. */
+export function envNumber(name: string, fallback: number): number {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return fallback
+  const n = Number(raw)
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number, got ${JSON.stringify(raw)}`)
+  return n
+}
+
+/** A positive integer from `name`, or `fallback` when it is unset. */
+export function envInt(name: string, fallback: number): number {
+  const n = envNumber(name, fallback)
+  if (!Number.isInteger(n)) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(process.env[name])}`)
+  return n
+}
