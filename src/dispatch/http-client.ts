@@ -256,7 +256,7 @@ class Connection {
     // straight to onData; TLS sockets decrypt into chunks of their own and keep the 'data' event.
     this.socket = origin.tls
       ? tls.connect({ ...common, ...(net.isIP(origin.hostname) ? {} : { servername: origin.hostname }), ALPNProtocols: ['http/1.1'] })
-      : net.connect({ ...common, onread: { buffer: READ_BUFFER, callback: (n: number, buf: Uint8Array) => this.onRead(n, buf) } })
+      : net.connect({ ...common, onread: { buffer: READ_BUFFER, callback: (n: number) => this.onRead(n) } })
     this.socket.setNoDelay(true)
     this.socket.setTimeout(options.connectTimeoutMs)
     const connected = () => this.socket.setTimeout(0)
@@ -355,8 +355,8 @@ class Connection {
   }
 
   /** A plain TCP read: `n` bytes at the start of READ_BUFFER, which the next read overwrites. */
-  private onRead(n: number, buf: Uint8Array): boolean {
-    this.onData(Buffer.from(buf.buffer, buf.byteOffset, n))
+  private onRead(n: number): boolean {
+    this.onData(READ_BUFFER.subarray(0, n))
     return true
   }
 

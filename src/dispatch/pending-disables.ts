@@ -6,7 +6,7 @@
  * notification) that reads the consumers before that write commits would bring the consumer back
  * as enabled, and the retry would go to it after all. So each disable is kept here and laid over
  * what reloads read, until a reload that began after its write committed: from then on the
- * database has it (and a registration again, which enables the consumer, wins as it should).
+ * database has it, and what reloads read is the record again.
  *
  * Reloads are numbered as they begin; a write remembers the number reached when it committed.
  */

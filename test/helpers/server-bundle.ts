@@ -63,7 +63,8 @@ async function buildOnce(): Promise<string> {
   })
   mkdirSync(OUT_DIR, { recursive: true })
   // The map first: a process that finds the bundle finds its map too.
-  for (const f of [...out.outputFiles].sort((a) => (a.path.endsWith('.map') ? -1 : 1))) {
+  const files = out.outputFiles
+  for (const f of [...files.filter((f) => f.path.endsWith('.map')), ...files.filter((f) => !f.path.endsWith('.map'))]) {
     const tmp = `${f.path}.${process.pid}.tmp`
     writeFileSync(tmp, f.contents)
     renameSync(tmp, f.path)
