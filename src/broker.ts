@@ -138,7 +138,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       read: new ReadService(topics, db),
       groups,
       acks: new AckService(groups, cluster, metrics),
-      operations: new OperationsService(db, groups, cluster),
+      operations: new OperationsService(db, groups, cluster, attempts),
       metrics,
       inFlight: (groupId, partition) => cluster.inFlight(groupId, partition),
       async readiness() {

@@ -69,6 +69,8 @@ export class OperationsService {
     private readonly db: Database,
     private readonly groups: GroupService,
     private readonly cluster: Pick<Cluster, 'seek' | 'inFlight'>,
+    /** This process's attempt log, whose finished rows may still wait (up to 20 ms) for company. */
+    private readonly attempts: { flush(): Promise<void> },
   ) {}
 
   /** A page of the group's push attempts, newest first. */
@@ -76,6 +78,11 @@ export class OperationsService {
     const group = await this.groups.get(groupName)
     const limit = q.limit ?? 100
     const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor)
+    // Rows this process has settled but not yet written go first, so an ack, nack or push answered
+    // here is in the listing that follows it. A failed flush keeps its rows and resolves: the
+    // listing then shows what is written, as it would without this. Another process's rows still
+    // wait for its own flush, at most 20 ms.
+    await this.attempts.flush()
     // One row more than asked tells whether another page exists, so the last page says null.
     const rows = await listAttempts(this.db.pool, group.id, {
       partition: q.partition,

@@ -71,6 +71,12 @@ t.test('in_flight: attempts pushed and not yet settled', async (t) => {
 t.test('every outcome, each filter, and the fields of an attempt', async (t) => {
   const ack = async (id: string) => (await call('POST', '/v1/groups/log/acks', { deliveryIds: [id] })).json.results[0].status
   t.equal(await ack(pushes('ack')[0]!.deliveryId), 'acked')
+  // No wait: an ack answered by this process is in the listing that follows it.
+  t.same(
+    (await list('&partition=0&offset=0')).map((d) => d.outcome),
+    ['acked'],
+    'the ack is listed at once',
+  )
   t.equal(await ack(pushes('wait')[0]!.deliveryId), 'acked')
   t.equal(
     (await call('POST', '/v1/groups/log/nacks', { deliveryIds: [pushes('nack')[0]!.deliveryId], delayMs: 600_000 })).json.results[0].status,
