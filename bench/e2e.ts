@@ -51,6 +51,8 @@
  *   BENCH_ACK_BATCH=500  BENCH_ACK_FLUSH_MS=5  BENCH_ACK_CONCURRENCY=4
  *   BENCH_PG_WAITS=0            do not sample pg_stat_activity during the throughput scenarios
  *   BENCH_CPU_PROF=1            profile the broker per scenario (bench/out/e2e-*.cpuprofile)
+ *   BENCH_HEAP_PROF=1           sample the broker's allocations per scenario instead (bench/out/e2e-*.heapprofile):
+ *                               bytes allocated per message, by function, module and nearest src/ caller
  *   BENCH_DATABASE_URL=...      server to create the bench database on (default postgres@127.0.0.1:5432)
  *   HOOKQ_*                     passed to the broker
  */
@@ -63,7 +65,8 @@ import { ROOT } from './lib/child.ts'
 import { formatSummary, inclusiveTimes, summarizeProfile } from './lib/cpuprofile.ts'
 import { createBenchDatabase, serverSettings } from './lib/db.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
-import { startProfile, type WindowProfiler } from './lib/inspector.ts'
+import { startHeapSampling, startProfile, type WindowProfiler } from './lib/inspector.ts'
+import { formatAllocations, summarizeAllocations } from './lib/heapprofile.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { sampleWaits, type WaitSampler } from './lib/pgwaits.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds, type CpuWindow } from './lib/proc.ts'
@@ -114,6 +117,7 @@ const ACK = {
 }
 const PG_WAITS = process.env.BENCH_PG_WAITS !== '0'
 const CPU_PROF = process.env.BENCH_CPU_PROF === '1'
+const HEAP_PROF = !CPU_PROF && process.env.BENCH_HEAP_PROF === '1'
 const PROF_DIR = 'bench/out'
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
 const GOALS = { autoMsgPerS: 15_000, explicitMsgPerS: 10_000, p99Ms: 10 }
@@ -215,19 +219,22 @@ function assertBrokerAlive(during: string): void {
 interface Profiled {
   scenario: string
   file: string
+  messages: number
 }
 const profiles: Profiled[] = []
 
 async function profileStart(): Promise<WindowProfiler | undefined> {
-  if (!CPU_PROF) return undefined
-  return startProfile(run.broker!.inspectorUrl!)
+  if (CPU_PROF) return startProfile(run.broker!.inspectorUrl!)
+  if (HEAP_PROF) return startHeapSampling(run.broker!.inspectorUrl!)
+  return undefined
 }
-async function profileStop(p: WindowProfiler | undefined, scenario: string): Promise<void> {
+async function profileStop(p: WindowProfiler | undefined, scenario: string, messages: number): Promise<void> {
   if (!p) return
   mkdirSync(join(ROOT, PROF_DIR), { recursive: true })
-  const file = join(ROOT, PROF_DIR, `e2e-${scenario}-${new Date().toISOString().replace(/[:.]/g, '')}.cpuprofile`)
+  const ext = CPU_PROF ? 'cpuprofile' : 'heapprofile'
+  const file = join(ROOT, PROF_DIR, `e2e-${scenario}-${new Date().toISOString().replace(/[:.]/g, '')}.${ext}`)
   await p.stop(file)
-  profiles.push({ scenario, file })
+  profiles.push({ scenario, file, messages })
 }
 
 function startWaits(): Promise<WaitSampler | undefined> {
@@ -353,7 +360,7 @@ async function produceOnly(receiver: IpcWorker, load: IpcWorker): Promise<Row> {
     MAX_SECONDS * 1000 + 60_000,
   )
   const cpu = cpuEnd(c0, receiver, load)
-  await profileStop(profiler, 'produce')
+  await profileStop(profiler, 'produce', PRODUCE_MESSAGES)
   assertBrokerAlive('produce')
   const seconds = (r.lastAnswerAt - r.firstSendAt) / 1000
   return {
@@ -417,7 +424,7 @@ async function throughput(
   const completed = await waitCompleted(name, r.produced, Math.max(deadline, wallNow() + 2000))
   const cpu = cpuEnd(c0, receiver, load)
   const waited = await stopWaits(waits)
-  await profileStop(profiler, mode)
+  await profileStop(profiler, mode, completed.completed)
   await pauseGroup(name, ackMode)
   assertBrokerAlive(mode)
   const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
@@ -487,7 +494,7 @@ async function drain(batch: number | undefined, receiver: IpcWorker, load: IpcWo
   await Promise.race([done, sleep(MAX_SECONDS * 1000)])
   const completed = await waitCompleted(name, r.produced, wallNow() + 5000)
   const cpu = cpuEnd(c0, receiver, load)
-  await profileStop(profiler, name.slice(4))
+  await profileStop(profiler, name.slice(4), completed.completed)
   await pauseGroup(name, 'auto')
   assertBrokerAlive(name)
   const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
@@ -530,7 +537,7 @@ async function latency(rate: number, receiver: IpcWorker, load: IpcWorker, recei
   await Promise.race([done, sleep(10_000)])
   const completed = await waitCompleted(name, r.produced, wallNow() + 10_000)
   const cpu = cpuEnd(c0, receiver, load)
-  await profileStop(profiler, `latency-${rate}`)
+  await profileStop(profiler, `latency-${rate}`, completed.completed)
   await pauseGroup(name, 'auto')
   assertBrokerAlive(`latency at ${rate}/s`)
   const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
@@ -672,7 +679,7 @@ async function main(): Promise<void> {
   await sleep(1000)
   const background = cpuSince(idle, undefined)
   const started = Date.now()
-  const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000, inspect: CPU_PROF }))
+  const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000, inspect: CPU_PROF || HEAP_PROF }))
   const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: broker.url }, 30_000)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
   const receiverUrl = `http://127.0.0.1:${receiver.ready.port as number}`
@@ -686,7 +693,7 @@ async function main(): Promise<void> {
   )
   console.log(
     `broker pid ${broker.pid} at ${broker.url}; receiver pid ${receiver.pid} at ${receiverUrl}; load pid ${load.pid}; ` +
-      `${brokerEnv.length ? brokerEnv.join(' ') : 'no HOOKQ_* settings (broker defaults)'}${CPU_PROF ? '; profiling through the inspector' : ''}`,
+      `${brokerEnv.length ? brokerEnv.join(' ') : 'no HOOKQ_* settings (broker defaults)'}${CPU_PROF || HEAP_PROF ? '; profiling through the inspector' : ''}`,
   )
   console.log(
     `PostgreSQL ${settings.server_version}: fsync=${settings.fsync} synchronous_commit=${settings.synchronous_commit} ` +
@@ -799,6 +806,11 @@ async function main(): Promise<void> {
   console.log(goals(ceil, ceilDispatch, auto, explicit, lats[0]))
 
   for (const p of profiles) {
+    if (HEAP_PROF) {
+      const a = summarizeAllocations(p.file, Math.max(1, p.messages))
+      console.log(`\nbroker allocations, ${p.scenario}: ${p.file.slice(ROOT.length)}\n${formatAllocations(a, 15)}`)
+      continue
+    }
     const s = summarizeProfile(p.file)
     const src = s.byFunction.filter((r) => / src\//.test(r.name))
     const incl = inclusiveTimes(p.file, (f) => f.startsWith('src/')).slice(0, 12)

@@ -30,7 +30,7 @@ export interface ProfileSummary {
 }
 
 /** Where a script lives, short: npm package (and file in it), project-relative path or node: module. */
-function locate(url: string, functionName: string): { module: string; file: string } {
+export function locate(url: string, functionName: string): { module: string; file: string } {
   if (url === '') {
     const module = functionName.startsWith('(') ? functionName : '(native)'
     return { module, file: module }
