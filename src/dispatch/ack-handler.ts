@@ -17,7 +17,14 @@ import type { DeliveryIndex } from './delivery-index.ts'
 import type { ProgressWriter } from './progress.ts'
 import type { PushFlow } from './push-flow.ts'
 import type { Schedule } from './schedule.ts'
-import { setState, type CompletionRequest, type CompletionStatus, type GroupRuntime, type PartitionState } from './partition-state.ts'
+import {
+  closeAttempt,
+  setState,
+  type CompletionRequest,
+  type CompletionStatus,
+  type GroupRuntime,
+  type PartitionState,
+} from './partition-state.ts'
 
 export type AckStatus = 'acked' | 'nacked' | 'extended' | 'already_completed' | 'unknown'
 export type AckResult = { deliveryId: string; status: AckStatus }
@@ -84,7 +91,7 @@ export class AckHandler {
       // Only the current attempt can be nacked; an older id names an attempt already settled.
       if (o?.state !== 'in_flight' || o.current !== id) return 'already_completed'
       this.deps.flow.cancel(o)
-      o.open.delete(id)
+      closeAttempt(o, id)
       // The error says why it ended even after the row is marked dead (dead-lettered by this nack or after it).
       this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.deps.now()), error: 'nacked by the consumer' })
       // The push's answer is still to come: it says why (the push flow acts on the nack then).

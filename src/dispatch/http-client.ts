@@ -112,9 +112,8 @@ export class HttpClient {
     let pool = this.pools.get(origin.key)
     if (!pool) this.pools.set(origin.key, (pool = new OriginPool(origin, this.options, () => this.pools.delete(origin.key))))
     const p: Pending = { req, timer: undefined as unknown as NodeJS.Timeout, conn: undefined, settled: false }
-    p.timer = setTimeout(() => {
-      if (settle(p, { kind: 'timeout' })) p.conn?.destroy()
-    }, req.timeoutMs)
+    // The request rides along as the timer's argument: no closure to allocate per request.
+    p.timer = setTimeout(expire, req.timeoutMs, p)
     pool.dispatch(p)
   }
 
@@ -129,6 +128,11 @@ export class HttpClient {
     this.closed = true
     for (const pool of [...this.pools.values()]) pool.destroy()
   }
+}
+
+/** A request's deadline passed: it ends as a timeout, and its connection (if it has one) with it. */
+function expire(p: Pending): void {
+  if (settle(p, { kind: 'timeout' })) p.conn?.destroy()
 }
 
 /** Ends a request once: false when it had ended already (its deadline came first, say). */
@@ -281,17 +285,7 @@ class Connection {
     this.reset()
     const { req } = p
     const length = typeof req.body === 'string' ? Buffer.byteLength(req.body) : req.body.length
-    const head = [
-      'POST ',
-      req.path,
-      ' HTTP/1.1\r\nhost: ',
-      this.pool.origin.host,
-      '\r\n',
-      req.headerLines,
-      'content-length: ',
-      String(length),
-      '\r\n\r\n',
-    ].join('')
+    const head = `POST ${req.path} HTTP/1.1\r\nhost: ${this.pool.origin.host}\r\n${req.headerLines}content-length: ${length}\r\n\r\n`
     if (typeof req.body === 'string') {
       // One buffer, one write: the head is ASCII, the body UTF-8, each copied once.
       const headLength = head.length

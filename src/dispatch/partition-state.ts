@@ -30,8 +30,11 @@ export interface Outstanding {
   wait: Wait | undefined
   /** Delivery ids issued for it (a late ack of any of them completes it). */
   ids: string[]
-  /** Ids whose attempt row has no final outcome yet: the completion gives them theirs. */
-  open: Set<string>
+  /**
+   * Ids whose attempt row has no final outcome yet: the completion gives them theirs. A list, not
+   * a Set: it holds one id or none nearly always, and a message is admitted on every push.
+   */
+  open: string[]
   lastError: string | undefined
   /** The consumer the latest attempt went to (whose push window a passed ack deadline shrinks). */
   pushedTo?: string
@@ -205,4 +208,10 @@ export function deadLetterEntry(g: GroupRuntime, w: PartitionState, o: Outstandi
     delayMs: 0,
     idempotencyKey: null,
   }
+}
+
+/** Takes `id` out of a message's open attempts (see Outstanding.open), if it is there. */
+export function closeAttempt(o: Outstanding, id: string): void {
+  const i = o.open.indexOf(id)
+  if (i >= 0) o.open.splice(i, 1)
 }

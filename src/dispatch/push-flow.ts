@@ -45,6 +45,7 @@ import { Wait } from './waits.ts'
 import type { HealthRecorder } from './health.ts'
 import {
   active,
+  closeAttempt,
   deadLetterEntry,
   setState,
   type CompletionRequest,
@@ -170,7 +171,7 @@ export class PushFlow {
       inFlight: undefined,
       wait: undefined,
       ids: [],
-      open: new Set(),
+      open: [],
       lastError: undefined,
       matched,
     }
@@ -294,7 +295,7 @@ export class PushFlow {
     const nowMs = this.deps.now()
     const deadlineMs = nowMs + g.row.ackTimeoutMs
     o.ids.push(id)
-    o.open.add(id)
+    o.open.push(id)
     this.deps.deliveries.issue(id, { g, w, offset: o.msg.offset })
     setState(w, o, 'in_flight')
     o.current = id
@@ -350,7 +351,7 @@ export class PushFlow {
           this.cancel(o)
           o.attempts--
           o.ids.pop()
-          o.open.delete(id)
+          closeAttempt(o, id)
           this.deps.deliveries.forget([id])
           this.wait(g, w, o, 'retry', this.deps.now() + 1000)
         },
@@ -427,7 +428,7 @@ export class PushFlow {
     o.pushing = id
     sendPush(
       this.deps.agent,
-      { url: owner.url, body: request.body, headers: request.headers, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
+      { url: owner.url, body: request.body, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
       (result) => this.safely(() => this.settle(g, w, o, id, owner, result)),
     )
   }
@@ -477,7 +478,6 @@ export class PushFlow {
       {
         url: owner.url,
         body: request.body,
-        headers: request.headers,
         headerLines: request.headerLines,
         timeoutMs: g.row.pushTimeoutMs,
         maxResponseBytes: BATCH_ANSWER_BYTES,
@@ -602,7 +602,7 @@ export class PushFlow {
     })
     if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
     if (!current) return
-    o.open.delete(id)
+    closeAttempt(o, id)
     this.cancel(o)
     this.failed(g, w, o, error, r.kind === 'rejected' ? r.retryAfterMs : undefined)
   }
@@ -698,7 +698,7 @@ export class PushFlow {
         )
       }
     }
-    if (deliveryId && outcome && !o?.open.has(deliveryId)) {
+    if (deliveryId && outcome && !o?.open.includes(deliveryId)) {
       // The attempt that dead-letters its message has ended already (failed, timed out or nacked):
       // it is marked dead, but keeps when it ended, its status code and its error, which say why.
       this.deps.attempts.update(outcome === 'dead' ? { id: deliveryId, outcome } : { id: deliveryId, outcome, finishedAt })
@@ -736,7 +736,7 @@ export class PushFlow {
       if (o.inFlight !== entry) return
       o.inFlight = undefined
       o.current = undefined
-      o.open.delete(entry.deliveryId)
+      closeAttempt(o, entry.deliveryId)
       this.deps.attempts.update({
         id: entry.deliveryId,
         outcome: 'timed_out',
@@ -773,7 +773,7 @@ export class PushFlow {
     this.deps.deliveries.forget(o.ids)
     const finishedAt = new Date(this.deps.now())
     for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAt, error: reason })
-    o.open.clear()
+    o.open.length = 0
   }
 
   /**

@@ -19,10 +19,11 @@ import { HttpClient, type HttpOutcome, type Origin } from './http-client.ts'
 export interface PushRequest {
   url: string
   body: string | Buffer
-  headers: Record<string, string>
+  /** Headers to send, each checked for line breaks (and Latin-1) before it is written. */
+  headers?: Record<string, string>
   /**
-   * The same headers as `name: value\r\n` lines, when the caller built them from values it made
-   * itself (the envelope's): used as they are, unchecked. Without it, `headers` is checked for line breaks.
+   * Header lines, `name: value\r\n` each, when the caller built them from values it made itself
+   * (the envelope's): used as they are, unchecked, in place of `headers`.
    */
   headerLines?: string
   /** Deadline for the complete answer, headers and body, ms. */
@@ -186,7 +187,7 @@ export function send(
   let lines: string
   try {
     if ('error' in target) throw new Error(target.error)
-    lines = req.headerLines ?? headerLines(req.headers)
+    lines = req.headerLines ?? headerLines(req.headers ?? {})
   } catch (err) {
     const error = 'error' in target ? target.error : describeError(err)
     queueMicrotask(() => onResult({ kind: 'network', durationMs: elapsedMs(), error }))

@@ -1,5 +1,5 @@
 /** Storage of push attempts: one row each, inserted when the push starts and updated with its outcome. */
-import { epochMsArray, numberArray } from './arrays.ts'
+import { epochMsArray, epochMsColumn, numberArray, numberColumn, textColumn } from './arrays.ts'
 import type { Queryable } from './db.ts'
 import { parseDeliveryId, type AttemptKey } from './delivery-id.ts'
 
@@ -79,20 +79,20 @@ export async function insertAttempts(q: Queryable, rows: AttemptStart[]): Promis
 
 function attemptValues(rows: AttemptStart[]): unknown[] {
   return [
-    rows.map((r) => r.id),
-    numberArray(rows.map((r) => r.groupId)),
-    numberArray(rows.map((r) => r.topicId)),
-    numberArray(rows.map((r) => r.partition)),
-    numberArray(rows.map((r) => r.offset)),
-    numberArray(rows.map((r) => r.attempt)),
-    rows.map((r) => r.consumerId),
-    epochMsArray(rows.map((r) => r.startedAt)),
-    epochMsArray(rows.map((r) => r.ackDeadline)),
-    rows.map((r) => r.outcome ?? null),
-    epochMsArray(rows.map((r) => r.finishedAt)),
-    numberArray(rows.map((r) => r.statusCode)),
-    numberArray(rows.map((r) => r.durationMs)),
-    rows.map((r) => storableText(r.error)),
+    textColumn(rows, (r) => r.id),
+    numberColumn(rows, (r) => r.groupId),
+    numberColumn(rows, (r) => r.topicId),
+    numberColumn(rows, (r) => r.partition),
+    numberColumn(rows, (r) => r.offset),
+    numberColumn(rows, (r) => r.attempt),
+    textColumn(rows, (r) => r.consumerId),
+    epochMsColumn(rows, (r) => r.startedAt),
+    epochMsColumn(rows, (r) => r.ackDeadline),
+    textColumn(rows, (r) => r.outcome),
+    epochMsColumn(rows, (r) => r.finishedAt),
+    numberColumn(rows, (r) => r.statusCode),
+    numberColumn(rows, (r) => r.durationMs),
+    textColumn(rows, (r) => storableText(r.error)),
   ]
 }
 

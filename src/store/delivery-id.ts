@@ -33,7 +33,9 @@ export function newDeliveryId(key: AttemptKey): string {
   const b = scratch
   b.writeUInt32BE(key.groupId, 0)
   b.writeUInt32BE(key.partition, 4)
-  b.writeBigUInt64BE(BigInt(key.offset), 8)
+  // As two 32-bit halves: offsets are safe integers, and a BigInt per push is an allocation for nothing.
+  b.writeUInt32BE(Math.floor(key.offset / 2 ** 32), 8)
+  b.writeUInt32BE(key.offset >>> 0, 12)
   b.writeUInt32BE(key.attempt, 16)
   if (poolUsed === pool.length) {
     randomFillSync(pool)

@@ -5,7 +5,7 @@
  * merging over what is there. Also the literals themselves.
  */
 import t from 'tap'
-import { epochMsArray, numberArray } from '../../src/store/arrays.ts'
+import { epochMsArray, numberArray, textColumn } from '../../src/store/arrays.ts'
 import { AttemptLog } from '../../src/dispatch/attempt-log.ts'
 import { insertAttempts, listAttempts, updateAttempts } from '../../src/store/deliveries.ts'
 import { newDeliveryId, parseDeliveryId } from '../../src/store/delivery-id.ts'
@@ -43,6 +43,36 @@ t.test('array literals', async (t) => {
   t.throws(() => numberArray([Infinity]), TypeError)
 })
 
+t.test('text array literals come back from PostgreSQL as they went', async (t) => {
+  const broker = await startBroker(t)
+  const values = [
+    '',
+    'NULL',
+    'null',
+    'a,b',
+    '{x}',
+    ' spaced ',
+    'q"uote',
+    'back\\slash',
+    '\\"',
+    '"',
+    'ünï\u2028😀',
+    'new\nline',
+    null,
+    undefined,
+  ]
+  const literal = textColumn(values, (v) => v)
+  const { rows } = await broker.db.pool.query<{ a: (string | null)[] }>('SELECT $1::text[] AS a', [literal])
+  t.same(
+    rows[0]!.a,
+    values.map((v) => v ?? null),
+  )
+  t.equal(
+    textColumn([], (v: string) => v),
+    '{}',
+  )
+})
+
 t.test('delivery ids carry their coordinates and 128 random bits', async (t) => {
   const key = { groupId: 7, partition: 3, offset: 2 ** 45 + 1, attempt: 4 }
   const a = newDeliveryId(key)
@@ -50,6 +80,8 @@ t.test('delivery ids carry their coordinates and 128 random bits', async (t) => 
   t.match(a, /^[A-Za-z0-9_-]{48}$/)
   t.not(a, b, 'same coordinates, different ids')
   t.same(parseDeliveryId(a), key)
+  for (const offset of [0, 2 ** 32 - 1, 2 ** 32, 2 ** 32 + 1, Number.MAX_SAFE_INTEGER])
+    t.same(parseDeliveryId(newDeliveryId({ ...key, offset })), { ...key, offset }, `offset ${offset}`)
   for (const bad of ['', 'x', a.slice(1), `${a}A`, `${a.slice(0, 47)}.`, 'd1', '\u0000'.repeat(48)])
     t.equal(parseDeliveryId(bad), null, `not ours: ${JSON.stringify(bad)}`)
 })
