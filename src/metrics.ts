@@ -5,9 +5,9 @@
  * (lag, in flight) are read at scrape time, so they cost nothing between scrapes and never go stale.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { PushSeries, type PushOutcome } from './push-metrics.ts'
 
-/** How one push ended, as the pusher classifies it. */
-export type PushOutcome = 'delivered' | 'rejected' | 'timeout' | 'network'
+export type { PushOutcome }
 
 /** One partition of one group, as the lag and in-flight gauges show it. */
 export interface PartitionStat {
@@ -52,11 +52,6 @@ const STATS_TIMEOUT_MS = 3000
 const PUSH_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 
 /** A group's push counter for one outcome, and its duration histogram. */
-interface PushSeries {
-  count: { inc(n?: number): void }
-  seconds: { observe(v: number): void }
-}
-
 /** The metrics of one broker, with typed methods for every event counted. */
 export class Metrics implements DispatchMetrics {
   /** What GET /metrics serves: these metrics plus the process's default ones. */
@@ -67,20 +62,8 @@ export class Metrics implements DispatchMetrics {
     labelNames: ['topic'] as const,
     registers: [this.registry],
   })
-  private readonly pushesTotal = new Counter({
-    name: 'hookq_pushes_total',
-    help: 'Push attempts by how they ended',
-    labelNames: ['group', 'outcome'] as const,
-    registers: [this.registry],
-  })
-  private readonly pushSeries = new Map<string, Map<PushOutcome, PushSeries>>()
-  private readonly pushSeconds = new Histogram({
-    name: 'hookq_push_duration_seconds',
-    help: 'Duration of push HTTP calls',
-    labelNames: ['group'] as const,
-    buckets: PUSH_BUCKETS_S,
-    registers: [this.registry],
-  })
+  /** hookq_pushes_total and hookq_push_duration_seconds, counted without prom-client per push (see push-metrics.ts). */
+  private readonly pushes = new PushSeries(this.registry, PUSH_BUCKETS_S)
   private readonly acksTotal = new Counter({
     name: 'hookq_acks_total',
     help: 'Delivery ids in ack, nack and extend calls, by the status answered',
@@ -220,27 +203,11 @@ export class Metrics implements DispatchMetrics {
   }
 
   pushed(group: string, outcome: PushOutcome, seconds: number, messages = 1): void {
-    const series = this.pushSeriesOf(group, outcome)
-    if (messages > 0) series.count.inc(messages)
-    series.seconds.observe(seconds)
+    this.pushes.pushed(group, outcome, seconds, messages)
   }
 
   failedInBatch(group: string, messages: number): void {
-    if (messages > 0) this.pushSeriesOf(group, 'rejected').count.inc(messages)
-  }
-
-  private pushSeriesOf(group: string, outcome: PushOutcome): PushSeries {
-    // The labelled children are kept: prom-client would otherwise hash the label values on every
-    // push (2% of the broker's CPU in bench:e2e). Kept by group, then outcome, so finding them
-    // builds no key. These series are never removed, so none goes stale.
-    let byOutcome = this.pushSeries.get(group)
-    if (!byOutcome) this.pushSeries.set(group, (byOutcome = new Map()))
-    let series = byOutcome.get(outcome)
-    if (!series) {
-      series = { count: this.pushesTotal.labels({ group, outcome }), seconds: this.pushSeconds.labels({ group }) }
-      byOutcome.set(outcome, series)
-    }
-    return series
+    this.pushes.count(group, 'rejected', messages)
   }
 
   redelivered(group: string): void {
@@ -256,7 +223,7 @@ export class Metrics implements DispatchMetrics {
   }
 
   filtered(group: string): void {
-    // Kept per group, as pushed() keeps its series: one call per filtered message.
+    // Kept per group, as the push series are: one call per filtered message.
     let series = this.filteredSeries.get(group)
     if (!series) this.filteredSeries.set(group, (series = this.filteredTotal.labels({ group })))
     series.inc()

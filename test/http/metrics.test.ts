@@ -51,9 +51,21 @@ t.test('the Metrics object: counters, histogram and scrape-time gauges in Promet
   ]
   for (const [series, value] of expected) t.equal(sample(text, series), value, series)
   t.match(text, /^process_cpu_user_seconds_total /m, 'process default metrics')
+  // The push series are counted outside prom-client and handed over at the scrape (src/push-metrics.ts).
+  t.match(text, /^# TYPE hookq_push_duration_seconds histogram$/m)
+  t.match(text, /^# TYPE hookq_pushes_total counter$/m)
+  t.equal(sample(text, 'hookq_push_duration_seconds_bucket{le="0.01",group="g"}'), 0, 'buckets are cumulative')
+  t.equal(sample(text, 'hookq_push_duration_seconds_bucket{le="0.1",group="g"}'), 1)
+  t.equal(sample(text, 'hookq_push_duration_seconds_bucket{le="0.25",group="g"}'), 2)
+  t.equal(sample(text, 'hookq_push_duration_seconds_bucket{le="+Inf",group="g"}'), 2)
+  t.ok(Math.abs(sample(text, 'hookq_push_duration_seconds_sum{group="g"}')! - 0.22) < 1e-9, 'the sum of the durations')
 
   stats = [{ group: 'h', partition: 0, lag: 1, inFlight: 1 }]
+  metrics.pushed('g', 'delivered', 0.001)
   const later = (await metrics.exposition()).text
+  t.equal(sample(later, 'hookq_pushes_total{group="g",outcome="delivered"}'), 2, 'a second scrape adds what came since, once')
+  t.equal(sample(later, 'hookq_pushes_total{group="g",outcome="rejected"}'), 1)
+  t.equal(sample(later, 'hookq_push_duration_seconds_bucket{le="0.005",group="g"}'), 1)
   t.equal(sample(later, 'hookq_lag{group="g",partition="0"}'), undefined, 'a group gone from the store is gone from the gauges')
   t.equal(sample(later, 'hookq_lag{group="h",partition="0"}'), 1)
 
