@@ -54,6 +54,8 @@
  *   BENCH_HEAP_PROF=1           sample the broker's allocations per scenario instead (bench/out/e2e-*.heapprofile):
  *                               bytes allocated per message, by function, module and nearest src/ caller
  *   BENCH_DATABASE_URL=...      server to create the bench database on (default postgres@127.0.0.1:5432)
+ *   BENCH_BROKER_NODE_OPTIONS, BENCH_BROKER_NODE_ARGS  node flags for the broker alone (the second for V8
+ *                               flags NODE_OPTIONS refuses, such as --single-threaded-gc)
  *   HOOKQ_*                     passed to the broker
  */
 import { mkdirSync } from 'node:fs'

@@ -29,8 +29,8 @@ async function freePort(): Promise<number> {
  * The arguments `npm start` gives node (package.json's start script without its leading `node`), so
  * the bench runs the broker with the same flags as users do.
  */
-function startArgs(): string[] {
-  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
+function startArgs(root: string): string[] {
+  const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }
   const [node, ...args] = pkg.scripts.start.trim().split(/\s+/)
   if (node !== 'node') throw new Error(`package.json's start script does not begin with node: ${pkg.scripts.start}`)
   return args
@@ -41,13 +41,15 @@ function startArgs(): string[] {
  * environment is passed through, so HOOKQ_* settings (HOOKQ_COMMIT_CONCURRENCY…) reach it.
  * `cpuProfDir` adds --cpu-prof: V8 writes the profile there when the process exits.
  * `env` adds to (or overrides) the environment the broker gets, HOOKQ_PROCESSES for one.
+ * `root` runs the broker of another checkout (bench/ab.ts), as its own package.json starts it.
  * `inspect` adds --inspect on a free loopback port, so that a profile can be taken over one window
  * (bench/lib/inspector.ts); resolves only once the inspector's URL is known.
  */
 export async function startBroker(
   databaseUrl: string,
-  opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number; env?: Record<string, string> },
+  opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number; env?: Record<string, string>; root?: string },
 ): Promise<BrokerProcess> {
+  const root = opts.root ?? ROOT
   const port = await freePort()
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -60,13 +62,15 @@ export async function startBroker(
   delete env.HOOKQ_API_KEYS // the load sends no Authorization header
   // Node or V8 flags for the broker alone (BENCH_BROKER_NODE_OPTIONS), to compare settings in one run.
   if (process.env.BENCH_BROKER_NODE_OPTIONS) env.NODE_OPTIONS = `${env.NODE_OPTIONS ?? ''} ${process.env.BENCH_BROKER_NODE_OPTIONS}`.trim()
-  const nodeArgs = startArgs()
+  const nodeArgs = startArgs(root)
+  // Flags NODE_OPTIONS does not take (most V8 flags: --single-threaded-gc, say), for the broker alone.
+  if (process.env.BENCH_BROKER_NODE_ARGS) nodeArgs.unshift(...process.env.BENCH_BROKER_NODE_ARGS.trim().split(/\s+/))
   if (opts.cpuProfDir !== undefined) {
-    mkdirSync(join(ROOT, opts.cpuProfDir), { recursive: true })
+    mkdirSync(join(root, opts.cpuProfDir), { recursive: true })
     nodeArgs.unshift('--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir)
   }
   if (opts.inspect) nodeArgs.unshift('--inspect=127.0.0.1:0')
-  const child = track(spawn(process.execPath, nodeArgs, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] }))
+  const child = track(spawn(process.execPath, nodeArgs, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] }))
   let out = ''
   const keep = (d: Buffer) => {
     out = (out + d.toString()).slice(-8000)

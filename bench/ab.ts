@@ -1,0 +1,191 @@
+/**
+ * This checkout's broker against another checkout's, in turns, on the same load
+ * (`BENCH_AB_BASE=<dir> npm run bench:ab`): the broker's and PostgreSQL's CPU per message of each,
+ * and their ratio, measured pair by pair.
+ *
+ * Why turns of a few seconds: these machines drift (the same code ran 1.4x slower for minutes at a
+ * time), so two runs of bench:e2e minutes apart cannot resolve a change of 10%. Here both brokers
+ * run all along, each on a database of its own with a webhook receiver of its own
+ * (bench/e2e-receiver.ts), and the rounds alternate A B B A ... with each measured window a few
+ * seconds long, so a drift lands on both sides alike. The ratio is taken within each pair of
+ * adjacent windows and reported as the median of those ratios.
+ *
+ * A round of one side: a fresh topic and group (8 partitions, ackMode auto, single pushes), then
+ *   drain  BENCH_AB_MESSAGES produced to the group paused; measured from its unpause to the last
+ *          completion: the push path alone
+ *   auto   the group pushing while BENCH_AB_MESSAGES are produced (batches of 100, 4 producers);
+ *          measured from the first produce call to the last completion: produce and push
+ *
+ * The base is any directory holding a hookq checkout with its node_modules (a git worktree of
+ * another commit, with node_modules linked and `npm run db:generate` run). Its broker starts as its
+ * package.json says, like this one's.
+ *
+ * Environment (all optional but the base):
+ *   BENCH_AB_BASE=<dir>          the other checkout (required)
+ *   BENCH_AB_SCENARIO=drain      drain | auto
+ *   BENCH_AB_ROUNDS=6            rounds per side (measured)
+ *   BENCH_AB_WARMUP=2            rounds per side before them, not counted (JIT, pools, caches)
+ *   BENCH_AB_MESSAGES=20000      messages per round
+ *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200
+ *   BENCH_DATABASE_URL=...       server for both databases (default postgres@127.0.0.1:5432)
+ */
+import { existsSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { type BrokerProcess, brokerApi, startBroker, stopBroker } from './lib/broker.ts'
+import { ROOT } from './lib/child.ts'
+import { type BenchDatabase, createBenchDatabase } from './lib/db.ts'
+import { envInt } from './lib/env.ts'
+import { type IpcWorker, startIpcWorker } from './lib/ipc.ts'
+import { cpuSince, cpuSnapshot } from './lib/proc.ts'
+import { atCleanup, cleanUpOnInterrupt, runBench } from './lib/run.ts'
+
+const BASE = process.env.BENCH_AB_BASE ? resolve(process.env.BENCH_AB_BASE) : ''
+const SCENARIO = process.env.BENCH_AB_SCENARIO || 'drain'
+const ROUNDS = envInt('BENCH_AB_ROUNDS', 6)
+const WARMUP = envInt('BENCH_AB_WARMUP', 2)
+const MESSAGES = envInt('BENCH_AB_MESSAGES', 20_000)
+const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
+const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
+const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
+/** Cap on one measured window; a round that takes longer fails the run (something is wrong). */
+const ROUND_SECONDS = 120
+
+/** What bench/e2e-load.ts's `bulk` answers (the part used here). */
+interface BulkResult {
+  produced: number
+}
+
+interface Side {
+  name: 'base' | 'this'
+  db: BenchDatabase
+  broker: BrokerProcess
+  receiver: IpcWorker
+  receiverUrl: string
+}
+
+interface Measured {
+  side: Side['name']
+  round: number
+  brokerUs: number
+  postgresUs: number
+  perS: number
+  otherPct: number
+}
+
+async function startSide(name: Side['name'], root: string): Promise<Side> {
+  const db = await createBenchDatabase(SERVER_URL)
+  atCleanup(() => db.drop())
+  const broker = await startBroker(db.url, { timeoutMs: 90_000, root })
+  atCleanup(() => stopBroker(broker))
+  const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: broker.url }, 30_000)
+  return { name, db, broker, receiver, receiverUrl: `http://127.0.0.1:${receiver.ready.port as number}` }
+}
+
+async function completed(side: Side, group: string): Promise<number> {
+  const s = await brokerApi<{ partitions: { committedOffset: number }[] }>(side.broker.url, 'GET', `/v1/groups/${group}`)
+  return s.partitions.reduce((n, p) => n + p.committedOffset, 0)
+}
+
+/** One round of one side: its CPU per message over the measured window. */
+async function round(side: Side, load: IpcWorker, n: number): Promise<Measured> {
+  const name = `ab-${SCENARIO}-${n}`
+  const api = (method: string, path: string, body?: unknown) => brokerApi(side.broker.url, method, path, body)
+  const group = { topic: name, ackMode: 'auto', maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000 }
+  await api('PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
+  await api('PUT', `/v1/groups/${name}`, { ...group, paused: SCENARIO === 'drain' })
+  await api('POST', `/v1/groups/${name}/consumers`, { url: `${side.receiverUrl}/p/${name}` })
+  await side.receiver.call('scenario', { name, mode: 'count', expect: MESSAGES, group: name }, 5000)
+  const produce = () =>
+    load.call<BulkResult>(
+      'bulk',
+      { url: `${side.broker.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: 100, concurrency: 4, maxSeconds: ROUND_SECONDS },
+      (ROUND_SECONDS + 60) * 1000,
+    )
+  if (SCENARIO === 'drain') {
+    const r = await produce()
+    if (r.produced < MESSAGES) throw new Error(`${side.name}: produced ${r.produced} of ${MESSAGES}`)
+  }
+  await sleep(300) // the group's start-up reads, the produce answers' aftermath
+  const done = side.receiver.next<{ at: number }>('done', ROUND_SECONDS * 1000)
+  const c0 = cpuSnapshot(side.broker.pid)
+  if (SCENARIO === 'drain') await api('PUT', `/v1/groups/${name}`, { ...group, paused: false })
+  else await produce()
+  await done
+  // Pushed is not completed: the completion of the last pushes follows their answers.
+  for (let i = 0; (await completed(side, name)) < MESSAGES; i++) {
+    if (i > 10_000) throw new Error(`${side.name}: round ${n} did not complete`)
+    await sleep(5)
+  }
+  const w = cpuSince(c0, side.broker.pid)
+  await api('PUT', `/v1/groups/${name}`, { ...group, paused: true })
+  const us = (pct: number) => (pct / 100) * w.seconds * 1e6
+  return {
+    side: side.name,
+    round: n,
+    brokerUs: us(w.brokerPct) / MESSAGES,
+    postgresUs: us(w.postgresPct) / MESSAGES,
+    perS: MESSAGES / w.seconds,
+    // The host's busy CPU beyond the broker, PostgreSQL and this process: the receiver, the load, other tenants.
+    otherPct: w.hostPct * w.cores - w.brokerPct - w.postgresPct - w.selfPct,
+  }
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b)
+  const m = s.length >> 1
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2
+}
+
+async function main(): Promise<void> {
+  if (!BASE) throw new Error('BENCH_AB_BASE must name the other checkout (a directory with package.json and node_modules)')
+  if (!existsSync(join(BASE, 'package.json')) || !existsSync(join(BASE, 'node_modules')))
+    throw new Error(`${BASE} holds no checkout with node_modules`)
+  if (SCENARIO !== 'drain' && SCENARIO !== 'auto') throw new Error(`BENCH_AB_SCENARIO is drain or auto, not ${SCENARIO}`)
+  const base = await startSide('base', BASE)
+  const self = await startSide('this', ROOT)
+  const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
+  console.log(
+    `bench:ab ${SCENARIO}: base ${BASE} (pid ${base.broker.pid}) against this checkout ${ROOT} (pid ${self.broker.pid}); ` +
+      `${ROUNDS} rounds each of ${MESSAGES.toLocaleString('en-US')} messages, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}`,
+  )
+  // Warm-up rounds, not counted: the JIT, connection pools, the tables' first pages.
+  for (let n = 1; n <= WARMUP; n++) for (const side of [base, self]) await round(side, load, -n)
+  const rows: Measured[] = []
+  const line = (m: Measured) =>
+    `${m.side.padEnd(4)} round ${String(m.round).padStart(2)}: broker ${m.brokerUs.toFixed(1).padStart(6)} us/msg, ` +
+    `PostgreSQL ${m.postgresUs.toFixed(1).padStart(5)} us/msg, ${Math.round(m.perS).toLocaleString('en-US').padStart(7)} msg/s, other CPU ${m.otherPct.toFixed(0)}%`
+  for (let n = 1; n <= ROUNDS; n++) {
+    // A B, then B A: neither side always goes first.
+    const order = n % 2 === 1 ? [base, self] : [self, base]
+    for (const side of order) {
+      const m = await round(side, load, n)
+      rows.push(m)
+      console.log(line(m))
+    }
+  }
+  const of = (side: Side['name'], pick: (m: Measured) => number) => rows.filter((m) => m.side === side).map(pick)
+  const ratios = (pick: (m: Measured) => number) => {
+    const a = of('base', pick)
+    return of('this', pick).map((b, i) => b / a[i]!)
+  }
+  const fmt = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(', ')
+  console.log('\nmedians (each side) and the median of the per-round ratios this / base:')
+  for (const [what, pick] of [
+    ['broker us/msg', (m: Measured) => m.brokerUs],
+    ['PostgreSQL us/msg', (m: Measured) => m.postgresUs],
+    ['msg/s', (m: Measured) => m.perS],
+  ] as const) {
+    console.log(
+      `  ${what.padEnd(18)} base ${median(of('base', pick)).toFixed(1).padStart(8)}  this ${median(of('this', pick)).toFixed(1).padStart(8)}  ` +
+        `ratio ${median(ratios(pick)).toFixed(3)} (rounds: ${ratios(pick)
+          .map((r) => r.toFixed(2))
+          .join(', ')})`,
+    )
+  }
+  console.log(`  broker us/msg per round: base ${fmt(of('base', (m) => m.brokerUs))}; this ${fmt(of('this', (m) => m.brokerUs))}`)
+  await Promise.all([base.receiver.stop(), self.receiver.stop(), load.stop()])
+}
+
+cleanUpOnInterrupt('both brokers, the receivers and the load')
+await runBench(main)
