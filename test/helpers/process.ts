@@ -1,12 +1,28 @@
 /**
- * The real broker as a child process, for tests about processes: src/server.ts bundled by esbuild
- * (server-bundle.ts says why), run by node with source maps so stacks name the source files.
+ * The real broker as a child process, for tests about processes, started as `npm start` starts it:
+ * node with package.json's start flags running scripts/start.mjs, which runs the bundle of src/
+ * (scripts/server-bundle.mjs says why) with source maps, so stacks name the source files.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
-import { serverBundle } from './server-bundle.ts'
+import { serverBundle } from '../../scripts/server-bundle.mjs'
 
 const root = fileURLToPath(new URL('../../', import.meta.url))
+
+/** node's arguments in `npm start` (package.json's start script without its leading `node`). */
+const START_ARGS = (() => {
+  const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } }
+  const [node, ...args] = scripts.start.trim().split(/\s+/)
+  if (node !== 'node') throw new Error(`package.json's start script does not begin with node: ${scripts.start}`)
+  return args
+})()
+
+/** The arguments of a broker process: the bundle is built here first, once, not by each process at once. */
+async function brokerArgs(): Promise<string[]> {
+  await serverBundle()
+  return [...EXIT_WITH_PARENT, ...START_ARGS]
+}
 
 /** node's flags for a process a test starts: it ends itself once the test's process is gone (exit-with-parent.mjs). */
 export const EXIT_WITH_PARENT = ['--import', new URL('./exit-with-parent.mjs', import.meta.url).href]
@@ -58,7 +74,7 @@ export function brokerSpawner(t: { teardown(fn: () => unknown): void }, env: Rec
 
 /** Starts the broker with `env` on a free port without waiting for it to listen (for tests of start-up). */
 export async function launchBroker(env: Record<string, string>): Promise<Omit<BrokerProcess, 'url'>> {
-  const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--enable-source-maps', await serverBundle()], {
+  const child = spawn(process.execPath, await brokerArgs(), {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -76,7 +92,7 @@ export async function launchBroker(env: Record<string, string>): Promise<Omit<Br
 
 /** Runs the broker to completion (for start-up failures); resolves with its exit code and output. */
 export async function runBrokerToExit(env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | string; output: string }> {
-  const child = spawn(process.execPath, [...EXIT_WITH_PARENT, '--enable-source-maps', await serverBundle()], {
+  const child = spawn(process.execPath, await brokerArgs(), {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
