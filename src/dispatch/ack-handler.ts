@@ -13,7 +13,6 @@ import { findAttempts } from '../store/deliveries.ts'
 import type { Database } from '../store/db.ts'
 import { parseDeliveryId } from '../store/delivery-id.ts'
 import type { AttemptLog } from './attempt-log.ts'
-import type { DeliveryIndex } from './delivery-index.ts'
 import type { ProgressWriter } from './progress.ts'
 import type { PushFlow } from './push-flow.ts'
 import type { Schedule } from './schedule.ts'
@@ -32,7 +31,6 @@ export type AckResult = { deliveryId: string; status: AckStatus }
 export interface AckHandlerDeps {
   db: Database
   attempts: AttemptLog
-  deliveries: DeliveryIndex
   progress: ProgressWriter
   flow: PushFlow
   schedule: Schedule
@@ -150,7 +148,7 @@ export class AckHandler {
    * partition); `moved` when its partition is not pushed here (another process owns it, or it is
    * being handed over): its owner answers for it.
    *
-   * An id of an outstanding message is in memory. Any other (its message completed, or the id was
+   * An id of an outstanding message is in memory, with the message its coordinates name. Any other (its message completed, or the id was
    * issued before a restart or by another process) names its partition, and its attempt row says
    * whether it was issued: the row is still in this process's attempt log, or in the table, where
    * the ids of one call are looked up in one statement. A completed message's id thus answers
@@ -160,18 +158,18 @@ export class AckHandler {
     const out: (Location | null | 'moved')[] = new Array(ids.length).fill(null)
     const lookUp: { i: number; w: PartitionState }[] = []
     for (const [i, id] of ids.entries()) {
-      // Ids in memory are of partitions owned here: dropping a partition forgets its ids.
-      const known = this.deps.deliveries.find(id)
-      if (known) {
-        out[i] = known.g !== g ? null : known.w.releasing ? 'moved' : known
-        continue
-      }
       const key = parseDeliveryId(id)
       if (!key || key.groupId !== g.row.id || key.partition >= g.topic.partitions) continue
       // One not pushed here is its owner's to answer, whether or not its row is written yet.
       const w = g.parts.get(key.partition)
       if (!w || w.releasing) {
         out[i] = 'moved'
+        continue
+      }
+      // An outstanding message knows the ids issued for it (a partition replaced by a seek starts
+      // with none): no index of ids to keep up at every push.
+      if (w.outstanding.get(key.offset)?.ids.includes(id)) {
+        out[i] = { w, offset: key.offset }
         continue
       }
       const row = this.deps.attempts.pending(id)

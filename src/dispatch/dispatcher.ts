@@ -9,7 +9,6 @@
  *   progress.ts           completions and push reservations, written together, fenced by epoch
  *   schedule.ts           ack deadlines (tracker.ts, by delivery id) and waits (waits.ts), one timer
  *   consumer-windows.ts   each consumer's push window (push-window.ts), its fixed limits and who waits for them
- *   delivery-index.ts     delivery ids issued here for messages still outstanding
  *   attempt-log.ts        the attempt rows, written in batches
  *   health.ts             each consumer's successes and failures, for the group status
  *   filter.ts             the group's filter, compiled
@@ -34,7 +33,6 @@ import { AckHandler, type AckResult } from './ack-handler.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { ConsumerWindows } from './consumer-windows.ts'
 import { HealthRecorder } from './health.ts'
-import { DeliveryIndex } from './delivery-index.ts'
 import { PendingDisables } from './pending-disables.ts'
 import { PartitionReader } from './partition-reader.ts'
 import { filterOf, newGroupRuntime, newPartitionState, policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
@@ -90,7 +88,6 @@ export class Dispatcher {
   constructor(private readonly deps: DispatcherDeps) {
     const now = deps.now ?? Date.now
     const timers = deps.timers ?? nodeTimers
-    const deliveries = new DeliveryIndex()
     this.health = new HealthRecorder({ db: deps.db, now, timers, log: deps.log })
     this.windows = new ConsumerWindows({
       ...(deps.pushWindow ? { options: deps.pushWindow } : {}),
@@ -122,7 +119,6 @@ export class Dispatcher {
       timers,
       schedule: this.schedule,
       windows: this.windows,
-      deliveries,
       progress: this.progress,
       reader: this.reader,
       group: (id) => this.groupsById.get(id),
@@ -134,7 +130,6 @@ export class Dispatcher {
     this.acks = new AckHandler({
       db: deps.db,
       attempts: deps.attempts,
-      deliveries,
       progress: this.progress,
       flow: this.flow,
       schedule: this.schedule,

@@ -31,7 +31,6 @@ import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { assignPartitions } from './consumer-assignment.ts'
 import type { ConsumerWindows } from './consumer-windows.ts'
-import type { DeliveryIndex } from './delivery-index.ts'
 import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type PushTarget } from './envelope.ts'
 import { Batches, type BatchEntry } from './batches.ts'
 import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
@@ -72,7 +71,6 @@ export interface PushFlowDeps {
   timers: Timers
   schedule: Schedule
   windows: ConsumerWindows
-  deliveries: DeliveryIndex
   progress: ProgressWriter
   reader: PartitionReader
   /** The runtime of a group loaded here, by id. */
@@ -296,7 +294,6 @@ export class PushFlow {
     const deadlineMs = nowMs + g.row.ackTimeoutMs
     o.ids.push(id)
     o.open.push(id)
-    this.deps.deliveries.issue(id, { g, w, offset: o.msg.offset })
     setState(w, o, 'in_flight')
     o.current = id
     // In auto mode the answer settles the attempt; a deadline is needed only if it can pass before the push's timeout.
@@ -352,7 +349,6 @@ export class PushFlow {
           o.attempts--
           o.ids.pop()
           closeAttempt(o, id)
-          this.deps.deliveries.forget([id])
           this.wait(g, w, o, 'retry', this.deps.now() + 1000)
         },
       )
@@ -687,7 +683,6 @@ export class PushFlow {
       this.cancel(o)
       setState(req.w, o, 'completing')
       this.forget(req.g, req.w, o)
-      this.deps.deliveries.forget(o.ids)
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
       for (const id of o.open) {
@@ -770,7 +765,6 @@ export class PushFlow {
   /** Forgets an outstanding message (its partition moved, its group changed): its open attempts end as failed. */
   abandon(o: Outstanding, reason: string): void {
     this.cancel(o)
-    this.deps.deliveries.forget(o.ids)
     const finishedAt = new Date(this.deps.now())
     for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAt, error: reason })
     o.open.length = 0
