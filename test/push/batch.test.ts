@@ -104,6 +104,8 @@ t.test('batches of up to maxMessages, in offset order, signed over the batch; ev
   t.ok(receiver.requests.length < 95, `fewer POSTs than messages (${receiver.requests.length})`)
   const metrics = (await broker.app.inject({ method: 'GET', url: '/metrics' })).body
   t.match(metrics, /hookq_batch_size_count\{group="b1-g"\} [1-9]/)
+  // The listing writes this broker's finished attempts first (they wait up to 20 ms for company).
+  await call('GET', '/v1/groups/b1-g/deliveries?limit=1')
   const rows = await sql(`SELECT count(*)::int AS n, count(DISTINCT d."offset")::int AS messages FROM deliveries d
     JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = 'b1-g' AND d.outcome = 'acked'`)
   t.same(rows[0], { n: 95, messages: 95 }, 'one attempt row per message, acked')
