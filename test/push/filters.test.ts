@@ -20,7 +20,9 @@ const attemptRows = async (group: string) => {
   // Finished attempts wait up to 20 ms for company before they are written; the listing writes
   // this broker's first (OperationsService.deliveries), so the table is complete after it.
   await call('GET', `/v1/groups/${group}/deliveries?limit=1`)
-  return Number((await sql('SELECT count(*) AS n FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1', [group]))[0].n)
+  return Number(
+    (await sql('SELECT count(*) AS n FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1', [group]))[0].n,
+  )
 }
 
 t.test('a bad filter is refused naming the member, and changes nothing', async (t) => {
