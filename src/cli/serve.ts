@@ -1,9 +1,12 @@
 /**
- * `hookq serve`: start the broker exactly as `npm start` does, by loading src/server.ts (which
- * reads its configuration from the environment, listens, and handles SIGTERM/SIGINT). The flags
+ * `hookq serve`: start the broker exactly as `npm start` does, by loading the bundle of
+ * src/server.ts (scripts/server-bundle.mjs; the source itself where it cannot be built), which
+ * reads its configuration from the environment, listens, and handles SIGTERM/SIGINT. The flags
  * only set the environment variables the configuration reads, so flags and variables mean the same.
  */
+import { pathToFileURL } from 'node:url'
 import type { Command } from 'commander'
+import { serverBundle } from '../../scripts/server-bundle.mjs'
 import { wholeNumber } from './args.ts'
 
 interface ServeOptions {
@@ -28,7 +31,13 @@ export function registerServe(program: Command): void {
       if (opts.host !== undefined) process.env.HOST = opts.host
       if (opts.dataDir !== undefined) process.env.HOOKQ_DATA_DIR = opts.dataDir
       if (opts.logLevel !== undefined) process.env.LOG_LEVEL = opts.logLevel
+      // Stack traces name the .ts files, as under npm start's --enable-source-maps.
+      process.setSourceMapsEnabled(true)
+      const bundle = await serverBundle().catch((err: unknown) => {
+        console.error(`hookq: running src/ through tsx, as the bundle could not be built: ${err instanceof Error ? err.message : err}`)
+        return undefined
+      })
       // server.ts starts everything at import and owns the process from then on (signals, exit codes).
-      await import('../server.ts')
+      await import(bundle ? pathToFileURL(bundle).href : '../server.ts')
     })
 }
