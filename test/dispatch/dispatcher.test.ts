@@ -309,6 +309,39 @@ t.test('auto mode: an ack of a delivery id whose message the answer completed is
   )
 })
 
+t.test(
+  'explicit mode: an id of the message in flight with other random bits is unknown and changes nothing; its own id acks it',
+  async (t) => {
+    const s = await setup(t, 'forged', { ackTimeoutMs: 30_000 })
+    await s.produce(['a'])
+    const first = await s.pushed(1)
+    // The coordinates of the outstanding message, but not an id it was issued.
+    const raw = Buffer.from(first.deliveryId, 'base64url')
+    raw[30] = raw[30]! ^ 0x01
+    const forged = raw.toString('base64url')
+    t.same(
+      (await s.dispatcher.ack('forged', [forged])).map((r) => r.status),
+      ['unknown'],
+    )
+    t.same(
+      (await s.dispatcher.nack('forged', [forged], 0, false)).map((r) => r.status),
+      ['unknown'],
+    )
+    t.same(
+      (await s.dispatcher.extend('forged', [forged], 60_000)).map((r) => r.status),
+      ['unknown'],
+    )
+    t.equal(s.dispatcher.inFlight(s.groupId, 0), 1, 'still in flight')
+    t.equal(await s.committed(), 0, 'not completed')
+    t.same(
+      (await s.dispatcher.ack('forged', [first.deliveryId])).map((r) => r.status),
+      ['acked'],
+    )
+    t.equal(await s.committed(), 1)
+    t.same(s.errors, [], 'no step failed')
+  },
+)
+
 t.test('410 Gone: a reload that read the consumers before the disable was written does not enable it again', async (t) => {
   // The disable's write waits until the test lets it go: the reload below reads the consumer as enabled.
   let letWrite!: () => void
