@@ -211,7 +211,9 @@ export class ProgressWriter {
       }
       const to = p.write.committedOffset
       if (to !== null && to > w.committed) {
-        for (const o of w.completed) if (o < to) w.completed.delete(o)
+        // Whichever is shorter: the offsets passed, or the set (it can hold offsets far ahead).
+        if (to - w.committed <= w.completed.size) for (let o = w.committed; o < to; o++) w.completed.delete(o)
+        else for (const o of w.completed) if (o < to) w.completed.delete(o)
         w.committed = to
         w.gaps = w.gaps.filter(([, end]) => end > w.committed)
       }

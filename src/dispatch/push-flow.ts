@@ -27,6 +27,7 @@ import type { DispatchMessage } from '../store/consumption.ts'
 import type { Database } from '../store/db.ts'
 import type { TopicRow } from '../store/topics.ts'
 import { newDeliveryId } from '../store/delivery-id.ts'
+import type { AttemptStart } from '../store/deliveries.ts'
 import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { assignPartitions } from './consumer-assignment.ts'
@@ -300,7 +301,9 @@ export class PushFlow {
     if (g.row.ackMode === 'explicit' || g.row.ackTimeoutMs < g.row.pushTimeoutMs) {
       o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs)
     }
-    const row = {
+    // Every field from the start, the ones the outcome fills in too: a field added to an object
+    // later changes its shape (a new hidden class, a larger backing store), at each push.
+    const row: AttemptStart = {
       id,
       groupId: g.row.id,
       topicId: g.topic.id,
@@ -310,6 +313,11 @@ export class PushFlow {
       consumerId: owner.id,
       startedAt: new Date(nowMs),
       ackDeadline: new Date(deadlineMs),
+      outcome: undefined,
+      finishedAt: undefined,
+      statusCode: undefined,
+      durationMs: undefined,
+      error: undefined,
     }
     // The window's slot is taken now, while it is known to be free; settle (or giveBack) returns it.
     this.deps.windows.started(win)
