@@ -148,10 +148,10 @@ export class AckHandler {
    * partition); `moved` when its partition is not pushed here (another process owns it, or it is
    * being handed over): its owner answers for it.
    *
-   * An id of an outstanding message is in memory, with the message its coordinates name. Any other (its message completed, or the id was
-   * issued before a restart or by another process) names its partition, and its attempt row says
-   * whether it was issued: the row is still in this process's attempt log, or in the table, where
-   * the ids of one call are looked up in one statement. A completed message's id thus answers
+   * An id of an outstanding message is in memory, with the message its coordinates name. Any other
+   * (its message completed, or the id was issued before a restart or by another process) names its
+   * partition, and its attempt row says whether it was issued: the row is still in this process's
+   * attempt log, or in the table, where the ids of one call are looked up in one statement. A completed message's id thus answers
    * `already_completed` (its offset is below the committed one), however long ago it was pushed.
    */
   private async locate(g: GroupRuntime, ids: string[]): Promise<(Location | null | 'moved')[]> {
