@@ -3,10 +3,12 @@
  * package, project file, Node internal). Self time, not total: it points at where the CPU goes.
  */
 import { readFileSync } from 'node:fs'
+import { SourceMap } from 'node:module'
+import { dirname, resolve } from 'node:path'
 
 interface ProfileNode {
   id: number
-  callFrame: { functionName: string; url: string; lineNumber: number }
+  callFrame: { functionName: string; url: string; lineNumber: number; columnNumber: number }
   children?: number[]
 }
 interface Profile {
@@ -29,23 +31,57 @@ export interface ProfileSummary {
   byModule: Row[]
 }
 
-/** Where a script lives, short: npm package (and file in it), project-relative path or node: module. */
-export function locate(url: string, functionName: string): { module: string; file: string } {
+/**
+ * Source maps of bundled scripts, by path (null: none). `npm start` runs the broker from an esbuild
+ * bundle (scripts/server-bundle.mjs) whose map leads each position back to its file under src/.
+ */
+const maps = new Map<string, SourceMap | null>()
+function sourceMapOf(path: string): SourceMap | null {
+  let map = maps.get(path)
+  if (map === undefined) {
+    try {
+      map = new SourceMap(JSON.parse(readFileSync(`${path}.map`, 'utf8')))
+    } catch {
+      map = null
+    }
+    maps.set(path, map)
+  }
+  return map
+}
+
+/**
+ * Where a script lives, short: npm package (and file in it), project-relative path or node: module;
+ * and the line (1-based). A position in the broker's bundle is mapped back to its source file.
+ */
+export function locate(
+  url: string,
+  functionName: string,
+  lineNumber = -1,
+  columnNumber = -1,
+): { module: string; file: string; line: number } {
   if (url === '') {
     const module = functionName.startsWith('(') ? functionName : '(native)'
-    return { module, file: module }
+    return { module, file: module, line: 0 }
   }
-  const path = url.replace(/^file:\/\//, '')
+  let path = url.replace(/^file:\/\//, '')
+  let line = lineNumber + 1
+  if (path.includes('/node_modules/.cache/hookq/') && lineNumber >= 0) {
+    const entry = sourceMapOf(path)?.findEntry(lineNumber, Math.max(0, columnNumber))
+    if (entry && 'originalSource' in entry && entry.originalSource) {
+      path = resolve(dirname(path), entry.originalSource.replace(/^file:\/\//, ''))
+      line = entry.originalLine + 1
+    }
+  }
   const nm = path.lastIndexOf('/node_modules/')
   if (nm >= 0) {
     const file = path.slice(nm + '/node_modules/'.length)
     const parts = file.split('/')
-    return { module: parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!, file }
+    return { module: parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!, file, line }
   }
-  if (path.startsWith('node:')) return { module: path, file: path }
+  if (path.startsWith('node:')) return { module: path, file: path, line }
   const src = path.search(/\/(src|bench|test|scripts)\//)
   const file = src >= 0 ? path.slice(src + 1) : path
-  return { module: file, file }
+  return { module: file, file, line }
 }
 
 export function summarizeProfile(file: string): ProfileSummary {
@@ -62,15 +98,15 @@ export function summarizeProfile(file: string): ProfileSummary {
   let busyUs = 0
   let idleUs = 0
   for (const [id, us] of selfUs) {
-    const { functionName, url, lineNumber } = nodes.get(id)!.callFrame
+    const { functionName, url, lineNumber, columnNumber } = nodes.get(id)!.callFrame
     if (functionName === '(idle)') {
       idleUs += us
       continue
     }
     busyUs += us
-    const { module, file } = locate(url, functionName)
-    // Line numbers of project .ts files are those of tsx's output, not of the source.
-    const fn = url === '' ? functionName || '(anonymous)' : `${functionName || '(anonymous)'}  ${file}:${lineNumber + 1}`
+    const { module, file, line } = locate(url, functionName, lineNumber, columnNumber)
+    // Under tsx, line numbers of project .ts files are those of tsx's output, not of the source.
+    const fn = url === '' ? functionName || '(anonymous)' : `${functionName || '(anonymous)'}  ${file}:${line}`
     byFunction.set(fn, (byFunction.get(fn) ?? 0) + us)
     byModule.set(module, (byModule.get(module) ?? 0) + us)
   }
@@ -105,9 +141,9 @@ export function inclusiveTimes(file: string, include: (file: string) => boolean)
   const key = (id: number): string | null => {
     let k = keyOf.get(id)
     if (k !== undefined) return k
-    const { functionName, url, lineNumber } = nodes.get(id)!.callFrame
-    const { file: f } = locate(url, functionName)
-    k = url !== '' && include(f) ? `${functionName || '(anonymous)'}  ${f}:${lineNumber + 1}` : null
+    const { functionName, url, lineNumber, columnNumber } = nodes.get(id)!.callFrame
+    const { file: f, line } = locate(url, functionName, lineNumber, columnNumber)
+    k = url !== '' && include(f) ? `${functionName || '(anonymous)'}  ${f}:${line}` : null
     keyOf.set(id, k)
     return k
   }

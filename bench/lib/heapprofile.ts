@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs'
 import { locate } from './cpuprofile.ts'
 
 interface HeapNode {
-  callFrame: { functionName: string; url: string; lineNumber: number }
+  callFrame: { functionName: string; url: string; lineNumber: number; columnNumber: number }
   selfSize: number
   children: HeapNode[]
 }
@@ -31,10 +31,9 @@ export function summarizeAllocations(file: string, messages: number): Allocation
   let total = 0
   const add = (m: Map<string, number>, k: string, n: number) => m.set(k, (m.get(k) ?? 0) + n)
   const walk = (node: HeapNode, srcCaller: string) => {
-    const { functionName, url, lineNumber } = node.callFrame
-    const { module, file } = locate(url, functionName)
-    // Line numbers of project .ts files are those of tsx's output, not of the source.
-    const name = url === '' ? functionName || '(anonymous)' : `${functionName || '(anonymous)'}  ${file}:${lineNumber + 1}`
+    const { functionName, url, lineNumber, columnNumber } = node.callFrame
+    const { module, file, line } = locate(url, functionName, lineNumber, columnNumber)
+    const name = url === '' ? functionName || '(anonymous)' : `${functionName || '(anonymous)'}  ${file}:${line}`
     const caller = file.startsWith('src/') ? name : srcCaller
     if (node.selfSize > 0) {
       total += node.selfSize
