@@ -29,7 +29,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { PGlite } from '@electric-sql/pglite'
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket'
 
-/** How long a second connection waits for the first to close before it is refused. */
+/** How long a second connection waits for the first to close before it is refused (default). */
 const ADMIT_WAIT_MS = 10_000
 /** Sockets accepted at once (one served, the rest waiting); Node refuses the ones beyond. */
 const MAX_WAITING_SOCKETS = 64
@@ -48,7 +48,12 @@ export interface EmbeddedDatabase {
  * Opens PGlite on `dataDir` (created if missing; `'memory'` keeps everything in memory, for tests)
  * and serves it on 127.0.0.1 on a free port. Refuses a data directory another process has open.
  */
-export async function startEmbedded(opts: { dataDir: string | 'memory'; log?: (msg: string) => void }): Promise<EmbeddedDatabase> {
+export async function startEmbedded(opts: {
+  dataDir: string | 'memory'
+  log?: (msg: string) => void
+  /** How long a connection waits for the one being served to close, ms (default ADMIT_WAIT_MS). */
+  admitWaitMs?: number
+}): Promise<EmbeddedDatabase> {
   const log = opts.log ?? (() => {})
   const startedMs = performance.now()
   let db: PGlite
@@ -64,7 +69,7 @@ export async function startEmbedded(opts: { dataDir: string | 'memory'; log?: (m
     })
   }
   const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: MAX_WAITING_SOCKETS })
-  admitOneAtATime(server, db)
+  admitOneAtATime(server, db, opts.admitWaitMs ?? ADMIT_WAIT_MS)
   try {
     await server.start()
   } catch (err) {
@@ -102,7 +107,7 @@ export async function startEmbedded(opts: { dataDir: string | 'memory'; log?: (m
 // refused attempt row stopped the attempt log), its advisory locks, LISTENs and settings.
 // pglite-socket rolls back a transaction left open; before the next socket is served the session
 // is reset as a new one would be (DISCARD ALL, what connection poolers run between clients).
-function admitOneAtATime(server: PGLiteSocketServer, db: PGlite): void {
+function admitOneAtATime(server: PGLiteSocketServer, db: PGlite, admitWaitMs: number): void {
   const internals = server as unknown as { handleConnection(socket: Socket): Promise<void> }
   const admit = internals.handleConnection.bind(server)
   // Sockets are let in one at a time, in arrival order: the reset below awaits, and a second waiter
@@ -115,7 +120,7 @@ function admitOneAtATime(server: PGLiteSocketServer, db: PGlite): void {
     return turn
   }
   const admitWhenFree = async (socket: Socket) => {
-    const deadline = Date.now() + ADMIT_WAIT_MS
+    const deadline = Date.now() + admitWaitMs
     while (server.getStats().activeConnections > 0) {
       if (socket.destroyed) return // the client gave up waiting
       if (Date.now() > deadline) {
