@@ -115,12 +115,13 @@ t.test('nack without delayMs: pushed again after the backoff; it counts toward m
   )
   // Nothing is outstanding, so nothing can be pushed again: no third attempt.
   t.equal(receiver.requests.length, 2, 'no third attempt')
-  // The nack writes "nacked" at once; the dead-lettering then marks the last attempt "dead" (the
-  // attempt log writes within its flush delay, so that row may trail the completion a little).
+  // The second attempt ends "dead" (the nack found maxDeliveries reached). The attempt log writes
+  // within its flush delay, so the row may still read "in_flight" or "nacked" for a moment after the
+  // completion: wait for an outcome that is final.
   const rows = await waitUntil(
     async () => {
       const r = await attemptRows('nb-g')
-      return r.length === 2 && r[1].outcome !== 'nacked' ? r : undefined
+      return r.length === 2 && !['in_flight', 'nacked'].includes(r[1].outcome) ? r : undefined
     },
     5000,
     "the second attempt's final outcome",
