@@ -56,6 +56,7 @@
  *   BENCH_DATABASE_URL=...      server to create the bench database on (default postgres@127.0.0.1:5432)
  *   BENCH_BROKER_NODE_OPTIONS, BENCH_BROKER_NODE_ARGS  node flags for the broker alone (the second for V8
  *                               flags NODE_OPTIONS refuses, such as --single-threaded-gc)
+ *   BENCH_BROKER_LOG=<file>     append all the broker prints to the file (with BENCH_BROKER_NODE_ARGS=--trace-gc, say)
  *   HOOKQ_*                     passed to the broker
  */
 import { mkdirSync } from 'node:fs'

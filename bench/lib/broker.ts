@@ -1,6 +1,6 @@
 /** The broker under test as a child process, started as `npm start` starts it (node with the start script's flags), on a port we pick. */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdirSync, readFileSync } from 'node:fs'
+import { createWriteStream, mkdirSync, readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -77,6 +77,13 @@ export async function startBroker(
   }
   child.stdout!.on('data', keep)
   child.stderr!.on('data', keep)
+  // Everything the broker prints, kept whole (BENCH_BROKER_NODE_ARGS=--trace-gc, say).
+  if (process.env.BENCH_BROKER_LOG) {
+    const file = createWriteStream(process.env.BENCH_BROKER_LOG, { flags: 'a' })
+    child.stdout!.pipe(file, { end: false })
+    child.stderr!.pipe(file, { end: false })
+    child.once('exit', () => file.end())
+  }
   const broker: BrokerProcess = { child, pid: child.pid!, url: `http://127.0.0.1:${port}`, output: () => out }
   if (opts.inspect) {
     // "Debugger listening on ws://127.0.0.1:<port>/<uuid>" comes first on stderr.

@@ -91,7 +91,7 @@ export class AckHandler {
       this.deps.flow.cancel(o)
       closeAttempt(o, id)
       // The error says why it ended even after the row is marked dead (dead-lettered by this nack or after it).
-      this.deps.attempts.update({ id, outcome: 'nacked', finishedAt: new Date(this.deps.now()), error: 'nacked by the consumer' })
+      this.deps.attempts.update({ id, outcome: 'nacked', finishedAtMs: this.deps.now(), error: 'nacked by the consumer' })
       // The push's answer is still to come: it says why (the push flow acts on the nack then).
       if (o.pushing === id) o.nackedPush = { id, delayMs, deadLetter }
       else this.deps.flow.nacked(g, w, o, 'nacked', delayMs, deadLetter)
@@ -104,7 +104,7 @@ export class AckHandler {
     return this.each(g, deliveryIds, (g, id, w, offset) => {
       const deadlineMs = this.deps.now() + extendMs
       if (!this.deps.schedule.touch(id, deadlineMs) && !this.deadlineFor(w, offset, g, id, deadlineMs)) return 'already_completed'
-      this.deps.attempts.update({ id, ackDeadline: new Date(deadlineMs) })
+      this.deps.attempts.update({ id, ackDeadlineMs: deadlineMs })
       return 'extended'
     })
   }
@@ -173,7 +173,7 @@ export class AckHandler {
         continue
       }
       const row = this.deps.attempts.pending(id)
-      if (row) out[i] = this.counts(g, w, row)
+      if (row) out[i] = this.counts(g, w, row, row.startedAtMs)
       else lookUp.push({ i, w })
     }
     if (lookUp.length > 0) {
@@ -184,7 +184,7 @@ export class AckHandler {
       )
       for (const { i, w } of lookUp) {
         const row = rows.get(ids[i]!)
-        if (row) out[i] = this.counts(g, w, row)
+        if (row) out[i] = this.counts(g, w, row, row.startedAt.getTime())
       }
     }
     return out
@@ -194,10 +194,11 @@ export class AckHandler {
   private counts(
     g: GroupRuntime,
     w: PartitionState,
-    row: { topicId: number; partition: number; offset: number; startedAt: Date },
+    row: { topicId: number; partition: number; offset: number },
+    startedAtMs: number,
   ): Location | null {
     if (row.topicId !== g.topic.id || row.partition !== w.partition) return null
-    return row.startedAt.getTime() >= w.seekAtMs ? { w, offset: row.offset } : null
+    return startedAtMs >= w.seekAtMs ? { w, offset: row.offset } : null
   }
 }
 

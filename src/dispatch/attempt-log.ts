@@ -149,7 +149,7 @@ export class AttemptLog {
             await updateAttempts(this.db.pool, rows)
             for (const r of rows) updates.delete(r.id)
           },
-          (u, err) => ({ id: u.id, outcome: u.outcome, finishedAt: u.finishedAt, error: notStorable(err) }),
+          (u, err) => ({ id: u.id, outcome: u.outcome, finishedAtMs: u.finishedAtMs, error: notStorable(err) }),
         )
         this.failures = 0
       } catch (err) {
@@ -185,7 +185,7 @@ export class AttemptLog {
   /** Moves rows that started before `cutoffMs` from waiting for their outcome to the next flush. */
   private releaseHeld(cutoffMs: number): void {
     for (const [id, row] of this.held) {
-      if (row.startedAt.getTime() > cutoffMs) break
+      if (row.startedAtMs > cutoffMs) break
       this.held.delete(id)
       this.ready.set(id, row)
     }
@@ -200,7 +200,7 @@ export class AttemptLog {
     else {
       const oldest = this.held.values().next()
       if (oldest.done) return
-      atMs = oldest.value.startedAt.getTime() + this.opts.holdMs
+      atMs = oldest.value.startedAtMs + this.opts.holdMs
     }
     if (this.timer && this.timerAtMs <= atMs) return
     clearTimeout(this.timer)
@@ -284,11 +284,11 @@ function withoutDetails(row: AttemptStart, err: unknown): AttemptStart {
 /** Copies the fields of `u` that are set onto a row (or update) not yet written: no object made, this runs per push. */
 function mergeInto(row: Omit<AttemptUpdate, 'id'>, u: AttemptUpdate): void {
   if (u.outcome !== undefined) row.outcome = u.outcome
-  if (u.finishedAt !== undefined) row.finishedAt = u.finishedAt
+  if (u.finishedAtMs !== undefined) row.finishedAtMs = u.finishedAtMs
   if (u.statusCode !== undefined) row.statusCode = u.statusCode
   if (u.durationMs !== undefined) row.durationMs = u.durationMs
   if (u.error !== undefined) row.error = u.error
-  if (u.ackDeadline !== undefined) row.ackDeadline = u.ackDeadline
+  if (u.ackDeadlineMs !== undefined) row.ackDeadlineMs = u.ackDeadlineMs
 }
 
 /** The fields of `u` that are set, as an update of their own. */

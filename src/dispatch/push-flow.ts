@@ -45,7 +45,9 @@ import { Wait } from './waits.ts'
 import type { HealthRecorder } from './health.ts'
 import {
   active,
+  addId,
   closeAttempt,
+  EMPTY,
   deadLetterEntry,
   setState,
   type CompletionRequest,
@@ -169,10 +171,13 @@ export class PushFlow {
       current: undefined,
       inFlight: undefined,
       wait: undefined,
-      ids: [],
-      open: [],
+      ids: EMPTY,
+      open: EMPTY,
       lastError: undefined,
+      pushedTo: undefined,
       matched,
+      pushing: undefined,
+      nackedPush: undefined,
     }
     w.outstanding.set(msg.offset, o)
     if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
@@ -293,8 +298,7 @@ export class PushFlow {
     const id = newDeliveryId({ groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt })
     const nowMs = this.deps.now()
     const deadlineMs = nowMs + g.row.ackTimeoutMs
-    o.ids.push(id)
-    o.open.push(id)
+    addId(o, id)
     setState(w, o, 'in_flight')
     o.current = id
     // In auto mode the answer settles the attempt; a deadline is needed only if it can pass before the push's timeout.
@@ -311,10 +315,10 @@ export class PushFlow {
       offset: o.msg.offset,
       attempt,
       consumerId: owner.id,
-      startedAt: new Date(nowMs),
-      ackDeadline: new Date(deadlineMs),
+      startedAtMs: nowMs,
+      ackDeadlineMs: deadlineMs,
       outcome: undefined,
-      finishedAt: undefined,
+      finishedAtMs: undefined,
       statusCode: undefined,
       durationMs: undefined,
       error: undefined,
@@ -598,7 +602,7 @@ export class PushFlow {
     // the attempt row keeps the outcome that gave it, with this answer's details.
     this.deps.attempts.update({
       id,
-      finishedAt: new Date(this.deps.now()),
+      finishedAtMs: this.deps.now(),
       durationMs: r.durationMs,
       error,
       ...(current ? { outcome: 'failed' as const } : {}),
@@ -686,7 +690,7 @@ export class PushFlow {
   completed(req: CompletionRequest, deliveryId: string | undefined, outcome: 'acked' | 'dead' | undefined): void {
     if (req.w.dropped) return // moved or seeked: nothing here is ours any more
     const o = req.w.outstanding.get(req.offset)
-    const finishedAt = new Date(this.deps.now())
+    const finishedAtMs = this.deps.now()
     if (o) {
       this.cancel(o)
       setState(req.w, o, 'completing')
@@ -696,15 +700,15 @@ export class PushFlow {
       for (const id of o.open) {
         this.deps.attempts.update(
           outcome
-            ? { id, outcome, finishedAt }
-            : { id, outcome: 'failed', finishedAt, error: 'the message was completed by another attempt' },
+            ? { id, outcome, finishedAtMs }
+            : { id, outcome: 'failed', finishedAtMs, error: 'the message was completed by another attempt' },
         )
       }
     }
     if (deliveryId && outcome && !o?.open.includes(deliveryId)) {
       // The attempt that dead-letters its message has ended already (failed, timed out or nacked):
       // it is marked dead, but keeps when it ended, its status code and its error, which say why.
-      this.deps.attempts.update(outcome === 'dead' ? { id: deliveryId, outcome } : { id: deliveryId, outcome, finishedAt })
+      this.deps.attempts.update(outcome === 'dead' ? { id: deliveryId, outcome } : { id: deliveryId, outcome, finishedAtMs })
     }
     this.fill(req.g, req.w)
   }
@@ -743,7 +747,7 @@ export class PushFlow {
       this.deps.attempts.update({
         id: entry.deliveryId,
         outcome: 'timed_out',
-        finishedAt: new Date(this.deps.now()),
+        finishedAtMs: this.deps.now(),
         error: `no ack within ${g.row.ackTimeoutMs} ms`,
       })
       // Took the push but not the message in time: as much a sign of overload as a slow answer.
@@ -773,9 +777,9 @@ export class PushFlow {
   /** Forgets an outstanding message (its partition moved, its group changed): its open attempts end as failed. */
   abandon(o: Outstanding, reason: string): void {
     this.cancel(o)
-    const finishedAt = new Date(this.deps.now())
-    for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAt, error: reason })
-    o.open.length = 0
+    const finishedAtMs = this.deps.now()
+    for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAtMs, error: reason })
+    o.open = EMPTY
   }
 
   /**

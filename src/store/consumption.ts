@@ -19,8 +19,11 @@ export interface DispatchMessage {
   /** The produce time, epoch ms (timestamptz(3): whole milliseconds). */
   producedAtMs: number
   availableAtMs: number
-  /** The produce time as the push envelope writes it, made once per message (see envelope.ts). */
-  timestamp?: string
+  /**
+   * The produce time as the push envelope writes it, made once per message (see envelope.ts).
+   * Set to undefined where a message is made, so that filling it in keeps the object's shape.
+   */
+  timestamp: string | undefined
 }
 
 /** Where a group stands on one partition. */
@@ -130,6 +133,7 @@ export async function readForDispatch(
     headers: r.headers,
     producedAtMs: r.produced_ms,
     availableAtMs: r.available_ms,
+    timestamp: undefined,
   }))
 }
 

@@ -1,5 +1,5 @@
 /** Storage of push attempts: one row each, inserted when the push starts and updated with its outcome. */
-import { epochMsArray, epochMsColumn, numberArray, numberColumn, textColumn } from './arrays.ts'
+import { numberArray, numberColumn, textColumn } from './arrays.ts'
 import type { Queryable } from './db.ts'
 import { parseDeliveryId, type AttemptKey } from './delivery-id.ts'
 
@@ -13,11 +13,12 @@ export interface AttemptStart {
   offset: number
   attempt: number
   consumerId: string | null
-  startedAt: Date
-  ackDeadline: Date
+  /** Times as epoch ms, not Dates: a row lives until its outcome, one per push, and a Date is an object each. */
+  startedAtMs: number
+  ackDeadlineMs: number
   /** Known before the row is written (the writer merges early updates into the insert). */
   outcome?: Outcome
-  finishedAt?: Date
+  finishedAtMs?: number
   statusCode?: number
   durationMs?: number
   error?: string
@@ -27,11 +28,11 @@ export interface AttemptStart {
 export interface AttemptUpdate {
   id: string
   outcome?: Outcome
-  finishedAt?: Date
+  finishedAtMs?: number
   statusCode?: number
   durationMs?: number
   error?: string
-  ackDeadline?: Date
+  ackDeadlineMs?: number
 }
 
 export interface AttemptRow {
@@ -86,10 +87,10 @@ function attemptValues(rows: AttemptStart[]): unknown[] {
     numberColumn(rows, (r) => r.offset),
     numberColumn(rows, (r) => r.attempt),
     textColumn(rows, (r) => r.consumerId),
-    epochMsColumn(rows, (r) => r.startedAt),
-    epochMsColumn(rows, (r) => r.ackDeadline),
+    numberColumn(rows, (r) => r.startedAtMs),
+    numberColumn(rows, (r) => r.ackDeadlineMs),
     textColumn(rows, (r) => r.outcome),
-    epochMsColumn(rows, (r) => r.finishedAt),
+    numberColumn(rows, (r) => r.finishedAtMs),
     numberColumn(rows, (r) => r.statusCode),
     numberColumn(rows, (r) => r.durationMs),
     textColumn(rows, (r) => storableText(r.error)),
@@ -135,11 +136,11 @@ export async function updateAttempts(q: Queryable, rows: AttemptUpdate[]): Promi
       numberArray(keyed.map(({ k }) => k.attempt)),
       keyed.map(({ r }) => r.id),
       keyed.map(({ r }) => r.outcome ?? null),
-      epochMsArray(keyed.map(({ r }) => r.finishedAt)),
+      numberArray(keyed.map(({ r }) => r.finishedAtMs)),
       numberArray(keyed.map(({ r }) => r.statusCode)),
       numberArray(keyed.map(({ r }) => r.durationMs)),
       keyed.map(({ r }) => storableText(r.error)),
-      epochMsArray(keyed.map(({ r }) => r.ackDeadline)),
+      numberArray(keyed.map(({ r }) => r.ackDeadlineMs)),
     ],
   )
 }

@@ -183,8 +183,8 @@ t.test('attemptCounts: the highest attempt per offset since the last seek; reser
     offset,
     attempt: n,
     consumerId: null,
-    startedAt,
-    ackDeadline: new Date(startedAt.getTime() + 30_000),
+    startedAtMs: startedAt.getTime(),
+    ackDeadlineMs: startedAt.getTime() + 30_000,
     outcome: 'failed' as const,
   })
   const old = new Date(Date.now() - 60_000)

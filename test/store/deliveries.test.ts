@@ -29,8 +29,8 @@ async function groupSetup(t: { teardown(fn: () => unknown): void; equal(a: unkno
     offset,
     attempt: 1,
     consumerId: 'c',
-    startedAt: new Date(),
-    ackDeadline: new Date(Date.now() + 30_000),
+    startedAtMs: Date.now(),
+    ackDeadlineMs: Date.now() + 30_000,
   })
   return { broker, groupId, topicId, row }
 }
@@ -101,9 +101,9 @@ t.test('attempt rows round-trip through the database', async (t) => {
     offset: 2 ** 40 + i,
     attempt: 1 + (i % 3),
     consumerId: i % 5 === 0 ? null : `c${i % 5}`,
-    startedAt: at(i - 150),
-    ackDeadline: at(i - 149),
-    ...(i % 2 === 0 ? { outcome: 'acked' as const, finishedAt: at(i - 148), statusCode: 200, durationMs: i } : {}),
+    startedAtMs: at(i - 150).getTime(),
+    ackDeadlineMs: at(i - 149).getTime(),
+    ...(i % 2 === 0 ? { outcome: 'acked' as const, finishedAtMs: at(i - 148).getTime(), statusCode: 200, durationMs: i } : {}),
   }))
   await insertAttempts(broker.db.pool, rows)
   // Updates: a full outcome for odd rows, a deadline change only for some even ones.
@@ -114,7 +114,7 @@ t.test('attempt rows round-trip through the database', async (t) => {
       .map((r, k) => ({
         id: r.id,
         outcome: 'failed' as const,
-        finishedAt: at(k + 7),
+        finishedAtMs: at(k + 7).getTime(),
         statusCode: 503,
         durationMs: 5000 + k,
         error: `boom ${k} "quoted" \\ {brace}`,
@@ -122,7 +122,7 @@ t.test('attempt rows round-trip through the database', async (t) => {
   )
   await updateAttempts(
     broker.db.pool,
-    rows.filter((_, i) => i % 4 === 0).map((r) => ({ id: r.id, ackDeadline: at(999) })),
+    rows.filter((_, i) => i % 4 === 0).map((r) => ({ id: r.id, ackDeadlineMs: at(999).getTime() })),
   )
 
   const listed = await listAttempts(broker.db.pool, groupId, { limit: 1000 })
@@ -136,9 +136,9 @@ t.test('attempt rows round-trip through the database', async (t) => {
       offset: r.offset,
       attempt: r.attempt,
       consumerId: r.consumerId,
-      startedAt: r.startedAt.getTime(),
+      startedAt: r.startedAtMs,
       outcome: i % 2 === 0 ? 'acked' : 'failed',
-      finishedAt: i % 2 === 0 ? r.finishedAt!.getTime() : at((i - 1) / 2 + 7).getTime(),
+      finishedAt: i % 2 === 0 ? r.finishedAtMs! : at((i - 1) / 2 + 7).getTime(),
       statusCode: i % 2 === 0 ? 200 : 503,
       durationMs: i % 2 === 0 ? i : 5000 + (i - 1) / 2,
       error: i % 2 === 0 ? null : `boom ${(i - 1) / 2} "quoted" \\ {brace}`,
@@ -166,7 +166,7 @@ t.test('attempt rows round-trip through the database', async (t) => {
   )
   const deadlineOf = new Map(deadlines.map((r) => [r.id as string, Number(r.ms)]))
   t.ok(
-    rows.every((r, i) => deadlineOf.get(r.id) === (i % 4 === 0 ? at(999) : r.ackDeadline).getTime()),
+    rows.every((r, i) => deadlineOf.get(r.id) === (i % 4 === 0 ? at(999).getTime() : r.ackDeadlineMs)),
     'ack deadlines as written and as updated',
   )
 })
@@ -174,7 +174,7 @@ t.test('attempt rows round-trip through the database', async (t) => {
 t.test('a batch sent again after its answer was lost: the rows already there are skipped, the new ones written', async (t) => {
   const { broker, groupId, row } = await groupSetup(t, 'again')
   // Settled rows: the broker's own claim of the partition marks rows left in flight as failed.
-  const settled = (offset: number) => ({ ...row(offset), outcome: 'acked' as const, finishedAt: new Date() })
+  const settled = (offset: number) => ({ ...row(offset), outcome: 'acked' as const, finishedAtMs: Date.now() })
   const first = [settled(0), settled(1)]
   await insertAttempts(broker.db.pool, first)
   // The retry carries the same rows (an outcome learnt meanwhile merged into one) and a row that came since.
@@ -201,15 +201,15 @@ t.test('a row PostgreSQL refuses fails alone: the rows around it are written, an
     onError: (err, dropped) => errors.push({ err, dropped }),
   })
   const rows = Array.from({ length: 9 }, (_, i) => row(i))
-  for (const r of rows) log.started({ ...r, outcome: 'failed', finishedAt: new Date(), statusCode: 500, durationMs: 3, error: 'boom' })
+  for (const r of rows) log.started({ ...r, outcome: 'failed', finishedAtMs: Date.now(), statusCode: 500, durationMs: 3, error: 'boom' })
   // A duration past int4: the whole statement is refused (22003), again at every retry as it is.
   const bad = row(9)
-  log.started({ ...bad, outcome: 'failed', finishedAt: new Date(), statusCode: 500, durationMs: 2 ** 31, error: 'boom' })
+  log.started({ ...bad, outcome: 'failed', finishedAtMs: Date.now(), statusCode: 500, durationMs: 2 ** 31, error: 'boom' })
   // An update refused the same way, to a row written as in_flight first.
   const late = row(10)
   log.started(late)
   await log.flush(true)
-  log.update({ id: late.id, outcome: 'failed', finishedAt: new Date(), statusCode: 70_000_000_000, error: 'late boom' })
+  log.update({ id: late.id, outcome: 'failed', finishedAtMs: Date.now(), statusCode: 70_000_000_000, error: 'late boom' })
   await log.flush(true)
 
   const listed = new Map((await listAttempts(broker.db.pool, groupId, { limit: 100 })).map((r) => [r.deliveryId, r]))
@@ -247,8 +247,8 @@ t.test('durable() rejects a row that was dropped instead of written', async (t) 
     offset: 0,
     attempt: 2,
     consumerId: 'c',
-    startedAt: new Date(-8.64e15),
-    ackDeadline: new Date(-8.64e15),
+    startedAtMs: -8.64e15,
+    ackDeadlineMs: -8.64e15,
   }
   await t.rejects(log.durable(row), /could not be recorded/, 'the caller learns the row is not on record, and does not push')
   t.same(errors, [1], 'the drop is reported')
@@ -269,11 +269,11 @@ t.test('a flush that fails part-way keeps the outcomes that arrive afterwards', 
     `CREATE FUNCTION refuse_updates() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'updates refused' USING ERRCODE = '57P03'; END $$`,
   )
   await broker.db.pool.query('CREATE TRIGGER refuse_updates BEFORE UPDATE ON deliveries FOR EACH ROW EXECUTE FUNCTION refuse_updates()')
-  log.update({ id: a.id, outcome: 'acked', finishedAt: new Date(), statusCode: 200 })
+  log.update({ id: a.id, outcome: 'acked', finishedAtMs: Date.now(), statusCode: 200 })
   log.started(b)
   await log.flush(true) // b's INSERT lands; a's UPDATE fails
   t.equal(errors.length, 1, 'the flush failed part-way')
-  log.update({ id: b.id, outcome: 'failed', finishedAt: new Date(), statusCode: 503, error: 'busy' })
+  log.update({ id: b.id, outcome: 'failed', finishedAtMs: Date.now(), statusCode: 503, error: 'busy' })
   await broker.db.pool.query('DROP TRIGGER refuse_updates ON deliveries')
   await log.flush(true)
   await log.close()
