@@ -38,6 +38,7 @@
  *   BENCH_FILTER_KEEP_EVERY=10  the filtered scenario pushes one message in this many
  *   BENCH_MESSAGES=100000       messages per throughput scenario
  *   BENCH_PRODUCE_MESSAGES=30000  messages of the produce-only scenario
+ *   BENCH_WARMUP_MESSAGES=20000   an auto run before the measured scenarios, reported apart (0: none): the JIT's start-up
  *   BENCH_BATCH=100             messages per produce call (throughput scenarios)
  *   BENCH_PRODUCERS=4           concurrent produce loops
  *   BENCH_PARTITIONS=8
@@ -96,6 +97,7 @@ for (const s of SCENARIOS)
     throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
 const MESSAGES = Math.round(envNumber('BENCH_MESSAGES', 100_000))
 const PRODUCE_MESSAGES = Math.round(envNumber('BENCH_PRODUCE_MESSAGES', 30_000))
+const WARMUP_MESSAGES = Math.round(envNumber('BENCH_WARMUP_MESSAGES', 20_000))
 const BATCH = Math.min(1000, Math.round(envNumber('BENCH_BATCH', 100)))
 const KEEP_EVERY = Math.max(1, Math.round(envNumber('BENCH_FILTER_KEEP_EVERY', 10)))
 const PRODUCERS = Math.round(envNumber('BENCH_PRODUCERS', 4))
@@ -390,8 +392,9 @@ async function throughput(
   receiver: IpcWorker,
   load: IpcWorker,
   receiverUrl: string,
+  { warmup = false, messages = MESSAGES }: { warmup?: boolean; messages?: number } = {},
 ): Promise<Row & { waits?: string | undefined }> {
-  const name = `e2e-${mode}`
+  const name = warmup ? 'e2e-warmup' : `e2e-${mode}`
   const ackMode = mode === 'explicit' ? 'explicit' : 'auto'
   const filtered = mode === 'filtered'
   const pushed = (produced: number) => (filtered ? Math.ceil(produced / BATCH) * Math.ceil(BATCH / KEEP_EVERY) : produced)
@@ -402,9 +405,9 @@ async function throughput(
     receiverUrl,
     filtered ? { filter: { 'headers.keep': 'yes' } } : batch ? { batch: { maxMessages: batch } } : {},
   )
-  await receiver.call('scenario', { name, mode: ackMode === 'auto' ? 'count' : 'ack', expect: pushed(MESSAGES), group: name, ...ACK }, 5000)
+  await receiver.call('scenario', { name, mode: ackMode === 'auto' ? 'count' : 'ack', expect: pushed(messages), group: name, ...ACK }, 5000)
   await sleep(500) // let the group's start-up reads settle
-  const profiler = await profileStart()
+  const profiler = warmup ? undefined : await profileStart()
   const waits = startWaits()
   const c0 = cpuStart(receiver, load)
   const startedAt = wallNow()
@@ -414,7 +417,7 @@ async function throughput(
     'bulk',
     {
       url: `${run.broker!.url}/v1/topics/${name}/messages`,
-      total: MESSAGES,
+      total: messages,
       batch: BATCH,
       concurrency: PRODUCERS,
       maxSeconds: MAX_SECONDS,
@@ -422,7 +425,7 @@ async function throughput(
     },
     MAX_SECONDS * 1000 + 60_000,
   )
-  if (r.produced < MESSAGES) await receiver.call('expect', { n: pushed(r.produced) }, 5000)
+  if (r.produced < messages) await receiver.call('expect', { n: pushed(r.produced) }, 5000)
   await Promise.race([done, sleep(Math.max(0, deadline - wallNow()))])
   const completed = await waitCompleted(name, r.produced, Math.max(deadline, wallNow() + 2000))
   const cpu = cpuEnd(c0, receiver, load)
@@ -436,7 +439,7 @@ async function throughput(
   const seconds = (endAt - r.firstSendAt) / 1000
   const notes = [
     finished ? '' : `TIMED OUT after ${MAX_SECONDS} s: ${int(completed.completed)} of ${int(r.produced)} completed`,
-    r.produced < MESSAGES ? `only ${int(r.produced)} of ${int(MESSAGES)} produced` : '',
+    r.produced < messages ? `only ${int(r.produced)} of ${int(messages)} produced` : '',
     `produce ${fixed((r.lastAnswerAt - r.firstSendAt) / 1000, 2)} s (${int(r.produced / ((r.lastAnswerAt - r.firstSendAt) / 1000))}/s, call p99 ${fixed(r.latencyMs.p99, 0)} ms)`,
     finished
       ? `all pushed +${fixed((st.lastUniqueAt - r.lastAnswerAt) / 1000, 2)} s after the last produce answer, completed +${fixed((endAt - st.lastUniqueAt) / 1000, 2)} s after that`
@@ -449,7 +452,7 @@ async function throughput(
     .filter(Boolean)
     .join('; ')
   return {
-    label: `${mode}: ${int(MESSAGES)} msgs, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}${filtered ? `, 1 in ${KEEP_EVERY} pushed` : ''}`,
+    label: `${mode}: ${int(messages)} msgs, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}${filtered ? `, 1 in ${KEEP_EVERY} pushed` : ''}`,
     messages: completed.completed,
     seconds,
     perS: completed.completed / seconds,
@@ -720,6 +723,16 @@ async function main(): Promise<void> {
         `broker CPU ${fixed(r.cpu.brokerPct, 0)}%, duplicates ${r.duplicates}\n  ${r.notes}`,
     )
   let ceilDispatch: Row | undefined
+  // A fresh broker compiles its hot code while the first load runs (about 2 s of the optimising
+  // compiler's CPU here, ~20 us per message of a 100,000-message scenario): once per process, not per
+  // message, so it is run off before the measured scenarios and reported on its own.
+  if (WARMUP_MESSAGES > 0 && [...SCENARIOS].some((s) => s !== 'ceiling')) {
+    const w = await throughput('auto', receiver, load, receiverUrl, { warmup: true, messages: WARMUP_MESSAGES })
+    console.log(
+      `warm-up (not counted below): ${int(w.messages)} messages in auto mode, broker CPU ${fixed(w.cpu.brokerS, 2)} s ` +
+        `(${fixed(brokerUs(w), 0)} us/msg with the compiler's start-up work in it)\n`,
+    )
+  }
   if (SCENARIOS.has('ceiling')) {
     ceil = await ceiling('request', receiver, load, receiverUrl)
     say(ceil)
