@@ -137,7 +137,6 @@ export class ProduceService {
         headers: e.headers,
         producedAtMs: c.producedAtMs,
         availableAtMs: c.producedAtMs + e.delayMs,
-        timestamp: undefined,
       })
     }
     for (const [partition, messages] of appended) {

@@ -19,11 +19,6 @@ export interface DispatchMessage {
   /** The produce time, epoch ms (timestamptz(3): whole milliseconds). */
   producedAtMs: number
   availableAtMs: number
-  /**
-   * The produce time as the push envelope writes it, made once per message (see envelope.ts).
-   * Set to undefined where a message is made, so that filling it in keeps the object's shape.
-   */
-  timestamp: string | undefined
 }
 
 /** Where a group stands on one partition. */
@@ -104,6 +99,8 @@ export async function loadProgress(q: Queryable, groupId: number, topicId: numbe
   }
 }
 
+const NO_HEADERS = '{}'
+
 /** Up to `limit` messages of a partition from `fromOffset`, in offset order. */
 export async function readForDispatch(
   q: Queryable,
@@ -130,10 +127,10 @@ export async function readForDispatch(
     offset: r.offset,
     key: r.key,
     value: r.value,
-    headers: r.headers,
+    // Most messages have no headers: they share one '{}' instead of each keeping the one read.
+    headers: r.headers === '{}' ? NO_HEADERS : r.headers,
     producedAtMs: r.produced_ms,
     availableAtMs: r.available_ms,
-    timestamp: undefined,
   }))
 }
 

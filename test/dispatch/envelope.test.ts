@@ -48,7 +48,6 @@ t.test('an envelope is JSON with the value and headers spliced in as stored', as
     key: 'k"\u2028',
     value: '{"a":[1,"\\u0000"],"z":null}',
     headers: '{"h":"v"}',
-    timestamp: undefined,
     producedAtMs,
     availableAtMs: producedAtMs,
   }

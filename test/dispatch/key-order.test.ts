@@ -10,7 +10,6 @@ const msg = (offset: number, key: string | null): DispatchMessage => ({
   headers: '{}',
   producedAtMs: 0,
   availableAtMs: 0,
-  timestamp: undefined,
 })
 
 t.test('one message per key; the next on release, in offset order; unkeyed ones always go', async (t) => {

@@ -3,7 +3,7 @@ import t from 'tap'
 import { addId, closeAttempt, EMPTY, type Outstanding, removeAt } from '../../src/dispatch/partition-state.ts'
 
 const outstanding = (): Outstanding => ({
-  msg: { offset: 0, key: null, value: '1', headers: '{}', producedAtMs: 0, availableAtMs: 0, timestamp: undefined },
+  msg: { offset: 0, key: null, value: '1', headers: '{}', producedAtMs: 0, availableAtMs: 0 },
   attempts: 0,
   state: 'parked',
   current: undefined,
