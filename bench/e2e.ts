@@ -75,7 +75,7 @@ import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { sampleWaits, type WaitSampler } from './lib/pgwaits.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds, type CpuWindow } from './lib/proc.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
-import { envNumber } from './lib/env.ts'
+import { envCount, envNumber } from './lib/env.ts'
 
 const SCENARIOS = new Set((process.env.BENCH_SCENARIOS || 'ceiling,produce,auto,explicit,latency').split(',').map((s) => s.trim()))
 for (const s of SCENARIOS)
@@ -97,7 +97,7 @@ for (const s of SCENARIOS)
     throw new Error(`BENCH_SCENARIOS: unknown scenario ${s}`)
 const MESSAGES = Math.round(envNumber('BENCH_MESSAGES', 100_000))
 const PRODUCE_MESSAGES = Math.round(envNumber('BENCH_PRODUCE_MESSAGES', 30_000))
-const WARMUP_MESSAGES = Math.round(envNumber('BENCH_WARMUP_MESSAGES', 20_000))
+const WARMUP_MESSAGES = envCount('BENCH_WARMUP_MESSAGES', 20_000)
 const BATCH = Math.min(1000, Math.round(envNumber('BENCH_BATCH', 100)))
 const KEEP_EVERY = Math.max(1, Math.round(envNumber('BENCH_FILTER_KEEP_EVERY', 10)))
 const PRODUCERS = Math.round(envNumber('BENCH_PRODUCERS', 4))

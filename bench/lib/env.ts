@@ -15,3 +15,9 @@ export function envInt(name: string, fallback: number): number {
   if (!Number.isInteger(n)) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(process.env[name])}`)
   return n
 }
+
+/** A whole number from `name` that may be 0 (off), or `fallback` when it is unset. */
+export function envCount(name: string, fallback: number): number {
+  if (process.env[name] === '0') return 0
+  return envInt(name, fallback)
+}
