@@ -17,7 +17,10 @@
  * cores): what this shows is that coordination is cheap (CPU per message flat as processes are
  * added) and that each process pushes its share. Ratios, not bare times: the machine is shared.
  *
- * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_MESSAGES=60000
+ * Before that, BENCH_WARMUP_MESSAGES (20,000; 0 for none) go the same way unmeasured: each process
+ * compiles its hot code under its first load, a cost per process, not per message.
+ *
+ * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_MESSAGES=60000  BENCH_WARMUP_MESSAGES=20000
  *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60  BENCH_DATABASE_URL=...
  */
 import { readFileSync } from 'node:fs'
@@ -26,6 +29,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
+import { envCount } from './lib/env.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
@@ -43,6 +47,7 @@ const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s)
   return n
 })
 const MESSAGES = num('BENCH_MESSAGES', 60_000)
+const WARMUP = envCount('BENCH_WARMUP_MESSAGES', 20_000)
 const PARTITIONS = num('BENCH_PARTITIONS', 8)
 const MAX_IN_FLIGHT = num('BENCH_MAX_IN_FLIGHT', 200)
 const MAX_SECONDS = num('BENCH_MAX_SECONDS', 60)
@@ -128,34 +133,37 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
     if (ms.length !== n) throw new Error(`${n} processes asked for, ${ms.length} joined`)
     // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
     const workers = n === 1 ? [broker.pid] : childPids(broker.pid)
-    await receiver.call('scenario', { name, mode: 'count', expect: MESSAGES }, 5000)
-    await sleep(500)
+    /** Produces `total` more messages and waits for them to complete: what came of it, and the messages completed in all. */
+    const pass = async (total: number, completedBefore: number) => {
+      await receiver.call('scenario', { name, mode: 'count', expect: total }, 5000)
+      await sleep(500)
+      const startedAt = wallNow()
+      const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
+      const r = await load.call<{ produced: number; firstSendAt: number; lastAnswerAt: number; timedOut: boolean }>(
+        'bulk',
+        { url: `${broker.url}/v1/topics/${name}/messages`, total, batch: 100, concurrency: 4, maxSeconds: MAX_SECONDS },
+        MAX_SECONDS * 1000 + 60_000,
+      )
+      if (r.produced < total) await receiver.call('expect', { n: r.produced }, 5000)
+      await Promise.race([done, sleep(Math.max(0, startedAt + MAX_SECONDS * 1000 - wallNow()))])
+      // Completed: the committed offsets (the receiver's count says pushed, not yet committed).
+      let completed = 0
+      for (let i = 0; i < 1000 && wallNow() < startedAt + (MAX_SECONDS + 10) * 1000; i++) {
+        const s = (await brokerApi(broker.url, 'GET', `/v1/groups/${name}`)) as { partitions: { committedOffset: number }[] }
+        completed = s.partitions.reduce((a, p) => a + p.committedOffset, 0) - completedBefore
+        if (completed >= r.produced) break
+        await sleep(10)
+      }
+      return { r, completed }
+    }
+    // Each process compiles its hot code under the first load (about 2 s of CPU a process): once
+    // per process, so N processes would pay it N times in the figures. Run it off first.
+    const warm = WARMUP > 0 ? await pass(WARMUP, 0) : { completed: 0 }
+    before = await Promise.all(ms.map((m) => metricsOf(m.url)))
     const cpu0 = workers.map((pid) => processCpuSeconds(pid) ?? NaN)
     const primary0 = processCpuSeconds(broker.pid) ?? NaN
     const base = cpuSnapshot(undefined)
-    const startedAt = wallNow()
-    const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
-    const r = await load.call<{ produced: number; firstSendAt: number; lastAnswerAt: number; timedOut: boolean }>(
-      'bulk',
-      {
-        url: `${broker.url}/v1/topics/${name}/messages`,
-        total: MESSAGES,
-        batch: 100,
-        concurrency: 4,
-        maxSeconds: MAX_SECONDS,
-      },
-      MAX_SECONDS * 1000 + 60_000,
-    )
-    if (r.produced < MESSAGES) await receiver.call('expect', { n: r.produced }, 5000)
-    await Promise.race([done, sleep(Math.max(0, startedAt + MAX_SECONDS * 1000 - wallNow()))])
-    // Completed: the committed offsets (the receiver's count says pushed, not yet committed).
-    let completed = 0
-    for (let i = 0; i < 1000 && wallNow() < startedAt + (MAX_SECONDS + 10) * 1000; i++) {
-      const s = (await brokerApi(broker.url, 'GET', `/v1/groups/${name}`)) as { partitions: { committedOffset: number }[] }
-      completed = s.partitions.reduce((a, p) => a + p.committedOffset, 0)
-      if (completed >= r.produced) break
-      await sleep(10)
-    }
+    const { r, completed } = await pass(MESSAGES, warm.completed)
     const endAt = wallNow()
     const w = cpuSince(base, undefined)
     const workersS = workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
