@@ -167,7 +167,12 @@ export function nextIncomplete(w: PartitionState): number {
 /** Moves a message to another state, keeping the partition's delayed count and ready queue right. */
 export function setState(w: PartitionState, o: Outstanding, state: State): void {
   if (o.state === 'delayed') w.delayed--
-  if (o.state === 'ready') w.ready.indexOf(o) === 0 ? w.ready.shift() : removeAt(w.ready, w.ready.indexOf(o))
+  if (o.state === 'ready') {
+    const i = w.ready.indexOf(o)
+    // Nearly always the head (the queue is taken in order), which shift removes without copying the rest.
+    if (i === 0) w.ready.shift()
+    else removeAt(w.ready, i)
+  }
   o.state = state
   if (state === 'delayed') w.delayed++
   if (state === 'ready') w.ready.push(o)
