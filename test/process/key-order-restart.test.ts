@@ -21,8 +21,14 @@ t.test(
     interface Push {
       key: string
       offset: number
+      attempt: number
       deliveryId: string
     }
+    /** Per key, what happened to it and when (printed if its order fails: the race is rare, so a failure should say all it can). */
+    const events = new Map<string, string[]>()
+    const t0 = Date.now()
+    const note = (key: string, what: string) =>
+      events.set(key, [...(events.get(key) ?? []), `+${Date.now() - t0}ms g${generation} ${what}`])
     /** Per key, the offset pushed and not yet acked by this consumer (it counts from sending the ack: the broker may push the next before the ack's answer is back here). */
     const out = new Map<string, number>()
     const overlaps: string[] = []
@@ -37,16 +43,19 @@ t.test(
       if (holding !== undefined && holding !== p.offset)
         overlaps.push(`${p.key}@${p.offset} while ${holding} was out (generation ${generation})`)
       out.set(p.key, p.offset)
+      note(p.key, `push ${p.offset} attempt ${p.attempt}`)
       const target = base
       setTimeout(
         () => {
           if (out.get(p.key) === p.offset) out.delete(p.key)
+          note(p.key, `ack sent ${p.offset} attempt ${p.attempt}`)
           call(target, 'POST', '/v1/groups/g/acks', { deliveryIds: [p.deliveryId] })
             .then((r) => {
+              note(p.key, `ack answered ${p.offset} attempt ${p.attempt}: ${r.status} ${r.json?.results?.[0]?.status}`)
               if (r.status !== 200 || r.json.results[0].status !== 'acked') return
               acked.set(p.key, [...(acked.get(p.key) ?? []), p.offset])
             })
-            .catch(() => {}) // the broker was killed: this ack's outcome is unknown, the message comes again
+            .catch((err: Error) => note(p.key, `ack failed ${p.offset}: ${err.message}`)) // the broker was killed: this ack's outcome is unknown, the message comes again
         },
         5 + Math.floor(Math.random() * 20),
       )
@@ -70,6 +79,7 @@ t.test(
     }
     const total = () => [...acked.values()].reduce((n, a) => n + a.length, 0)
     await waitUntil(() => total() >= 100, 30_000, '100 acks before the kill')
+    for (const key of events.keys()) note(key, 'SIGKILL')
     broker.child.kill('SIGKILL')
     t.equal(await broker.exited, 'SIGKILL')
     // The pushes out at the kill were never acked: after the restart they come again.
@@ -89,11 +99,12 @@ t.test(
     t.same(overlaps, [], 'never two messages of a key outstanding')
     for (let k = 0; k < KEYS; k++) {
       const offsets = acked.get(`k${k}`) ?? []
-      t.same(
+      const inOrder = t.same(
         offsets,
         [...offsets].sort((a, b) => a - b),
         `k${k}: acked in offset order`,
       )
+      if (!inOrder) t.comment(`k${k}'s history:\n${(events.get(`k${k}`) ?? []).join('\n')}`)
       t.equal(new Set(offsets).size, offsets.length, `k${k}: no message acked twice`)
     }
   },
