@@ -29,28 +29,22 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
-import { envCount } from './lib/env.ts'
+import { envCount, envInt } from './lib/env.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
 
-const num = (name: string, fallback: number) => {
-  const raw = process.env[name]
-  const n = raw === undefined || raw === '' ? fallback : Number(raw)
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number, got ${JSON.stringify(raw)}`)
-  return Math.round(n)
-}
 const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s) => {
   const n = Number(s)
   if (!Number.isInteger(n) || n < 1 || n > 64) throw new Error(`BENCH_SCALE_PROCESSES: ${JSON.stringify(s)} is not a process count`)
   return n
 })
-const MESSAGES = num('BENCH_MESSAGES', 60_000)
+const MESSAGES = envInt('BENCH_MESSAGES', 60_000)
 const WARMUP = envCount('BENCH_WARMUP_MESSAGES', 20_000)
-const PARTITIONS = num('BENCH_PARTITIONS', 8)
-const MAX_IN_FLIGHT = num('BENCH_MAX_IN_FLIGHT', 200)
-const MAX_SECONDS = num('BENCH_MAX_SECONDS', 60)
+const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
+const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
+const MAX_SECONDS = envInt('BENCH_MAX_SECONDS', 60)
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
 const wallNow = () => performance.timeOrigin + performance.now()
 

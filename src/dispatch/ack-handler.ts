@@ -173,7 +173,7 @@ export class AckHandler {
         continue
       }
       const row = this.deps.attempts.pending(id)
-      if (row) out[i] = this.counts(g, w, row, row.startedAtMs)
+      if (row) out[i] = this.counts(g, w, row)
       else lookUp.push({ i, w })
     }
     if (lookUp.length > 0) {
@@ -184,7 +184,7 @@ export class AckHandler {
       )
       for (const { i, w } of lookUp) {
         const row = rows.get(ids[i]!)
-        if (row) out[i] = this.counts(g, w, row, row.startedAt.getTime())
+        if (row) out[i] = this.counts(g, w, row)
       }
     }
     return out
@@ -194,11 +194,10 @@ export class AckHandler {
   private counts(
     g: GroupRuntime,
     w: PartitionState,
-    row: { topicId: number; partition: number; offset: number },
-    startedAtMs: number,
+    row: { topicId: number; partition: number; offset: number; startedAtMs: number },
   ): Location | null {
     if (row.topicId !== g.topic.id || row.partition !== w.partition) return null
-    return startedAtMs >= w.seekAtMs ? { w, offset: row.offset } : null
+    return row.startedAtMs >= w.seekAtMs ? { w, offset: row.offset } : null
   }
 }
 

@@ -16,9 +16,9 @@ import { KeyOrder } from './key-order.ts'
 export type State = 'delayed' | 'ready' | 'parked' | 'reserving' | 'in_flight' | 'retry_wait' | 'completing'
 
 /**
- * An admitted message. Every field is set when it is made (`undefined` where there is nothing yet):
- * one is made per message and lives until the message completes, and a field added later gives the
- * object a new shape and a separate property store, an allocation per message for the collector.
+ * An admitted message, made by newOutstanding with every field set (`undefined` where there is
+ * nothing yet): one is made per message and lives until the message completes, and a field added
+ * later gives the object a new shape and a separate property store, an allocation per message.
  */
 export interface Outstanding {
   msg: DispatchMessage
@@ -109,6 +109,25 @@ export function newGroupRuntime(row: GroupRow, topic: TopicRow): GroupRuntime {
   return { row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(row), filter: filterOf(row), dropped: false }
 }
 
+/** A message as admitted: not pushed yet (`attempts` made before a restart count), nothing scheduled. */
+export function newOutstanding(msg: DispatchMessage, attempts: number, matched: boolean): Outstanding {
+  return {
+    msg,
+    attempts,
+    state: 'parked',
+    current: undefined,
+    inFlight: undefined,
+    wait: undefined,
+    ids: EMPTY,
+    open: EMPTY,
+    lastError: undefined,
+    pushedTo: undefined,
+    matched,
+    pushing: undefined,
+    nackedPush: undefined,
+  }
+}
+
 /** A partition as claimed: where the group stands on it (PostgreSQL's), nothing read or pushed yet. */
 export function newPartitionState(
   partition: number,
@@ -167,12 +186,7 @@ export function nextIncomplete(w: PartitionState): number {
 /** Moves a message to another state, keeping the partition's delayed count and ready queue right. */
 export function setState(w: PartitionState, o: Outstanding, state: State): void {
   if (o.state === 'delayed') w.delayed--
-  if (o.state === 'ready') {
-    const i = w.ready.indexOf(o)
-    // Nearly always the head (the queue is taken in order), which shift removes without copying the rest.
-    if (i === 0) w.ready.shift()
-    else removeAt(w.ready, i)
-  }
+  if (o.state === 'ready') removeAt(w.ready, w.ready.indexOf(o))
   o.state = state
   if (state === 'delayed') w.delayed++
   if (state === 'ready') w.ready.push(o)
@@ -243,6 +257,11 @@ export function closeAttempt(o: Outstanding, id: string): void {
 /** Removes the element at `i` (nothing when i < 0), keeping the order: splice would allocate the array of what it removed. */
 export function removeAt<T>(list: T[], i: number): void {
   if (i < 0) return
+  // The head is the usual case (queues are taken in order): shift drops it without copying the rest.
+  if (i === 0) {
+    list.shift()
+    return
+  }
   for (let k = i + 1; k < list.length; k++) list[k - 1] = list[k]!
   list.length--
 }

@@ -49,6 +49,7 @@ import {
   closeAttempt,
   EMPTY,
   deadLetterEntry,
+  newOutstanding,
   setState,
   type CompletionRequest,
   type GroupRuntime,
@@ -164,21 +165,7 @@ export class PushFlow {
   private admit(g: GroupRuntime, w: PartitionState, msg: DispatchMessage, matched: boolean, nowMs: number, ready = false): void {
     const attempts = w.priorAttempts.get(msg.offset) ?? 0
     if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
-    const o: Outstanding = {
-      msg,
-      attempts,
-      state: 'parked',
-      current: undefined,
-      inFlight: undefined,
-      wait: undefined,
-      ids: EMPTY,
-      open: EMPTY,
-      lastError: undefined,
-      pushedTo: undefined,
-      matched,
-      pushing: undefined,
-      nackedPush: undefined,
-    }
+    const o = newOutstanding(msg, attempts, matched)
     w.outstanding.set(msg.offset, o)
     if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
     else if (ready) setState(w, o, 'ready')

@@ -22,11 +22,6 @@ export function numberColumn<T>(rows: readonly T[], get: (row: T) => number | nu
   return `${s}}`
 }
 
-/** Epoch milliseconds of `get` of each row, as numberColumn: pair with `to_timestamp(x / 1000)` in SQL. */
-export function epochMsColumn<T>(rows: readonly T[], get: (row: T) => Date | null | undefined): string {
-  return numberColumn(rows, (r) => get(r)?.getTime())
-}
-
 const NEEDS_ESCAPE = /["\\]/
 const ESCAPED = /["\\]/g
 
@@ -54,5 +49,5 @@ export function numberArray(values: readonly (number | null | undefined)[]): str
 
 /** Epoch milliseconds of each date, as numberArray: pair with `to_timestamp(x / 1000)` in SQL. */
 export function epochMsArray(dates: readonly (Date | null | undefined)[]): string {
-  return epochMsColumn(dates, itself)
+  return numberColumn(dates, (d) => d?.getTime())
 }

@@ -146,7 +146,7 @@ export async function updateAttempts(q: Queryable, rows: AttemptUpdate[]): Promi
 }
 
 /** An attempt found by its delivery id. */
-export type FoundAttempt = AttemptKey & { topicId: number; startedAt: Date }
+export type FoundAttempt = AttemptKey & { topicId: number; startedAtMs: number }
 
 /**
  * The attempts these delivery ids name, among this group's, in one statement (by primary key: the
@@ -172,7 +172,7 @@ export async function findAttempts(q: Queryable, groupId: number, ids: string[])
     ],
   )
   const keys = new Map(keyed.map(({ id, k }) => [id, k]))
-  for (const r of res.rows) found.set(r.id, { ...keys.get(r.id)!, topicId: r.topic_id, startedAt: r.started_at })
+  for (const r of res.rows) found.set(r.id, { ...keys.get(r.id)!, topicId: r.topic_id, startedAtMs: r.started_at.getTime() })
   return found
 }
 

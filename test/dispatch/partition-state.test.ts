@@ -1,22 +1,9 @@
 /** The small list helpers of an outstanding message: its delivery ids and the partition's ready queue. */
 import t from 'tap'
-import { addId, closeAttempt, EMPTY, type Outstanding, removeAt } from '../../src/dispatch/partition-state.ts'
+import { addId, closeAttempt, EMPTY, newOutstanding, removeAt } from '../../src/dispatch/partition-state.ts'
 
-const outstanding = (): Outstanding => ({
-  msg: { offset: 0, key: null, value: '1', headers: '{}', producedAtMs: 0, availableAtMs: 0 },
-  attempts: 0,
-  state: 'parked',
-  current: undefined,
-  inFlight: undefined,
-  wait: undefined,
-  ids: EMPTY,
-  open: EMPTY,
-  lastError: undefined,
-  pushedTo: undefined,
-  matched: false,
-  pushing: undefined,
-  nackedPush: undefined,
-})
+const msg = { offset: 0, key: null, value: '1', headers: '{}', producedAtMs: 0, availableAtMs: 0 }
+const outstanding = () => newOutstanding(msg, 0, false)
 
 t.test('removeAt keeps the order of the rest; a negative index removes nothing', async (t) => {
   const list = ['a', 'b', 'c', 'd']
@@ -34,6 +21,7 @@ t.test('removeAt keeps the order of the rest; a negative index removes nothing',
 t.test('ids and open attempts: each message gets lists of its own, the shared empty one stays empty', async (t) => {
   const a = outstanding()
   const b = outstanding()
+  t.equal(a.ids, EMPTY, 'a new message shares the empty list until its first id')
   addId(a, 'a1')
   t.same(a.ids, ['a1'])
   t.same(a.open, ['a1'])
