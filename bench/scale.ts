@@ -17,12 +17,14 @@
  * cores): what this shows is that coordination is cheap (CPU per message flat as processes are
  * added) and that each process pushes its share. Ratios, not bare times: the machine is shared.
  *
- * Before that, BENCH_WARMUP_MESSAGES (20,000; 0 for none) go the same way unmeasured: each process
- * compiles its hot code under its first load, a cost per process, not per message.
+ * Before that, BENCH_WARMUP_MESSAGES (20,000; 0 for none) per process go the same way unmeasured:
+ * each process compiles its hot code under its first load, a cost per process, not per message.
  *
  * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_MESSAGES=60000  BENCH_WARMUP_MESSAGES=20000
  *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60  BENCH_DATABASE_URL=...
+ *   BENCH_PERF_DIR=<dir> (perf record of the broker processes over the measured pass)
  */
+import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -46,6 +48,8 @@ const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
 const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
 const MAX_SECONDS = envInt('BENCH_MAX_SECONDS', 60)
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
+/** `perf record` the broker processes over each measured pass, into this folder (with BENCH_BROKER_NODE_ARGS=--perf-basic-prof for JavaScript's names). */
+const PERF_DIR = process.env.BENCH_PERF_DIR || undefined
 const wallNow = () => performance.timeOrigin + performance.now()
 
 cleanUpOnInterrupt('the brokers, the receiver and the load')
@@ -91,7 +95,38 @@ interface Row {
   primaryUs: number
   perProcess: { usPerMsg: number; usPerPush: number; owned: number; pushShare: number }[]
   duplicates: number
+  /** Transactions committed in the bench's database per 1,000 messages: how well the processes batch. */
+  commitsPerK: number
   notes: string
+}
+
+/**
+ * On-CPU samples of the given processes, every thread, until stopped. Not a --cpu-prof: that
+ * samples the main thread by wall clock, and with more processes than cores a thread waiting for
+ * a core is sampled as if it ran (writev grew 2.5x that way between 1 and 2 processes).
+ */
+function perfRecord(pids: number[], file: string): { stop(): Promise<void> } {
+  const child = spawn('perf', ['record', '-q', '-F', '499', '-g', '-o', file, '-p', pids.join(',')], { stdio: 'ignore' })
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  return {
+    async stop() {
+      child.kill('SIGINT')
+      await exited
+      console.log(`  perf samples of the measured pass: ${file} (perf report -i ${file} --sort comm,dso,sym)`)
+    },
+  }
+}
+
+/**
+ * Transactions committed in the connection's database, counted a second after the call:
+ * PostgreSQL 15 counts a backend's commits when it goes idle or at most a second later. (The
+ * brokers' polls meanwhile add a few.)
+ */
+async function commitsSettled(c: pg.Client): Promise<number> {
+  await sleep(1100)
+  await c.query('SELECT pg_stat_clear_snapshot()')
+  const r = await c.query<{ n: string }>('SELECT xact_commit AS n FROM pg_stat_database WHERE datname = current_database()')
+  return Number(r.rows[0]!.n)
 }
 
 async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, load: IpcWorker): Promise<Row> {
@@ -151,19 +186,26 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
       return { r, completed }
     }
     // Each process compiles its hot code under the first load (about 2 s of CPU a process): once
-    // per process, so N processes would pay it N times in the figures. Run it off first.
-    const warm = WARMUP > 0 ? await pass(WARMUP, 0) : { completed: 0 }
+    // per process, so N processes would pay it N times in the figures. Run it off first, as much of
+    // it per process as one process gets: a process of four that had seen a quarter of the warm-up
+    // was still compiling its per-batch code in the measured pass (perf: the optimising compiler
+    // at 3x the samples of one process's).
+    const warm = WARMUP > 0 ? await pass(WARMUP * n, 0) : { completed: 0 }
+    const commits0 = await commitsSettled(c)
     before = await Promise.all(ms.map((m) => metricsOf(m.url)))
     const cpu0 = workers.map((pid) => processCpuSeconds(pid) ?? NaN)
     const primary0 = processCpuSeconds(broker.pid) ?? NaN
     const base = cpuSnapshot(undefined)
+    const recording = PERF_DIR ? perfRecord(workers, `${PERF_DIR}/scale-${n}.perf.data`) : undefined
     const { r, completed } = await pass(MESSAGES, warm.completed)
     const endAt = wallNow()
     const w = cpuSince(base, undefined)
     const workersS = workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
     const primary = n === 1 ? 0 : (processCpuSeconds(broker.pid) ?? NaN) - primary0
+    await recording?.stop()
     const after = await Promise.all(ms.map((m) => metricsOf(m.url)))
     const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
+    const commits = (await commitsSettled(c)) - commits0
     const pushes = after.map((a, i) => a.pushes - before[i]!.pushes)
     const totalPushes = pushes.reduce((a, b) => a + b, 0)
     const cpu = after.map((a, i) => a.cpuS - before[i]!.cpuS)
@@ -183,6 +225,7 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
         pushShare: pushes[i]! / Math.max(1, totalPushes),
       })),
       duplicates: st.duplicates,
+      commitsPerK: (1000 * commits) / completed,
       notes: [
         completed < r.produced ? `ONLY ${completed} of ${r.produced} completed` : '',
         workers.length !== n ? `${workers.length} worker pids seen` : '',
@@ -214,7 +257,7 @@ async function main(): Promise<void> {
     rows.push(row)
     console.log(
       `${n} process${n > 1 ? 'es' : ''}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
-        `broker ${row.brokerUs.toFixed(0)} us/msg (all processes; the primary ${row.primaryUs.toFixed(1)}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg; duplicates ${row.duplicates}` +
+        `broker ${row.brokerUs.toFixed(0)} us/msg (all processes; the primary ${row.primaryUs.toFixed(1)}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg, ${row.commitsPerK.toFixed(1)} commits per 1,000 messages; duplicates ${row.duplicates}` +
         (row.notes ? `\n  ${row.notes}` : ''),
     )
     for (const [i, p] of row.perProcess.entries()) {
@@ -224,19 +267,22 @@ async function main(): Promise<void> {
     }
   }
   const base = rows[0]!
-  console.log('\nprocesses  msg/s   ratio  broker us/msg  ratio  pg us/msg  spread of pushes (min..max share)  partitions owned')
+  console.log(
+    '\nprocesses  msg/s   ratio  broker us/msg  ratio  pg us/msg  commits/1k msg  spread of pushes (min..max share)  partitions owned',
+  )
   for (const r of rows) {
     const shares = r.perProcess.map((p) => p.pushShare)
     console.log(
       `${String(r.processes).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
-        `  ${r.brokerUs.toFixed(0).padStart(13)}  ${(r.brokerUs / base.brokerUs).toFixed(2).padStart(4)}x  ${r.pgUs.toFixed(0).padStart(9)}` +
+        `  ${r.brokerUs.toFixed(0).padStart(13)}  ${(r.brokerUs / base.brokerUs).toFixed(2).padStart(4)}x  ${r.pgUs.toFixed(0).padStart(9)}  ${r.commitsPerK.toFixed(1).padStart(14)}` +
         `  ${(100 * Math.min(...shares)).toFixed(0).padStart(16)}%..${(100 * Math.max(...shares)).toFixed(0)}%` +
         `${''.padStart(13)}${r.perProcess.map((p) => p.owned).join(' / ')}`,
     )
   }
   console.log(
     '\nbroker us/msg: CPU of every broker process (not the primary, which only supervises) per message completed;\n' +
-      "pg: all PostgreSQL processes; ratios to the 1-process run of this bench. Spread: each process's share of the pushes.",
+      "pg: all PostgreSQL processes; ratios to the 1-process run of this bench. Spread: each process's share of the pushes.\n" +
+      "commits: transactions committed in the bench's database (pg_stat_database) per 1,000 messages: appends, progress, attempt rows, polls.",
   )
   await Promise.all([receiver.stop(), load.stop()])
 }
