@@ -6,7 +6,7 @@
  * fails every job of its batch and leaves memory as it was; dead letters land with their completion.
  */
 import t, { type Test } from 'tap'
-import { ProgressWriter } from '../../src/dispatch/progress.ts'
+import { ProgressWriter, type ProgressWriterDeps } from '../../src/dispatch/progress.ts'
 import { newGroupRuntime, newPartitionState, type CompletionStatus, type PartitionState } from '../../src/dispatch/partition-state.ts'
 import { GroupService } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
@@ -23,7 +23,7 @@ const topics = new TopicService(db)
 const groups = new GroupService(db)
 
 /** A group on a topic of two partitions, both claimed by "this process", and their in-memory states. */
-async function setup(t: Test, name: string, dlq?: string) {
+async function setup(t: Test, name: string, dlq?: string, timing?: Pick<ProgressWriterDeps, 'linger' | 'now' | 'timers'>) {
   await topics.put(name, 2)
   if (dlq) await topics.put(dlq, 1)
   await groups.put(name, { topic: name, ...(dlq ? { deadLetterTopic: dlq } : {}) })
@@ -49,6 +49,7 @@ async function setup(t: Test, name: string, dlq?: string) {
   let failNext: Error | undefined
   const writer = new ProgressWriter({
     db,
+    ...timing,
     onRefused: (_g, w) => refused.push(w.partition),
     onAppended: (topicId, partition, endOffset) => appended.push({ topicId, partition, endOffset }),
     write: async (d, batch) => {
@@ -146,6 +147,68 @@ t.test('one statement a turn: completions in and out of order, reservations, of 
     ],
     'offsets never move back',
   )
+})
+
+t.test('a busy writer waits for company; a quiet one does not; settled() does not wait', async (t) => {
+  // A clock and timers of the test's own: the wait is seen to hold a statement back until time passes.
+  let nowMs = 1_000_000
+  const waits: { fn: () => void; at: number }[] = []
+  const s = await setup(t, 'linger', undefined, {
+    linger: { ms: 50, minJobs: 3 },
+    now: () => nowMs,
+    timers: {
+      setTimeout: (fn, ms) => {
+        const entry = { fn, at: nowMs + ms }
+        waits.push(entry)
+        return entry
+      },
+      clearTimeout: (h) => {
+        const i = waits.indexOf(h as (typeof waits)[number])
+        if (i >= 0) waits.splice(i, 1)
+      },
+    },
+  })
+  const turns = async (n: number) => {
+    for (let i = 0; i < n; i++) await new Promise<void>((resolve) => setImmediate(resolve))
+  }
+  // Three jobs: a busy statement, written at once (nothing came before it).
+  await Promise.all([s.complete(s.w0, 0), s.complete(s.w0, 1), s.reserve(s.w0, 5)])
+  t.equal(s.statements.length, 1)
+  // The next job waits out the 50 ms from that statement's start.
+  let done = false
+  const late = s.complete(s.w0, 2).then((status) => {
+    done = true
+    return status
+  })
+  await turns(20)
+  t.equal(s.statements.length, 1, 'held back while the clock stands')
+  t.equal(done, false)
+  t.same(
+    waits.map((w) => w.at),
+    [1_000_050],
+    'one wait, to 50 ms after the busy statement started',
+  )
+  nowMs += 50
+  waits.shift()!.fn()
+  t.equal(await late, 'acked')
+  t.equal(s.statements.length, 2)
+  t.equal(s.statements[1]!.completions.length + s.statements[1]!.partitions.length, 1, 'the job that waited, alone')
+  // That statement carried one job: the writer is quiet, and the next job goes at once.
+  t.equal(await s.complete(s.w0, 3), 'acked')
+  t.equal(s.statements.length, 3, 'no wait after a quiet statement')
+  t.equal(waits.length, 0)
+  // Busy again, then settled() (shutdown, a handover) writes what waits without waiting.
+  await Promise.all([s.complete(s.w0, 4), s.complete(s.w0, 5), s.complete(s.w1, 0)])
+  const pending = s.complete(s.w1, 1)
+  await turns(5)
+  t.equal(waits.length, 1, 'waiting')
+  await s.writer.settled()
+  t.equal(await pending, 'acked')
+  t.equal(waits.length, 0, 'the wait was cut short, its timer cleared')
+  t.same(await s.stored(), [
+    { partition: 0, committed: 6, pushed: 5 },
+    { partition: 1, committed: 2, pushed: 0 },
+  ])
 })
 
 t.test('a partition whose owner epoch moved on is refused; the others are written', async (t) => {
