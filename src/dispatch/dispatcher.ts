@@ -36,7 +36,7 @@ import { HealthRecorder } from './health.ts'
 import { PendingDisables } from './pending-disables.ts'
 import { PartitionReader } from './partition-reader.ts'
 import { filterOf, newGroupRuntime, newPartitionState, policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
-import { DEFAULT_LINGER, type Linger, ProgressWriter } from './progress.ts'
+import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import type { PushAgent } from './pusher.ts'
 import type { PushWindowOptions } from './push-window.ts'
@@ -65,8 +65,6 @@ export interface DispatcherDeps {
   pushWindow?: PushWindowOptions
   /** A write for this partition was refused (its owner epoch moved on): it was dropped here. */
   onMoved?(groupName: string, partition: number): void
-  /** The progress writer's wait for company under load (progress.ts); null for none. */
-  progressLinger?: Linger | null
 }
 
 export class Dispatcher {
@@ -101,7 +99,7 @@ export class Dispatcher {
     this.schedule = new Schedule(now, timers, (entry) => this.flow.due(entry))
     this.progress = new ProgressWriter({
       db: deps.db,
-      linger: deps.progressLinger === undefined ? DEFAULT_LINGER : (deps.progressLinger ?? undefined),
+      linger: DEFAULT_LINGER,
       now,
       timers,
       onRefused: (g, w) => this.moved(g, w),

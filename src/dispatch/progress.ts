@@ -78,8 +78,8 @@ export class ProgressWriter {
   /** When the last statement started, and whether it was busy enough for the next to wait. */
   private lastStartMs = -Infinity
   private lastBusy = false
-  /** The wait under way, if any (settled() cuts it short). */
-  private lingering: { handle: unknown; go(): void } | undefined
+  /** The timer of the wait under way, if any (settled() cuts it short). */
+  private lingerTimer: unknown
   private readonly write: (db: Database, batch: ProgressBatch) => Promise<ProgressResult>
   private readonly now: () => number
   private readonly timers: Timers
@@ -132,7 +132,7 @@ export class ProgressWriter {
   /** Resolves once everything queued so far (and meanwhile) is written or failed. */
   async settled(): Promise<void> {
     while (this.running || this.scheduled || this.completions.length > 0 || this.reservations.length > 0) {
-      if (this.lingering) this.lingering.go()
+      if (this.lingerTimer !== undefined) this.start()
       if (!this.running && !this.scheduled) this.schedule()
       await (this.running ?? new Promise<void>((resolve) => setImmediate(resolve)))
     }
@@ -148,20 +148,17 @@ export class ProgressWriter {
     if (this.scheduled || this.running) return
     this.scheduled = true
     const wait = this.lastBusy && this.deps.linger ? this.lastStartMs + this.deps.linger.ms - this.now() : 0
-    if (wait <= 0) {
-      setImmediate(() => this.start())
-      return
-    }
-    const go = () => {
-      if (this.lingering?.go !== go) return
-      this.timers.clearTimeout(this.lingering.handle)
-      this.lingering = undefined
-      this.start()
-    }
-    this.lingering = { handle: this.timers.setTimeout(go, wait), go }
+    if (wait > 0) this.lingerTimer = this.timers.setTimeout(() => this.start(), wait)
+    else setImmediate(() => this.start())
   }
 
+  /** Writes what is queued now: at the end of the turn, at the end of a wait, or when settled() cuts a wait short. */
   private start(): void {
+    if (!this.scheduled) return
+    if (this.lingerTimer !== undefined) {
+      this.timers.clearTimeout(this.lingerTimer)
+      this.lingerTimer = undefined
+    }
     this.scheduled = false
     this.lastStartMs = this.now()
     this.lastBusy = this.deps.linger !== undefined && this.completions.length + this.reservations.length >= this.deps.linger.minJobs
