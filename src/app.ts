@@ -29,6 +29,7 @@ import { ackSchemas } from './http/schemas/acks.ts'
 import { messageSchemas } from './http/schemas/messages.ts'
 import { operationSchemas } from './http/schemas/operations.ts'
 import { topicSchemas } from './http/schemas/topics.ts'
+import { LazyCompiles, lazySerializerFactory } from './http/lazy-compile.ts'
 import { validatorCompiler } from './http/validation.ts'
 
 export interface AppOptions {
@@ -73,10 +74,29 @@ export const API_INFO = {
     'integers in paths and query strings are plain decimal digits.',
 }
 
+const lazyCompiles = new WeakMap<FastifyInstance, LazyCompiles>()
+
+/**
+ * Compiles every validator and serializer of a ready app that no call has compiled yet (tests: a
+ * schema that does not compile fails there, as it failed at start-up before compiles were lazy).
+ * Returns how many there are in all.
+ */
+export function compileAllSchemas(app: FastifyInstance): number {
+  return lazyCompiles.get(app)?.compileAll() ?? 0
+}
+
+/** How many of the app's validators and serializers have been compiled so far. */
+export function compiledSchemas(app: FastifyInstance): number {
+  return lazyCompiles.get(app)?.compiled ?? 0
+}
+
 /** Builds the Fastify app with every route; call ready() or listen() on it. */
 export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   const timeouts = opts.timeouts ?? DEFAULT_TIMEOUTS
+  const compiles = new LazyCompiles()
   const app = Fastify({
+    // Validators and serializers are compiled at a route's first call (src/http/lazy-compile.ts says why).
+    schemaController: { compilersFactory: { buildSerializer: lazySerializerFactory(compiles) } },
     // A request (headers and body) that takes longer gets 408 and its connection is closed; so does
     // one whose headers take longer (a connection that sends nothing included). Node checks both
     // every connectionsCheckingInterval (30 s by default, longer than the timeouts themselves).
@@ -117,7 +137,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   // JSON bodies nested past MAX_BODY_DEPTH are refused by a linear scan before JSON.parse builds them.
   installJsonParser(app)
   for (const schema of ALL_SCHEMAS) app.addSchema(schema)
-  app.setValidatorCompiler(validatorCompiler(ALL_SCHEMAS))
+  app.setValidatorCompiler(validatorCompiler(ALL_SCHEMAS, compiles))
+  lazyCompiles.set(app, compiles)
 
   await app.register(swagger, {
     openapi: {

@@ -14,6 +14,7 @@
 import { _, Ajv, type KeywordCxt, type Options, type ValidateFunction } from 'ajv'
 import addFormatsModule from 'ajv-formats'
 import type { FastifySchemaCompiler } from 'fastify'
+import type { LazyCompiles } from './lazy-compile.ts'
 import { ALLOW_NUL } from './schemas/common.ts'
 
 // ajv-formats is CommonJS; under ESM its function may sit on .default.
@@ -93,14 +94,16 @@ function decimalOnly(validate: ValidateFunction, fields: string[], part: string)
 }
 
 /** A Fastify validator compiler that knows the shared named schemas. */
-export function validatorCompiler(schemas: unknown[]): FastifySchemaCompiler<unknown> {
+export function validatorCompiler(schemas: unknown[], compiles?: LazyCompiles): FastifySchemaCompiler<unknown> {
   const strict = makeAjv({ coerceTypes: false }, schemas)
   const coercing = makeAjv({ coerceTypes: 'array' }, schemas)
   return ({ schema, httpPart }) => {
-    const ajv = httpPart === 'body' ? strict : coercing
-    const validate = ajv.compile(withNoNul(schema) as object)
-    const fields = httpPart === 'params' || httpPart === 'querystring' ? integerFields(schema) : []
-    const checked = fields.length > 0 ? decimalOnly(validate, fields, httpPart === 'params' ? 'path' : 'query') : validate
-    return checked as ReturnType<FastifySchemaCompiler<unknown>>
+    const compile = () => {
+      const ajv = httpPart === 'body' ? strict : coercing
+      const validate = ajv.compile(withNoNul(schema) as object)
+      const fields = httpPart === 'params' || httpPart === 'querystring' ? integerFields(schema) : []
+      return fields.length > 0 ? decimalOnly(validate, fields, httpPart === 'params' ? 'path' : 'query') : validate
+    }
+    return (compiles ? compiles.validator(compile) : compile()) as ReturnType<FastifySchemaCompiler<unknown>>
   }
 }
