@@ -1,73 +1,127 @@
-// The broker as `npm start` runs it: src/server.ts and everything it imports from src/, bundled by
-// esbuild (the compiler tsx itself runs on) into one ES module with a source map; packages stay
-// external and load from node_modules. Plain JavaScript: the launcher (scripts/start.mjs) uses it
-// before any TypeScript loader is there, and the process tests (test/helpers/process.ts) use it too.
+// The broker as `npm start` runs it, and the `hookq` CLI: an entry of src/ and everything it imports
+// from the project, bundled by esbuild (the compiler tsx itself runs on) into one ES module with a
+// source map; packages stay external and load from node_modules. Plain JavaScript: the launchers
+// (scripts/start.mjs, src/cli/hookq.mjs) use it before any TypeScript loader is there, and the
+// process tests (test/helpers/process.ts) use it too.
 //
 // Why a bundle and not `node --import tsx src/server.ts`:
 // - tsx compiles with esbuild's keepNames, which wraps every function and class made at run time in
 //   a call that sets its name: on the push path, closures made per push paid for it (bench:ab, drain,
 //   10 rounds of 40,000 messages: the broker 7.6% dearer per message under tsx than bundled).
 // - Start-up: tsx resolves, reads and compiles each of ~150 files through loader hooks answering
-//   from a thread of their own; spawn to listening took 3.3 s under tsx and 1.8 s bundled.
+//   from a thread of their own; spawn to listening took 3.3 s under tsx and 1.8 s bundled, and
+//   `hookq --help` 0.5 s of CPU under tsx (a CLI pays its start at every command).
 //
-// The bundle is built once for each state of src/ (named by a hash of its files, so an edit makes a
-// new one) under node_modules/.cache/hookq, inside the project so its bare imports resolve to the
-// project's node_modules. It is written under a temporary name and renamed: processes building it
-// at once (cluster workers, test files) never see a half-written file. The source's
-// `import.meta.url` is replaced file by file with that file's own URL, so what a file finds next to
-// itself (prisma/migrations, the console's files, package.json) it finds where it did.
+// A bundle is built once for each state of its sources (a folder named by a hash of the folders it
+// is built from, so an edit makes a new one) under node_modules/.cache/hookq, inside the project so
+// its bare imports resolve to the project's node_modules. It is written under a temporary name and
+// renamed: processes building it at once (cluster workers, test files, CLI commands) never see a
+// half-written one. The source's `import.meta.url` is replaced file by file with that file's own URL, so what a
+// file finds next to itself (prisma/migrations, the console's files, package.json) it finds where it did.
 import { createHash } from 'node:crypto'
-import { mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { join, relative } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const OUT_DIR = join(ROOT, 'node_modules/.cache/hookq')
 
-/** The path of the bundle of src/ as it is now, built first if no process has built it yet. */
-export async function serverBundle() {
-  const file = join(OUT_DIR, `server-${sourceHash()}.mjs`)
+/** The path of the bundle of src/server.ts as it is now, built first if no process has built it yet. */
+export function serverBundle() {
+  return bundle('server', 'src/server.ts', ['src'])
+}
+
+/**
+ * The path of the bundle of the CLI (src/cli/main.ts, exporting `main`), built first if no process
+ * has built it yet. The SDK it calls the broker with (@hookq/client, TypeScript in
+ * clients/typescript) is bundled in: it has no JavaScript build of its own in the checkout.
+ */
+export function cliBundle() {
+  return bundle('cli', 'src/cli/main.ts', ['src', 'clients/typescript/src'], [/^@hookq\/client(\/|$)/])
+}
+
+/**
+ * @param {string} name  the file's name before its hash
+ * @param {string} entry  the entry point, relative to the project
+ * @param {string[]} dirs  the folders whose files the bundle is built from (hashed)
+ * @param {RegExp[]} inline  packages bundled in instead of left to node_modules
+ */
+async function bundle(name, entry, dirs, inline = []) {
+  const dir = join(OUT_DIR, `${name}-${sourceHash(dirs)}`)
+  const file = join(dir, 'index.mjs')
   try {
     statSync(file)
     return file
   } catch {}
   const { build } = await import('esbuild')
   const out = await build({
-    entryPoints: [join(ROOT, 'src/server.ts')],
+    entryPoints: { index: join(ROOT, entry) },
     bundle: true,
     platform: 'node',
     format: 'esm',
     target: 'node20',
-    packages: 'external',
-    outfile: file,
+    // What a module imports lazily (the CLI's groups command and its schemas) goes to a chunk of its
+    // own, so that its packages load only when it does: in one file, every package import is
+    // hoisted to the top and loads at every start (typebox alone took 0.2 s of each CLI command).
+    splitting: true,
+    outdir: dir,
+    outExtension: { '.js': '.mjs' },
+    chunkNames: 'chunk-[hash]',
     sourcemap: 'linked',
     write: false,
     logLevel: 'silent',
     plugins: [
       {
+        // Packages load from node_modules (esbuild's packages: 'external'), but those named in `inline`.
+        name: 'packages-external',
+        setup(b) {
+          b.onResolve({ filter: /^[^./]/ }, (args) => {
+            if (args.path.startsWith('node:') || !inline.some((re) => re.test(args.path))) return { path: args.path, external: true }
+            return undefined
+          })
+        },
+      },
+      {
         name: 'own-import-meta-url',
         setup(b) {
-          b.onLoad({ filter: /\.ts$/ }, (args) => ({
-            contents: readFileSync(args.path, 'utf8').replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href)),
-            loader: 'ts',
-          }))
+          // The project's own files, not the packages': TypeScript, and the plain modules of scripts/.
+          b.onLoad({ filter: /\.(ts|mjs)$/ }, (args) => {
+            if (args.path.includes('/node_modules/')) return undefined
+            return {
+              contents: readFileSync(args.path, 'utf8').replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href)),
+              loader: args.path.endsWith('.ts') ? 'ts' : 'js',
+            }
+          })
         },
       },
     ],
   })
-  mkdirSync(OUT_DIR, { recursive: true })
-  // The map first: a process that finds the bundle finds its map too.
-  const files = out.outputFiles
-  for (const f of [...files.filter((f) => f.path.endsWith('.map')), ...files.filter((f) => !f.path.endsWith('.map'))]) {
-    const tmp = `${f.path}.${process.pid}.tmp`
-    writeFileSync(tmp, f.contents)
-    renameSync(tmp, f.path)
+  // Written whole into a folder of this process's, then renamed into place: a process that finds
+  // the folder finds every file in it. Another process may have put its own there first: same
+  // sources, same bundle, so that one is used.
+  const tmp = `${dir}.${process.pid}.tmp`
+  rmSync(tmp, { recursive: true, force: true })
+  mkdirSync(tmp, { recursive: true })
+  for (const f of out.outputFiles) writeFileSync(join(tmp, relative(dir, f.path)), f.contents)
+  try {
+    renameSync(tmp, dir)
+  } catch (err) {
+    rmSync(tmp, { recursive: true, force: true })
+    try {
+      statSync(file)
+    } catch {
+      throw err
+    }
   }
   return file
 }
 
-/** A hash of every file under src/ (names and contents): a change anywhere makes a new bundle. */
-function sourceHash() {
+/**
+ * A hash of every file under `dirs` (names and contents), and of this file: a change anywhere makes
+ * a new bundle.
+ * @param {string[]} dirs
+ */
+function sourceHash(dirs) {
   const hash = createHash('sha256')
   /** @param {string} dir */
   const walk = (dir) => {
@@ -77,6 +131,7 @@ function sourceHash() {
       else if (e.isFile()) hash.update(p).update('\0').update(readFileSync(p)).update('\0')
     }
   }
-  walk(join(ROOT, 'src'))
+  for (const dir of dirs) walk(join(ROOT, dir))
+  hash.update(readFileSync(fileURLToPath(import.meta.url)))
   return hash.digest('hex').slice(0, 16)
 }

@@ -38,6 +38,7 @@ export function registerServe(program: Command): void {
         return undefined
       })
       // server.ts starts everything at import and owns the process from then on (signals, exit codes).
-      await import(bundle ? pathToFileURL(bundle).href : '../server.ts')
+      // Its URL is computed, not written out: the CLI's own bundle must not carry the whole broker.
+      await import(bundle ? pathToFileURL(bundle).href : new URL('../server.ts', import.meta.url).href)
     })
 }
