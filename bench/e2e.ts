@@ -49,6 +49,7 @@
  *   BENCH_CEILING_DISPATCH=0    skip the second ceiling, through undici's bare dispatch() instead of request()
  *   BENCH_RATES=5000,500        messages/s of the latency scenarios (the goal is judged at the first)
  *   BENCH_LATENCY_SECONDS=10    measured seconds of each latency scenario (after BENCH_LATENCY_WARMUP_SECONDS=2)
+ *   BENCH_LATENCY_CONNECTIONS=64  the paced producer's keep-alive connections (one call at a time on each)
  *   BENCH_ACK_BATCH=500  BENCH_ACK_FLUSH_MS=5  BENCH_ACK_CONCURRENCY=4
  *   BENCH_PG_WAITS=0            do not sample pg_stat_activity during the throughput scenarios
  *   BENCH_CPU_PROF=1            profile the broker per scenario (bench/out/e2e-*.cpuprofile)
@@ -535,7 +536,7 @@ async function latency(rate: number, receiver: IpcWorker, load: IpcWorker, recei
       warmupS: LATENCY_WARMUP_S,
       measureS: LATENCY_S,
       maxOutstanding: 2000,
-      connections: 64,
+      connections: Number(process.env.BENCH_LATENCY_CONNECTIONS || 64),
     },
     (LATENCY_WARMUP_S + LATENCY_S + 60) * 1000,
   )
