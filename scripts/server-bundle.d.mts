@@ -1,2 +1,5 @@
 /** The path of the bundle of src/server.ts as src/ is now, built first if need be (see server-bundle.mjs). */
 export function serverBundle(): Promise<string>
+
+/** The path of the CLI's bundle (src/cli/main.ts, exporting `main`), built first if need be. */
+export function cliBundle(): Promise<string>
