@@ -774,10 +774,16 @@ export class PushFlow {
    * so the retry that follows goes to the partition's new consumer, then recorded in the database
    * (the dispatcher keeps a reload that reads the consumers before that write from undoing it).
    */
-  private disable(g: GroupRuntime, owner: ConsumerRow): void {
+  private disable(g: GroupRuntime, pushedTo: ConsumerRow): void {
+    // The group's consumers as they are now: a reload between the push and its answer (the group
+    // changed, a reconciliation) replaced the row the push was made with, and disabling that stale
+    // row alone left the consumer enabled for the retry (seen in CI: a second push to a 410 consumer).
+    const owner = g.consumers.find((c) => c.id === pushedTo.id) ?? pushedTo
     if (owner.disabledAt !== null) return
     owner.disabledAt = new Date(this.deps.now())
     owner.disabledReason = 'answered 410 Gone'
+    pushedTo.disabledAt = owner.disabledAt
+    pushedTo.disabledReason = owner.disabledReason
     this.consumersChanged(g, g.consumers)
     this.deps
       .disableConsumer(g.row.id, owner.id, owner.disabledReason, owner.disabledAt)

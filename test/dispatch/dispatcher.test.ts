@@ -342,6 +342,31 @@ t.test(
   },
 )
 
+t.test('410 Gone: a reload between the push and its answer does not leave the consumer enabled', async (t) => {
+  // The 410 is held until the test lets it go; meanwhile a reload replaces the group's consumer
+  // rows, so the row the push was made with is not the group's any more when the answer comes.
+  let letAnswer!: () => void
+  const answer = new Promise<void>((resolve) => {
+    letAnswer = resolve
+  })
+  const s = await setup(t, 'gone-reload', { ackMode: 'auto', retry: { initialDelayMs: 200, maxDelayMs: 200, jitter: 0 } })
+  s.receiver.setBehaviour({ status: 410, after: answer })
+  const other = await startReceiver(t)
+  await groups.addConsumer('gone-reload', { url: other.url })
+  await s.dispatcher.reload('gone-reload')
+  await s.produce(['a'])
+  t.match(await s.pushed(1), { offset: 0, attempt: 1 }, 'the first consumer (it holds the partition) is pushed to')
+  await s.dispatcher.reload('gone-reload') // new consumer rows while the push is out
+  letAnswer()
+  await s.answered()
+  s.clock.advance(200) // the retry is due
+  await waitUntil(() => s.receiver.requests.length + other.requests.length >= 2, 10_000, 'the retry pushed')
+  t.equal(s.receiver.requests.length, 1, 'the consumer that answered 410 got no second push')
+  t.match(other.requests[0]!.json, { offset: 0, attempt: 2 }, 'the retry went to the other consumer')
+  await waitUntil(async () => (await s.committed()) === 1, 10_000, 'completed there')
+  t.same(s.errors, [], 'no step failed')
+})
+
 t.test('410 Gone: a reload that read the consumers before the disable was written does not enable it again', async (t) => {
   // The disable's write waits until the test lets it go: the reload below reads the consumer as enabled.
   let letWrite!: () => void
