@@ -32,7 +32,16 @@ t.test(
     /** Per key, the offset pushed and not yet acked by this consumer (it counts from sending the ack: the broker may push the next before the ack's answer is back here). */
     const out = new Map<string, number>()
     const overlaps: string[] = []
+    /**
+     * Per key, the offsets the broker answered `acked`, in the order their acks were sent. Not in the
+     * order the answers came back: two ack calls of a key can be under way at once (the broker
+     * pushes the next message once it has taken the ack, before its answer is back here), and
+     * their answers may arrive in either order (seen in CI: 250's answer before 242's, though 242's
+     * ack was sent, and taken, before 250 was even pushed).
+     */
     const acked = new Map<string, number[]>()
+    const ackedSends = new Map<string, { offset: number; sent: number }[]>()
+    let sends = 0
     let generation = 1
     // Answers 200 at once and acks a little later over HTTP, like a consumer library. A message of a
     // key pushed while another offset of that key is still unacked breaks the rule; after the kill
@@ -49,11 +58,17 @@ t.test(
         () => {
           if (out.get(p.key) === p.offset) out.delete(p.key)
           note(p.key, `ack sent ${p.offset} attempt ${p.attempt}`)
+          const sent = sends++
           call(target, 'POST', '/v1/groups/g/acks', { deliveryIds: [p.deliveryId] })
             .then((r) => {
               note(p.key, `ack answered ${p.offset} attempt ${p.attempt}: ${r.status} ${r.json?.results?.[0]?.status}`)
               if (r.status !== 200 || r.json.results[0].status !== 'acked') return
-              acked.set(p.key, [...(acked.get(p.key) ?? []), p.offset])
+              const list = [...(ackedSends.get(p.key) ?? []), { offset: p.offset, sent }].sort((a, b) => a.sent - b.sent)
+              ackedSends.set(p.key, list)
+              acked.set(
+                p.key,
+                list.map((a) => a.offset),
+              )
             })
             .catch((err: Error) => note(p.key, `ack failed ${p.offset}: ${err.message}`)) // the broker was killed: this ack's outcome is unknown, the message comes again
         },
