@@ -782,8 +782,6 @@ export class PushFlow {
     if (owner.disabledAt !== null) return
     owner.disabledAt = new Date(this.deps.now())
     owner.disabledReason = 'answered 410 Gone'
-    pushedTo.disabledAt = owner.disabledAt
-    pushedTo.disabledReason = owner.disabledReason
     this.consumersChanged(g, g.consumers)
     this.deps
       .disableConsumer(g.row.id, owner.id, owner.disabledReason, owner.disabledAt)

@@ -11,29 +11,28 @@
  */
 import SerializerSelector from '@fastify/fast-json-stringify-compiler'
 
-type Compile<R> = () => R
+type Compiled = (data: unknown, context?: never) => unknown
 
 /** Every lazy compile made for an app, so that a test can force them all. */
 export class LazyCompiles {
   private readonly pending = new Set<() => unknown>()
   private done = 0
 
-  /** A function that compiles `compile()` at its first call and forwards every call to the result. */
-  validator<F extends (...args: never[]) => unknown>(compile: Compile<F & { errors?: unknown }>): F {
-    let fn: (F & { errors?: unknown }) | undefined
-    const force = () => (fn ??= this.count(compile))
-    this.pending.add(force)
-    const lazy = ((...args: never[]) => force()(...args)) as unknown as F
-    // Fastify reads `errors` off the function it was given after a call returned false.
-    Object.defineProperty(lazy, 'errors', { get: () => fn?.errors ?? null, set: () => {} })
-    return lazy
+  /**
+   * A validator compiled at its first call. It keeps what Fastify reads off an Ajv function: the
+   * `errors` after a `false`, and `schemaEnv`, with which Fastify passes the parent data Ajv needs
+   * to change a root value (read at validation time, when the function is compiled anyway).
+   */
+  validator<F extends Compiled & { errors?: unknown; schemaEnv?: unknown }>(compile: () => F): F {
+    const { call, compiled, force } = this.lazy(compile)
+    Object.defineProperty(call, 'errors', { get: () => compiled()?.errors ?? null, set: () => {} })
+    Object.defineProperty(call, 'schemaEnv', { get: () => force().schemaEnv })
+    return call
   }
 
-  serializer<F extends (data: unknown) => string>(compile: Compile<F>): F {
-    let fn: F | undefined
-    const force = () => (fn ??= this.count(compile))
-    this.pending.add(force)
-    return ((data: unknown) => force()(data)) as F
+  /** A serializer compiled at its first call. */
+  serializer<F extends Compiled>(compile: () => F): F {
+    return this.lazy(compile).call
   }
 
   /** How many have been compiled so far. */
@@ -41,16 +40,28 @@ export class LazyCompiles {
     return this.done
   }
 
-  private count<R>(compile: Compile<R>): R {
-    const r = compile()
-    this.done++
-    return r
-  }
-
   /** Compiles every schema not compiled yet; throws the first compile error. */
   compileAll(): number {
     for (const force of this.pending) force()
     return this.pending.size
+  }
+
+  /**
+   * A function that compiles at its first call and forwards every call to the result. Fixed
+   * parameters (the data, and a validator's context), not a rest parameter, which would allocate an
+   * array at every request.
+   */
+  private lazy<F extends Compiled>(compile: () => F): { call: F; compiled: () => F | undefined; force: () => F } {
+    let fn: F | undefined
+    const force = (): F => {
+      if (fn === undefined) {
+        fn = compile()
+        this.done++
+      }
+      return fn
+    }
+    this.pending.add(force)
+    return { call: ((data: unknown, context?: never) => (fn ?? force())(data, context)) as F, compiled: () => fn, force }
   }
 }
 
