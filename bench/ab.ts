@@ -39,6 +39,7 @@ import { envInt } from './lib/env.ts'
 import { type IpcWorker, startIpcWorker } from './lib/ipc.ts'
 import { cpuSince, cpuSnapshot } from './lib/proc.ts'
 import { atCleanup, cleanUpOnInterrupt, runBench } from './lib/run.ts'
+import { median } from './lib/stats.ts'
 
 const BASE = process.env.BENCH_AB_BASE ? resolve(process.env.BENCH_AB_BASE) : ''
 const SCENARIO = process.env.BENCH_AB_SCENARIO || 'drain'
@@ -129,12 +130,6 @@ async function round(side: Side, load: IpcWorker, n: number): Promise<Measured> 
     // The host's busy CPU beyond the broker, PostgreSQL and this process: the receiver, the load, other tenants.
     otherPct: w.hostPct * w.cores - w.brokerPct - w.postgresPct - w.selfPct,
   }
-}
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b)
-  const m = s.length >> 1
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2
 }
 
 async function main(): Promise<void> {

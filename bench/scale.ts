@@ -20,7 +20,11 @@
  * Before that, BENCH_WARMUP_MESSAGES (20,000; 0 for none) per process go the same way unmeasured:
  * each process compiles its hot code under its first load, a cost per process, not per message.
  *
- * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_MESSAGES=60000  BENCH_WARMUP_MESSAGES=20000
+ * BENCH_ROUNDS=R runs the counts R times in turn (1, 2, 4, 1, 2, 4, ...) and prints each count's
+ * ratios to the first count of its own round, then their medians: the machine's speed drifts by
+ * more than the difference measured, so only counts run side by side compare.
+ *
+ * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_ROUNDS=1  BENCH_MESSAGES=60000  BENCH_WARMUP_MESSAGES=20000
  *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60  BENCH_DATABASE_URL=...
  *   BENCH_PERF_DIR=<dir> (perf record of the broker processes over the measured pass)
  */
@@ -35,6 +39,7 @@ import { envCount, envInt } from './lib/env.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
+import { median } from './lib/stats.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
 
 const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s) => {
@@ -42,6 +47,7 @@ const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s)
   if (!Number.isInteger(n) || n < 1 || n > 64) throw new Error(`BENCH_SCALE_PROCESSES: ${JSON.stringify(s)} is not a process count`)
   return n
 })
+const ROUNDS = envInt('BENCH_ROUNDS', 1)
 const MESSAGES = envInt('BENCH_MESSAGES', 60_000)
 const WARMUP = envCount('BENCH_WARMUP_MESSAGES', 20_000)
 const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
@@ -250,6 +256,33 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
   }
 }
 
+const TABLE_HEAD =
+  'processes  msg/s   ratio  broker us/msg  ratio  pg us/msg  commits/1k msg  spread of pushes (min..max share)  partitions owned'
+
+function tableLine(r: Row, base: Row): string {
+  const shares = r.perProcess.map((p) => p.pushShare)
+  return (
+    `${String(r.processes).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
+    `  ${r.brokerUs.toFixed(0).padStart(13)}  ${(r.brokerUs / base.brokerUs).toFixed(2).padStart(4)}x  ${r.pgUs.toFixed(0).padStart(9)}  ${r.commitsPerK.toFixed(1).padStart(14)}` +
+    `  ${(100 * Math.min(...shares)).toFixed(0).padStart(16)}%..${(100 * Math.max(...shares)).toFixed(0)}%` +
+    `${''.padStart(13)}${r.perProcess.map((p) => p.owned).join(' / ')}`
+  )
+}
+
+function printRow(row: Row): void {
+  const n = row.processes
+  console.log(
+    `${n} process${n > 1 ? 'es' : ''}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
+      `broker ${row.brokerUs.toFixed(0)} us/msg (all processes; the primary ${row.primaryUs.toFixed(1)}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg, ${row.commitsPerK.toFixed(1)} commits per 1,000 messages; duplicates ${row.duplicates}` +
+      (row.notes ? `\n  ${row.notes}` : ''),
+  )
+  for (const [i, p] of row.perProcess.entries()) {
+    console.log(
+      `  process ${i + 1}: ${p.owned} partitions, ${(100 * p.pushShare).toFixed(0)}% of the pushes, ${p.usPerMsg.toFixed(0)} us CPU per message of the run, ${p.usPerPush.toFixed(0)} us per own push`,
+    )
+  }
+}
+
 async function main(): Promise<void> {
   const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: 'http://127.0.0.1:1' }, 30_000)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
@@ -258,33 +291,34 @@ async function main(): Promise<void> {
     `hookq scale bench: ${MESSAGES.toLocaleString('en-US')} messages per run, ${PARTITIONS} partitions, auto mode, maxInFlight ${MAX_IN_FLIGHT}, ` +
       `processes ${COUNTS.join(', ')}; host ${cpus().length} cores\n`,
   )
-  const rows: Row[] = []
-  for (const n of COUNTS) {
-    const row = await scenario(n, receiver, receiverUrl, load)
-    rows.push(row)
-    console.log(
-      `${n} process${n > 1 ? 'es' : ''}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
-        `broker ${row.brokerUs.toFixed(0)} us/msg (all processes; the primary ${row.primaryUs.toFixed(1)}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg, ${row.commitsPerK.toFixed(1)} commits per 1,000 messages; duplicates ${row.duplicates}` +
-        (row.notes ? `\n  ${row.notes}` : ''),
-    )
-    for (const [i, p] of row.perProcess.entries()) {
+  const rounds: Row[][] = []
+  for (let round = 1; round <= ROUNDS; round++) {
+    if (ROUNDS > 1) console.log(`round ${round} of ${ROUNDS}`)
+    const rows: Row[] = []
+    for (const n of COUNTS) {
+      const row = await scenario(n, receiver, receiverUrl, load)
+      rows.push(row)
+      printRow(row)
+    }
+    rounds.push(rows)
+  }
+  for (const [i, rows] of rounds.entries()) {
+    console.log(`\n${ROUNDS > 1 ? `round ${i + 1}: ` : ''}${TABLE_HEAD}`)
+    const base = rows[0]!
+    for (const r of rows) console.log(tableLine(r, base))
+  }
+  if (ROUNDS > 1) {
+    console.log("\nmedians over the rounds of the ratio to the same round's first count:")
+    console.log('processes  msg/s ratio  broker us/msg ratio  pg us/msg ratio  commits/1k msg')
+    for (const [j, n] of COUNTS.entries()) {
+      const ratio = (f: (r: Row) => number) => median(rounds.map((rows) => f(rows[j]!) / f(rows[0]!))).toFixed(2)
       console.log(
-        `  process ${i + 1}: ${p.owned} partitions, ${(100 * p.pushShare).toFixed(0)}% of the pushes, ${p.usPerMsg.toFixed(0)} us CPU per message of the run, ${p.usPerPush.toFixed(0)} us per own push`,
+        `${String(n).padStart(9)}  ${ratio((r) => r.msgPerS).padStart(10)}x  ${ratio((r) => r.brokerUs).padStart(18)}x` +
+          `  ${ratio((r) => r.pgUs).padStart(14)}x  ${median(rounds.map((rows) => rows[j]!.commitsPerK))
+            .toFixed(1)
+            .padStart(14)}`,
       )
     }
-  }
-  const base = rows[0]!
-  console.log(
-    '\nprocesses  msg/s   ratio  broker us/msg  ratio  pg us/msg  commits/1k msg  spread of pushes (min..max share)  partitions owned',
-  )
-  for (const r of rows) {
-    const shares = r.perProcess.map((p) => p.pushShare)
-    console.log(
-      `${String(r.processes).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
-        `  ${r.brokerUs.toFixed(0).padStart(13)}  ${(r.brokerUs / base.brokerUs).toFixed(2).padStart(4)}x  ${r.pgUs.toFixed(0).padStart(9)}  ${r.commitsPerK.toFixed(1).padStart(14)}` +
-        `  ${(100 * Math.min(...shares)).toFixed(0).padStart(16)}%..${(100 * Math.max(...shares)).toFixed(0)}%` +
-        `${''.padStart(13)}${r.perProcess.map((p) => p.owned).join(' / ')}`,
-    )
   }
   console.log(
     '\nbroker us/msg: CPU of every broker process (not the primary, which only supervises) per message completed;\n' +

@@ -8,6 +8,13 @@ export function percentile(sorted: Float64Array, p: number): number {
   return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1]!
 }
 
+/** The median of the values (the mean of the middle two for an even count); NaN when there are none. */
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b)
+  const m = s.length >> 1
+  return s.length === 0 ? NaN : s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2
+}
+
 /** Collects latencies (ms) into a growable Float64Array: no boxing, cheap to sort. */
 export class Latencies {
   private buf = new Float64Array(1 << 16)
