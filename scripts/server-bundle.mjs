@@ -16,7 +16,7 @@
 // is built from, so an edit makes a new one) under node_modules/.cache/hookq, inside the project so
 // its bare imports resolve to the project's node_modules. It is written under a temporary name and
 // renamed: processes building it at once (cluster workers, test files, CLI commands) never see a
-// half-written one. The source's `import.meta.url` is replaced file by file with that file's own URL, so what a
+// half-written one. Building one prunes the older ones of its name (pruneBundles). The source's `import.meta.url` is replaced file by file with that file's own URL, so what a
 // file finds next to itself (prisma/migrations, the console's files, package.json) it finds where it did.
 import { createHash } from 'node:crypto'
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
@@ -113,7 +113,47 @@ async function bundle(name, entry, dirs, inline = []) {
       throw err
     }
   }
+  pruneBundles(OUT_DIR, name, Date.now())
   return file
+}
+
+/** Bundles of one name kept whatever their age: the newest, and the few before it. */
+const KEEP_NEWEST = 3
+/** Older bundles are removed once this old: a process started from one may still load a chunk of it lazily. */
+const KEEP_MS = 24 * 3600_000
+/** A temporary folder this old was left by a process killed while it wrote. */
+const TMP_MS = 3600_000
+
+/**
+ * Removes the bundles of `name` beyond the KEEP_NEWEST newest that are older than KEEP_MS, and
+ * temporary folders left by killed builds: every edit of src/ makes a new bundle, and without this
+ * they pile up. Best effort: a folder another process removes first, or cannot be removed, is left.
+ * @param {string} outDir
+ * @param {string} name
+ * @param {number} nowMs
+ */
+export function pruneBundles(outDir, name, nowMs) {
+  /** @type {{ path: string, mtimeMs: number, tmp: boolean }[]} */
+  const found = []
+  let entries
+  try {
+    entries = readdirSync(outDir, { withFileTypes: true })
+  } catch {
+    return
+  }
+  for (const e of entries) {
+    const m = /^(.+)-[0-9a-f]{16}(\.\d+\.tmp)?$/.exec(e.name)
+    if (!e.isDirectory() || !m || m[1] !== name) continue
+    try {
+      found.push({ path: join(outDir, e.name), mtimeMs: statSync(join(outDir, e.name)).mtimeMs, tmp: m[2] !== undefined })
+    } catch {}
+  }
+  const bundles = found.filter((f) => !f.tmp).sort((a, b) => b.mtimeMs - a.mtimeMs)
+  const doomed = [
+    ...bundles.slice(KEEP_NEWEST).filter((f) => nowMs - f.mtimeMs > KEEP_MS),
+    ...found.filter((f) => f.tmp && nowMs - f.mtimeMs > TMP_MS),
+  ]
+  for (const f of doomed) rmSync(f.path, { recursive: true, force: true })
 }
 
 /**

@@ -3,9 +3,10 @@
 // loaded at every command; split, it loads with `groups` alone. Also: the broker's bundle does not
 // load PGlite when it runs on PostgreSQL.
 import t from 'tap'
-import { readFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
-import { cliBundle, serverBundle } from '../../scripts/server-bundle.mjs'
+import { cliBundle, pruneBundles, serverBundle } from '../../scripts/server-bundle.mjs'
 
 /** The packages a bundle's entry loads before any of its code runs: its static imports, chunks followed. */
 function staticPackages(entry: string): Set<string> {
@@ -38,4 +39,50 @@ t.test('the CLI loads typebox only for groups; the broker loads PGlite only when
   const server = staticPackages(await serverBundle())
   t.ok(server.has('fastify'), 'the broker loads fastify at start')
   t.notOk(server.has('@electric-sql/pglite'), 'PGlite is not loaded at start (only for the embedded database)')
+})
+
+t.test('old bundles are pruned: the newest three stay, older ones once a day old, stale temporary folders', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'hookq-bundles-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const now = Date.now()
+  const hour = 3600_000
+  const make = (name: string, ageMs: number) => {
+    mkdirSync(join(dir, name))
+    writeFileSync(join(dir, name, 'index.mjs'), '')
+    const at = (now - ageMs) / 1000
+    utimesSync(join(dir, name), at, at)
+  }
+  const hash = (i: number) => i.toString(16).padStart(16, '0')
+  // Five server bundles: 1 hour, 2, 3, 4 days and 100 hours old.
+  make(`server-${hash(1)}`, hour)
+  make(`server-${hash(2)}`, 48 * hour)
+  make(`server-${hash(3)}`, 72 * hour)
+  make(`server-${hash(4)}`, 96 * hour)
+  make(`server-${hash(5)}`, 100 * hour)
+  make(`server-${hash(6)}.4242.tmp`, 2 * hour) // a killed build's
+  make(`server-${hash(7)}.4243.tmp`, 60_000) // a build under way
+  make(`cli-${hash(8)}`, 200 * hour) // another name: not this call's
+  make('unrelated', 200 * hour)
+
+  pruneBundles(dir, 'server', now)
+  const left = (name: string) => existsSync(join(dir, name))
+  t.ok(left(`server-${hash(1)}`) && left(`server-${hash(2)}`) && left(`server-${hash(3)}`), 'the three newest stay')
+  t.notOk(left(`server-${hash(4)}`), 'an older one past a day is removed')
+  t.notOk(left(`server-${hash(5)}`), 'and the oldest')
+  t.notOk(left(`server-${hash(6)}.4242.tmp`), "a killed build's temporary folder is removed")
+  t.ok(left(`server-${hash(7)}.4243.tmp`), 'a build under way is left alone')
+  t.ok(left(`cli-${hash(8)}`) && left('unrelated'), 'other names are left alone')
+
+  // A newer bundle pushes the 3-day-old one out of the newest three: it goes.
+  make(`server-${hash(9)}`, 10 * hour)
+  pruneBundles(dir, 'server', now)
+  t.ok(left(`server-${hash(9)}`) && left(`server-${hash(2)}`), 'the newest three stay')
+  t.notOk(left(`server-${hash(3)}`), 'the fourth newest, 3 days old, is removed')
+  // Young bundles beyond the newest three stay: a process started from one may still load a chunk of it.
+  make(`server-${hash(10)}`, 2 * hour)
+  make(`server-${hash(11)}`, 3 * hour)
+  pruneBundles(dir, 'server', now)
+  t.ok(left(`server-${hash(9)}`) && left(`server-${hash(11)}`), 'nothing under a day old is removed')
+  t.notOk(left(`server-${hash(2)}`), 'the 2-day-old one, now fifth, is removed')
+  pruneBundles(join(dir, 'missing'), 'server', now) // no folder: nothing to do, no error
 })
