@@ -30,12 +30,14 @@ const list = async (query = ''): Promise<Delivery[]> => {
 const sentValue = (d: Delivery) => ['ack', 'fail', 'nack', 'timeout', 'wait'][d.partition * 3 + d.offset] ?? `bulk-${d.offset}`
 
 // One message per outcome. maxDeliveries 2 and a 50 ms backoff let `fail` go failed → dead quickly;
-// `timeout` is never acked on its first attempt, so it times out after ackTimeoutMs (2 s).
+// `timeout` is never acked on its first attempt: its deadline is moved to 1 ms away (extend), so it
+// times out then. The group's own ack timeout is long: on a loaded machine a 2 s one ran out before
+// the test got to ack or nack the others, which then went dead (at maxDeliveries 2) and answered
+// already_completed.
 await call('PUT', '/v1/topics/events', { partitions: 2 })
 await call('PUT', '/v1/groups/log', {
   topic: 'events',
-  ackTimeoutMs: 2000,
-  pushTimeoutMs: 500,
+  ackTimeoutMs: 120_000,
   maxDeliveries: 2,
   retry: { initialDelayMs: 50, multiplier: 1, maxDelayMs: 50, jitter: 0 },
 })
@@ -54,7 +56,7 @@ await call('POST', '/v1/topics/events/messages', {
 })
 const pushes = (value: string) =>
   receiver.requests.map((r) => r.json as { deliveryId: string; value: string; attempt: number }).filter((e) => e.value === value)
-await waitUntil(() => pushes('wait').length > 0 && pushes('ack').length > 0 && pushes('nack').length > 0, 10_000, 'first pushes')
+await waitUntil(() => ['ack', 'nack', 'timeout', 'wait'].every((v) => pushes(v).length > 0), 10_000, 'first pushes')
 
 t.test('in_flight: attempts pushed and not yet settled', async (t) => {
   const inFlight = await waitUntil(
@@ -81,6 +83,10 @@ t.test('every outcome, each filter, and the fields of an attempt', async (t) => 
   t.equal(
     (await call('POST', '/v1/groups/log/nacks', { deliveryIds: [pushes('nack')[0]!.deliveryId], delayMs: 600_000 })).json.results[0].status,
     'nacked',
+  )
+  t.equal(
+    (await call('POST', '/v1/groups/log/extend', { deliveryIds: [pushes('timeout')[0]!.deliveryId], extendMs: 1 })).json.results[0].status,
+    'extended',
   )
   await waitUntil(() => pushes('timeout').length >= 2, 10_000, 'timeout pushed again')
   t.equal(await ack(pushes('timeout')[1]!.deliveryId), 'acked')
