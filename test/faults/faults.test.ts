@@ -28,7 +28,7 @@ import {
   type Tap,
 } from './harness.ts'
 
-// The short profile takes about 60 s alone, but 290-315 s beside three other test files (tap's
+// The short profile takes about 60 s alone, but 290-330 s beside three other test files (tap's
 // jobs) in `bash .ci/run` on a 2-core machine (December 2026), and with six files at once it was
 // killed at 360 s in scenario 8: the limit is twice what CI takes, so that a slower CI machine fails
 // no scenario for its speed alone.
