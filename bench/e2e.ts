@@ -540,7 +540,7 @@ async function latency(rate: number, receiver: IpcWorker, load: IpcWorker, recei
       warmupS: LATENCY_WARMUP_S,
       measureS: LATENCY_S,
       maxOutstanding: 2000,
-      connections: Number(process.env.BENCH_LATENCY_CONNECTIONS || 64),
+      connections: Math.round(envNumber('BENCH_LATENCY_CONNECTIONS', 64)),
     },
     (LATENCY_WARMUP_S + LATENCY_S + 60) * 1000,
   )
@@ -627,30 +627,29 @@ function goals(
   explicit: Row | undefined,
   lat: (Row & { achievedRate: number }) | undefined,
 ): string {
-  const ratio = (r: Row | undefined) => (r && ceil ? r.perS / ceil.perS : NaN)
-  const notRun = (r: Row | undefined, text: string) => (r ? text : 'not run')
+  const ratio = (r: Row, c: Row) => r.perS / c.perS
   const lines: [string, string, string, boolean | undefined][] = [
     [
       'auto msg/s / bare POST ceiling (request())',
-      notRun(auto && ceil, `${ratio(auto).toFixed(2)}x`),
+      auto && ceil ? `${ratio(auto, ceil).toFixed(2)}x` : 'not run',
       `>= ${GOALS.autoCeilingRatio}x`,
-      auto && ceil && ratio(auto) >= GOALS.autoCeilingRatio,
+      auto && ceil && ratio(auto, ceil) >= GOALS.autoCeilingRatio,
     ],
     [
       'explicit msg/s / bare POST ceiling (request())',
-      notRun(explicit && ceil, `${ratio(explicit).toFixed(2)}x`),
+      explicit && ceil ? `${ratio(explicit, ceil).toFixed(2)}x` : 'not run',
       `>= ${GOALS.explicitCeilingRatio}x`,
-      explicit && ceil && ratio(explicit) >= GOALS.explicitCeilingRatio,
+      explicit && ceil && ratio(explicit, ceil) >= GOALS.explicitCeilingRatio,
     ],
     [
       'auto: broker CPU per message',
-      notRun(auto, `${fixed(auto ? brokerUs(auto) : NaN, 0)} us`),
+      auto ? `${fixed(brokerUs(auto), 0)} us` : 'not run',
       `<= ${GOALS.brokerUs} us`,
       auto && brokerUs(auto) <= GOALS.brokerUs,
     ],
     [
       'auto: PostgreSQL CPU per message',
-      notRun(auto, `${fixed(auto ? postgresUs(auto) : NaN, 0)} us`),
+      auto ? `${fixed(postgresUs(auto), 0)} us` : 'not run',
       `<= ${GOALS.postgresUs} us`,
       auto && postgresUs(auto) <= GOALS.postgresUs,
     ],
@@ -660,8 +659,8 @@ function goals(
       `<= ${GOALS.p99Ms} ms`,
       lat && lat.p99 <= GOALS.p99Ms && lat.achievedRate >= 0.95 * RATE,
     ],
-    ['auto: msg/s end to end', notRun(auto, int(auto?.perS ?? NaN)), '(no goal)', undefined],
-    ['explicit: msg/s end to end', notRun(explicit, int(explicit?.perS ?? NaN)), '(no goal)', undefined],
+    ['auto: msg/s end to end', auto ? int(auto.perS) : 'not run', '(no goal)', undefined],
+    ['explicit: msg/s end to end', explicit ? int(explicit.perS) : 'not run', '(no goal)', undefined],
     [
       'auto: broker CPU per message / client CPU per bare request() POST',
       auto && ceil ? `${(brokerUs(auto) / ceil.clientUsPerReq!).toFixed(2)}x` : 'not run',
@@ -670,7 +669,7 @@ function goals(
     ],
     [
       'auto msg/s / bare dispatch() ceiling',
-      auto && ceilDispatch ? `${(auto.perS / ceilDispatch.perS).toFixed(2)}x` : 'not run',
+      auto && ceilDispatch ? `${ratio(auto, ceilDispatch).toFixed(2)}x` : 'not run',
       '(no goal)',
       undefined,
     ],

@@ -322,7 +322,7 @@ async function main(): Promise<void> {
   }
   console.log(
     '\nbroker us/msg: CPU of every broker process (not the primary, which only supervises) per message completed;\n' +
-      "pg: all PostgreSQL processes; ratios to the 1-process run of this bench. Spread: each process's share of the pushes.\n" +
+      "pg: all PostgreSQL processes; ratios to the first process count of the same round. Spread: each process's share of the pushes.\n" +
       "commits: transactions committed in the bench's database (pg_stat_database) per 1,000 messages: appends, progress, attempt rows, polls.",
   )
   await Promise.all([receiver.stop(), load.stop()])

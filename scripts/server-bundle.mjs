@@ -16,8 +16,9 @@
 // is built from, so an edit makes a new one) under node_modules/.cache/hookq, inside the project so
 // its bare imports resolve to the project's node_modules. It is written under a temporary name and
 // renamed: processes building it at once (cluster workers, test files, CLI commands) never see a
-// half-written one. Building one prunes the older ones of its name (pruneBundles). The source's `import.meta.url` is replaced file by file with that file's own URL, so what a
-// file finds next to itself (prisma/migrations, the console's files, package.json) it finds where it did.
+// half-written one. Building one prunes the older ones of its name (pruneBundles). The source's
+// `import.meta.url` is replaced file by file with that file's own URL, so what a file finds next to
+// itself (prisma/migrations, the console's files, package.json) it finds where it did.
 import { createHash } from 'node:crypto'
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
