@@ -85,11 +85,15 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const groups = new GroupService(db, config.pushPolicy)
     const logger = opts.logger
     const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
+    // Set below: how many broker processes share the partitions (the writers' waits grow with it).
+    let processes = () => 1
     // Finished attempts wait up to 20 ms for company: the log is history, and fewer, larger inserts
     // cost PostgreSQL and the broker less per row (bench:scale, 2 rounds: ~10% less CPU per message
     // than at 5 ms, within the noise of one round). A retry's row does not wait (durable()).
     const attempts = new AttemptLog(db, {
       flushDelayMs: 20,
+      maxFlushDelayMs: 100,
+      processes: () => processes(),
       holdMs: 1000,
       maxBuffered: 200_000,
       onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
@@ -111,6 +115,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       disableConsumer: (id, reason) => groups.disableConsumer(id, reason),
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
       onMoved: (name, partition) => onMoved?.(name, partition),
+      processes: () => processes(),
     })
     // Every process on this database pushes the partitions it owns; see src/cluster/ownership.ts.
     const cluster = new Cluster({
@@ -127,6 +132,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     onMoved = (name, partition) => {
       void cluster.ownership.refresh(name, partition)
     }
+    processes = () => cluster.ownership.memberCount
     groups.onChange((name) => cluster.groupChanged(name))
     topics.onChange(async ({ created, deleted }) => {
       if (deleted) await cluster.topicDeleted(deleted.id)

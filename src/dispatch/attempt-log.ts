@@ -23,15 +23,31 @@
  */
 import type { Database } from '../store/db.ts'
 import { insertAttempts, updateAttempts, type AttemptStart, type AttemptUpdate } from '../store/deliveries.ts'
+import type { Timers } from './schedule.ts'
 
 export interface AttemptLogOptions {
-  /** How long a row with its outcome known may wait for company before a flush, ms. */
+  /**
+   * How long a row with its outcome known may wait for company before a flush, ms, for a process
+   * alone. N processes sharing the pushes wait N times as long (up to maxFlushDelayMs), so that
+   * together they write about the statements one process would: each sees a Nth of the rows.
+   */
   flushDelayMs: number
+  maxFlushDelayMs?: number
+  /** The broker processes sharing the pushes, this one included (1 when alone or absent). */
+  processes?: () => number
   /** How long a row may wait for its outcome before it is written as in_flight, ms. */
   holdMs: number
   maxBuffered: number
   onError(err: unknown, dropped: number): void
   now?: () => number
+  /** Timers for the flushes (a test's own, to see when one is due); Node's when absent. */
+  timers?: Timers
+}
+
+/** Node's timers, kept referenced: rows waiting to be written keep the process alive until then. */
+const refTimers: Timers = {
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
 }
 
 export class AttemptLog {
@@ -42,7 +58,7 @@ export class AttemptLog {
   private updates = new Map<string, AttemptUpdate>()
   /** The rows the flush under way is inserting (each leaves it once written). */
   private inserting: Map<string, AttemptStart> | undefined
-  private timer: NodeJS.Timeout | undefined
+  private timer: unknown
   private timerAtMs = Infinity
   private flushing: Promise<void> | undefined
   private failures = 0
@@ -51,12 +67,14 @@ export class AttemptLog {
   private lostDurables = new Set<string>()
   private closed = false
   private readonly now: () => number
+  private readonly timers: Timers
 
   constructor(
     private readonly db: Database,
     private readonly opts: AttemptLogOptions,
   ) {
     this.now = opts.now ?? Date.now
+    this.timers = opts.timers ?? refTimers
   }
 
   /** Records the start of an attempt (outcome in_flight until told otherwise). */
@@ -119,7 +137,7 @@ export class AttemptLog {
 
   /** Writes what is due now (with `all`, rows still waiting for their outcome too); resolves when written or failed and kept. */
   async flush(all = false): Promise<void> {
-    clearTimeout(this.timer)
+    this.timers.clearTimeout(this.timer)
     this.timer = undefined
     this.timerAtMs = Infinity
     while (this.flushing) await this.flushing
@@ -174,12 +192,17 @@ export class AttemptLog {
   async close(): Promise<void> {
     await this.flush(true)
     this.closed = true
-    clearTimeout(this.timer)
+    this.timers.clearTimeout(this.timer)
   }
 
   /** Rows waiting to be written. */
   get buffered(): number {
     return this.held.size + this.ready.size + this.updates.size
+  }
+
+  private flushDelayMs(): number {
+    const n = Math.max(1, this.opts.processes?.() ?? 1)
+    return Math.min(this.opts.flushDelayMs * n, this.opts.maxFlushDelayMs ?? this.opts.flushDelayMs)
   }
 
   /** Moves rows that started before `cutoffMs` from waiting for their outcome to the next flush. */
@@ -196,16 +219,16 @@ export class AttemptLog {
     if (this.closed) return
     let atMs: number
     if (delayMs !== undefined) atMs = this.now() + delayMs
-    else if (this.ready.size > 0 || this.updates.size > 0) atMs = this.now() + this.opts.flushDelayMs
+    else if (this.ready.size > 0 || this.updates.size > 0) atMs = this.now() + this.flushDelayMs()
     else {
       const oldest = this.held.values().next()
       if (oldest.done) return
       atMs = oldest.value.startedAtMs + this.opts.holdMs
     }
     if (this.timer && this.timerAtMs <= atMs) return
-    clearTimeout(this.timer)
+    this.timers.clearTimeout(this.timer)
     this.timerAtMs = atMs
-    this.timer = setTimeout(
+    this.timer = this.timers.setTimeout(
       () => {
         this.timer = undefined
         this.timerAtMs = Infinity

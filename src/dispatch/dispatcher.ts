@@ -65,6 +65,8 @@ export interface DispatcherDeps {
   pushWindow?: PushWindowOptions
   /** A write for this partition was refused (its owner epoch moved on): it was dropped here. */
   onMoved?(groupName: string, partition: number): void
+  /** The broker processes sharing the partitions, this one included: the progress writer's wait grows with them. */
+  processes?: () => number
 }
 
 export class Dispatcher {
@@ -100,6 +102,7 @@ export class Dispatcher {
     this.progress = new ProgressWriter({
       db: deps.db,
       linger: DEFAULT_LINGER,
+      ...(deps.processes ? { processes: deps.processes } : {}),
       now,
       timers,
       onRefused: (g, w) => this.moved(g, w),

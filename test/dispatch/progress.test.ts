@@ -23,7 +23,7 @@ const topics = new TopicService(db)
 const groups = new GroupService(db)
 
 /** A group on a topic of two partitions, both claimed by "this process", and their in-memory states. */
-async function setup(t: Test, name: string, dlq?: string, timing?: Pick<ProgressWriterDeps, 'linger' | 'now' | 'timers'>) {
+async function setup(t: Test, name: string, dlq?: string, timing?: Pick<ProgressWriterDeps, 'linger' | 'now' | 'timers' | 'processes'>) {
   await topics.put(name, 2)
   if (dlq) await topics.put(dlq, 1)
   await groups.put(name, { topic: name, ...(dlq ? { deadLetterTopic: dlq } : {}) })
@@ -209,6 +209,115 @@ t.test('a busy writer waits for company; a quiet one does not; settled() does no
     { partition: 0, committed: 6, pushed: 5 },
     { partition: 1, committed: 2, pushed: 0 },
   ])
+})
+
+t.test('with N processes sharing the load, a writer is busy from a Nth of the jobs', async (t) => {
+  let nowMs = 2_000_000
+  let processes = 4
+  const waits: { fn: () => void; at: number }[] = []
+  const s = await setup(t, 'linger-shared', undefined, {
+    linger: { ms: 50, minJobs: 8 },
+    processes: () => processes,
+    now: () => nowMs,
+    timers: {
+      setTimeout: (fn, ms) => {
+        const entry = { fn, at: nowMs + ms }
+        waits.push(entry)
+        return entry
+      },
+      clearTimeout: (h) => {
+        const i = waits.indexOf(h as (typeof waits)[number])
+        if (i >= 0) waits.splice(i, 1)
+      },
+    },
+  })
+  const turns = async (n: number) => {
+    for (let i = 0; i < n; i++) await new Promise<void>((resolve) => setImmediate(resolve))
+  }
+  // Two jobs: quiet for a process alone (minJobs 8), busy for one of four (8 / 4).
+  await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
+  const held = s.complete(s.w0, 1)
+  await turns(20)
+  t.equal(s.statements.length, 1, 'the next statement waits')
+  t.same(
+    waits.map((w) => w.at),
+    [2_000_050],
+    'to 50 ms after the busy statement started',
+  )
+  nowMs += 50
+  waits.shift()!.fn()
+  t.equal(await held, 'acked')
+  // The same two jobs for one of 2 processes are quiet (busy from 8 / 2 = 4): no wait.
+  processes = 2
+  await Promise.all([s.complete(s.w0, 2), s.complete(s.w1, 1)])
+  const next = s.complete(s.w0, 3)
+  await turns(20)
+  t.equal(waits.length, 0, 'two jobs are quiet for one of two processes')
+  t.equal(await next, 'acked')
+  // Alone again, four jobs are quiet; for one of two processes, busy.
+  processes = 1
+  await Promise.all([s.complete(s.w0, 4), s.complete(s.w0, 5), s.complete(s.w1, 2), s.complete(s.w1, 3)])
+  const alone = s.complete(s.w0, 6)
+  await turns(20)
+  t.equal(waits.length, 0, 'four jobs are quiet for a process alone')
+  t.equal(await alone, 'acked')
+  processes = 2
+  await Promise.all([s.complete(s.w0, 7), s.complete(s.w0, 8), s.complete(s.w1, 4), s.complete(s.w1, 5)])
+  const shared = s.complete(s.w0, 9)
+  await turns(20)
+  t.same(
+    waits.map((w) => w.at - nowMs),
+    [50],
+    'busy for one of two (8 / 2 = 4 jobs)',
+  )
+  await s.writer.settled()
+  t.equal(await shared, 'acked')
+  t.same(await s.stored(), [
+    { partition: 0, committed: 10, pushed: 0 },
+    { partition: 1, committed: 6, pushed: 0 },
+  ])
+})
+
+t.test("an ordered partition's job cuts a busy writer's wait short", async (t) => {
+  const nowMs = 3_000_000
+  const waits: { fn: () => void; at: number }[] = []
+  const s = await setup(t, 'linger-ordered', undefined, {
+    linger: { ms: 50, minJobs: 2 },
+    now: () => nowMs,
+    timers: {
+      setTimeout: (fn, ms) => {
+        const entry = { fn, at: nowMs + ms }
+        waits.push(entry)
+        return entry
+      },
+      clearTimeout: (h) => {
+        const i = waits.indexOf(h as (typeof waits)[number])
+        if (i >= 0) waits.splice(i, 1)
+      },
+    },
+  })
+  const turns = async (n: number) => {
+    for (let i = 0; i < n; i++) await new Promise<void>((resolve) => setImmediate(resolve))
+  }
+  await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
+  // Unordered, however full its maxInFlight: the job waits for company.
+  s.g.row = { ...s.g.row, maxInFlight: 1 }
+  s.w1.outstanding.set(1, {} as never)
+  const waiting = s.complete(s.w1, 1)
+  await turns(20)
+  t.equal(waits.length, 1, 'a busy writer waits')
+  t.equal(s.statements.length, 1)
+  s.w1.outstanding.clear()
+  // Ordered: the partition's next message waits for this completion.
+  s.g.row = { ...s.g.row, ordering: 'partition' }
+  t.equal(await s.complete(s.w0, 1), 'acked', 'written without the clock moving')
+  t.equal(await waiting, 'acked', 'the waiting job goes with it')
+  t.equal(waits.length, 0, 'the wait was cut short')
+  t.equal(s.statements.length, 2)
+  // The writer was busy (2 jobs): an ordered partition's next job does not wait either.
+  t.equal(await s.complete(s.w1, 2), 'acked')
+  t.equal(waits.length, 0)
+  t.equal(s.statements.length, 3)
 })
 
 t.test('a partition whose owner epoch moved on is refused; the others are written', async (t) => {

@@ -256,6 +256,48 @@ t.test('durable() rejects a row that was dropped instead of written', async (t) 
   await log.close()
 })
 
+t.test('finished rows wait for company N times as long with N processes, up to the cap', async (t) => {
+  const { broker, groupId, row } = await groupSetup(t, 'shared')
+  let processes = 1
+  const armed: number[] = []
+  const log = new AttemptLog(broker.db, {
+    flushDelayMs: 20,
+    maxFlushDelayMs: 100,
+    processes: () => processes,
+    holdMs: 60_000,
+    maxBuffered: 10_000,
+    onError: () => {},
+    // Timers that only note the wait asked for: the test flushes by hand.
+    timers: {
+      setTimeout: (_fn, ms) => {
+        armed.push(ms)
+        return {}
+      },
+      clearTimeout: () => {},
+    },
+  })
+  const finished = (offset: number) => ({
+    ...row(offset),
+    outcome: 'acked' as const,
+    finishedAtMs: Date.now(),
+    statusCode: 200,
+    durationMs: 1,
+  })
+  const waitFor = async (n: number, offset: number) => {
+    processes = n
+    armed.length = 0
+    log.started(finished(offset))
+    const ms = armed[0]
+    await log.flush()
+    return ms
+  }
+  t.equal(await waitFor(1, 0), 20, 'alone: flushDelayMs')
+  t.equal(await waitFor(3, 1), 60, 'one of three: three times it')
+  t.equal(await waitFor(8, 2), 100, 'one of eight: the cap')
+  t.equal((await listAttempts(broker.db.pool, groupId, { limit: 10 })).length, 3, 'every row written')
+  await log.close()
+})
+
 t.test('a flush that fails part-way keeps the outcomes that arrive afterwards', async (t) => {
   const { broker, groupId, row } = await groupSetup(t, 'part')
   const errors: unknown[] = []
