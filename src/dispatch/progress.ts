@@ -27,7 +27,7 @@
  * so it counts as busy from minJobs / N jobs. A threshold that ignored N caught the writers of 4
  * processes: each one's share of a full load fell below minJobs a statement, so none was ever
  * judged busy and each wrote as often as its statements returned (bench:scale, 100,000 messages:
- * 288 progress statements with 1 process, 664 with 2, 4,257 with 4; 610 with 4 since). The wait
+ * 288 progress statements with 1 process, 664 with 2, 4,257 with 4; 1,514 with 4 since). The wait
  * itself stays `ms`: N times as long wrote fewer statements still, but a message waits for the
  * statement twice (its reservation, then its completion) while it holds a slot of its partition's
  * maxInFlight, so the wait bounds a partition's rate. With 2 processes a 40 ms wait gave 0.85x the
