@@ -65,7 +65,7 @@ export interface DispatcherDeps {
   pushWindow?: PushWindowOptions
   /** A write for this partition was refused (its owner epoch moved on): it was dropped here. */
   onMoved?(groupName: string, partition: number): void
-  /** The broker processes sharing the partitions, this one included: the progress writer's wait grows with them. */
+  /** The broker processes sharing the partitions, this one included: a progress writer is busy from a Nth of the jobs. */
   processes?: () => number
 }
 

@@ -96,9 +96,9 @@ export class ProgressWriter {
   /** When the last statement started, and how long the next waits from then (0: it was quiet, no wait). */
   private lastStartMs = -Infinity
   private lingerMs = 0
-  /** The timer of the wait under way, if any (settled() and a stalled partition's job cut it short). */
+  /** The timer of the wait under way, if any (settled() and an ordered partition's job cut it short). */
   private lingerTimer: unknown
-  /** A job queued for the next statement holds up its (ordered) partition: that statement does not wait. */
+  /** A job queued for the next statement holds up its partition (an ordered one): that statement does not wait. */
   private urgent = false
   private readonly write: (db: Database, batch: ProgressBatch) => Promise<ProgressResult>
   private readonly now: () => number
@@ -114,7 +114,7 @@ export class ProgressWriter {
   complete(req: CompletionRequest, done: (status: CompletionStatus) => void, fail: (err: unknown) => void): void {
     if (this.closed) return fail(closedError())
     this.completions.push({ req, done, fail })
-    this.queued(req.g, req.w)
+    this.queued(req.g)
   }
 
   /** Completes the messages together (queued in one turn, so written in one statement): their statuses once durable. */
@@ -146,12 +146,12 @@ export class ProgressWriter {
   reserve(g: GroupRuntime, w: PartitionState, pushedOffset: number, done: (held: boolean) => void, fail: (err: unknown) => void): void {
     if (this.closed) return fail(closedError())
     this.reservations.push({ g, w, pushedOffset, done, fail })
-    this.queued(g, w)
+    this.queued(g)
   }
 
-  /** A job of the partition was queued: schedules the statement, at the end of this turn if the partition waits on it. */
-  private queued(g: GroupRuntime, w: PartitionState): void {
-    if (!this.urgent && stalled(g, w)) {
+  /** A job of the group was queued: schedules the statement, at the end of this turn if an ordered partition waits on it. */
+  private queued(g: GroupRuntime): void {
+    if (!this.urgent && g.row.ordering === 'partition') {
       this.urgent = true
       if (this.lingerTimer !== undefined) {
         this.timers.clearTimeout(this.lingerTimer)
@@ -313,11 +313,6 @@ export class ProgressWriter {
     for (let i = 0; i < jobs.length; i++) jobs[i]!.done(statuses[i]!)
     for (const r of reservations) r.done(!r.w.dropped && !refused.has(r.w))
   }
-}
-
-/** True when the partition pushes nothing more until its job is written: it is ordered (see above). */
-function stalled(g: GroupRuntime, _w: PartitionState): boolean {
-  return g.row.ordering === 'partition'
 }
 
 function closedError(): HookqError {
