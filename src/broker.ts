@@ -85,7 +85,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const groups = new GroupService(db, config.pushPolicy)
     const logger = opts.logger
     const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
-    // Set below: how many broker processes share the partitions (the writers' waits grow with it).
+    // Set below: how many broker processes share the partitions (each process's writers batch a Nth of the load).
     let processes = () => 1
     // Finished attempts wait up to 20 ms for company: the log is history, and fewer, larger inserts
     // cost PostgreSQL and the broker less per row (bench:scale, 2 rounds: ~10% less CPU per message
@@ -183,6 +183,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       pollMs: config.outboxPollMs,
       batchRows: config.commitMaxMessages,
       onMoved: (topic, n) => metrics.produced(topic, n),
+      turn: () => cluster.ownership.turn,
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
     await cluster.start(config.advertiseUrl ?? null)

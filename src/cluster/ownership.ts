@@ -133,6 +133,15 @@ export class Ownership {
     return this.session && !this.session.isLost ? this.session : undefined
   }
 
+  /** This process's place among the members in the order of their ids, as of the last poll (for taking turns); alone when not among them. */
+  get turn(): { index: number; count: number } {
+    const view = this.view
+    if (this.deps.connectionString === null || !view) return { index: 0, count: 1 }
+    const pids = view.members.map((m) => m.pid).sort((a, b) => a - b)
+    const index = pids.indexOf(view.self)
+    return index < 0 ? { index: 0, count: 1 } : { index, count: pids.length }
+  }
+
   /** How many members the last poll saw (1 alone). */
   get memberCount(): number {
     return this.deps.connectionString === null ? 1 : (this.view?.members.length ?? 1)
