@@ -288,3 +288,52 @@ t.test('acks under way while partitions move: none is lost, nothing acked is pus
   t.same(unknown, [], 'no ack of a delivery id that was pushed was answered unknown')
   t.equal(ackedAt.size, 600, 'every one of the 600 messages acked through a process that owned only some of them')
 })
+
+t.test("an append is told only to the process holding its partition, on that process's own channel", { skip: needsServer }, async (t) => {
+  const { c, spawn } = await cluster(t)
+  const [a, b] = (await Promise.all([spawn(), spawn()])) as [BrokerProcess, BrokerProcess]
+  const receiver = await startReceiver(t)
+  t.equal((await call(a.url, 'PUT', '/v1/topics/told', { partitions: 2 })).status, 201)
+  t.equal((await call(a.url, 'PUT', '/v1/groups/told-g', { topic: 'told', ackMode: 'auto' })).status, 201)
+  t.equal((await call(a.url, 'POST', '/v1/groups/told-g/consumers', { url: receiver.url })).status, 201)
+  await waitUntil(
+    async () => {
+      const h = [...(await holders(c, 'told-g')).values()]
+      return h.length === 2 && h.every((x) => x.length === 1) && h[0]![0] !== h[1]![0]
+    },
+    60_000,
+    'one partition held by each process',
+  )
+  const pids = await memberPids(c)
+  const [pidA, pidB] = [pids.get(a.url)!, pids.get(b.url)!]
+  const held = await holders(c, 'told-g')
+  const ofB = [...held].find(([, x]) => x[0] === pidB)![0]
+  const ofA = 1 - ofB
+  const topicId = (await c.query<{ id: number }>("SELECT id FROM topics WHERE name = 'told'")).rows[0]!.id
+
+  const heard: { channel: string; payload: string }[] = []
+  c.on('notification', (n) => heard.push({ channel: n.channel, payload: n.payload ?? '' }))
+  for (const channel of ['hookq_append', `hookq_append_${pidA}`, `hookq_append_${pidB}`]) await c.query(`LISTEN "${channel}"`)
+
+  // Through a: one message to b's partition, one to a's own.
+  const res = await call(a.url, 'POST', '/v1/topics/told/messages', {
+    messages: [
+      { value: 'for b', partition: ofB },
+      { value: 'for a', partition: ofA },
+    ],
+  })
+  t.equal(res.status, 201)
+  await waitUntil(() => heard.length > 0, 30_000, "a NOTIFY on b's channel")
+  await waitUntil(() => receiver.requests.length >= 2, 30_000, 'both messages pushed')
+  t.same(heard, [{ channel: `hookq_append_${pidB}`, payload: `${topicId}:${ofB}:1` }], "told to b alone, of b's partition alone")
+  t.same(
+    receiver.requests
+      .map((r) => {
+        const push = r.json as { partition: number; value: string }
+        return `${push.partition}: ${push.value}`
+      })
+      .sort(),
+    [`${ofA}: for a`, `${ofB}: for b`].sort(),
+    'both pushed, each by its partition',
+  )
+})
