@@ -10,18 +10,14 @@
  *   moves (src/store/consumption.ts seekOffsets): the owner can write nothing more from before it,
  *   and claims the partition again when told (NOTIFY), at its next refused write, or at its next
  *   reconciliation, whichever comes first.
- * - Produce, group and topic changes are applied here and told to the other members with NOTIFY,
- *   only when there are others. Appends are batched per tick and told only to the members holding
- *   their partitions, each on its own channel, all in one statement: a NOTIFY wakes every session
- *   listening on its channel, each for a transaction of its own, so with one shared channel an
- *   append cost 1 + N transactions with N processes (bench:scale, 4 processes: more than half of
- *   all commits), and every process parsed every append.
+ * - Produce, group and topic changes are applied here and told to the other members with NOTIFY
+ *   (appends batched per tick), only when there are others.
  */
 import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
 import { HookqError } from '../errors.ts'
 import type { DispatchMessage } from '../store/consumption.ts'
 import { seekOffsets } from '../store/consumption.ts'
-import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, memberChannel, publish, publishAll, type Note } from '../store/membership.ts'
+import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, publish } from '../store/membership.ts'
 import { Ownership, type OwnershipDeps } from './ownership.ts'
 
 /** What one member tells the others changed. */
@@ -155,26 +151,17 @@ export class Cluster {
 
   private async flushAppends(): Promise<void> {
     if (this.pendingAppends.size === 0) return
-    // Each holder's entries, "topicId:partition:end", in payloads under NOTIFY's limit.
-    const payloads = new Map<number, string[]>()
-    const targets = new Set<number>()
-    for (const [k, end] of this.pendingAppends) {
-      const [topicId, partition] = k.split(':').map(Number)
-      targets.clear()
-      this.ownership.appendTargets(topicId!, partition!, targets)
-      const entry = `${k}:${end}`
-      for (const pid of targets) {
-        let list = payloads.get(pid)
-        if (!list) payloads.set(pid, (list = ['']))
-        const last = list[list.length - 1]!
-        if (last.length + entry.length + 1 > MAX_PAYLOAD_BYTES) list.push(entry)
-        else list[list.length - 1] = last ? `${last};${entry}` : entry
-      }
-    }
+    const entries = [...this.pendingAppends].map(([k, end]) => `${k}:${end}`)
     this.pendingAppends.clear()
-    const notes: Note[] = []
-    for (const [pid, list] of payloads) for (const payload of list) notes.push({ channel: memberChannel(pid), payload })
-    if (notes.length > 0) await this.notifyAll(notes)
+    let payload = ''
+    for (const e of entries) {
+      if (payload.length + e.length + 1 > MAX_PAYLOAD_BYTES) {
+        await this.notify(APPEND_CHANNEL, payload)
+        payload = ''
+      }
+      payload = payload ? `${payload};${e}` : e
+    }
+    if (payload) await this.notify(APPEND_CHANNEL, payload)
   }
 
   private async tell(change: Change): Promise<void> {
@@ -200,23 +187,8 @@ export class Cluster {
     await publish(this.deps.db.pool, channel, payload)
   }
 
-  /** Several NOTIFY in one statement, on the member session when it is up, else through the pool (best effort, as notify). */
-  private async notifyAll(notes: Note[]): Promise<void> {
-    const session = this.ownership.liveSession
-    if (session) {
-      try {
-        await session.notifyAll(notes)
-        return
-      } catch {
-        // fall through to the pool
-      }
-    }
-    await publishAll(this.deps.db.pool, notes)
-  }
-
   private onNotify(channel: string, payload: string): void {
-    // This member's own channel, or the shared one (where members of an earlier version tell every member).
-    if (channel.startsWith(APPEND_CHANNEL)) {
+    if (channel === APPEND_CHANNEL) {
       for (const part of payload.split(';')) {
         const [t, p, end] = part.split(':').map(Number)
         if (Number.isSafeInteger(t) && Number.isSafeInteger(p) && Number.isSafeInteger(end)) this.dispatcher.notifyAppend(t!, p!, end!)

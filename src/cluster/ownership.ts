@@ -62,14 +62,12 @@ interface Locks {
 }
 interface ViewIndex {
   groups: Map<string, ClusterView['groups'][number]>
-  /** Topic id → the ids of the groups reading it. */
-  topicGroups: Map<number, number[]>
   /** "groupId:partition" → the holder's backend pid. */
   holders: Map<string, number>
   /** Backend pid → the member's URL. */
   urls: Map<number, string>
 }
-const EMPTY_INDEX: ViewIndex = { groups: new Map(), topicGroups: new Map(), holders: new Map(), urls: new Map() }
+const EMPTY_INDEX: ViewIndex = { groups: new Map(), holders: new Map(), urls: new Map() }
 
 const ALONE: Locks = { tryLock: async () => true, unlock: async () => {}, isLost: false }
 
@@ -88,8 +86,6 @@ export class Ownership {
   private pollAgain = false
   private stopped = false
   private reconciledAtMs = 0
-  /** A reconciliation due sooner than the regular one (after partitions were taken), if any. */
-  private reconcileAtMs = Infinity
   private reconciling = false
 
   constructor(private readonly deps: OwnershipDeps) {}
@@ -144,22 +140,6 @@ export class Ownership {
     const pids = view.members.map((m) => m.pid).sort((a, b) => a - b)
     const index = pids.indexOf(view.self)
     return index < 0 ? { index: 0, count: 1 } : { index, count: pids.length }
-  }
-
-  /**
-   * The other members to tell of an append to a topic's partition: those holding that partition of
-   * a group reading the topic, as of the last poll. A partition nobody holds, or a group the poll
-   * has not seen yet, has no one to tell: whoever takes it reads the log from its committed offset
-   * when it does, and catches up once more two polls later (see take), after every member has seen
-   * it hold the partition.
-   */
-  appendTargets(topicId: number, partition: number, into: Set<number>): void {
-    const view = this.view
-    if (!view) return
-    for (const groupId of this.index.topicGroups.get(topicId) ?? []) {
-      const pid = this.index.holders.get(pairKey(groupId, partition))
-      if (pid !== undefined && pid !== view.self) into.add(pid)
-    }
   }
 
   /** How many members the last poll saw (1 alone). */
@@ -296,7 +276,6 @@ export class Ownership {
         ? EMPTY_INDEX
         : {
             groups: new Map(view.groups.map((g) => [g.name, g])),
-            topicGroups: groupsByTopic(view.groups),
             holders: new Map(view.holders.map((h) => [pairKey(h.groupId, h.partition), h.pid])),
             urls: new Map(view.members.flatMap((m) => (m.url === null ? [] : [[m.pid, m.url] as const]))),
           }
@@ -346,9 +325,6 @@ export class Ownership {
     if (this.stopped || locks.isLost || !(await locks.tryLock(h.groupId, h.partition))) return
     this.held.set(pairKey(h.groupId, h.partition), h)
     await this.claim(locks, h)
-    // Members that polled before this took the partition told its appends to the previous holder,
-    // or to no one: reconcile (read the end offsets) once every member has polled since.
-    this.reconcileAtMs = Math.min(this.reconcileAtMs, Date.now() + 2 * this.deps.pollMs)
   }
 
   /** With the lock held: a new epoch, then the dispatcher loads the partition under it. */
@@ -394,11 +370,8 @@ export class Ownership {
 
   /** Now and then, not awaited: groups and end offsets reloaded, and partitions whose epoch moved (a seek elsewhere) claimed again. */
   private maybeReconcile(): void {
-    const now = Date.now()
-    if (this.reconciling || (now - this.reconciledAtMs < (this.deps.reconcileEveryMs ?? RECONCILE_EVERY_MS) && now < this.reconcileAtMs))
-      return
-    this.reconciledAtMs = now
-    this.reconcileAtMs = Infinity
+    if (this.reconciling || Date.now() - this.reconciledAtMs < (this.deps.reconcileEveryMs ?? RECONCILE_EVERY_MS)) return
+    this.reconciledAtMs = Date.now()
     this.reconciling = true
     const run = async () => {
       await this.deps.dispatcher.reconcile()
@@ -420,14 +393,4 @@ export class Ownership {
         this.reconciling = false
       })
   }
-}
-
-function groupsByTopic(groups: ClusterView['groups']): Map<number, number[]> {
-  const byTopic = new Map<number, number[]>()
-  for (const g of groups) {
-    const ids = byTopic.get(g.topicId)
-    if (ids) ids.push(g.groupId)
-    else byTopic.set(g.topicId, [g.groupId])
-  }
-  return byTopic
 }

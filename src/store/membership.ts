@@ -10,8 +10,7 @@
  *   The lock decides who may take a partition; group_offsets.owner_epoch fences the writes (see
  *   claimPartition and src/store/consumption.ts), since those run on pool connections, not on the
  *   session, and may be late.
- * - Members tell each other what changed with NOTIFY; each LISTENs on its session: on the shared
- *   channels, and on a channel of its own (memberChannel) for appends to the partitions it holds.
+ * - Members tell each other what changed with NOTIFY; each LISTENs on its session.
  */
 import pg from 'pg'
 import type { Queryable } from './db.ts'
@@ -29,20 +28,6 @@ const MAX_GROUP_ID = 0x07ffffff
 /** NOTIFY channels: messages appended, and groups, topics or offsets changed, by any member. */
 export const APPEND_CHANNEL = 'hookq_append'
 export const CHANGE_CHANNEL = 'hookq_change'
-
-/** The channel of one member (by its session's backend pid): appends to partitions it holds. */
-export function memberChannel(pid: number): string {
-  return `${APPEND_CHANNEL}_${pid}`
-}
-
-/** One NOTIFY to send. */
-export interface Note {
-  channel: string
-  payload: string
-}
-
-/** Sends the notifications in one statement, so one transaction (after the caller's commit, if any). */
-const NOTIFY_ALL = 'SELECT count(pg_notify(n.c, n.p)) FROM unnest($1::text[], $2::text[]) AS n(c, p)'
 /** How long closing the session waits for the server before dropping the socket. */
 const CLOSE_WAIT_MS = 1000
 /** NOTIFY payloads must stay under 8000 bytes. */
@@ -72,7 +57,6 @@ export interface Holder {
 export interface GroupPartitions {
   groupId: number
   name: string
-  topicId: number
   partitions: number
 }
 
@@ -140,9 +124,7 @@ export class MemberSession {
     const { rows } = await this.query<{ pid: number }>('SELECT pg_advisory_lock_shared($1), pg_backend_pid() AS pid', [MEMBERS_LOCK_KEY])
     this.pid = rows[0]!.pid
     await this.record(url)
-    // The shared append channel too: a member of an earlier version tells every member there.
-    for (const channel of [APPEND_CHANNEL, CHANGE_CHANNEL, memberChannel(this.pid)])
-      await this.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
+    for (const channel of [APPEND_CHANNEL, CHANGE_CHANNEL]) await this.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
   }
 
   /** Records where this member takes forwarded calls (its row replaces a dead backend's of the same pid). */
@@ -168,7 +150,7 @@ export class MemberSession {
     for (const r of res.rows) {
       if (r.kind === 'm') view.members.push({ pid: r.a, url: r.url })
       else if (r.kind === 'h') view.holders.push({ groupId: r.a, partition: r.b, pid: r.c })
-      else view.groups.push({ groupId: r.a, name: r.name!, topicId: r.c, partitions: r.b })
+      else view.groups.push({ groupId: r.a, name: r.name!, partitions: r.b })
     }
     return view
   }
@@ -189,11 +171,6 @@ export class MemberSession {
   /** NOTIFY on this session (it does not wait for a pool connection). */
   async notify(channel: string, payload: string): Promise<void> {
     await this.query('SELECT pg_notify($1, $2)', [channel, payload])
-  }
-
-  /** Several NOTIFY on this session, in one statement. */
-  async notifyAll(notes: Note[]): Promise<void> {
-    await this.query(NOTIFY_ALL, noteArrays(notes))
   }
 
   /** Drops the socket at once (a session that stopped answering cannot be ended politely). */
@@ -253,7 +230,7 @@ FROM broker_members m WHERE EXISTS (SELECT 1 FROM locks WHERE locks.pid = m.back
 UNION ALL
 SELECT 'h', (hi - $2)::int, lo::int, pid, NULL, NULL FROM locks WHERE hi >= $2 AND hi <= $2 + $3 AND mode = 'ExclusiveLock'
 UNION ALL
-SELECT 'g', g.id, t.partitions, t.id, NULL, g.name FROM consumer_groups g JOIN topics t ON t.name = g.topic`
+SELECT 'g', g.id, t.partitions, 0, NULL, g.name FROM consumer_groups g JOIN topics t ON t.name = g.topic`
 
 /**
  * Makes this member the partition's writer: bumps its owner epoch and returns the new one, which
@@ -289,10 +266,10 @@ export async function ownerEpochs(
 
 /** Every group whose topic exists, with its partition count (what a process alone owns). */
 export async function groupPartitions(q: Queryable): Promise<GroupPartitions[]> {
-  const { rows } = await q.query<{ id: number; name: string; topic_id: number; partitions: number }>(
-    'SELECT g.id, g.name, t.id AS topic_id, t.partitions FROM consumer_groups g JOIN topics t ON t.name = g.topic',
+  const { rows } = await q.query<{ id: number; name: string; partitions: number }>(
+    'SELECT g.id, g.name, t.partitions FROM consumer_groups g JOIN topics t ON t.name = g.topic',
   )
-  return rows.map((r) => ({ groupId: r.id, name: r.name, topicId: r.topic_id, partitions: r.partitions }))
+  return rows.map((r) => ({ groupId: r.id, name: r.name, partitions: r.partitions }))
 }
 
 /** Members whose session is gone leave rows behind: removed now and then by any member. */
@@ -308,13 +285,4 @@ export async function forgetDeadMembers(q: Queryable): Promise<void> {
 /** NOTIFY on a channel (after the caller's commit: NOTIFY outside a transaction is sent at once). */
 export async function publish(q: Queryable, channel: string, payload: string): Promise<void> {
   await q.query('SELECT pg_notify($1, $2)', [channel, payload])
-}
-
-/** Several NOTIFY in one statement (see publish). */
-export async function publishAll(q: Queryable, notes: Note[]): Promise<void> {
-  await q.query(NOTIFY_ALL, noteArrays(notes))
-}
-
-function noteArrays(notes: Note[]): [string[], string[]] {
-  return [notes.map((n) => n.channel), notes.map((n) => n.payload)]
 }

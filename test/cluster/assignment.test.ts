@@ -16,8 +16,8 @@ t.test('every partition gets exactly one member, each group spread evenly', asyn
     members: members(30, 10, 20),
     holders: [],
     groups: [
-      { groupId: 1, name: 'a', topicId: 1, partitions: 8 },
-      { groupId: 2, name: 'b', topicId: 2, partitions: 3 },
+      { groupId: 1, name: 'a', partitions: 8 },
+      { groupId: 2, name: 'b', partitions: 3 },
     ],
   }
   const a = assign(view)
@@ -28,12 +28,12 @@ t.test('every partition gets exactly one member, each group spread evenly', asyn
 })
 
 t.test('the extra partitions of small groups do not all go to one member', async (t) => {
-  const groups = Array.from({ length: 6 }, (_, i) => ({ groupId: i + 1, name: `g${i}`, topicId: i + 1, partitions: 1 }))
+  const groups = Array.from({ length: 6 }, (_, i) => ({ groupId: i + 1, name: `g${i}`, partitions: 1 }))
   t.same(counts(assign({ members: members(1, 2, 3), holders: [], groups })), [2, 2, 2])
 })
 
 t.test('sticky: a member that joins takes only its share; a member that leaves gives only its own', async (t) => {
-  const groups = [{ groupId: 7, name: 'g', topicId: 7, partitions: 12 }]
+  const groups = [{ groupId: 7, name: 'g', partitions: 12 }]
   const before = assign({ members: members(1, 2), holders: [], groups })
   const holders = [...before].map(([k, pid]) => ({ groupId: 7, partition: Number(k.split(':')[1]), pid }))
   const joined = assign({ members: members(1, 2, 3), holders, groups })
@@ -53,13 +53,9 @@ t.test('a holder that is not a live member keeps nothing', async (t) => {
   const a = assign({
     members: members(1),
     holders: [{ groupId: 1, partition: 0, pid: 99 }],
-    groups: [{ groupId: 1, name: 'g', topicId: 1, partitions: 2 }],
+    groups: [{ groupId: 1, name: 'g', partitions: 2 }],
   })
   t.equal(a.get(pairKey(1, 0)), 1)
   t.equal(a.get(pairKey(1, 1)), 1)
-  t.same(
-    assign({ members: [], holders: [], groups: [{ groupId: 1, name: 'g', topicId: 1, partitions: 2 }] }).size,
-    0,
-    'no members, no assignment',
-  )
+  t.same(assign({ members: [], holders: [], groups: [{ groupId: 1, name: 'g', partitions: 2 }] }).size, 0, 'no members, no assignment')
 })
