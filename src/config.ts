@@ -51,7 +51,7 @@ export interface Config {
    * ms (HOOKQ_CLUSTER_POLL_MS; HOOKQ_LEADER_POLL_MS, its name before every process pushed, still works).
    */
   clusterPollMs: number
-  /** How often each process looks for messages hookq_produce() committed, ms (HOOKQ_OUTBOX_POLL_MS). */
+  /** How often the broker looks for messages hookq_produce() committed, ms (HOOKQ_OUTBOX_POLL_MS); several processes take turns. */
   outboxPollMs: number
   /** A request's headers and body must arrive within this, ms, or the connection gets 408 and is closed. */
   requestTimeoutMs: number

@@ -12,7 +12,7 @@
  * - `durable(row)`: a retry's row, written before its push goes out. With the first pushes'
  *   reservations (group_offsets.pushed_offset, see push-flow.ts) this is what keeps attempt
  *   numbers strictly increasing per message, and maxDeliveries a bound on pushes, across crashes.
- * - rows of an attempt that has ended: written within `flushDelayMs`.
+ * - rows of an attempt that has ended: written within `flushDelayMs` (N times it with N processes, capped).
  *
  * The log is history (the deliveries listing, attempt counts after a restart), not the record of
  * completion, which the completion transaction writes. A failed flush keeps its rows and retries;
@@ -32,6 +32,7 @@ export interface AttemptLogOptions {
    * together they write about the statements one process would: each sees a Nth of the rows.
    */
   flushDelayMs: number
+  /** The cap on that wait as it grows with the processes, ms; without it, the wait does not grow. */
   maxFlushDelayMs?: number
   /** The broker processes sharing the pushes, this one included (1 when alone or absent). */
   processes?: () => number

@@ -16,7 +16,9 @@
  *   processes take turns: each idle one looks in its own slot of every N polls (slots by the wall
  *   clock, in the order of the members' ids), so the database sees one look per poll however many
  *   processes there are, not N (4 processes made 907 looks per 100,000 messages in bench:scale,
- *   as many as their progress statements). Not LISTEN/NOTIFY: a
+ *   as many as their progress statements). A turn can be missed: a member hung but not yet dropped
+ *   keeps its slot, and hosts whose clocks disagree by more than a poll look closer together than
+ *   that; a row then waits up to N polls, not one. Not LISTEN/NOTIFY: a
  *   NOTIFY in the caller's transaction takes a lock on the whole notification queue at commit,
  *   serialising every committer of the database behind it.
  * - A process that sees rows moves them in a short transaction of its own: DELETE ... RETURNING
@@ -41,7 +43,7 @@ import type { ProduceService } from './produce.ts'
 export interface OutboxMoverOptions {
   db: Database
   produce: ProduceService
-  /** How often an idle process looks for rows, ms. */
+  /** How often the processes, taking turns, look for rows when idle, ms (each one every N polls of N processes). */
   pollMs: number
   /** Rows one transaction moves at most. */
   batchRows: number

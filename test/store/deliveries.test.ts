@@ -259,6 +259,7 @@ t.test('durable() rejects a row that was dropped instead of written', async (t) 
 t.test('finished rows wait for company N times as long with N processes, up to the cap', async (t) => {
   const { broker, groupId, row } = await groupSetup(t, 'shared')
   let processes = 1
+  const standing = Date.now()
   const armed: number[] = []
   const log = new AttemptLog(broker.db, {
     flushDelayMs: 20,
@@ -267,7 +268,8 @@ t.test('finished rows wait for company N times as long with N processes, up to t
     holdMs: 60_000,
     maxBuffered: 10_000,
     onError: () => {},
-    // Timers that only note the wait asked for: the test flushes by hand.
+    // A clock that stands still and timers that only note the wait asked for: the test flushes by hand.
+    now: () => standing,
     timers: {
       setTimeout: (_fn, ms) => {
         armed.push(ms)
