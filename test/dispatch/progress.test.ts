@@ -149,28 +149,46 @@ t.test('one statement a turn: completions in and out of order, reservations, of 
   )
 })
 
-t.test('a busy writer waits for company; a quiet one does not; settled() does not wait', async (t) => {
-  // A clock and timers of the test's own: the wait is seen to hold a statement back until time passes.
-  let nowMs = 1_000_000
-  const waits: { fn: () => void; at: number }[] = []
-  const s = await setup(t, 'linger', undefined, {
-    linger: { ms: 50, minJobs: 3 },
-    now: () => nowMs,
-    timers: {
-      setTimeout: (fn, ms) => {
-        const entry = { fn, at: nowMs + ms }
-        waits.push(entry)
-        return entry
-      },
-      clearTimeout: (h) => {
-        const i = waits.indexOf(h as (typeof waits)[number])
-        if (i >= 0) waits.splice(i, 1)
+/** A clock and timers of the test's own: a wait is seen to hold a statement back until the test moves time and fires it. */
+function manualClock(startMs: number) {
+  const clock = {
+    nowMs: startMs,
+    waits: [] as { fn: () => void; at: number }[],
+    deps: {
+      now: () => clock.nowMs,
+      timers: {
+        setTimeout: (fn: () => void, ms: number) => {
+          const entry = { fn, at: clock.nowMs + ms }
+          clock.waits.push(entry)
+          return entry
+        },
+        clearTimeout: (h: unknown) => {
+          const i = clock.waits.indexOf(h as (typeof clock.waits)[number])
+          if (i >= 0) clock.waits.splice(i, 1)
+        },
       },
     },
-  })
-  const turns = async (n: number) => {
-    for (let i = 0; i < n; i++) await new Promise<void>((resolve) => setImmediate(resolve))
+    /** Moves the clock to the first wait's time and runs it. */
+    fireNext() {
+      const w = clock.waits.shift()!
+      clock.nowMs = w.at
+      w.fn()
+    },
   }
+  return clock
+}
+
+/** Lets `n` turns of the event loop pass (what a writer queues in a turn goes out at its end). */
+async function turns(n: number): Promise<void> {
+  for (let i = 0; i < n; i++) await new Promise<void>((resolve) => setImmediate(resolve))
+}
+
+t.test('a busy writer waits for company; a quiet one does not; settled() does not wait', async (t) => {
+  const clock = manualClock(1_000_000)
+  const s = await setup(t, 'linger', undefined, {
+    linger: { ms: 50, minJobs: 3 },
+    ...clock.deps,
+  })
   // Three jobs: a busy statement, written at once (nothing came before it).
   await Promise.all([s.complete(s.w0, 0), s.complete(s.w0, 1), s.reserve(s.w0, 5)])
   t.equal(s.statements.length, 1)
@@ -184,27 +202,26 @@ t.test('a busy writer waits for company; a quiet one does not; settled() does no
   t.equal(s.statements.length, 1, 'held back while the clock stands')
   t.equal(done, false)
   t.same(
-    waits.map((w) => w.at),
+    clock.waits.map((w) => w.at),
     [1_000_050],
     'one wait, to 50 ms after the busy statement started',
   )
-  nowMs += 50
-  waits.shift()!.fn()
+  clock.fireNext()
   t.equal(await late, 'acked')
   t.equal(s.statements.length, 2)
   t.equal(s.statements[1]!.completions.length + s.statements[1]!.partitions.length, 1, 'the job that waited, alone')
   // That statement carried one job: the writer is quiet, and the next job goes at once.
   t.equal(await s.complete(s.w0, 3), 'acked')
   t.equal(s.statements.length, 3, 'no wait after a quiet statement')
-  t.equal(waits.length, 0)
+  t.equal(clock.waits.length, 0)
   // Busy again, then settled() (shutdown, a handover) writes what waits without waiting.
   await Promise.all([s.complete(s.w0, 4), s.complete(s.w0, 5), s.complete(s.w1, 0)])
   const pending = s.complete(s.w1, 1)
   await turns(5)
-  t.equal(waits.length, 1, 'waiting')
+  t.equal(clock.waits.length, 1, 'waiting')
   await s.writer.settled()
   t.equal(await pending, 'acked')
-  t.equal(waits.length, 0, 'the wait was cut short, its timer cleared')
+  t.equal(clock.waits.length, 0, 'the wait was cut short, its timer cleared')
   t.same(await s.stored(), [
     { partition: 0, committed: 6, pushed: 5 },
     { partition: 1, committed: 2, pushed: 0 },
@@ -212,61 +229,45 @@ t.test('a busy writer waits for company; a quiet one does not; settled() does no
 })
 
 t.test('with N processes sharing the load, a writer is busy from a Nth of the jobs', async (t) => {
-  let nowMs = 2_000_000
+  const clock = manualClock(2_000_000)
   let processes = 4
-  const waits: { fn: () => void; at: number }[] = []
   const s = await setup(t, 'linger-shared', undefined, {
     linger: { ms: 50, minJobs: 8 },
     processes: () => processes,
-    now: () => nowMs,
-    timers: {
-      setTimeout: (fn, ms) => {
-        const entry = { fn, at: nowMs + ms }
-        waits.push(entry)
-        return entry
-      },
-      clearTimeout: (h) => {
-        const i = waits.indexOf(h as (typeof waits)[number])
-        if (i >= 0) waits.splice(i, 1)
-      },
-    },
+    ...clock.deps,
   })
-  const turns = async (n: number) => {
-    for (let i = 0; i < n; i++) await new Promise<void>((resolve) => setImmediate(resolve))
-  }
   // Two jobs: quiet for a process alone (minJobs 8), busy for one of four (8 / 4).
   await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
   const held = s.complete(s.w0, 1)
   await turns(20)
   t.equal(s.statements.length, 1, 'the next statement waits')
   t.same(
-    waits.map((w) => w.at),
+    clock.waits.map((w) => w.at),
     [2_000_050],
     'to 50 ms after the busy statement started',
   )
-  nowMs += 50
-  waits.shift()!.fn()
+  clock.fireNext()
   t.equal(await held, 'acked')
   // The same two jobs for one of 2 processes are quiet (busy from 8 / 2 = 4): no wait.
   processes = 2
   await Promise.all([s.complete(s.w0, 2), s.complete(s.w1, 1)])
   const next = s.complete(s.w0, 3)
   await turns(20)
-  t.equal(waits.length, 0, 'two jobs are quiet for one of two processes')
+  t.equal(clock.waits.length, 0, 'two jobs are quiet for one of two processes')
   t.equal(await next, 'acked')
   // Alone again, four jobs are quiet; for one of two processes, busy.
   processes = 1
   await Promise.all([s.complete(s.w0, 4), s.complete(s.w0, 5), s.complete(s.w1, 2), s.complete(s.w1, 3)])
   const alone = s.complete(s.w0, 6)
   await turns(20)
-  t.equal(waits.length, 0, 'four jobs are quiet for a process alone')
+  t.equal(clock.waits.length, 0, 'four jobs are quiet for a process alone')
   t.equal(await alone, 'acked')
   processes = 2
   await Promise.all([s.complete(s.w0, 7), s.complete(s.w0, 8), s.complete(s.w1, 4), s.complete(s.w1, 5)])
   const shared = s.complete(s.w0, 9)
   await turns(20)
   t.same(
-    waits.map((w) => w.at - nowMs),
+    clock.waits.map((w) => w.at - clock.nowMs),
     [50],
     'busy for one of two (8 / 2 = 4 jobs)',
   )
@@ -279,44 +280,29 @@ t.test('with N processes sharing the load, a writer is busy from a Nth of the jo
 })
 
 t.test("an ordered partition's job cuts a busy writer's wait short", async (t) => {
-  const nowMs = 3_000_000
-  const waits: { fn: () => void; at: number }[] = []
+  const clock = manualClock(3_000_000)
   const s = await setup(t, 'linger-ordered', undefined, {
     linger: { ms: 50, minJobs: 2 },
-    now: () => nowMs,
-    timers: {
-      setTimeout: (fn, ms) => {
-        const entry = { fn, at: nowMs + ms }
-        waits.push(entry)
-        return entry
-      },
-      clearTimeout: (h) => {
-        const i = waits.indexOf(h as (typeof waits)[number])
-        if (i >= 0) waits.splice(i, 1)
-      },
-    },
+    ...clock.deps,
   })
-  const turns = async (n: number) => {
-    for (let i = 0; i < n; i++) await new Promise<void>((resolve) => setImmediate(resolve))
-  }
   await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
   // Unordered, however full its maxInFlight: the job waits for company.
   s.g.row = { ...s.g.row, maxInFlight: 1 }
   s.w1.outstanding.set(1, {} as never)
   const waiting = s.complete(s.w1, 1)
   await turns(20)
-  t.equal(waits.length, 1, 'a busy writer waits')
+  t.equal(clock.waits.length, 1, 'a busy writer waits')
   t.equal(s.statements.length, 1)
   s.w1.outstanding.clear()
   // Ordered: the partition's next message waits for this completion.
   s.g.row = { ...s.g.row, ordering: 'partition' }
   t.equal(await s.complete(s.w0, 1), 'acked', 'written without the clock moving')
   t.equal(await waiting, 'acked', 'the waiting job goes with it')
-  t.equal(waits.length, 0, 'the wait was cut short')
+  t.equal(clock.waits.length, 0, 'the wait was cut short')
   t.equal(s.statements.length, 2)
   // The writer was busy (2 jobs): an ordered partition's next job does not wait either.
   t.equal(await s.complete(s.w1, 2), 'acked')
-  t.equal(waits.length, 0)
+  t.equal(clock.waits.length, 0)
   t.equal(s.statements.length, 3)
 })
 
