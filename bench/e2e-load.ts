@@ -145,6 +145,8 @@ interface BulkArgs {
   batch: number
   concurrency: number
   maxSeconds: number
+  /** Messages a second at most (as fast as the broker answers when absent). */
+  rate?: number
   /** Every keepEvery-th message of a batch carries the header keep: yes, the others keep: no (for a group's filter). */
   keepEvery?: number
 }
@@ -156,7 +158,7 @@ async function bulk(a: BulkArgs) {
   let requests = 0
   const keep = a.keepEvery
   const r = await sendBatches(
-    { total: a.total, batch: a.batch, loops: a.concurrency, maxSeconds: a.maxSeconds },
+    { total: a.total, batch: a.batch, loops: a.concurrency, maxSeconds: a.maxSeconds, rate: a.rate },
     async (_loop, _first, n, sentAt) => {
       const one = `{"value":${valueWith(`"t":${sentAt}`)}}`
       const body = `{"messages":[${Array.from({ length: n }, (_, k) => (keep ? `${one.slice(0, -1)},"headers":{"keep":"${k % keep === 0 ? 'yes' : 'no'}"}}` : one)).join(',')}]}`

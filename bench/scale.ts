@@ -26,6 +26,7 @@
  *
  * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_ROUNDS=1  BENCH_MESSAGES=60000  BENCH_WARMUP_MESSAGES=20000
  *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60  BENCH_DATABASE_URL=...
+ *   BENCH_SCALE_RATE=<msg/s> (the measured pass paced at that rate, the same for every count: see below)
  *   BENCH_PERF_DIR=<dir> (perf record of the broker processes over the measured pass)
  */
 import { spawn } from 'node:child_process'
@@ -53,6 +54,8 @@ const WARMUP = envCount('BENCH_WARMUP_MESSAGES', 20_000)
 const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
 const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
 const MAX_SECONDS = envInt('BENCH_MAX_SECONDS', 60)
+/** Messages a second the measured pass produces at (unset: as fast as the brokers answer). */
+const RATE = process.env.BENCH_SCALE_RATE ? envInt('BENCH_SCALE_RATE', 0) : undefined
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
 /** `perf record` the broker processes over each measured pass, into this folder (with BENCH_BROKER_NODE_ARGS=--perf-basic-prof for JavaScript's names). */
 const PERF_DIR = process.env.BENCH_PERF_DIR || undefined
@@ -176,14 +179,14 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
     // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
     const workers = n === 1 ? [broker.pid] : childPids(broker.pid)
     /** Produces `total` more messages and waits for them to complete: what came of it, and the messages completed in all. */
-    const pass = async (total: number, completedBefore: number) => {
+    const pass = async (total: number, completedBefore: number, rate?: number) => {
       await receiver.call('scenario', { name, mode: 'count', expect: total }, 5000)
       await sleep(500)
       const startedAt = wallNow()
       const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
       const r = await load.call<{ produced: number; firstSendAt: number; lastAnswerAt: number; timedOut: boolean }>(
         'bulk',
-        { url: `${broker.url}/v1/topics/${name}/messages`, total, batch: 100, concurrency: 4, maxSeconds: MAX_SECONDS },
+        { url: `${broker.url}/v1/topics/${name}/messages`, total, batch: 100, concurrency: 4, maxSeconds: MAX_SECONDS, rate },
         MAX_SECONDS * 1000 + 60_000,
       )
       if (r.produced < total) await receiver.call('expect', { n: r.produced }, 5000)
@@ -210,7 +213,7 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
     const primary0 = processCpuSeconds(broker.pid) ?? NaN
     const base = cpuSnapshot(undefined)
     const recording = PERF_DIR ? perfRecord(workers, `${PERF_DIR}/scale-${n}.perf.data`) : undefined
-    const { r, completed } = await pass(MESSAGES, warm.completed)
+    const { r, completed } = await pass(MESSAGES, warm.completed, RATE)
     const endAt = wallNow()
     const w = cpuSince(base, undefined)
     const workersS = workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
@@ -289,7 +292,7 @@ async function main(): Promise<void> {
   const receiverUrl = `http://127.0.0.1:${receiver.ready.port as number}`
   console.log(
     `hookq scale bench: ${MESSAGES.toLocaleString('en-US')} messages per run, ${PARTITIONS} partitions, auto mode, maxInFlight ${MAX_IN_FLIGHT}, ` +
-      `processes ${COUNTS.join(', ')}; host ${cpus().length} cores\n`,
+      `processes ${COUNTS.join(', ')}; ${RATE === undefined ? 'as fast as the brokers answer' : `paced at ${RATE.toLocaleString('en-US')} msg/s`}; host ${cpus().length} cores\n`,
   )
   const rounds: Row[][] = []
   for (let round = 1; round <= ROUNDS; round++) {

@@ -1,7 +1,7 @@
 /**
  * The produce loop the load processes share (bench/e2e-load.ts's bulk, bench/peers-produce.ts):
  * `total` messages in batches of `batch` from `loops` concurrent loops, as fast as the system takes
- * them. A batch that fails, or that the system refuses for now, is sent again, up to 5 times. Bounded
+ * them, or at `rate` messages a second when given. A batch that fails, or that the system refuses for now, is sent again, up to 5 times. Bounded
  * in count and in time (`maxSeconds`). Times are wall-clock ms, comparable across the bench's processes.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -15,6 +15,8 @@ export interface BatchLoad {
   batch: number
   loops: number
   maxSeconds: number
+  /** Messages a second at most: batch b goes no sooner than b × batch / rate seconds after the start (closed loops, so slower when answers lag). */
+  rate?: number
 }
 
 /**
@@ -26,7 +28,8 @@ export type SendBatch = (loop: number, first: number, n: number, sentAt: number)
 
 export async function sendBatches(a: BatchLoad, send: SendBatch, onError: (err: unknown, attempt: number) => void) {
   const batches = Math.ceil(a.total / a.batch)
-  const deadline = performance.now() + a.maxSeconds * 1000
+  const start = performance.now()
+  const deadline = start + a.maxSeconds * 1000
   const latencies = new Latencies()
   let nextBatch = 0
   let produced = 0
@@ -38,6 +41,10 @@ export async function sendBatches(a: BatchLoad, send: SendBatch, onError: (err: 
     while (nextBatch < batches && performance.now() < deadline) {
       const b = nextBatch++
       const n = Math.min(a.batch, a.total - b * a.batch)
+      if (a.rate !== undefined) {
+        const dueMs = start + (b * a.batch * 1000) / a.rate - performance.now()
+        if (dueMs > 0) await sleep(dueMs)
+      }
       for (let attempt = 1; attempt <= ATTEMPTS && performance.now() < deadline; attempt++) {
         const sentAt = wallNow()
         if (Number.isNaN(firstSendAt)) firstSendAt = sentAt
