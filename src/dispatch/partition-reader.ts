@@ -4,9 +4,15 @@
  * handed over directly (`takeTail`), which saves reading back what was just written. Offsets are
  * dense, so a hole in what a read returns is retention at work: recorded in `gaps`, which count as
  * completed (the committed offset may pass them).
+ *
+ * The reads asked for in one turn of the event loop go out as one statement (at most MAX_READS
+ * partitions each): another process's produce call tells this one of appends to several of its
+ * partitions at once (one NOTIFY), and a statement per partition was most of what a second process
+ * cost at a steady rate (bench:scale paced at 8,000 msg/s, 2 processes: 2,917 reads of 23 rows on
+ * average per 100,000 messages, against 44 for one process, which takes its own produce's tail).
  */
 import type { DispatchMessage } from '../store/consumption.ts'
-import { readForDispatch } from '../store/consumption.ts'
+import { readForDispatch, type ReadFrom } from '../store/consumption.ts'
 import type { Database } from '../store/db.ts'
 import type { GroupRuntime, PartitionState } from './partition-state.ts'
 import type { Timers } from './schedule.ts'
@@ -21,6 +27,16 @@ export const READ_BATCH = 200
 export const READ_AHEAD = READ_BATCH / 2
 /** Messages a partition's buffer takes from produce directly (see takeTail). */
 const MAX_TAIL = 2000
+/** Partitions read in one statement at most (READ_BATCH rows each): more go in further statements. */
+const MAX_READS = 16
+
+interface QueuedRead {
+  g: GroupRuntime
+  w: PartitionState
+  from: number
+  /** The partition's end hint when the read was asked for: still the same after an empty read means caught up. */
+  hint: number
+}
 
 export interface PartitionReaderDeps {
   db: Database
@@ -31,6 +47,9 @@ export interface PartitionReaderDeps {
 }
 
 export class PartitionReader {
+  private queued: QueuedRead[] = []
+  private scheduled = false
+
   constructor(private readonly deps: PartitionReaderDeps) {}
 
   /**
@@ -41,7 +60,17 @@ export class PartitionReader {
   read(g: GroupRuntime, w: PartitionState): void {
     const from = nextToRead(w)
     if (w.reading || from >= w.endHint) return
-    void this.readBatch(g, w, from)
+    // Reading from here: takeTail leaves the buffer alone until the rows are in.
+    w.reading = true
+    this.queued.push({ g, w, from, hint: w.endHint })
+    if (this.scheduled) return
+    this.scheduled = true
+    setImmediate(() => {
+      this.scheduled = false
+      const queued = this.queued
+      this.queued = []
+      for (let i = 0; i < queued.length; i += MAX_READS) void this.readBatch(queued.slice(i, i + MAX_READS))
+    })
   }
 
   /**
@@ -60,20 +89,38 @@ export class PartitionReader {
     for (const m of messages) w.buffer.push(m)
   }
 
-  private async readBatch(g: GroupRuntime, w: PartitionState, from: number): Promise<void> {
-    w.reading = true
-    const hint = w.endHint
-    let rows: DispatchMessage[]
+  private async readBatch(reads: QueuedRead[]): Promise<void> {
+    // Partitions dropped while they waited (moved, seeked: a new state replaced them) read nothing.
+    const live = reads.filter((r) => !r.w.dropped)
+    // Groups of one topic at the same place read it once, and share the rows (messages are not changed once read).
+    const index = new Map<string, number>()
+    const from: ReadFrom[] = []
+    const slot = live.map((r) => {
+      const key = `${r.g.topic.id}:${r.w.partition}:${r.from}`
+      let k = index.get(key)
+      if (k === undefined) {
+        k = from.push({ topicId: r.g.topic.id, partition: r.w.partition, fromOffset: r.from }) - 1
+        index.set(key, k)
+      }
+      return k
+    })
+    let rows: DispatchMessage[][]
     try {
-      rows = await readForDispatch(this.deps.db.pool, g.topic.id, w.partition, from, READ_BATCH)
+      rows = await readForDispatch(this.deps.db.pool, from, READ_BATCH)
     } catch (err) {
-      this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reading messages failed; retrying in 1 s')
-      this.deps.timers.setTimeout(() => this.deps.onReadable(g, w), 1000)
+      for (const r of reads) r.w.reading = false
+      for (const r of live) {
+        this.deps.log.error({ err, group: r.g.row.name, partition: r.w.partition }, 'reading messages failed; retrying in 1 s')
+        this.deps.timers.setTimeout(() => this.deps.onReadable(r.g, r.w), 1000)
+      }
       return
-    } finally {
-      w.reading = false
     }
-    // A partition dropped meanwhile (moved, seeked: a new state replaced it) keeps nothing.
+    for (const r of reads) r.w.reading = false
+    for (let i = 0; i < live.length; i++) this.took(live[i]!, rows[slot[i]!]!)
+  }
+
+  /** The rows of one partition's read, into its buffer. */
+  private took({ g, w, from, hint }: QueuedRead, rows: DispatchMessage[]): void {
     if (w.dropped) return
     // Caught up: wait for produce to say more, unless it already did while this read ran.
     if (rows.length === 0 && w.endHint === hint) w.endHint = from

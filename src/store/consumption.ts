@@ -101,15 +101,23 @@ export async function loadProgress(q: Queryable, groupId: number, topicId: numbe
 
 const NO_HEADERS = '{}'
 
-/** Up to `limit` messages of a partition from `fromOffset`, in offset order. */
-export async function readForDispatch(
-  q: Queryable,
-  topicId: number,
-  partition: number,
-  fromOffset: number,
-  limit: number,
-): Promise<DispatchMessage[]> {
+/** Where a read of a partition starts. */
+export interface ReadFrom {
+  topicId: number
+  partition: number
+  fromOffset: number
+}
+
+/**
+ * Up to `limit` messages of each partition from its `fromOffset`, in offset order: one array per
+ * request, in request order. One statement for them all: a process that another process's produce
+ * call told of appends to several of its partitions reads them in one round trip, not one each.
+ */
+export async function readForDispatch(q: Queryable, reads: readonly ReadFrom[], limit: number): Promise<DispatchMessage[][]> {
+  const out: DispatchMessage[][] = reads.map(() => [])
+  if (reads.length === 0) return out
   const res = await q.query<{
+    i: number
     offset: number
     key: string | null
     value: string
@@ -118,20 +126,43 @@ export async function readForDispatch(
     available_ms: number
   }>({
     name: 'hookq_read_for_dispatch',
-    text: `SELECT "offset", key, value, headers, (extract(epoch from produced_at) * 1000)::float8 AS produced_ms,
-                  (extract(epoch from available_at) * 1000)::float8 AS available_ms
-           FROM messages WHERE topic_id = $1 AND partition = $2 AND "offset" >= $3 ORDER BY "offset" LIMIT $4`,
-    values: [topicId, partition, fromOffset, limit],
+    text: `SELECT r.i::int AS i, m."offset", m.key, m.value, m.headers,
+                  (extract(epoch from m.produced_at) * 1000)::float8 AS produced_ms,
+                  (extract(epoch from m.available_at) * 1000)::float8 AS available_ms
+           FROM unnest($1::int[], $2::int[], $3::bigint[]) WITH ORDINALITY AS r(t, p, f, i)
+           CROSS JOIN LATERAL (
+             SELECT "offset", key, value, headers, produced_at, available_at FROM messages
+             WHERE topic_id = r.t AND partition = r.p AND "offset" >= r.f ORDER BY "offset" LIMIT $4
+           ) m`,
+    values: [
+      numberArray(reads.map((r) => r.topicId)),
+      numberArray(reads.map((r) => r.partition)),
+      numberArray(reads.map((r) => r.fromOffset)),
+      limit,
+    ],
   })
-  return res.rows.map((r) => ({
-    offset: r.offset,
-    key: r.key,
-    value: r.value,
-    // Most messages have no headers: they share one '{}' instead of each keeping the one read.
-    headers: r.headers === '{}' ? NO_HEADERS : r.headers,
-    producedAtMs: r.produced_ms,
-    availableAtMs: r.available_ms,
-  }))
+  for (const r of res.rows) {
+    out[r.i - 1]!.push({
+      offset: r.offset,
+      key: r.key,
+      value: r.value,
+      // Most messages have no headers: they share one '{}' instead of each keeping the one read.
+      headers: r.headers === '{}' ? NO_HEADERS : r.headers,
+      producedAtMs: r.produced_ms,
+      availableAtMs: r.available_ms,
+    })
+  }
+  // Each partition's rows come in offset order from its index scan; the statement does not promise
+  // that order across the join, so check it (cheap) rather than trust it.
+  for (const rows of out) {
+    for (let k = 1; k < rows.length; k++) {
+      if (rows[k]!.offset < rows[k - 1]!.offset) {
+        rows.sort((a, b) => a.offset - b.offset)
+        break
+      }
+    }
+  }
+  return out
 }
 
 /**

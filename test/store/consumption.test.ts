@@ -144,16 +144,20 @@ t.test('writeProgress: dead letters land in their topic with the completion, or 
   t.equal((await loadProgress(db.pool, s2.row.id, s2.topic.id, 0))!.committed, 0, 'not completed either')
 })
 
-t.test('readForDispatch: a partition in offset order from an offset, up to a limit, with its times', async (t) => {
+t.test('readForDispatch: partitions in offset order from an offset, up to a limit, with their times, in one call', async (t) => {
   const s = await setup('read')
+  const other = await setup('read2')
   const before = Date.now()
   await appendMessages(db, [
     entry(s.topic.id, 'a', { key: 'k' }),
     entry(s.topic.id, 'b'),
     entry(s.topic.id, 'other partition', { partition: 1 }),
     entry(s.topic.id, 'c', { delayMs: 60_000 }),
+    entry(other.topic.id, 'other topic'),
   ])
-  const read = await readForDispatch(db.pool, s.topic.id, 0, 1, 10)
+  const one = async (partition: number, fromOffset: number, limit: number) =>
+    (await readForDispatch(db.pool, [{ topicId: s.topic.id, partition, fromOffset }], limit))[0]!
+  const read = await one(0, 1, 10)
   t.same(
     read.map((m) => [m.offset, m.key, m.value]),
     [
@@ -162,7 +166,7 @@ t.test('readForDispatch: a partition in offset order from an offset, up to a lim
     ],
   )
   t.same(
-    (await readForDispatch(db.pool, s.topic.id, 0, 0, 1)).map((m) => [m.offset, m.key]),
+    (await one(0, 0, 1)).map((m) => [m.offset, m.key]),
     [[0, 'k']],
     'limit',
   )
@@ -170,7 +174,32 @@ t.test('readForDispatch: a partition in offset order from an offset, up to a lim
   t.ok(b.producedAtMs >= Math.floor(before / 1000) * 1000 && b.producedAtMs <= Date.now(), 'produced now')
   t.equal(b.availableAtMs, b.producedAtMs, 'no delay: available when produced')
   t.equal(c.availableAtMs - c.producedAtMs, 60_000, 'a delay of 60 s')
-  t.same(await readForDispatch(db.pool, s.topic.id, 0, 3, 10), [], 'past the end')
+  t.same(await one(0, 3, 10), [], 'past the end')
+  // Several partitions (and topics) in one statement: one array per request, in request order, the limit per partition.
+  const many = await readForDispatch(
+    db.pool,
+    [
+      { topicId: s.topic.id, partition: 1, fromOffset: 0 },
+      { topicId: s.topic.id, partition: 0, fromOffset: 5 },
+      { topicId: s.topic.id, partition: 0, fromOffset: 0 },
+      { topicId: other.topic.id, partition: 0, fromOffset: 0 },
+    ],
+    2,
+  )
+  t.same(
+    many.map((rows) => rows.map((m) => [m.offset, m.value])),
+    [
+      [[0, '"other partition"']],
+      [],
+      [
+        [0, '"a"'],
+        [1, '"b"'],
+      ],
+      [[0, '"other topic"']],
+    ],
+    'each partition its own rows',
+  )
+  t.same(await readForDispatch(db.pool, [], 10), [], 'nothing asked, nothing read')
 })
 
 t.test('attemptCounts: the highest attempt per offset since the last seek; reserved offsets without a row count one', async (t) => {
