@@ -23,7 +23,12 @@ const topics = new TopicService(db)
 const groups = new GroupService(db)
 
 /** A group on a topic of two partitions, both claimed by "this process", and their in-memory states. */
-async function setup(t: Test, name: string, dlq?: string, timing?: Pick<ProgressWriterDeps, 'linger' | 'now' | 'timers' | 'processes'>) {
+async function setup(
+  t: Test,
+  name: string,
+  dlq?: string,
+  timing?: Pick<ProgressWriterDeps, 'linger' | 'now' | 'timers' | 'processes'> & { onWrite?: () => void },
+) {
   await topics.put(name, 2)
   if (dlq) await topics.put(dlq, 1)
   await groups.put(name, { topic: name, ...(dlq ? { deadLetterTopic: dlq } : {}) })
@@ -54,6 +59,7 @@ async function setup(t: Test, name: string, dlq?: string, timing?: Pick<Progress
     onAppended: (topicId, partition, endOffset) => appended.push({ topicId, partition, endOffset }),
     write: async (d, batch) => {
       statements.push(batch)
+      timing?.onWrite?.()
       if (failNext) {
         const err = failNext
         failNext = undefined
@@ -277,6 +283,57 @@ t.test('with N processes sharing the load, a writer is busy from a Nth of the jo
     { partition: 0, committed: 10, pushed: 0 },
     { partition: 1, committed: 6, pushed: 0 },
   ])
+})
+
+t.test('with N processes, a quiet writer waits N times its last statement from its start, at most the linger', async (t) => {
+  const clock = manualClock(4_000_000)
+  let processes = 2
+  let statementMs = 4
+  const s = await setup(t, 'linger-spaced', undefined, {
+    linger: { ms: 50, minJobs: 1000 },
+    processes: () => processes,
+    ...clock.deps,
+    // Each statement takes statementMs on the writer's clock.
+    onWrite: () => {
+      clock.nowMs += statementMs
+    },
+  })
+  // One of two processes: a quiet statement of 4 ms; the next starts 2 x 4 ms after it started.
+  let started = clock.nowMs
+  t.equal(await s.complete(s.w0, 0), 'acked')
+  const next = s.complete(s.w0, 1)
+  await turns(20)
+  t.same(
+    clock.waits.map((w) => w.at - started),
+    [8],
+    'two processes: twice the statement',
+  )
+  clock.fireNext()
+  t.equal(await next, 'acked')
+  // One of four, a statement of 40 ms: 160 ms, capped at the linger's 50.
+  processes = 4
+  statementMs = 40
+  clock.nowMs += 1000 // past the last statement's wait
+  started = clock.nowMs
+  t.equal(await s.complete(s.w0, 2), 'acked')
+  const capped = s.complete(s.w0, 3)
+  await turns(20)
+  t.same(
+    clock.waits.map((w) => w.at - started),
+    [50],
+    'at most the linger',
+  )
+  clock.fireNext()
+  t.equal(await capped, 'acked')
+  // A process alone writes as soon as its last statement returned, however long it took.
+  processes = 1
+  clock.nowMs += 1000
+  await s.complete(s.w0, 4)
+  const alone = s.complete(s.w0, 5)
+  await turns(20)
+  t.equal(clock.waits.length, 0, 'no wait for a process alone')
+  t.equal(await alone, 'acked')
+  t.equal(s.statements.length, 6, 'a statement each')
 })
 
 t.test("an ordered partition's job cuts a busy writer's wait short", async (t) => {
