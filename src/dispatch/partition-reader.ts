@@ -7,9 +7,10 @@
  *
  * The reads asked for in one turn of the event loop go out as one statement (at most MAX_READS
  * partitions each): another process's produce call tells this one of appends to several of its
- * partitions at once (one NOTIFY), and a statement per partition was most of what a second process
- * cost at a steady rate (bench:scale paced at 8,000 msg/s, 2 processes: 2,917 reads of 23 rows on
- * average per 100,000 messages, against 44 for one process, which takes its own produce's tail).
+ * partitions at once (one NOTIFY), and a statement per partition made reads the largest share of a
+ * second process's extra statements at a steady rate (bench:scale paced at 8,000 msg/s, 2
+ * processes: 2,917 reads of 23 rows on average per 100,000 messages, against 44 for one process,
+ * which takes its own produce's tail; 897 reads in one statement a turn).
  */
 import type { DispatchMessage } from '../store/consumption.ts'
 import { readForDispatch, type ReadFrom } from '../store/consumption.ts'
@@ -29,6 +30,12 @@ export const READ_AHEAD = READ_BATCH / 2
 const MAX_TAIL = 2000
 /** Partitions read in one statement at most (READ_BATCH rows each): more go in further statements. */
 const MAX_READS = 16
+
+/** A place in the log (topic, partition, offset) and the partitions of groups that read from it. */
+interface Place {
+  from: ReadFrom
+  readers: QueuedRead[]
+}
 
 interface QueuedRead {
   g: GroupRuntime
@@ -53,9 +60,10 @@ export class PartitionReader {
   constructor(private readonly deps: PartitionReaderDeps) {}
 
   /**
-   * Reads the next batch into the buffer, after what it holds, unless a read is under way or
-   * nothing more is known to be there. Called when the buffer runs empty, and ahead of that, when
-   * it runs low (see READ_AHEAD), so a partition keeping its window full does not stop to read.
+   * Reads the next batch into the buffer, after what it holds, unless a read is queued or under way
+   * or nothing more is known to be there. Called when the buffer runs empty, and ahead of that, when
+   * it runs low (see READ_AHEAD), so a partition keeping its window full does not stop to read. The
+   * read goes out at the end of this turn, with every other read asked for in it.
    */
   read(g: GroupRuntime, w: PartitionState): void {
     const from = nextToRead(w)
@@ -65,12 +73,7 @@ export class PartitionReader {
     this.queued.push({ g, w, from, hint: w.endHint })
     if (this.scheduled) return
     this.scheduled = true
-    setImmediate(() => {
-      this.scheduled = false
-      const queued = this.queued
-      this.queued = []
-      for (let i = 0; i < queued.length; i += MAX_READS) void this.readBatch(queued.slice(i, i + MAX_READS))
-    })
+    setImmediate(() => this.flush())
   }
 
   /**
@@ -89,38 +92,57 @@ export class PartitionReader {
     for (const m of messages) w.buffer.push(m)
   }
 
-  private async readBatch(reads: QueuedRead[]): Promise<void> {
-    // Partitions dropped while they waited (moved, seeked: a new state replaced them) read nothing.
-    const live = reads.filter((r) => !r.w.dropped)
-    // Groups of one topic at the same place read it once, and share the rows (messages are not changed once read).
-    const index = new Map<string, number>()
-    const from: ReadFrom[] = []
-    const slot = live.map((r) => {
-      const key = `${r.g.topic.id}:${r.w.partition}:${r.from}`
-      let k = index.get(key)
-      if (k === undefined) {
-        k = from.push({ topicId: r.g.topic.id, partition: r.w.partition, fromOffset: r.from }) - 1
-        index.set(key, k)
+  /** Sends the reads queued this turn: each place read once, at most MAX_READS places a statement. */
+  private flush(): void {
+    this.scheduled = false
+    const queued = this.queued
+    this.queued = []
+    // Groups of one topic at the same place read it once and share the rows (messages are not changed once read).
+    const places = new Map<string, Place>()
+    for (const r of queued) {
+      // Dropped while it waited (moved, seeked: a new state replaced it): nothing to read.
+      if (r.w.dropped) {
+        r.w.reading = false
+        continue
       }
-      return k
-    })
+      const key = `${r.g.topic.id}:${r.w.partition}:${r.from}`
+      let place = places.get(key)
+      if (!place) places.set(key, (place = { from: { topicId: r.g.topic.id, partition: r.w.partition, fromOffset: r.from }, readers: [] }))
+      place.readers.push(r)
+    }
+    const all = [...places.values()]
+    for (let i = 0; i < all.length; i += MAX_READS) void this.readBatch(all.slice(i, i + MAX_READS))
+  }
+
+  private async readBatch(places: Place[]): Promise<void> {
     let rows: DispatchMessage[][]
     try {
-      rows = await readForDispatch(this.deps.db.pool, from, READ_BATCH)
+      rows = await readForDispatch(
+        this.deps.db.pool,
+        places.map((p) => p.from),
+        READ_BATCH,
+      )
     } catch (err) {
-      for (const r of reads) r.w.reading = false
-      for (const r of live) {
-        this.deps.log.error({ err, group: r.g.row.name, partition: r.w.partition }, 'reading messages failed; retrying in 1 s')
-        this.deps.timers.setTimeout(() => this.deps.onReadable(r.g, r.w), 1000)
+      for (const { readers } of places) {
+        for (const { g, w } of readers) {
+          w.reading = false
+          if (w.dropped) continue
+          this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reading messages failed; retrying in 1 s')
+          this.deps.timers.setTimeout(() => this.deps.onReadable(g, w), 1000)
+        }
       }
       return
     }
-    for (const r of reads) r.w.reading = false
-    for (let i = 0; i < live.length; i++) this.took(live[i]!, rows[slot[i]!]!)
+    for (let k = 0; k < places.length; k++) for (const r of places[k]!.readers) this.took(r, rows[k]!)
   }
 
-  /** The rows of one partition's read, into its buffer. */
+  /**
+   * The rows of one partition's read, into its buffer. Its reading flag is cleared here, just
+   * before, not for the whole statement at once: pushing one partition's rows can reach another's
+   * fill, which must not read again what this statement is bringing it.
+   */
   private took({ g, w, from, hint }: QueuedRead, rows: DispatchMessage[]): void {
+    w.reading = false
     if (w.dropped) return
     // Caught up: wait for produce to say more, unless it already did while this read ran.
     if (rows.length === 0 && w.endHint === hint) w.endHint = from

@@ -4,7 +4,7 @@
  * order; groups reading one partition from one offset share the read; a partition dropped while
  * its read waited takes nothing; an empty read marks the partition caught up; holes left by
  * retention are recorded as gaps; a failed statement hands every partition back to be read again
- * in a second.
+ * in a second; more partitions than a statement takes go in several.
  */
 import t from 'tap'
 import { PartitionReader } from '../../src/dispatch/partition-reader.ts'
@@ -113,6 +113,46 @@ t.test('one statement for the reads of a turn; each partition its rows; shared r
   )
   t.equal(b0.buffer[0], a0.buffer[0], 'two groups at one place share the rows read')
   t.notOk(a0.reading || a1.reading || b0.reading, 'reads done')
+})
+
+/** Lets a turn of the event loop pass: the reads queued in the last one have gone out. */
+const turn = () => new Promise<void>((resolve) => setImmediate(resolve))
+
+t.test('dropped, or told of more, while the statement runs', async (t) => {
+  const { r, seen } = reader()
+  const a0 = part(0, 4)
+  const a1 = part(1, 9, 2)
+  r.read(ga, a0)
+  r.read(ga, a1)
+  await turn()
+  t.equal(seen.statements, 1, 'the statement is out')
+  a0.dropped = true // moved away before its rows came back
+  a1.endHint = 12 // produce told of more while the read ran
+  for (let i = 0; i < 500 && (a0.reading || a1.reading); i++) await new Promise((resolve) => setTimeout(resolve, 10))
+  t.same(seen.readable, ['ga/1'], 'only the live partition is told')
+  t.same(a0.buffer, [], 'the dropped partition took nothing')
+  t.equal(a1.endHint, 12, 'an empty read does not undo what produce told meanwhile')
+})
+
+t.test('more partitions than a statement takes go in several statements', async (t) => {
+  await topics.put('wide', 20)
+  const wide = (await findTopicByName(db.prisma, 'wide'))!
+  await appendMessages(
+    db,
+    Array.from({ length: 20 }, (_, p) => ({ ...entry(0, `m${p}`), topicId: wide.id, partition: p })),
+  )
+  await groups.put('gw', { topic: 'wide' })
+  const gw = newGroupRuntime((await groups.load('gw'))!.row, wide)
+  const { r, seen } = reader()
+  const parts = Array.from({ length: 20 }, (_, p) => part(p, 1))
+  for (const w of parts) r.read(gw, w)
+  await readable(seen, 20)
+  t.equal(seen.statements, 2, '16 partitions, then 4')
+  t.same(
+    parts.map((w) => w.buffer.map((m) => m.value)),
+    Array.from({ length: 20 }, (_, p) => [JSON.stringify(`m${p}`)]),
+    'each partition its own message',
+  )
 })
 
 t.test('an empty read marks the partition caught up; a dropped partition takes nothing', async (t) => {

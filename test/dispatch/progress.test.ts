@@ -308,6 +308,7 @@ t.test('with N processes, a quiet writer waits N times its last statement from i
     [8],
     'two processes: twice the statement',
   )
+  t.equal(s.statements.length, 1, 'not written before the wait ends')
   clock.fireNext()
   t.equal(await next, 'acked')
   // One of four, a statement of 40 ms: 160 ms, capped at the linger's 50.
