@@ -16,6 +16,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { mkdirSync, writeFileSync } from 'node:fs'
 import { Agent, Pool, request } from 'undici'
 import { serveIpc } from './lib/ipc.ts'
 import { MESSAGE_VALUE_JSON } from './lib/payload.ts'
@@ -207,6 +208,8 @@ async function paced(a: PacedArgs) {
   const total = Math.round(a.rate * (a.warmupS + a.measureS))
   const warmupCount = Math.round(a.rate * a.warmupS)
   const latencies = new Latencies()
+  // BENCH_LATENCY_TRACE (see bench/e2e-receiver.ts): each call's send and answer times, warm-up marked.
+  const trace: string[] | undefined = process.env.BENCH_LATENCY_TRACE ? [] : undefined
   const non201: Record<string, number> = {}
   let sent = 0
   let produced = 0
@@ -243,6 +246,7 @@ async function paced(a: PacedArgs) {
           producedMeasured++
           latencies.add(performance.now() - t0)
         }
+        trace?.push(`${sentAt},${wallNow()},${warm ? 1 : 0}`)
       } else {
         non201[res.statusCode] = (non201[res.statusCode] ?? 0) + 1
       }
@@ -275,6 +279,10 @@ async function paced(a: PacedArgs) {
   const lastSendAt = wallNow()
   await Promise.all(inflight)
   await pool.close()
+  if (trace && process.env.BENCH_LATENCY_TRACE) {
+    mkdirSync(process.env.BENCH_LATENCY_TRACE, { recursive: true })
+    writeFileSync(`${process.env.BENCH_LATENCY_TRACE}/produce-${a.rate}.csv`, `sent_ms,answered_ms,warm_up\n${trace.join('\n')}\n`)
+  }
   const measuredS = (measuredLastSendAt - measuredFirstSendAt) / 1000
   return {
     scheduled: total,

@@ -12,8 +12,13 @@
  * is a stray: a late push of an earlier scenario), `expect` sets how many unique messages make the
  * scenario complete (then the `done` event fires once, acks included), `stats` reports.
  *
+ * BENCH_LATENCY_TRACE=<dir>: each scenario's measured messages are also written, at its `stats`,
+ * to <dir>/<scenario>.csv (sent at, received at, partition, offset; wall-clock ms), to see whether
+ * the slow ones come together (a stall) or spread out (a queue).
+ *
  * argv[2]: JSON { brokerUrl }
  */
+import { mkdirSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { Pool } from 'undici'
 import { emitEvent, serveIpc } from './lib/ipc.ts'
@@ -21,6 +26,7 @@ import { Latencies } from './lib/stats.ts'
 
 const args = JSON.parse(process.argv[2] ?? '{}') as { brokerUrl: string }
 const wallNow = () => performance.timeOrigin + performance.now()
+const TRACE_DIR = process.env.BENCH_LATENCY_TRACE || undefined
 
 interface ScenarioConfig {
   name: string
@@ -62,6 +68,8 @@ class Scenario {
   lastUniqueAt = NaN
   readonly seen = new Seen()
   readonly latency = new Latencies()
+  /** Lines of the trace (BENCH_LATENCY_TRACE), written once at the first `stats`. */
+  trace: string[] | undefined = TRACE_DIR ? [] : undefined
   // explicit acks
   pending: string[] = []
   timer: NodeJS.Timeout | undefined
@@ -131,7 +139,10 @@ function onMessage(s: Scenario, env: Envelope, at: number): void {
     s.unique++
     s.lastUniqueAt = at
     const v = env.value
-    if (v && typeof v.t === 'number' && !v.w) s.latency.add(at - v.t)
+    if (v && typeof v.t === 'number' && !v.w) {
+      s.latency.add(at - v.t)
+      s.trace?.push(`${v.t},${at},${env.partition},${env.offset}`)
+    }
   } else {
     s.duplicates++
   }
@@ -213,6 +224,11 @@ function checkDone(s: Scenario): void {
 }
 
 function stats(s: Scenario) {
+  if (TRACE_DIR && s.trace && s.trace.length > 0) {
+    mkdirSync(TRACE_DIR, { recursive: true })
+    writeFileSync(`${TRACE_DIR}/${s.cfg.name}.csv`, `sent_ms,received_ms,partition,offset\n${s.trace.join('\n')}\n`)
+    s.trace = undefined
+  }
   return {
     name: s.cfg.name,
     pushes: s.pushes,
