@@ -16,12 +16,12 @@
  */
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { mkdirSync, writeFileSync } from 'node:fs'
 import { Agent, Pool, request } from 'undici'
 import { serveIpc } from './lib/ipc.ts'
 import { MESSAGE_VALUE_JSON } from './lib/payload.ts'
 import { sendBatches } from './lib/batches.ts'
 import { Latencies } from './lib/stats.ts'
+import { TRACE_DIR, writeTrace } from './lib/trace.ts'
 
 const wallNow = () => performance.timeOrigin + performance.now()
 /** MESSAGE_VALUE with extra fields spliced in (it is a JSON object: drop its closing brace). */
@@ -209,7 +209,7 @@ async function paced(a: PacedArgs) {
   const warmupCount = Math.round(a.rate * a.warmupS)
   const latencies = new Latencies()
   // BENCH_LATENCY_TRACE (see bench/e2e-receiver.ts): each call's send and answer times, warm-up marked.
-  const trace: string[] | undefined = process.env.BENCH_LATENCY_TRACE ? [] : undefined
+  const trace: string[] | undefined = TRACE_DIR ? [] : undefined
   const non201: Record<string, number> = {}
   let sent = 0
   let produced = 0
@@ -279,10 +279,7 @@ async function paced(a: PacedArgs) {
   const lastSendAt = wallNow()
   await Promise.all(inflight)
   await pool.close()
-  if (trace && process.env.BENCH_LATENCY_TRACE) {
-    mkdirSync(process.env.BENCH_LATENCY_TRACE, { recursive: true })
-    writeFileSync(`${process.env.BENCH_LATENCY_TRACE}/produce-${a.rate}.csv`, `sent_ms,answered_ms,warm_up\n${trace.join('\n')}\n`)
-  }
+  if (trace) writeTrace(`produce-${a.rate}`, 'sent_ms,answered_ms,warm_up', trace)
   const measuredS = (measuredLastSendAt - measuredFirstSendAt) / 1000
   return {
     scheduled: total,

@@ -18,15 +18,14 @@
  *
  * argv[2]: JSON { brokerUrl }
  */
-import { mkdirSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { Pool } from 'undici'
 import { emitEvent, serveIpc } from './lib/ipc.ts'
 import { Latencies } from './lib/stats.ts'
+import { TRACE_DIR, writeTrace } from './lib/trace.ts'
 
 const args = JSON.parse(process.argv[2] ?? '{}') as { brokerUrl: string }
 const wallNow = () => performance.timeOrigin + performance.now()
-const TRACE_DIR = process.env.BENCH_LATENCY_TRACE || undefined
 
 interface ScenarioConfig {
   name: string
@@ -224,9 +223,8 @@ function checkDone(s: Scenario): void {
 }
 
 function stats(s: Scenario) {
-  if (TRACE_DIR && s.trace && s.trace.length > 0) {
-    mkdirSync(TRACE_DIR, { recursive: true })
-    writeFileSync(`${TRACE_DIR}/${s.cfg.name}.csv`, `sent_ms,received_ms,partition,offset\n${s.trace.join('\n')}\n`)
+  if (s.trace && s.trace.length > 0) {
+    writeTrace(s.cfg.name, 'sent_ms,received_ms,partition,offset', s.trace)
     s.trace = undefined
   }
   return {

@@ -307,13 +307,13 @@ export class ProgressWriter {
     try {
       result = await this.write(this.deps.db, batch)
     } catch (err) {
-      this.statementMs = this.now() - sentMs
       for (const i of marked) jobs[i]!.req.w.completed.delete(jobs[i]!.req.offset)
       for (const j of jobs) j.fail(err)
       for (const r of reservations) r.fail(err)
       return
+    } finally {
+      this.statementMs = this.now() - sentMs
     }
-    this.statementMs = this.now() - sentMs
     const refused = new Set<PartitionState>()
     for (const [w, p] of parts) {
       if (result.refused.some((k) => k.groupId === p.write.groupId && k.topicId === p.write.topicId && k.partition === p.write.partition))

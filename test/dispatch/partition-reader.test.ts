@@ -12,9 +12,11 @@ import { newGroupRuntime, newPartitionState, type GroupRuntime, type PartitionSt
 import { GroupService } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { openDatabase, type Database } from '../../src/store/db.ts'
-import { appendMessages, type AppendEntry } from '../../src/store/messages.ts'
+import { appendMessages } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
 import { testDatabase } from '../helpers/db.ts'
+import { appendEntry } from '../helpers/messages.ts'
+import { waitUntil } from '../helpers/wait.ts'
 
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
@@ -24,15 +26,7 @@ const groups = new GroupService(db)
 
 await topics.put('r', 3)
 const topic = (await findTopicByName(db.prisma, 'r'))!
-const entry = (partition: number, value: string): AppendEntry => ({
-  topicId: topic.id,
-  partition,
-  key: null,
-  value: JSON.stringify(value),
-  headers: '{}',
-  delayMs: 0,
-  idempotencyKey: null,
-})
+const entry = (partition: number, value: string) => appendEntry(topic.id, partition, value)
 // Partition 0: offsets 0-3 (offset 2 then deleted, as retention would); partition 1: 0-1; partition 2: empty.
 await appendMessages(db, [entry(0, 'a'), entry(0, 'b'), entry(0, 'c'), entry(0, 'd'), entry(1, 'x'), entry(1, 'y')])
 await db.pool.query(`DELETE FROM messages WHERE topic_id = $1 AND partition = 0 AND "offset" = 2`, [topic.id])
@@ -75,10 +69,8 @@ function reader() {
   return { r, seen }
 }
 
-/** Waits (bounded) until `n` partitions were told their buffer is readable. */
-async function readable(seen: { readable: string[] }, n: number): Promise<void> {
-  for (let i = 0; i < 500 && seen.readable.length < n; i++) await new Promise((resolve) => setTimeout(resolve, 10))
-}
+/** Waits until `n` partitions were told their buffer is readable. */
+const readable = (seen: { readable: string[] }, n: number) => waitUntil(() => seen.readable.length >= n, 10_000, `${n} partitions readable`)
 
 const ga = await group('ga')
 const gb = await group('gb')
@@ -128,7 +120,7 @@ t.test('dropped, or told of more, while the statement runs', async (t) => {
   t.equal(seen.statements, 1, 'the statement is out')
   a0.dropped = true // moved away before its rows came back
   a1.endHint = 12 // produce told of more while the read ran
-  for (let i = 0; i < 500 && (a0.reading || a1.reading); i++) await new Promise((resolve) => setTimeout(resolve, 10))
+  await waitUntil(() => !a0.reading && !a1.reading, 10_000, 'both reads done')
   t.same(seen.readable, ['ga/1'], 'only the live partition is told')
   t.same(a0.buffer, [], 'the dropped partition took nothing')
   t.equal(a1.endHint, 12, 'an empty read does not undo what produce told meanwhile')
@@ -139,7 +131,7 @@ t.test('more partitions than a statement takes go in several statements', async 
   const wide = (await findTopicByName(db.prisma, 'wide'))!
   await appendMessages(
     db,
-    Array.from({ length: 20 }, (_, p) => ({ ...entry(0, `m${p}`), topicId: wide.id, partition: p })),
+    Array.from({ length: 20 }, (_, p) => appendEntry(wide.id, p, `m${p}`)),
   )
   await groups.put('gw', { topic: 'wide' })
   const gw = newGroupRuntime((await groups.load('gw'))!.row, wide)
@@ -178,7 +170,7 @@ t.test('a failed statement: every live partition is read again in a second', asy
   const a1 = part(1, 2)
   r.read(ga, a0)
   r.read(ga, a1)
-  for (let i = 0; i < 500 && seen.timers.length < 2; i++) await new Promise((resolve) => setTimeout(resolve, 10))
+  await waitUntil(() => seen.timers.length >= 2, 10_000, 'both partitions re-armed')
   t.same(
     seen.timers.map((x) => x.ms),
     [1000, 1000],

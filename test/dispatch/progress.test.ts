@@ -242,10 +242,15 @@ t.test('with N processes sharing the load, a writer is busy from a Nth of the jo
     processes: () => processes,
     ...clock.deps,
   })
+  /** Completes offsets of w0 and of w1 in one statement, then queues offset `next` of w0 and lets the turns pass: is its statement held? */
+  const afterStatement = async (w0: number[], w1: number[], next: number) => {
+    await Promise.all([...w0.map((o) => s.complete(s.w0, o)), ...w1.map((o) => s.complete(s.w1, o))])
+    const pending = s.complete(s.w0, next)
+    await turns(20)
+    return { pending }
+  }
   // Two jobs: quiet for a process alone (minJobs 8), busy for one of four (8 / 4).
-  await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
-  const held = s.complete(s.w0, 1)
-  await turns(20)
+  const { pending: held } = await afterStatement([0], [0], 1)
   t.equal(s.statements.length, 1, 'the next statement waits')
   t.same(
     clock.waits.map((w) => w.at),
@@ -256,22 +261,16 @@ t.test('with N processes sharing the load, a writer is busy from a Nth of the jo
   t.equal(await held, 'acked')
   // The same two jobs for one of 2 processes are quiet (busy from 8 / 2 = 4): no wait.
   processes = 2
-  await Promise.all([s.complete(s.w0, 2), s.complete(s.w1, 1)])
-  const next = s.complete(s.w0, 3)
-  await turns(20)
+  const { pending: next } = await afterStatement([2], [1], 3)
   t.equal(clock.waits.length, 0, 'two jobs are quiet for one of two processes')
   t.equal(await next, 'acked')
   // Alone again, four jobs are quiet; for one of two processes, busy.
   processes = 1
-  await Promise.all([s.complete(s.w0, 4), s.complete(s.w0, 5), s.complete(s.w1, 2), s.complete(s.w1, 3)])
-  const alone = s.complete(s.w0, 6)
-  await turns(20)
+  const { pending: alone } = await afterStatement([4, 5], [2, 3], 6)
   t.equal(clock.waits.length, 0, 'four jobs are quiet for a process alone')
   t.equal(await alone, 'acked')
   processes = 2
-  await Promise.all([s.complete(s.w0, 7), s.complete(s.w0, 8), s.complete(s.w1, 4), s.complete(s.w1, 5)])
-  const shared = s.complete(s.w0, 9)
-  await turns(20)
+  const { pending: shared } = await afterStatement([7, 8], [4, 5], 9)
   t.same(
     clock.waits.map((w) => w.at - clock.nowMs),
     [50],

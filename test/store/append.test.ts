@@ -5,25 +5,18 @@
  */
 import t from 'tap'
 import { openDatabase } from '../../src/store/db.ts'
-import { appendRows, readMessages, type AppendEntry } from '../../src/store/messages.ts'
+import { appendRows, readMessages } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { testDatabase } from '../helpers/db.ts'
+import { appendEntry } from '../helpers/messages.ts'
 
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
 t.teardown(() => db.close())
 const topics = new TopicService(db)
 
-const entry = (topicId: number, partition: number, value: string): AppendEntry => ({
-  topicId,
-  partition,
-  key: null,
-  value: JSON.stringify(value),
-  headers: '{}',
-  delayMs: 0,
-  idempotencyKey: null,
-})
+const entry = appendEntry
 
 t.test('offsets reported in input order match the rows stored, across partitions and topics', async (t) => {
   await topics.put('append-a', 3)

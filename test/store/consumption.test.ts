@@ -24,6 +24,7 @@ import { findTopicByName } from '../../src/store/topics.ts'
 import { GroupService } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { testDatabase } from '../helpers/db.ts'
+import { appendEntry } from '../helpers/messages.ts'
 
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
@@ -52,16 +53,8 @@ async function setup(name: string, opts: { dlq?: string } = {}) {
   return { row, topic, key, epoch, write, completion }
 }
 
-const entry = (topicId: number, value: string, extra: Partial<AppendEntry> = {}): AppendEntry => ({
-  topicId,
-  partition: 0,
-  key: null,
-  value: JSON.stringify(value),
-  headers: '{}',
-  delayMs: 0,
-  idempotencyKey: null,
-  ...extra,
-})
+/** An entry for partition 0 unless `extra` says otherwise. */
+const entry = (topicId: number, value: string, extra: Partial<AppendEntry> = {}) => appendEntry(topicId, 0, value, extra)
 
 t.test('loadProgress: null without an offsets row; a new group stands at 0 with nothing completed', async (t) => {
   const s = await setup('load')
