@@ -11,6 +11,8 @@
  * Driven over IPC (bench/lib/ipc.ts): `scenario` starts counting pushes to /p/<name> (anything else
  * is a stray: a late push of an earlier scenario), `expect` sets how many unique messages make the
  * scenario complete (then the `done` event fires once, acks included), `stats` reports.
+ * `/p/<name>?partitionBase=<n>` counts partition p as n + p: several brokers of their own (bench/
+ * scale.ts, independent) push to one scenario without their partition/offset pairs colliding.
  *
  * BENCH_LATENCY_TRACE=<dir>: each scenario's measured messages are also written, at its `stats`,
  * to <dir>/<scenario>.csv (sent at, received at, partition, offset; wall-clock ms), to see whether
@@ -111,10 +113,13 @@ interface Envelope {
 
 function onPush(url: string, body: Buffer, at: number): void {
   const s = current
-  if (s === undefined || url !== `/p/${s.cfg.name}`) {
+  const q = url.indexOf('?')
+  const path = q < 0 ? url : url.slice(0, q)
+  if (s === undefined || path !== `/p/${s.cfg.name}`) {
     strays++
     return
   }
+  const partitionBase = q < 0 ? 0 : Number(new URLSearchParams(url.slice(q + 1)).get('partitionBase') ?? 0)
   let parsed: Envelope & { deliveries?: Envelope[] }
   try {
     parsed = JSON.parse(body.toString('utf8')) as Envelope & { deliveries?: Envelope[] }
@@ -125,16 +130,16 @@ function onPush(url: string, body: Buffer, at: number): void {
   s.pushes++
   if (s.pushes === 1) s.firstAt = at
   // A batch push carries its envelopes in `deliveries`: each counts as a message received.
-  for (const env of parsed.deliveries ?? [parsed]) onMessage(s, env, at)
+  for (const env of parsed.deliveries ?? [parsed]) onMessage(s, env, at, partitionBase)
   checkDone(s)
 }
 
-function onMessage(s: Scenario, env: Envelope, at: number): void {
+function onMessage(s: Scenario, env: Envelope, at: number, partitionBase: number): void {
   if (typeof env.partition !== 'number' || typeof env.offset !== 'number') {
     s.badBodies++
     return
   }
-  if (s.seen.mark(env.partition, env.offset)) {
+  if (s.seen.mark(partitionBase + env.partition, env.offset)) {
     s.unique++
     s.lastUniqueAt = at
     const v = env.value

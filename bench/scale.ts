@@ -28,19 +28,22 @@
  *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60  BENCH_DATABASE_URL=...
  *   BENCH_SCALE_RATE=<msg/s> (the measured pass paced at that rate, the same for every count: see below)
  *   BENCH_PERF_DIR=<dir> (perf record of the broker processes over the measured pass)
+ *   BENCH_SCALE_INDEPENDENT=1 (each count n > 1 also as n one-process brokers on databases of their own: see scenario)
+ *   BENCH_STATEMENTS=1 (the measured pass's statements per 100,000 messages, from pg_stat_statements)
  */
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
-import { createBenchDatabase } from './lib/db.ts'
+import { brokerApi, startBroker, stopBroker, type BrokerProcess } from './lib/broker.ts'
+import { createBenchDatabase, type BenchDatabase } from './lib/db.ts'
 import { envCount, envInt } from './lib/env.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
-import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
+import { atCleanup, cleanUpOnInterrupt, runBench } from './lib/run.ts'
 import { median } from './lib/stats.ts'
+import { mergeStatements, printStatements, resetStatements, statementsOf, type StatementRow } from './lib/statements.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
 
 const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s) => {
@@ -53,12 +56,29 @@ const MESSAGES = envInt('BENCH_MESSAGES', 60_000)
 const WARMUP = envCount('BENCH_WARMUP_MESSAGES', 20_000)
 const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
 const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
+/** Besides each count n > 1 of shared processes, n independent one-process brokers (see scenario). */
+const INDEPENDENT = process.env.BENCH_SCALE_INDEPENDENT === '1'
+// Independent brokers take an nth of the partitions each.
+for (const n of COUNTS) {
+  if (INDEPENDENT && PARTITIONS % n !== 0)
+    throw new Error(`BENCH_SCALE_INDEPENDENT: ${PARTITIONS} partitions do not split evenly over ${n} brokers`)
+}
+/** What runs in a round, in turn: each count shared, then (BENCH_SCALE_INDEPENDENT=1) independent. */
+const KINDS = COUNTS.flatMap((n) =>
+  INDEPENDENT && n > 1
+    ? [
+        { n, independent: false },
+        { n, independent: true },
+      ]
+    : [{ n, independent: false }],
+)
 const MAX_SECONDS = envInt('BENCH_MAX_SECONDS', 60)
 /** Messages a second the measured pass produces at (unset: as fast as the brokers answer). */
 const RATE = process.env.BENCH_SCALE_RATE ? envInt('BENCH_SCALE_RATE', 0) : undefined
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
 /** `perf record` the broker processes over each measured pass, into this folder (with BENCH_BROKER_NODE_ARGS=--perf-basic-prof for JavaScript's names). */
 const PERF_DIR = process.env.BENCH_PERF_DIR || undefined
+const STATEMENTS = process.env.BENCH_STATEMENTS === '1'
 const wallNow = () => performance.timeOrigin + performance.now()
 
 cleanUpOnInterrupt('the brokers, the receiver and the load')
@@ -97,6 +117,8 @@ async function metricsOf(url: string): Promise<{ cpuS: number; owned: number; pu
 
 interface Row {
   processes: number
+  /** n one-process brokers on databases of their own, not n processes sharing one topic. */
+  independent: boolean
   msgPerS: number
   seconds: number
   brokerUs: number
@@ -106,6 +128,9 @@ interface Row {
   duplicates: number
   /** Transactions committed in the bench's database per 1,000 messages: how well the processes batch. */
   commitsPerK: number
+  /** With BENCH_STATEMENTS=1: the measured pass's statements. */
+  statements?: StatementRow[]
+  completed: number
   notes: string
 }
 
@@ -145,57 +170,122 @@ async function commitsSettled(c: pg.Client): Promise<number> {
   return Number(r.rows[0]!.n)
 }
 
-async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, load: IpcWorker): Promise<Row> {
-  const db = (run.db = await createBenchDatabase(SERVER_URL))
-  const broker = (run.broker = await startBroker(db.url, {
-    timeoutMs: 90_000,
-    env: { HOOKQ_PROCESSES: String(n), HOOKQ_CLUSTER_POLL_MS: '500' },
-  }))
+/** One broker command on a database of its own: HOOKQ_PROCESSES=n processes sharing the partitions of its topic. */
+interface Deployment {
+  db: BenchDatabase
+  broker: BrokerProcess
+  c: pg.Client
+  members: Member[]
+  /** The broker processes' pids (the process started itself when it runs one). */
+  workers: number[]
+  /** Takes the deployment's cleanup step off the interrupt's list (undeploy did it). */
+  forget(): void
+}
+
+/**
+ * `partitions` of the topic; `partitionBase`: the receiver counts this deployment's partition p as
+ * partitionBase + p (see bench/e2e-receiver.ts).
+ */
+async function deploy(n: number, name: string, receiverUrl: string, partitions: number, partitionBase: number): Promise<Deployment> {
+  const db = await createBenchDatabase(SERVER_URL)
+  let broker: BrokerProcess | undefined
+  // Interrupted or failed: the broker stopped before its database is dropped.
+  const forget = atCleanup(async () => {
+    if (broker) await stopBroker(broker)
+    if (!process.env.BENCH_KEEP_DB) await db.drop()
+  })
+  broker = await startBroker(db.url, { timeoutMs: 90_000, env: { HOOKQ_PROCESSES: String(n), HOOKQ_CLUSTER_POLL_MS: '500' } })
   const c = new pg.Client({ connectionString: db.url })
+  // An interrupt drops the database WITH (FORCE) while this session may still be open.
+  c.on('error', () => {})
   await c.connect()
-  try {
-    const name = `scale-${n}`
-    await brokerApi(broker.url, 'PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
-    await brokerApi(broker.url, 'PUT', `/v1/groups/${name}`, {
-      topic: name,
-      ackMode: 'auto',
-      maxInFlight: MAX_IN_FLIGHT,
-      ackTimeoutMs: 30_000,
-    })
-    await brokerApi(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
-    // Every process joined and the partitions spread (each owns its share, all of them owned).
-    let ms: Member[] = []
-    let before: Awaited<ReturnType<typeof metricsOf>>[] = []
-    const share = Math.floor(PARTITIONS / n)
-    for (let i = 0; i < 600; i++) {
-      ms = await members(c)
-      if (ms.length === n) {
-        before = await Promise.all(ms.map((m) => metricsOf(m.url)))
-        if (before.reduce((a, b) => a + b.owned, 0) === PARTITIONS && before.every((b) => b.owned >= share)) break
-      }
-      await sleep(100)
+  await brokerApi(broker.url, 'PUT', `/v1/topics/${name}`, { partitions })
+  await brokerApi(broker.url, 'PUT', `/v1/groups/${name}`, {
+    topic: name,
+    ackMode: 'auto',
+    maxInFlight: MAX_IN_FLIGHT,
+    ackTimeoutMs: 30_000,
+  })
+  await brokerApi(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}?partitionBase=${partitionBase}` })
+  // Every process joined and the partitions spread (each owns its share, all of them owned).
+  let ms: Member[] = []
+  const share = Math.floor(partitions / n)
+  for (let i = 0; i < 600; i++) {
+    ms = await members(c)
+    if (ms.length === n) {
+      const m = await Promise.all(ms.map((x) => metricsOf(x.url)))
+      if (m.reduce((a, b) => a + b.owned, 0) === partitions && m.every((b) => b.owned >= share)) break
     }
-    if (ms.length !== n) throw new Error(`${n} processes asked for, ${ms.length} joined`)
-    // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
-    const workers = n === 1 ? [broker.pid] : childPids(broker.pid)
+    await sleep(100)
+  }
+  if (ms.length !== n) throw new Error(`${n} processes asked for, ${ms.length} joined`)
+  // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
+  return { db, broker, c, members: ms, workers: n === 1 ? [broker.pid] : childPids(broker.pid), forget }
+}
+
+async function undeploy(d: Deployment): Promise<void> {
+  d.forget()
+  await d.c.end()
+  await stopBroker(d.broker)
+  if (!process.env.BENCH_KEEP_DB) await d.db.drop()
+}
+
+/**
+ * `n` processes through one command sharing the partitions, or (`independent`) n one-process
+ * brokers each on a database of its own with an nth of the partitions and of the load: the same
+ * processes on the same cores, each with the same partitions' worth of messages at the same rate,
+ * and no coordination at all (no produce call lands on a process that does not push its messages). What n shared processes
+ * cost beyond n independent ones is what sharing costs; what n independent ones cost beyond one
+ * is what splitting a load over processes costs on this machine, whatever the design.
+ */
+async function scenario(n: number, independent: boolean, receiver: IpcWorker, receiverUrl: string, load: IpcWorker): Promise<Row> {
+  const name = `scale-${n}`
+  const deployments: Deployment[] = []
+  try {
+    if (!independent) deployments.push(await deploy(n, name, receiverUrl, PARTITIONS, 0))
+    else for (let i = 0; i < n; i++) deployments.push(await deploy(1, name, receiverUrl, PARTITIONS / n, (i * PARTITIONS) / n))
+    const ms = deployments.flatMap((d) => d.members)
+    const workers = deployments.flatMap((d) => d.workers)
+    const committed = async () => {
+      let sum = 0
+      for (const d of deployments) {
+        const s = (await brokerApi(d.broker.url, 'GET', `/v1/groups/${name}`)) as { partitions: { committedOffset: number }[] }
+        sum += s.partitions.reduce((a, p) => a + p.committedOffset, 0)
+      }
+      return sum
+    }
+    const commitCount = async () => (await Promise.all(deployments.map((d) => commitsSettled(d.c)))).reduce((a, b) => a + b, 0)
     /** Produces `total` more messages and waits for them to complete: what came of it, and the messages completed in all. */
     const pass = async (total: number, completedBefore: number, rate?: number) => {
       await receiver.call('scenario', { name, mode: 'count', expect: total }, 5000)
       await sleep(500)
       const startedAt = wallNow()
       const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
-      const r = await load.call<{ produced: number; firstSendAt: number; lastAnswerAt: number; timedOut: boolean }>(
-        'bulk',
-        { url: `${broker.url}/v1/topics/${name}/messages`, total, batch: 100, concurrency: 4, maxSeconds: MAX_SECONDS, rate },
-        MAX_SECONDS * 1000 + 60_000,
+      // The load split evenly over the brokers: the same 4 producer loops and the same rate in all.
+      const k = deployments.length
+      const parts = await Promise.all(
+        deployments.map((d, i) =>
+          load.call<{ produced: number; firstSendAt: number; lastAnswerAt: number; timedOut: boolean }>(
+            'bulk',
+            {
+              url: `${d.broker.url}/v1/topics/${name}/messages`,
+              total: Math.floor(total / k) + (i < total % k ? 1 : 0),
+              batch: 100,
+              concurrency: Math.max(1, Math.round(4 / k)),
+              maxSeconds: MAX_SECONDS,
+              rate: rate === undefined ? undefined : rate / k,
+            },
+            MAX_SECONDS * 1000 + 60_000,
+          ),
+        ),
       )
+      const r = { produced: parts.reduce((a, p) => a + p.produced, 0), firstSendAt: Math.min(...parts.map((p) => p.firstSendAt)) }
       if (r.produced < total) await receiver.call('expect', { n: r.produced }, 5000)
       await Promise.race([done, sleep(Math.max(0, startedAt + MAX_SECONDS * 1000 - wallNow()))])
       // Completed: the committed offsets (the receiver's count says pushed, not yet committed).
       let completed = 0
       for (let i = 0; i < 1000 && wallNow() < startedAt + (MAX_SECONDS + 10) * 1000; i++) {
-        const s = (await brokerApi(broker.url, 'GET', `/v1/groups/${name}`)) as { partitions: { committedOffset: number }[] }
-        completed = s.partitions.reduce((a, p) => a + p.committedOffset, 0) - completedBefore
+        completed = (await committed()) - completedBefore
         if (completed >= r.produced) break
         await sleep(10)
       }
@@ -207,28 +297,31 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
     // was still compiling its per-batch code in the measured pass (perf: the optimising compiler
     // at 3x the samples of one process's).
     const warm = WARMUP > 0 ? await pass(WARMUP * n, 0) : { completed: 0 }
-    const commits0 = await commitsSettled(c)
-    before = await Promise.all(ms.map((m) => metricsOf(m.url)))
+    const commits0 = await commitCount()
+    const before = await Promise.all(ms.map((m) => metricsOf(m.url)))
     const cpu0 = workers.map((pid) => processCpuSeconds(pid) ?? NaN)
-    const primary0 = processCpuSeconds(broker.pid) ?? NaN
+    const primaries = independent || n === 1 ? [] : deployments.map((d) => d.broker.pid)
+    const primary0 = primaries.map((pid) => processCpuSeconds(pid) ?? NaN)
     const base = cpuSnapshot(undefined)
-    const recording = PERF_DIR ? perfRecord(workers, `${PERF_DIR}/scale-${n}.perf.data`) : undefined
+    const counting = STATEMENTS && (await resetStatements(SERVER_URL))
+    const recording = PERF_DIR ? perfRecord(workers, `${PERF_DIR}/scale-${n}${independent ? '-independent' : ''}.perf.data`) : undefined
     const { r, completed } = await pass(MESSAGES, warm.completed, RATE)
     const endAt = wallNow()
     const w = cpuSince(base, undefined)
-    const workersS = workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
-    const primary = n === 1 ? 0 : (processCpuSeconds(broker.pid) ?? NaN) - primary0
+    const brokerS = workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
+    const primary = primaries.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - primary0[i]!, 0)
     await recording?.stop()
     const after = await Promise.all(ms.map((m) => metricsOf(m.url)))
     const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
-    const commits = (await commitsSettled(c)) - commits0
+    const commits = (await commitCount()) - commits0
+    const statements = counting ? (await Promise.all(deployments.map((d) => statementsOf(SERVER_URL, d.db.name)))).flat() : undefined
     const pushes = after.map((a, i) => a.pushes - before[i]!.pushes)
     const totalPushes = pushes.reduce((a, b) => a + b, 0)
     const cpu = after.map((a, i) => a.cpuS - before[i]!.cpuS)
-    const brokerS = workersS
     const seconds = (endAt - r.firstSendAt) / 1000
     return {
       processes: n,
+      independent,
       msgPerS: completed / seconds,
       seconds,
       brokerUs: (1e6 * brokerS) / completed,
@@ -242,6 +335,8 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
       })),
       duplicates: st.duplicates,
       commitsPerK: (1000 * commits) / completed,
+      statements: statements && mergeStatements(statements),
+      completed,
       notes: [
         completed < r.produced ? `ONLY ${completed} of ${r.produced} completed` : '',
         workers.length !== n ? `${workers.length} worker pids seen` : '',
@@ -251,21 +346,22 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
         .join('; '),
     }
   } finally {
-    await c.end()
-    await stopBroker(broker)
-    run.broker = undefined
-    if (!process.env.BENCH_KEEP_DB) await db.drop()
-    run.db = undefined
+    for (const d of deployments) await undeploy(d)
   }
 }
 
 const TABLE_HEAD =
   'processes  msg/s   ratio  broker us/msg  ratio  pg us/msg  commits/1k msg  spread of pushes (min..max share)  partitions owned'
 
+/** `2`, or `2 indep.` for two independent one-process brokers. */
+function label(k: { n: number; independent: boolean }): string {
+  return k.independent ? `${k.n} indep.` : String(k.n)
+}
+
 function tableLine(r: Row, base: Row): string {
   const shares = r.perProcess.map((p) => p.pushShare)
   return (
-    `${String(r.processes).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
+    `${label({ n: r.processes, independent: r.independent }).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
     `  ${r.brokerUs.toFixed(0).padStart(13)}  ${(r.brokerUs / base.brokerUs).toFixed(2).padStart(4)}x  ${r.pgUs.toFixed(0).padStart(9)}  ${r.commitsPerK.toFixed(1).padStart(14)}` +
     `  ${(100 * Math.min(...shares)).toFixed(0).padStart(16)}%..${(100 * Math.max(...shares)).toFixed(0)}%` +
     `${''.padStart(13)}${r.perProcess.map((p) => p.owned).join(' / ')}`
@@ -275,7 +371,7 @@ function tableLine(r: Row, base: Row): string {
 function printRow(row: Row): void {
   const n = row.processes
   console.log(
-    `${n} process${n > 1 ? 'es' : ''}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
+    `${n} ${row.independent ? 'independent one-process brokers' : `process${n > 1 ? 'es' : ''}`}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
       `broker ${row.brokerUs.toFixed(0)} us/msg (all processes; the primary ${row.primaryUs.toFixed(1)}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg, ${row.commitsPerK.toFixed(1)} commits per 1,000 messages; duplicates ${row.duplicates}` +
       (row.notes ? `\n  ${row.notes}` : ''),
   )
@@ -284,6 +380,7 @@ function printRow(row: Row): void {
       `  process ${i + 1}: ${p.owned} partitions, ${(100 * p.pushShare).toFixed(0)}% of the pushes, ${p.usPerMsg.toFixed(0)} us CPU per message of the run, ${p.usPerPush.toFixed(0)} us per own push`,
     )
   }
+  if (row.statements) printStatements(row.statements, row.completed)
 }
 
 async function main(): Promise<void> {
@@ -298,8 +395,8 @@ async function main(): Promise<void> {
   for (let round = 1; round <= ROUNDS; round++) {
     if (ROUNDS > 1) console.log(`round ${round} of ${ROUNDS}`)
     const rows: Row[] = []
-    for (const n of COUNTS) {
-      const row = await scenario(n, receiver, receiverUrl, load)
+    for (const { n, independent } of KINDS) {
+      const row = await scenario(n, independent, receiver, receiverUrl, load)
       rows.push(row)
       printRow(row)
     }
@@ -313,10 +410,10 @@ async function main(): Promise<void> {
   if (ROUNDS > 1) {
     console.log("\nmedians over the rounds of the ratio to the same round's first count:")
     console.log('processes  msg/s ratio  broker us/msg ratio  pg us/msg ratio  commits/1k msg')
-    for (const [j, n] of COUNTS.entries()) {
+    for (const [j, kind] of KINDS.entries()) {
       const ratio = (f: (r: Row) => number) => median(rounds.map((rows) => f(rows[j]!) / f(rows[0]!))).toFixed(2)
       console.log(
-        `${String(n).padStart(9)}  ${ratio((r) => r.msgPerS).padStart(10)}x  ${ratio((r) => r.brokerUs).padStart(18)}x` +
+        `${label(kind).padStart(9)}  ${ratio((r) => r.msgPerS).padStart(10)}x  ${ratio((r) => r.brokerUs).padStart(18)}x` +
           `  ${ratio((r) => r.pgUs).padStart(14)}x  ${median(rounds.map((rows) => rows[j]!.commitsPerK))
             .toFixed(1)
             .padStart(14)}`,
@@ -326,7 +423,8 @@ async function main(): Promise<void> {
   console.log(
     '\nbroker us/msg: CPU of every broker process (not the primary, which only supervises) per message completed;\n' +
       "pg: all PostgreSQL processes; ratios to the first process count of the same round. Spread: each process's share of the pushes.\n" +
-      "commits: transactions committed in the bench's database (pg_stat_database) per 1,000 messages: appends, progress, attempt rows, polls.",
+      "commits: transactions committed in the bench's database (pg_stat_database) per 1,000 messages: appends, progress, attempt rows, polls." +
+      (INDEPENDENT ? '\nN indep.: N one-process brokers, each on its own database with an Nth of the load: no coordination at all.' : ''),
   )
   await Promise.all([receiver.stop(), load.stop()])
 }
