@@ -32,7 +32,7 @@
 import { existsSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { type BrokerProcess, brokerApi, startBroker, stopBroker } from './lib/broker.ts'
+import { type BrokerProcess, brokerApi, committedOffsets, startBroker, stopBroker } from './lib/broker.ts'
 import { ROOT } from './lib/child.ts'
 import { type BenchDatabase, createBenchDatabase } from './lib/db.ts'
 import { envInt } from './lib/env.ts'
@@ -83,11 +83,6 @@ async function startSide(name: Side['name'], root: string): Promise<Side> {
   return { name, db, broker, receiver, receiverUrl: `http://127.0.0.1:${receiver.ready.port as number}` }
 }
 
-async function completed(side: Side, group: string): Promise<number> {
-  const s = await brokerApi<{ partitions: { committedOffset: number }[] }>(side.broker.url, 'GET', `/v1/groups/${group}`)
-  return s.partitions.reduce((n, p) => n + p.committedOffset, 0)
-}
-
 /** One round of one side: its CPU per message over the measured window. */
 async function round(side: Side, load: IpcWorker, n: number): Promise<Measured> {
   const name = `ab-${SCENARIO}-${n}`
@@ -114,7 +109,7 @@ async function round(side: Side, load: IpcWorker, n: number): Promise<Measured> 
   else await produce()
   await done
   // Pushed is not completed: the completion of the last pushes follows their answers.
-  for (let i = 0; (await completed(side, name)) < MESSAGES; i++) {
+  for (let i = 0; (await committedOffsets(side.broker.url, name)) < MESSAGES; i++) {
     if (i > 10_000) throw new Error(`${side.name}: round ${n} did not complete`)
     await sleep(5)
   }

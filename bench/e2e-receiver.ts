@@ -120,6 +120,10 @@ function onPush(url: string, body: Buffer, at: number): void {
     return
   }
   const partitionBase = q < 0 ? 0 : Number(new URLSearchParams(url.slice(q + 1)).get('partitionBase') ?? 0)
+  if (!Number.isSafeInteger(partitionBase) || partitionBase < 0) {
+    strays++
+    return
+  }
   let parsed: Envelope & { deliveries?: Envelope[] }
   try {
     parsed = JSON.parse(body.toString('utf8')) as Envelope & { deliveries?: Envelope[] }
@@ -145,7 +149,7 @@ function onMessage(s: Scenario, env: Envelope, at: number, partitionBase: number
     const v = env.value
     if (v && typeof v.t === 'number' && !v.w) {
       s.latency.add(at - v.t)
-      s.trace?.push(`${v.t},${at},${env.partition},${env.offset}`)
+      s.trace?.push(`${v.t},${at},${partitionBase + env.partition},${env.offset}`)
     }
   } else {
     s.duplicates++

@@ -10,7 +10,7 @@ import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
 import { startIpcWorker } from './lib/ipc.ts'
 import { createStream, deleteStream, NATS_CONSUMER } from './lib/nats.ts'
-import { atCleanup, run } from './lib/run.ts'
+import { building, run, type Undo } from './lib/run.ts'
 import type { ProducerArgs } from './peers-produce.ts'
 
 export type PeerSystem = 'hookq' | 'graphile' | 'pgboss' | 'rabbitmq' | 'nats'
@@ -45,33 +45,6 @@ export interface Setup {
   stop(): Promise<void>
 }
 
-/** Teardown steps, run in reverse order; each also registered with the run's cleanup (failure, Ctrl-C). */
-class Undo {
-  private steps: { step: () => Promise<void>; forget: () => void }[] = []
-  add(step: () => Promise<void>): void {
-    this.steps.push({ step, forget: atCleanup(step) })
-  }
-  async run(): Promise<void> {
-    for (const { step, forget } of this.steps.reverse()) {
-      forget()
-      await step().catch((err: unknown) => console.error('teardown:', err))
-    }
-    this.steps = []
-  }
-}
-
-/** Runs `build` with an Undo; if it throws, undoes what it did. */
-async function building(build: (undo: Undo) => Promise<Omit<Setup, 'stop'>>): Promise<Setup> {
-  const undo = new Undo()
-  try {
-    const setup = await build(undo)
-    return { ...setup, stop: () => undo.run() }
-  } catch (err) {
-    await undo.run()
-    throw err
-  }
-}
-
 /** A fresh database for one system and round, dropped at teardown (unless keepDb). */
 async function freshDatabase(cfg: SystemConfig, undo: Undo) {
   // createBenchDatabase also tells the CPU accounting which server's processes are PostgreSQL's.
@@ -95,7 +68,7 @@ async function worker(script: string, args: object, undo: Undo) {
 }
 
 const hookq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
-  building(async (undo) => {
+  building<Omit<Setup, 'stop'>>(async (undo) => {
     const db = await freshDatabase(cfg, undo)
     const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000 }))
     undo.add(async () => {
@@ -127,7 +100,7 @@ const hookq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
   })
 
 const graphile = (name: string, sinkUrl: string, cfg: SystemConfig) =>
-  building(async (undo) => {
+  building<Omit<Setup, 'stop'>>(async (undo) => {
     const db = await freshDatabase(cfg, undo)
     const w = await worker(
       'bench/peers-graphile.ts',
@@ -146,7 +119,7 @@ const graphile = (name: string, sinkUrl: string, cfg: SystemConfig) =>
   })
 
 const pgboss = (name: string, sinkUrl: string, cfg: SystemConfig) =>
-  building(async (undo) => {
+  building<Omit<Setup, 'stop'>>(async (undo) => {
     const db = await freshDatabase(cfg, undo)
     const w = await worker(
       'bench/peers-pgboss.ts',
@@ -164,7 +137,7 @@ const pgboss = (name: string, sinkUrl: string, cfg: SystemConfig) =>
   })
 
 const rabbitmq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
-  building(async (undo) => {
+  building<Omit<Setup, 'stop'>>(async (undo) => {
     await declareQuorumQueue(cfg.amqpUrl, name)
     undo.add(async () => {
       const left = await deleteQueue(cfg.amqpUrl, name)
@@ -184,7 +157,7 @@ const rabbitmq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
   })
 
 const nats = (name: string, sinkUrl: string, cfg: SystemConfig) =>
-  building(async (undo) => {
+  building<Omit<Setup, 'stop'>>(async (undo) => {
     await createStream(cfg.natsUrl, name, cfg.concurrency)
     undo.add(async () => {
       const left = await deleteStream(cfg.natsUrl, name)

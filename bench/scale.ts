@@ -24,6 +24,10 @@
  * ratios to the first count of its own round, then their medians: the machine's speed drifts by
  * more than the difference measured, so only counts run side by side compare.
  *
+ * BENCH_SCALE_INDEPENDENT=1 runs each count n > 1 twice in its round: n processes sharing one topic,
+ * then n one-process brokers each on a database of its own with an nth of the partitions and of
+ * the load (see scenario), to tell what sharing costs from what splitting costs.
+ *
  * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_ROUNDS=1  BENCH_MESSAGES=60000  BENCH_WARMUP_MESSAGES=20000
  *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60  BENCH_DATABASE_URL=...
  *   BENCH_SCALE_RATE=<msg/s> (the measured pass paced at that rate, the same for every count: see below)
@@ -36,12 +40,12 @@ import { readFileSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { brokerApi, startBroker, stopBroker, type BrokerProcess } from './lib/broker.ts'
-import { createBenchDatabase, type BenchDatabase } from './lib/db.ts'
+import { brokerApi, committedOffsets, startBroker, stopBroker, type BrokerProcess } from './lib/broker.ts'
+import { createBenchDatabase } from './lib/db.ts'
 import { envCount, envInt } from './lib/env.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
-import { atCleanup, cleanUpOnInterrupt, runBench } from './lib/run.ts'
+import { building, cleanUpOnInterrupt, runBench } from './lib/run.ts'
 import { median } from './lib/stats.ts'
 import { mergeStatements, printStatements, resetStatements, statementsOf, type StatementRow } from './lib/statements.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
@@ -126,7 +130,7 @@ interface Row {
   primaryUs: number
   perProcess: { usPerMsg: number; usPerPush: number; owned: number; pushShare: number }[]
   duplicates: number
-  /** Transactions committed in the bench's database per 1,000 messages: how well the processes batch. */
+  /** Transactions committed in the bench's database (all of them, independent brokers) per 1,000 messages: how well the processes batch. */
   commitsPerK: number
   /** With BENCH_STATEMENTS=1: the measured pass's statements. */
   statements?: StatementRow[]
@@ -172,88 +176,88 @@ async function commitsSettled(c: pg.Client): Promise<number> {
 
 /** One broker command on a database of its own: HOOKQ_PROCESSES=n processes sharing the partitions of its topic. */
 interface Deployment {
-  db: BenchDatabase
   broker: BrokerProcess
   c: pg.Client
+  /** The database's name (for its statements). */
+  database: string
   members: Member[]
   /** The broker processes' pids (the process started itself when it runs one). */
   workers: number[]
-  /** Takes the deployment's cleanup step off the interrupt's list (undeploy did it). */
-  forget(): void
+  /** Its group's committed offsets, summed over the partitions. */
+  committed(): Promise<number>
+  /** Stops the broker, closes the session, drops the database (also on failure or Ctrl-C). */
+  stop(): Promise<void>
 }
 
 /**
- * `partitions` of the topic; `partitionBase`: the receiver counts this deployment's partition p as
- * partitionBase + p (see bench/e2e-receiver.ts).
+ * A broker command of `n` processes on a database of its own, with a topic of `partitions` and an
+ * auto-mode group pushing to the receiver, once every process has joined and the partitions are
+ * spread; `partitionBase`: the receiver counts this deployment's partition p as partitionBase + p
+ * (see bench/e2e-receiver.ts). What is started is undone if a later step fails.
  */
-async function deploy(n: number, name: string, receiverUrl: string, partitions: number, partitionBase: number): Promise<Deployment> {
-  const db = await createBenchDatabase(SERVER_URL)
-  let broker: BrokerProcess | undefined
-  // Interrupted or failed: the broker stopped before its database is dropped.
-  const forget = atCleanup(async () => {
-    if (broker) await stopBroker(broker)
-    if (!process.env.BENCH_KEEP_DB) await db.drop()
-  })
-  broker = await startBroker(db.url, { timeoutMs: 90_000, env: { HOOKQ_PROCESSES: String(n), HOOKQ_CLUSTER_POLL_MS: '500' } })
-  const c = new pg.Client({ connectionString: db.url })
-  // An interrupt drops the database WITH (FORCE) while this session may still be open.
-  c.on('error', () => {})
-  await c.connect()
-  await brokerApi(broker.url, 'PUT', `/v1/topics/${name}`, { partitions })
-  await brokerApi(broker.url, 'PUT', `/v1/groups/${name}`, {
-    topic: name,
-    ackMode: 'auto',
-    maxInFlight: MAX_IN_FLIGHT,
-    ackTimeoutMs: 30_000,
-  })
-  await brokerApi(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}?partitionBase=${partitionBase}` })
-  // Every process joined and the partitions spread (each owns its share, all of them owned).
-  let ms: Member[] = []
-  const share = Math.floor(partitions / n)
-  for (let i = 0; i < 600; i++) {
-    ms = await members(c)
-    if (ms.length === n) {
-      const m = await Promise.all(ms.map((x) => metricsOf(x.url)))
-      if (m.reduce((a, b) => a + b.owned, 0) === partitions && m.every((b) => b.owned >= share)) break
+function deploy(n: number, name: string, receiverUrl: string, partitions: number, partitionBase: number): Promise<Deployment> {
+  return building<Omit<Deployment, 'stop'>>(async (undo) => {
+    const db = await createBenchDatabase(SERVER_URL)
+    if (!process.env.BENCH_KEEP_DB) undo.add(() => db.drop())
+    const broker = await startBroker(db.url, { timeoutMs: 90_000, env: { HOOKQ_PROCESSES: String(n), HOOKQ_CLUSTER_POLL_MS: '500' } })
+    undo.add(() => stopBroker(broker))
+    const c = new pg.Client({ connectionString: db.url })
+    // An interrupt drops the database WITH (FORCE) while this session may still be open.
+    c.on('error', () => {})
+    await c.connect()
+    undo.add(() => c.end())
+    await brokerApi(broker.url, 'PUT', `/v1/topics/${name}`, { partitions })
+    await brokerApi(broker.url, 'PUT', `/v1/groups/${name}`, {
+      topic: name,
+      ackMode: 'auto',
+      maxInFlight: MAX_IN_FLIGHT,
+      ackTimeoutMs: 30_000,
+    })
+    await brokerApi(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}?partitionBase=${partitionBase}` })
+    // Every process joined and the partitions spread (each owns its share, all of them owned).
+    let ms: Member[] = []
+    const share = Math.floor(partitions / n)
+    for (let i = 0; i < 600; i++) {
+      ms = await members(c)
+      if (ms.length === n) {
+        const m = await Promise.all(ms.map((x) => metricsOf(x.url)))
+        if (m.reduce((a, b) => a + b.owned, 0) === partitions && m.every((b) => b.owned >= share)) break
+      }
+      await sleep(100)
     }
-    await sleep(100)
-  }
-  if (ms.length !== n) throw new Error(`${n} processes asked for, ${ms.length} joined`)
-  // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
-  return { db, broker, c, members: ms, workers: n === 1 ? [broker.pid] : childPids(broker.pid), forget }
-}
-
-async function undeploy(d: Deployment): Promise<void> {
-  d.forget()
-  await d.c.end()
-  await stopBroker(d.broker)
-  if (!process.env.BENCH_KEEP_DB) await d.db.drop()
+    if (ms.length !== n) throw new Error(`${n} processes asked for, ${ms.length} joined`)
+    return {
+      broker,
+      c,
+      database: db.name,
+      members: ms,
+      // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
+      workers: n === 1 ? [broker.pid] : childPids(broker.pid),
+      committed: () => committedOffsets(broker.url, name),
+    }
+  })
 }
 
 /**
  * `n` processes through one command sharing the partitions, or (`independent`) n one-process
  * brokers each on a database of its own with an nth of the partitions and of the load: the same
  * processes on the same cores, each with the same partitions' worth of messages at the same rate,
- * and no coordination at all (no produce call lands on a process that does not push its messages). What n shared processes
- * cost beyond n independent ones is what sharing costs; what n independent ones cost beyond one
- * is what splitting a load over processes costs on this machine, whatever the design.
+ * and no coordination between them: no produce call lands on a process that does not push its
+ * messages, no NOTIFY, no acks forwarded, no partition moves (each still polls its own ownership
+ * every 500 ms, as one process alone does). What n shared processes cost beyond n independent
+ * ones is what sharing costs; what n independent ones cost beyond one is what splitting a load
+ * over n hookq processes costs on this machine.
  */
 async function scenario(n: number, independent: boolean, receiver: IpcWorker, receiverUrl: string, load: IpcWorker): Promise<Row> {
-  const name = `scale-${n}`
+  // Independent runs have names of their own, so that their latency traces do not overwrite the shared run's.
+  const name = independent ? `scale-${n}-independent` : `scale-${n}`
   const deployments: Deployment[] = []
   try {
     if (!independent) deployments.push(await deploy(n, name, receiverUrl, PARTITIONS, 0))
     else for (let i = 0; i < n; i++) deployments.push(await deploy(1, name, receiverUrl, PARTITIONS / n, (i * PARTITIONS) / n))
     const ms = deployments.flatMap((d) => d.members)
     const workers = deployments.flatMap((d) => d.workers)
-    const committed = async () => {
-      let sum = 0
-      for (const d of deployments) {
-        const s = (await brokerApi(d.broker.url, 'GET', `/v1/groups/${name}`)) as { partitions: { committedOffset: number }[] }
-        sum += s.partitions.reduce((a, p) => a + p.committedOffset, 0)
-      }
-      return sum
-    }
+    const committed = async () => (await Promise.all(deployments.map((d) => d.committed()))).reduce((a, b) => a + b, 0)
     const commitCount = async () => (await Promise.all(deployments.map((d) => commitsSettled(d.c)))).reduce((a, b) => a + b, 0)
     /** Produces `total` more messages and waits for them to complete: what came of it, and the messages completed in all. */
     const pass = async (total: number, completedBefore: number, rate?: number) => {
@@ -261,7 +265,8 @@ async function scenario(n: number, independent: boolean, receiver: IpcWorker, re
       await sleep(500)
       const startedAt = wallNow()
       const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
-      // The load split evenly over the brokers: the same 4 producer loops and the same rate in all.
+      // The load split evenly over the brokers: the same rate in all, and 4 producer loops in all
+      // when there are at most 4 brokers (one each beyond).
       const k = deployments.length
       const parts = await Promise.all(
         deployments.map((d, i) =>
@@ -271,7 +276,7 @@ async function scenario(n: number, independent: boolean, receiver: IpcWorker, re
               url: `${d.broker.url}/v1/topics/${name}/messages`,
               total: Math.floor(total / k) + (i < total % k ? 1 : 0),
               batch: 100,
-              concurrency: Math.max(1, Math.round(4 / k)),
+              concurrency: Math.max(1, Math.floor(4 / k) + (i < 4 % k ? 1 : 0)),
               maxSeconds: MAX_SECONDS,
               rate: rate === undefined ? undefined : rate / k,
             },
@@ -311,10 +316,11 @@ async function scenario(n: number, independent: boolean, receiver: IpcWorker, re
     const brokerS = workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
     const primary = primaries.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - primary0[i]!, 0)
     await recording?.stop()
+    // Read before the commit count's second of waiting, whose polls are not the pass's.
+    const statements = counting ? (await Promise.all(deployments.map((d) => statementsOf(SERVER_URL, d.database)))).flat() : undefined
     const after = await Promise.all(ms.map((m) => metricsOf(m.url)))
     const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
     const commits = (await commitCount()) - commits0
-    const statements = counting ? (await Promise.all(deployments.map((d) => statementsOf(SERVER_URL, d.db.name)))).flat() : undefined
     const pushes = after.map((a, i) => a.pushes - before[i]!.pushes)
     const totalPushes = pushes.reduce((a, b) => a + b, 0)
     const cpu = after.map((a, i) => a.cpuS - before[i]!.cpuS)
@@ -346,7 +352,8 @@ async function scenario(n: number, independent: boolean, receiver: IpcWorker, re
         .join('; '),
     }
   } finally {
-    for (const d of deployments) await undeploy(d)
+    // Each stop logs its own failures (Undo): one broker that fails to stop leaves the others stopped.
+    for (const d of deployments) await d.stop()
   }
 }
 
@@ -372,7 +379,7 @@ function printRow(row: Row): void {
   const n = row.processes
   console.log(
     `${n} ${row.independent ? 'independent one-process brokers' : `process${n > 1 ? 'es' : ''}`}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
-      `broker ${row.brokerUs.toFixed(0)} us/msg (all processes; the primary ${row.primaryUs.toFixed(1)}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg, ${row.commitsPerK.toFixed(1)} commits per 1,000 messages; duplicates ${row.duplicates}` +
+      `broker ${row.brokerUs.toFixed(0)} us/msg (all processes${row.processes > 1 && !row.independent ? `; the primary ${row.primaryUs.toFixed(1)}` : ''}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg, ${row.commitsPerK.toFixed(1)} commits per 1,000 messages; duplicates ${row.duplicates}` +
       (row.notes ? `\n  ${row.notes}` : ''),
   )
   for (const [i, p] of row.perProcess.entries()) {
@@ -424,7 +431,9 @@ async function main(): Promise<void> {
     '\nbroker us/msg: CPU of every broker process (not the primary, which only supervises) per message completed;\n' +
       "pg: all PostgreSQL processes; ratios to the first process count of the same round. Spread: each process's share of the pushes.\n" +
       "commits: transactions committed in the bench's database (pg_stat_database) per 1,000 messages: appends, progress, attempt rows, polls." +
-      (INDEPENDENT ? '\nN indep.: N one-process brokers, each on its own database with an Nth of the load: no coordination at all.' : ''),
+      (INDEPENDENT
+        ? '\nN indep.: N one-process brokers, each on its own database with an Nth of the partitions and load: no coordination between them.'
+        : ''),
   )
   await Promise.all([receiver.stop(), load.stop()])
 }

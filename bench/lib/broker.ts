@@ -133,3 +133,9 @@ export async function brokerApi<T = unknown>(base: string, method: string, path:
   if (res.status >= 300) throw new Error(`${method} ${path}: HTTP ${res.status} ${text.slice(0, 500)}`)
   return (text ? JSON.parse(text) : undefined) as T
 }
+
+/** A group's committed offsets summed over its partitions: the messages it has completed. */
+export async function committedOffsets(base: string, group: string): Promise<number> {
+  const s = await brokerApi<{ partitions: { committedOffset: number }[] }>(base, 'GET', `/v1/groups/${group}`)
+  return s.partitions.reduce((n, p) => n + p.committedOffset, 0)
+}

@@ -30,27 +30,30 @@ export async function createBenchDatabase(serverUrl: string): Promise<BenchDatab
 }
 
 /** Reads a few server settings that decide commit cost, to print next to the figures. */
-export async function serverSettings(serverUrl: string): Promise<Record<string, string>> {
-  const client = new pg.Client({ connectionString: serverUrl })
-  await client.connect()
-  try {
+export function serverSettings(serverUrl: string): Promise<Record<string, string>> {
+  return withClient(serverUrl, async (client) => {
     const { rows } = await client.query<{ name: string; setting: string }>(
       `SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'fsync', 'synchronous_commit', 'wal_sync_method', 'commit_delay', 'max_connections')`,
     )
     return Object.fromEntries(rows.map((r) => [r.name, r.setting]))
-  } finally {
-    await client.end()
-  }
+  })
 }
 
 /** Runs `sql` on a connection of its own; returns that session's backend pid. */
-async function adminQuery(serverUrl: string, sql: string): Promise<number> {
-  const client = new pg.Client({ connectionString: serverUrl })
-  await client.connect()
-  try {
+function adminQuery(serverUrl: string, sql: string): Promise<number> {
+  return withClient(serverUrl, async (client) => {
     await client.query(sql)
     // The BackendKeyData pid pg keeps for cancelling (not in its typings): no query needed.
     return (client as unknown as { processID: number }).processID
+  })
+}
+
+/** Runs `f` on a connection of its own to `url`, closed afterwards. */
+export async function withClient<T>(url: string, f: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  try {
+    return await f(client)
   } finally {
     await client.end()
   }

@@ -22,6 +22,42 @@ export function atCleanup(step: () => Promise<void>): () => void {
   return () => steps.delete(step)
 }
 
+/**
+ * Teardown steps of one setup, run in reverse order; each is also registered with the run's
+ * cleanup (failure, Ctrl-C) until it has run. A step runs once: an interrupt during run() waits
+ * for the same step instead of starting it again or exiting before it ends.
+ */
+export class Undo {
+  private steps: { step: () => Promise<void>; forget: () => void }[] = []
+  add(step: () => Promise<void>): void {
+    let done: Promise<void> | undefined
+    const once = () => {
+      done ??= step()
+      return done
+    }
+    this.steps.push({ step: once, forget: atCleanup(once) })
+  }
+  async run(): Promise<void> {
+    for (const { step, forget } of this.steps.reverse()) {
+      await step().catch((err: unknown) => console.error('teardown:', err))
+      forget()
+    }
+    this.steps = []
+  }
+}
+
+/** Runs `build` with an Undo; if it throws, undoes what it did. The result's stop() undoes it all. */
+export async function building<T extends object>(build: (undo: Undo) => Promise<T>): Promise<T & { stop(): Promise<void> }> {
+  const undo = new Undo()
+  try {
+    const setup = await build(undo)
+    return { ...setup, stop: () => undo.run() }
+  } catch (err) {
+    await undo.run()
+    throw err
+  }
+}
+
 /** Stops the workers (only ours, by pid), then the broker gracefully, then the added steps, then drops the database. Once. */
 export function cleanup(): Promise<void> {
   cleaning ??= (async () => {

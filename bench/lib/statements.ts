@@ -4,7 +4,7 @@
  * the extension (shared_preload_libraries=pg_stat_statements, then CREATE EXTENSION in the database
  * the bench connects to); without it the bench says so and goes on.
  */
-import pg from 'pg'
+import { withClient } from './db.ts'
 
 export interface StatementRow {
   calls: number
@@ -13,14 +13,18 @@ export interface StatementRow {
   query: string
 }
 
-/** Forgets what the server counted so far (every database's): the pass's own statements come next. */
+let unavailable = false
+
+/** Forgets what the server counted so far (every database's): the pass's own statements come next. False (said once) without the extension. */
 export async function resetStatements(serverUrl: string): Promise<boolean> {
+  if (unavailable) return false
   return withClient(serverUrl, async (c) => {
     try {
       await c.query('SELECT pg_stat_statements_reset()')
       return true
     } catch (err) {
-      console.log(`  pg_stat_statements unavailable on the server: ${(err as Error).message}`)
+      unavailable = true
+      console.log(`  pg_stat_statements unavailable on the server, no statements counted: ${(err as Error).message}`)
       return false
     }
   })
@@ -56,7 +60,9 @@ export function mergeStatements(rows: StatementRow[]): StatementRow[] {
 /** Prints the statements per 100,000 messages: calls, rows and time in the database. */
 export function printStatements(rows: StatementRow[], messages: number, top = 12): void {
   const per = 100_000 / messages
-  console.log('  statements per 100,000 messages:      calls      rows   exec ms  query')
+  console.log(
+    `  ${'statements per 100,000 messages:'.padEnd(36)}${'calls'.padStart(8)}  ${'rows'.padStart(8)}  ${'exec ms'.padStart(8)}  query`,
+  )
   for (const r of rows.slice(0, top)) {
     console.log(
       `  ${''.padStart(36)}${Math.round(r.calls * per)
@@ -76,14 +82,4 @@ export function printStatements(rows: StatementRow[], messages: number, top = 12
       .toString()
       .padStart(8)}`,
   )
-}
-
-async function withClient<T>(serverUrl: string, f: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: serverUrl })
-  await c.connect()
-  try {
-    return await f(c)
-  } finally {
-    await c.end()
-  }
 }
