@@ -152,9 +152,9 @@ t.test('messages deleted by retention before they were pushed do not hold the co
     'committed offset past the deleted messages',
   )
   t.same(
-    receiver.requests.map((r) => (r.json as { offset: number }).offset),
+    receiver.requests.map((r) => (r.json as { offset: number }).offset).sort((a, b) => a - b),
     [3, 4],
-    'only the kept messages are pushed',
+    'only the kept messages are pushed (in parallel: any order)',
   )
 })
 
