@@ -51,6 +51,16 @@ export interface BehaviourSpec {
   redirectTo?: string
 }
 
+/**
+ * The requests sorted by the offset they carry (the envelope's `offset`, or a raw push's
+ * `hookq-offset` header). An unordered partition's pushes run in parallel, each on a connection
+ * of its own, so they may arrive in any order: a test that means "offset 0's push" says so.
+ */
+export function inOffsetOrder(requests: Received[]): Received[] {
+  const offset = (r: Received) => (r.json as { offset?: number } | undefined)?.offset ?? Number(r.headers['hookq-offset'])
+  return [...requests].sort((a, b) => offset(a) - offset(b))
+}
+
 /** A fixed answer, or one chosen per request. */
 export type Behaviour = BehaviourSpec | ((req: Received) => BehaviourSpec)
 

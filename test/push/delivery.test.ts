@@ -2,7 +2,7 @@ import t from 'tap'
 import { verifyWebhook } from '@hookq/client/consumer'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
-import { startReceiver } from '../helpers/receiver.ts'
+import { inOffsetOrder, startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
@@ -16,7 +16,7 @@ t.test('explicit mode: pushed with the envelope and signature, acked, committed 
   await call('POST', '/v1/groups/billing/consumers', { url: `${receiver.url}/hook`, secret })
   await produce('orders', [{ value: { n: 1 }, key: 'k1', headers: { h: 'v' } }, { value: 'two' }])
   await receiver.waitFor(2, 10_000)
-  const [first, second] = receiver.requests
+  const [first, second] = inOffsetOrder(receiver.requests)
   const env = first!.json as Record<string, unknown>
   t.match(env, { topic: 'orders', group: 'billing', partition: 0, offset: 0, key: 'k1', value: { n: 1 }, headers: { h: 'v' }, attempt: 1 })
   t.match(env.deliveryId, /^[A-Za-z0-9_-]{48}$/, 'coordinates and 128 random bits, base64url')
