@@ -297,42 +297,34 @@ t.test('with N processes, a quiet writer waits N times its last statement from i
       clock.nowMs += statementMs
     },
   })
+  /** A statement of the job at `offset`, then the next job: the waits before it (from the first one's start), and that job. */
+  const waitsAfter = async (offset: number) => {
+    const started = clock.nowMs
+    t.equal(await s.complete(s.w0, offset), 'acked')
+    const next = s.complete(s.w0, offset + 1)
+    await turns(20)
+    return { waits: clock.waits.map((w) => w.at - started), next }
+  }
   // One of two processes: a quiet statement of 4 ms; the next starts 2 x 4 ms after it started.
-  let started = clock.nowMs
-  t.equal(await s.complete(s.w0, 0), 'acked')
-  const next = s.complete(s.w0, 1)
-  await turns(20)
-  t.same(
-    clock.waits.map((w) => w.at - started),
-    [8],
-    'two processes: twice the statement',
-  )
+  const two = await waitsAfter(0)
+  t.same(two.waits, [8], 'two processes: twice the statement')
   t.equal(s.statements.length, 1, 'not written before the wait ends')
   clock.fireNext()
-  t.equal(await next, 'acked')
+  t.equal(await two.next, 'acked')
   // One of four, a statement of 40 ms: 160 ms, capped at the linger's 50.
   processes = 4
   statementMs = 40
   clock.nowMs += 1000 // past the last statement's wait
-  started = clock.nowMs
-  t.equal(await s.complete(s.w0, 2), 'acked')
-  const capped = s.complete(s.w0, 3)
-  await turns(20)
-  t.same(
-    clock.waits.map((w) => w.at - started),
-    [50],
-    'at most the linger',
-  )
+  const four = await waitsAfter(2)
+  t.same(four.waits, [50], 'at most the linger')
   clock.fireNext()
-  t.equal(await capped, 'acked')
+  t.equal(await four.next, 'acked')
   // A process alone writes as soon as its last statement returned, however long it took.
   processes = 1
   clock.nowMs += 1000
-  await s.complete(s.w0, 4)
-  const alone = s.complete(s.w0, 5)
-  await turns(20)
-  t.equal(clock.waits.length, 0, 'no wait for a process alone')
-  t.equal(await alone, 'acked')
+  const alone = await waitsAfter(4)
+  t.same(alone.waits, [], 'no wait for a process alone')
+  t.equal(await alone.next, 'acked')
   t.equal(s.statements.length, 6, 'a statement each')
 })
 
