@@ -23,6 +23,8 @@ import type { GroupRuntime, PartitionState } from './partition-state.ts'
 import { PushWindow, type PushWindowOptions } from './push-window.ts'
 import { RateLimit } from './rate-limit.ts'
 import type { Timers } from './schedule.ts'
+import { timerDelayMs } from '../timer-delay.ts'
+import { boundedRate } from '../consumer-limits.ts'
 
 /** A consumer's push window, fixed limits and the partitions waiting for room. */
 export interface ConsumerWindow {
@@ -101,7 +103,8 @@ export class ConsumerWindows {
     const win = this.of(consumerId)
     win.batching = batching
     win.cap = limits.maxConcurrency === null ? undefined : Math.max(1, Math.ceil(limits.maxConcurrency * share))
-    const rate = limits.rateLimitPerSecond === null || share <= 0 ? undefined : limits.rateLimitPerSecond * share
+    // A rate stored outside today's range (before it existed, or by hand) is held within it.
+    const rate = limits.rateLimitPerSecond === null || share <= 0 ? undefined : boundedRate(limits.rateLimitPerSecond) * share
     if (rate === undefined) win.rate = undefined
     else if (win.rate) win.rate.setRate(rate)
     else win.rate = new RateLimit(rate)
@@ -191,7 +194,7 @@ export class ConsumerWindows {
     this.deps.timers.setTimeout(() => {
       win.rateTimer = false
       this.wake(consumerId)
-    }, ms)
+    }, timerDelayMs(ms))
   }
 
   /** A consumer left: its window goes now, or when the last push to it ends. */
