@@ -10,7 +10,8 @@
  *   dispatch  src/dispatch/                     dispatcher → tracker → pusher → store
  *   store     src/store/                        all SQL and Prisma (src/generated/ is Prisma's, for the store only)
  *   shared    src/errors.ts, src/metrics.ts, src/partitioner.ts, src/config-values.ts, src/security/,
- *             src/json-schema.ts, src/group-settings.ts (the group settings table: HTTP schemas, service and CLI derive from it)
+ *             src/json-schema.ts, src/group-settings.ts (the group settings table: HTTP schemas, service and CLI derive from it),
+ *             src/timer-delay.ts (the clamp of every computed timer delay), src/consumer-limits.ts (the range of a consumer's rate limit)
  *                                               used at every level; they import none of the levels above
  *
  * A level may import any level below it, but http reaches the cluster, the dispatcher and the store
@@ -26,7 +27,7 @@
  * longer has. A cruise of the ~165 modules takes 2-7 s on the shared 2-core machine.
  */
 const WIRING = '^src/(server|broker|app|config|startup-failure)\\.ts$|^src/cli/'
-const SHARED = '^src/(errors|metrics|partitioner|config-values|json-schema|group-settings)\\.ts$|^src/security/'
+const SHARED = '^src/(errors|metrics|partitioner|config-values|json-schema|group-settings|timer-delay|consumer-limits)\\.ts$|^src/security/'
 
 /** A rule that `from` may not import `to`. */
 const forbid = (name, comment, from, to) => ({ name, comment, severity: 'error', from, to })

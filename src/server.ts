@@ -12,6 +12,7 @@ import { createBroker } from './broker.ts'
 import { runPrimary } from './cluster/processes.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { startupFailure } from './startup-failure.ts'
+import { timerDelayMs } from './timer-delay.ts'
 
 let config: Config
 try {
@@ -71,7 +72,7 @@ async function shutdown(signal: string): Promise<void> {
   const timer = setTimeout(() => {
     logger.error({ graceMs: config.shutdownGraceMs }, 'shutdown grace period passed: exiting')
     process.exit(1)
-  }, config.shutdownGraceMs)
+  }, timerDelayMs(config.shutdownGraceMs))
   timer.unref()
   try {
     await (await starting).close()

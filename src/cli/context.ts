@@ -7,6 +7,7 @@
 import type { Command } from 'commander'
 import { createClient, DEFAULT_URL, unwrap, type HookqClient } from '@hookq/client'
 import { UnreachableError, UsageError } from './output.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 /** The global options as commander parses them. */
 export interface GlobalOptions {
@@ -91,7 +92,7 @@ function reachingFetch(url: string, timeoutMs: number): (request: Request) => Pr
     const timer = setTimeout(() => {
       timedOut = true
       abort.abort(new Error(`no answer within ${timeoutMs} ms`))
-    }, timeoutMs)
+    }, timerDelayMs(timeoutMs))
     const forwardAbort = () => abort.abort(request.signal.reason)
     if (request.signal.aborted) forwardAbort()
     else request.signal.addEventListener('abort', forwardAbort, { once: true })

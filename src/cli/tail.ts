@@ -12,6 +12,7 @@ import { HookqError, unwrap, withRetries, type HookqClient, type Message } from 
 import { partitionNumber, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
 import { count, note, noteRetry, printLine, UnreachableError, UsageError } from './output.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 interface TailOptions {
   partition?: number
@@ -248,7 +249,7 @@ function lineOf(m: Message): string {
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
-    const timer = setTimeout(done, ms)
+    const timer = setTimeout(done, timerDelayMs(ms))
     function done() {
       clearTimeout(timer)
       signal.removeEventListener('abort', done)

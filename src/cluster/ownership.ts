@@ -27,6 +27,7 @@ import type { Dispatcher } from '../dispatch/dispatcher.ts'
 import type { Database } from '../store/db.ts'
 import { claimPartition, forgetDeadMembers, groupPartitions, MemberSession, ownerEpochs, type ClusterView } from '../store/membership.ts'
 import { assign, pairKey } from './assignment.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 /** How often the members re-read groups, end offsets and owner epochs (what a lost NOTIFY did not tell), ms. */
 const RECONCILE_EVERY_MS = 5000
@@ -190,7 +191,7 @@ export class Ownership {
     clearTimeout(this.timer)
     this.timer = setTimeout(() => {
       void this.poll().finally(() => this.schedule())
-    }, this.deps.pollMs)
+    }, timerDelayMs(this.deps.pollMs))
     this.timer.unref()
   }
 

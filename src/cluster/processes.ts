@@ -11,6 +11,7 @@
  */
 import cluster, { type Worker } from 'node:cluster'
 import type { Logger } from 'pino'
+import { timerDelayMs } from '../timer-delay.ts'
 
 /** Restart pauses: 100 ms, doubling per failure in a row, at most 10 s. */
 const RESTART_MIN_MS = 100
@@ -41,7 +42,7 @@ export function runPrimary(processes: number, logger: Logger): Promise<number> {
       logger.error({ pid: worker.process.pid, code, signal, restartInMs: pauseMs }, 'a broker process exited; starting another')
       setTimeout(() => {
         if (!stopping) start()
-      }, pauseMs).unref()
+      }, timerDelayMs(pauseMs)).unref()
     })
     const stop = (signal: NodeJS.Signals) => {
       if (stopping) {

@@ -24,6 +24,7 @@
 import type { Database } from '../store/db.ts'
 import { insertAttempts, updateAttempts, type AttemptStart, type AttemptUpdate } from '../store/deliveries.ts'
 import type { Timers } from './schedule.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 export interface AttemptLogOptions {
   /**
@@ -47,7 +48,7 @@ export interface AttemptLogOptions {
 
 /** Node's timers, kept referenced: rows waiting to be written keep the process alive until then. */
 const refTimers: Timers = {
-  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  setTimeout: (fn, ms) => setTimeout(fn, timerDelayMs(ms)),
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
 }
 
@@ -235,7 +236,7 @@ export class AttemptLog {
         this.timerAtMs = Infinity
         void this.flush()
       },
-      Math.max(0, atMs - this.now()),
+      timerDelayMs(atMs - this.now()),
     )
   }
 

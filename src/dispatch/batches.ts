@@ -12,6 +12,7 @@
 import type { ConsumerRow } from '../store/groups.ts'
 import type { GroupRuntime, Outstanding, PartitionState } from './partition-state.ts'
 import type { Timers } from './schedule.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 /** One attempt in a batch: the message, its delivery id and its envelope (the single push's body). */
 export interface BatchEntry {
@@ -59,7 +60,7 @@ export class Batches {
       this.gathering.set(w, b)
       this.deps.opened(owner)
       const waitMs = g.row.batchMaxWaitMs
-      if (waitMs > 0) b.timer = this.deps.timers.setTimeout(() => this.flush(w, b!), waitMs)
+      if (waitMs > 0) b.timer = this.deps.timers.setTimeout(() => this.flush(w, b!), timerDelayMs(waitMs))
       else setImmediate(() => this.flush(w, b!))
     }
     b.entries.push(entry)

@@ -9,6 +9,12 @@
  * Partitions that found no room wait here and are handed back to `fill`, longest waiting first,
  * when a push ends or, for the rate, when the next push may start (one timer per consumer).
  *
+ * With batch push the window and maxConcurrency decide when a new batch (a request) may start, not
+ * how many messages it carries: a message joining a batch that is gathering needs only the rate,
+ * so a batch fills to maxMessages from the messages that are ready (with a window of 8 and
+ * maxMessages 10 it went out with 8 and waited maxWaitMs for nothing). The window's message count
+ * may then pass its size by up to maxMessages - 1; no new batch starts until it is back below.
+ *
  * The fixed limits are the consumer's own, over all broker processes: a process that pushes only
  * some of the consumer's partitions gets their share of each limit (see `limit`).
  */
@@ -17,6 +23,8 @@ import type { GroupRuntime, PartitionState } from './partition-state.ts'
 import { PushWindow, type PushWindowOptions } from './push-window.ts'
 import { RateLimit } from './rate-limit.ts'
 import type { Timers } from './schedule.ts'
+import { timerDelayMs } from '../timer-delay.ts'
+import { boundedRate } from '../consumer-limits.ts'
 
 /** A consumer's push window, fixed limits and the partitions waiting for room. */
 export interface ConsumerWindow {
@@ -32,6 +40,8 @@ export interface ConsumerWindow {
   /** Batch requests in flight. */
   requests: number
   waiting: Map<PartitionState, GroupRuntime>
+  /** Partitions whose batch was gathering when the rate held them: woken first, by the rate alone. */
+  joining: Map<PartitionState, GroupRuntime>
   /** The consumer left while pushes to it were under way: the window goes when the last one ends. */
   retired: boolean
 }
@@ -68,6 +78,7 @@ export class ConsumerWindows {
         batching: false,
         requests: 0,
         waiting: new Map(),
+        joining: new Map(),
         retired: false,
       }
       this.windows.set(consumerId, win)
@@ -92,7 +103,8 @@ export class ConsumerWindows {
     const win = this.of(consumerId)
     win.batching = batching
     win.cap = limits.maxConcurrency === null ? undefined : Math.max(1, Math.ceil(limits.maxConcurrency * share))
-    const rate = limits.rateLimitPerSecond === null || share <= 0 ? undefined : limits.rateLimitPerSecond * share
+    // A rate stored outside today's range (before it existed, or by hand) is held within it.
+    const rate = limits.rateLimitPerSecond === null || share <= 0 ? undefined : boundedRate(limits.rateLimitPerSecond) * share
     if (rate === undefined) win.rate = undefined
     else if (win.rate) win.rate.setRate(rate)
     else win.rate = new RateLimit(rate)
@@ -100,13 +112,15 @@ export class ConsumerWindows {
 
   /**
    * Whether one more push to the consumer may start now. `joining`: the push joins a batch already
-   * gathering (no new request, so the cap on requests does not hold it back).
+   * gathering: no new request, so only the rate can hold it back (see the top of this file).
    */
   hasRoom(win: ConsumerWindow, joining = false): boolean {
-    if (!win.window.hasRoom()) return false
-    // The contract's cap is on pushes in flight: HTTP requests, which a batch is one of. The rate
-    // and the adaptive window count messages either way.
-    if (win.cap !== undefined && !(win.batching && joining) && (win.batching ? win.requests : win.window.inFlight) >= win.cap) return false
+    if (!joining) {
+      if (!win.window.hasRoom()) return false
+      // The contract's cap is on pushes in flight: HTTP requests, which a batch is one of.
+      if (win.cap !== undefined && (win.batching ? win.requests : win.window.inFlight) >= win.cap) return false
+    }
+    // The rate counts messages (the contract's "messages a second"), in a batch too.
     return win.rate === undefined || win.rate.waitMs(this.deps.now()) === 0
   }
 
@@ -132,9 +146,11 @@ export class ConsumerWindows {
   /**
    * The partition waits for room in the window (once, however often it asks). When the rate is
    * what holds it, a timer wakes the waiting partitions as soon as the next push may start.
+   * `joining`: its batch is gathering, so only the rate holds it, and the rate alone wakes it.
    */
-  wait(win: ConsumerWindow, consumerId: string, g: GroupRuntime, w: PartitionState): void {
-    win.waiting.set(w, g)
+  wait(win: ConsumerWindow, consumerId: string, g: GroupRuntime, w: PartitionState, joining = false): void {
+    if (joining) win.joining.set(w, g)
+    else win.waiting.set(w, g)
     this.armRate(win, consumerId, g)
   }
 
@@ -146,6 +162,16 @@ export class ConsumerWindows {
   wake(consumerId: string): void {
     const win = this.windows.get(consumerId)
     if (!win) return
+    // First the batches gathering while the window is full: the rate may let them grow before
+    // their maxWaitMs (one whose batch left meanwhile waits again, behind the others).
+    for (const [w, g] of win.joining) {
+      if (!this.hasRoom(win, true)) {
+        this.armRate(win, consumerId, g)
+        break
+      }
+      win.joining.delete(w)
+      this.deps.fill(g, w)
+    }
     for (const [w, g] of win.waiting) {
       if (!this.hasRoom(win)) {
         // Held by the rate now, not by the pushes under way: their ends would not wake these.
@@ -168,7 +194,7 @@ export class ConsumerWindows {
     this.deps.timers.setTimeout(() => {
       win.rateTimer = false
       this.wake(consumerId)
-    }, ms)
+    }, timerDelayMs(ms))
   }
 
   /** A consumer left: its window goes now, or when the last push to it ends. */

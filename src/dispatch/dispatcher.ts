@@ -41,6 +41,7 @@ import { PushFlow } from './push-flow.ts'
 import type { PushAgent } from './pusher.ts'
 import type { PushWindowOptions } from './push-window.ts'
 import { nodeTimers, Schedule, type Timers } from './schedule.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 export type { AckStatus } from './ack-handler.ts'
 export type { Timers } from './schedule.ts'
@@ -296,7 +297,7 @@ export class Dispatcher {
       w.releasing = true
       if ([...w.outstanding.values()].some((o) => o.pushing)) {
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, g.row.pushTimeoutMs + 1000)
+          const timer = setTimeout(resolve, timerDelayMs(g.row.pushTimeoutMs + 1000))
           w.onIdle = () => {
             clearTimeout(timer)
             resolve()

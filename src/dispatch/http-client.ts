@@ -25,6 +25,7 @@
  */
 import net, { type LookupFunction } from 'node:net'
 import tls from 'node:tls'
+import { timerDelayMs } from '../timer-delay.ts'
 
 /** Where requests go: parsed once per consumer URL. */
 export interface Origin {
@@ -113,7 +114,7 @@ export class HttpClient {
     if (!pool) this.pools.set(origin.key, (pool = new OriginPool(origin, this.options, () => this.pools.delete(origin.key))))
     const p: Pending = { req, timer: undefined as unknown as NodeJS.Timeout, conn: undefined, settled: false }
     // The request rides along as the timer's argument: no closure to allocate per request.
-    p.timer = setTimeout(expire, req.timeoutMs, p)
+    p.timer = setTimeout(expire, timerDelayMs(req.timeoutMs), p)
     pool.dispatch(p)
   }
 
@@ -262,7 +263,7 @@ class Connection {
       ? tls.connect({ ...common, ...(net.isIP(origin.hostname) ? {} : { servername: origin.hostname }), ALPNProtocols: ['http/1.1'] })
       : net.connect({ ...common, onread: { buffer: READ_BUFFER, callback: (n: number) => this.onRead(n) } })
     this.socket.setNoDelay(true)
-    this.socket.setTimeout(options.connectTimeoutMs)
+    this.socket.setTimeout(timerDelayMs(options.connectTimeoutMs))
     const connected = () => this.socket.setTimeout(0)
     this.socket.once(origin.tls ? 'secureConnect' : 'connect', connected)
     this.socket.on('timeout', () =>
@@ -308,7 +309,7 @@ class Connection {
 
   /** Waits in the pool for the next request, for as long as the server is likely to keep it. */
   idle(): void {
-    this.idleTimer = setTimeout(() => this.destroy(), this.idleMs)
+    this.idleTimer = setTimeout(() => this.destroy(), timerDelayMs(this.idleMs))
     this.idleTimer.unref()
   }
 

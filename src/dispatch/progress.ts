@@ -54,6 +54,7 @@ import type { Database } from '../store/db.ts'
 import { writeProgress, type PartitionWrite, type ProgressBatch, type ProgressResult } from '../store/consumption.ts'
 import { nodeTimers, type Timers } from './schedule.ts'
 import { nextIncomplete, type CompletionRequest, type CompletionStatus, type GroupRuntime, type PartitionState } from './partition-state.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 interface CompletionJob {
   req: CompletionRequest
@@ -194,7 +195,7 @@ export class ProgressWriter {
     if (this.scheduled || this.running) return
     this.scheduled = true
     const wait = this.lingerMs > 0 && !this.urgent ? this.lastStartMs + this.lingerMs - this.now() : 0
-    if (wait > 0) this.lingerTimer = this.timers.setTimeout(() => this.start(), wait)
+    if (wait > 0) this.lingerTimer = this.timers.setTimeout(() => this.start(), timerDelayMs(wait))
     else setImmediate(() => this.start())
   }
 

@@ -113,13 +113,15 @@ export class PushFlow {
     const windows = this.deps.windows
     const win = windows.of(owner.id)
     while (w.ready.length > 0 && active(w) < limit) {
-      if (!windows.hasRoom(win, this.batches.isOpen(w, owner))) return windows.wait(win, owner.id, g, w)
+      const joining = this.batches.isOpen(w, owner)
+      if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
       this.start(g, w, w.ready[0]!)
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key' ? w.keys : undefined
     while ((ordering === 'partition' ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
-      if (!windows.hasRoom(win, this.batches.isOpen(w, owner))) return windows.wait(win, owner.id, g, w)
+      const joining = this.batches.isOpen(w, owner)
+      if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
       const next = w.buffer[0]
       if (!next) return this.deps.reader.read(g, w)
       // Keys that hold many messages back: read no further until some complete (memory stays bounded).
@@ -272,9 +274,10 @@ export class PushFlow {
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
     const win = this.deps.windows.of(owner.id)
-    if (!this.deps.windows.hasRoom(win, this.batches.isOpen(w, owner))) {
+    const joining = this.batches.isOpen(w, owner)
+    if (!this.deps.windows.hasRoom(win, joining)) {
       setState(w, o, 'ready')
-      return this.deps.windows.wait(win, owner.id, g, w)
+      return this.deps.windows.wait(win, owner.id, g, w, joining)
     }
     if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
       setState(w, o, 'reserving')

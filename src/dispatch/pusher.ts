@@ -14,6 +14,7 @@ import dns from 'node:dns'
 import type { LookupFunction } from 'node:net'
 import { checkAddress, checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 import { HttpClient, type HttpOutcome, type Origin } from './http-client.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 /** What the dispatcher asks for: a POST of `body` with `headers` to `url`. */
 export interface PushRequest {
@@ -181,8 +182,8 @@ export function send(
 ): void {
   const startMs = nowMs()
   const elapsedMs = () => Math.round(nowMs() - startMs)
-  // setTimeout fires at once past 2^31-1 ms, so clamp a bad value.
-  const timeoutMs = Math.min(Math.max(1, req.timeoutMs || 0), 2 ** 31 - 1)
+  // At least 1 ms: a timeout of 0 would fail every push at once.
+  const timeoutMs = Math.max(1, timerDelayMs(req.timeoutMs))
   const target = targetOf(agent, req.url)
   let lines: string
   try {

@@ -9,6 +9,7 @@
  */
 import { InFlightTracker, TrackerEntry } from './tracker.ts'
 import { Wait, WaitQueue, type WaitKind } from './waits.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 /** What the schedule needs of timers: node's by default. */
 export interface Timers {
@@ -16,7 +17,7 @@ export interface Timers {
   clearTimeout(handle: unknown): void
 }
 export const nodeTimers: Timers = {
-  setTimeout: (fn, ms) => setTimeout(fn, ms).unref(),
+  setTimeout: (fn, ms) => setTimeout(fn, timerDelayMs(ms)).unref(),
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
 }
 
@@ -88,7 +89,7 @@ export class Schedule {
     if (this.timer !== undefined && next >= this.timerAtMs) return
     this.timers.clearTimeout(this.timer)
     this.timerAtMs = next
-    this.timer = this.timers.setTimeout(() => this.fire(), Math.max(0, next - this.now()))
+    this.timer = this.timers.setTimeout(() => this.fire(), timerDelayMs(next - this.now()))
   }
 
   private fire(): void {

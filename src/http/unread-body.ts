@@ -13,6 +13,7 @@
  * cannot make the broker read for ever.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { timerDelayMs } from '../timer-delay.ts'
 
 export interface UnreadBodyOptions {
   /** Bytes of an unread body read and discarded at most before the connection is cut. */
@@ -44,7 +45,7 @@ export function drainUnreadBody(req: FastifyRequest, reply: FastifyReply, opts: 
     read += chunk.length
     if (read > opts.maxBytes) cut()
   }
-  const timer = setTimeout(cut, opts.maxMs)
+  const timer = setTimeout(cut, timerDelayMs(opts.maxMs))
   timer.unref()
   raw.on('data', count)
   raw.once('end', () => clearTimeout(timer))

@@ -39,6 +39,7 @@ import type { AppendEntry, Coordinates } from '../store/messages.ts'
 import type { Database } from '../store/db.ts'
 import { moveOutbox, outboxWaiting, type Moved, type OutboxRow } from '../store/outbox.ts'
 import type { ProduceService } from './produce.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 export interface OutboxMoverOptions {
   db: Database
@@ -119,7 +120,7 @@ export class OutboxMover {
     clearTimeout(this.timer)
     this.timer = setTimeout(() => {
       void this.poke()
-    }, ms)
+    }, timerDelayMs(ms))
     this.timer.unref()
   }
 

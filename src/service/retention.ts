@@ -10,6 +10,7 @@
 import type { Database } from '../store/db.ts'
 import { deleteExpired } from '../store/messages.ts'
 import { listTopics } from '../store/topics.ts'
+import { timerDelayMs } from '../timer-delay.ts'
 
 export interface RetentionOptions {
   intervalMs: number
@@ -66,7 +67,7 @@ export class RetentionSweeper {
           this.running = undefined
           this.schedule()
         })
-    }, this.opts.intervalMs)
+    }, timerDelayMs(this.opts.intervalMs))
     this.timer.unref()
   }
 }

@@ -320,3 +320,32 @@ t.test('with ordering by key a batch carries one message of a key, and keys stay
     )
   t.equal(batches.flat().length, 60, 'every message once')
 })
+
+t.test('a batch is filled from the messages that are ready, whatever the push window starts at', async (t) => {
+  // 25 messages at once, maxMessages 10 (above the window's first size, 8): each batch waits
+  // maxWaitMs only for messages that are not ready yet, so the first two are full.
+  const receiver = await startReceiver(t)
+  await batchGroup('b7', { ackMode: 'auto', batch: { maxMessages: 10, maxWaitMs: 500 } })
+  t.equal((await call('POST', '/v1/groups/b7-g/consumers', { url: receiver.url })).status, 201)
+  t.equal(
+    (
+      await produce(
+        'b7',
+        Array.from({ length: 25 }, (_, i) => ({ value: i })),
+      )
+    ).status,
+    201,
+  )
+  await allCompleted('b7-g', 20_000)
+  const batches = receiver.requests.map((r) => deliveries(r).map((d) => d.offset)).sort((a, b) => a[0]! - b[0]!)
+  t.same(
+    batches.map((b) => b.length),
+    [10, 10, 5],
+    'full batches of ten, then the five left',
+  )
+  t.same(
+    batches.flat(),
+    Array.from({ length: 25 }, (_, i) => i),
+    'every message once, in offset order',
+  )
+})

@@ -8,7 +8,7 @@ import t from 'tap'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
-import { waitUntil } from '../helpers/wait.ts'
+import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, sql, groupStatus, allCompleted } = api(broker)
@@ -58,6 +58,10 @@ t.test('limits are validated, reported, changed in place and removed with null',
     { url: receiver.url, maxConcurrency: 1001 },
     { url: receiver.url, maxConcurrency: 1.5 },
     { url: receiver.url, rateLimitPerSecond: 'fast' },
+    // Below one push every 10,000 s, or above 1,000,000 a second (see src/consumer-limits.ts).
+    { url: receiver.url, rateLimitPerSecond: 0.00009 },
+    { url: receiver.url, rateLimitPerSecond: 1e-7 },
+    { url: receiver.url, rateLimitPerSecond: 1_000_001 },
   ]) {
     const res = await call('POST', '/v1/groups/lim-g/consumers', bad)
     t.equal(res.status, 400, `refused: ${JSON.stringify(bad)}`)
@@ -81,6 +85,7 @@ t.test('limits are validated, reported, changed in place and removed with null',
     { url: 'http://u:p@127.0.0.1/' },
     { secret: 'whsec_x' },
     { rateLimitPerSecond: 0 },
+    { rateLimitPerSecond: 4e-7 },
   ]) {
     const res = await call('PATCH', `/v1/groups/lim-g/consumers/${a.json.id}`, bad)
     t.equal(res.status, 400, `PATCH refused: ${JSON.stringify(bad)}`)
@@ -202,6 +207,36 @@ t.test('a rate below one a second spaces the pushes', async (t) => {
   await waitUntil(async () => (await groupStatus('slow-g')).partitions[0].lag === 0, 10_000, 'completed')
   const [first, second] = (await startTimes('slow-g', 2)) as [number, number]
   t.ok(second - first >= 1998, `one push every 2 s (started ${second - first} ms apart)`)
+})
+
+t.test('the slowest rate is one push every 10,000 s; a slower one stored earlier sets no runaway timer', async (t) => {
+  await group('tiny', 1)
+  const receiver = await startReceiver(t)
+  const slowest = await call('POST', '/v1/groups/tiny-g/consumers', { url: receiver.url, rateLimitPerSecond: 0.0001 })
+  t.equal(slowest.status, 201, 'the bound itself is accepted')
+  // As a broker before the range stored it (the API took anything above 0): its window, 10^12 s,
+  // is past what setTimeout holds, which then fired every 1 ms with a TimeoutOverflowWarning.
+  await sql('UPDATE consumers SET rate_limit_per_second = 1e-9 WHERE id = $1', [slowest.json.id])
+  t.equal((await call('PATCH', `/v1/groups/tiny-g/consumers/${slowest.json.id}`, { maxConcurrency: 1000 })).status, 200)
+  const warnings: string[] = []
+  const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`)
+  process.on('warning', onWarning)
+  t.teardown(() => process.off('warning', onWarning))
+  t.equal((await produce('tiny', [{ value: 1 }, { value: 2 }])).status, 201)
+  await receiver.waitFor(1, 10_000)
+  // The second message waits for the rate; a timer loop would show at once, in its warnings.
+  await absenceWindow(500)
+  t.same(
+    warnings.filter((w) => w.startsWith('TimeoutOverflowWarning')),
+    [],
+    'no timer past what setTimeout holds',
+  )
+  t.equal(receiver.requests.length, 1, 'the second push waits for the rate')
+  t.equal(
+    (await call('GET', '/v1/groups/tiny-g/consumers')).json.consumers[0].rateLimitPerSecond,
+    1e-9,
+    'the stored value is reported as it is',
+  )
 })
 
 t.test('under batch push maxConcurrency caps batch requests in flight, not messages', async (t) => {

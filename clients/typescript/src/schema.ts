@@ -535,7 +535,7 @@ export interface components {
             url: string;
             /** @description Standard Webhooks secret: whsec_ followed by base64 of 24 to 64 random bytes */
             secret?: string;
-            /** @description At most this many pushes start in any one second (a fraction below 1: one push every 1/n seconds); on top of the adaptive push window */
+            /** @description At most this many pushes start in any one second (a fraction below 1: one push every 1/n seconds, at least 0.0001: one every 10,000 s); on top of the adaptive push window */
             rateLimitPerSecond?: number;
             /** @description At most this many pushes in flight at once, a cap on top of the adaptive push window */
             maxConcurrency?: number;

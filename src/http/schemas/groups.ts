@@ -2,6 +2,7 @@
 import { Type } from 'typebox'
 import { BatchSettings, Filter, Group, GroupConfig, RetryPolicy } from '../../group-settings.ts'
 import { NAME_PATTERN, ref } from './common.ts'
+import { RATE_LIMIT_MAX_PER_SECOND, RATE_LIMIT_MIN_PER_SECOND } from '../../consumer-limits.ts'
 
 // A group's settings, and so GroupConfig, Group and their components, are built from one table in
 // src/group-settings.ts, below the service and the CLI, which derive from it too.
@@ -40,10 +41,10 @@ const SECRET_PATTERN = '^whsec_[A-Za-z0-9+/=]{16,256}$'
 
 const consumerUrl = Type.String({ minLength: 8, maxLength: 2048, format: 'uri', description: 'http:// or https:// endpoint' })
 const rateLimitPerSecond = Type.Number({
-  exclusiveMinimum: 0,
-  maximum: 1_000_000,
+  minimum: RATE_LIMIT_MIN_PER_SECOND,
+  maximum: RATE_LIMIT_MAX_PER_SECOND,
   description:
-    'At most this many pushes start in any one second (a fraction below 1: one push every 1/n seconds); on top of the adaptive push window',
+    'At most this many pushes start in any one second (a fraction below 1: one push every 1/n seconds, at least 0.0001: one every 10,000 s); on top of the adaptive push window',
 })
 const maxConcurrency = Type.Integer({
   minimum: 1,
