@@ -51,7 +51,7 @@ export function groupsView(root) {
           h('td', {}, h('a', { href: hashLink('topics', g.topic) }, g.topic)),
           h('td', { class: 'num lag' }, fmtInt(g.partitions.reduce((s, p) => s + p.lag, 0))),
           h('td', { class: 'num' }, fmtInt(g.partitions.reduce((s, p) => s + p.inFlight, 0))),
-          h('td', {}, consumerHealth(g.consumers)),
+          h('td', { class: 'consumer-health' }, consumerHealth(g.consumers)),
           h('td', {}, g.paused ? badge('paused', 'warn') : badge('active', 'ok')),
           h(
             'td',
