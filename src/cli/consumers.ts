@@ -1,8 +1,9 @@
 /** `hookq consumers add|list|update|remove`: the webhook endpoints of a group. */
 import type { Command } from 'commander'
 import { unwrap } from '@hookq/client'
+import { decodeSecret, generateSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES, SECRET_PREFIX } from '../dispatch/signature.ts'
 import { contextOf } from './context.ts'
-import { printJson, printLine, printTable, short } from './output.ts'
+import { CliError, EXIT, printJson, printLine, printTable, short } from './output.ts'
 
 /** Adds the `consumers` command group to `program`. */
 export function registerConsumers(program: Command): void {
@@ -11,24 +12,34 @@ export function registerConsumers(program: Command): void {
   consumers
     .command('add <group> <url>')
     .description("register a webhook endpoint; the group's partitions are rebalanced over its consumers")
-    .option('--secret <whsec>', 'Standard Webhooks secret (whsec_ + base64) to sign pushes with')
+    .option(
+      '--secret <whsec|generate>',
+      "Standard Webhooks secret (whsec_ + base64) to sign pushes with; 'generate' makes one and prints it",
+    )
     .option('--rate-limit <n>', 'at most n pushes start in any one second', Number)
     .option('--max-concurrency <n>', 'at most n pushes in flight at once', Number)
     .action(async (group: string, url: string, opts: { secret?: string; rateLimit?: number; maxConcurrency?: number }, cmd: Command) => {
       const ctx = contextOf(cmd)
+      const generated = opts.secret === 'generate' ? generateSecret() : undefined
+      const secret = generated ?? (opts.secret === undefined ? undefined : checkedSecret(opts.secret))
       const consumer = await unwrap(
         ctx.client.POST('/v1/groups/{group}/consumers', {
           params: { path: { group } },
           body: {
             url,
-            ...(opts.secret === undefined ? {} : { secret: opts.secret }),
+            ...(secret === undefined ? {} : { secret }),
             ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit }),
             ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency }),
           },
         }),
       )
-      if (ctx.json) return printJson(consumer)
+      // A generated secret is shown once, here: the user asked for it, and the broker never shows it again.
+      if (ctx.json) return printJson(generated === undefined ? consumer : { ...consumer, secret: generated })
       printLine(`added: consumer ${consumer.id} of group ${group} → ${consumer.url}${consumer.hasSecret === true ? ' (signed)' : ''}`)
+      if (generated !== undefined) {
+        printLine(`secret: ${generated}`)
+        printLine('(shown only now: give it to the consumer, e.g. as HOOKQ_WEBHOOK_SECRET; the broker never shows it again)')
+      }
     })
 
   consumers
@@ -84,6 +95,27 @@ export function registerConsumers(program: Command): void {
       if (ctx.json) return printJson({ removed: id, group })
       printLine(`removed: consumer ${id} of group ${group}`)
     })
+}
+
+/**
+ * A --secret the broker will take (whsec_ and the base64 of 24 to 64 bytes), checked before the
+ * call so that the error can say how to make one; the value itself is never printed.
+ */
+function checkedSecret(secret: string): string {
+  let ok = secret.startsWith(SECRET_PREFIX)
+  try {
+    decodeSecret(secret)
+  } catch {
+    ok = false
+  }
+  if (!ok) {
+    throw new CliError(
+      `--secret must be ${SECRET_PREFIX} followed by the base64 of ${SECRET_MIN_BYTES} to ${SECRET_MAX_BYTES} random bytes; ` +
+        '`--secret generate` makes one and prints it once (or: openssl rand -base64 32, with whsec_ in front)',
+      EXIT.usage,
+    )
+  }
+  return secret
 }
 
 /** A limit flag's value: a number, or `none` to remove the limit (commander turns a null from a parser into ''). */

@@ -71,15 +71,15 @@ export function registerDlq(program: Command): void {
 }
 
 /**
- * A dry run produces nothing, so nothing was replayed and whether a dead letter already was is
- * unknown (finding out takes a produce): `replayed` 0, `wouldReplay` the count, `duplicates` null,
- * as the table shows `?`.
+ * A dry run produces nothing, so nothing was replayed: `replayed` 0, `wouldReplay` what a real run
+ * would produce now, `duplicates` the dead letters it would find already replayed (the broker's
+ * answer for their idempotency keys, as a real run's produce gets it).
  */
 function dryRunJson(s: ReplaySummary) {
   const byTopic = Object.fromEntries(
-    Object.entries(s.byTopic).map(([t, c]) => [t, { wouldReplay: c.replayed, replayed: 0, duplicates: null }]),
+    Object.entries(s.byTopic).map(([t, c]) => [t, { wouldReplay: c.replayed, replayed: 0, duplicates: c.duplicates }]),
   )
-  return { ...s, wouldReplay: s.replayed, replayed: 0, duplicates: null, byTopic }
+  return { ...s, wouldReplay: s.replayed, replayed: 0, byTopic }
 }
 
 function report(s: ReplaySummary, json: boolean): void {
@@ -87,14 +87,16 @@ function report(s: ReplaySummary, json: boolean): void {
   const verb = s.dryRun ? 'would replay' : 'replayed'
   printLine(
     `${verb} ${s.replayed} of ${count(s.read, 'dead letter')} read from ${s.dlqTopic}` +
-      (s.duplicates > 0 ? `; ${s.duplicates} had been replayed before and ${s.duplicates === 1 ? 'was' : 'were'} not produced again` : '') +
+      (s.duplicates > 0
+        ? `; ${s.duplicates} had been replayed before and ${s.dryRun ? 'would not be' : s.duplicates === 1 ? 'was not' : 'were not'} produced again`
+        : '') +
       (s.skipped > 0 ? `; ${s.skipped} skipped` : ''),
   )
   const topics = Object.entries(s.byTopic)
   if (topics.length > 0) {
     printTable(
       ['topic', s.dryRun ? 'would replay' : 'replayed', 'already replayed'],
-      topics.map(([t, c]) => [t, c.replayed, s.dryRun ? '?' : c.duplicates]),
+      topics.map(([t, c]) => [t, c.replayed, c.duplicates]),
     )
   }
   if (s.skips.length > 0) {

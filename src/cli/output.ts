@@ -170,7 +170,10 @@ export function reportError(err: unknown, json: boolean): number {
     const detail = err.problem.detail ?? err.problem.title ?? 'request failed'
     // A detail can quote the caller's input back (a URL, a name): shown escaped like table cells.
     note(`hookq: ${err.code ?? 'error'} (HTTP ${err.status}): ${visible(detail)}`)
-    for (const e of err.problem.errors ?? []) note(`  ${visible(e.path || '(body)')}: ${visible(e.message)}`)
+    // The detail often is the errors already, joined: list only what it does not say.
+    for (const e of err.problem.errors ?? []) {
+      if (!detail.includes(e.message)) note(`  ${visible(e.path || '(body)')}: ${visible(e.message)}`)
+    }
     if (err.status === 401) note('  set HOOKQ_API_KEY or pass --api-key <key>')
     if (err.status === 403) note('  the API key needs a scope it does not have (produce, consume or admin)')
     return EXIT.broker

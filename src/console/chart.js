@@ -4,7 +4,7 @@
  * produced and completed on the right one, over the samples the group view has polled.
  */
 import uPlot from './vendor/uPlot.esm.js'
-import { h } from './dom.js'
+import { COUNT_STEPS, fmtInt, fmtTime, h, timeTickLabels } from './dom.js'
 
 const HEIGHT_PX = 240
 
@@ -48,7 +48,7 @@ export function lagChart(container) {
       rate: { range: (_u, _min, max) => [0, Math.max(1, max)] },
     },
     series: [
-      {},
+      { value: (_u, v) => (v === null ? '–' : fmtTime(new Date(v * 1000).toISOString())) },
       {
         label: 'Lag',
         scale: 'lag',
@@ -61,8 +61,15 @@ export function lagChart(container) {
       { label: 'Completed msg/s', scale: 'rate', stroke: '#15803d', width: 1.5, value: (_u, v) => (v === null ? '–' : v.toFixed(1)) },
     ],
     axes: [
-      { stroke: '#555' },
-      { scale: 'lag', label: 'lag (messages)', stroke: '#c2410c', size: fitTickLabels },
+      { stroke: '#555', values: (_u, splits, _axis, _space, stepSeconds) => timeTickLabels(splits, stepSeconds) },
+      {
+        scale: 'lag',
+        label: 'lag (messages)',
+        stroke: '#c2410c',
+        size: fitTickLabels,
+        incrs: COUNT_STEPS,
+        values: (_u, splits) => splits.map((v) => fmtInt(v)),
+      },
       { scale: 'rate', label: 'msg/s', side: 1, stroke: '#2563eb', grid: { show: false }, size: fitTickLabels },
     ],
   }

@@ -13,6 +13,40 @@ import { mapLimit } from './topics.js'
 // The newest this many messages of each dead-letter partition are read.
 const PER_PARTITION = 100
 
+/**
+ * How many dead letters each group has in its dead-letter topic, counting a message only for the
+ * group its hookq-dlq-group header names: groups may share a dead-letter topic, and a group that
+ * never dead-lettered anything has none there, whatever the others put in it.
+ * @param {{ name: string, deadLetterTopic: string | null }[]} groups
+ * @param {Map<string, { messages: { headers: Record<string, string> }[], complete: boolean }>} read
+ *   per dead-letter topic, the messages read and whether they are all the topic has
+ * @returns {{ count: number, complete: boolean }[]} per group, in order
+ */
+export function deadLetterCounts(groups, read) {
+  return groups.map((g) => {
+    const topic = g.deadLetterTopic === null ? undefined : read.get(g.deadLetterTopic)
+    if (topic === undefined) return { count: 0, complete: true }
+    const count = topic.messages.filter((m) => deadLetterInfo(m.headers).group === g.name).length
+    return { count, complete: topic.complete }
+  })
+}
+
+/**
+ * The newest PER_PARTITION messages of each partition of a dead-letter topic, and whether that is
+ * all of them (a longer partition has older ones not read).
+ * @param {string} dlq
+ */
+async function readNewest(dlq) {
+  const topic = await api.topic(dlq)
+  const pages = await mapLimit(topic.partitionStats, 4, (p) =>
+    api.messages(dlq, p.partition, Math.max(0, p.endOffset - PER_PARTITION), PER_PARTITION),
+  )
+  return {
+    messages: pages.flatMap((p) => p.messages),
+    complete: topic.partitionStats.every((p) => p.endOffset <= PER_PARTITION),
+  }
+}
+
 /** @type {import('./app.js').View} */
 export function deadLettersIndexView(root) {
   const body = h('div', {}, h('p', { class: 'muted' }, 'Loading…'))
@@ -20,25 +54,34 @@ export function deadLettersIndexView(root) {
   void (async () => {
     try {
       const groups = (await api.groups()).filter((g) => g.deadLetterTopic !== null)
-      const counts = await mapLimit(groups, 4, async (g) => {
-        const t = await api.topic(/** @type {string} */ (g.deadLetterTopic))
-        return t.partitionStats.reduce((s, p) => s + p.endOffset, 0)
-      })
+      const topics = [...new Set(groups.map((g) => /** @type {string} */ (g.deadLetterTopic)))]
+      const pages = await mapLimit(topics, 4, readNewest)
+      const counts = deadLetterCounts(
+        groups,
+        new Map(topics.map((t, i) => [t, /** @type {Awaited<ReturnType<typeof readNewest>>} */ (pages[i])])),
+      )
       replace(
         body,
+        h(
+          'p',
+          { class: 'muted' },
+          `Each group's dead letters: the messages of its dead-letter topic that it dead-lettered (a topic may serve several groups). `,
+          `Counted in the newest ${PER_PARTITION} messages of each partition; "+" marks a topic with older ones.`,
+        ),
         table(
-          ['Group', 'Consumes', 'Dead-letter topic', 'Messages in it', ''],
-          groups.map((g, i) =>
-            h(
+          ['Group', 'Consumes', 'Dead-letter topic', 'Its dead letters', ''],
+          groups.map((g, i) => {
+            const c = counts[i] ?? { count: 0, complete: true }
+            return h(
               'tr',
               { 'data-group': g.name },
               h('td', {}, h('a', { href: hashLink('groups', g.name) }, g.name)),
               h('td', {}, g.topic),
               h('td', {}, h('a', { href: hashLink('topics', /** @type {string} */ (g.deadLetterTopic)) }, g.deadLetterTopic)),
-              h('td', { class: 'num' }, fmtInt(counts[i] ?? 0)),
+              h('td', { class: 'num dead-count' }, `${fmtInt(c.count)}${c.complete ? '' : '+'}`),
               h('td', {}, h('a', { href: hashLink('groups', g.name, 'dead-letters') }, 'Open')),
-            ),
-          ),
+            )
+          }),
           'No group has a deadLetterTopic. Without one, dead messages are only recorded in the delivery log (outcome dead).',
         ),
       )

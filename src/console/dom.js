@@ -135,6 +135,29 @@ export function fmtTime(iso) {
   return Number.isNaN(d.getTime()) ? iso : d.toLocaleString('sv-SE') // sv-SE: an ISO-like 2026-01-31 14:05:09
 }
 
+/**
+ * Tick steps for an axis that counts things (1, 2, 5, 10, 20, 50, …): no tick at 0.2 of a message,
+ * as uPlot's default steps drew on a lag axis from 0 to 1.
+ */
+export const COUNT_STEPS = Array.from({ length: 13 }, (_, e) => [1, 2, 5].map((m) => m * 10 ** e)).flat()
+
+/**
+ * Labels of a time axis (splits in seconds since the epoch) in fmtTime's ISO form: 14:05, or
+ * 14:05:09 for steps under a minute, with the date (2026-01-31) under the first tick and where the
+ * day changes (uPlot's defaults wrote it the US way, 1/31, beside ISO dates elsewhere).
+ * @param {number[]} splits @param {number} stepSeconds
+ */
+export function timeTickLabels(splits, stepSeconds) {
+  let lastDay = ''
+  return splits.map((s) => {
+    const [day = '', time = ''] = new Date(s * 1000).toLocaleString('sv-SE').split(' ')
+    const clock = stepSeconds < 60 ? time : time.slice(0, 5)
+    const label = day === lastDay ? clock : `${clock}\n${day}`
+    lastDay = day
+    return label
+  })
+}
+
 /** A duration in ms as the largest whole unit that fits (7 d, 3 h, 20 min, 5 s, 250 ms). @param {number} ms */
 export function fmtDuration(ms) {
   for (const [unit, size] of /** @type {const} */ ([
@@ -160,8 +183,17 @@ export function keyText(key) {
   return h('code', { class: 'key', title: key.length > 40 ? key : undefined }, key.length > 40 ? `${key.slice(0, 40)}…` : key)
 }
 
-/** The first 8 characters of an id, the whole one in the title. @param {string | null} id */
+/**
+ * An id cut to its first 4 and last 6 characters: ids made by one process share a long prefix
+ * (delivery ids do), so a prefix alone read the same on every row; the tail tells them apart.
+ * @param {string} id
+ */
+export function idLabel(id) {
+  return id.length > 12 ? `${id.slice(0, 4)}…${id.slice(-6)}` : id
+}
+
+/** An id as idLabel shows it, the whole one in the title. @param {string | null} id */
 export function shortId(id) {
   if (!id) return h('span', { class: 'muted' }, '–')
-  return h('code', { title: id }, id.length > 10 ? `${id.slice(0, 8)}…` : id)
+  return h('code', { title: id }, idLabel(id))
 }

@@ -141,6 +141,7 @@ function settings(g) {
 export function groupView(root, [name = '']) {
   const header = h('div', { class: 'toolbar' }, h('span', { class: 'muted' }, 'Loading…'))
   const chartBox = h('div', { class: 'chart-box' })
+  const chartNote = h('p', { class: 'muted small chart-note' })
   const partitions = h('div')
   const consumers = h('div')
   const config = h('div')
@@ -155,6 +156,7 @@ export function groupView(root, [name = '']) {
     h('h2', {}, 'Lag and throughput'),
     h('p', { class: 'muted small' }, 'Sampled every 2 s while this page is open; the last 10 minutes.'),
     chartBox,
+    chartNote,
     h('h2', {}, 'Partitions'),
     partitions,
     h('h2', {}, 'Consumers'),
@@ -167,7 +169,13 @@ export function groupView(root, [name = '']) {
 
   const chart = lagChart(chartBox)
   const history = groupHistory(name)
-  chart.update(history.data())
+  // A fresh page has one sample or none: an empty frame, not a flat line that reads as "no lag, ever".
+  const drawChart = () => {
+    const data = history.data()
+    chart.update(data)
+    replace(chartNote, data[0].length < 2 ? 'Collecting samples: the lines start with the second one, 2 s after the first.' : '')
+  }
+  drawChart()
   /** @type {import('./api.js').GroupStatus | undefined} */
   let current
   let seekShown = false
@@ -187,7 +195,7 @@ export function groupView(root, [name = '']) {
       const g = await api.group(name)
       current = g
       history.push(Date.now(), g.partitions)
-      chart.update(history.data())
+      drawChart()
       replace(problem)
       const lag = g.partitions.reduce((s, p) => s + p.lag, 0)
       replace(

@@ -9,22 +9,29 @@ import { poll } from './samples.js'
 import { mapLimit } from './topics.js'
 
 /**
- * The group's consumers in badges: how many are enabled, how many of those are failing (most of
- * their pushes of the last 5 minutes failed), and how many are disabled.
- * @param {import('./api.js').GroupStatus['consumers']} consumers
+ * The group's consumers in words: how many, and of them how many are ok, failing (most of their
+ * pushes of the last 5 minutes failed) or disabled (after a 410 Gone). The parts add up to the
+ * total, so one failing consumer reads "1 consumer, failing", not as two consumers; and a tone:
+ * bad when none is ok, warn when some are not.
+ * @param {{ disabled?: boolean, health: { recentFailureRate?: number | null } }[]} consumers
+ * @returns {{ text: string, tone: 'ok' | 'warn' | 'bad' }}
  */
-export function consumerHealth(consumers) {
+export function consumerSummary(consumers) {
+  const total = consumers.length
+  if (total === 0) return { text: 'no consumer', tone: 'warn' }
   const disabled = consumers.filter((c) => c.disabled).length
   const failing = consumers.filter((c) => !c.disabled && (c.health.recentFailureRate ?? 0) >= 0.5).length
-  const enabled = consumers.length - disabled
-  if (consumers.length === 0) return badge('no consumer', 'warn')
-  return h(
-    'span',
-    {},
-    badge(`${enabled} enabled`, enabled > failing ? 'ok' : 'warn'),
-    failing > 0 ? [' ', badge(`${failing} failing`, 'bad')] : null,
-    disabled > 0 ? [' ', badge(`${disabled} disabled`, 'bad')] : null,
-  )
+  const ok = total - disabled - failing
+  const tone = ok === 0 ? 'bad' : ok < total ? 'warn' : 'ok'
+  if (total === 1) return { text: `1 consumer${failing ? ', failing' : disabled ? ', disabled' : ''}`, tone }
+  const parts = [ok ? `${ok} ok` : '', failing ? `${failing} failing` : '', disabled ? `${disabled} disabled` : ''].filter(Boolean)
+  return { text: ok === total ? `${total} consumers` : `${total} consumers: ${parts.join(', ')}`, tone }
+}
+
+/** consumerSummary as a badge. @param {import('./api.js').GroupStatus['consumers']} consumers */
+export function consumerHealth(consumers) {
+  const { text, tone } = consumerSummary(consumers)
+  return badge(text, tone)
 }
 
 /** @type {import('./app.js').View} */
@@ -44,7 +51,7 @@ export function groupsView(root) {
           h('td', {}, h('a', { href: hashLink('topics', g.topic) }, g.topic)),
           h('td', { class: 'num lag' }, fmtInt(g.partitions.reduce((s, p) => s + p.lag, 0))),
           h('td', { class: 'num' }, fmtInt(g.partitions.reduce((s, p) => s + p.inFlight, 0))),
-          h('td', {}, consumerHealth(g.consumers)),
+          h('td', { class: 'consumer-health' }, consumerHealth(g.consumers)),
           h('td', {}, g.paused ? badge('paused', 'warn') : badge('active', 'ok')),
           h(
             'td',

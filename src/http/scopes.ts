@@ -20,6 +20,8 @@ export interface ApiKey {
 export const ROUTE_SCOPES: Readonly<Record<string, Scope>> = {
   'POST /v1/topics/:topic/messages': 'produce',
   'GET /v1/topics/:topic/partitions/:partition/messages': 'produce',
+  // What a produce with these keys would answer (duplicates and where): no more than producing tells.
+  'POST /v1/topics/:topic/idempotency-keys': 'produce',
   // A topic's partitions and end offsets: what a producer (or a dead-letter replay) needs to know.
   'GET /v1/topics/:topic': 'produce',
   'POST /v1/groups/:group/acks': 'consume',

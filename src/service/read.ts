@@ -1,7 +1,7 @@
 /** Reading a partition in offset order (pull and inspection). */
 import { HookqError } from '../errors.ts'
 import type { Database } from '../store/db.ts'
-import { readMessages } from '../store/messages.ts'
+import { readMessages, storedIdempotencyKeys } from '../store/messages.ts'
 import type { TopicService } from './topics.ts'
 
 export interface MessageView {
@@ -18,6 +18,15 @@ export class ReadService {
     private readonly topics: TopicService,
     private readonly db: Database,
   ) {}
+
+  /**
+   * The idempotency keys of `keys` that a produce to the topic would answer as duplicates, and
+   * where their messages are: what a dry run (a dead-letter replay's) needs to say truthfully.
+   */
+  async storedIdempotencyKeys(topicName: string, keys: string[]): Promise<{ key: string; partition: number; offset: number }[]> {
+    const topic = await this.topics.requireFresh(topicName)
+    return storedIdempotencyKeys(this.db.pool, topic.id, keys)
+  }
 
   /** Up to `limit` messages from `fromOffset`, and the offset to continue from. */
   async fetch(

@@ -287,7 +287,10 @@ export async function appendDeduplicated(
 }
 
 /** Idempotency keys of these entries already stored within retention, with their coordinates; frees the expired ones. */
-export async function findKnownKeys(q: Queryable, entries: AppendEntry[]): Promise<Map<string, Omit<Coordinates, 'duplicate'>>> {
+export async function findKnownKeys(
+  q: Queryable,
+  entries: Pick<AppendEntry, 'topicId' | 'idempotencyKey'>[],
+): Promise<Map<string, Omit<Coordinates, 'duplicate'>>> {
   const known = new Map<string, Omit<Coordinates, 'duplicate'>>()
   const topicIds: number[] = []
   const keys: string[] = []
@@ -310,6 +313,27 @@ export async function findKnownKeys(q: Queryable, entries: AppendEntry[]): Promi
     if (!r.expired) known.set(idKey(r.topic_id, r.idempotency_key), { partition: r.partition, offset: r.offset })
   }
   return known
+}
+
+/**
+ * Which of `keys` a produce to topic `topicId` would answer as duplicates, with their stored
+ * coordinates: the lookup produce itself makes (findKnownKeys), without appending anything.
+ */
+export async function storedIdempotencyKeys(
+  q: Queryable,
+  topicId: number,
+  keys: string[],
+): Promise<{ key: string; partition: number; offset: number }[]> {
+  const known = await findKnownKeys(
+    q,
+    keys.map((key) => ({ topicId, idempotencyKey: key })),
+  )
+  const found: { key: string; partition: number; offset: number }[] = []
+  for (const key of new Set(keys)) {
+    const at = known.get(idKey(topicId, key))
+    if (at !== undefined) found.push({ key, partition: at.partition, offset: at.offset })
+  }
+  return found
 }
 
 // Deletes one bounded slice of the expired messages of a topic, so a large backlog is removed in

@@ -248,3 +248,40 @@ async function closedPort(): Promise<number> {
   await new Promise<void>((resolve) => server.close(() => resolve()))
   return port
 }
+
+t.test('consumers add --secret: generate makes one and prints it once; a bad one is refused with the hint', async (t) => {
+  await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'signed' } }, body: { partitions: 1 } }))
+  await unwrap(hookq.PUT('/v1/groups/{group}', { params: { path: { group: 'signed' } }, body: { topic: 'signed' } }))
+
+  // docs/cli.md's placeholder, as a newcomer pastes it
+  const bad = await cli('consumers', 'add', 'signed', 'http://127.0.0.1:9/hook', '--secret', 'whsec_...')
+  t.equal(bad.code, 2, 'a usage error, refused before the broker is asked')
+  t.equal(bad.stderr.trim().split('\n').length, 1, `one line: ${bad.stderr}`)
+  t.match(bad.stderr, /whsec_ followed by the base64 of 24 to 64 random bytes/, 'what is expected, once')
+  t.notMatch(bad.stderr, /whsec_\.\.\./, 'the value given is not echoed (it may be a real secret, mistyped)')
+  t.match(bad.stderr, /--secret generate/, 'says how to make one')
+  t.same(
+    (await unwrap(hookq.GET('/v1/groups/{group}/consumers', { params: { path: { group: 'signed' } } }))).consumers,
+    [],
+    'nothing registered',
+  )
+
+  const made = await cli('consumers', 'add', 'signed', 'http://127.0.0.1:9/hook', '--secret', 'generate')
+  t.equal(made.code, 0, made.stderr)
+  const secret = /(whsec_[A-Za-z0-9+/=]+)/.exec(made.stdout)?.[1]
+  t.ok(secret, `the secret printed: ${made.stdout}`)
+  t.equal(Buffer.from(secret!.slice('whsec_'.length), 'base64').length, 32, '32 random bytes')
+  t.equal(made.stdout.split(secret!).length - 1, 1, 'printed once')
+  const [consumer] = (await unwrap(hookq.GET('/v1/groups/{group}/consumers', { params: { path: { group: 'signed' } } }))).consumers
+  t.equal(consumer?.hasSecret, true, 'registered with it')
+
+  const json = await cli('--json', 'consumers', 'add', 'signed', 'http://127.0.0.1:9/other', '--secret', 'generate')
+  t.equal(json.code, 0, json.stderr)
+  t.match(JSON.parse(json.stdout), { hasSecret: true, secret: /^whsec_[A-Za-z0-9+/]{43}=$/ }, '--json carries it as secret')
+})
+
+t.test("a broker's validation error prints its pattern once (the detail already says it)", async (t) => {
+  const res = await cli('groups', 'create', 'g-bad', '--topic', 'no such name!')
+  t.not(res.code, 0)
+  t.equal((res.stderr.match(/must match pattern/g) ?? []).length, 1, `said once: ${res.stderr}`)
+})

@@ -72,10 +72,10 @@ t.test('dlq replay: dead letters go back to their topic once, however often it r
       read: 3,
       wouldReplay: 3,
       replayed: 0,
-      duplicates: null,
-      byTopic: { orders: { wouldReplay: 3, replayed: 0, duplicates: null } },
+      duplicates: 0,
+      byTopic: { orders: { wouldReplay: 3, replayed: 0, duplicates: 0 } },
     },
-    'the JSON says what the table does: nothing replayed, duplicates unknown',
+    'the JSON says what the table does: nothing replayed, none replayed before',
   )
   t.same(await endOffsets(hookq, 'orders'), [1, 2], 'a dry run produces nothing')
 
@@ -104,6 +104,23 @@ t.test('dlq replay: dead letters go back to their topic once, however often it r
   t.equal(again.code, 0, again.stderr)
   t.match(again.stdout, /replayed 0 of 3 dead letters .*3 had been replayed before/)
   t.same(await endOffsets(hookq, 'orders'), [2, 4], 'the second replay stored nothing')
+
+  // A dry run after the replay decides as a real run does: by the broker's idempotency keys.
+  const dryAfter = await runCli(['dlq', 'replay', 'orders.dlq', '--dry-run'], { url })
+  t.equal(dryAfter.code, 0, dryAfter.stderr)
+  t.match(
+    dryAfter.stdout,
+    /^would replay 0 of 3 dead letters read from orders\.dlq; 3 had been replayed before and would not be produced again/,
+  )
+  t.match(dryAfter.stdout, /orders\s+0\s+3/, 'the table: 0 would replay, 3 already replayed')
+  t.notMatch(dryAfter.stdout, /\?/, 'no unknowns')
+  t.match(JSON.parse((await runCli(['--json', 'dlq', 'replay', 'orders.dlq', '--dry-run'], { url })).stdout), {
+    wouldReplay: 0,
+    replayed: 0,
+    duplicates: 3,
+    byTopic: { orders: { wouldReplay: 0, replayed: 0, duplicates: 3 } },
+  })
+  t.same(await endOffsets(hookq, 'orders'), [2, 4], 'and stored nothing')
   t.same(await endOffsets(hookq, 'orders.dlq'), [3], 'and the replayed messages were delivered, not dead-lettered again')
 })
 

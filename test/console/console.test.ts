@@ -197,6 +197,8 @@ async function browserTests(t: Test): Promise<void> {
     await waitForText(page, 'table.partitions tr[data-partition="0"] td.end', '3')
     await waitForText(page, '.total-lag', 'lag 4')
     t.equal(await page.locator('.chart canvas').count(), 1, 'the lag chart is drawn')
+    // Until its second sample a fresh chart says it is collecting them; then the note goes.
+    await waitUntil(async () => (await page.locator('.chart-note').textContent())?.trim() === '', WAIT_MS, 'a second sample')
 
     await page.click('button.pause')
     await waitUntil(
@@ -261,7 +263,19 @@ async function browserTests(t: Test): Promise<void> {
     await page.goto(`${url}/console/#/groups/settle`)
     await waitForText(page, 'table.consumers tr[data-consumer] td.health span.badge', 'failing 100%')
     t.match(await page.locator('table.consumers tr[data-consumer] td.health').textContent(), /last failure .*: HTTP 500/)
+    // One consumer, failing: counted once.
+    await page.goto(`${url}/console/#/groups`)
+    await waitForText(page, 'tr[data-group="settle"] td.consumer-health', '1 consumer, failing')
+    // A second group shares the dead-letter topic and has dead-lettered nothing: it is credited with none.
+    await unwrap(
+      hookq.PUT('/v1/groups/{group}', {
+        params: { path: { group: 'settle-audit' } },
+        body: { topic: 'payments', deadLetterTopic: 'payments.dlq', paused: true },
+      }),
+    )
     await page.goto(`${url}/console/#/dead-letters`)
+    await waitForText(page, 'tr[data-group="settle"] td.dead-count', '1')
+    await waitForText(page, 'tr[data-group="settle-audit"] td.dead-count', '0')
     await page.click('tr[data-group="settle"] a[href$="/dead-letters"]')
     const row = 'table.dead-letters tr[data-dlq-partition="0"][data-dlq-offset="0"]'
     await waitForText(page, `${row} td.original`, 'payments p0 @ 0')

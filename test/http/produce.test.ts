@@ -337,3 +337,36 @@ t.test('a compressed produce body (gzip, deflate, br) is decompressed; the size 
   t.equal(res.json().code, 'body_too_large')
   t.equal((await fetchAll('gz', 0)).messages.length, 60, 'nothing stored')
 })
+
+t.test('POST idempotency-keys answers what a produce with the keys would: the stored ones and where; stores nothing', async (t) => {
+  await createTopic('keyed', 2)
+  const stored = (await produce('keyed', [{ value: 1, idempotencyKey: 'k-1', partition: 1 }])).json() as { results: { offset: number }[] }
+  const ask = (topic: string, payload: object) => app.inject({ method: 'POST', url: `/v1/topics/${topic}/idempotency-keys`, payload })
+
+  const found = await ask('keyed', { keys: ['k-1', 'k-2', 'k-1'] })
+  t.equal(found.statusCode, 200, found.body)
+  t.same(found.json(), { keys: [{ key: 'k-1', partition: 1, offset: stored.results[0]!.offset }] }, 'k-1 only, once')
+  const again = (
+    await produce('keyed', [
+      { value: 1, idempotencyKey: 'k-1' },
+      { value: 2, idempotencyKey: 'k-2' },
+    ])
+  ).json() as {
+    results: { duplicate?: boolean }[]
+  }
+  t.same(
+    again.results.map((r) => r.duplicate === true),
+    [true, false],
+    'a produce agrees',
+  )
+  t.same((await fetchAll('keyed', 0)).messages.length + (await fetchAll('keyed', 1)).messages.length, 2, 'the lookup stored nothing')
+
+  const unknown = await ask('nope', { keys: ['k'] })
+  t.equal(unknown.statusCode, 404)
+  t.equal(unknown.json().code, 'topic_not_found')
+  for (const bad of [{ keys: [] }, { keys: [''] }, {}, { keys: Array.from({ length: 1001 }, (_, i) => `k${i}`) }]) {
+    const res = await ask('keyed', bad)
+    t.equal(res.statusCode, 400, JSON.stringify(bad).slice(0, 40))
+    t.match(res.json(), { status: 400, type: /^urn:hookq:problem:/ }, 'a problem document')
+  }
+})

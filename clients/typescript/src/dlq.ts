@@ -214,7 +214,7 @@ export interface ReplayOptions extends RetryOptions {
   limit?: number
   /** Partitions of the dead-letter topic to read (default all). */
   partitions?: number[]
-  /** Read and plan, produce nothing. */
+  /** Read and plan, produce nothing: `replayed` counts what would be produced, `duplicates` what was replayed before. */
   dryRun?: boolean
   /** Dead letters read (and then produced) a round, 1 to 1000 (default 200). */
   batchSize?: number
@@ -348,8 +348,23 @@ export async function replayDeadLetters(client: HookqClient, dlqTopic: string, o
       for (const [topic, batch] of byTarget) {
         const counts = (summary.byTopic[topic] ??= { replayed: 0, duplicates: 0 })
         if (summary.dryRun) {
-          counts.replayed += batch.length
-          summary.replayed += batch.length
+          // The broker's own answer to "would these keys be duplicates?", as a real run's produce gets it.
+          const stored = await withRetries(
+            () =>
+              unwrap(
+                client.POST('/v1/topics/{topic}/idempotency-keys', {
+                  params: { path: { topic } },
+                  body: { keys: batch.map((m) => m.idempotencyKey!) },
+                  signal: options.signal,
+                }),
+              ),
+            retry,
+          )
+          const duplicates = stored.keys.length
+          counts.duplicates += duplicates
+          counts.replayed += batch.length - duplicates
+          summary.duplicates += duplicates
+          summary.replayed += batch.length - duplicates
           continue
         }
         await produceInBatches(client, topic, batch, {

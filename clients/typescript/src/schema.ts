@@ -91,6 +91,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/topics/{topic}/idempotency-keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Which of these idempotency keys a produce would answer as duplicates, and where their messages are; stores nothing */
+        post: operations["findIdempotencyKeys"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/topics/{topic}/partitions/{partition}/messages": {
         parameters: {
             query?: never;
@@ -384,6 +401,17 @@ export interface components {
         ProduceResponse: {
             /** @description One per message, in request order */
             results: components["schemas"]["ProduceResult"][];
+        };
+        IdempotencyKeysRequest: {
+            keys: string[];
+        };
+        IdempotencyKeysResponse: {
+            /** @description The keys asked for that are stored (within the topic retention), with where their message is; the others are free */
+            keys: {
+                key: string;
+                partition: number;
+                offset: number;
+            }[];
         };
         Message: {
             partition: number;
@@ -1155,6 +1183,87 @@ export interface operations {
             };
             /** @description Unsupported media type */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after the Retry-After header */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Overloaded or unavailable; retry after the Retry-After header */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    findIdempotencyKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Topic name */
+                topic: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["IdempotencyKeysRequest"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdempotencyKeysResponse"];
+                };
+            };
+            /** @description The request is not valid */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope this call needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,7 +1,15 @@
 /** Produce and fetch routes. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problems, ref } from '../schemas/common.ts'
-import { FetchQuery, FetchResponse, PartitionParams, ProduceRequest, ProduceResponse } from '../schemas/messages.ts'
+import {
+  FetchQuery,
+  FetchResponse,
+  IdempotencyKeysRequest,
+  IdempotencyKeysResponse,
+  PartitionParams,
+  ProduceRequest,
+  ProduceResponse,
+} from '../schemas/messages.ts'
 import { TopicParams } from '../schemas/topics.ts'
 import type { Services } from '../../service/services.ts'
 
@@ -26,6 +34,21 @@ export function messageRoutes(services: Services): FastifyPluginAsyncTypebox {
         services.metrics.produced(req.params.topic, results.filter((r) => !r.duplicate).length)
         return reply.code(201).send({ results })
       },
+    )
+
+    app.post(
+      '/v1/topics/:topic/idempotency-keys',
+      {
+        schema: {
+          operationId: 'findIdempotencyKeys',
+          tags,
+          summary: 'Which of these idempotency keys a produce would answer as duplicates, and where their messages are; stores nothing',
+          params: TopicParams,
+          body: ref(IdempotencyKeysRequest),
+          response: { 200: ref(IdempotencyKeysResponse), ...problems(400, 401, 404, 503) },
+        },
+      },
+      async (req) => ({ keys: await services.read.storedIdempotencyKeys(req.params.topic, req.body.keys) }),
     )
 
     app.get(

@@ -60,6 +60,23 @@ export const ProduceResponse = Type.Object(
   { $id: 'ProduceResponse' },
 )
 
+export const IdempotencyKeysRequest = Type.Object(
+  {
+    keys: Type.Array(Type.String({ minLength: 1, maxLength: 512 }), { minItems: 1, maxItems: 1000 }),
+  },
+  { $id: 'IdempotencyKeysRequest', additionalProperties: false },
+)
+
+export const IdempotencyKeysResponse = Type.Object(
+  {
+    keys: Type.Array(
+      Type.Object({ key: Type.String(), partition: Type.Integer(), offset: Type.Integer() }, { additionalProperties: false }),
+      { description: 'The keys asked for that are stored (within the topic retention), with where their message is; the others are free' },
+    ),
+  },
+  { $id: 'IdempotencyKeysResponse' },
+)
+
 export const PartitionParams = Type.Object({
   topic: Type.String({ pattern: NAME_PATTERN }),
   partition: Type.Integer({ minimum: 0, maximum: MAX_PARTITION }),
@@ -93,4 +110,13 @@ export const FetchResponse = Type.Object(
   { $id: 'FetchResponse' },
 )
 
-export const messageSchemas = [ProduceMessage, ProduceRequest, ProduceResult, ProduceResponse, Message, FetchResponse]
+export const messageSchemas = [
+  ProduceMessage,
+  ProduceRequest,
+  ProduceResult,
+  ProduceResponse,
+  IdempotencyKeysRequest,
+  IdempotencyKeysResponse,
+  Message,
+  FetchResponse,
+]
