@@ -18,8 +18,9 @@
  *   N times the statements of one. The wait is `ms`, not N × ms: a message waits for two statements
  *   (reservation, completion) while it holds a maxInFlight slot, so the wait bounds a partition's rate.
  * - A quiet writer never waits when alone: a lone message's reservation, hence its push, is not
- *   held up. A quiet writer of N processes starts its next statement no sooner than N times the
- *   last one's time after it started (at most `ms`), so together they write about what one would.
+ *   held up (a wait on every statement took the p50 latency at 500 msg/s from 2 to 32 ms). A quiet
+ *   writer of N processes starts its next statement no sooner than N times the last one's time
+ *   after it started (at most `ms`), so together they write about what one would.
  * - An ordered partition's jobs never wait: its next message waits for this one's completion, so a
  *   wait would delay pushes, not gather company. Key-ordered and unordered partitions wait, full or not.
  * (figures: docs/performance.md#the-progress-writer)
