@@ -6,8 +6,8 @@
 //
 // Why a bundle and not `node --import tsx src/server.ts`:
 // - tsx compiles with esbuild's keepNames, which wraps every function and class made at run time in
-//   a call that sets its name: on the push path, closures made per push paid for it (bench:ab, drain,
-//   10 rounds of 40,000 messages: the broker 7.6% dearer per message under tsx than bundled).
+//   a call that sets its name: on the push path, closures made per push paid for it (the broker ~7%
+//   dearer per message under tsx than bundled; figures: docs/performance.md#memory-and-garbage).
 // - Start-up: tsx resolves, reads and compiles each of ~150 files through loader hooks answering
 //   from a thread of their own; spawn to listening took 3.3 s under tsx and 1.8 s bundled, and
 //   `hookq --help` 0.5 s of CPU under tsx (a CLI pays its start at every command).

@@ -133,7 +133,7 @@ export function buildEnvelope(
   ackDeadlineMs: number,
 ): string {
   // A template, not [...].join(''): the join costs ~1 µs, and flattening the template's string
-  // when the request is written costs less than that (measured with the value of bench:e2e).
+  // when the request is written costs less than that.
   // Delivery ids are base64url and names match [A-Za-z0-9._-]: neither needs JSON escaping.
   return (
     `{"deliveryId":"${deliveryId}","topic":"${target.topicName}","group":"${target.groupName}","partition":${target.partition},` +

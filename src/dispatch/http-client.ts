@@ -5,13 +5,13 @@
  * `Connection` and `Keep-Alive`, and the body up to a cap.
  *
  * Why not undici, which every other outgoing call of the broker uses (src/http/forward.ts): a push
- * is the broker's hottest path, and undici, general and careful, spent ~28 us of the main thread per
- * push here (its Request object and header validation, a wasm llhttp parser, stream plumbing) plus
- * the garbage behind them: more than any other part of a message's way through the broker (perf,
- * bench:e2e auto, December 2026). This client writes each request as one string, parses the answer
- * from the socket's own buffers, and allocates a handful of objects per push. What it leaves out is
- * what a push never needs: redirects (never followed anyway), request streams, trailers' contents,
- * upgrades, HTTP/2, proxies.
+ * is the broker's hottest path, and undici, general and careful, spent more of the main thread per
+ * push than any other part of a message's way through the broker (its Request object and header
+ * validation, a wasm llhttp parser, stream plumbing, and the garbage behind them: ~28 us a push).
+ * This client writes each request as one string, parses the answer from the socket's own buffers
+ * (plain TCP reads land in one shared buffer), and allocates a handful of objects per push. What it
+ * leaves out is what a push never needs: redirects (never followed anyway), request streams,
+ * trailers' contents, upgrades, HTTP/2, proxies. (figures: docs/performance.md#the-push-client)
  *
  * A connection's states:
  *

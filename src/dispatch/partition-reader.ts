@@ -7,10 +7,8 @@
  *
  * The reads asked for in one turn of the event loop go out as one statement (at most MAX_READS
  * partitions each): another process's produce call tells this one of appends to several of its
- * partitions at once (one NOTIFY), and a statement per partition made reads the largest share of a
- * second process's extra statements at a steady rate (bench:scale paced at 8,000 msg/s, 2
- * processes: 2,917 reads of 23 rows on average per 100,000 messages, against 44 for one process,
- * which takes its own produce's tail; 897 reads in one statement a turn).
+ * partitions at once (one NOTIFY), and a statement per partition made these reads the largest share
+ * of a second process's extra statements (figures: docs/performance.md#several-processes).
  */
 import type { DispatchMessage } from '../store/consumption.ts'
 import { readForDispatch, type ReadFrom } from '../store/consumption.ts'

@@ -4,50 +4,26 @@
  * one statement per flush (src/store/consumption.ts writeProgress), each partition fenced by the
  * owner epoch this process holds for it.
  *
- * One writer, not two: completions and reservations once had a writer each, and under load their
- * statements locked the same group_offsets rows in opposite orders; PostgreSQL broke the deadlock
- * by failing one, and a completion lost that way pushed an acked message again (bench:e2e counted
- * dozens of duplicates in 60,000 messages). One statement at a time also halves the commits.
+ * One writer, not two: with a writer each, completions and reservations locked the same
+ * group_offsets rows in opposite orders; PostgreSQL broke the deadlocks by failing one statement,
+ * and a completion lost that way pushed an acked message again.
  *
- * A job is queued, and every job queued by the end of the current turn of the event loop goes in
- * the next statement (setImmediate: the answers of one poll phase share a commit); while a
- * statement runs, the next batch gathers. Callbacks, not a promise per job: a job is the cost of
- * one array slot until its statement returns.
+ * Jobs queued by the end of the current turn of the event loop go in the next statement
+ * (setImmediate); while a statement runs, the next batch gathers. Callbacks, not a promise per job:
+ * a job costs one array slot until its statement returns.
  *
- * A busy writer waits for company (`linger`): after a statement of at least `minJobs` jobs, the
- * next starts no sooner than `ms` after it started. Without the wait a writer writes as often as
- * its statements return, whatever the rate, so N processes sharing a load wrote N times the
- * statements of one (bench:scale, 2 processes: 90 commits per 1,000 messages against 28 for one;
- * 67 and 16 with the wait, and less CPU on both sides). PostgreSQL's commit_delay does the same,
- * and likewise only when others are active (commit_siblings). A quiet writer of a process alone,
- * whose statements carry a few jobs, never waits: a lone message's reservation, hence its push, is not held up
- * (bench:e2e at 500 msg/s: a wait on every statement took the p50 from 2 to 32 ms).
- *
- * With N broker processes sharing the partitions (`processes`), each writer sees a Nth of the load,
- * so it counts as busy from minJobs / N jobs. A threshold that ignored N caught the writers of 4
- * processes: each one's share of a full load fell below minJobs a statement, so none was ever
- * judged busy and each wrote as often as its statements returned (bench:scale, 100,000 messages:
- * 288 progress statements with 1 process, 664 with 2, 4,257 with 4; 1,514 with 4 since). The wait
- * itself stays `ms`: N times as long wrote fewer statements still, but a message waits for the
- * statement twice (its reservation, then its completion) while it holds a slot of its partition's
- * maxInFlight, so the wait bounds a partition's rate. With 2 processes a 40 ms wait gave 0.85x the
- * msg/s of one process against 1.01x with 20 ms, for no CPU saved per message (bench:scale,
- * alternating rounds); 80 ms with 4 gave 0.49x.
- *
- * A quiet writer of one of N processes spaces its statements too: the next starts no sooner than N
- * times the last one's time after it started (at most the linger). One process writes as soon as
- * its last statement returns; N processes sharing a rate below "busy" each did the same, so
- * together they wrote about N times its statements (bench:scale paced at 2,000 msg/s, 40,000
- * messages: 2,470 progress statements with 1 process, 4,130 with 2; 3,004 spaced). Spaced, each
- * carries about what one process's would, and a reservation waits up to N - 1 statements' time
- * more (a few ms; the time in the database, not the callbacks run after it).
- *
- * No wait for an ordered partition's jobs: its next message waits for this one's completion, so a
- * wait would hold up its pushes, not gather company (the statement then goes at once for every
- * group's jobs queued with it). Key-ordered groups do wait: a key's next message waits too, but
- * most of their partitions' messages are of other keys. Unordered partitions do wait, also when their
- * messages fill maxInFlight: under full load they always do, and writing at once whenever a
- * partition is full took one process from 16 to 25 commits per 1,000 messages (bench:scale).
+ * When to write (`linger`), as PostgreSQL's commit_delay waits only when others are active:
+ * - A busy writer (its last statement had at least minJobs / N jobs, N = `processes`) starts the
+ *   next no sooner than `ms` after the last one started. Otherwise N processes sharing a load write
+ *   N times the statements of one. The wait is `ms`, not N × ms: a message waits for two statements
+ *   (reservation, completion) while it holds a maxInFlight slot, so the wait bounds a partition's rate.
+ * - A quiet writer never waits when alone: a lone message's reservation, hence its push, is not
+ *   held up (a wait on every statement took the p50 latency at 500 msg/s from 2 to 32 ms). A quiet
+ *   writer of N processes starts its next statement no sooner than N times the last one's time
+ *   after it started (at most `ms`), so together they write about what one would.
+ * - An ordered partition's jobs never wait: its next message waits for this one's completion, so a
+ *   wait would delay pushes, not gather company. Key-ordered and unordered partitions wait, full or not.
+ * (figures: docs/performance.md#the-progress-writer)
  */
 import { HookqError } from '../errors.ts'
 import type { Database } from '../store/db.ts'

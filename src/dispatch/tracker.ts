@@ -21,16 +21,10 @@
  *   the deadline passed     → expireDue  removed and handed back, earliest first; the push flow
  *                                        records the timeout and schedules the retry as a wait
  *
- * Cost, measured by `npm run bench:tracker` with 1,000,000 entries (Node 20, 64-bit, no pointer
- * compression). Memory, the same in every run: 144 bytes an entry right after filling (the entry
- * object with its boxed deadline 88, a Map slot ~21, a heap slot ~19 with the key array), 166 once
- * the Map has seen as many deletes (it keeps a larger table), plus the delivery id string the caller
- * allocates (48 for 22 chars). Time varies with the load of the shared 2-core machine; medians of
- * two runs (load average ~19, then ~10): insert 0.19 / 0.49 M/s, touch 0.23 / 0.49 M/s, finish
- * 0.17 / 0.44 M/s, expireDue 0.16 / 0.47 M entries/s; mixed workloads 0.41 / 0.49 M ops/s with acks
- * in push order, 0.15 / 0.34 M ops/s with acks for random ids. In the same runs a bare Map.get of a
- * random id ran at 0.50 / 1.84 M/s and a plain number[] heap's push or pop at 3.5 / 6.8 M/s: an
- * operation by id costs about as much as 2-4 random Map lookups.
+ * Cost: about 144 bytes an entry (the entry with its boxed deadline, a Map slot, a heap slot) plus
+ * the caller's delivery id string; an operation by id costs about 2-4 random Map lookups, which is
+ * far below a push's cost. `npm run bench:tracker` measures it (figures:
+ * docs/performance.md#the-in-flight-tracker).
  */
 import { MinHeap, type HeapEntry } from './min-heap.ts'
 
@@ -46,15 +40,14 @@ export interface TrackerEntryInit {
 
 /**
  * The ack deadline of one delivery id. A class with fixed fields so that a million of them share
- * one hidden class and cost 88 bytes each with the boxed deadline (bench/tracker.ts); an object
- * literal per entry would cost more and vary in shape. `deadlineMs` and `index` belong to the
- * tracker: change them only through its methods while the entry is tracked (an untracked entry may
- * be edited, then inserted).
+ * one hidden class (88 bytes each with the boxed deadline); an object literal per entry would cost
+ * more and vary in shape. `deadlineMs` and `index` belong to the tracker: change them only through
+ * its methods while the entry is tracked (an untracked entry may be edited, then inserted).
  */
 export class TrackerEntry implements HeapEntry {
   // `declare`: no class-field initialisers, so V8 first sees each field with its real type. A field
-  // defined as undefined first would hold deadlineMs as a fresh HeapNumber on every write
-  // (measured: 12 ns instead of 5 ns a write, plus garbage); this way it is updated in place.
+  // defined as undefined first would hold deadlineMs as a fresh HeapNumber on every write (twice
+  // the time of a write, plus garbage); this way it is updated in place.
   declare readonly deliveryId: string
   declare readonly groupId: number
   declare readonly partition: number

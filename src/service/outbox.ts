@@ -15,8 +15,8 @@
  *   5 ms while its last look found rows, so steady traffic waits a few ms, not half a poll. N
  *   processes take turns: each idle one looks in its own slot of every N polls (slots by the wall
  *   clock, in the order of the members' ids), so the database sees one look per poll however many
- *   processes there are, not N (4 processes made 907 looks per 100,000 messages in bench:scale,
- *   as many as their progress statements). A turn can be missed: a member hung but not yet dropped
+ *   processes there are, not N (with 4 processes, N looks a poll were as many statements as their
+ *   progress writers'). A turn can be missed: a member hung but not yet dropped
  *   keeps its slot, and hosts whose clocks disagree by more than a poll look closer together than
  *   that; a row then waits up to N polls, not one. Not LISTEN/NOTIFY: a
  *   NOTIFY in the caller's transaction takes a lock on the whole notification queue at commit,

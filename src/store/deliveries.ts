@@ -62,9 +62,9 @@ function storableText(text: string | undefined): string | null {
  * prepared once per connection, it skips PostgreSQL's parse and plan at every flush.
  *
  * A plain INSERT first: ON CONFLICT DO NOTHING made every row a speculative insertion (one more
- * WAL record a row, 15-25% of the statement's time: 13.7-16.3 against 11.6-12.2 us a row for
- * batches of 1,270 here). Rows can only exist already when a flush committed and its answer was
- * lost, so the writer sends them again: that retry meets a unique violation, and then skips them.
+ * WAL record a row, 15-25% of the statement's time). Rows can only exist already when a flush
+ * committed and its answer was lost, so the writer sends them again: that retry meets a unique
+ * violation, and then skips them.
  * (In a caller's transaction that violation would abort it: the attempt log passes the pool.)
  */
 export async function insertAttempts(q: Queryable, rows: AttemptStart[]): Promise<void> {
