@@ -65,7 +65,7 @@ async function hostileConsumer(t: { teardown(fn: () => unknown): void }): Promis
       const length = Number(/content-length: *(\d+)/i.exec(head.subarray(0, end).toString('latin1'))?.[1] ?? 0)
       if (head.length < end + 4 + length) return
       socket.removeAllListeners('data')
-      socket.end(answers[Math.min(n++, answers.length - 1)])
+      socket.end(answers[Math.min(n++, answers.length - 1)]!)
     })
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
