@@ -1,6 +1,5 @@
 /**
- * The application/json body parser: Fastify's own (secure-json-parse, so `__proto__` and
- * `constructor.prototype` keys are refused as before), behind a linear scan that refuses, before
+ * The application/json body parser: Fastify's own, behind a linear scan that refuses, before
  * JSON.parse runs, a body nested deeper than MAX_BODY_DEPTH, an object wider than
  * MAX_OBJECT_MEMBERS and a body of more than MAX_BODY_MEMBERS object members in all. Without it,
  * 8 MB of `[[[…]]]` cost seconds of event loop and hundreds of MiB to build millions of nested
@@ -110,9 +109,15 @@ function excessError(excess: Exclude<JsonShapeExcess, undefined>): HookqError {
   }
 }
 
-/** Replaces the application/json parser with the shape-checked one (same limits and errors otherwise). */
+/**
+ * Replaces the application/json parser with the shape-checked one (same byte limit and errors
+ * otherwise). `__proto__` and `constructor.prototype` keys are kept, as JSON.parse keeps them: own
+ * data properties, never a prototype. They are valid JSON, and a message value comes back as sent
+ * (the SQL produce path always took them). Every other body's schema refuses members it does not
+ * name, and no code copies a body into an object with Object.assign, where `__proto__` would act.
+ */
 export function installJsonParser(app: FastifyInstance): void {
-  const parse = app.getDefaultJsonParser(app.initialConfig.onProtoPoisoning ?? 'error', app.initialConfig.onConstructorPoisoning ?? 'error')
+  const parse = app.getDefaultJsonParser('ignore', 'ignore')
   app.removeContentTypeParser('application/json')
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     const text = body as string // parseAs: 'string'
