@@ -171,6 +171,7 @@ t.test('keys, values and headers are shown with every control character escaped'
     hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'controls' } }, body: { messages: [{ key, value, headers }] } }),
   )
   // Everything a terminal would act on or reorder by: C0 but the line end, DEL, C1, bidi controls.
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: these are the characters it looks for
   const raw = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/
   const plain = await runCli(['tail', 'controls'], { url })
   t.equal(plain.code, 0, plain.stderr)
