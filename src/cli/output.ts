@@ -192,10 +192,12 @@ function codeOf(exitCode: number): string {
   return exitCode === EXIT.usage ? 'usage' : exitCode === EXIT.unreachable ? 'unreachable' : 'error'
 }
 
-// C0 and C1 controls, DEL, and the bidirectional overrides and isolates (U+202A–U+202E,
-// U+2066–U+2069) that reorder what a terminal shows.
+// C0 and C1 controls, DEL, and the bidirectional controls that reorder what a terminal shows: the
+// marks (U+061C, U+200E, U+200F), overrides and embeddings (U+202A–U+202E), isolates (U+2066–U+2069).
 // biome-ignore lint/suspicious/noControlCharactersInRegex: these are the characters it escapes
-const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g
+const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
+// What JSON.stringify leaves raw of those: it escapes C0 itself.
+const UNSAFE_IN_JSON = /[\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
 const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' }
 
 /**
@@ -216,6 +218,15 @@ export function visible(text: string): string {
           ? `\\x${ch.charCodeAt(0).toString(16).padStart(2, '0')}`
           : `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`),
     )
+}
+
+/**
+ * JSON text (JSON.stringify's) as a terminal must show it: DEL, C1 and bidirectional controls as
+ * `\u` escapes. Still JSON, and it parses to the same value: outside strings JSON has none of them.
+ */
+export function visibleJson(json: string): string {
+  if (!new RegExp(UNSAFE_IN_JSON.source).test(json)) return json
+  return json.replace(UNSAFE_IN_JSON, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`)
 }
 
 /** Keeps a cell short: the first line, cut at `max` characters. */

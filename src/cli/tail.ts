@@ -11,7 +11,7 @@ import type { Command } from 'commander'
 import { HookqError, unwrap, withRetries, type HookqClient, type Message } from '@hookq/client'
 import { partitionNumber, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
-import { count, note, noteRetry, printLine, UnreachableError, UsageError } from './output.ts'
+import { count, note, noteRetry, printLine, UnreachableError, UsageError, visible, visibleJson } from './output.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
 interface TailOptions {
@@ -75,7 +75,7 @@ async function tail(ctx: CliContext, topic: string, opts: TailOptions): Promise<
   const stats = detail.partitionStats.filter((s) => opts.partition === undefined || s.partition === opts.partition)
   const read: Reader = (partition, fromOffset, limit) =>
     withRetries(() => fetchPage(ctx.client, topic, partition, fromOffset, limit, signal), retry)
-  const print = (m: Message) => printLine(ctx.json ? JSON.stringify(m) : lineOf(m))
+  const print = (m: Message) => printLine(ctx.json ? visibleJson(JSON.stringify(m)) : lineOf(m))
 
   if (opts.follow !== true) {
     // Up to the end offsets seen at the start: a plain tail ends even while producers keep going.
@@ -241,10 +241,13 @@ function fetchPage(client: HookqClient, topic: string, partition: number, fromOf
   )
 }
 
-/** `0:41 2026-11-30T06:00:00.000Z key=user-42 {"any":"json"} headers={"k":"v"}` */
+/**
+ * `0:41 2026-11-30T06:00:00.000Z key=user-42 {"any":"json"} headers={"k":"v"}`: the producer's text
+ * with every control character escaped, so a message cannot move the cursor or reorder the line.
+ */
 function lineOf(m: Message): string {
-  const headers = Object.keys(m.headers).length > 0 ? ` headers=${JSON.stringify(m.headers)}` : ''
-  return `${m.partition}:${m.offset} ${m.timestamp} key=${m.key ?? '-'} ${JSON.stringify(m.value)}${headers}`
+  const headers = Object.keys(m.headers).length > 0 ? ` headers=${visibleJson(JSON.stringify(m.headers))}` : ''
+  return `${m.partition}:${m.offset} ${m.timestamp} key=${m.key === null ? '-' : visible(m.key)} ${visibleJson(JSON.stringify(m.value))}${headers}`
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -74,7 +74,7 @@ export class HealthRecorder {
     const rows = [...this.ended, ...this.current.values()].map(row)
     this.current = new Map()
     this.ended = []
-    this.writing = (this.deps.write ?? recordHealth)(this.deps.db.pool, rows)
+    this.writing = this.writeApart(rows)
       .catch((err: unknown) => this.deps.log.warn({ err }, 'writing consumer health failed; those counts are lost'))
       .finally(() => {
         this.writing = undefined
@@ -85,6 +85,33 @@ export class HealthRecorder {
   async close(): Promise<void> {
     this.closed = true
     await this.flush()
+  }
+
+  /**
+   * Writes the rows; when PostgreSQL refuses them for their data (SQLSTATE class 22), writes each
+   * alone, so one consumer's row cannot lose every other's counts, and the refused one again
+   * without its error text (its counts still count), or drops it if even that is refused.
+   */
+  private async writeApart(rows: HealthCounts[]): Promise<void> {
+    const write = this.deps.write ?? recordHealth
+    try {
+      await write(this.deps.db.pool, rows)
+    } catch (err) {
+      if (!isDataError(err)) throw err
+      for (const r of rows) {
+        try {
+          await write(this.deps.db.pool, [r])
+        } catch (alone) {
+          if (!isDataError(alone)) throw alone
+          this.deps.log.warn({ err: alone, consumerId: r.consumerId }, "a consumer's health row was refused; written without its error")
+          await write(this.deps.db.pool, [{ ...r, lastError: r.lastError === null ? null : 'error text not storable' }]).catch(
+            (again: unknown) => {
+              if (!isDataError(again)) throw again
+            },
+          )
+        }
+      }
+    }
   }
 
   private counts(consumerId: string, nowMs: number): Counts {
@@ -116,4 +143,10 @@ function row(c: Counts): HealthCounts {
     lastFailureAt: c.lastFailureMs ? new Date(c.lastFailureMs) : null,
     lastError: c.lastError,
   }
+}
+
+/** SQLSTATE class 22, data exception: the values are at fault, and fail again as they are. */
+function isDataError(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code
+  return typeof code === 'string' && code.startsWith('22')
 }

@@ -4,6 +4,7 @@
  */
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import type { TopicRow } from '../store/topics.ts'
+import { storableText } from '../store/storable.ts'
 import type { AppendEntry } from '../store/messages.ts'
 import type { DispatchMessage, PartitionProgress } from '../store/consumption.ts'
 import { partitionForKey } from '../partitioner.ts'
@@ -220,7 +221,7 @@ export function deadLetterEntry(g: GroupRuntime, w: PartitionState, o: Outstandi
     'hookq-dlq-offset': String(o.msg.offset),
     'hookq-dlq-group': g.row.name,
     'hookq-dlq-attempts': String(o.attempts),
-    'hookq-dlq-error': error.slice(0, 1000),
+    'hookq-dlq-error': storableText(error) ?? '',
   }
   const partition = o.msg.key !== null ? partitionForKey(o.msg.key, dlq.partitions) : w.partition % dlq.partitions
   return {

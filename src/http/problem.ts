@@ -25,8 +25,15 @@ function problemOf(code: ErrorCode, detail: string, extra?: Record<string, unkno
 function validationErrors(err: FastifyError): { path: string; message: string }[] {
   return (err.validation ?? []).map((v) => ({
     path: `${err.validationContext ?? 'body'}${v.instancePath || ''}`,
-    message: v.message ?? 'is invalid',
+    message: withMemberName(v),
   }))
+}
+
+/** Ajv's message, naming the member it refused where it knows it (an unknown member, say `__proto__`). */
+function withMemberName(v: { keyword?: string; message?: string; params?: Record<string, unknown> }): string {
+  const message = v.message ?? 'is invalid'
+  const name = v.keyword === 'additionalProperties' ? v.params?.additionalProperty : undefined
+  return typeof name === 'string' ? `${message}: ${JSON.stringify(name)}` : message
 }
 
 function classify(err: FastifyError): { problem: Problem; retryAfterS?: number } {

@@ -15,8 +15,10 @@
  *                 (a connect to either reaches the local host on Linux); and the special-purpose
  *                 ranges no webhook lives in: multicast 224.0.0.0/4 and ff00::/8, reserved
  *                 240.0.0.0/4 with the broadcast 255.255.255.255, IETF protocol assignments
- *                 192.0.0.0/24, documentation (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
- *                 2001:db8::/32) and discard-only 100::/64
+ *                 192.0.0.0/24 and 2001::/23 (Teredo 2001::/32, benchmarking, ORCHID), the 6to4 relay
+ *                 anycast 192.88.99.0/24, documentation (192.0.2.0/24, 198.51.100.0/24,
+ *                 203.0.113.0/24, 2001:db8::/32, 3fff::/20), discard-only 100::/64, the dummy
+ *                 prefix 100:0:0:1::/64, segment routing SIDs 5f00::/16 and site-local fec0::/10
  *   allowPrivate  false: also private and loopback (10/8, 172.16/12, 192.168/16, 127/8, 100.64/10
  *                 carrier-grade NAT, 198.18.0.0/15 benchmarking, ::1, fc00::/7, local-use NAT64
  *                 64:ff9b:1::/48): ranges an operator may really run services in. The default is
@@ -73,8 +75,16 @@ const SPECIAL_CIDRS: [string, string[]][] = [
   ['it is multicast', ['224.0.0.0/4', 'ff00::/8']],
   ['it is reserved or broadcast (240.0.0.0/4)', ['240.0.0.0/4']],
   ['it is an IETF protocol assignment (192.0.0.0/24)', ['192.0.0.0/24']],
-  ['it is a documentation range', ['192.0.2.0/24', '198.51.100.0/24', '203.0.113.0/24', '2001:db8::/32']],
+  ['it is the deprecated 6to4 relay anycast range (192.88.99.0/24)', ['192.88.99.0/24']],
+  ['it is a documentation range', ['192.0.2.0/24', '198.51.100.0/24', '203.0.113.0/24', '2001:db8::/32', '3fff::/20']],
   ['it is discard-only (100::/64)', ['100::/64']],
+  ['it is the dummy prefix (100:0:0:1::/64)', ['100:0:0:1::/64']],
+  // Teredo tunnels to an address it hides (XORed); the rest of 2001::/23 is benchmarking,
+  // ORCHID identifiers and anycast protocol services, as 192.0.0.0/24 is for IPv4.
+  ['it is Teredo (2001::/32)', ['2001::/32']],
+  ['it is an IETF protocol assignment (2001::/23: benchmarking, ORCHID, ...)', ['2001::/23']],
+  ['it is a segment routing SID range (5f00::/16)', ['5f00::/16']],
+  ['it is deprecated site-local (fec0::/10)', ['fec0::/10']],
 ]
 const PRIVATE_CIDRS = [
   '10.0.0.0/8',

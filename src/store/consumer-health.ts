@@ -5,6 +5,7 @@
  */
 import { epochMsArray, numberArray } from './arrays.ts'
 import type { Queryable } from './db.ts'
+import { storableText } from './storable.ts'
 
 /** What one process saw of one consumer in one bucket since its last write. */
 export interface HealthCounts {
@@ -65,7 +66,7 @@ export async function recordHealth(q: Queryable, rows: HealthCounts[]): Promise<
       numberArray(rows.map((r) => r.failures)),
       epochMsArray(rows.map((r) => r.lastSuccessAt)),
       epochMsArray(rows.map((r) => r.lastFailureAt)),
-      rows.map((r) => r.lastError),
+      rows.map((r) => storableText(r.lastError)),
     ],
   })
 }

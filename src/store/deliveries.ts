@@ -2,6 +2,7 @@
 import { numberArray, numberColumn, textColumn } from './arrays.ts'
 import type { Queryable } from './db.ts'
 import { parseDeliveryId, type AttemptKey } from './delivery-id.ts'
+import { storableText } from './storable.ts'
 
 export type Outcome = 'in_flight' | 'acked' | 'failed' | 'timed_out' | 'nacked' | 'dead'
 
@@ -47,14 +48,6 @@ export interface AttemptRow {
   durationMs: number | null
   error: string | null
   outcome: Outcome
-}
-
-/**
- * Error text as PostgreSQL text can hold it: a consumer's answer is quoted into it, and one NUL
- * byte there failed the whole batch of attempt rows, again at every retry. NUL becomes U+FFFD.
- */
-function storableText(text: string | undefined): string | null {
-  return text === undefined ? null : text.replaceAll('\u0000', '\uFFFD')
 }
 
 /**

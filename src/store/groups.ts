@@ -1,5 +1,6 @@
 /** Storage of consumer groups, their consumers and committed offsets. */
 import type { Prisma, PrismaExecutor } from './db.ts'
+import { storableText } from './storable.ts'
 import type { ConsumerGroup as GroupRow, Consumer as ConsumerRow } from '../generated/prisma/client.ts'
 
 export type { GroupRow, ConsumerRow }
@@ -145,7 +146,7 @@ export async function listConsumers(p: PrismaExecutor, groupId: number): Promise
 
 /** Marks a consumer disabled with the reason (kept from the first time when already disabled). */
 export async function disableConsumer(p: PrismaExecutor, id: string, reason: string): Promise<void> {
-  await p.consumer.updateMany({ where: { id, disabledAt: null }, data: { disabledAt: new Date(), disabledReason: reason } })
+  await p.consumer.updateMany({ where: { id, disabledAt: null }, data: { disabledAt: new Date(), disabledReason: storableText(reason) } })
 }
 
 /** Removes a consumer of the group; false when it has none of that id. */

@@ -161,3 +161,26 @@ t.test('a partition read answered 503 is waited out, as every other call is', as
   t.same(coordinates(run.stdout), ['0:0', '0:1'])
   t.equal(front.reads.length, 1, 'read once the two 503 answers were waited out')
 })
+
+t.test('keys, values and headers are shown with every control character escaped', async (t) => {
+  await createTopic('controls', 1)
+  const key = 'k\u001b[2J\u202egnp.exe\u009b31m\u200f'
+  const value = { 'n\u0085': 'v\u009b\u202e\u2066\u007f\u001b' }
+  const headers = { 'h\u202e': 'x\u0090y\u061c' }
+  await unwrap(
+    hookq.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'controls' } }, body: { messages: [{ key, value, headers }] } }),
+  )
+  // Everything a terminal would act on or reorder by: C0 but the line end, DEL, C1, bidi controls.
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: these are the characters it looks for
+  const raw = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/
+  const plain = await runCli(['tail', 'controls'], { url })
+  t.equal(plain.code, 0, plain.stderr)
+  t.notOk(raw.test(plain.stdout), 'no control character reaches the terminal')
+  t.match(plain.stdout, 'key=k\\x1b[2J\\u202egnp.exe\\x9b31m\\u200f ')
+  t.match(plain.stdout, '{"n\\u0085":"v\\u009b\\u202e\\u2066\\u007f\\u001b"} headers={"h\\u202e":"x\\u0090y\\u061c"}')
+
+  const json = await runCli(['--json', 'tail', 'controls'], { url })
+  t.equal(json.code, 0, json.stderr)
+  t.notOk(raw.test(json.stdout), 'nor in --json')
+  t.match(JSON.parse(json.stdout.trim()), { key, value, headers }, '--json still parses to the message as produced')
+})

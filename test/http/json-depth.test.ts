@@ -5,7 +5,15 @@
 import t from 'tap'
 import { gzipSync } from 'node:zlib'
 import { request } from 'undici'
-import { MAX_BODY_DEPTH, MAX_VALUE_DEPTH, nestsDeeperThan } from '../../src/http/json-body.ts'
+import {
+  MAX_BODY_DEPTH,
+  MAX_BODY_MEMBERS,
+  MAX_OBJECT_MEMBERS,
+  MAX_VALUE_DEPTH,
+  nestsDeeperThan,
+  scanJsonShape,
+} from '../../src/http/json-body.ts'
+import { MAX_MESSAGE_HEADERS } from '../../src/http/schemas/messages.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 
 const { broker, url } = await startListeningBroker(t)
@@ -112,10 +120,99 @@ t.test('brackets and escaped quotes inside strings do not count', async (t) => {
   t.strictSame(read.json().messages[0].value, value)
 })
 
-t.test('what the JSON parser refused before, it still refuses', async (t) => {
+const wide = (members: number, from = 0) => `{${Array.from({ length: members }, (_, i) => `"k${from + i}":1`).join(',')}}`
+
+t.test('the scan counts members per object and in all, outside strings only', async (t) => {
+  const limits = { maxDepth: 10, maxObjectMembers: 2, maxBodyMembers: 4 }
+  t.equal(scanJsonShape('{"a":1,"b":{"c":1,"d":2}}', limits), undefined, 'members of nested objects count apart')
+  t.equal(scanJsonShape('{"a":1,"b":2,"c":3}', limits), 'object_members')
+  t.equal(scanJsonShape('[{"a":1,"b":2},{"a":1,"b":2},{"a":1}]', limits), 'body_members')
+  t.equal(scanJsonShape('[{"a":1,"b":2},{"a":1,"b":2}]', limits), undefined)
+  t.equal(scanJsonShape('{"a":"x:y:z:w:v","b:c:d":1}', limits), undefined, 'colons in strings')
+  t.equal(scanJsonShape('{"a":{"b":1,"c":1},"d":1}', limits), undefined, 'a closed object does not lend its members to its parent')
+})
+
+t.test(`an object of more than ${MAX_OBJECT_MEMBERS} members is a 400, refused before JSON.parse`, async (t) => {
+  const ok = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: produceBody(wide(MAX_OBJECT_MEMBERS)),
+  })
+  t.equal(ok.statusCode, 201, ok.body.slice(0, 300))
+  const over = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: produceBody(wide(MAX_OBJECT_MEMBERS + 1)),
+  })
+  t.equal(over.statusCode, 400)
+  t.match(over.json(), { code: 'invalid_request', detail: `an object in the body has more than ${MAX_OBJECT_MEMBERS} members` })
+  // The issue's body: 850k keys in one value, never closed, so not JSON at all; only a scan before
+  // parsing can refuse it for its width (JSON.parse would call it malformed, after building it).
+  const huge = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: `{"messages":[{"value":${wide(850_000).slice(0, -1)}`,
+  })
+  t.equal(huge.statusCode, 400)
+  t.match(huge.json(), { code: 'invalid_request', detail: /more than 10000 members/ })
+})
+
+t.test(`a body of more than ${MAX_BODY_MEMBERS} object members in all is a 413, refused before JSON.parse`, async (t) => {
+  const per = MAX_OBJECT_MEMBERS
+  const values = (n: number) => Array.from({ length: n }, (_, i) => `{"value":${wide(per, i * per)}}`)
+  // Each message has one member (value) besides its value's; the body object one (messages).
+  const fits = Math.floor((MAX_BODY_MEMBERS - 1) / (per + 1))
+  const ok = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: `{"messages":[${values(fits).join(',')}]}`,
+  })
+  t.equal(ok.statusCode, 201, ok.body.slice(0, 300))
+  const over = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: `{"messages":[${values(fits + 1).join(',')}`, // unclosed: only the scan can tell
+  })
+  t.equal(over.statusCode, 413)
+  t.match(over.json(), {
+    code: 'body_too_large',
+    detail: `the body holds more than ${MAX_BODY_MEMBERS} object members in all; send its messages in smaller calls`,
+  })
+})
+
+t.test(`a message of more than ${MAX_MESSAGE_HEADERS} headers is a 400, and nothing is stored`, async (t) => {
+  const headers = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`h${i}`, 'v']))
+  const ok = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    payload: { messages: [{ value: 1, headers: headers(MAX_MESSAGE_HEADERS) }] },
+  })
+  t.equal(ok.statusCode, 201, ok.body)
+  const offset = ok.json().results[0].offset as number
+  const over = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    payload: { messages: [{ value: 2 }, { value: 3, headers: headers(MAX_MESSAGE_HEADERS + 1) }] },
+  })
+  t.equal(over.statusCode, 400)
+  t.match(over.json(), {
+    code: 'invalid_request',
+    errors: [{ path: 'body/messages/1/headers', message: `must NOT have more than ${MAX_MESSAGE_HEADERS} properties` }],
+  })
+  const read = await app.inject({ url: `/v1/topics/deep/partitions/0/messages?fromOffset=${offset + 1}` })
+  t.equal(read.json().messages.length, 0, 'nothing of the refused call was stored')
+})
+
+t.test('what the JSON parser refused before, it still refuses (and keys named __proto__ by what the schema names)', async (t) => {
   const cases: [string, Record<string, string>, string | Buffer, number, string][] = [
-    ['__proto__ key', json, '{"partitions":1,"__proto__":{"x":1}}', 400, 'invalid_json'],
-    ['constructor.prototype key', json, '{"partitions":1,"constructor":{"prototype":{"x":1}}}', 400, 'invalid_json'],
+    // Valid JSON, parsed as it is; the topic schema names no such member.
+    ['__proto__ key', json, '{"partitions":1,"__proto__":{"x":1}}', 400, 'invalid_request'],
+    ['constructor.prototype key', json, '{"partitions":1,"constructor":{"prototype":{"x":1}}}', 400, 'invalid_request'],
     ['malformed', json, '{"partitions":', 400, 'invalid_json'],
     ['empty', json, '', 400, 'invalid_json'],
     ['text/plain', { 'content-type': 'text/plain' }, '{"partitions":1}', 415, 'unsupported_media_type'],
@@ -134,6 +231,37 @@ t.test('what the JSON parser refused before, it still refuses', async (t) => {
   t.equal(gz.statusCode, 201, 'a gzip body still parses')
   t.equal(gz.json().partitions, 2)
   t.equal((await app.inject({ url: '/v1/topics/refused' })).statusCode, 404, 'nothing was created')
+})
+
+t.test('a message with __proto__ and constructor.prototype keys is stored and comes back as sent', async (t) => {
+  const valueText = '{"__proto__":{"polluted":true},"constructor":{"prototype":{"x":1}},"a":[{"__proto__":null}]}'
+  const headersText = '{"__proto__":"v","h":"w"}'
+  const res = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: `{"messages":[{"value":${valueText},"headers":${headersText}}]}`,
+  })
+  t.equal(res.statusCode, 201, res.body)
+  const read = await app.inject({ url: `/v1/topics/deep/partitions/0/messages?fromOffset=${res.json().results[0].offset}&limit=1` })
+  const text = read.body
+  t.ok(text.includes(`"value":${valueText}`), 'the value comes back as sent, its __proto__ key included')
+  t.ok(text.includes(`"headers":${headersText}`), 'and its headers')
+  t.equal(({} as { polluted?: unknown }).polluted, undefined, 'no prototype was touched')
+  const message = JSON.parse(text).messages[0]
+  t.ok(Object.hasOwn(message.value, '__proto__'), 'an own member once parsed')
+
+  const extra = await app.inject({
+    method: 'POST',
+    url: '/v1/topics/deep/messages',
+    headers: json,
+    payload: '{"messages":[{"value":1,"__proto__":{"key":"k"}}]}',
+  })
+  t.equal(extra.statusCode, 400, 'a __proto__ member where the schema names none is refused by name')
+  t.match(extra.json(), {
+    code: 'invalid_request',
+    errors: [{ path: 'body/messages/0', message: 'must NOT have additional properties: "__proto__"' }],
+  })
 })
 
 t.test('/healthz answers while three 8 MB nested bodies are in flight', async (t) => {

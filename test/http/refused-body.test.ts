@@ -123,3 +123,64 @@ t.test('a big body with a bad key is answered 401, every time', { skip: needsSer
     'all 8 tries answered 401 unauthorized',
   )
 })
+
+/**
+ * Sends `head` and then `bodyBytes` of body over a raw socket as fast as the broker takes them,
+ * until the broker closes; the bytes it answered, and the socket error if there was one.
+ */
+async function rawPost(url: string, head: string, bodyBytes: number): Promise<{ answer: string; error?: string }> {
+  const { port } = new URL(url)
+  const sock = net.connect({ host: '127.0.0.1', port: Number(port) })
+  let answer = ''
+  let error: string | undefined
+  sock.on('data', (d) => {
+    answer += d
+  })
+  sock.on('error', (err: NodeJS.ErrnoException) => {
+    error = err.code ?? err.message
+  })
+  let open = true
+  const closed = new Promise<void>((resolve) => sock.on('close', () => resolve()))
+  void closed.then(() => {
+    open = false
+  })
+  sock.write(head)
+  const chunk = Buffer.alloc(256 * 1024, 0x20)
+  for (let written = 0; open && written < bodyBytes; written += chunk.length) {
+    if (!sock.write(chunk)) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          sock.off('drain', done)
+          sock.off('close', done)
+          resolve()
+        }
+        sock.on('drain', done).on('close', done)
+      })
+    }
+  }
+  if (open) sock.end()
+  await closed
+  return error === undefined ? { answer } : { answer, error }
+}
+
+t.test('with Connection: close, an early 413 or 401 still reaches the client, every time', { skip: needsServer }, async (t) => {
+  const url = await broker(t, { HOOKQ_API_KEYS: 'the-right-key' })
+  const head = (auth: string, length: number) =>
+    'POST /v1/topics/big/messages HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n' +
+    `authorization: Bearer ${auth}\r\ncontent-length: ${length}\r\n\r\n`
+  const tries: { what: string; answer: string; error?: string }[] = []
+  for (let i = 0; i < 10; i++) {
+    tries.push({ what: '413', ...(await rawPost(url, head('the-right-key', 11 * MiB), 11 * MiB)) })
+    tries.push({ what: '401', ...(await rawPost(url, head('a-wrong-key', 8 * MiB), 8 * MiB)) })
+  }
+  const wrong = tries.filter((r) => !r.answer.startsWith(`HTTP/1.1 ${r.what} `) || !/\r\nconnection: close\r\n/i.test(r.answer))
+  t.same(
+    wrong.map((r) => ({ ...r, answer: r.answer.slice(0, 400) })),
+    [],
+    'all 20 answered with their status and connection: close, none reset before it',
+  )
+  t.notOk(
+    tries.some((r) => r.error !== undefined),
+    'and the connection ended without a reset',
+  )
+})

@@ -3,6 +3,9 @@
  * and the failure rate of recent pushes, from what the receiver answered.
  */
 import t from 'tap'
+import { HealthRecorder } from '../../src/dispatch/health.ts'
+import { nodeTimers } from '../../src/dispatch/schedule.ts'
+import { recordHealth } from '../../src/store/consumer-health.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver } from '../helpers/receiver.ts'
@@ -98,4 +101,35 @@ t.test('no answer in time counts as a failure with its error', async (t) => {
   )
   t.equal(h.lastError, 'no answer within 200 ms')
   t.equal(h.recentFailureRate, 1)
+})
+
+t.test('a row PostgreSQL refuses loses only its own counts: the other consumers of the write are stored', async (t) => {
+  t.equal((await call('PUT', '/v1/topics/h3', { partitions: 1 })).status, 201)
+  t.equal((await call('PUT', '/v1/groups/h3-g', { topic: 'h3' })).status, 201)
+  const ids: string[] = []
+  for (const n of [1, 2, 3]) ids.push((await call('POST', '/v1/groups/h3-g/consumers', { url: `http://127.0.0.1:9/${n}` })).json.id)
+  const warnings: string[] = []
+  const recorder = new HealthRecorder({
+    db: broker.db,
+    now: () => Date.now(),
+    timers: nodeTimers,
+    log: { warn: (_obj, msg) => warnings.push(msg) },
+    // The real write, with the second consumer's bucket beyond what a timestamp holds (22008): a
+    // row refused for its data, as one with NUL was before its text was made storable.
+    write: (q, rows) =>
+      recordHealth(
+        q,
+        rows.map((r) => (r.consumerId === ids[1] ? { ...r, bucketMs: 1e300 } : r)),
+      ),
+  })
+  recorder.failure(ids[0]!, 'first')
+  recorder.failure(ids[1]!, 'second')
+  recorder.success(ids[2]!)
+  await recorder.close()
+  const [first, second, third] = [await healthOf('h3-g', ids[0]!), await healthOf('h3-g', ids[1]!), await healthOf('h3-g', ids[2]!)]
+  t.match(first, { lastError: 'first', recentFailureRate: 1 })
+  t.equal(second.lastFailureAt, null, 'the refused row is not stored')
+  t.equal(third.recentFailureRate, 0)
+  t.ok(third.lastSuccessAt)
+  t.ok(warnings.length > 0, 'the refused row is reported')
 })

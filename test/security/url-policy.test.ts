@@ -138,6 +138,20 @@ t.test('special-purpose ranges: never a webhook, denied even with private addres
     ['http://[2001:db8::1]/', /documentation/],
     ['http://[100::1]/', /discard-only/],
     ['http://[::ffff:240.0.0.1]/', /reserved or broadcast/],
+    ['http://192.88.99.1/', /6to4 relay anycast/],
+    ['http://[::ffff:192.88.99.200]/', /6to4 relay anycast/],
+    ['http://[2001::1]/', /Teredo/],
+    ['http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/', /Teredo/],
+    ['http://[2001:2::1]/', /IETF protocol assignment \(2001::\/23/],
+    ['http://[2001:10::1]/', /IETF protocol assignment \(2001::\/23/],
+    ['http://[2001:1f:ffff::1]/', /IETF protocol assignment \(2001::\/23/],
+    ['http://[2001:20::1]/', /IETF protocol assignment \(2001::\/23/],
+    ['http://[2001:1ff::1]/', /IETF protocol assignment \(2001::\/23/],
+    ['http://[3fff::1]/', /documentation/],
+    ['http://[3fff:fff::1]/', /documentation/],
+    ['http://[100:0:0:1::1]/', /dummy prefix/],
+    ['http://[5f00::1]/', /segment routing/],
+    ['http://[fec0::1]/', /site-local/],
   ]
   for (const [url, why] of cases) {
     t.match(reasonOf(checkUrl(url, DEFAULT_POLICY)), why, url)
@@ -145,6 +159,9 @@ t.test('special-purpose ranges: never a webhook, denied even with private addres
   }
   t.same(checkUrl('http://192.0.1.1/', strict), { allowed: true }, 'the neighbours of a special range are public')
   t.same(checkUrl('http://[2001:db9::1]/', strict), { allowed: true })
+  for (const url of ['http://192.88.98.255/', 'http://192.88.100.0/', 'http://[2001:200::1]/', 'http://[4000::1]/', 'http://[5f01::1]/']) {
+    t.same(checkUrl(url, strict), { allowed: true }, `${url}: next to a special range, public`)
+  }
 })
 
 t.test('private-like ranges: benchmarking 198.18.0.0/15 and local-use NAT64 follow HOOKQ_PUSH_ALLOW_PRIVATE', async (t) => {

@@ -378,7 +378,7 @@ export interface components {
             value: unknown;
             /** @description Messages with one key go to one partition (Kafka-compatible murmur2 hash) */
             key?: string;
-            /** @description Names of 1 to 256 characters; values any string */
+            /** @description At most 100; names of 1 to 256 characters; values any string */
             headers?: {
                 [key: string]: string;
             };
