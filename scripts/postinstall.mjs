@@ -6,10 +6,6 @@
 import { existsSync } from 'node:fs'
 import { spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { linkBins } from './link-bin.mjs'
-
-// `npx hookq` in the checkout: npm links no project's own bin (link-bin.mjs says why).
-linkBins(fileURLToPath(new URL('..', import.meta.url)))
 
 const generate = spawnSync(process.execPath, [fileURLToPath(new URL('./prisma-generate.mjs', import.meta.url))], { stdio: 'inherit' })
 if (generate.status !== 0) process.exit(generate.status ?? 1)
