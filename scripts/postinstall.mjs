@@ -1,4 +1,5 @@
-// After npm install / npm ci: generate the Prisma client, and rebuild tap's plugin set.
+// After npm install / npm ci: generate the Prisma client, prepare the embedded database, and
+// rebuild tap's plugin set.
 // tap builds its plugins from package.json's "tap.plugin" only when it notices a change, and the
 // run that notices still uses the stale set (with ts-node, which fails on TypeScript 7). Building
 // here makes the first `npm test` on a fresh clone work. Skipped where tap is not installed
@@ -9,6 +10,16 @@ import { fileURLToPath } from 'node:url'
 
 const generate = spawnSync(process.execPath, [fileURLToPath(new URL('./prisma-generate.mjs', import.meta.url))], { stdio: 'inherit' })
 if (generate.status !== 0) process.exit(generate.status ?? 1)
+
+// The embedded database's fresh cluster, kept under node_modules/.cache/hookq: made here once, so the
+// first `npm start` does not run PostgreSQL's initdb (src/store/embedded.ts says why). Best effort:
+// without it the first start makes it.
+const fresh = spawnSync(
+  process.execPath,
+  ['--import', 'tsx', '--input-type=module', '-e', "await (await import('./src/store/embedded.ts')).freshClusterTar()"],
+  { stdio: 'inherit', cwd: fileURLToPath(new URL('..', import.meta.url)) },
+)
+if (fresh.status !== 0) console.warn('hookq: the embedded database will be prepared at its first start instead')
 
 const tapBin = fileURLToPath(new URL('../node_modules/.bin/tap', import.meta.url))
 if (!existsSync(tapBin)) process.exit(0)
