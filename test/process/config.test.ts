@@ -4,7 +4,6 @@ import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { loadConfig, ConfigError } from '../../src/config.ts'
-import { testDatabase } from '../helpers/db.ts'
 import { runBrokerToExit } from '../helpers/process.ts'
 
 t.test('defaults', async (t) => {
@@ -86,7 +85,7 @@ t.test('start-up failures say why in one line, with exit code 1', async (t) => {
   const held = path.join(dir, 'held')
   await mkdir(held)
   await writeFile(path.join(held, 'hookq.lock'), `${process.pid}\n`)
-  const inUse = await runBrokerToExit({ HOOKQ_DATA_DIR: held, HOST: '127.0.0.1', PORT: '0' }, 60_000)
+  const inUse = await runBrokerToExit({ HOOKQ_DATA_DIR: held, HOST: '127.0.0.1', PORT: '0' })
   t.equal(inUse.code, 1, 'data directory in use: exit 1')
   oneLine(inUse.output, new RegExp(`^hookq: cannot start: the data directory ${held} is in use by process ${process.pid}$`, 'm'))
 
@@ -115,10 +114,7 @@ t.test('start-up failures say why in one line, with exit code 1', async (t) => {
   await new Promise<void>((r) => gone.listen(0, '127.0.0.1', r))
   const gonePort = (gone.address() as net.AddressInfo).port
   await new Promise<void>((r) => gone.close(() => r()))
-  const noDb = await runBrokerToExit(
-    { DATABASE_URL: `postgresql://postgres@127.0.0.1:${gonePort}/x`, HOST: '127.0.0.1', PORT: '0' },
-    60_000,
-  )
+  const noDb = await runBrokerToExit({ DATABASE_URL: `postgresql://postgres@127.0.0.1:${gonePort}/x`, HOST: '127.0.0.1', PORT: '0' })
   t.equal(noDb.code, 1, 'no PostgreSQL: exit 1')
   oneLine(
     noDb.output,

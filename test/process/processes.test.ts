@@ -4,7 +4,7 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import t from 'tap'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { launchBroker, spawnBroker, callBroker as call } from '../helpers/process.ts'
+import { launchBroker, spawnBroker, START_LIMIT_MS, callBroker as call } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -28,7 +28,7 @@ const childrenOf = (pid: number): number[] => {
 
 t.test('two broker processes from one command', { skip: needsServer }, async (t) => {
   const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2', HOOKQ_CLUSTER_POLL_MS: '200' }
-  const broker = await spawnBroker(env, 60_000)
+  const broker = await spawnBroker(env)
   t.teardown(() => {
     for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL')
     broker.child.kill('SIGKILL')
@@ -47,7 +47,7 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
       .some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
   await waitFor(() => childrenOf(broker.child.pid!).length === 2, 30_000, 'two broker processes')
 
-  await waitFor(() => childrenOf(broker.child.pid!).every(listens), 30_000, 'both processes listen')
+  await waitFor(() => childrenOf(broker.child.pid!).every(listens), START_LIMIT_MS, 'both processes listen')
   /** hookq_partitions_owned of whichever process answers a fresh connection. */
   const ownedGauge = async () =>
     /^hookq_partitions_owned (\d+)/m.exec(String((await call(broker.url, 'GET', '/metrics', undefined, { connection: 'close' })).json))?.[1]
@@ -101,7 +101,7 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
     'a new process in its place',
   )
   const fresh = childrenOf(broker.child.pid!).find((pid) => !before.includes(pid))!
-  await waitFor(() => listens(fresh), 60_000, 'the new process listens')
+  await waitFor(() => listens(fresh), START_LIMIT_MS, 'the new process listens')
   await waitFor(oneEach, 30_000, 'the new process took its partition back from the survivor')
   t.equal(
     (await call(broker.url, 'POST', '/v1/topics/p/messages', { messages: Array.from({ length: 10 }, (_, j) => ({ value: 100 + j })) }))
@@ -116,43 +116,47 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
   t.same(childrenOf(broker.child.pid!), [], 'no broker process left')
 })
 
-t.test('a broker process killed with connections on its way: every client is answered or sees the connection end', { skip: needsServer }, async (t) => {
-  // A connection on its way to a process that dies must end, so that its client sees an error: with
-  // node:cluster's round-robin the primary accepted every connection and kept its own copy until the
-  // process it handed it to confirmed; a process killed before confirming left the client waiting for
-  // ever (curl without a timeout waited 11 minutes). A stopped process cannot confirm, so its
-  // connections are the ones on their way when it is killed.
-  const broker = await spawnBroker({ DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2' })
-  t.teardown(() => {
-    for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL')
-    broker.child.kill('SIGKILL')
-  })
-  const listens = (pid: number) =>
-    broker
-      .output()
-      .split('\n')
-      .some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
-  await waitUntil(() => childrenOf(broker.child.pid!).length === 2, 60_000, 'two broker processes')
-  await waitUntil(() => childrenOf(broker.child.pid!).every(listens), 120_000, 'both processes listen')
-  const [victim] = childrenOf(broker.child.pid!)
-  process.kill(victim!, 'SIGSTOP')
+t.test(
+  'a broker process killed with connections on its way: every client is answered or sees the connection end',
+  { skip: needsServer },
+  async (t) => {
+    // A connection on its way to a process that dies must end, so that its client sees an error: with
+    // node:cluster's round-robin the primary accepted every connection and kept its own copy until the
+    // process it handed it to confirmed; a process killed before confirming left the client waiting for
+    // ever (curl without a timeout waited 11 minutes). A stopped process cannot confirm, so its
+    // connections are the ones on their way when it is killed.
+    const broker = await spawnBroker({ DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2' })
+    t.teardown(() => {
+      for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL')
+      broker.child.kill('SIGKILL')
+    })
+    const listens = (pid: number) =>
+      broker
+        .output()
+        .split('\n')
+        .some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
+    await waitUntil(() => childrenOf(broker.child.pid!).length === 2, 60_000, 'two broker processes')
+    await waitUntil(() => childrenOf(broker.child.pid!).every(listens), START_LIMIT_MS, 'both processes listen')
+    const [victim] = childrenOf(broker.child.pid!)
+    process.kill(victim!, 'SIGSTOP')
 
-  const CALLS = 8
-  const outcomes: string[] = []
-  // Each call on a connection of its own; a call neither answered nor ended within 30 s hangs.
-  const calls = Array.from({ length: CALLS }, () =>
-    call(broker.url, 'GET', '/healthz', undefined, { connection: 'close' }, 30_000).then(
-      (r) => outcomes.push(`answered ${r.status}`),
-      (err: Error) => outcomes.push(err.name === 'TimeoutError' ? 'hung' : 'connection ended'),
-    ),
-  )
-  // The process that runs answers its share; at most one connection can wait for the stopped one.
-  await waitUntil(() => outcomes.length >= CALLS - 1, 60_000, 'the running process answers')
-  process.kill(victim!, 'SIGKILL')
-  await Promise.all(calls)
-  t.notOk(outcomes.includes('hung'), `every call answered or ended: ${outcomes.join(', ')}`)
-  t.ok(outcomes.filter((o) => o === 'answered 200').length >= CALLS - 1, 'the running process answered the others')
-})
+    const CALLS = 8
+    const outcomes: string[] = []
+    // Each call on a connection of its own; a call neither answered nor ended within 30 s hangs.
+    const calls = Array.from({ length: CALLS }, () =>
+      call(broker.url, 'GET', '/healthz', undefined, { connection: 'close' }, 30_000).then(
+        (r) => outcomes.push(`answered ${r.status}`),
+        (err: Error) => outcomes.push(err.name === 'TimeoutError' ? 'hung' : 'connection ended'),
+      ),
+    )
+    // The process that runs answers its share; at most one connection can wait for the stopped one.
+    await waitUntil(() => outcomes.length >= CALLS - 1, 60_000, 'the running process answers')
+    process.kill(victim!, 'SIGKILL')
+    await Promise.all(calls)
+    t.notOk(outcomes.includes('hung'), `every call answered or ended: ${outcomes.join(', ')}`)
+    t.ok(outcomes.filter((o) => o === 'answered 200').length >= CALLS - 1, 'the running process answered the others')
+  },
+)
 
 t.test('a broker process stopped while it starts exits 0', { skip: needsServer }, async (t) => {
   // The primary passes SIGTERM to every process, one it has just started again included: that one
@@ -162,7 +166,7 @@ t.test('a broker process stopped while it starts exits 0', { skip: needsServer }
     if (b.child.exitCode === null) b.child.kill('SIGKILL')
   })
   // Migrations log from inside start-up, before the process listens.
-  await waitUntil(() => /applied migration|schema-engine/.test(b.output()), 60_000, 'start-up under way')
+  await waitUntil(() => /applied migration|schema-engine/.test(b.output()), START_LIMIT_MS, 'start-up under way')
   b.child.kill('SIGTERM')
   t.equal(await b.exited, 0, 'exit 0')
   t.match(b.output(), /"msg":"stopped"/, 'it says it stopped')
