@@ -182,7 +182,8 @@ async function freshClusterFile(): Promise<string> {
 }
 
 async function openInMemory(): Promise<PGlite> {
-  return PGlite.create({ loadDataDir: await freshClusterTar() })
+  const tar = await freshClusterTar().catch(() => undefined)
+  return tar ? PGlite.create({ loadDataDir: tar }) : PGlite.create() // initdb
 }
 
 /**

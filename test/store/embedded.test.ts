@@ -7,6 +7,7 @@ import pg from 'pg'
 import t from 'tap'
 import { startEmbedded } from '../../src/store/embedded.ts'
 import type { TeardownHost } from '../helpers/db.ts'
+import { START_LIMIT_MS } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 // The subtests are independent and mostly wait on WebAssembly start-up or a child process.
@@ -152,7 +153,7 @@ t.test('rows committed before a SIGKILL are there after reopening', async (t) =>
   child.stderr.on('data', (d) => (err += d))
   const exited = new Promise((resolve) => child.on('exit', resolve))
   const acknowledged = () => Number(out.trim().split('\n').at(-1) || 0)
-  await waitUntil(() => acknowledged() >= 200 || child.exitCode !== null, 30_000, 'the child to commit 200 rows')
+  await waitUntil(() => acknowledged() >= 200 || child.exitCode !== null, START_LIMIT_MS, 'the child to commit 200 rows')
   child.kill('SIGKILL')
   t.equal(await exited, null, `killed, not exited by itself ${err}`)
   const acked = acknowledged()
