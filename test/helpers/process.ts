@@ -4,7 +4,7 @@
  * (scripts/server-bundle.mjs says why) with source maps, so stacks name the source files.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { serverBundle } from '../../scripts/server-bundle.mjs'
 
@@ -152,4 +152,22 @@ export async function callBroker(
     json = text
   }
   return { status: res.status, json, headers: res.headers, retryAfter: res.headers.get('retry-after') }
+}
+
+/** The pids of `pid`'s live child processes, read from /proc (field 4 of stat is the parent's pid). */
+export const childrenOf = (pid: number): number[] => {
+  const children: number[] = []
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    let stat: string
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, 'utf8')
+    } catch {
+      continue
+    } // gone meanwhile
+    // After the command's closing parenthesis: state, ppid, ...; a zombie (Z) has exited already.
+    const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    if (Number(ppid) === pid && state !== 'Z') children.push(Number(name))
+  }
+  return children
 }
