@@ -49,6 +49,10 @@ if (cluster.isPrimary) {
       'HOOKQ_PUSH_ALLOW_PRIVATE is true: consumers may be registered on private and loopback addresses; set it to false in production (see docs/security.md "Push URL policy")',
     )
   }
+  // A port in use (or a HOST that does not resolve) is said now, not after the database has been
+  // made and migrated (seconds, on a first start) and the broker built. The processes of
+  // HOOKQ_PROCESSES listen on what the one started here checked.
+  await canListen(config.host, config.port).catch((err: unknown) => cannotStart(err, 'listen'))
   if (config.processes > 1 && config.databaseUrl !== undefined) {
     if (config.advertiseUrl !== undefined)
       logger.warn('HOOKQ_ADVERTISE_URL is ignored with HOOKQ_PROCESSES: each process advertises a loopback port of its own')
@@ -121,6 +125,14 @@ function cannotStart(err: unknown, stage: 'start' | 'listen'): never {
   logger.debug({ err }, 'start-up failed')
   process.stderr.write(`hookq: cannot start: ${startupFailure(err, stage, config)}\n`)
   process.exit(1)
+}
+
+/** Listens on `host`:`port` and stops again: rejects as the broker's own listen would (EADDRINUSE...). */
+async function canListen(host: string, port: number): Promise<void> {
+  if (port === 0) return // any free port: nothing to be in use
+  const probe = net.createServer()
+  await new Promise<void>((resolve, reject) => probe.once('error', reject).listen({ host, port, exclusive: true }, resolve))
+  await new Promise((resolve) => probe.close(resolve))
 }
 
 /** Serves `server`'s connections on a loopback port of this process alone; its URL. */

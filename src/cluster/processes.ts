@@ -8,6 +8,14 @@
  * The primary here runs no broker: it starts the workers, starts a worker again when one dies
  * (after a short, growing pause, so a worker that cannot start does not spin), and on SIGTERM or
  * SIGINT passes the signal on and exits once every worker has, 0 only if all of them exited 0.
+ *
+ * The workers accept their connections themselves, from the listening socket they share
+ * (SCHED_NONE), rather than from the primary. In node:cluster's default round-robin the primary
+ * accepts and hands each connection to a worker, keeping its own copy until the worker confirms;
+ * a worker killed before confirming left that copy open and its client waiting for ever (issue 29,
+ * test/process/processes.test.ts). Here a connection is held only by the process that accepted it,
+ * so when that process dies the kernel closes it and the client sees an error; connections not yet
+ * accepted wait in the shared queue for the processes that live.
  */
 import cluster, { type Worker } from 'node:cluster'
 import type { Logger } from 'pino'
@@ -28,6 +36,8 @@ export function runPrimary(processes: number, logger: Logger): Promise<number> {
   const start = () => {
     startedAt.set(cluster.fork(), Date.now())
   }
+  // Before the first fork: the policy is fixed from then on.
+  cluster.schedulingPolicy = cluster.SCHED_NONE
   return new Promise((resolve) => {
     cluster.on('exit', (worker, code, signal) => {
       const lived = Date.now() - (startedAt.get(worker) ?? Date.now())

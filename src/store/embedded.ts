@@ -22,9 +22,10 @@
  * the directory. PGlite does not lock its directory either: a second process opens it while the
  * first is running, and both write; hence the pid file below.
  */
-import { mkdir, readFile, unlink, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises'
 import type { Socket } from 'node:net'
 import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { PGlite } from '@electric-sql/pglite'
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket'
@@ -63,7 +64,7 @@ export async function startEmbedded(opts: {
   } else {
     await mkdir(opts.dataDir, { recursive: true })
     unlock = await lockDataDir(opts.dataDir)
-    db = await PGlite.create(opts.dataDir).catch(async (err: unknown) => {
+    db = await openOnDisk(opts.dataDir, log).catch(async (err: unknown) => {
       await unlock()
       throw err
     })
@@ -137,19 +138,88 @@ function admitOneAtATime(server: PGLiteSocketServer, db: PGlite, admitWaitMs: nu
   }
 }
 
-// A fresh in-memory PGlite runs initdb, 2-4 s; a copy of a fresh cluster loads in ~0.5 s. Tests
-// start many, so keep one copy per process (40 MB, only once 'memory' has been used).
-let freshCluster: Promise<Blob | File> | undefined
+// A new PGlite cluster runs initdb in WebAssembly: 4-5 s of CPU, 11 s on a busy 2-core machine,
+// nearly all of a first start (migrations took 0.6 s). A copy of a fresh cluster loads in 0.5-2 s.
+// So the first cluster made is kept as a tar (40 MB) under node_modules/.cache/hookq, one per PGlite
+// version, and every later new cluster starts from it: the first `npm start`, every test file's
+// in-memory database, every test broker's data directory. `npm install` makes it (postinstall), so a
+// newcomer's first start does not pay initdb either; where it cannot be written, initdb runs as before.
+let freshCluster: Promise<Blob | undefined> | undefined
+
+/** The kept fresh cluster, made now (initdb, in memory) if there is none. */
+export function freshClusterTar(): Promise<Blob | undefined> {
+  freshCluster ??= (async () => {
+    const file = await freshClusterFile()
+    try {
+      return new Blob([await readFile(file)])
+    } catch {}
+    const db = await PGlite.create()
+    try {
+      const tar = await db.dumpDataDir('none')
+      // Written whole under a name of its own, then renamed: readers never see half a file.
+      const part = `${file}.${process.pid}.${Date.now()}`
+      try {
+        await mkdir(path.dirname(file), { recursive: true })
+        await writeFile(part, new Uint8Array(await tar.arrayBuffer()))
+        await rename(part, file)
+      } catch {
+        await unlink(part).catch(() => {}) // a read-only node_modules: this process keeps it in memory
+      }
+      return tar
+    } finally {
+      await db.close()
+    }
+  })()
+  freshCluster.catch(() => (freshCluster = undefined))
+  return freshCluster
+}
+
+/** node_modules/.cache/hookq/pglite-<version>.tar: a cluster is tied to the PGlite that made it. */
+async function freshClusterFile(): Promise<string> {
+  const pkg = new URL('../package.json', import.meta.resolve('@electric-sql/pglite'))
+  const { version } = JSON.parse(await readFile(pkg, 'utf8')) as { version: string }
+  return fileURLToPath(new URL(`../../node_modules/.cache/hookq/pglite-${version}.tar`, import.meta.url))
+}
 
 async function openInMemory(): Promise<PGlite> {
-  if (!freshCluster) {
-    const db = await PGlite.create()
-    freshCluster = db.dumpDataDir('none')
-    freshCluster.catch(() => (freshCluster = undefined))
-    await freshCluster
-    return db
+  const tar = await freshClusterTar().catch(() => undefined)
+  return tar ? PGlite.create({ loadDataDir: tar }) : PGlite.create() // initdb
+}
+
+/**
+ * Opens the cluster in `dataDir`, making it first from the fresh cluster if there is none. The
+ * copy is loaded in a directory beside it and moved in, PG_VERSION last (PGlite takes a directory
+ * with PG_VERSION for a cluster): a start killed midway leaves no half-made cluster, only files the
+ * next start replaces.
+ */
+async function openOnDisk(dataDir: string, log: (msg: string) => void): Promise<PGlite> {
+  if (await exists(path.join(dataDir, 'PG_VERSION'))) return PGlite.create(dataDir)
+  const tar = await freshClusterTar().catch(() => undefined)
+  if (!tar) return PGlite.create(dataDir) // initdb in place
+  const building = `${path.resolve(dataDir)}.new-${process.pid}`
+  await rm(building, { recursive: true, force: true })
+  try {
+    const db = await PGlite.create(building, { loadDataDir: tar })
+    await db.close()
+    const entries = (await readdir(building)).sort((a, b) => Number(a === 'PG_VERSION') - Number(b === 'PG_VERSION'))
+    for (const entry of entries) {
+      await rm(path.join(dataDir, entry), { recursive: true, force: true }) // left by a start killed midway
+      await rename(path.join(building, entry), path.join(dataDir, entry))
+    }
+  } finally {
+    await rm(building, { recursive: true, force: true })
   }
-  return PGlite.create({ loadDataDir: await freshCluster })
+  log(`embedded database: made ${dataDir} from a fresh cluster`)
+  return PGlite.create(dataDir)
+}
+
+async function exists(file: string): Promise<boolean> {
+  try {
+    await stat(file)
+    return true
+  } catch {
+    return false
+  }
 }
 
 const LOCK_FILE = 'hookq.lock'

@@ -223,7 +223,7 @@ export class Cluster {
   }
 
   private async spawn(): Promise<BrokerProcess> {
-    const b = await spawnBroker(this.env, 60_000)
+    const b = await spawnBroker(this.env)
     this.procs.push(b)
     void b.exited.then(() => {
       this.exited.add(b)

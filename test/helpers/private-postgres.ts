@@ -14,6 +14,7 @@ import net from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
+import { START_LIMIT_MS } from './process.ts'
 
 const run = promisify(execFile)
 const ROOT = '/usr/lib/postgresql'
@@ -65,8 +66,8 @@ export async function startPrivatePostgres(t: { teardown(fn: () => unknown): voi
   }
   const pgrun = (tool: string, args: string[]) =>
     asRoot
-      ? run('runuser', ['-u', 'postgres', '--', join(bin, tool), ...args], { timeout: 60_000 })
-      : run(join(bin, tool), args, { timeout: 60_000 })
+      ? run('runuser', ['-u', 'postgres', '--', join(bin, tool), ...args], { timeout: START_LIMIT_MS })
+      : run(join(bin, tool), args, { timeout: START_LIMIT_MS })
   const data = join(dir, 'data')
   const logFile = join(dir, 'server.log')
   const port = await freePort()
@@ -74,7 +75,7 @@ export async function startPrivatePostgres(t: { teardown(fn: () => unknown): voi
   // Durable settings, as production would run (fsync on): the crash test is about them.
   const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=50`
   const start = async () => {
-    await pgrun('pg_ctl', ['-D', data, '-l', logFile, '-o', options, '-w', '-t', '60', 'start'])
+    await pgrun('pg_ctl', ['-D', data, '-l', logFile, '-o', options, '-w', '-t', String(START_LIMIT_MS / 1000), 'start'])
   }
   const stopImmediate = async () => {
     await pgrun('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop'])

@@ -4,7 +4,7 @@
  * (scripts/server-bundle.mjs says why) with source maps, so stacks name the source files.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { serverBundle } from '../../scripts/server-bundle.mjs'
 
@@ -35,8 +35,16 @@ export interface BrokerProcess {
   output(): string
 }
 
-/** Starts the broker with `env` on a free port; resolves once it listens. */
-export async function spawnBroker(env: Record<string, string>, timeoutMs = 30_000): Promise<BrokerProcess> {
+/**
+ * How long a test lets a broker process take to start (or to fail to start) before it fails. The
+ * start is watched (it listens, or the process exits): this only bounds a start that hangs. A
+ * loaded machine (four test files at once beside other work) took a broker 30 s and more to start,
+ * past the 60 s it once had, so: well beyond that, inside tap's limit of a file (180 s).
+ */
+export const START_LIMIT_MS = 150_000
+
+/** Starts the broker with `env` on a free port; resolves once it listens (or fails if it exits first). */
+export async function spawnBroker(env: Record<string, string>, timeoutMs = START_LIMIT_MS): Promise<BrokerProcess> {
   const b = await launchBroker(env)
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -66,7 +74,7 @@ export function brokerSpawner(t: { teardown(fn: () => unknown): void }, env: Rec
     for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
   })
   return async () => {
-    const p = await spawnBroker(env, 60_000)
+    const p = await spawnBroker(env)
     procs.push(p)
     return p
   }
@@ -91,7 +99,10 @@ export async function launchBroker(env: Record<string, string>): Promise<Omit<Br
 }
 
 /** Runs the broker to completion (for start-up failures); resolves with its exit code and output. */
-export async function runBrokerToExit(env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | string; output: string }> {
+export async function runBrokerToExit(
+  env: Record<string, string>,
+  timeoutMs = START_LIMIT_MS,
+): Promise<{ code: number | string; output: string }> {
   const child = spawn(process.execPath, await brokerArgs(), {
     cwd: root,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
@@ -141,4 +152,22 @@ export async function callBroker(
     json = text
   }
   return { status: res.status, json, headers: res.headers, retryAfter: res.headers.get('retry-after') }
+}
+
+/** The pids of `pid`'s live child processes, read from /proc (field 4 of stat is the parent's pid). */
+export const childrenOf = (pid: number): number[] => {
+  const children: number[] = []
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    let stat: string
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, 'utf8')
+    } catch {
+      continue
+    } // gone meanwhile
+    // After the command's closing parenthesis: state, ppid, ...; a zombie (Z) has exited already.
+    const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    if (Number(ppid) === pid && state !== 'Z') children.push(Number(name))
+  }
+  return children
 }

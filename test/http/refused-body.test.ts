@@ -43,7 +43,7 @@ function chunked(total: number): ReadableStream<Uint8Array> {
 
 /** The broker as a child process on a test database of its own; its URL. */
 async function broker(t: Test, env: Record<string, string> = {}): Promise<string> {
-  const b = await spawnBroker({ DATABASE_URL: (await testDatabase(t)).url, ...env }, 60_000)
+  const b = await spawnBroker({ DATABASE_URL: (await testDatabase(t)).url, ...env })
   t.teardown(() => {
     b.child.kill('SIGKILL')
   })

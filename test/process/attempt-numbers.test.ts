@@ -21,7 +21,7 @@ t.test('attempt numbers strictly increase per message across SIGKILLs, and maxDe
     t.teardown(() => rm(dataDir, { recursive: true, force: true }))
     env = { HOOKQ_DATA_DIR: dataDir }
   }
-  let broker: BrokerProcess = await spawnBroker(env, 60_000)
+  let broker: BrokerProcess = await spawnBroker(env)
   t.teardown(() => {
     broker.child.kill('SIGKILL')
   })
@@ -60,7 +60,7 @@ t.test('attempt numbers strictly increase per message across SIGKILLs, and maxDe
     if (round <= MAX_DELIVERIES) await waitUntil(() => pushes.length >= expected, 30_000, `round ${round}: every message pushed`)
     broker.child.kill('SIGKILL')
     t.equal(await broker.exited, 'SIGKILL')
-    broker = await spawnBroker(env, 60_000)
+    broker = await spawnBroker(env)
   }
   // After the last restart every message has had its maxDeliveries: each is dead-lettered, not pushed.
   await waitUntil(

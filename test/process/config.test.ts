@@ -1,10 +1,9 @@
 import t from 'tap'
 import net from 'node:net'
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { loadConfig, ConfigError } from '../../src/config.ts'
-import { testDatabase } from '../helpers/db.ts'
 import { runBrokerToExit } from '../helpers/process.ts'
 
 t.test('defaults', async (t) => {
@@ -86,39 +85,36 @@ t.test('start-up failures say why in one line, with exit code 1', async (t) => {
   const held = path.join(dir, 'held')
   await mkdir(held)
   await writeFile(path.join(held, 'hookq.lock'), `${process.pid}\n`)
-  const inUse = await runBrokerToExit({ HOOKQ_DATA_DIR: held, HOST: '127.0.0.1', PORT: '0' }, 60_000)
+  const inUse = await runBrokerToExit({ HOOKQ_DATA_DIR: held, HOST: '127.0.0.1', PORT: '0' })
   t.equal(inUse.code, 1, 'data directory in use: exit 1')
   oneLine(inUse.output, new RegExp(`^hookq: cannot start: the data directory ${held} is in use by process ${process.pid}$`, 'm'))
 
-  // The next two fail after the database is up. A fresh embedded directory runs PGlite's initdb
-  // (2-4 s of CPU, 38 s once on a CI machine running four test files at once, past the limit), so
-  // they use a database of the server when there is one.
-  const database = async (name: string): Promise<Record<string, string>> =>
-    process.env.DATABASE_URL ? { DATABASE_URL: (await testDatabase(t)).url } : { HOOKQ_DATA_DIR: path.join(dir, name) }
+  // The next two are said before the database is made and migrated (seconds on a first start):
+  // the embedded data directory they name is never created.
+  const notMade = async (name: string) => t.rejects(stat(path.join(dir, name)), { code: 'ENOENT' }, `no ${name} database made`)
 
   // A port another process listens on.
   const taken = net.createServer()
   await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r))
   t.teardown(() => taken.close())
   const port = (taken.address() as net.AddressInfo).port
-  const busy = await runBrokerToExit({ ...(await database('busy')), HOST: '127.0.0.1', PORT: String(port) }, 90_000)
+  const busy = await runBrokerToExit({ HOOKQ_DATA_DIR: path.join(dir, 'busy'), HOST: '127.0.0.1', PORT: String(port) })
   t.equal(busy.code, 1, 'port in use: exit 1')
   oneLine(busy.output, new RegExp(`^hookq: cannot start: 127\\.0\\.0\\.1:${port} is in use by another process \\(EADDRINUSE\\)`, 'm'))
+  await notMade('busy')
 
-  // A HOST that does not resolve (.invalid never does, RFC 6761).
-  const nowhere = await runBrokerToExit({ ...(await database('nowhere')), HOST: 'hookq.invalid', PORT: '0' }, 90_000)
+  // A HOST that does not resolve (.invalid never does, RFC 6761); a port, as 0 asks for none.
+  const nowhere = await runBrokerToExit({ HOOKQ_DATA_DIR: path.join(dir, 'nowhere'), HOST: 'hookq.invalid', PORT: '8080' })
   t.equal(nowhere.code, 1, 'HOST unresolvable: exit 1')
   oneLine(nowhere.output, /^hookq: cannot start: HOST hookq\.invalid does not resolve \((ENOTFOUND|EAI_AGAIN)\)/m)
+  await notMade('nowhere')
 
   // PostgreSQL not answering: a loopback port nothing listens on (taken, then freed).
   const gone = net.createServer()
   await new Promise<void>((r) => gone.listen(0, '127.0.0.1', r))
   const gonePort = (gone.address() as net.AddressInfo).port
   await new Promise<void>((r) => gone.close(() => r()))
-  const noDb = await runBrokerToExit(
-    { DATABASE_URL: `postgresql://postgres@127.0.0.1:${gonePort}/x`, HOST: '127.0.0.1', PORT: '0' },
-    60_000,
-  )
+  const noDb = await runBrokerToExit({ DATABASE_URL: `postgresql://postgres@127.0.0.1:${gonePort}/x`, HOST: '127.0.0.1', PORT: '0' })
   t.equal(noDb.code, 1, 'no PostgreSQL: exit 1')
   oneLine(
     noDb.output,

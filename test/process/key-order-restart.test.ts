@@ -12,7 +12,7 @@ t.test(
   { skip: databaseServerUrl ? false : 'needs a PostgreSQL server (set DATABASE_URL)' },
   async (t) => {
     const env = { DATABASE_URL: (await testDatabase(t)).url }
-    let broker: BrokerProcess = await spawnBroker(env, 60_000)
+    let broker: BrokerProcess = await spawnBroker(env)
     t.teardown(() => {
       broker.child.kill('SIGKILL')
     })
@@ -94,7 +94,7 @@ t.test(
     // The pushes out at the kill were never acked: after the restart they come again.
     out.clear()
     generation = 2
-    broker = await spawnBroker(env, 60_000)
+    broker = await spawnBroker(env)
     base = broker.url
     await waitUntil(
       async () => {

@@ -55,15 +55,12 @@ interface Answer {
 
 t.test('produce at several times capacity is shed with 429/503 and Retry-After; what is accepted keeps every guarantee', async (t) => {
   const env = await childDatabaseEnv(t)
-  const broker = await spawnBroker(
-    {
-      ...env,
-      HOOKQ_API_KEYS: `${KEYS.bulk}:produce,${KEYS.greedy}:produce,${KEYS.polite}:produce,${KEYS.admin}:admin`,
-      HOOKQ_RATE_LIMIT_PER_KEY: '20',
-      HOOKQ_COMMIT_MAX_PENDING_MESSAGES: '1000',
-    },
-    60_000,
-  )
+  const broker = await spawnBroker({
+    ...env,
+    HOOKQ_API_KEYS: `${KEYS.bulk}:produce,${KEYS.greedy}:produce,${KEYS.polite}:produce,${KEYS.admin}:admin`,
+    HOOKQ_RATE_LIMIT_PER_KEY: '20',
+    HOOKQ_COMMIT_MAX_PENDING_MESSAGES: '1000',
+  })
   t.teardown(() => {
     broker.child.kill('SIGKILL')
   })

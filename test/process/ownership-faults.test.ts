@@ -42,9 +42,9 @@ t.test('a process cut off from the database without a reset loses its partitions
   t.teardown(() => {
     for (const b of procs) if (b.child.exitCode === null) b.child.kill('SIGKILL')
   })
-  const a = await spawnBroker({ DATABASE_URL: viaProxy.href, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }, 60_000)
+  const a = await spawnBroker({ DATABASE_URL: viaProxy.href, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' })
   procs.push(a)
-  const b = await spawnBroker({ DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }, 60_000)
+  const b = await spawnBroker({ DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' })
   procs.push(b)
   const receiver = await startReceiver(t)
   t.equal((await call(b.url, 'PUT', '/v1/topics/cut', { partitions: 2 })).status, 201)
@@ -114,7 +114,7 @@ t.test('what is forwarded to an owner, and what of its answer is relayed', { ski
   await c.query(`INSERT INTO broker_members (backend_pid, url) VALUES (pg_backend_pid(), $1)`, [fakeUrl])
   t.equal((await c.query('SELECT pg_try_advisory_lock($1::bigint) AS ok', [partitionLockKey(1, 0)])).rows[0].ok, true)
 
-  const b = await spawnBroker({ DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' }, 60_000)
+  const b = await spawnBroker({ DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '200', HOOKQ_DB_POOL_SIZE: '4' })
   t.teardown(() => {
     if (b.child.exitCode === null) b.child.kill('SIGKILL')
   })
@@ -211,7 +211,7 @@ t.test(
         if (b.child.exitCode === null) b.child.kill('SIGKILL')
       }
     })
-    const [a, b] = await Promise.all([spawnBroker(env, 60_000), spawnBroker(env, 60_000)])
+    const [a, b] = await Promise.all([spawnBroker(env), spawnBroker(env)])
     procs.push(a, b)
     const receiver = await startReceiver(t)
     t.equal((await call(a.url, 'PUT', '/v1/topics/fence', { partitions: 2 })).status, 201)

@@ -1,34 +1,15 @@
 // HOOKQ_PROCESSES=2: one command, two broker processes on one port. Both take calls (one pushes,
 // the other forwards acks to it over its own loopback port), a process that dies is started again
 // while the other keeps serving, and SIGTERM stops them all with exit 0, even one still starting.
-import { readdirSync, readFileSync } from 'node:fs'
 import t from 'tap'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { launchBroker, spawnBroker, callBroker as call } from '../helpers/process.ts'
+import { childrenOf, launchBroker, spawnBroker, START_LIMIT_MS, callBroker as call } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
-/** The pids of `pid`'s live child processes, read from /proc (field 4 of stat is the parent's pid). */
-const childrenOf = (pid: number): number[] => {
-  const children: number[] = []
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue
-    let stat: string
-    try {
-      stat = readFileSync(`/proc/${name}/stat`, 'utf8')
-    } catch {
-      continue
-    } // gone meanwhile
-    // After the command's closing parenthesis: state, ppid, ...; a zombie (Z) has exited already.
-    const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    if (Number(ppid) === pid && state !== 'Z') children.push(Number(name))
-  }
-  return children
-}
-
 t.test('two broker processes from one command', { skip: needsServer }, async (t) => {
   const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2', HOOKQ_CLUSTER_POLL_MS: '200' }
-  const broker = await spawnBroker(env, 60_000)
+  const broker = await spawnBroker(env)
   t.teardown(() => {
     for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL')
     broker.child.kill('SIGKILL')
@@ -47,7 +28,7 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
       .some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
   await waitFor(() => childrenOf(broker.child.pid!).length === 2, 30_000, 'two broker processes')
 
-  await waitFor(() => childrenOf(broker.child.pid!).every(listens), 30_000, 'both processes listen')
+  await waitFor(() => childrenOf(broker.child.pid!).every(listens), START_LIMIT_MS, 'both processes listen')
   /** hookq_partitions_owned of whichever process answers a fresh connection. */
   const ownedGauge = async () =>
     /^hookq_partitions_owned (\d+)/m.exec(String((await call(broker.url, 'GET', '/metrics', undefined, { connection: 'close' })).json))?.[1]
@@ -101,7 +82,7 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
     'a new process in its place',
   )
   const fresh = childrenOf(broker.child.pid!).find((pid) => !before.includes(pid))!
-  await waitFor(() => listens(fresh), 60_000, 'the new process listens')
+  await waitFor(() => listens(fresh), START_LIMIT_MS, 'the new process listens')
   await waitFor(oneEach, 30_000, 'the new process took its partition back from the survivor')
   t.equal(
     (await call(broker.url, 'POST', '/v1/topics/p/messages', { messages: Array.from({ length: 10 }, (_, j) => ({ value: 100 + j })) }))
@@ -124,7 +105,7 @@ t.test('a broker process stopped while it starts exits 0', { skip: needsServer }
     if (b.child.exitCode === null) b.child.kill('SIGKILL')
   })
   // Migrations log from inside start-up, before the process listens.
-  await waitUntil(() => /applied migration|schema-engine/.test(b.output()), 60_000, 'start-up under way')
+  await waitUntil(() => /applied migration|schema-engine/.test(b.output()), START_LIMIT_MS, 'start-up under way')
   b.child.kill('SIGTERM')
   t.equal(await b.exited, 0, 'exit 0')
   t.match(b.output(), /"msg":"stopped"/, 'it says it stopped')

@@ -18,7 +18,7 @@ t.test('SIGKILL mid-stream loses nothing and re-pushes nothing acked', async (t)
     t.teardown(() => rm(dataDir, { recursive: true, force: true }))
     env = { HOOKQ_DATA_DIR: dataDir }
   }
-  let broker: BrokerProcess = await spawnBroker(env, 60_000)
+  let broker: BrokerProcess = await spawnBroker(env)
   t.teardown(() => {
     broker.child.kill('SIGKILL')
   })
@@ -63,7 +63,7 @@ t.test('SIGKILL mid-stream loses nothing and re-pushes nothing acked', async (t)
   const ackedBeforeKill = new Set(acked)
   generation = 2
 
-  broker = await spawnBroker(env, 60_000)
+  broker = await spawnBroker(env)
   base = broker.url
   await waitUntil(
     async () => {
@@ -100,7 +100,7 @@ t.test('a restart counts no attempt for a message never pushed (maxDeliveries 1)
         t.teardown(() => rm(dataDir, { recursive: true, force: true }))
         return { HOOKQ_DATA_DIR: dataDir }
       })()
-  let broker: BrokerProcess = await spawnBroker(env, 60_000)
+  let broker: BrokerProcess = await spawnBroker(env)
   t.teardown(() => {
     broker.child.kill('SIGKILL')
   })
@@ -118,7 +118,7 @@ t.test('a restart counts no attempt for a message never pushed (maxDeliveries 1)
 
   broker.child.kill('SIGTERM')
   t.equal(await broker.exited, 0, 'stopped cleanly')
-  broker = await spawnBroker(env, 60_000)
+  broker = await spawnBroker(env)
   t.equal(
     (await call(broker.url, 'POST', '/v1/topics/once/messages', { messages: [1, 2, 3, 4, 5].map((value) => ({ value })) })).status,
     201,

@@ -97,7 +97,7 @@ async function childDatabaseEnv(t: Test): Promise<Record<string, string>> {
 
 t.test('SIGKILL mid-produce loses no acknowledged message (a server, or the embedded database)', async (t) => {
   const env = await childDatabaseEnv(t)
-  let broker: BrokerProcess = await spawnBroker(env, 60_000)
+  let broker: BrokerProcess = await spawnBroker(env)
   t.teardown(() => {
     broker.child.kill('SIGKILL')
   })
@@ -111,7 +111,7 @@ t.test('SIGKILL mid-produce loses no acknowledged message (a server, or the embe
   t.equal(await broker.exited, 'SIGKILL')
   await load.done
 
-  broker = await spawnBroker(env, 60_000)
+  broker = await spawnBroker(env)
   const stored = await readAll(broker.url, 'crash', 3)
   const ok = checkLog(t, load.calls, stored)
   t.ok(ok >= 300, `${ok} acknowledged calls checked`)
@@ -127,7 +127,7 @@ t.test('SIGTERM finishes the calls in progress, exits 0, and the embedded databa
   const dataDir = await mkdtemp(join(tmpdir(), 'hookq-embedded-'))
   t.teardown(() => rm(dataDir, { recursive: true, force: true }))
   const env = { HOOKQ_DATA_DIR: dataDir } // always embedded: its close-and-reopen is what is tested
-  let broker = await spawnBroker(env, 60_000)
+  let broker = await spawnBroker(env)
   t.teardown(() => {
     broker.child.kill('SIGKILL')
   })
@@ -141,7 +141,7 @@ t.test('SIGTERM finishes the calls in progress, exits 0, and the embedded databa
   t.match(broker.output(), /shutting down/)
   t.match(broker.output(), /embedded database: fsync=off/, 'the embedded mode says at start-up that it does not flush to disk')
 
-  broker = await spawnBroker(env, 60_000)
+  broker = await spawnBroker(env)
   const stored = await readAll(broker.url, 'graceful', 2)
   const ok = checkLog(t, load.calls, stored)
   t.ok(ok >= 100)
