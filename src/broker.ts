@@ -161,9 +161,11 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
     const retention = new RetentionSweeper(db, {
       intervalMs: config.retentionIntervalMs,
+      attemptRetentionMs: config.attemptRetentionMs,
       sliceRows: 10_000,
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),
       onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
+      onAttemptsDeleted: (group, rows) => opts.logger?.debug({ group, rows }, 'deleted attempts past HOOKQ_ATTEMPT_RETENTION_MS'),
     })
     const app = await buildApp({
       services,
