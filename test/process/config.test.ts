@@ -78,7 +78,10 @@ t.test('the broker refuses to start on a bad value, saying why, with exit code 2
   t.match(timeout.output, /hookq: configuration error: HOOKQ_KEEP_ALIVE_TIMEOUT_MS must be a whole number/)
   const retention = await runBrokerToExit({ HOOKQ_ATTEMPT_RETENTION_MS: '1000' })
   t.equal(retention.code, 2)
-  t.match(retention.output, /hookq: configuration error: HOOKQ_ATTEMPT_RETENTION_MS must be a whole number from 60000 to 315360000000, got 1000/)
+  t.match(
+    retention.output,
+    /hookq: configuration error: HOOKQ_ATTEMPT_RETENTION_MS must be a whole number from 60000 to 315360000000, got 1000/,
+  )
 })
 
 t.test('start-up failures say why in one line, with exit code 1', async (t) => {
