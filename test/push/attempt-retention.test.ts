@@ -131,3 +131,18 @@ t.test('sweeps running at once delete each expired attempt once and fail nothing
   )
   t.equal(await count(), 0, 'every expired attempt is gone')
 })
+
+t.test('a server where autovacuum cannot run is named at start-up: nothing would reclaim what retention deletes', async (t) => {
+  // track_counts off (settable per session) stops autovacuum as surely as autovacuum=off (server-wide).
+  const lines: string[] = []
+  const broker = await createBroker(
+    loadConfig({
+      DATABASE_URL: `${db.url}?options=${encodeURIComponent('-c track_counts=off')}`,
+      HOOKQ_DB_POOL_SIZE: '2',
+      LOG_LEVEL: 'silent',
+    }),
+    { log: (line) => lines.push(line) },
+  )
+  t.teardown(() => broker.close())
+  t.match(lines.join('\n'), /WARNING: PostgreSQL runs with autovacuum off: the rows retention deletes are never reclaimed/)
+})
