@@ -17,7 +17,7 @@ import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
 import { TopicService } from './service/topics.ts'
-import { durabilityWarnings, openDatabase, type Database } from './store/db.ts'
+import { autovacuumOff, durabilityWarnings, openDatabase, type Database } from './store/db.ts'
 import { appendMessages, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
@@ -72,6 +72,12 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
         ? `embedded database: ${unsafe.join(', ')} (PGlite never flushes to disk: a machine crash can lose acknowledged messages; see docs/operations.md)`
         : `PostgreSQL runs with ${unsafe.join(', ')}: a crash can lose messages that produce acknowledged as durably committed`
       if (opts.logger) opts.logger.warn({ settings: unsafe }, message)
+      else log(`WARNING: ${message}`)
+    }
+    if (!embedded && (await autovacuumOff(db.pool))) {
+      const message =
+        'PostgreSQL runs with autovacuum off: the rows retention deletes are never reclaimed and the database grows with traffic; turn it on or VACUUM regularly (docs/operations.md)'
+      if (opts.logger) opts.logger.warn({ settings: ['autovacuum=off'] }, message)
       else log(`WARNING: ${message}`)
     }
 
@@ -161,9 +167,11 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
     const retention = new RetentionSweeper(db, {
       intervalMs: config.retentionIntervalMs,
+      attemptRetentionMs: config.attemptRetentionMs,
       sliceRows: 10_000,
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),
       onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
+      onAttemptsDeleted: (group, rows) => opts.logger?.debug({ group, rows }, 'deleted attempts past HOOKQ_ATTEMPT_RETENTION_MS'),
     })
     const app = await buildApp({
       services,

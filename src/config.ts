@@ -27,8 +27,10 @@ export interface Config {
   commitMaxPendingMessages: number
   /** Bytes waiting for a commit past which produce answers 503. */
   commitMaxPendingBytes: number
-  /** How often messages past their topic's retention are deleted. */
+  /** How often messages past their topic's retention, and attempts past attemptRetentionMs, are deleted. */
   retentionIntervalMs: number
+  /** How long an attempt stays in the attempt log (GET /v1/groups/{group}/deliveries), ms (HOOKQ_ATTEMPT_RETENTION_MS). */
+  attemptRetentionMs: number
   /** Bearer API keys with their scopes (HOOKQ_API_KEYS and HOOKQ_API_KEYS_FILE); empty means authentication is off. */
   apiKeys: ApiKey[]
   /** Requests a second per API key (per client IP without keys); 0 means no limit. */
@@ -172,6 +174,8 @@ export function loadConfig(env: Env = process.env): Config {
     commitMaxPendingMessages: int(env, 'HOOKQ_COMMIT_MAX_PENDING_MESSAGES', 100_000, 1, 10_000_000),
     commitMaxPendingBytes: int(env, 'HOOKQ_COMMIT_MAX_PENDING_BYTES', 256 * MiB, 1024, 64 * 1024 * MiB),
     retentionIntervalMs: int(env, 'HOOKQ_RETENTION_INTERVAL_MS', 60_000, 1000, 86_400_000),
+    // At least a minute (the contract's floor): an attempt must outlive its push and the ack of it.
+    attemptRetentionMs: int(env, 'HOOKQ_ATTEMPT_RETENTION_MS', 7 * 86_400_000, 60_000, 3650 * 86_400_000),
     apiKeys: apiKeys(env),
     rateLimitPerKey: int(env, 'HOOKQ_RATE_LIMIT_PER_KEY', 0, 0, 1_000_000),
     shutdownGraceMs: int(env, 'HOOKQ_SHUTDOWN_GRACE_MS', 25_000, 0, 3_600_000),

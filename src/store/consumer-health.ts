@@ -71,6 +71,17 @@ export async function recordHealth(q: Queryable, rows: HealthCounts[]): Promise<
   })
 }
 
+/**
+ * Deletes buckets past the window of every consumer: recordHealth deletes those of the consumers it
+ * writes for, but a consumer no longer pushed to keeps its last ones until this (the retention sweep).
+ */
+export async function deleteExpiredHealth(q: Queryable): Promise<number> {
+  const res = await q.query(
+    `DELETE FROM consumer_health WHERE bucket < now() - interval '${HEALTH_WINDOW_MS + 2 * HEALTH_BUCKET_MS} milliseconds'`,
+  )
+  return res.rowCount ?? 0
+}
+
 /** The health of each consumer named, by id (those never pushed to have all nulls). */
 export async function readHealth(q: Queryable, consumerIds: string[], nowMs: number): Promise<Map<string, ConsumerHealthView>> {
   const out = new Map<string, ConsumerHealthView>()

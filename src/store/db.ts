@@ -111,6 +111,18 @@ export async function inTransaction<T>(db: Database, fn: (client: pg.PoolClient)
 }
 
 /**
+ * Whether PostgreSQL's autovacuum is off (the server's setting, or the statistics it needs): then
+ * nothing reclaims the rows retention deletes, and the database grows with traffic however short
+ * the retentions (measured: +0.65 MB/s at 1,000 msg/s with 60 s retentions).
+ */
+export async function autovacuumOff(q: Queryable): Promise<boolean> {
+  const res = await q.query<{ name: string; setting: string }>(
+    `SELECT name, setting FROM pg_settings WHERE name IN ('autovacuum', 'track_counts')`,
+  )
+  return res.rows.some((r) => r.setting === 'off')
+}
+
+/**
  * PostgreSQL settings that void the promise that a 2xx means durably committed: fsync=off (a
  * crash can lose or corrupt committed data) and synchronous_commit=off (a crash loses the last
  * commits). Returns a description of each one found, empty when the server is safe.

@@ -236,3 +236,73 @@ export async function abandonInFlight(q: Queryable, groupId: number, partition: 
     [groupId, partition],
   )
 }
+
+/** What one slice of the attempt sweep did. */
+export interface AttemptSweepSlice {
+  /** Rows deleted. */
+  deleted: number
+  /** Rows looked at (deleted or kept); fewer than the limit: the group has no older ones left. */
+  scanned: number
+  /** The start time of the newest row looked at (ms since the epoch); where the next slice goes on. */
+  lastStartedMs: number | null
+}
+
+/**
+ * One slice of the attempt log's retention for one group: of its `limit` oldest attempts that
+ * started before `cutoffMs` (and not before `fromMs`), deletes those that no attempt count needs.
+ *
+ * A restart or a new owner counts a message's attempts as the largest attempt number among its rows
+ * since the partition's last seek, for messages not yet completed (attemptCounts in consumption.ts;
+ * first pushes are also covered by group_offsets.pushed_offset). So an expired row goes when:
+ * - its message is completed for the group (below the committed offset, or among the out-of-order
+ *   completions): it is never pushed again, and a seek back to it counts afresh from the seek;
+ * - or its message has a newer attempt row (later start; the same start and a higher number): the
+ *   newest row, which the count reads, stays;
+ * - or its message is no longer in the log (message retention, a deleted topic): it is never pushed again.
+ * The newest row of a message still in progress is kept however old, so attempt numbers and
+ * maxDeliveries go on counting from it.
+ *
+ * Several processes may sweep at once: rows another sweep (or an attempt-log update) holds are
+ * skipped (SKIP LOCKED), so no statement waits for another or deadlocks with it, and a row is
+ * deleted once. Rows are taken by the (group_id, started_at) index, oldest first.
+ */
+export async function deleteExpiredAttempts(
+  q: Queryable,
+  groupId: number,
+  cutoffMs: number,
+  fromMs: number,
+  limit: number,
+): Promise<AttemptSweepSlice> {
+  const res = await q.query<{ deleted: number; scanned: number; last_ms: number | null }>({
+    name: 'hookq_delete_expired_attempts',
+    text: DELETE_EXPIRED_ATTEMPTS,
+    values: [groupId, cutoffMs, fromMs, limit],
+  })
+  const row = res.rows[0]!
+  return { deleted: row.deleted, scanned: row.scanned, lastStartedMs: row.last_ms }
+}
+
+/** Exported for bench/retention.ts, which EXPLAINs it. */
+export const DELETE_EXPIRED_ATTEMPTS = `
+WITH scanned AS MATERIALIZED (
+  SELECT d.group_id, d.topic_id, d.partition, d."offset", d.attempt, d.id, d.started_at FROM deliveries d
+  WHERE d.group_id = $1 AND d.started_at < to_timestamp($2 / 1000.0) AND d.started_at >= to_timestamp($3 / 1000.0)
+  ORDER BY d.started_at
+  LIMIT $4
+), doomed AS (
+  SELECT d.ctid FROM deliveries d JOIN scanned s
+    ON d.group_id = s.group_id AND d.partition = s.partition AND d."offset" = s."offset" AND d.attempt = s.attempt AND d.id = s.id
+  WHERE s."offset" < (SELECT o.committed_offset FROM group_offsets o
+                      WHERE o.group_id = s.group_id AND o.topic_id = s.topic_id AND o.partition = s.partition)
+     OR EXISTS (SELECT 1 FROM group_completions c
+                WHERE c.group_id = s.group_id AND c.topic_id = s.topic_id AND c.partition = s.partition AND c."offset" = s."offset")
+     OR EXISTS (SELECT 1 FROM deliveries n
+                WHERE n.group_id = s.group_id AND n.partition = s.partition AND n."offset" = s."offset" AND n.topic_id = s.topic_id
+                  AND (n.started_at, n.attempt) > (s.started_at, s.attempt))
+     OR NOT EXISTS (SELECT 1 FROM messages m WHERE m.topic_id = s.topic_id AND m.partition = s.partition AND m."offset" = s."offset")
+  FOR UPDATE OF d SKIP LOCKED
+), gone AS (
+  DELETE FROM deliveries d USING doomed WHERE d.ctid = doomed.ctid RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::int AS deleted, (SELECT count(*) FROM scanned)::int AS scanned,
+       (SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 FROM scanned) AS last_ms`

@@ -19,7 +19,10 @@ t.test('defaults', async (t) => {
     pushWindowInitial: 8,
     pushWindowMax: 1000,
     logRequests: false,
+    retentionIntervalMs: 60_000,
+    attemptRetentionMs: 7 * 86_400_000,
   })
+  t.equal(loadConfig({ HOOKQ_ATTEMPT_RETENTION_MS: '60000' }).attemptRetentionMs, 60_000, 'one minute, the least')
   t.equal(loadConfig({ HOOKQ_LOG_REQUESTS: 'yes' }).logRequests, true)
   t.equal(loadConfig({ HOOKQ_ADVERTISE_URL: 'http://10.0.0.5:8080/' }).advertiseUrl, 'http://10.0.0.5:8080')
   t.match(loadConfig({}), { advertiseUrl: undefined, clusterPollMs: 1000 })
@@ -50,6 +53,8 @@ t.test('bad values are refused with the variable named', async (t) => {
     [{ HOOKQ_REQUEST_TIMEOUT_MS: '0' }, /HOOKQ_REQUEST_TIMEOUT_MS must be a whole number from 100 to 3600000, got 0/],
     [{ HOOKQ_HEADERS_TIMEOUT_MS: '10s' }, /HOOKQ_HEADERS_TIMEOUT_MS must be a whole number from 100/],
     [{ HOOKQ_KEEP_ALIVE_TIMEOUT_MS: '-1' }, /HOOKQ_KEEP_ALIVE_TIMEOUT_MS must be a whole number from 100/],
+    [{ HOOKQ_ATTEMPT_RETENTION_MS: '59999' }, /HOOKQ_ATTEMPT_RETENTION_MS must be a whole number from 60000 to 315360000000, got 59999/],
+    [{ HOOKQ_ATTEMPT_RETENTION_MS: '7d' }, /HOOKQ_ATTEMPT_RETENTION_MS must be a whole number from 60000/],
     [
       { HOOKQ_REQUEST_TIMEOUT_MS: '1000', HOOKQ_HEADERS_TIMEOUT_MS: '2000' },
       /HOOKQ_HEADERS_TIMEOUT_MS \(2000\) must not exceed HOOKQ_REQUEST_TIMEOUT_MS \(1000\)/,
@@ -70,6 +75,12 @@ t.test('the broker refuses to start on a bad value, saying why, with exit code 2
   const timeout = await runBrokerToExit({ HOOKQ_KEEP_ALIVE_TIMEOUT_MS: 'forever' })
   t.equal(timeout.code, 2)
   t.match(timeout.output, /hookq: configuration error: HOOKQ_KEEP_ALIVE_TIMEOUT_MS must be a whole number/)
+  const retention = await runBrokerToExit({ HOOKQ_ATTEMPT_RETENTION_MS: '1000' })
+  t.equal(retention.code, 2)
+  t.match(
+    retention.output,
+    /hookq: configuration error: HOOKQ_ATTEMPT_RETENTION_MS must be a whole number from 60000 to 315360000000, got 1000/,
+  )
 })
 
 t.test('start-up failures say why in one line, with exit code 1', async (t) => {

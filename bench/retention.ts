@@ -1,0 +1,152 @@
+/**
+ * Does the database stop growing under steady traffic once the retentions have passed? (issue 34)
+ *
+ * One broker on a throw-away database; a topic with retentionMs BENCH_RETENTION_MS (60 s) and an
+ * auto-mode group pushing to a receiver on 127.0.0.1 that answers 200; HOOKQ_ATTEMPT_RETENTION_MS
+ * the same, sweeps every BENCH_SWEEP_MS (5 s). Produces BENCH_RATE msg/s (1000) for BENCH_SECONDS
+ * (240), in batches every 50 ms, and prints every 15 s the size of messages and deliveries with
+ * their indexes (pg_total_relation_size), their live and dead tuples (pg_stat_user_tables), and
+ * the database's size, autovacuum's runs on them, and the age of the oldest snapshot any session of
+ * the server holds (one held long keeps vacuum from removing dead rows, whatever their table). At
+ * the end, the attempt sweep's statement is EXPLAINed (ANALYZE, in a transaction rolled back).
+ * BENCH_VACUUM_MS=<ms>: the bench itself runs VACUUM on messages and deliveries that often, standing
+ * in for autovacuum on a server where it is off (SHOW autovacuum). BENCH_ROOT=<dir>: run the broker of
+ * another checkout (with its node_modules), for a before/after in one sitting. Bounded in count and time;
+ * everything on loopback.
+ *
+ *   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres node --import tsx bench/retention.ts
+ */
+import { createServer } from 'node:http'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
+import { createBenchDatabase, withClient } from './lib/db.ts'
+import { DELETE_EXPIRED_ATTEMPTS } from '../src/store/deliveries.ts'
+
+const serverUrl = process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres'
+const rate = Number(process.env.BENCH_RATE ?? 1000)
+const seconds = Number(process.env.BENCH_SECONDS ?? 240)
+const retentionMs = Number(process.env.BENCH_RETENTION_MS ?? 60_000)
+const sweepMs = Number(process.env.BENCH_SWEEP_MS ?? 5000)
+const vacuumMs = Number(process.env.BENCH_VACUUM_MS ?? 0)
+const tickMs = 50
+const perTick = Math.max(1, Math.round((rate * tickMs) / 1000))
+
+let pushes = 0
+let vacuuming: Promise<unknown> | undefined
+const receiver = createServer((req, res) => {
+  req.resume()
+  req.on('end', () => {
+    pushes++
+    res.writeHead(200).end()
+  })
+})
+await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve))
+const receiverPort = (receiver.address() as { port: number }).port
+
+const db = await createBenchDatabase(serverUrl)
+const broker = await startBroker(db.url, {
+  timeoutMs: 120_000,
+  ...(process.env.BENCH_ROOT ? { root: process.env.BENCH_ROOT } : {}),
+  env: {
+    HOOKQ_ATTEMPT_RETENTION_MS: String(retentionMs),
+    HOOKQ_RETENTION_INTERVAL_MS: String(sweepMs),
+    HOOKQ_PUSH_ALLOW_PRIVATE: 'true',
+    HOOKQ_PUSH_ALLOW_HTTP: 'true',
+  },
+})
+
+const SIZES = `
+SELECT c.relname AS table, pg_total_relation_size(c.oid) AS bytes, s.n_live_tup AS live, s.n_dead_tup AS dead,
+       s.autovacuum_count AS vacuums
+FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.relname IN ('messages', 'deliveries') ORDER BY c.relname`
+
+async function report(elapsedS: number, produced: number): Promise<void> {
+  await withClient(db.url, async (client) => {
+    const { rows } = await client.query<{ table: string; bytes: string; live: string; dead: string; vacuums: string }>(SIZES)
+    const total = await client.query<{ bytes: string; xmin_s: number | null }>(
+      `SELECT pg_database_size(current_database()) AS bytes,
+              (SELECT extract(epoch FROM clock_timestamp() - min(xact_start))::float8 FROM pg_stat_activity WHERE backend_xmin IS NOT NULL) AS xmin_s`,
+    )
+    const mb = (b: string | number) => (Number(b) / 1048576).toFixed(1)
+    const cells = rows.map((r) => `${r.table} ${mb(r.bytes)} MB live ${r.live} dead ${r.dead} vacuums ${r.vacuums}`)
+    const { bytes, xmin_s } = total.rows[0]!
+    console.log(
+      `t=${String(elapsedS).padStart(3)}s produced ${produced} pushed ${pushes} | ${cells.join(' | ')} | database ${mb(bytes)} MB | oldest snapshot ${Math.round(xmin_s ?? 0)} s`,
+    )
+  })
+}
+
+try {
+  await brokerApi(broker.url, 'PUT', '/v1/topics/bench', { partitions: 4, retentionMs })
+  await brokerApi(broker.url, 'PUT', '/v1/groups/bench', { topic: 'bench', ackMode: 'auto', maxInFlight: 1000 })
+  await brokerApi(broker.url, 'POST', '/v1/groups/bench/consumers', { url: `http://127.0.0.1:${receiverPort}/hook` })
+  const body = JSON.stringify({ messages: Array.from({ length: perTick }, (_, i) => ({ value: { i, pad: 'x'.repeat(200) } })) })
+  const MAX_OUTSTANDING = 8
+  const outstanding = new Set<Promise<void>>()
+  let skipped = 0
+  const produceOnce = async () => {
+    const res = await fetch(`${broker.url}/v1/topics/bench/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+      signal: AbortSignal.timeout(30_000),
+    })
+    await res.arrayBuffer()
+    if (res.status === 201) produced += perTick
+  }
+  const start = performance.now()
+  let produced = 0
+  let nextReport = 0
+  let nextVacuum = vacuumMs / 1000
+  for (let tick = 0; performance.now() - start < seconds * 1000 && tick < (seconds * 1000) / tickMs + 10; tick++) {
+    const due = start + tick * tickMs
+    const wait = due - performance.now()
+    if (wait > 0) await sleep(wait)
+    // Open loop at a steady rate: a call slower than a tick does not hold up the next ones (up to
+    // MAX_OUTSTANDING at once; past that the tick's messages are not sent, and counted as skipped),
+    // and a slow spell is not made up for by a burst that would inflate the live rows.
+    if (outstanding.size < MAX_OUTSTANDING) {
+      const call = produceOnce().finally(() => outstanding.delete(call))
+      outstanding.add(call)
+    } else {
+      skipped += perTick
+    }
+    const elapsed = (performance.now() - start) / 1000
+    if (vacuumMs > 0 && elapsed >= nextVacuum) {
+      nextVacuum += vacuumMs / 1000
+      // Not awaited: it runs beside the load, as autovacuum would (one at a time).
+      if (!vacuuming) {
+        vacuuming = withClient(db.url, (client) => client.query('VACUUM messages, deliveries'))
+          .catch((err: unknown) => console.error('VACUUM failed:', err))
+          .finally(() => {
+            vacuuming = undefined
+          })
+      }
+    }
+    if (elapsed >= nextReport) {
+      await report(Math.round(elapsed), produced)
+      nextReport += 15
+    }
+  }
+  await Promise.all(outstanding)
+  await vacuuming
+  console.log(`skipped ${skipped} messages (${MAX_OUTSTANDING} produce calls already outstanding at their tick)`)
+  await report(Math.round((performance.now() - start) / 1000), produced)
+  await withClient(db.url, async (client) => {
+    const group = await client.query<{ id: number }>(`SELECT id FROM consumer_groups WHERE name = 'bench'`)
+    await client.query('BEGIN')
+    const plan = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${DELETE_EXPIRED_ATTEMPTS}`, [
+      group.rows[0]!.id,
+      Date.now() - retentionMs,
+      0,
+      10_000,
+    ])
+    await client.query('ROLLBACK')
+    console.log(plan.rows.map((r) => r['QUERY PLAN']).join('\n'))
+  })
+} finally {
+  await stopBroker(broker)
+  receiver.close()
+  await db.drop()
+}
