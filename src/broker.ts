@@ -182,7 +182,9 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       produce: services.produce,
       pollMs: config.outboxPollMs,
       batchRows: config.commitMaxMessages,
+      batchBytes: config.outboxBatchBytes,
       onMoved: (topic, n) => metrics.produced(topic, n),
+      onSetAside: () => metrics.outboxSetAside(),
       turn: () => cluster.ownership.turn,
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })

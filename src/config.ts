@@ -53,6 +53,8 @@ export interface Config {
   clusterPollMs: number
   /** How often the broker looks for messages hookq_produce() committed, ms (HOOKQ_OUTBOX_POLL_MS); several processes take turns. */
   outboxPollMs: number
+  /** Bytes (values, headers, keys) one move of the outbox takes at most (HOOKQ_OUTBOX_BATCH_BYTES); a larger row moves alone. */
+  outboxBatchBytes: number
   /** A request's headers and body must arrive within this, ms, or the connection gets 408 and is closed. */
   requestTimeoutMs: number
   /** A request's headers must arrive within this, ms (a new connection that sends nothing is closed after it too). */
@@ -188,6 +190,7 @@ export function loadConfig(env: Env = process.env): Config {
       60_000,
     ),
     outboxPollMs: int(env, 'HOOKQ_OUTBOX_POLL_MS', 50, 5, 60_000),
+    outboxBatchBytes: int(env, 'HOOKQ_OUTBOX_BATCH_BYTES', 16 * MiB, 1024, 256 * MiB),
     processes: processes(env),
     requestTimeoutMs,
     headersTimeoutMs,

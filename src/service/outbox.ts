@@ -37,7 +37,16 @@
  */
 import type { AppendEntry, Coordinates } from '../store/messages.ts'
 import type { Database } from '../store/db.ts'
-import { moveOutbox, outboxWaiting, type Moved, type OutboxRow } from '../store/outbox.ts'
+import {
+  isRowFault,
+  MoveFailed,
+  moveOutbox,
+  oldestWaitingId,
+  outboxWaiting,
+  setAsideOutboxRow,
+  type Moved,
+  type OutboxRow,
+} from '../store/outbox.ts'
 import type { ProduceService } from './produce.ts'
 
 export interface OutboxMoverOptions {
@@ -47,8 +56,12 @@ export interface OutboxMoverOptions {
   pollMs: number
   /** Rows one transaction moves at most. */
   batchRows: number
+  /** Bytes (values, headers, keys) one transaction moves at most; a larger row moves alone. */
+  batchBytes: number
   /** `n` messages were appended to topic `name`. */
   onMoved?(name: string, n: number): void
+  /** Outbox row `id` could not be moved and was set aside (produce_outbox_set_aside). */
+  onSetAside?(id: number): void
   /** This process's turn among the processes polling (index from 0, of count); alone when absent. */
   turn?: () => { index: number; count: number }
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
@@ -75,6 +88,8 @@ export class OutboxMover {
   private running: Promise<unknown> | undefined
   private stopped = true
   private failing = false
+  /** After a batch failed for one of its rows: how many rows to move one at a time, to find it. */
+  private singly = 0
 
   constructor(private readonly opts: OutboxMoverOptions) {}
 
@@ -131,19 +146,57 @@ export class OutboxMover {
     try {
       if (!(await outboxWaiting(this.opts.db.pool))) return false
       for (;;) {
-        const moved = await moveOutbox(this.opts.db, this.opts.batchRows, (row) => this.place(row))
+        const rows = this.singly > 0 ? 1 : this.opts.batchRows
+        let moved: Moved | null
+        try {
+          moved = await moveOutbox(this.opts.db, { rows, bytes: this.opts.batchBytes }, (row) => this.place(row))
+        } catch (err) {
+          if (!(err instanceof MoveFailed) || !isRowFault(err.cause)) throw err
+          await this.isolate(err)
+          continue
+        }
         if (!moved) return true
+        this.singly = Math.max(0, this.singly - moved.rows.length)
         this.announce(moved)
         if (this.failing) this.opts.log.warn({}, 'moving the produce outbox works again')
         this.failing = false
-        if (moved.rows.length < this.opts.batchRows || this.stopped) return true
+        if ((moved.rows.length < rows && !moved.cut) || this.stopped) return true
       }
     } catch (err) {
       // The rows stay in the outbox (the move rolled back); the next poll tries again.
-      if (!this.failing) this.opts.log.error({ err }, 'moving the produce outbox failed; retrying at the next poll')
+      const cause = err instanceof MoveFailed ? err.cause : err
+      if (!this.failing) this.opts.log.error({ err: cause }, 'moving the produce outbox failed; retrying at the next poll')
       this.failing = true
       return false
     }
+  }
+
+  /**
+   * A move failed for something in its rows. A batch is then moved again one row at a time, so that
+   * only the row at fault stays behind; a row that fails alone is set aside, whole, with the reason
+   * (produce_outbox_set_aside), and reported by its outbox id, never its value. Retrying it in place
+   * would hold every later row of every producer behind it for ever.
+   */
+  private async isolate(err: MoveFailed): Promise<void> {
+    const reason = describe(err.cause)
+    if (err.ids.length > 1) {
+      this.singly = err.ids.length
+      this.opts.log.warn(
+        { rows: err.ids.length, outboxIds: [err.ids[0], err.ids.at(-1)], reason },
+        'moving a batch of the produce outbox failed; moving its rows one at a time',
+      )
+      return
+    }
+    const id = err.ids[0] ?? (await oldestWaitingId(this.opts.db.pool))
+    if (id === null) return
+    if (await setAsideOutboxRow(this.opts.db.pool, id, reason)) {
+      this.opts.log.error(
+        { outboxId: id, reason },
+        'set aside a produce outbox row that cannot be moved into its topic (see produce_outbox_set_aside); the rows behind it move on',
+      )
+      this.opts.onSetAside?.(id)
+    }
+    this.singly = Math.max(0, this.singly - 1)
   }
 
   private place(row: OutboxRow): AppendEntry | null {
@@ -181,4 +234,11 @@ export class OutboxMover {
       this.opts.onMoved?.(t.name, t.coordinates.filter((c) => !c.duplicate).length)
     }
   }
+}
+
+/** An error as a short line for the set-aside row and the log: its SQLSTATE or name, and message. */
+function describe(err: unknown): string {
+  const { code, name, message } = (err ?? {}) as { code?: unknown; name?: unknown; message?: unknown }
+  const what = typeof code === 'string' ? code : typeof name === 'string' ? name : 'Error'
+  return `${what}: ${typeof message === 'string' ? message : String(err)}`
 }
