@@ -3,11 +3,13 @@
  * bounded by bytes as well as rows (six 250 MiB values in one batch could not be joined, and wedged
  * the outbox for good), and a row that cannot be moved is set aside with its reason, reported by
  * its outbox id, while the rows behind it move on. The byte bound is set to a few KiB here, so
- * values of a few KiB stand in for hundreds of MiB.
+ * values of a few KiB stand in for hundreds of MiB. And nesting: hookq_produce() refuses what HTTP
+ * refuses (more than 128 levels), and a deeper value already stored still reads back.
  */
 import t, { type Test } from 'tap'
 import pg from 'pg'
 import { moveOutbox } from '../../src/store/outbox.ts'
+import { runCli } from '../cli/run.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { needsServer } from '../helpers/db.ts'
 import { waitUntil } from '../helpers/wait.ts'
@@ -100,5 +102,44 @@ t.test('the produce outbox under large and unmovable rows', { skip: needsServer 
     await pool.query(`SELECT hookq_produce('poison', '"later"')`)
     await outboxEmpty()
     t.same(await values('poison'), ['before', 'after', 'later'])
+  })
+  t.test('hookq_produce refuses a value nested deeper than HTTP takes; one already stored still reads', async (t) => {
+    t.equal((await call('PUT', '/v1/topics/deep', { partitions: 1 })).status, 201)
+    const nested = (n: number) => `${'['.repeat(n)}${']'.repeat(n)}`
+    // Strings hold brackets that do not count; 128 levels pass, 129 do not, as over HTTP.
+    const ok = `{"s":"[[[{{{\\"]]","v":${nested(127)},"w":[${'{"a":1},'.repeat(200)}[]]}`
+    await pool.query(`SELECT hookq_produce('deep', $1)`, [ok])
+    const refused = await pool.query(`SELECT hookq_produce('deep', $1)`, [`[${nested(128)}]`]).then(
+      () => undefined,
+      (e: { code: string; message: string }) => e,
+    )
+    t.equal(refused?.code, '22023')
+    t.match(refused?.message, /hookq_produce: value nests more than 128 levels of arrays and objects/)
+    const overHttp = await call('POST', '/v1/topics/deep/messages', { messages: [{ value: JSON.parse(`[${nested(128)}]`) }] })
+    t.equal(overHttp.status, 400, 'HTTP refuses the same value')
+    await outboxEmpty()
+
+    // A value stored before the check: 8,000 levels, written into the log directly.
+    await pool.query(
+      `WITH p AS (UPDATE topic_partitions SET next_offset = next_offset + 1
+                  WHERE topic_id = (SELECT id FROM topics WHERE name = 'deep') AND partition = 0
+                  RETURNING topic_id, next_offset - 1 AS o)
+       INSERT INTO messages (topic_id, partition, "offset", value, headers) SELECT topic_id, 0, o, $1, '{}' FROM p`,
+      [nested(8000)],
+    )
+    await pool.query(`SELECT hookq_produce('deep', '"after"')`)
+    await outboxEmpty()
+    const read = await call('GET', '/v1/topics/deep/partitions/0/messages')
+    t.equal(read.status, 200, 'the partition reads')
+    t.same(
+      read.json.messages.map((m: { offset: number }) => m.offset),
+      [0, 1, 2],
+    )
+    t.equal(JSON.stringify(read.json.messages[0].value), ok, 'values come back as stored')
+    t.equal(read.json.messages[2].value, 'after')
+    const tail = await runCli(['tail', 'deep', '--from', '0'], { url })
+    t.equal(tail.code, 0, tail.stderr)
+    t.match(tail.stdout, /^0:1 \S+ key=- "\(value nested too deeply to print\)"$/m)
+    t.match(tail.stdout, /^0:2 \S+ key=- "after"$/m)
   })
 })
