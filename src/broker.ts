@@ -180,7 +180,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const outbox = new OutboxMover({
       db,
       produce: services.produce,
-      pollMs: config.outboxPollMs,
+      pollMs: config.outboxPollMs ?? (cluster.hearsOutbox ? 5000 : 50),
       batchRows: config.commitMaxMessages,
       batchBytes: config.outboxBatchBytes,
       onMoved: (topic, n) => metrics.produced(topic, n),
@@ -188,6 +188,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       turn: () => cluster.ownership.turn,
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
+    cluster.onOutboxRows(() => outbox.wake())
     await cluster.start(config.advertiseUrl ?? null)
     retention.start()
     outbox.start()

@@ -17,7 +17,7 @@ import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
 import { HookqError } from '../errors.ts'
 import type { DispatchMessage } from '../store/consumption.ts'
 import { seekOffsets } from '../store/consumption.ts'
-import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, publish } from '../store/membership.ts'
+import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, OUTBOX_CHANNEL, publish } from '../store/membership.ts'
 import { Ownership, type OwnershipDeps } from './ownership.ts'
 
 /** What one member tells the others changed. */
@@ -39,6 +39,7 @@ export class Cluster {
   /** Appends not yet told to the other members: "topicId:partition" → end offset. */
   private pendingAppends = new Map<string, number>()
   private flushScheduled = false
+  private outboxWake: (() => void) | undefined
 
   constructor(private readonly deps: ClusterDeps) {
     this.dispatcher = deps.dispatcher
@@ -47,7 +48,21 @@ export class Cluster {
       dispatcher: deps.dispatcher,
       onOwned: deps.onOwned,
       onNotify: (channel, payload) => this.onNotify(channel, payload),
+      onJoined: () => this.outboxWake?.(),
     })
+  }
+
+  /**
+   * Whether hookq_produce() commits are heard (on the member session; not on the embedded database
+   * or a pool of one, which have no session of their own).
+   */
+  get hearsOutbox(): boolean {
+    return this.deps.connectionString !== null
+  }
+
+  /** `wake` runs at every hookq_produce() commit heard, and whenever the session (re)joins (commits may have gone unheard). */
+  onOutboxRows(wake: () => void): void {
+    this.outboxWake = wake
   }
 
   /** Loads the groups, joins the other processes and takes this one's share of the partitions. */
@@ -188,6 +203,10 @@ export class Cluster {
   }
 
   private onNotify(channel: string, payload: string): void {
+    if (channel === OUTBOX_CHANNEL) {
+      this.outboxWake?.()
+      return
+    }
     if (channel === APPEND_CHANNEL) {
       for (const part of payload.split(';')) {
         const [t, p, end] = part.split(':').map(Number)

@@ -10,17 +10,26 @@
  * caller. So the function takes no such lock: it checks its arguments and INSERTs a row into
  * produce_outbox, which nobody else waits on. The offset comes later:
  *
- * - The broker processes poll the outbox (HOOKQ_OUTBOX_POLL_MS, default 50 ms: one index probe of
- *   an empty table, so a message is pushed within ~100 ms of its commit), and a process polls every
- *   5 ms while its last look found rows, so steady traffic waits a few ms, not half a poll. N
- *   processes take turns: each idle one looks in its own slot of every N polls (slots by the wall
- *   clock, in the order of the members' ids), so the database sees one look per poll however many
- *   processes there are, not N (4 processes made 907 looks per 100,000 messages in bench:scale,
- *   as many as their progress statements). A turn can be missed: a member hung but not yet dropped
- *   keeps its slot, and hosts whose clocks disagree by more than a poll look closer together than
- *   that; a row then waits up to N polls, not one. Not LISTEN/NOTIFY: a
- *   NOTIFY in the caller's transaction takes a lock on the whole notification queue at commit,
- *   serialising every committer of the database behind it.
+ * - The broker processes are woken by PostgreSQL: a trigger on produce_outbox NOTIFYs at the
+ *   caller's commit (channel hookq_outbox, one per transaction however many calls), and each
+ *   process LISTENs on its member session (src/store/membership.ts), so a message is moved within a
+ *   round trip of its commit and an idle broker makes no statement for the outbox. Polling every
+ *   50 ms instead cost an idle process ~21 commits a second. The price is paid by callers: a
+ *   transaction that NOTIFYs takes PostgreSQL's notification lock at commit and holds it through its
+ *   commit record's flush, so committing hookq_produce() callers (and the members' own NOTIFYs)
+ *   commit one at a time rather than sharing a WAL flush.
+ * - A slow poll remains as a backstop (HOOKQ_OUTBOX_POLL_MS, default 5 s with a member session):
+ *   a notification is lost only while the session is down, and a session that joins again looks at
+ *   once, so the poll covers what nothing else can foresee (a notification missed between the
+ *   session's loss and its rejoin being noticed, a broken trigger) within seconds, at 0.2 statements
+ *   a second. Without a member session (the embedded database, a pool of one) nothing is heard and
+ *   the poll is the only way: it stays at 50 ms there. A process polls every 5 ms while its last
+ *   look found rows, and a notification heard during a move makes another look right after it. N
+ *   processes take turns polling: each idle one looks in its own slot of every N polls (slots by
+ *   the wall clock, in the order of the members' ids), so the database sees one look per poll
+ *   however many processes there are. A turn can be missed: a member hung but not yet dropped keeps
+ *   its slot, and hosts whose clocks disagree by more than a poll look closer together than that; a
+ *   row a notification did not announce then waits up to N polls, not one.
  * - A process that sees rows moves them in a short transaction of its own: DELETE ... RETURNING
  *   the oldest rows, idempotency keys settled against the log, APPEND, COMMIT (store/outbox.ts).
  *   Deleting and appending commit together, so a row is moved once and only once: a process killed
@@ -52,7 +61,10 @@ import type { ProduceService } from './produce.ts'
 export interface OutboxMoverOptions {
   db: Database
   produce: ProduceService
-  /** How often the processes, taking turns, look for rows when idle, ms (each one every N polls of N processes). */
+  /**
+   * How often the processes, taking turns, look for rows when idle, ms (each one every N polls of N
+   * processes): the backstop of notifications (wake), or the only way without them.
+   */
   pollMs: number
   /** Rows one transaction moves at most. */
   batchRows: number
@@ -88,6 +100,8 @@ export class OutboxMover {
   private running: Promise<unknown> | undefined
   private stopped = true
   private failing = false
+  /** A wake came during a round: look again right after it. */
+  private again = false
   /** After a batch failed for one of its rows: how many rows to move one at a time, to find it. */
   private singly = 0
 
@@ -107,16 +121,26 @@ export class OutboxMover {
     await this.running
   }
 
-  /** Looks for rows now (tests, and after a burst), unless a round is under way. */
+  /** Rows were committed (a notification), or may have been unheard (the session joined again): look now. */
+  wake(): void {
+    void this.poke()
+  }
+
+  /** Looks for rows now (tests, notifications), or right after the round under way. */
   async poke(): Promise<void> {
     if (this.stopped) return
-    if (!this.running) {
-      clearTimeout(this.timer)
-      this.running = this.round().then((found) => {
-        this.running = undefined
-        this.schedule(found ? Math.min(BUSY_POLL_MS, this.opts.pollMs) : this.idleMs())
-      })
+    if (this.running) {
+      this.again = true
+      await this.running
+      return
     }
+    clearTimeout(this.timer)
+    this.running = this.round().then((found) => {
+      this.running = undefined
+      const again = this.again
+      this.again = false
+      this.schedule(found ? Math.min(BUSY_POLL_MS, this.opts.pollMs) : again ? 0 : this.idleMs())
+    })
     await this.running
   }
 

@@ -28,6 +28,8 @@ const MAX_GROUP_ID = 0x07ffffff
 /** NOTIFY channels: messages appended, and groups, topics or offsets changed, by any member. */
 export const APPEND_CHANNEL = 'hookq_append'
 export const CHANGE_CHANNEL = 'hookq_change'
+/** Sent by PostgreSQL when a transaction that called hookq_produce() commits (a trigger on produce_outbox). */
+export const OUTBOX_CHANNEL = 'hookq_outbox'
 /** How long closing the session waits for the server before dropping the socket. */
 const CLOSE_WAIT_MS = 1000
 /** NOTIFY payloads must stay under 8000 bytes. */
@@ -124,7 +126,7 @@ export class MemberSession {
     const { rows } = await this.query<{ pid: number }>('SELECT pg_advisory_lock_shared($1), pg_backend_pid() AS pid', [MEMBERS_LOCK_KEY])
     this.pid = rows[0]!.pid
     await this.record(url)
-    for (const channel of [APPEND_CHANNEL, CHANGE_CHANNEL]) await this.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
+    for (const channel of [APPEND_CHANNEL, CHANGE_CHANNEL, OUTBOX_CHANNEL]) await this.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
   }
 
   /** Records where this member takes forwarded calls (its row replaces a dead backend's of the same pid). */
