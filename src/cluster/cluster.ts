@@ -17,7 +17,7 @@ import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
 import { HookqError } from '../errors.ts'
 import type { DispatchMessage } from '../store/consumption.ts'
 import { seekOffsets } from '../store/consumption.ts'
-import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, OUTBOX_CHANNEL, publish } from '../store/membership.ts'
+import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, OUTBOX_CHANNEL, publish, type OutboxWait } from '../store/membership.ts'
 import { Ownership, type OwnershipDeps } from './ownership.ts'
 
 /** What one member tells the others changed. */
@@ -58,6 +58,25 @@ export class Cluster {
    */
   get hearsOutbox(): boolean {
     return this.deps.connectionString !== null
+  }
+
+  /**
+   * This process is about to wait for hookq_produce() commits: takes the wait lock on the member
+   * session, so that committers NOTIFY (see OutboxWait; 'none': no session up, nothing is heard).
+   */
+  async waitForOutbox(): Promise<OutboxWait | 'none'> {
+    const session = this.ownership.liveSession
+    if (!session) return 'none'
+    try {
+      return await session.waitForOutbox()
+    } catch {
+      return 'none' // the session is failing: its rejoin wakes the mover
+    }
+  }
+
+  /** This process is moving rows: committers need not NOTIFY on its account. */
+  async stopWaitingForOutbox(): Promise<void> {
+    await this.ownership.liveSession?.stopWaitingForOutbox().catch(() => {})
   }
 
   /** `wake` runs at every hookq_produce() commit heard, and whenever the session (re)joins (commits may have gone unheard). */

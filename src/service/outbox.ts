@@ -10,19 +10,23 @@
  * caller. So the function takes no such lock: it checks its arguments and INSERTs a row into
  * produce_outbox, which nobody else waits on. The offset comes later:
  *
- * - The broker processes are woken by PostgreSQL: a trigger on produce_outbox NOTIFYs at the
- *   caller's commit (channel hookq_outbox, one per transaction however many calls), and each
- *   process LISTENs on its member session (src/store/membership.ts), so a message is moved within a
- *   round trip of its commit and an idle broker makes no statement for the outbox. Polling every
- *   50 ms instead cost an idle process ~21 commits a second. The price is paid by callers: a
- *   transaction that NOTIFYs takes PostgreSQL's notification lock at commit and holds it through its
- *   commit record's flush, so committing hookq_produce() callers (and the members' own NOTIFYs)
- *   commit one at a time rather than sharing a WAL flush.
+ * - An idle broker is woken by PostgreSQL: a trigger on produce_outbox NOTIFYs at the caller's
+ *   commit (channel hookq_outbox, one per transaction however many calls), and each process LISTENs
+ *   on its member session (src/store/membership.ts), so a message is moved within a round trip of
+ *   its commit and an idle broker makes no statement for the outbox (polling every 50 ms cost an
+ *   idle process ~21 commits a second). Only while a process waits: a transaction that NOTIFYs
+ *   takes PostgreSQL's notification lock at commit and holds it through its WAL flush, so with a
+ *   NOTIFY each, concurrent callers committed one at a time (8 callers: ~440 commits/s instead of
+ *   ~1,750). A process about to wait takes the wait lock (OUTBOX_WAIT_KEY) on its session and looks
+ *   once more; the trigger, at commit, tries it shared and NOTIFYs only when refused. A busy
+ *   process gives it up and polls every 5 ms while it finds rows; a commit that skipped the NOTIFY
+ *   held the lock shared until it was visible, so the process takes it only after, and its last
+ *   look sees the row (the outbox_notify_when_idle migration).
  * - A slow poll remains as a backstop (HOOKQ_OUTBOX_POLL_MS, default 5 s with a member session):
  *   a notification is lost only while the session is down, and a session that joins again looks at
- *   once, so the poll covers what nothing else can foresee (a notification missed between the
- *   session's loss and its rejoin being noticed, a broken trigger) within seconds, at 0.2 statements
- *   a second. Without a member session (the embedded database, a pool of one) nothing is heard and
+ *   once, so the poll covers what nothing else can foresee within seconds, at 0.2 statements a
+ *   second: a notification missed between the session's loss and its rejoin, or a process that
+ *   left the waiting to another which then died (its next poll takes the wait lock over). Without a member session (the embedded database, a pool of one) nothing is heard and
  *   the poll is the only way: it stays at 50 ms there. A process polls every 5 ms while its last
  *   look found rows, and a notification heard during a move makes another look right after it. N
  *   processes take turns polling: each idle one looks in its own slot of every N polls (slots by
@@ -74,6 +78,11 @@ export interface OutboxMoverOptions {
   onMoved?(name: string, n: number): void
   /** Outbox row `id` could not be moved and was set aside (produce_outbox_set_aside). */
   onSetAside?(id: number): void
+  /**
+   * The wait lock (src/store/membership.ts OutboxWait): taken before this process waits idle, so
+   * committers NOTIFY; given up while it moves rows, so they need not. Absent: nothing is heard.
+   */
+  waitLock?: { take(): Promise<'taken' | 'held' | 'elsewhere' | 'busy' | 'none'>; release(): Promise<void> }
   /** This process's turn among the processes polling (index from 0, of count); alone when absent. */
   turn?: () => { index: number; count: number }
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
@@ -135,13 +144,33 @@ export class OutboxMover {
       return
     }
     clearTimeout(this.timer)
-    this.running = this.round().then((found) => {
-      this.running = undefined
-      const again = this.again
-      this.again = false
-      this.schedule(found ? Math.min(BUSY_POLL_MS, this.opts.pollMs) : again ? 0 : this.idleMs())
-    })
+    this.running = this.round()
+      .then((found) => this.nextLookMs(found))
+      .then((ms) => {
+        this.running = undefined
+        this.again = false
+        this.schedule(ms)
+      })
     await this.running
+  }
+
+  /**
+   * When to look next. Rows found: soon, and committers need not NOTIFY meanwhile (the wait lock is
+   * given up). None: wait idle, holding the wait lock so that commits are told; a lock just taken
+   * gets one more look, for what committed before it was taken without a NOTIFY. Committers holding
+   * it shared (their commits under way): look again soon, and take it then.
+   */
+  private async nextLookMs(found: boolean): Promise<number> {
+    const busy = Math.min(BUSY_POLL_MS, this.opts.pollMs)
+    if (found) {
+      await this.opts.waitLock?.release()
+      return busy
+    }
+    if (this.again) return 0
+    const wait = (await this.opts.waitLock?.take()) ?? 'none'
+    if (wait === 'taken') return 0
+    if (wait === 'busy') return busy
+    return this.idleMs()
   }
 
   /** How long an idle process waits for its next look: to its next turn. */
