@@ -186,9 +186,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       onMoved: (topic, n) => metrics.produced(topic, n),
       onSetAside: () => metrics.outboxSetAside(),
       turn: () => cluster.ownership.turn,
-      ...(cluster.hearsOutbox
-        ? { waitLock: { take: () => cluster.waitForOutbox(), release: () => cluster.stopWaitingForOutbox() } }
-        : {}),
+      ...(cluster.hearsOutbox ? { waitLock: { take: () => cluster.waitForOutbox(), release: () => cluster.stopWaitingForOutbox() } } : {}),
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
     cluster.onOutboxRows(() => outbox.wake())

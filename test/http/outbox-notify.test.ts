@@ -13,7 +13,11 @@ t.test('hookq_produce commits wake the broker; the backstop poll is not what mov
   const { broker, url } = await startListeningBroker(t, { HOOKQ_OUTBOX_POLL_MS: '60000', HOOKQ_CLUSTER_POLL_MS: '100' })
   const pool = new pg.Pool({ connectionString: broker.databaseUrl, max: 2 })
   t.teardown(() => pool.end())
-  t.equal((await fetch(`${url}/v1/topics/woken`, { method: 'PUT', body: '{"partitions":1}', headers: { 'content-type': 'application/json' } })).status, 201)
+  t.equal(
+    (await fetch(`${url}/v1/topics/woken`, { method: 'PUT', body: '{"partitions":1}', headers: { 'content-type': 'application/json' } }))
+      .status,
+    201,
+  )
   const values = async () => {
     const res = await fetch(`${url}/v1/topics/woken/partitions/0/messages`)
     return ((await res.json()) as { messages: { value: unknown }[] }).messages.map((m) => m.value)
