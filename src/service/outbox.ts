@@ -205,7 +205,7 @@ export class OutboxMover {
           moved = await moveOutbox(this.opts.db, { rows, bytes: this.opts.batchBytes }, (row) => this.place(row))
         } catch (err) {
           if (!(err instanceof MoveFailed) || !isRowFault(err.cause)) throw err
-          await this.isolate(err)
+          await this.isolate(err, rows)
           continue
         }
         if (!moved) return true
@@ -230,12 +230,13 @@ export class OutboxMover {
    * (produce_outbox_set_aside), and reported by its outbox id, never its value. Retrying it in place
    * would hold every later row of every producer behind it for ever.
    */
-  private async isolate(err: MoveFailed): Promise<void> {
+  private async isolate(err: MoveFailed, triedRows: number): Promise<void> {
     const reason = describe(err.cause)
-    if (err.ids.length > 1) {
-      this.singly = err.ids.length
+    // Failed with more than one row taken, or before it knew which it took: one at a time.
+    if (err.ids.length > 1 || (err.ids.length === 0 && triedRows > 1)) {
+      this.singly = Math.max(1, err.ids.length)
       this.opts.log.warn(
-        { rows: err.ids.length, outboxIds: [err.ids[0], err.ids.at(-1)], reason },
+        { rows: err.ids.length, outboxIds: err.ids.length > 0 ? [err.ids[0], err.ids.at(-1)] : undefined, reason },
         'moving a batch of the produce outbox failed; moving its rows one at a time',
       )
       return
