@@ -188,12 +188,16 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const outbox = new OutboxMover({
       db,
       produce: services.produce,
-      pollMs: config.outboxPollMs,
+      pollMs: config.outboxPollMs ?? (cluster.hearsOutbox ? 5000 : 50),
       batchRows: config.commitMaxMessages,
+      batchBytes: config.outboxBatchBytes,
       onMoved: (topic, n) => metrics.produced(topic, n),
+      onSetAside: () => metrics.outboxSetAside(),
       turn: () => cluster.ownership.turn,
+      ...(cluster.hearsOutbox ? { waitLock: { take: () => cluster.waitForOutbox(), release: () => cluster.stopWaitingForOutbox() } } : {}),
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
+    cluster.onOutboxRows(() => outbox.wake())
     await cluster.start(config.advertiseUrl ?? null)
     retention.start()
     outbox.start()

@@ -53,8 +53,14 @@ export interface Config {
    * ms (HOOKQ_CLUSTER_POLL_MS; HOOKQ_LEADER_POLL_MS, its name before every process pushed, still works).
    */
   clusterPollMs: number
-  /** How often the broker looks for messages hookq_produce() committed, ms (HOOKQ_OUTBOX_POLL_MS); several processes take turns. */
-  outboxPollMs: number
+  /**
+   * How often the broker looks for messages hookq_produce() committed without being told, ms
+   * (HOOKQ_OUTBOX_POLL_MS); several processes take turns. Unset: 5000 where commits are notified
+   * (a member session), 50 where they cannot be (the embedded database, a pool of one).
+   */
+  outboxPollMs: number | undefined
+  /** Bytes (values, headers, keys) one move of the outbox takes at most (HOOKQ_OUTBOX_BATCH_BYTES); a larger row moves alone. */
+  outboxBatchBytes: number
   /** A request's headers and body must arrive within this, ms, or the connection gets 408 and is closed. */
   requestTimeoutMs: number
   /** A request's headers must arrive within this, ms (a new connection that sends nothing is closed after it too). */
@@ -191,7 +197,8 @@ export function loadConfig(env: Env = process.env): Config {
       50,
       60_000,
     ),
-    outboxPollMs: int(env, 'HOOKQ_OUTBOX_POLL_MS', 50, 5, 60_000),
+    outboxPollMs: env.HOOKQ_OUTBOX_POLL_MS === undefined ? undefined : int(env, 'HOOKQ_OUTBOX_POLL_MS', 50, 5, 60_000),
+    outboxBatchBytes: int(env, 'HOOKQ_OUTBOX_BATCH_BYTES', 16 * MiB, 1024, 256 * MiB),
     processes: processes(env),
     requestTimeoutMs,
     headersTimeoutMs,

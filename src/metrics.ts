@@ -96,6 +96,11 @@ export class Metrics implements DispatchMetrics {
     buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
     registers: [this.registry],
   })
+  private readonly outboxSetAsideTotal = new Counter({
+    name: 'hookq_outbox_set_aside_total',
+    help: 'Rows of the produce outbox this process could not move and set aside in produce_outbox_set_aside (the log names each outbox id)',
+    registers: [this.registry],
+  })
   private readonly rateLimitedTotal = new Counter({
     name: 'hookq_rate_limited_waits_total',
     help: 'Times pushes to a consumer waited for its rateLimitPerSecond',
@@ -195,6 +200,11 @@ export class Metrics implements DispatchMetrics {
   /** `n` messages were stored on a topic. */
   produced(topic: string, n: number): void {
     if (n > 0) this.producedTotal.inc({ topic }, n)
+  }
+
+  /** A produce outbox row could not be moved and was set aside. */
+  outboxSetAside(): void {
+    this.outboxSetAsideTotal.inc()
   }
 
   /** An ack, nack or extend answered `status` for one delivery id. */

@@ -75,7 +75,7 @@ async function tail(ctx: CliContext, topic: string, opts: TailOptions): Promise<
   const stats = detail.partitionStats.filter((s) => opts.partition === undefined || s.partition === opts.partition)
   const read: Reader = (partition, fromOffset, limit) =>
     withRetries(() => fetchPage(ctx.client, topic, partition, fromOffset, limit, signal), retry)
-  const print = (m: Message) => printLine(ctx.json ? visibleJson(JSON.stringify(m)) : lineOf(m))
+  const print = (m: Message) => printLine(printable(m, ctx.json === true))
 
   if (opts.follow !== true) {
     // Up to the end offsets seen at the start: a plain tail ends even while producers keep going.
@@ -260,4 +260,18 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
     }
     signal.addEventListener('abort', done, { once: true })
   })
+}
+
+/**
+ * A message's line, or (for a value nested deeper than JSON.stringify's stack: hookq_produce() took
+ * such values before it checked nesting) the line without its value, saying so.
+ */
+function printable(m: Message, json: boolean): string {
+  try {
+    return json ? visibleJson(JSON.stringify(m)) : lineOf(m)
+  } catch (err) {
+    if (!(err instanceof RangeError)) throw err
+    const note = 'value nested too deeply to print'
+    return json ? visibleJson(JSON.stringify({ ...m, value: null, valueError: note })) : lineOf({ ...m, value: `(${note})` })
+  }
 }

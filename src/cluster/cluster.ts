@@ -17,7 +17,7 @@ import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
 import { HookqError } from '../errors.ts'
 import type { DispatchMessage } from '../store/consumption.ts'
 import { seekOffsets } from '../store/consumption.ts'
-import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, publish } from '../store/membership.ts'
+import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, OUTBOX_CHANNEL, publish, type OutboxWait } from '../store/membership.ts'
 import { Ownership, type OwnershipDeps } from './ownership.ts'
 
 /** What one member tells the others changed. */
@@ -39,6 +39,7 @@ export class Cluster {
   /** Appends not yet told to the other members: "topicId:partition" → end offset. */
   private pendingAppends = new Map<string, number>()
   private flushScheduled = false
+  private outboxWake: (() => void) | undefined
 
   constructor(private readonly deps: ClusterDeps) {
     this.dispatcher = deps.dispatcher
@@ -47,7 +48,40 @@ export class Cluster {
       dispatcher: deps.dispatcher,
       onOwned: deps.onOwned,
       onNotify: (channel, payload) => this.onNotify(channel, payload),
+      onJoined: () => this.outboxWake?.(),
     })
+  }
+
+  /**
+   * Whether hookq_produce() commits are heard (on the member session; not on the embedded database
+   * or a pool of one, which have no session of their own).
+   */
+  get hearsOutbox(): boolean {
+    return this.deps.connectionString !== null
+  }
+
+  /**
+   * This process is about to wait for hookq_produce() commits: takes the wait lock on the member
+   * session, so that committers NOTIFY (see OutboxWait; 'none': no session up, nothing is heard).
+   */
+  async waitForOutbox(): Promise<OutboxWait | 'none'> {
+    const session = this.ownership.liveSession
+    if (!session) return 'none'
+    try {
+      return await session.waitForOutbox()
+    } catch {
+      return 'none' // the session is failing: its rejoin wakes the mover
+    }
+  }
+
+  /** This process is moving rows: committers need not NOTIFY on its account. */
+  async stopWaitingForOutbox(): Promise<void> {
+    await this.ownership.liveSession?.stopWaitingForOutbox().catch(() => {})
+  }
+
+  /** `wake` runs at every hookq_produce() commit heard, and whenever the session (re)joins (commits may have gone unheard). */
+  onOutboxRows(wake: () => void): void {
+    this.outboxWake = wake
   }
 
   /** Loads the groups, joins the other processes and takes this one's share of the partitions. */
@@ -188,6 +222,10 @@ export class Cluster {
   }
 
   private onNotify(channel: string, payload: string): void {
+    if (channel === OUTBOX_CHANNEL) {
+      this.outboxWake?.()
+      return
+    }
     if (channel === APPEND_CHANNEL) {
       for (const part of payload.split(';')) {
         const [t, p, end] = part.split(':').map(Number)

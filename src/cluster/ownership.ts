@@ -42,6 +42,8 @@ export interface OwnershipDeps {
   dispatcher: Pick<Dispatcher, 'hasGroup' | 'reload' | 'acquire' | 'release' | 'releaseAll' | 'heldEpochs' | 'reconcile' | 'owns'>
   /** Every NOTIFY heard on the session (other members' changes and appends). */
   onNotify(channel: string, payload: string): void
+  /** The session (re)joined and listens again: what was notified while it was down went unheard. */
+  onJoined?(): void
   log: Log
   /** Told how many partitions this process owns whenever that changes (metrics). */
   onOwned?(count: number): void
@@ -255,6 +257,7 @@ export class Ownership {
     }
     this.session = session
     this.deps.log.info({ url: this.url, backendPid: session.pid }, 'joined the broker processes of this database')
+    this.deps.onJoined?.()
     return session
   }
 

@@ -173,7 +173,12 @@ export function fmtDuration(ms) {
 
 /** Compact JSON for display, cut at `max` characters. @param {unknown} value @param {number} [max] */
 export function preview(value, max = 300) {
-  const text = JSON.stringify(value) ?? String(value)
+  let text
+  try {
+    text = JSON.stringify(value) ?? String(value)
+  } catch {
+    text = '(nested too deeply to show)' // deeper than JSON.stringify's stack
+  }
   return text.length > max ? `${text.slice(0, max)}…` : text
 }
 

@@ -10,17 +10,30 @@
  * caller. So the function takes no such lock: it checks its arguments and INSERTs a row into
  * produce_outbox, which nobody else waits on. The offset comes later:
  *
- * - The broker processes poll the outbox (HOOKQ_OUTBOX_POLL_MS, default 50 ms: one index probe of
- *   an empty table, so a message is pushed within ~100 ms of its commit), and a process polls every
- *   5 ms while its last look found rows, so steady traffic waits a few ms, not half a poll. N
- *   processes take turns: each idle one looks in its own slot of every N polls (slots by the wall
- *   clock, in the order of the members' ids), so the database sees one look per poll however many
- *   processes there are, not N (with 4 processes, N looks a poll were as many statements as their
- *   progress writers'). A turn can be missed: a member hung but not yet dropped
- *   keeps its slot, and hosts whose clocks disagree by more than a poll look closer together than
- *   that; a row then waits up to N polls, not one. Not LISTEN/NOTIFY: a
- *   NOTIFY in the caller's transaction takes a lock on the whole notification queue at commit,
- *   serialising every committer of the database behind it.
+ * - An idle broker is woken by PostgreSQL: a trigger on produce_outbox NOTIFYs at the caller's
+ *   commit (channel hookq_outbox, one per transaction however many calls), and each process LISTENs
+ *   on its member session (src/store/membership.ts), so a message is moved within a round trip of
+ *   its commit and an idle broker makes no statement for the outbox (polling every 50 ms cost an
+ *   idle process ~21 commits a second). Only while a process waits: a transaction that NOTIFYs
+ *   takes PostgreSQL's notification lock at commit and holds it through its WAL flush, so with a
+ *   NOTIFY each, concurrent callers committed one at a time (8 callers: ~440 commits/s instead of
+ *   ~1,750). A process about to wait takes the wait lock (OUTBOX_WAIT_KEY) on its session and looks
+ *   once more; the trigger, at commit, tries it shared and NOTIFYs only when refused. A busy
+ *   process gives it up and polls every 5 ms while it finds rows; a commit that skipped the NOTIFY
+ *   held the lock shared until it was visible, so the process takes it only after, and its last
+ *   look sees the row (the outbox_notify_when_idle migration).
+ * - A slow poll remains as a backstop (HOOKQ_OUTBOX_POLL_MS, default 5 s with a member session):
+ *   a notification is lost only while the session is down, and a session that joins again looks at
+ *   once, so the poll covers what nothing else can foresee within seconds, at 0.2 statements a
+ *   second: a notification missed between the session's loss and its rejoin, or a process that
+ *   left the waiting to another which then died (its next poll takes the wait lock over). Without a member session (the embedded database, a pool of one) nothing is heard and
+ *   the poll is the only way: it stays at 50 ms there. A process polls every 5 ms while its last
+ *   look found rows, and a notification heard during a move makes another look right after it. N
+ *   processes take turns polling: each idle one looks in its own slot of every N polls (slots by
+ *   the wall clock, in the order of the members' ids), so the database sees one look per poll
+ *   however many processes there are. A turn can be missed: a member hung but not yet dropped keeps
+ *   its slot, and hosts whose clocks disagree by more than a poll look closer together than that; a
+ *   row a notification did not announce then waits up to N polls, not one.
  * - A process that sees rows moves them in a short transaction of its own: DELETE ... RETURNING
  *   the oldest rows, idempotency keys settled against the log, APPEND, COMMIT (store/outbox.ts).
  *   Deleting and appending commit together, so a row is moved once and only once: a process killed
@@ -37,19 +50,40 @@
  */
 import type { AppendEntry, Coordinates } from '../store/messages.ts'
 import type { Database } from '../store/db.ts'
-import { moveOutbox, outboxWaiting, type Moved, type OutboxRow } from '../store/outbox.ts'
+import {
+  isRowFault,
+  MoveFailed,
+  moveOutbox,
+  oldestWaitingId,
+  outboxWaiting,
+  setAsideOutboxRow,
+  type Moved,
+  type OutboxRow,
+} from '../store/outbox.ts'
 import type { ProduceService } from './produce.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
 export interface OutboxMoverOptions {
   db: Database
   produce: ProduceService
-  /** How often the processes, taking turns, look for rows when idle, ms (each one every N polls of N processes). */
+  /**
+   * How often the processes, taking turns, look for rows when idle, ms (each one every N polls of N
+   * processes): the backstop of notifications (wake), or the only way without them.
+   */
   pollMs: number
   /** Rows one transaction moves at most. */
   batchRows: number
+  /** Bytes (values, headers, keys) one transaction moves at most; a larger row moves alone. */
+  batchBytes: number
   /** `n` messages were appended to topic `name`. */
   onMoved?(name: string, n: number): void
+  /** Outbox row `id` could not be moved and was set aside (produce_outbox_set_aside). */
+  onSetAside?(id: number): void
+  /**
+   * The wait lock (src/store/membership.ts OutboxWait): taken before this process waits idle, so
+   * committers NOTIFY; given up while it moves rows, so they need not. Absent: nothing is heard.
+   */
+  waitLock?: { take(): Promise<'taken' | 'held' | 'elsewhere' | 'busy' | 'none'>; release(): Promise<void> }
   /** This process's turn among the processes polling (index from 0, of count); alone when absent. */
   turn?: () => { index: number; count: number }
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
@@ -76,6 +110,10 @@ export class OutboxMover {
   private running: Promise<unknown> | undefined
   private stopped = true
   private failing = false
+  /** A wake came during a round: look again right after it. */
+  private again = false
+  /** After a batch failed for one of its rows: how many rows to move one at a time, to find it. */
+  private singly = 0
 
   constructor(private readonly opts: OutboxMoverOptions) {}
 
@@ -93,17 +131,47 @@ export class OutboxMover {
     await this.running
   }
 
-  /** Looks for rows now (tests, and after a burst), unless a round is under way. */
+  /** Rows were committed (a notification), or may have been unheard (the session joined again): look now. */
+  wake(): void {
+    void this.poke()
+  }
+
+  /** Looks for rows now (tests, notifications), or right after the round under way. */
   async poke(): Promise<void> {
     if (this.stopped) return
-    if (!this.running) {
-      clearTimeout(this.timer)
-      this.running = this.round().then((found) => {
-        this.running = undefined
-        this.schedule(found ? Math.min(BUSY_POLL_MS, this.opts.pollMs) : this.idleMs())
-      })
+    if (this.running) {
+      this.again = true
+      await this.running
+      return
     }
+    clearTimeout(this.timer)
+    this.running = this.round()
+      .then((found) => this.nextLookMs(found))
+      .then((ms) => {
+        this.running = undefined
+        this.again = false
+        this.schedule(ms)
+      })
     await this.running
+  }
+
+  /**
+   * When to look next. Rows found: soon, and committers need not NOTIFY meanwhile (the wait lock is
+   * given up). None: wait idle, holding the wait lock so that commits are told; a lock just taken
+   * gets one more look, for what committed before it was taken without a NOTIFY. Committers holding
+   * it shared (their commits under way): look again soon, and take it then.
+   */
+  private async nextLookMs(found: boolean): Promise<number> {
+    const busy = Math.min(BUSY_POLL_MS, this.opts.pollMs)
+    if (found) {
+      await this.opts.waitLock?.release()
+      return busy
+    }
+    if (this.again) return 0
+    const wait = (await this.opts.waitLock?.take()) ?? 'none'
+    if (wait === 'taken') return 0
+    if (wait === 'busy') return busy
+    return this.idleMs()
   }
 
   /** How long an idle process waits for its next look: to its next turn. */
@@ -132,19 +200,58 @@ export class OutboxMover {
     try {
       if (!(await outboxWaiting(this.opts.db.pool))) return false
       for (;;) {
-        const moved = await moveOutbox(this.opts.db, this.opts.batchRows, (row) => this.place(row))
+        const rows = this.singly > 0 ? 1 : this.opts.batchRows
+        let moved: Moved | null
+        try {
+          moved = await moveOutbox(this.opts.db, { rows, bytes: this.opts.batchBytes }, (row) => this.place(row))
+        } catch (err) {
+          if (!(err instanceof MoveFailed) || !isRowFault(err.cause)) throw err
+          await this.isolate(err, rows)
+          continue
+        }
         if (!moved) return true
+        this.singly = Math.max(0, this.singly - moved.rows.length)
         this.announce(moved)
         if (this.failing) this.opts.log.warn({}, 'moving the produce outbox works again')
         this.failing = false
-        if (moved.rows.length < this.opts.batchRows || this.stopped) return true
+        if ((moved.rows.length < rows && !moved.cut) || this.stopped) return true
       }
     } catch (err) {
       // The rows stay in the outbox (the move rolled back); the next poll tries again.
-      if (!this.failing) this.opts.log.error({ err }, 'moving the produce outbox failed; retrying at the next poll')
+      const cause = err instanceof MoveFailed ? err.cause : err
+      if (!this.failing) this.opts.log.error({ err: cause }, 'moving the produce outbox failed; retrying at the next poll')
       this.failing = true
       return false
     }
+  }
+
+  /**
+   * A move failed for something in its rows. A batch is then moved again one row at a time, so that
+   * only the row at fault stays behind; a row that fails alone is set aside, whole, with the reason
+   * (produce_outbox_set_aside), and reported by its outbox id, never its value. Retrying it in place
+   * would hold every later row of every producer behind it for ever.
+   */
+  private async isolate(err: MoveFailed, triedRows: number): Promise<void> {
+    const reason = describe(err.cause)
+    // Failed with more than one row taken, or before it knew which it took: one at a time.
+    if (err.ids.length > 1 || (err.ids.length === 0 && triedRows > 1)) {
+      this.singly = Math.max(1, err.ids.length)
+      this.opts.log.warn(
+        { rows: err.ids.length, outboxIds: err.ids.length > 0 ? [err.ids[0], err.ids.at(-1)] : undefined, reason },
+        'moving a batch of the produce outbox failed; moving its rows one at a time',
+      )
+      return
+    }
+    const id = err.ids[0] ?? (await oldestWaitingId(this.opts.db.pool))
+    if (id === null) return
+    if (await setAsideOutboxRow(this.opts.db.pool, id, reason)) {
+      this.opts.log.error(
+        { outboxId: id, reason },
+        'set aside a produce outbox row that cannot be moved into its topic (see produce_outbox_set_aside); the rows behind it move on',
+      )
+      this.opts.onSetAside?.(id)
+    }
+    this.singly = Math.max(0, this.singly - 1)
   }
 
   private place(row: OutboxRow): AppendEntry | null {
@@ -182,4 +289,11 @@ export class OutboxMover {
       this.opts.onMoved?.(t.name, t.coordinates.filter((c) => !c.duplicate).length)
     }
   }
+}
+
+/** An error as a short line for the set-aside row and the log: its SQLSTATE or name, and message. */
+function describe(err: unknown): string {
+  const { code, name, message } = (err ?? {}) as { code?: unknown; name?: unknown; message?: unknown }
+  const what = typeof code === 'string' ? code : typeof name === 'string' ? name : 'Error'
+  return `${what}: ${typeof message === 'string' ? message : String(err)}`
 }

@@ -4,14 +4,26 @@ import type { Database } from '../store/db.ts'
 import { readMessages, storedIdempotencyKeys } from '../store/messages.ts'
 import type { TopicService } from './topics.ts'
 
-export interface MessageView {
+/**
+ * A message as read: `value` and `headers` are the stored JSON text, not parsed. A value is parsed
+ * by no one on the way out: the answer splices the text in (src/http/fetch-body.ts). Parsing and
+ * serialising it again cost time per message, and a value nested thousands deep (hookq_produce()
+ * took one before it checked nesting) overflowed the serialiser's stack: every read of its
+ * partition answered 500.
+ */
+export interface MessageText {
   partition: number
   offset: number
   key: string | null
-  value: unknown
-  headers: Record<string, string>
+  /** JSON text */
+  value: string
+  /** JSON text of an object of strings */
+  headers: string
   timestamp: string
 }
+
+/** Values, headers and keys one page holds at most past its first message. */
+const PAGE_BYTES = 16 * 1024 * 1024
 
 export class ReadService {
   constructor(
@@ -28,13 +40,16 @@ export class ReadService {
     return storedIdempotencyKeys(this.db.pool, topic.id, keys)
   }
 
-  /** Up to `limit` messages from `fromOffset`, and the offset to continue from. */
+  /**
+   * Up to `limit` messages from `fromOffset`, and the offset to continue from; fewer when the page
+   * would pass 16 MiB (one message at least, however large).
+   */
   async fetch(
     topicName: string,
     partition: number,
     fromOffset: number,
     limit: number,
-  ): Promise<{ messages: MessageView[]; nextOffset: number }> {
+  ): Promise<{ messages: MessageText[]; nextOffset: number }> {
     const topic = await this.topics.requireFresh(topicName)
     if (partition >= topic.partitions) {
       throw new HookqError(
@@ -42,13 +57,13 @@ export class ReadService {
         `topic ${topicName} has ${topic.partitions} partitions (0 to ${topic.partitions - 1}); there is no partition ${partition}`,
       )
     }
-    const rows = await readMessages(this.db.prisma, topic.id, partition, fromOffset, limit)
+    const rows = await readMessages(this.db.prisma, topic.id, partition, fromOffset, limit, PAGE_BYTES)
     const messages = rows.map((r) => ({
       partition: r.partition,
       offset: r.offset,
       key: r.key,
-      value: JSON.parse(r.value) as unknown,
-      headers: JSON.parse(r.headers) as Record<string, string>,
+      value: r.value,
+      headers: r.headers,
       timestamp: r.timestamp.toISOString(),
     }))
     const last = messages.at(-1)

@@ -28,6 +28,23 @@ const MAX_GROUP_ID = 0x07ffffff
 /** NOTIFY channels: messages appended, and groups, topics or offsets changed, by any member. */
 export const APPEND_CHANNEL = 'hookq_append'
 export const CHANGE_CHANNEL = 'hookq_change'
+/** Sent by PostgreSQL when a transaction that called hookq_produce() commits (a trigger on produce_outbox). */
+export const OUTBOX_CHANNEL = 'hookq_outbox'
+/**
+ * Advisory lock key ("hkqW") a member holds exclusively while it waits for hookq_produce() commits:
+ * only then do committing callers NOTIFY (the outbox_notify_when_idle migration says why).
+ */
+export const OUTBOX_WAIT_KEY = 0x686b7157
+/** Whether this member now holds the outbox's wait lock: just taken, held already, held by another member, or taken by no one as committers hold it shared. */
+export type OutboxWait = 'taken' | 'held' | 'elsewhere' | 'busy'
+
+// Tries the wait lock; when refused, whether another member holds it (or committers, shared).
+const TRY_OUTBOX_WAIT = `
+SELECT pg_try_advisory_lock($1::bigint) AS ok,
+       EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND l.classid = 0 AND l.objid::bigint = $1::bigint AND l.objsubid = 1 AND l.pid <> pg_backend_pid()) AS elsewhere`
+
 /** How long closing the session waits for the server before dropping the socket. */
 const CLOSE_WAIT_MS = 1000
 /** NOTIFY payloads must stay under 8000 bytes. */
@@ -76,6 +93,8 @@ export class MemberSession {
   pid = 0
   /** The last query asked for: the next one runs after it (see query). */
   private queue: Promise<void> = Promise.resolve()
+  /** This session holds OUTBOX_WAIT_KEY (once: a session's advisory locks stack). */
+  private outboxWaiting = false
 
   private constructor(private readonly client: pg.Client) {
     const onLost = (err?: Error) => {
@@ -124,7 +143,7 @@ export class MemberSession {
     const { rows } = await this.query<{ pid: number }>('SELECT pg_advisory_lock_shared($1), pg_backend_pid() AS pid', [MEMBERS_LOCK_KEY])
     this.pid = rows[0]!.pid
     await this.record(url)
-    for (const channel of [APPEND_CHANNEL, CHANGE_CHANNEL]) await this.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
+    for (const channel of [APPEND_CHANNEL, CHANGE_CHANNEL, OUTBOX_CHANNEL]) await this.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
   }
 
   /** Records where this member takes forwarded calls (its row replaces a dead backend's of the same pid). */
@@ -166,6 +185,24 @@ export class MemberSession {
   /** Gives a partition's lock up (for another member to take). */
   async unlock(groupId: number, partition: number): Promise<void> {
     await this.query('SELECT pg_advisory_unlock($1::bigint)', [partitionLockKey(groupId, partition)])
+  }
+
+  /** Takes the outbox's wait lock unless this session holds it already (see OutboxWait). */
+  async waitForOutbox(): Promise<OutboxWait> {
+    if (this.outboxWaiting) return 'held'
+    const { rows } = await this.query<{ ok: boolean; elsewhere: boolean }>(TRY_OUTBOX_WAIT, [OUTBOX_WAIT_KEY])
+    if (rows[0]?.ok) {
+      this.outboxWaiting = true
+      return 'taken'
+    }
+    return rows[0]?.elsewhere ? 'elsewhere' : 'busy'
+  }
+
+  /** Gives the outbox's wait lock up, if held: committers stop notifying (this member is moving rows). */
+  async stopWaitingForOutbox(): Promise<void> {
+    if (!this.outboxWaiting) return
+    this.outboxWaiting = false
+    await this.query('SELECT pg_advisory_unlock($1::bigint)', [OUTBOX_WAIT_KEY])
   }
 
   /** NOTIFY on this session (it does not wait for a pool connection). */

@@ -3,7 +3,7 @@
  *
  * Append is raw SQL: it is the hot path, and what it needs — locking the partition rows in a fixed
  * order and inserting thousands of rows from arrays, in one statement — is beyond Prisma's query
- * API. Reads go through Prisma.
+ * API. Reads go through Prisma; a page of messages is raw SQL too, bounded by bytes with a window.
  */
 import { numberArray } from './arrays.ts'
 import type { Database, PrismaExecutor, Queryable } from './db.ts'
@@ -189,27 +189,42 @@ export async function appendMessages(db: Database, entries: AppendEntry[]): Prom
   )
 }
 
-/** Up to `limit` messages of a partition from `fromOffset` on, in offset order. */
+// A page of a partition: at most $4 messages and $5 bytes of values, headers and keys, but always
+// the first however large (octet_length reads a stored text's size without fetching it), so a
+// reader gets through 256 MiB messages one at a time instead of failing on a page it cannot hold.
+const READ_PAGE = `
+SELECT partition, "offset", key, value, headers, produced_at FROM (
+  SELECT m.*, row_number() OVER w AS n,
+         sum(octet_length(m.value) + octet_length(m.headers) + coalesce(octet_length(m.key), 0)) OVER w AS upto
+  FROM (SELECT partition, "offset", key, value, headers, produced_at FROM messages
+        WHERE topic_id = $1 AND partition = $2 AND "offset" >= $3 ORDER BY "offset" LIMIT $4) m
+  WINDOW w AS (ORDER BY m."offset" ROWS UNBOUNDED PRECEDING)
+) s
+WHERE n = 1 OR upto <= $5
+ORDER BY "offset"`
+
+/**
+ * Up to `limit` messages of a partition from `fromOffset` on, in offset order, and no more than
+ * `maxBytes` of them past the first (values, headers and keys).
+ */
 export async function readMessages(
   p: PrismaExecutor,
   topicId: number,
   partition: number,
   fromOffset: number,
   limit: number,
+  maxBytes = Number.MAX_SAFE_INTEGER,
 ): Promise<StoredMessage[]> {
-  const rows = await p.message.findMany({
-    where: { topicId, partition, offset: { gte: BigInt(fromOffset) } },
-    orderBy: { offset: 'asc' },
-    take: limit,
-    select: { partition: true, offset: true, key: true, value: true, headers: true, producedAt: true },
-  })
+  const rows = await p.$queryRawUnsafe<
+    { partition: number; offset: bigint; key: string | null; value: string; headers: string; produced_at: Date }[]
+  >(READ_PAGE, topicId, partition, BigInt(fromOffset), limit, BigInt(maxBytes))
   return rows.map((r) => ({
     partition: r.partition,
     offset: Number(r.offset),
     key: r.key,
     value: r.value,
     headers: r.headers,
-    timestamp: r.producedAt,
+    timestamp: r.produced_at,
   }))
 }
 

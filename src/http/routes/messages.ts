@@ -11,6 +11,7 @@ import {
   ProduceResponse,
 } from '../schemas/messages.ts'
 import { TopicParams } from '../schemas/topics.ts'
+import { fetchBody } from '../fetch-body.ts'
 import type { Services } from '../../service/services.ts'
 
 const tags = ['messages']
@@ -63,7 +64,12 @@ export function messageRoutes(services: Services): FastifyPluginAsyncTypebox {
           response: { 200: ref(FetchResponse), ...problems(400, 401, 404, 503) },
         },
       },
-      async (req) => services.read.fetch(req.params.topic, req.params.partition, req.query.fromOffset ?? 0, req.query.limit ?? 100),
+      async (req, reply) => {
+        const page = await services.read.fetch(req.params.topic, req.params.partition, req.query.fromOffset ?? 0, req.query.limit ?? 100)
+        // FetchResponse as JSON text with its type: Fastify sends it as it is (see fetch-body.ts); the
+        // type provider expects the object, hence the cast.
+        return reply.type('application/json; charset=utf-8').send(fetchBody(page) as never)
+      },
     )
   }
 }
