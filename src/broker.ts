@@ -20,6 +20,7 @@ import { TopicService } from './service/topics.ts'
 import { durabilityWarnings, openDatabase, type Database } from './store/db.ts'
 import { appendMessages, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
+import { readAllLags } from './store/groups.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
 import { OperationsService } from './service/operations.ts'
@@ -84,7 +85,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const topics = new TopicService(db)
     const groups = new GroupService(db, config.pushPolicy)
     const logger = opts.logger
-    const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
+    const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag for /metrics failed'), config.metricsRefreshMs)
     // Set below: how many broker processes share the partitions (each process's writers batch a Nth of the load).
     let processes = () => 1
     // Finished attempts wait up to 20 ms for company: the log is history, and fewer, larger inserts
@@ -156,7 +157,10 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
         }
       },
     }
-    metrics.trackPartitions(() => services.operations.partitionStats())
+    metrics.trackPartitions(
+      () => readAllLags(database.pool),
+      (groupId, partition) => cluster.inFlight(groupId, partition),
+    )
     metrics.trackPushWindows(() => cluster.pushWindows())
     metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
     const retention = new RetentionSweeper(db, {
@@ -202,6 +206,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       close() {
         closing ??= (async () => {
           await app.close()
+          metrics.close()
           await retention.stop()
           await outbox.stop()
           await committer.drain()

@@ -53,6 +53,8 @@ export interface Config {
   clusterPollMs: number
   /** How often the broker looks for messages hookq_produce() committed, ms (HOOKQ_OUTBOX_POLL_MS); several processes take turns. */
   outboxPollMs: number
+  /** How old the /metrics lag gauges may grow while someone scrapes, ms (HOOKQ_METRICS_REFRESH_MS). */
+  metricsRefreshMs: number
   /** A request's headers and body must arrive within this, ms, or the connection gets 408 and is closed. */
   requestTimeoutMs: number
   /** A request's headers must arrive within this, ms (a new connection that sends nothing is closed after it too). */
@@ -188,6 +190,7 @@ export function loadConfig(env: Env = process.env): Config {
       60_000,
     ),
     outboxPollMs: int(env, 'HOOKQ_OUTBOX_POLL_MS', 50, 5, 60_000),
+    metricsRefreshMs: int(env, 'HOOKQ_METRICS_REFRESH_MS', 5000, 10, 600_000),
     processes: processes(env),
     requestTimeoutMs,
     headersTimeoutMs,
