@@ -109,7 +109,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       metrics,
       pushWindow: { initial: config.pushWindowInitial, max: config.pushWindowMax },
       loadGroup: (name) => groups.load(name),
-      listGroups: () => groups.list(),
+      loadGroups: () => groups.loadAll(),
       ensureOffsets: async (row, topic) => {
         await groups.ensureOffsets(row, topic.id, topic.partitions)
       },

@@ -47,6 +47,12 @@ export async function listGroups(p: PrismaExecutor): Promise<GroupRow[]> {
   return p.consumerGroup.findMany({ orderBy: { name: 'asc' } })
 }
 
+/** Names of the groups consuming a topic (a topic's creation reads them: not every group). */
+export async function listGroupNamesOfTopic(p: PrismaExecutor, topic: string): Promise<string[]> {
+  const rows = await p.consumerGroup.findMany({ where: { topic }, select: { name: true }, orderBy: { name: 'asc' } })
+  return rows.map((r) => r.name)
+}
+
 /**
  * Deletes the group with its consumers (cascade), offsets, completions and attempts, in one
  * transaction of its own (the hot tables have no foreign keys: see prisma/schema.prisma), hence the
@@ -141,6 +147,11 @@ export async function rotateConsumerSecret(
 /** The group's consumers, oldest first. */
 export async function listConsumers(p: PrismaExecutor, groupId: number): Promise<ConsumerRow[]> {
   return p.consumer.findMany({ where: { groupId }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] })
+}
+
+/** Every group's consumers, oldest first (one statement for all groups: reconciliation reads them all). */
+export async function listAllConsumers(p: PrismaExecutor): Promise<ConsumerRow[]> {
+  return p.consumer.findMany({ orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] })
 }
 
 /** Marks a consumer disabled with the reason (kept from the first time when already disabled). */
