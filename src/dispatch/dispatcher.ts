@@ -405,6 +405,11 @@ export class Dispatcher {
     return this.groups.has(name)
   }
 
+  /** The partition count of a group running here (its topic's), undefined when it is not. */
+  partitionCount(name: string): number | undefined {
+    return this.groups.get(name)?.topic.partitions
+  }
+
   /** Messages outstanding on a partition (for the group status). */
   inFlight(groupId: number, partition: number): number {
     return this.groupsById.get(groupId)?.parts.get(partition)?.outstanding.size ?? 0
