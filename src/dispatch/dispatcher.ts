@@ -81,6 +81,8 @@ export class Dispatcher {
   private readonly groups = new Map<string, GroupRuntime>()
   /** The same runtimes by group id: deadlines and the status view look groups up by id. */
   private readonly groupsById = new Map<number, GroupRuntime>()
+  /** The same runtimes by topic id: an append wakes its topic's groups without a scan of all groups. */
+  private readonly groupsByTopic = new Map<number, Set<GroupRuntime>>()
   /** Reloads of one group run one at a time (name → the last one queued). */
   private readonly reloads = new Map<string, Promise<void>>()
   /** The number (PendingDisables.beginLoad) of the read each group was last reloaded from. */
@@ -168,9 +170,8 @@ export class Dispatcher {
   async reconcile(): Promise<void> {
     await this.reloadAll()
     if (this.stopped) return
-    const topicIds = new Set([...this.groups.values()].map((g) => g.topic.id))
     for (const e of await readAllEndOffsets(this.deps.db.prisma)) {
-      if (topicIds.has(e.topicId)) this.notifyAppend(e.topicId, e.partition, e.endOffset)
+      if (this.groupsByTopic.has(e.topicId)) this.notifyAppend(e.topicId, e.partition, e.endOffset)
     }
   }
 
@@ -250,13 +251,16 @@ export class Dispatcher {
     const g = newGroupRuntime(loaded.row, topic)
     this.groups.set(name, g)
     this.groupsById.set(g.row.id, g)
+    let ofTopic = this.groupsByTopic.get(g.topic.id)
+    if (!ofTopic) this.groupsByTopic.set(g.topic.id, (ofTopic = new Set()))
+    ofTopic.add(g)
     this.flow.consumersChanged(g, loaded.consumers)
   }
 
   /** A topic was deleted: forget its groups' runtimes (their rows stay; they resume if it is recreated). */
   topicDeleted(topicId: number): void {
     this.ends.delete(topicId)
-    for (const g of [...this.groups.values()]) if (g.topic.id === topicId) this.drop(g)
+    for (const g of [...(this.groupsByTopic.get(topicId) ?? [])]) this.drop(g)
   }
 
   private drop(g: GroupRuntime): void {
@@ -265,6 +269,9 @@ export class Dispatcher {
     for (const w of [...g.parts.values()]) this.dropPartition(g, w, 'abandoned: the group or its topic changed')
     this.groups.delete(g.row.name)
     if (this.groupsById.get(g.row.id) === g) this.groupsById.delete(g.row.id)
+    const ofTopic = this.groupsByTopic.get(g.topic.id)
+    ofTopic?.delete(g)
+    if (ofTopic?.size === 0) this.groupsByTopic.delete(g.topic.id)
   }
 
   // ---- partitions ----
@@ -388,8 +395,7 @@ export class Dispatcher {
     let topicEnds = this.ends.get(topicId)
     if (!topicEnds) this.ends.set(topicId, (topicEnds = new Map()))
     if (endOffset > (topicEnds.get(partition) ?? -1)) topicEnds.set(partition, endOffset)
-    for (const g of this.groups.values()) {
-      if (g.topic.id !== topicId) continue
+    for (const g of this.groupsByTopic.get(topicId) ?? []) {
       const w = g.parts.get(partition)
       if (!w) continue
       if (messages && messages.length > 0) this.reader.takeTail(g, w, messages)
