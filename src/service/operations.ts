@@ -66,7 +66,7 @@ export class OperationsService {
   constructor(
     private readonly db: Database,
     private readonly groups: GroupService,
-    private readonly cluster: Pick<Cluster, 'seek' | 'inFlight'>,
+    private readonly cluster: Pick<Cluster, 'seek'>,
     /** This process's attempt log, whose finished rows may still wait (up to 20 ms) for company. */
     private readonly attempts: { flush(): Promise<void> },
   ) {}
