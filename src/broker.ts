@@ -20,6 +20,7 @@ import { TopicService } from './service/topics.ts'
 import { autovacuumOff, durabilityWarnings, openDatabase, type Database } from './store/db.ts'
 import { appendMessages, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
+import { readAllLags } from './store/groups.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
 import { OperationsService } from './service/operations.ts'
@@ -90,7 +91,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const topics = new TopicService(db)
     const groups = new GroupService(db, config.pushPolicy)
     const logger = opts.logger
-    const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag and in-flight counts for /metrics failed'))
+    const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag for /metrics failed'), config.metricsRefreshMs)
     // Set below: how many broker processes share the partitions (each process's writers batch a Nth of the load).
     let processes = () => 1
     // Finished attempts wait up to 20 ms for company: the log is history, and fewer, larger inserts
@@ -114,7 +115,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       metrics,
       pushWindow: { initial: config.pushWindowInitial, max: config.pushWindowMax },
       loadGroup: (name) => groups.load(name),
-      listGroups: () => groups.list(),
+      loadGroups: () => groups.loadAll(),
       ensureOffsets: async (row, topic) => {
         await groups.ensureOffsets(row, topic.id, topic.partitions)
       },
@@ -162,7 +163,10 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
         }
       },
     }
-    metrics.trackPartitions(() => services.operations.partitionStats())
+    metrics.trackPartitions(
+      () => readAllLags(database.pool),
+      (groupId, partition) => cluster.inFlight(groupId, partition),
+    )
     metrics.trackPushWindows(() => cluster.pushWindows())
     metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
     const retention = new RetentionSweeper(db, {
@@ -214,6 +218,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       close() {
         closing ??= (async () => {
           await app.close()
+          metrics.close()
           await retention.stop()
           await outbox.stop()
           await committer.drain()

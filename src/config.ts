@@ -61,6 +61,8 @@ export interface Config {
   outboxPollMs: number | undefined
   /** Bytes (values, headers, keys) one move of the outbox takes at most (HOOKQ_OUTBOX_BATCH_BYTES); a larger row moves alone. */
   outboxBatchBytes: number
+  /** How old the /metrics lag gauges may grow while someone scrapes, ms (HOOKQ_METRICS_REFRESH_MS). */
+  metricsRefreshMs: number
   /** A request's headers and body must arrive within this, ms, or the connection gets 408 and is closed. */
   requestTimeoutMs: number
   /** A request's headers must arrive within this, ms (a new connection that sends nothing is closed after it too). */
@@ -199,6 +201,7 @@ export function loadConfig(env: Env = process.env): Config {
     ),
     outboxPollMs: env.HOOKQ_OUTBOX_POLL_MS === undefined ? undefined : int(env, 'HOOKQ_OUTBOX_POLL_MS', 50, 5, 60_000),
     outboxBatchBytes: int(env, 'HOOKQ_OUTBOX_BATCH_BYTES', 16 * MiB, 1024, 256 * MiB),
+    metricsRefreshMs: int(env, 'HOOKQ_METRICS_REFRESH_MS', 5000, 10, 600_000),
     processes: processes(env),
     requestTimeoutMs,
     headersTimeoutMs,

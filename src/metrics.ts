@@ -1,10 +1,12 @@
 /**
  * The broker's Prometheus metrics. Each broker has a registry of its own, not prom-client's global
  * one, so several brokers in one process (a test file) never register a name twice. Counters are
- * bumped where things happen (produce route, ack service, dispatcher); the per-partition gauges
- * (lag, in flight) are read at scrape time, so they cost nothing between scrapes and never go stale.
+ * bumped where things happen (produce route, ack service, dispatcher). The per-partition gauges
+ * are filled at scrape time: in flight from the dispatcher's memory, lag from a snapshot kept in
+ * memory and refreshed in the background while someone scrapes (src/lag-snapshot.ts).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { LagSnapshot, withinTimeout, type PartitionLag } from './lag-snapshot.ts'
 import { PushSeries, type PushOutcome } from './push-metrics.ts'
 
 export type { PushOutcome }
@@ -45,8 +47,10 @@ export interface PushWindowStat {
   inFlight: number
 }
 
-/** How long a scrape waits for the per-partition gauges before serving without them. */
+/** How long a scrape waits for the outbox's oldest row before serving without it. */
 const STATS_TIMEOUT_MS = 3000
+/** How old the lag gauges may grow while scraped, unless the broker says (HOOKQ_METRICS_REFRESH_MS). */
+const DEFAULT_LAG_REFRESH_MS = 5000
 
 // Seconds: from a fast local endpoint (a few ms) to the largest push timeout worth a bucket (60 s).
 const PUSH_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
@@ -107,13 +111,21 @@ export class Metrics implements DispatchMetrics {
     labelNames: ['group'] as const,
     registers: [this.registry],
   })
-  private partitionSource: () => Promise<PartitionStat[]> = async () => []
+  private lags: LagSnapshot
+  private inFlightOf: (groupId: number, partition: number) => number = () => 0
   private windowSource: () => PushWindowStat[] = () => []
   private outboxSource: () => Promise<number> = async () => 0
   private snapshot: Promise<PartitionStat[]> | undefined
 
-  /** `onError` hears of a failed scrape-time read (the gauges are then left empty for that scrape). */
-  constructor(private readonly onError: (err: unknown) => void = () => {}) {
+  /**
+   * `onError` hears of a failed read (the gauges it feeds are then left empty); `lagRefreshMs` is
+   * how old the lag gauges may grow while scraped.
+   */
+  constructor(
+    private readonly onError: (err: unknown) => void = () => {},
+    private readonly lagRefreshMs = DEFAULT_LAG_REFRESH_MS,
+  ) {
+    this.lags = new LagSnapshot({ read: async () => [], refreshMs: lagRefreshMs, onError })
     collectDefaultMetrics({ register: this.registry })
     const stats = () => this.partitionStats()
     const gauge = (name: string, help: string, pick: (s: PartitionStat) => number) =>
@@ -158,7 +170,7 @@ export class Metrics implements DispatchMetrics {
       async collect() {
         this.reset()
         try {
-          this.set(await withinStatsTimeout(outbox(), 'reading the produce outbox'))
+          this.set(await withinTimeout(outbox(), 'reading the produce outbox', STATS_TIMEOUT_MS))
         } catch (err) {
           report(err) // left out of this scrape
         }
@@ -187,9 +199,19 @@ export class Metrics implements DispatchMetrics {
     this.outboxSource = source
   }
 
-  /** Sets where the lag and in-flight gauges come from (read once per scrape). */
-  trackPartitions(source: () => Promise<PartitionStat[]>): void {
-    this.partitionSource = source
+  /**
+   * Sets where the lag and in-flight gauges come from: `readLags` reads every group partition's lag
+   * (in the background, at most once per lagRefreshMs while scraped), `inFlight` is asked at each scrape.
+   */
+  trackPartitions(readLags: () => Promise<PartitionLag[]>, inFlight: (groupId: number, partition: number) => number): void {
+    this.lags.close()
+    this.lags = new LagSnapshot({ read: readLags, refreshMs: this.lagRefreshMs, onError: this.onError })
+    this.inFlightOf = inFlight
+  }
+
+  /** Stops the lag gauges' background reads. */
+  close(): void {
+    this.lags.close()
   }
 
   /** The Prometheus text exposition and its content type. */
@@ -243,32 +265,17 @@ export class Metrics implements DispatchMetrics {
     this.rateLimitedTotal.inc({ group })
   }
 
-  /** Both gauges collect in the same scrape: they share one read of the store. */
+  /** Both gauges collect in the same scrape: they share one look at the lag snapshot. */
   private partitionStats(): Promise<PartitionStat[]> {
-    // A database that stopped answering (cut off, not down) must not hang the scrape: the
-    // process's own metrics, hookq_partitions_owned among them, are what an operator looks at then.
     if (this.snapshot) return this.snapshot
-    this.snapshot = withinStatsTimeout(this.partitionSource(), 'reading lag and in-flight counts')
-      .catch((err: unknown) => {
-        this.onError(err)
-        return []
-      })
+    this.snapshot = this.lags
+      .forScrape()
+      .then((rows) =>
+        rows.map((r) => ({ group: r.group, partition: r.partition, lag: r.lag, inFlight: this.inFlightOf(r.groupId, r.partition) })),
+      )
       .finally(() => {
         this.snapshot = undefined
       })
     return this.snapshot
-  }
-}
-
-/** `read`, or a rejection naming `what` once it takes over STATS_TIMEOUT_MS (a scrape must not hang on the database). */
-async function withinStatsTimeout<T>(read: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took over ${STATS_TIMEOUT_MS} ms`)), STATS_TIMEOUT_MS)
-  })
-  try {
-    return await Promise.race([read, deadline])
-  } finally {
-    clearTimeout(timer)
   }
 }

@@ -25,7 +25,7 @@
  */
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
-import { findTopicByName, readEndOffsets, type TopicRow } from '../store/topics.ts'
+import { findTopicByName, listTopics, readAllEndOffsets, readEndOffsets, type TopicRow } from '../store/topics.ts'
 import { attemptCounts, loadProgress, type DispatchMessage, type PartitionKey } from '../store/consumption.ts'
 import { abandonInFlight } from '../store/deliveries.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
@@ -50,7 +50,8 @@ export interface DispatcherDeps {
   db: Database
   /** Loads a group's row and consumers; null once deleted. */
   loadGroup(name: string): Promise<{ row: GroupRow; consumers: ConsumerRow[] } | null>
-  listGroups(): Promise<GroupRow[]>
+  /** Every group's row and consumers, in a few statements whatever their number (start-up and reconciliation). */
+  loadGroups(): Promise<{ row: GroupRow; consumers: ConsumerRow[] }[]>
   /** Creates committed offsets (from startAt) for partitions that have none. */
   ensureOffsets(row: GroupRow, topic: TopicRow): Promise<void>
   /** Marks a consumer disabled (410 Gone). */
@@ -70,12 +71,23 @@ export interface DispatcherDeps {
   processes?: () => number
 }
 
+/** What a read of every group found for one group: its row and consumers (null: deleted) and its topic (null: none). */
+interface GroupRead {
+  load: number
+  loaded: { row: GroupRow; consumers: ConsumerRow[] } | null
+  topic: TopicRow | null
+}
+
 export class Dispatcher {
   private readonly groups = new Map<string, GroupRuntime>()
   /** The same runtimes by group id: deadlines and the status view look groups up by id. */
   private readonly groupsById = new Map<number, GroupRuntime>()
+  /** The same runtimes by topic id: an append wakes its topic's groups without a scan of all groups. */
+  private readonly groupsByTopic = new Map<number, Set<GroupRuntime>>()
   /** Reloads of one group run one at a time (name → the last one queued). */
   private readonly reloads = new Map<string, Promise<void>>()
+  /** The number (PendingDisables.beginLoad) of the read each group was last reloaded from. */
+  private readonly appliedLoads = new Map<string, number>()
   /** The highest end offset produce has reported, per topic and partition, whether or not a group listens. */
   private readonly ends = new Map<number, Map<number, number>>()
   private readonly windows: ConsumerWindows
@@ -148,28 +160,35 @@ export class Dispatcher {
 
   /** Loads every group (their partitions come with acquire()). */
   async start(): Promise<void> {
-    for (const row of await this.deps.listGroups()) {
-      if (this.stopped) return
-      await this.reload(row.name)
-    }
+    await this.reloadAll()
   }
 
   /**
    * Catches up with what notifications may not have told (another broker process's NOTIFY lost):
-   * reloads every group, new and deleted ones included, and wakes partitions whose log grew.
+   * reloads every group, new and deleted ones included, and wakes partitions whose log grew. A few
+   * statements for all groups, not a few per group: it runs every 5 s on every process.
    */
   async reconcile(): Promise<void> {
-    const names = new Set((await this.deps.listGroups()).map((r) => r.name))
-    for (const name of this.groups.keys()) names.add(name)
-    for (const name of names) {
-      if (this.stopped) return
-      await this.reload(name)
+    await this.reloadAll()
+    if (this.stopped) return
+    for (const e of await readAllEndOffsets(this.deps.db.prisma)) {
+      if (this.groupsByTopic.has(e.topicId)) this.notifyAppend(e.topicId, e.partition, e.endOffset)
     }
-    const topicIds = new Set([...this.groups.values()].map((g) => g.topic.id))
-    for (const topicId of topicIds) {
+  }
+
+  /** Every group read at once, and each applied as its own reload would (deleted ones dropped). */
+  private async reloadAll(): Promise<void> {
+    const load = this.disables.beginLoad()
+    const [loaded, topics] = await Promise.all([this.deps.loadGroups(), listTopics(this.deps.db.prisma)])
+    const topicsByName = new Map(topics.map((t) => [t.name, t]))
+    const byName = new Map(loaded.map((l) => [l.row.name, l]))
+    for (const name of new Set([...byName.keys(), ...this.groups.keys()])) {
       if (this.stopped) return
-      for (const e of await readEndOffsets(this.deps.db.prisma, topicId)) this.notifyAppend(topicId, e.partition, e.endOffset)
+      const l = byName.get(name) ?? null
+      await this.reload(name, { load, loaded: l, topic: l ? (topicsByName.get(l.row.topic) ?? null) : null })
     }
+    // Deleted groups this read saw gone need no number kept.
+    for (const [name, n] of this.appliedLoads) if (n <= load && !byName.has(name) && !this.groups.has(name)) this.appliedLoads.delete(name)
   }
 
   /** Stops pushing; waits for queued completions to be written. In-flight pushes are abandoned (they will be redelivered). */
@@ -182,14 +201,17 @@ export class Dispatcher {
 
   // ---- groups ----
 
-  /** Re-reads a group (created, updated, deleted, consumers changed) and adjusts what it pushes. */
-  reload(name: string): Promise<void> {
+  /**
+   * Re-reads a group (created, updated, deleted, consumers changed) and adjusts what it pushes;
+   * `read` is what a read of every group found for it (reloadAll), when that is newer than what was applied.
+   */
+  reload(name: string, read?: GroupRead): Promise<void> {
     // One at a time per group: two overlapping reloads could build two runtimes, or apply an
     // older consumer list after a newer one.
     const previous = this.reloads.get(name) ?? Promise.resolve()
     const next = previous.then(
-      () => this.reloadNow(name),
-      () => this.reloadNow(name),
+      () => this.reloadNow(name, read),
+      () => this.reloadNow(name, read),
     )
     this.reloads.set(name, next)
     const forget = () => {
@@ -199,13 +221,16 @@ export class Dispatcher {
     return next
   }
 
-  private async reloadNow(name: string): Promise<void> {
+  private async reloadNow(name: string, read?: GroupRead): Promise<void> {
     if (this.stopped) return
-    const load = this.disables.beginLoad()
-    const loaded = await this.deps.loadGroup(name)
+    // A read of the group alone that began after the read of all groups was applied first: keep it.
+    if (read && (this.appliedLoads.get(name) ?? 0) > read.load) return
+    const load = read?.load ?? this.disables.beginLoad()
+    const loaded = read ? read.loaded : await this.deps.loadGroup(name)
     if (loaded) this.disables.apply(loaded.row.id, load, loaded.consumers)
     const current = this.groups.get(name)
-    const topic = loaded ? await findTopicByName(this.deps.db.prisma, loaded.row.topic) : null
+    const topic = read ? read.topic : loaded ? await findTopicByName(this.deps.db.prisma, loaded.row.topic) : null
+    this.appliedLoads.set(name, Math.max(load, this.appliedLoads.get(name) ?? 0))
     if (!loaded || !topic || (current && current.topic.id !== topic.id)) {
       if (current) this.drop(current)
       if (!loaded || !topic) return
@@ -227,13 +252,16 @@ export class Dispatcher {
     const g = newGroupRuntime(loaded.row, topic)
     this.groups.set(name, g)
     this.groupsById.set(g.row.id, g)
+    let ofTopic = this.groupsByTopic.get(g.topic.id)
+    if (!ofTopic) this.groupsByTopic.set(g.topic.id, (ofTopic = new Set()))
+    ofTopic.add(g)
     this.flow.consumersChanged(g, loaded.consumers)
   }
 
   /** A topic was deleted: forget its groups' runtimes (their rows stay; they resume if it is recreated). */
   topicDeleted(topicId: number): void {
     this.ends.delete(topicId)
-    for (const g of [...this.groups.values()]) if (g.topic.id === topicId) this.drop(g)
+    for (const g of [...(this.groupsByTopic.get(topicId) ?? [])]) this.drop(g)
   }
 
   private drop(g: GroupRuntime): void {
@@ -242,6 +270,9 @@ export class Dispatcher {
     for (const w of [...g.parts.values()]) this.dropPartition(g, w, 'abandoned: the group or its topic changed')
     this.groups.delete(g.row.name)
     if (this.groupsById.get(g.row.id) === g) this.groupsById.delete(g.row.id)
+    const ofTopic = this.groupsByTopic.get(g.topic.id)
+    ofTopic?.delete(g)
+    if (ofTopic?.size === 0) this.groupsByTopic.delete(g.topic.id)
   }
 
   // ---- partitions ----
@@ -365,8 +396,7 @@ export class Dispatcher {
     let topicEnds = this.ends.get(topicId)
     if (!topicEnds) this.ends.set(topicId, (topicEnds = new Map()))
     if (endOffset > (topicEnds.get(partition) ?? -1)) topicEnds.set(partition, endOffset)
-    for (const g of this.groups.values()) {
-      if (g.topic.id !== topicId) continue
+    for (const g of this.groupsByTopic.get(topicId) ?? []) {
       const w = g.parts.get(partition)
       if (!w) continue
       if (messages && messages.length > 0) this.reader.takeTail(g, w, messages)
@@ -380,6 +410,11 @@ export class Dispatcher {
   /** True when the group is running here (it exists, and so does its topic). */
   hasGroup(name: string): boolean {
     return this.groups.has(name)
+  }
+
+  /** The partition count of a group running here (its topic's), undefined when it is not. */
+  partitionCount(name: string): number | undefined {
+    return this.groups.get(name)?.topic.partitions
   }
 
   /** Messages outstanding on a partition (for the group status). */

@@ -1,11 +1,9 @@
 /**
  * The operator's tools on a group: the delivery log (every push attempt, newest first, paged by an
- * opaque keyset cursor), seek (moving committed offsets, to replay or to skip), and the
- * per-partition figures the metrics gauges show.
+ * opaque keyset cursor) and seek (moving committed offsets, to replay or to skip).
  */
 import type { Cluster } from '../cluster/cluster.ts'
 import { HookqError } from '../errors.ts'
-import type { PartitionStat } from '../metrics.ts'
 import type { Database } from '../store/db.ts'
 import { listAttempts, type AttemptRow, type Outcome } from '../store/deliveries.ts'
 import { offsetsAtTime } from '../store/messages.ts'
@@ -68,7 +66,7 @@ export class OperationsService {
   constructor(
     private readonly db: Database,
     private readonly groups: GroupService,
-    private readonly cluster: Pick<Cluster, 'seek' | 'inFlight'>,
+    private readonly cluster: Pick<Cluster, 'seek'>,
     /** This process's attempt log, whose finished rows may still wait (up to 20 ms) for company. */
     private readonly attempts: { flush(): Promise<void> },
   ) {}
@@ -141,23 +139,5 @@ export class OperationsService {
     await this.cluster.seek({ name: group.name, id: group.id }, topic.id, targets)
     const committed = await this.groups.ensureOffsets(group, topic.id, topic.partitions)
     return { partitions: [...committed].sort(([a], [b]) => a - b).map(([partition, committedOffset]) => ({ partition, committedOffset })) }
-  }
-
-  /**
-   * Lag and in-flight count of every group partition (for the metrics gauges). A few queries per
-   * group; a group deleted while this runs is skipped.
-   */
-  async partitionStats(): Promise<PartitionStat[]> {
-    const out: PartitionStat[] = []
-    for (const g of await this.groups.list()) {
-      const status = await this.groups
-        .status(g.name, (groupId, p) => this.cluster.inFlight(groupId, p))
-        .catch((err: unknown) => {
-          if (err instanceof HookqError && err.code === 'group_not_found') return null
-          throw err
-        })
-      for (const p of status?.partitions ?? []) out.push({ group: g.name, partition: p.partition, lag: p.lag, inFlight: p.inFlight })
-    }
-    return out
   }
 }

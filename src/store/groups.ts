@@ -1,5 +1,5 @@
 /** Storage of consumer groups, their consumers and committed offsets. */
-import type { Prisma, PrismaExecutor } from './db.ts'
+import type { Prisma, PrismaExecutor, Queryable } from './db.ts'
 import { storableText } from './storable.ts'
 import type { ConsumerGroup as GroupRow, Consumer as ConsumerRow } from '../generated/prisma/client.ts'
 
@@ -46,6 +46,12 @@ export async function findGroupByName(p: PrismaExecutor, name: string): Promise<
 /** Every group, by name. */
 export async function listGroups(p: PrismaExecutor): Promise<GroupRow[]> {
   return p.consumerGroup.findMany({ orderBy: { name: 'asc' } })
+}
+
+/** Names of the groups consuming a topic (a topic's creation reads them: not every group). */
+export async function listGroupNamesOfTopic(p: PrismaExecutor, topic: string): Promise<string[]> {
+  const rows = await p.consumerGroup.findMany({ where: { topic }, select: { name: true }, orderBy: { name: 'asc' } })
+  return rows.map((r) => r.name)
 }
 
 /**
@@ -144,6 +150,11 @@ export async function listConsumers(p: PrismaExecutor, groupId: number): Promise
   return p.consumer.findMany({ where: { groupId }, orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] })
 }
 
+/** Every group's consumers, oldest first (one statement for all groups: reconciliation reads them all). */
+export async function listAllConsumers(p: PrismaExecutor): Promise<ConsumerRow[]> {
+  return p.consumer.findMany({ orderBy: [{ createdAt: 'asc' }, { id: 'asc' }] })
+}
+
 /** Marks a consumer disabled with the reason (kept from the first time when already disabled). */
 export async function disableConsumer(p: PrismaExecutor, id: string, reason: string): Promise<void> {
   await p.consumer.updateMany({ where: { id, disabledAt: null }, data: { disabledAt: new Date(), disabledReason: storableText(reason) } })
@@ -153,4 +164,29 @@ export async function disableConsumer(p: PrismaExecutor, id: string, reason: str
 export async function deleteConsumer(p: PrismaExecutor, groupId: number, id: string): Promise<boolean> {
   const { count } = await p.consumer.deleteMany({ where: { groupId, id } })
   return count > 0
+}
+
+/** One group partition's lag: end offset minus committed offset. */
+export interface PartitionLag {
+  groupId: number
+  group: string
+  partition: number
+  lag: number
+}
+
+/**
+ * The lag of every group partition, in one statement (the metrics gauges read it for all groups at
+ * once). A partition the group has no committed offset for yet (its dispatcher creates it) is left
+ * out rather than guessed.
+ */
+export async function readAllLags(q: Queryable): Promise<PartitionLag[]> {
+  const { rows } = await q.query<PartitionLag>(
+    `SELECT g.id AS "groupId", g.name AS "group", tp.partition, GREATEST(0, tp.next_offset - o.committed_offset) AS lag
+       FROM consumer_groups g
+       JOIN topics t ON t.name = g.topic
+       JOIN topic_partitions tp ON tp.topic_id = t.id
+       JOIN group_offsets o ON o.group_id = g.id AND o.topic_id = t.id AND o.partition = tp.partition
+      ORDER BY g.name, tp.partition`,
+  )
+  return rows
 }

@@ -81,3 +81,9 @@ export async function readEndOffsets(p: PrismaExecutor, topicId: number): Promis
   })
   return parts.map((p) => ({ partition: p.partition, endOffset: Number(p.nextOffset) }))
 }
+
+/** The next offset to be written of every partition of every topic (one statement for all topics). */
+export async function readAllEndOffsets(p: PrismaExecutor): Promise<{ topicId: number; partition: number; endOffset: number }[]> {
+  const parts = await p.topicPartition.findMany({ select: { topicId: true, partition: true, nextOffset: true } })
+  return parts.map((p) => ({ topicId: p.topicId, partition: p.partition, endOffset: Number(p.nextOffset) }))
+}

@@ -83,7 +83,7 @@ async function setup(
     now: clock.now,
     timers: clock,
     loadGroup: (n) => groups.load(n),
-    listGroups: () => groups.list(),
+    loadGroups: () => groups.loadAll(),
     ensureOffsets: async (row, topic) => {
       await groups.ensureOffsets(row, topic.id, topic.partitions)
     },
