@@ -26,7 +26,7 @@
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import { findTopicByName, readEndOffsets, type TopicRow } from '../store/topics.ts'
-import { attemptCounts, loadProgress, type DispatchMessage, type PartitionKey } from '../store/consumption.ts'
+import { attemptCounts, handBack, loadProgress, type DispatchMessage, type HandBack, type PartitionKey } from '../store/consumption.ts'
 import { abandonInFlight } from '../store/deliveries.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import { AckHandler, type AckResult } from './ack-handler.ts'
@@ -35,7 +35,15 @@ import { ConsumerWindows } from './consumer-windows.ts'
 import { HealthRecorder } from './health.ts'
 import { PendingDisables } from './pending-disables.ts'
 import { PartitionReader } from './partition-reader.ts'
-import { filterOf, newGroupRuntime, newPartitionState, policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
+import {
+  filterOf,
+  firstUnpushed,
+  newGroupRuntime,
+  newPartitionState,
+  policyOf,
+  type GroupRuntime,
+  type PartitionState,
+} from './partition-state.ts'
 import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import type { PushAgent } from './pusher.ts'
@@ -176,6 +184,15 @@ export class Dispatcher {
     this.stopped = true
     this.schedule.stop()
     await this.progress.drain()
+    // Before the session ends and the others take the partitions: what was not pushed is given back.
+    const backs: HandBack[] = []
+    for (const g of this.groups.values()) {
+      for (const w of [...g.parts.values()]) {
+        backs.push(handBackOf(g, w))
+        this.dropPartition(g, w, 'abandoned: the broker process stopped')
+      }
+    }
+    await this.handBack(backs)
     await this.health.close()
   }
 
@@ -305,14 +322,29 @@ export class Dispatcher {
       }
       await this.progress.settled()
     }
+    const back = graceful && !w.dropped ? handBackOf(g, w) : undefined
     if (g.parts.get(partition) === w) this.dropPartition(g, w, 'abandoned: the partition moved to another broker process')
     // Handing over: the attempt rows of its pushes are written before the next owner can take it,
     // so an ack that follows the partition there finds its attempt (a row still in memory here
-    // would make the new owner answer `unknown` for a delivery id it cannot check).
-    if (graceful)
-      await this.deps.attempts
-        .flush()
-        .catch((err: unknown) => this.deps.log.warn({ err }, 'writing the attempt log before a handover failed'))
+    // would make the new owner answer `unknown` for a delivery id it cannot check), and it counts
+    // exactly the pushes made here.
+    if (graceful) await this.handBack(back ? [back] : [])
+  }
+
+  /**
+   * Writes the attempt log, then tells the database which reserved first pushes and recorded
+   * retries of these (dropped) partitions never went out, for those whose rows are all written:
+   * the next owner then continues each message at the attempt after the last one pushed.
+   */
+  private async handBack(backs: HandBack[]): Promise<void> {
+    try {
+      await this.deps.attempts.flush()
+      const written = backs.filter((b) => !this.deps.attempts.unwritten(b.groupId, b.partition))
+      await handBack(this.deps.db.pool, written)
+    } catch (err) {
+      // The reservation stays: the next owner may count a push never made (a skipped attempt number), never miss one.
+      this.deps.log.warn({ err }, 'writing the attempt log or giving back unpushed reservations before a handover failed')
+    }
   }
 
   /** Drops every partition at once (the session that owned them is gone). */
@@ -404,5 +436,17 @@ export class Dispatcher {
   /** Each consumer's push window, for the metrics. */
   pushWindows(): PushWindowStat[] {
     return this.windows.stats()
+  }
+}
+
+/** What a partition handed over gives back (src/store/consumption.ts handBack), read before it is dropped. */
+function handBackOf(g: GroupRuntime, w: PartitionState): HandBack {
+  return {
+    groupId: g.row.id,
+    topicId: g.topic.id,
+    partition: w.partition,
+    ownerEpoch: w.ownerEpoch,
+    unpushedFrom: firstUnpushed(w),
+    unsent: [...w.unsent],
   }
 }
