@@ -155,7 +155,8 @@ export class Ownership {
     if (this.deps.connectionString === null) return 'self'
     const group = this.index.groups.get(groupName)
     if (!group) return null
-    if (this.deps.dispatcher.owns(group.groupId, partition)) return 'self'
+    // Held here, also while being handed over (its acks are still written here) or loaded.
+    if (this.held.has(pairKey(group.groupId, partition)) || this.deps.dispatcher.owns(group.groupId, partition)) return 'self'
     const pid = this.index.holders.get(pairKey(group.groupId, partition))
     if (pid === undefined || pid === this.view!.self) return null
     return this.index.urls.get(pid) ?? null

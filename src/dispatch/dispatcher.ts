@@ -27,7 +27,7 @@ import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import { findTopicByName, readEndOffsets, type TopicRow } from '../store/topics.ts'
 import { attemptCounts, handBack, loadProgress, type DispatchMessage, type HandBack, type PartitionKey } from '../store/consumption.ts'
-import { abandonInFlight } from '../store/deliveries.ts'
+import { abandonInFlight, HANDED_OVER, handedOverInFlight } from '../store/deliveries.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import { AckHandler, type AckResult } from './ack-handler.ts'
 import type { AttemptLog } from './attempt-log.ts'
@@ -42,6 +42,7 @@ import {
   newPartitionState,
   policyOf,
   type GroupRuntime,
+  type Outstanding,
   type PartitionState,
 } from './partition-state.ts'
 import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
@@ -189,10 +190,10 @@ export class Dispatcher {
     for (const g of this.groups.values()) {
       for (const w of [...g.parts.values()]) {
         backs.push(handBackOf(g, w))
-        this.dropPartition(g, w, 'abandoned: the broker process stopped')
+        this.dropPartition(g, w, 'abandoned: the broker process stopped', awaitingAcks(g, w))
       }
     }
-    await this.handBack(backs)
+    await this.handBack(backs, true)
     await this.health.close()
   }
 
@@ -279,20 +280,23 @@ export class Dispatcher {
     const old = g.parts.get(partition)
     if (old) this.dropPartition(g, old, 'abandoned: the partition was claimed again')
     const { db } = this.deps
-    // Attempts its previous owner left in flight ended with that ownership; their messages go again.
-    await abandonInFlight(db.pool, g.row.id, partition)
     const pr = (await loadProgress(db.pool, g.row.id, g.topic.id, partition)) ?? {
       committed: 0,
       completed: new Set<number>(),
       pushed: 0,
       seekedAtMs: 0,
     }
+    // Attempts its previous owner left in flight ended with that ownership; their messages go
+    // again, those it handed over once their ack deadlines pass (the consumer may ack them meanwhile).
+    const heldUntil = await handedOverInFlight(db.pool, g.row.id, partition, pr.committed)
+    await abandonInFlight(db.pool, g.row.id, partition)
     const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr)
     const end = (await readEndOffsets(this.deps.db.prisma, g.topic.id)).find((e) => e.partition === partition)?.endOffset ?? 0
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
     const endHint = Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0)
     const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch)
+    w.heldUntil = heldUntil
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)
     this.flow.fill(g, w)
@@ -322,13 +326,15 @@ export class Dispatcher {
       }
       await this.progress.settled()
     }
-    const back = graceful && !w.dropped ? handBackOf(g, w) : undefined
-    if (g.parts.get(partition) === w) this.dropPartition(g, w, 'abandoned: the partition moved to another broker process')
+    // Given back however it goes: the write is fenced, so it lands only if nobody claimed the partition since.
+    const back = !w.dropped ? handBackOf(g, w) : undefined
+    const handed = back && graceful ? awaitingAcks(g, w) : undefined
+    if (g.parts.get(partition) === w) this.dropPartition(g, w, 'abandoned: the partition moved to another broker process', handed)
     // Handing over: the attempt rows of its pushes are written before the next owner can take it,
     // so an ack that follows the partition there finds its attempt (a row still in memory here
     // would make the new owner answer `unknown` for a delivery id it cannot check), and it counts
     // exactly the pushes made here.
-    if (graceful) await this.handBack(back ? [back] : [])
+    if (graceful || back) await this.handBack(back ? [back] : [], (handed?.size ?? 0) > 0)
   }
 
   /**
@@ -336,9 +342,10 @@ export class Dispatcher {
    * retries of these (dropped) partitions never went out, for those whose rows are all written:
    * the next owner then continues each message at the attempt after the last one pushed.
    */
-  private async handBack(backs: HandBack[]): Promise<void> {
+  private async handBack(backs: HandBack[], all = false): Promise<void> {
     try {
-      await this.deps.attempts.flush()
+      // `all`: rows of attempts handed over in flight are written now, for the next owner to read.
+      await this.deps.attempts.flush(all)
       const written = backs.filter((b) => !this.deps.attempts.unwritten(b.groupId, b.partition))
       await handBack(this.deps.db.pool, written)
     } catch (err) {
@@ -349,8 +356,15 @@ export class Dispatcher {
 
   /** Drops every partition at once (the session that owned them is gone). */
   releaseAll(): void {
-    for (const g of this.groups.values())
-      for (const w of [...g.parts.values()]) this.dropPartition(g, w, 'abandoned: this process lost its partitions')
+    const backs: HandBack[] = []
+    for (const g of this.groups.values()) {
+      for (const w of [...g.parts.values()]) {
+        backs.push(handBackOf(g, w))
+        this.dropPartition(g, w, 'abandoned: this process lost its partitions', awaitingAcks(g, w))
+      }
+    }
+    // Fenced: lands for the partitions nobody has claimed since (then the next owner counts exactly what was pushed here).
+    void this.handBack(backs, true)
   }
 
   /** The owner epochs this process holds, to compare with the database's now and then. */
@@ -363,9 +377,15 @@ export class Dispatcher {
     return out
   }
 
-  private dropPartition(g: GroupRuntime, w: PartitionState, reason: string): void {
+  /** `handed`: messages whose current attempt stays in flight for the next owner (see HANDED_OVER). */
+  private dropPartition(g: GroupRuntime, w: PartitionState, reason: string, handed?: Set<Outstanding>): void {
     w.dropped = true
-    for (const o of w.outstanding.values()) this.flow.abandon(o, reason)
+    for (const o of w.outstanding.values()) {
+      const id = handed?.has(o) ? o.current : undefined
+      if (id !== undefined) o.open = o.open.filter((x) => x !== id)
+      this.flow.abandon(o, reason)
+      if (id !== undefined) this.deps.attempts.update({ id, error: HANDED_OVER })
+    }
     w.outstanding.clear()
     w.ready = []
     w.buffer = []
@@ -449,4 +469,12 @@ function handBackOf(g: GroupRuntime, w: PartitionState): HandBack {
     unpushedFrom: firstUnpushed(w),
     unsent: [...w.unsent],
   }
+}
+
+/** Explicit-ack messages whose current push was answered and whose ack may still come: handed over in flight. */
+function awaitingAcks(g: GroupRuntime, w: PartitionState): Set<Outstanding> {
+  const out = new Set<Outstanding>()
+  if (g.row.ackMode !== 'explicit') return out
+  for (const o of w.outstanding.values()) if (o.state === 'in_flight' && o.current !== undefined && o.pushing === undefined) out.add(o)
+  return out
 }

@@ -94,6 +94,8 @@ export interface PartitionState {
    * if the partition is handed over first, they never will, and their rows must not count.
    */
   unsent: Set<string>
+  /** Ack deadlines of pushes the previous owner handed over in flight, by offset: no push again before them. */
+  heldUntil: Map<number, number>
 }
 
 export interface GroupRuntime {
@@ -163,6 +165,7 @@ export function newPartitionState(
     dropped: false,
     keys: new KeyOrder(),
     unsent: new Set(),
+    heldUntil: new Map(),
   }
 }
 

@@ -165,9 +165,13 @@ export class PushFlow {
   private admit(g: GroupRuntime, w: PartitionState, msg: DispatchMessage, matched: boolean, nowMs: number, ready = false): void {
     const attempts = w.priorAttempts.get(msg.offset) ?? 0
     if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
+    const heldUntil = w.heldUntil.size > 0 ? w.heldUntil.get(msg.offset) : undefined
+    if (heldUntil !== undefined) w.heldUntil.delete(msg.offset)
     const o = newOutstanding(msg, attempts, matched)
     w.outstanding.set(msg.offset, o)
-    if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
+    // The previous owner's push is the consumer's until its ack deadline (a graceful handover): no duplicate before then.
+    if (heldUntil !== undefined && attempts > 0 && heldUntil > nowMs) this.wait(g, w, o, 'retry', heldUntil)
+    else if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
     else if (ready) setState(w, o, 'ready')
     else this.start(g, w, o)
   }

@@ -21,7 +21,7 @@ const TOTAL = 240
 
 t.test('attempt numbers rise by one per push of a message while partitions move', { skip: needsServer }, async (t) => {
   const db = await testDatabase(t)
-  const spawn = brokerSpawner(t, { DATABASE_URL: db.url, HOOKQ_CLUSTER_POLL_MS: '100', HOOKQ_DB_POOL_SIZE: '4' })
+  const spawn = brokerSpawner(t, { DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4' })
   const live: BrokerProcess[] = [await spawn()]
 
   const pushes = new Map<number, number[]>()
