@@ -25,7 +25,15 @@
  */
 import type { Dispatcher } from '../dispatch/dispatcher.ts'
 import type { Database } from '../store/db.ts'
-import { claimPartition, forgetDeadMembers, groupPartitions, MemberSession, ownerEpochs, type ClusterView } from '../store/membership.ts'
+import {
+  ackUnowned,
+  claimPartition,
+  forgetDeadMembers,
+  groupPartitions,
+  MemberSession,
+  ownerEpochs,
+  type ClusterView,
+} from '../store/membership.ts'
 import { assign, pairKey } from './assignment.ts'
 
 /** How often the members re-read groups, end offsets and owner epochs (what a lost NOTIFY did not tell), ms. */
@@ -160,6 +168,17 @@ export class Ownership {
     const pid = this.index.holders.get(pairKey(group.groupId, partition))
     if (pid === undefined || pid === this.view!.self) return null
     return this.index.urls.get(pid) ?? null
+  }
+
+  /**
+   * Acks of a partition nobody holds right now (moving, or its owner gone), written durably here
+   * (src/store/membership.ts ackUnowned): the status of each id written, or null when the
+   * partition turned out to be held (its owner answers, at the caller's retry).
+   */
+  async ackUnowned(groupName: string, partition: number, ids: string[]): Promise<Map<string, string> | null> {
+    const group = this.index.groups.get(groupName)
+    if (this.deps.connectionString === null || !group) return null
+    return ackUnowned(this.deps.db, group.groupId, partition, ids)
   }
 
   /** The partition count of a group, as of the last poll (undefined: not known here). */
