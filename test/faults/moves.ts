@@ -37,6 +37,7 @@ try {
   const pushes: { p: number; o: number; attempt: number; at: number }[] = []
   let ackCalls = 0
   let ack503 = 0
+  const why503 = new Map<string, number>()
   let turn = 0
   const ackedAt = new Map<string, number>()
   const ack = async (id: string, k: string) => {
@@ -48,7 +49,11 @@ try {
         if (res.json.results[0].status !== 'unknown') ackedAt.set(k, Date.now())
         return
       }
-      if (res?.status === 503) ack503++
+      if (res?.status === 503) {
+        ack503++
+        const why = String(res.json?.detail ?? '').slice(0, 70)
+        why503.set(why, (why503.get(why) ?? 0) + 1)
+      }
       await new Promise((r) => setTimeout(r, 100))
     }
   }
@@ -122,6 +127,7 @@ try {
   console.log(
     `ack calls ${ackCalls}: ${ack503} answered 503 (${((100 * ack503) / ackCalls).toFixed(2)}%), ${(ack503 / moves.length).toFixed(1)} per move`,
   )
+  console.log(`503s by detail: ${[...why503].map(([w, n]) => `${n}× ${w}`).join('; ')}`)
   console.log(`pushes resumed on every partition after each SIGKILL: ${resumes.join(', ')} ms`)
   console.log(`spawn to /readyz 200: ${readyMs.join(', ')} ms`)
 } finally {
