@@ -17,6 +17,7 @@ import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
 import { HookqError } from '../errors.ts'
 import type { DispatchMessage } from '../store/consumption.ts'
 import { seekOffsets } from '../store/consumption.ts'
+import { parseDeliveryId } from '../store/delivery-id.ts'
 import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, OUTBOX_CHANNEL, publish, type OutboxWait } from '../store/membership.ts'
 import { Ownership, type OwnershipDeps } from './ownership.ts'
 
@@ -24,6 +25,9 @@ import { Ownership, type OwnershipDeps } from './ownership.ts'
 type Change = { group: string } | { topicCreated: string } | { topicDeleted: number } | { seek: { group: string; partitions: number[] } }
 
 type Results = Promise<{ deliveryId: string; status: AckStatus }[]>
+
+/** How long an ack waits for a partition this process is taking over to load, ms (then 503, asked again). */
+const TAKING_WAIT_MS = 2000
 
 export interface ClusterDeps extends Omit<OwnershipDeps, 'onNotify' | 'dispatcher' | 'onOwned'> {
   dispatcher: Dispatcher
@@ -107,8 +111,9 @@ export class Cluster {
     return this.dispatcher.hasGroup(name)
   }
 
-  ack(group: string, ids: string[]): Results {
+  async ack(group: string, ids: string[]): Results {
     this.requireLoaded(group)
+    await this.ownership.loaded(group, () => partitionsOf(ids), TAKING_WAIT_MS)
     return this.dispatcher.ack(group, ids)
   }
 
@@ -269,4 +274,11 @@ export class Cluster {
 
 function moving(): HookqError {
   return new HookqError('unavailable', 'this group is not loaded by this broker process yet; retry', { retryAfterS: 1 })
+}
+
+function partitionsOf(ids: string[]): number[] {
+  return ids.flatMap((id) => {
+    const k = parseDeliveryId(id)
+    return k ? [k.partition] : []
+  })
 }

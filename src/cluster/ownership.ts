@@ -25,7 +25,15 @@
  */
 import type { Dispatcher } from '../dispatch/dispatcher.ts'
 import type { Database } from '../store/db.ts'
-import { claimPartition, forgetDeadMembers, groupPartitions, MemberSession, ownerEpochs, type ClusterView } from '../store/membership.ts'
+import {
+  ackUnowned,
+  claimPartition,
+  forgetDeadMembers,
+  groupPartitions,
+  MemberSession,
+  ownerEpochs,
+  type ClusterView,
+} from '../store/membership.ts'
 import { assign, pairKey } from './assignment.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
@@ -83,6 +91,8 @@ export class Ownership {
   private readonly held = new Map<string, Held>()
   /** Partitions being taken, handed over or claimed again: one move at a time each. */
   private readonly moving = new Map<string, Promise<void>>()
+  /** Partitions being taken (locked, loading), with the move that loads them. */
+  private readonly taking = new Map<string, Promise<void>>()
   private url: string | null = null
   private timer: NodeJS.Timeout | undefined
   private polling: Promise<void> | undefined
@@ -158,10 +168,22 @@ export class Ownership {
     if (this.deps.connectionString === null) return 'self'
     const group = this.index.groups.get(groupName)
     if (!group) return null
-    if (this.deps.dispatcher.owns(group.groupId, partition)) return 'self'
+    // Held here, also while being handed over (its acks are still written here) or loaded.
+    if (this.held.has(pairKey(group.groupId, partition)) || this.deps.dispatcher.owns(group.groupId, partition)) return 'self'
     const pid = this.index.holders.get(pairKey(group.groupId, partition))
     if (pid === undefined || pid === this.view!.self) return null
     return this.index.urls.get(pid) ?? null
+  }
+
+  /**
+   * Acks of a partition nobody holds right now (moving, or its owner gone), written durably here
+   * (src/store/membership.ts ackUnowned): the status of each id written, or null when the
+   * partition turned out to be held (its owner answers, at the caller's retry).
+   */
+  async ackUnowned(groupName: string, partition: number, ids: string[]): Promise<Map<string, string> | null> {
+    const group = this.index.groups.get(groupName)
+    if (this.deps.connectionString === null || !group) return null
+    return ackUnowned(this.deps.db, group.groupId, partition, ids)
   }
 
   /** The partition count of a group, as of the last poll (undefined: not known here). */
@@ -327,8 +349,34 @@ export class Ownership {
 
   private async take(locks: Locks, h: Held): Promise<void> {
     if (this.stopped || locks.isLost || !(await locks.tryLock(h.groupId, h.partition))) return
-    this.held.set(pairKey(h.groupId, h.partition), h)
-    await this.claim(locks, h)
+    const k = pairKey(h.groupId, h.partition)
+    this.held.set(k, h)
+    const claimed = this.claim(locks, h)
+    this.taking.set(k, claimed)
+    try {
+      await claimed
+    } finally {
+      if (this.taking.get(k) === claimed) this.taking.delete(k)
+    }
+  }
+
+  /**
+   * Waits, at most `maxMs`, for the partitions of these delivery ids that this process is taking
+   * right now to be loaded: their acks are then answered, instead of 503 while loading.
+   */
+  async loaded(groupName: string, partitions: () => Iterable<number>, maxMs: number): Promise<void> {
+    if (this.taking.size === 0) return
+    const group = this.index.groups.get(groupName)
+    if (!group) return
+    const waits: Promise<void>[] = []
+    for (const p of new Set(partitions())) {
+      const w = this.taking.get(pairKey(group.groupId, p))
+      if (w) waits.push(w)
+    }
+    if (waits.length === 0) return
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([Promise.allSettled(waits), new Promise<void>((resolve) => (timer = setTimeout(resolve, maxMs)))])
+    clearTimeout(timer)
   }
 
   /** With the lock held: a new epoch, then the dispatcher loads the partition under it. */

@@ -160,9 +160,10 @@ export class AckHandler {
     for (const [i, id] of ids.entries()) {
       const key = parseDeliveryId(id)
       if (!key || key.groupId !== g.row.id || key.partition >= g.topic.partitions) continue
-      // One not pushed here is its owner's to answer, whether or not its row is written yet.
+      // One not pushed here is its owner's to answer, whether or not its row is written yet. A
+      // partition being handed over is still this process's: its acks are written under its epoch.
       const w = g.parts.get(key.partition)
-      if (!w || w.releasing) {
+      if (!w) {
         out[i] = 'moved'
         continue
       }

@@ -115,6 +115,15 @@ export class AttemptLog {
     return this.held.get(id) ?? this.ready.get(id) ?? this.inserting?.get(id)
   }
 
+  /** Whether a row of the partition is not written yet (a handover's check, so a scan will do). */
+  unwritten(groupId: number, partition: number): boolean {
+    for (const rows of [this.held, this.ready, this.inserting]) {
+      if (!rows) continue
+      for (const r of rows.values()) if (r.groupId === groupId && r.partition === partition) return true
+    }
+    return false
+  }
+
   /** Records a change to an attempt; later changes to one id merge over earlier ones. */
   update(change: AttemptUpdate): void {
     const held = this.held.get(change.id)

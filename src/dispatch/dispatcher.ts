@@ -26,8 +26,8 @@
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import { findTopicByName, listTopics, readAllEndOffsets, readEndOffsets, type TopicRow } from '../store/topics.ts'
-import { attemptCounts, loadProgress, type DispatchMessage, type PartitionKey } from '../store/consumption.ts'
-import { abandonInFlight } from '../store/deliveries.ts'
+import { attemptCounts, handBack, loadProgress, type DispatchMessage, type HandBack, type PartitionKey } from '../store/consumption.ts'
+import { abandonInFlight, HANDED_OVER, handedOverInFlight } from '../store/deliveries.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import { AckHandler, type AckResult } from './ack-handler.ts'
 import type { AttemptLog } from './attempt-log.ts'
@@ -35,7 +35,16 @@ import { ConsumerWindows } from './consumer-windows.ts'
 import { HealthRecorder } from './health.ts'
 import { PendingDisables } from './pending-disables.ts'
 import { PartitionReader } from './partition-reader.ts'
-import { filterOf, newGroupRuntime, newPartitionState, policyOf, type GroupRuntime, type PartitionState } from './partition-state.ts'
+import {
+  filterOf,
+  firstUnpushed,
+  newGroupRuntime,
+  newPartitionState,
+  policyOf,
+  type GroupRuntime,
+  type Outstanding,
+  type PartitionState,
+} from './partition-state.ts'
 import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import type { PushAgent } from './pusher.ts'
@@ -196,6 +205,15 @@ export class Dispatcher {
     this.stopped = true
     this.schedule.stop()
     await this.progress.drain()
+    // Before the session ends and the others take the partitions: what was not pushed is given back.
+    const backs: HandBack[] = []
+    for (const g of this.groups.values()) {
+      for (const w of [...g.parts.values()]) {
+        backs.push(handBackOf(g, w))
+        this.dropPartition(g, w, 'abandoned: the broker process stopped', awaitingAcks(g, w))
+      }
+    }
+    await this.handBack(backs, true)
     await this.health.close()
   }
 
@@ -294,20 +312,23 @@ export class Dispatcher {
     const old = g.parts.get(partition)
     if (old) this.dropPartition(g, old, 'abandoned: the partition was claimed again')
     const { db } = this.deps
-    // Attempts its previous owner left in flight ended with that ownership; their messages go again.
-    await abandonInFlight(db.pool, g.row.id, partition)
     const pr = (await loadProgress(db.pool, g.row.id, g.topic.id, partition)) ?? {
       committed: 0,
       completed: new Set<number>(),
       pushed: 0,
       seekedAtMs: 0,
     }
+    // Attempts its previous owner left in flight ended with that ownership; their messages go
+    // again, those it handed over once their ack deadlines pass (the consumer may ack them meanwhile).
+    const heldUntil = await handedOverInFlight(db.pool, g.row.id, partition, pr.committed)
+    await abandonInFlight(db.pool, g.row.id, partition)
     const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr)
     const end = (await readEndOffsets(this.deps.db.prisma, g.topic.id)).find((e) => e.partition === partition)?.endOffset ?? 0
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
     const endHint = Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0)
     const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch)
+    w.heldUntil = heldUntil
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)
     this.flow.fill(g, w)
@@ -337,20 +358,45 @@ export class Dispatcher {
       }
       await this.progress.settled()
     }
-    if (g.parts.get(partition) === w) this.dropPartition(g, w, 'abandoned: the partition moved to another broker process')
+    // Given back however it goes: the write is fenced, so it lands only if nobody claimed the partition since.
+    const back = !w.dropped ? handBackOf(g, w) : undefined
+    const handed = back && graceful ? awaitingAcks(g, w) : undefined
+    if (g.parts.get(partition) === w) this.dropPartition(g, w, 'abandoned: the partition moved to another broker process', handed)
     // Handing over: the attempt rows of its pushes are written before the next owner can take it,
     // so an ack that follows the partition there finds its attempt (a row still in memory here
-    // would make the new owner answer `unknown` for a delivery id it cannot check).
-    if (graceful)
-      await this.deps.attempts
-        .flush()
-        .catch((err: unknown) => this.deps.log.warn({ err }, 'writing the attempt log before a handover failed'))
+    // would make the new owner answer `unknown` for a delivery id it cannot check), and it counts
+    // exactly the pushes made here.
+    if (graceful || back) await this.handBack(back ? [back] : [], (handed?.size ?? 0) > 0)
+  }
+
+  /**
+   * Writes the attempt log, then tells the database which reserved first pushes and recorded
+   * retries of these (dropped) partitions never went out, for those whose rows are all written:
+   * the next owner then continues each message at the attempt after the last one pushed.
+   */
+  private async handBack(backs: HandBack[], all = false): Promise<void> {
+    try {
+      // `all`: rows of attempts handed over in flight are written now, for the next owner to read.
+      await this.deps.attempts.flush(all)
+      const written = backs.filter((b) => !this.deps.attempts.unwritten(b.groupId, b.partition))
+      await handBack(this.deps.db.pool, written)
+    } catch (err) {
+      // The reservation stays: the next owner may count a push never made (a skipped attempt number), never miss one.
+      this.deps.log.warn({ err }, 'writing the attempt log or giving back unpushed reservations before a handover failed')
+    }
   }
 
   /** Drops every partition at once (the session that owned them is gone). */
   releaseAll(): void {
-    for (const g of this.groups.values())
-      for (const w of [...g.parts.values()]) this.dropPartition(g, w, 'abandoned: this process lost its partitions')
+    const backs: HandBack[] = []
+    for (const g of this.groups.values()) {
+      for (const w of [...g.parts.values()]) {
+        backs.push(handBackOf(g, w))
+        this.dropPartition(g, w, 'abandoned: this process lost its partitions', awaitingAcks(g, w))
+      }
+    }
+    // Fenced: lands for the partitions nobody has claimed since (then the next owner counts exactly what was pushed here).
+    void this.handBack(backs, true)
   }
 
   /** The owner epochs this process holds, to compare with the database's now and then. */
@@ -363,9 +409,15 @@ export class Dispatcher {
     return out
   }
 
-  private dropPartition(g: GroupRuntime, w: PartitionState, reason: string): void {
+  /** `handed`: messages whose current attempt stays in flight for the next owner (see HANDED_OVER). */
+  private dropPartition(g: GroupRuntime, w: PartitionState, reason: string, handed?: Set<Outstanding>): void {
     w.dropped = true
-    for (const o of w.outstanding.values()) this.flow.abandon(o, reason)
+    for (const o of w.outstanding.values()) {
+      const id = handed?.has(o) ? o.current : undefined
+      if (id !== undefined) o.open = o.open.filter((x) => x !== id)
+      this.flow.abandon(o, reason)
+      if (id !== undefined) this.deps.attempts.update({ id, error: HANDED_OVER })
+    }
     w.outstanding.clear()
     w.ready = []
     w.buffer = []
@@ -441,4 +493,24 @@ export class Dispatcher {
   pushWindows(): PushWindowStat[] {
     return this.windows.stats()
   }
+}
+
+/** What a partition handed over gives back (src/store/consumption.ts handBack), read before it is dropped. */
+function handBackOf(g: GroupRuntime, w: PartitionState): HandBack {
+  return {
+    groupId: g.row.id,
+    topicId: g.topic.id,
+    partition: w.partition,
+    ownerEpoch: w.ownerEpoch,
+    unpushedFrom: firstUnpushed(w),
+    unsent: [...w.unsent],
+  }
+}
+
+/** Explicit-ack messages whose current push was answered and whose ack may still come: handed over in flight. */
+function awaitingAcks(g: GroupRuntime, w: PartitionState): Set<Outstanding> {
+  const out = new Set<Outstanding>()
+  if (g.row.ackMode !== 'explicit') return out
+  for (const o of w.outstanding.values()) if (o.state === 'in_flight' && o.current !== undefined && o.pushing === undefined) out.add(o)
+  return out
 }

@@ -68,6 +68,13 @@ export class KeyOrder {
     return undefined
   }
 
+  /** The lowest offset waiting behind its key (Infinity when none waits). */
+  lowestWaiting(): number {
+    let low = Infinity
+    for (const q of this.waiting.values()) if (q[0] !== undefined && q[0].offset < low) low = q[0].offset
+    return low
+  }
+
   /** Every waiting message, in offset order, and forgets everything (the group left this ordering). */
   drain(): DispatchMessage[] {
     const all = [...this.waiting.values()].flat().sort((a, b) => a.offset - b.offset)

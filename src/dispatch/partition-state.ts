@@ -90,6 +90,13 @@ export interface PartitionState {
   dropped: boolean
   /** Ordering "key": which keys have a message outstanding, and their later messages waiting. */
   keys: KeyOrder
+  /**
+   * Retries whose attempt row is being written or was written, and whose push has not gone out:
+   * if the partition is handed over first, they never will, and their rows must not count.
+   */
+  unsent: Set<string>
+  /** Ack deadlines of pushes the previous owner handed over in flight, by offset: no push again before them. */
+  heldUntil: Map<number, number>
 }
 
 export interface GroupRuntime {
@@ -158,7 +165,27 @@ export function newPartitionState(
     onIdle: undefined,
     dropped: false,
     keys: new KeyOrder(),
+    unsent: new Set(),
+    heldUntil: new Map(),
   }
+}
+
+/**
+ * The lowest offset of the partition's push reservation that no first push was made for, by this
+ * process or (as far as its counts say) before it: a handover moves the reservation back there
+ * (src/store/consumption.ts handBack), so the next owner does not count an attempt for a message
+ * reserved here but never pushed. Messages counted from before this ownership and not pushed here
+ * stay below it (their count may rest on the reservation alone).
+ */
+export function firstUnpushed(w: PartitionState): number {
+  let from = Math.min(w.reservedTo, w.keys.lowestWaiting())
+  let counted = -1
+  for (const o of w.outstanding.values()) {
+    if (o.attempts === 0) from = Math.min(from, o.msg.offset)
+    else if (o.ids.length === 0 && o.msg.offset > counted) counted = o.msg.offset
+  }
+  for (const [offset, n] of w.priorAttempts) if (n > 0 && offset > counted) counted = offset
+  return Math.min(w.reservedTo, Math.max(from, counted + 1))
 }
 
 export interface CompletionRequest {

@@ -167,9 +167,13 @@ export class PushFlow {
   private admit(g: GroupRuntime, w: PartitionState, msg: DispatchMessage, matched: boolean, nowMs: number, ready = false): void {
     const attempts = w.priorAttempts.get(msg.offset) ?? 0
     if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
+    const heldUntil = w.heldUntil.size > 0 ? w.heldUntil.get(msg.offset) : undefined
+    if (heldUntil !== undefined) w.heldUntil.delete(msg.offset)
     const o = newOutstanding(msg, attempts, matched)
     w.outstanding.set(msg.offset, o)
-    if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
+    // The previous owner's push is the consumer's until its ack deadline (a graceful handover): no duplicate before then.
+    if (heldUntil !== undefined && attempts > 0 && heldUntil > nowMs) this.wait(g, w, o, 'retry', heldUntil)
+    else if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
     else if (ready) setState(w, o, 'ready')
     else this.start(g, w, o)
   }
@@ -329,6 +333,8 @@ export class PushFlow {
       this.deps.windows.wake(owner.id)
     }
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
+    // Until sent, a handover deletes its row: the next owner must not count a push never made.
+    w.unsent.add(id)
     Promise.all([this.deps.attempts.durable(row), fence])
       .then(
         ([, held]) => {
@@ -336,10 +342,16 @@ export class PushFlow {
             giveBack()
             return this.deps.moved(g, w)
           }
-          if (current() && !this.deps.stopped() && !w.releasing) this.send(g, w, o, id, owner, attempt, deadlineMs, this.deps.now())
-          else giveBack()
+          if (current() && !this.deps.stopped() && !w.releasing) {
+            w.unsent.delete(id)
+            this.send(g, w, o, id, owner, attempt, deadlineMs, this.deps.now())
+          } else {
+            if (!w.releasing && !w.dropped && !this.deps.stopped()) w.unsent.delete(id)
+            giveBack()
+          }
         },
         (err: unknown) => {
+          w.unsent.delete(id)
           giveBack()
           if (!current()) return
           // Not pushed, and not on record: the attempt did not happen. Try again in a second.
@@ -731,6 +743,18 @@ export class PushFlow {
         return this.start(g, w, o)
       }
       if (o.inFlight !== entry) return
+      // A retry still being recorded has not gone out: its deadline runs from its push, or its number would be skipped.
+      if (w.unsent.has(entry.deliveryId) && !w.releasing) {
+        o.inFlight = this.deps.schedule.ackDeadline(
+          entry.deliveryId,
+          g.row.id,
+          w.partition,
+          o.msg.offset,
+          o.attempts,
+          this.deps.now() + g.row.ackTimeoutMs,
+        )
+        return
+      }
       o.inFlight = undefined
       o.current = undefined
       closeAttempt(o, entry.deliveryId)

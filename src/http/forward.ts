@@ -36,6 +36,8 @@ export interface PartitionDirectory {
   ownerOf(groupName: string, partition: number): 'self' | string | null
   /** A group's partition count, if known. */
   partitionsOf(groupName: string): number | undefined
+  /** Acks of a partition nobody holds, written durably: each written id's status, or null when it is held after all. */
+  ackUnowned?(groupName: string, partition: number, ids: string[]): Promise<Map<string, string> | null>
 }
 
 type Result = { deliveryId: string; status: string }
@@ -120,23 +122,58 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     const group = (req.params as { group: string }).group
     const local: number[] = []
     const remote = new Map<string, number[]>()
+    const acks = req.url.endsWith('/acks')
+    // Acks of a partition nobody holds (moving, its owner gone) are written durably here, by partition.
+    const unowned = new Map<number, number[]>()
     for (const [i, id] of body.deliveryIds.entries()) {
       const key = parseDeliveryId(id)
       // Not an id of ours: answered here (unknown), like any id of no partition.
       const owner = key ? owners.ownerOf(group, key.partition) : 'self'
-      if (owner === null) throw unavailable('a partition of these deliveries is moving between broker processes')
-      if (owner === 'self') local.push(i)
+      if (owner === null) {
+        if (!acks || !owners.ackUnowned) throw unavailable('a partition of these deliveries is moving between broker processes')
+        pushTo(unowned, key!.partition, i)
+      } else if (owner === 'self') local.push(i)
       else pushTo(remote, owner, i)
     }
-    if (remote.size === 0) return undefined
+    if (remote.size === 0 && unowned.size === 0) return undefined
     const results = new Map<number, Result>()
+    /** Writes acks of a partition nobody holds; false when it is held after all (or an id has no attempt row). */
+    const ackHere = async (partition: number, indexes: number[]): Promise<boolean> => {
+      const ids = indexes.map((i) => body.deliveryIds[i]!)
+      const written = await owners.ackUnowned!(group, partition, ids)
+      if (!written || ids.some((id) => !written.has(id))) return false
+      for (const [k, i] of indexes.entries()) results.set(i, { deliveryId: ids[k]!, status: written.get(ids[k]!)! })
+      return true
+    }
+    const moving = () => unavailable('a partition of these deliveries is moving between broker processes')
+    for (const ok of await Promise.all([...unowned].map(([p, indexes]) => ackHere(p, indexes)))) if (!ok) throw moving()
     const answers = await Promise.all(
       [...remote].map(async ([base, indexes]) => {
-        const a = await call(base, req, { ...body, deliveryIds: indexes.map((i) => body.deliveryIds[i]!) })
+        // An owner that does not answer (killed, say), or no longer holds the partition (503), may
+        // have left it to nobody: its acks are written here then, if nobody holds it.
+        // Those of partitions the owner still holds (its 503 was for another) go to it once more.
+        const instead = async () => {
+          const byPartition = new Map<number, number[]>()
+          for (const i of indexes) pushTo(byPartition, parseDeliveryId(body.deliveryIds[i]!)!.partition, i)
+          const held = (await Promise.all([...byPartition].map(async ([p, ix]) => ((await ackHere(p, ix)) ? [] : ix)))).flat()
+          if (held.length === 0) return { a: undefined, indexes }
+          const again = await call(base, req, { ...body, deliveryIds: held.map((i) => body.deliveryIds[i]!) })
+          if (again.status === 503) throw moving()
+          return { a: again, indexes: held }
+        }
+        let a: Answer
+        try {
+          a = await call(base, req, { ...body, deliveryIds: indexes.map((i) => body.deliveryIds[i]!) })
+        } catch (err) {
+          if (!acks || !owners.ackUnowned) throw err
+          return instead()
+        }
+        if (a.status === 503 && acks && owners.ackUnowned) return instead()
         return { a, indexes }
       }),
     )
     for (const { a, indexes } of answers) {
+      if (!a) continue
       if (a.status !== 200) return relay(reply, a)
       const got = (JSON.parse(a.text) as { results: Result[] }).results
       indexes.forEach((i, k) => {

@@ -6,7 +6,8 @@
  * take the Database: each is a transaction of its own (the dead letters' append with the progress
  * statement; the seek's two statements), and no caller has a transaction to join them to.
  */
-import { numberArray } from './arrays.ts'
+import { numberArray, textColumn } from './arrays.ts'
+import { parseDeliveryId } from './delivery-id.ts'
 import { inTransaction, type Database, type Queryable } from './db.ts'
 import { appendRows, type AppendEntry } from './messages.ts'
 
@@ -296,6 +297,54 @@ function refusedOf(asked: PartitionKey[], held: { group_id: number; topic_id: nu
 }
 
 const sameKey = (a: PartitionKey, b: PartitionKey) => a.groupId === b.groupId && a.topicId === b.topicId && a.partition === b.partition
+
+/** What a process handing a partition over says it never pushed (see handBack). */
+export interface HandBack extends Fence {
+  /** No first push of an offset from here on was made under this epoch (nor counted from before it): the reservation moves back here. */
+  unpushedFrom: number
+  /** Retries whose attempt row was written but whose push never went out: their rows go. */
+  unsent: string[]
+}
+
+/**
+ * A graceful handover's last write, once the attempt rows of every push made under the epoch are
+ * written: the push reservation moves back to the first offset reserved but never pushed, and the
+ * rows of retries recorded but never sent are deleted. The next owner then counts exactly the
+ * pushes made (rows), not pushes that may have been made (the reservation), so it pushes attempt
+ * n + 1 after attempt n, with no number skipped. Fenced like every progress write: a partition
+ * whose epoch moved on is left as it is (its reservation then only over-counts, never under-counts).
+ */
+export async function handBack(q: Queryable, parts: HandBack[]): Promise<void> {
+  if (parts.length === 0) return
+  const unsent = parts.flatMap((p) => p.unsent.map((id) => ({ id, key: parseDeliveryId(id) })).filter((x) => x.key !== null))
+  await q.query(
+    `WITH held AS MATERIALIZED (
+       SELECT o.group_id, o.topic_id, o.partition, u.r FROM group_offsets o
+       JOIN unnest($1::int[], $2::int[], $3::int[], $4::bigint[], $5::bigint[]) AS u(g, t, p, e, r)
+         ON o.group_id = u.g AND o.topic_id = u.t AND o.partition = u.p AND o.owner_epoch = u.e
+       ORDER BY o.group_id, o.topic_id, o.partition
+       FOR NO KEY UPDATE OF o
+     ), lowered AS (
+       UPDATE group_offsets o SET pushed_offset = GREATEST(o.committed_offset, LEAST(o.pushed_offset, h.r))
+       FROM held h WHERE o.group_id = h.group_id AND o.topic_id = h.topic_id AND o.partition = h.partition
+     )
+     DELETE FROM deliveries d USING held h, unnest($6::int[], $7::int[], $8::bigint[], $9::int[], $10::text[]) AS x(g, p, o, a, id)
+     WHERE h.group_id = x.g AND h.partition = x.p
+       AND d.group_id = x.g AND d.partition = x.p AND d."offset" = x.o AND d.attempt = x.a AND d.id = x.id`,
+    [
+      numberArray(parts.map((p) => p.groupId)),
+      numberArray(parts.map((p) => p.topicId)),
+      numberArray(parts.map((p) => p.partition)),
+      numberArray(parts.map((p) => p.ownerEpoch)),
+      numberArray(parts.map((p) => p.unpushedFrom)),
+      numberArray(unsent.map((x) => x.key!.groupId)),
+      numberArray(unsent.map((x) => x.key!.partition)),
+      numberArray(unsent.map((x) => x.key!.offset)),
+      numberArray(unsent.map((x) => x.key!.attempt)),
+      textColumn(unsent, (x) => x.id),
+    ],
+  )
+}
 
 /**
  * Moves a group's committed offsets (seek) and forgets its completions on those partitions. The

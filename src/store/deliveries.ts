@@ -306,3 +306,26 @@ WITH scanned AS MATERIALIZED (
 )
 SELECT (SELECT count(*) FROM gone)::int AS deleted, (SELECT count(*) FROM scanned)::int AS scanned,
        (SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 FROM scanned) AS last_ms`
+
+/**
+ * The error of an attempt row left in flight by a graceful handover: its push was answered and the
+ * consumer may still ack it, so the partition's next owner waits for its ack deadline before
+ * pushing the message again (handedOverInFlight), instead of pushing a duplicate at once.
+ */
+export const HANDED_OVER = 'in flight when its partition was handed to another broker process'
+
+/** The ack deadlines (epoch ms, still to come) of the attempts a graceful handover left in flight on a partition, by offset. */
+export async function handedOverInFlight(
+  q: Queryable,
+  groupId: number,
+  partition: number,
+  fromOffset: number,
+): Promise<Map<number, number>> {
+  const { rows } = await q.query<{ offset: number; until: number }>(
+    `SELECT "offset", (extract(epoch from max(ack_deadline)) * 1000)::float8 AS until FROM deliveries
+     WHERE group_id = $1 AND partition = $2 AND "offset" >= $3 AND outcome = 'in_flight' AND error = $4 AND ack_deadline > now()
+     GROUP BY "offset"`,
+    [groupId, partition, fromOffset, HANDED_OVER],
+  )
+  return new Map(rows.map((r) => [Number(r.offset), r.until]))
+}

@@ -13,7 +13,8 @@
  * - Members tell each other what changed with NOTIFY; each LISTENs on its session.
  */
 import pg from 'pg'
-import type { Queryable } from './db.ts'
+import { inTransaction, type Database, type Queryable } from './db.ts'
+import { findAttempts, updateAttempts } from './deliveries.ts'
 
 /** Advisory lock key of membership ("hkqB"), held in shared mode by every member. */
 export const MEMBERS_LOCK_KEY = 0x686b7142
@@ -285,6 +286,84 @@ export async function claimPartition(q: Queryable, groupId: number, partition: n
     [groupId, partition],
   )
   return rows[0] ? Number(rows[0].epoch) : null
+}
+
+/**
+ * Acks of a partition that no process holds right now (its owner died, the next one has yet to take
+ * it): written here, durably, instead of being refused. In one transaction: the partition's lock
+ * taken for the transaction (none is granted while a member holds it, and no member can take it
+ * until this commits, so its next owner loads these completions), its owner epoch bumped (a process
+ * that lost it without noticing can write nothing more for it, a dead letter of these messages
+ * included), then each id whose attempt row exists (of the partition's life since its last seek)
+ * completed. Returns the status of each id written ('acked', or 'already_completed' below the
+ * committed offset); null when the partition is held after all. Ids without a row are left out:
+ * their owner's answer (or a retry) says what they are.
+ */
+export async function ackUnowned(
+  db: Database,
+  groupId: number,
+  partition: number,
+  ids: string[],
+): Promise<Map<string, 'acked' | 'already_completed'> | null> {
+  return inTransaction(db, async (client) => {
+    const lock = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock($1::bigint) AS ok', [
+      partitionLockKey(groupId, partition),
+    ])
+    if (lock.rows[0]?.ok !== true) return null
+    const o = await client.query<{ topic_id: number; committed: string; seeked_ms: number | null }>(
+      `UPDATE group_offsets o SET owner_epoch = o.owner_epoch + 1
+       FROM consumer_groups g JOIN topics t ON t.name = g.topic
+       WHERE g.id = $1 AND o.group_id = g.id AND o.topic_id = t.id AND o.partition = $2
+       RETURNING o.topic_id, o.committed_offset::text AS committed, (extract(epoch from o.seeked_at) * 1000)::float8 AS seeked_ms`,
+      [groupId, partition],
+    )
+    const row = o.rows[0]
+    if (!row) return null
+    const committed = Number(row.committed)
+    const found = await findAttempts(client, groupId, ids)
+    const out = new Map<string, 'acked' | 'already_completed'>()
+    const offsets: number[] = []
+    for (const [id, a] of found) {
+      if (a.partition !== partition || a.topicId !== row.topic_id || a.startedAtMs < (row.seeked_ms ?? 0)) continue
+      out.set(id, a.offset < committed ? 'already_completed' : 'acked')
+      if (a.offset >= committed) offsets.push(a.offset)
+    }
+    if (offsets.length > 0)
+      await client.query(
+        `INSERT INTO group_completions (group_id, topic_id, partition, "offset")
+         SELECT $1, $2, $3, x FROM unnest($4::bigint[]) AS x ON CONFLICT DO NOTHING`,
+        [groupId, row.topic_id, partition, offsets],
+      )
+    // The committed offset moves past the completions now contiguous with it (its lag then says so).
+    const done = await client.query<{ offset: string }>(
+      `SELECT "offset"::text AS offset FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = $3 AND "offset" >= $4 ORDER BY "offset"`,
+      [groupId, row.topic_id, partition, committed],
+    )
+    let to = committed
+    for (const d of done.rows) {
+      if (Number(d.offset) !== to) break
+      to++
+    }
+    if (to > committed) {
+      await client.query(
+        `UPDATE group_offsets SET committed_offset = $4, pushed_offset = GREATEST(pushed_offset, $4)
+         WHERE group_id = $1 AND topic_id = $2 AND partition = $3`,
+        [groupId, row.topic_id, partition, to],
+      )
+      await client.query(`DELETE FROM group_completions WHERE group_id = $1 AND topic_id = $2 AND partition = $3 AND "offset" < $4`, [
+        groupId,
+        row.topic_id,
+        partition,
+        to,
+      ])
+    }
+    const now = Date.now()
+    await updateAttempts(
+      client,
+      [...out].filter(([, status]) => status === 'acked').map(([id]) => ({ id, outcome: 'acked' as const, finishedAtMs: now })),
+    )
+    return out
+  })
 }
 
 /** The owner epochs in the database now, "groupId:partition" → epoch, of the partitions asked about. */

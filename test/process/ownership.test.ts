@@ -14,11 +14,16 @@ import { waitUntil } from '../helpers/wait.ts'
 
 const PARTITIONS = 6
 
-/** Holders of a group's partitions, from pg_locks: partition → backend pids holding its lock. */
+/**
+ * Holders of a group's partitions, from pg_locks: partition → backend pids holding its lock. Of
+ * this database only: pg_locks shows every database's, and tests running beside this one on the
+ * same server hold the same keys for their groups of the same ids.
+ */
 async function holders(c: pg.Client, group: string): Promise<Map<number, number[]>> {
   const { rows } = await c.query<{ partition: number; pid: number }>(
     `SELECT l.objid::int AS partition, l.pid FROM pg_locks l JOIN consumer_groups g ON l.classid::bigint = $2 + g.id
-     WHERE g.name = $1 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1`,
+     WHERE g.name = $1 AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
     [group, 0x48000000],
   )
   const out = new Map<number, number[]>()

@@ -8,6 +8,7 @@
 import t, { type Test } from 'tap'
 import {
   attemptCounts,
+  handBack,
   loadProgress,
   readForDispatch,
   seekOffsets,
@@ -16,7 +17,7 @@ import {
   type ProgressBatch,
 } from '../../src/store/consumption.ts'
 import { openDatabase } from '../../src/store/db.ts'
-import { insertAttempts } from '../../src/store/deliveries.ts'
+import { HANDED_OVER, handedOverInFlight, insertAttempts, updateAttempts } from '../../src/store/deliveries.ts'
 import { newDeliveryId } from '../../src/store/delivery-id.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { appendMessages, readMessages, type AppendEntry } from '../../src/store/messages.ts'
@@ -228,6 +229,59 @@ t.test('attemptCounts: the highest attempt per offset since the last seek; reser
   const from1 = await attemptCounts(db.pool, s.row.id, s.topic.id, 0, { ...progress, committed: 1 })
   t.notOk(from1.has(0), 'nothing below the committed offset')
 })
+
+t.test(
+  'handBack: the reservation moves back to the first offset never pushed and unsent retries go, under the epoch held only',
+  async (t) => {
+    const s = await setup('handback')
+    const row = (offset: number, n: number) => ({
+      id: newDeliveryId({ groupId: s.row.id, partition: 0, offset, attempt: n }),
+      groupId: s.row.id,
+      topicId: s.topic.id,
+      partition: 0,
+      offset,
+      attempt: n,
+      consumerId: null,
+      startedAtMs: Date.now(),
+      ackDeadlineMs: Date.now() + 30_000,
+      outcome: 'in_flight' as const,
+    })
+    // Offsets 0-9 reserved; 0-2 pushed once (their rows written), 1 retried (its row written, never sent).
+    await s.write({ pushedOffset: 10 })
+    const sent = [row(0, 1), row(1, 1), row(2, 1)]
+    const unsent = row(1, 2)
+    await insertAttempts(db.pool, [...sent, unsent])
+    const counts = async () => {
+      const pr = (await loadProgress(db.pool, s.row.id, s.topic.id, 0))!
+      return { pushed: pr.pushed, counts: [...(await attemptCounts(db.pool, s.row.id, s.topic.id, 0, pr))].sort((a, b) => a[0] - b[0]) }
+    }
+    t.same((await counts()).counts.length, 10, 'before: every reserved offset counts as pushed')
+
+    // A handover under an epoch no longer held changes nothing.
+    await handBack(db.pool, [{ ...s.key, ownerEpoch: s.epoch - 1, unpushedFrom: 3, unsent: [unsent.id] }])
+    t.equal((await counts()).pushed, 10, 'a stale epoch moves nothing back')
+
+    await handBack(db.pool, [{ ...s.key, ownerEpoch: s.epoch, unpushedFrom: 3, unsent: [unsent.id] }])
+    t.same(
+      await counts(),
+      {
+        pushed: 3,
+        counts: [
+          [0, 1],
+          [1, 1],
+          [2, 1],
+        ],
+      },
+      'after: the next owner counts exactly the pushes made (attempt 2 next for 0-2, attempt 1 for 3 on)',
+    )
+
+    // An attempt handed over in flight: its ack deadline is read by the next owner, until it passes.
+    await updateAttempts(db.pool, [{ id: sent[0]!.id, error: HANDED_OVER }])
+    const held = await handedOverInFlight(db.pool, s.row.id, 0, 0)
+    t.same([...held.keys()], [0], 'only the attempt handed over in flight')
+    t.ok(Math.abs(held.get(0)! - sent[0]!.ackDeadlineMs) < 5, 'with its ack deadline')
+  },
+)
 
 t.test('seekOffsets: committed and reserved offsets move (back too), completions go, the epoch moves on', async (t) => {
   const s = await setup('seek')
