@@ -261,6 +261,12 @@ const BODY_ROUTES: BodyRoute[] = [
   },
   {
     method: 'POST',
+    path: '/v1/topics/base/idempotency-keys',
+    valid: { keys: ['order-1'] },
+    wrongTypes: [{ keys: [] }, { keys: 'order-1' }, { keys: [1] }, { keys: [''] }, {}, [], 'x', null],
+  },
+  {
+    method: 'POST',
     path: '/v1/groups/g/extend',
     valid: { deliveryIds: ['x'], extendMs: 1000 },
     wrongTypes: [
@@ -297,6 +303,7 @@ const PARAM_ROUTES: { method: 'GET' | 'PUT' | 'POST' | 'PATCH' | 'DELETE'; templ
   { method: 'DELETE', template: '/v1/topics/{topic}' },
   { method: 'POST', template: '/v1/topics/{topic}/messages', body: { messages: [{ value: 1 }] } },
   { method: 'GET', template: '/v1/topics/{topic}/partitions/{partition}/messages' },
+  { method: 'POST', template: '/v1/topics/{topic}/idempotency-keys', body: { keys: ['order-1'] } },
   { method: 'PUT', template: '/v1/groups/{group}', body: { topic: 'base' } },
   { method: 'GET', template: '/v1/groups/{group}' },
   { method: 'DELETE', template: '/v1/groups/{group}' },
