@@ -23,7 +23,7 @@ export const MEMBERS_LOCK_KEY = 0x686b7142
  * partition; pg_locks shows them as classid and objid. Group ids stay below 2^27 (the base leaves
  * room for them under 2^31), far beyond any serial a database of groups reaches.
  */
-const PARTITION_LOCK_BASE = 0x48000000
+export const PARTITION_LOCK_BASE = 0x48000000
 const MAX_GROUP_ID = 0x07ffffff
 
 /** NOTIFY channels: messages appended, and groups, topics or offsets changed, by any member. */
