@@ -103,13 +103,20 @@ export class Ownership {
 
   constructor(private readonly deps: OwnershipDeps) {}
 
-  /** Joins (or, alone, takes everything) and waits until the first share is taken. */
+  /**
+   * Joins (or, alone, takes everything) and starts taking the first share: resolves once joined and
+   * the first view is known (calls can be routed), not when the share is loaded (see `settled`).
+   */
   async start(url: string | null): Promise<void> {
     this.url = url
     this.reconciledAtMs = Date.now()
     await this.poll()
     // Polls go on while the first partitions load (each poll is the session's heartbeat).
     this.schedule()
+  }
+
+  /** Resolves once the moves under way now (the first share, after start) are done, taken or not. */
+  async settled(): Promise<void> {
     await Promise.allSettled([...this.moving.values()])
   }
 
