@@ -31,7 +31,7 @@ t.test(
     const held = async () =>
       (
         await c.query(
-          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND mode = 'ExclusiveLock'
+          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND mode = 'ExclusiveLock' AND classid <> 0
          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
         )
       ).rows[0].n as number
