@@ -30,6 +30,7 @@ import {
   claimPartition,
   forgetDeadMembers,
   groupPartitions,
+  holderUrl,
   MemberSession,
   ownerEpochs,
   type ClusterView,
@@ -191,6 +192,13 @@ export class Ownership {
     const group = this.index.groups.get(groupName)
     if (this.deps.connectionString === null || !group) return null
     return ackUnowned(this.deps.db, group.groupId, partition, ids)
+  }
+
+  /** The URL of the process holding the partition now, read from the database (the last poll's view may be stale). */
+  async holderNow(groupName: string, partition: number): Promise<string | null> {
+    const group = this.index.groups.get(groupName)
+    if (this.deps.connectionString === null || !group) return null
+    return holderUrl(this.deps.db.pool, group.groupId, partition)
   }
 
   /** The partition count of a group, as of the last poll (undefined: not known here). */
