@@ -48,6 +48,12 @@ export interface BrokerOptions {
   logger?: FastifyBaseLogger
   /** Log lines from start-up (migrations, embedded database). */
   log?: (msg: string) => void
+  /**
+   * Resolve once this process has joined the others, while its share of the partitions is still
+   * being loaded (server.ts: it serves at once; acks of a partition being loaded wait for it).
+   * Otherwise once that share is loaded (tests that push right after start).
+   */
+  loadInBackground?: boolean
 }
 
 /** Starts the database side and builds the app (not listening yet). */
@@ -202,7 +208,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
     cluster.onOutboxRows(() => outbox.wake())
-    await cluster.start(config.advertiseUrl ?? null)
+    await cluster.start(config.advertiseUrl ?? null, opts.loadInBackground)
     retention.start()
     outbox.start()
     let closing: Promise<void> | undefined

@@ -63,7 +63,11 @@ if (cluster.isPrimary) {
 // Signals count from here: a broker process of HOOKQ_PROCESSES stopped while it is still starting
 // (the primary passes SIGTERM on to every process, including one it has just started again) ends
 // cleanly once its start-up has, instead of dying to the signal's default action.
-const starting = createBroker(config, { logger, log: (msg) => logger.info(msg) }).catch((err: unknown) => cannotStart(err, 'start'))
+// It listens once joined to the others, its share of the partitions loading behind (acks of one being
+// loaded wait for it): readiness is the database's and the migrations', not the partitions'.
+const starting = createBroker(config, { logger, log: (msg) => logger.info(msg), loadInBackground: true }).catch((err: unknown) =>
+  cannotStart(err, 'start'),
+)
 
 let stopping = false
 async function shutdown(signal: string): Promise<void> {

@@ -26,7 +26,7 @@ type Change = { group: string } | { topicCreated: string } | { topicDeleted: num
 
 type Results = Promise<{ deliveryId: string; status: AckStatus }[]>
 
-/** How long an ack waits for a partition this process is taking over to load, ms (then 503, asked again). */
+/** How long an ack, nack or extend waits for a partition this process is taking over to load, ms (then 503, asked again). */
 const TAKING_WAIT_MS = 2000
 
 export interface ClusterDeps extends Omit<OwnershipDeps, 'onNotify' | 'dispatcher' | 'onOwned'> {
@@ -88,10 +88,14 @@ export class Cluster {
     this.outboxWake = wake
   }
 
-  /** Loads the groups, joins the other processes and takes this one's share of the partitions. */
-  async start(url: string | null): Promise<void> {
+  /**
+   * Loads the groups, joins the other processes and takes this one's share of the partitions; with
+   * `loadInBackground` it resolves once joined, while the share is still being loaded.
+   */
+  async start(url: string | null, loadInBackground = false): Promise<void> {
     await this.dispatcher.start()
     await this.ownership.start(url)
+    if (!loadInBackground) await this.ownership.settled()
   }
 
   advertise(url: string | null): Promise<void> {
@@ -117,13 +121,15 @@ export class Cluster {
     return this.dispatcher.ack(group, ids)
   }
 
-  nack(group: string, ids: string[], delayMs: number | undefined, deadLetter: boolean): Results {
+  async nack(group: string, ids: string[], delayMs: number | undefined, deadLetter: boolean): Results {
     this.requireLoaded(group)
+    await this.ownership.loaded(group, () => partitionsOf(ids), TAKING_WAIT_MS)
     return this.dispatcher.nack(group, ids, delayMs, deadLetter)
   }
 
-  extend(group: string, ids: string[], extendMs: number): Results {
+  async extend(group: string, ids: string[], extendMs: number): Results {
     this.requireLoaded(group)
+    await this.ownership.loaded(group, () => partitionsOf(ids), TAKING_WAIT_MS)
     return this.dispatcher.extend(group, ids, extendMs)
   }
 

@@ -30,6 +30,7 @@ import {
   claimPartition,
   forgetDeadMembers,
   groupPartitions,
+  holderUrl,
   MemberSession,
   ownerEpochs,
   type ClusterView,
@@ -103,13 +104,20 @@ export class Ownership {
 
   constructor(private readonly deps: OwnershipDeps) {}
 
-  /** Joins (or, alone, takes everything) and waits until the first share is taken. */
+  /**
+   * Joins (or, alone, takes everything) and starts taking the first share: resolves once joined and
+   * the first view is known (calls can be routed), not when the share is loaded (see `settled`).
+   */
   async start(url: string | null): Promise<void> {
     this.url = url
     this.reconciledAtMs = Date.now()
     await this.poll()
     // Polls go on while the first partitions load (each poll is the session's heartbeat).
     this.schedule()
+  }
+
+  /** Resolves once the moves under way now (the first share, after start) are done, taken or not. */
+  async settled(): Promise<void> {
     await Promise.allSettled([...this.moving.values()])
   }
 
@@ -184,6 +192,13 @@ export class Ownership {
     const group = this.index.groups.get(groupName)
     if (this.deps.connectionString === null || !group) return null
     return ackUnowned(this.deps.db, group.groupId, partition, ids)
+  }
+
+  /** The URL of the process holding the partition now, read from the database (the last poll's view may be stale). */
+  async holderNow(groupName: string, partition: number): Promise<string | null> {
+    const group = this.index.groups.get(groupName)
+    if (this.deps.connectionString === null || !group) return null
+    return holderUrl(this.deps.db.pool, group.groupId, partition)
   }
 
   /** The partition count of a group, as of the last poll (undefined: not known here). */

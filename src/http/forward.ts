@@ -38,6 +38,8 @@ export interface PartitionDirectory {
   partitionsOf(groupName: string): number | undefined
   /** Acks of a partition nobody holds, written durably: each written id's status, or null when it is held after all. */
   ackUnowned?(groupName: string, partition: number, ids: string[]): Promise<Map<string, string> | null>
+  /** The URL of the process holding a partition right now (read afresh), or null. */
+  holderNow?(groupName: string, partition: number): Promise<string | null>
 }
 
 type Result = { deliveryId: string; status: string }
@@ -145,8 +147,24 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       for (const [k, i] of indexes.entries()) results.set(i, { deliveryId: ids[k]!, status: written.get(ids[k]!)! })
       return true
     }
+    /**
+     * Acks of a partition held after all, by a process the last poll did not see holding it (it took
+     * it since): sent to that holder, found afresh; false when there is none or it did not take them.
+     */
+    const viaHolder = async (partition: number, indexes: number[]): Promise<boolean> => {
+      const url = await owners.holderNow?.(group, partition)
+      if (!url) return false
+      const a = await call(url, req, { ...body, deliveryIds: indexes.map((i) => body.deliveryIds[i]!) }).catch(() => undefined)
+      if (a?.status !== 200) return false
+      const got = (JSON.parse(a.text) as { results: Result[] }).results
+      indexes.forEach((i, k) => {
+        results.set(i, got[k]!)
+      })
+      return true
+    }
     const moving = () => unavailable('a partition of these deliveries is moving between broker processes')
-    for (const ok of await Promise.all([...unowned].map(([p, indexes]) => ackHere(p, indexes)))) if (!ok) throw moving()
+    const written = await Promise.all([...unowned].map(async ([p, indexes]) => (await ackHere(p, indexes)) || viaHolder(p, indexes)))
+    if (written.includes(false)) throw moving()
     const answers = await Promise.all(
       [...remote].map(async ([base, indexes]) => {
         // An owner that does not answer (killed, say), or no longer holds the partition (503), may
@@ -155,7 +173,9 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
         const instead = async () => {
           const byPartition = new Map<number, number[]>()
           for (const i of indexes) pushTo(byPartition, parseDeliveryId(body.deliveryIds[i]!)!.partition, i)
-          const held = (await Promise.all([...byPartition].map(async ([p, ix]) => ((await ackHere(p, ix)) ? [] : ix)))).flat()
+          const held = (
+            await Promise.all([...byPartition].map(async ([p, ix]) => ((await ackHere(p, ix)) || (await viaHolder(p, ix)) ? [] : ix)))
+          ).flat()
           if (held.length === 0) return { a: undefined, indexes }
           const again = await call(base, req, { ...body, deliveryIds: held.map((i) => body.deliveryIds[i]!) })
           if (again.status === 503) throw moving()

@@ -289,6 +289,22 @@ export async function claimPartition(q: Queryable, groupId: number, partition: n
 }
 
 /**
+ * The URL of the member that holds a partition's lock right now (null: nobody, or it took no
+ * forwarded calls): where a call goes when the last view is stale (its owner died, a new one took it).
+ */
+export async function holderUrl(q: Queryable, groupId: number, partition: number): Promise<string | null> {
+  if (!Number.isSafeInteger(groupId) || groupId < 0 || groupId > MAX_GROUP_ID) return null
+  const { rows } = await q.query<{ url: string | null }>(
+    `SELECT m.url FROM pg_locks l JOIN broker_members m ON m.backend_pid = l.pid
+     WHERE l.locktype = 'advisory' AND l.mode = 'ExclusiveLock' AND l.granted AND l.objsubid = 1
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND l.classid::bigint = $1 AND l.objid::bigint = $2`,
+    [PARTITION_LOCK_BASE + groupId, partition],
+  )
+  return rows[0]?.url ?? null
+}
+
+/**
  * Acks of a partition that no process holds right now (its owner died, the next one has yet to take
  * it): written here, durably, instead of being refused. In one transaction: the partition's lock
  * taken for the transaction (none is granted while a member holds it, and no member can take it
