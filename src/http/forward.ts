@@ -7,8 +7,10 @@
  *   an owner cannot be reached the whole call is 503 with Retry-After and the caller sends it again.
  * - The group status: each owner's in-flight counts for the partitions it owns.
  *
- * Owners are as the last cluster poll saw them (src/cluster/ownership.ts); a partition that moved
- * since is answered 503 by the process the call reached, and the caller's retry finds the new one.
+ * Owners are as the last cluster poll saw them (src/cluster/ownership.ts). When that view is stale
+ * (the owner died or gave the partition up since), the ids go to the partition's holder found afresh
+ * in the database; acks of a partition nobody holds are written here; a nack or an extend of one is
+ * 503, and the caller's retry finds its next holder.
  * The caller was already authenticated, rate limited and validated here; the owner checks the same
  * key again (the processes share their configuration). A forwarded call carries `hookq-forwarded`
  * and is never forwarded on: no loops.
@@ -132,7 +134,8 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       // Not an id of ours: answered here (unknown), like any id of no partition.
       const owner = key ? owners.ownerOf(group, key.partition) : 'self'
       if (owner === null) {
-        if (!acks || !owners.ackUnowned) throw unavailable('a partition of these deliveries is moving between broker processes')
+        if (!owners.holderNow && !(acks && owners.ackUnowned))
+          throw unavailable('a partition of these deliveries is moving between broker processes')
         pushTo(unowned, key!.partition, i)
       } else if (owner === 'self') local.push(i)
       else pushTo(remote, owner, i)
@@ -141,6 +144,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     const results = new Map<number, Result>()
     /** Writes acks of a partition nobody holds; false when it is held after all (or an id has no attempt row). */
     const ackHere = async (partition: number, indexes: number[]): Promise<boolean> => {
+      if (!acks || !owners.ackUnowned) return false
       const ids = indexes.map((i) => body.deliveryIds[i]!)
       const written = await owners.ackUnowned!(group, partition, ids)
       if (!written || ids.some((id) => !written.has(id))) return false
@@ -148,8 +152,10 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       return true
     }
     /**
-     * Acks of a partition held after all, by a process the last poll did not see holding it (it took
-     * it since): sent to that holder, found afresh; false when there is none or it did not take them.
+     * Acks, nacks or extends of a partition held after all, by a process the last poll did not see
+     * holding it (it took it since): sent to that holder, found afresh; false when there is none or
+     * it did not take them. (Only acks can be written without a holder: a nack or an extend of a
+     * partition nobody holds is 503, and the caller's retry finds its next holder.)
      */
     const viaHolder = async (partition: number, indexes: number[]): Promise<boolean> => {
       const url = await owners.holderNow?.(group, partition)
@@ -184,11 +190,10 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
         let a: Answer
         try {
           a = await call(base, req, { ...body, deliveryIds: indexes.map((i) => body.deliveryIds[i]!) })
-        } catch (err) {
-          if (!acks || !owners.ackUnowned) throw err
+        } catch {
           return instead()
         }
-        if (a.status === 503 && acks && owners.ackUnowned) return instead()
+        if (a.status === 503) return instead()
         return { a, indexes }
       }),
     )

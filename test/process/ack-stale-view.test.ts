@@ -1,8 +1,8 @@
 /**
- * An ack reaching a process whose view of the owners is stale (its last poll saw an owner that has
- * since been killed, and another process has taken the partition) goes to the partition's holder
- * found afresh, not answered 503 (issue 29: most 503s on acks after a SIGKILL were "did not answer"
- * or "moving" from a view up to a poll old). c polls every 30 s, so its view stays stale.
+ * An ack, a nack or an extend reaching a process whose view of the owners is stale (its last poll
+ * saw an owner that has since been killed, and another process has taken the partition) goes to the
+ * partition's holder found afresh, not answered 503 (issue 29: most 503s on acks after a SIGKILL were
+ * "did not answer" or "moving" from a view up to a poll old). c polls every 30 s, so its view stays stale.
  */
 import t from 'tap'
 import pg from 'pg'
@@ -11,7 +11,7 @@ import { callBroker as call, spawnBroker, type BrokerProcess } from '../helpers/
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
-t.test('an ack through a process with a stale view reaches the new holder', { skip: needsServer }, async (t) => {
+t.test('acks, nacks and extends through a process with a stale view reach the new holder', { skip: needsServer }, async (t) => {
   const db = await testDatabase(t)
   const c0 = new pg.Client({ connectionString: db.url })
   await c0.connect()
@@ -41,7 +41,6 @@ t.test('an ack through a process with a stale view reaches the new holder', { sk
   const messages = Array.from({ length: 10 }, (_, i) => ({ key: `k${i}`, value: i }))
   t.equal((await call(a.url, 'POST', '/v1/topics/sv/messages', { messages })).status, 201)
   await receiver.waitFor(10, 30_000)
-  const ids = receiver.requests.map((r) => (r.json as { deliveryId: string }).deliveryId)
 
   // c sees a holding both partitions, and keeps that view; a dies; d takes its share (one partition).
   const c = await spawn(30_000)
@@ -50,7 +49,70 @@ t.test('an ack through a process with a stale view reaches the new holder', { sk
   const d = await spawn(200)
   await waitUntil(async () => (await heldBy()).n === 1, 30_000, 'd holds one partition')
 
-  const res = await call(c.url, 'POST', '/v1/groups/sv-g/acks', { deliveryIds: ids })
+  // Extends and nacks of d's partition through c reach d (a nack or extend of a partition nobody
+  // holds has nowhere to go but a retry: c's own share stays unclaimed until c's next poll).
+  const dPartition = (
+    await c0.query(
+      `SELECT objid::int AS p FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND mode = 'ExclusiveLock' AND classid <> 0
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    )
+  ).rows[0].p as number
+  // The deliveries d holds in flight now: the old owner's, if it handed the partition over before it
+  // died (their rows are written in flight, and they keep their ack deadline), or d's own second
+  // attempts, if a had it when it crashed (pushed again at once; rows written once they settle).
+  const count = (
+    await c0.query('SELECT count(*)::int AS n FROM messages m JOIN topics t ON t.id = m.topic_id WHERE t.name = $1 AND m.partition = $2', [
+      'sv',
+      dPartition,
+    ])
+  ).rows[0].n as number
+  t.ok(count > 0, 'some messages are of the partition d took')
+  type Push = { deliveryId: string; partition: number; offset: number; attempt: number }
+  const heldByD = async (): Promise<{ id: string; offset: number; attempt: number }[]> => {
+    // d's status first: once it counts them all in flight, the rows its load abandoned are marked so.
+    const status = (await call(d.url, 'GET', '/v1/groups/sv-g')).json
+    if (status.partitions[dPartition].inFlight !== count) throw new Error(`d's status: ${JSON.stringify(status.partitions)}`)
+    const rows = (
+      await c0.query(`SELECT id, "offset"::int AS offset, attempt FROM deliveries WHERE partition = $1 AND outcome = 'in_flight'`, [
+        dPartition,
+      ])
+    ).rows as { id: string; offset: number; attempt: number }[]
+    const latest = new Map<number, Push>()
+    for (const r of receiver.requests) {
+      const m = r.json as Push
+      if (m.partition === dPartition && m.attempt >= 2 && (latest.get(m.offset)?.attempt ?? 0) < m.attempt) latest.set(m.offset, m)
+    }
+    const held =
+      rows.length === count ? rows : [...latest.values()].map((m) => ({ id: m.deliveryId, offset: m.offset, attempt: m.attempt }))
+    if (held.length !== count)
+      throw new Error(`rows in flight ${JSON.stringify(rows)}, pushes again ${JSON.stringify([...latest.values()])}`)
+    return held
+  }
+  const held = await waitUntil(heldByD, 30_000, 'd holds its partition in flight')
+  const onD = held.map((r) => r.id)
+  const extended = await call(c.url, 'POST', '/v1/groups/sv-g/extend', { deliveryIds: onD, extendMs: 30_000 })
+  t.equal(extended.status, 200, 'extends through the process with a stale view answered 200, not 503')
+  t.same(new Set(extended.json.results.map((r: { status: string }) => r.status)), new Set(['extended']), 'every extend applied by d')
+  const nacked = await call(c.url, 'POST', '/v1/groups/sv-g/nacks', { deliveryIds: onD.slice(0, 1), delayMs: 0 })
+  t.equal(nacked.status, 200, 'a nack through the process with a stale view answered 200, not 503')
+  t.equal(nacked.json.results[0].status, 'nacked', 'the nack applied by d')
+  // The nacked message comes again, with the next attempt number, from d.
+  const again = { offset: held[0]!.offset, attempt: held[0]!.attempt + 1 }
+  await waitUntil(
+    () =>
+      receiver.requests.some((r) => {
+        const m = r.json as { partition: number; offset: number; attempt: number }
+        return m.partition === dPartition && m.offset === again.offset && m.attempt === again.attempt
+      }),
+    30_000,
+    'the nacked message pushed again',
+  )
+
+  // Every message's latest delivery acked through c (those of c's own, unclaimed share are written there).
+  const latest = (
+    await c0.query(`SELECT DISTINCT ON (partition, "offset") id FROM deliveries ORDER BY partition, "offset", attempt DESC`)
+  ).rows.map((r: { id: string }) => r.id)
+  const res = await call(c.url, 'POST', '/v1/groups/sv-g/acks', { deliveryIds: latest })
   if (res.status !== 200) t.comment(JSON.stringify(res.json))
   t.equal(res.status, 200, 'acks through the process with a stale view answered 200, not 503')
   t.same(
