@@ -32,7 +32,7 @@ import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { assignPartitions } from './consumer-assignment.ts'
 import type { ConsumerWindows } from './consumer-windows.ts'
-import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, webhookId, type PushTarget } from './envelope.ts'
+import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type PushTarget } from './envelope.ts'
 import { attemptEnded, recordDeadLetter, startAttempt } from './tracing.ts'
 import { Batches, type BatchEntry } from './batches.ts'
 import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
@@ -416,13 +416,7 @@ export class PushFlow {
     nowMs: number,
   ): void {
     // The attempt's own span in the message's trace (recorded when tracing is on; see tracing.ts).
-    const traceparent = startAttempt(o.msg, id, attempt, {
-      topicName: g.topic.name,
-      groupName: g.row.name,
-      partition: w.partition,
-      messageId: webhookId(g.topic.id, w.partition, o.msg.offset),
-      url: owner.url,
-    })
+    const traceparent = startAttempt(o.msg, id, attempt, g.topic, g.row.name, w.partition, owner.url)
     if (g.row.batchMaxMessages !== null) {
       let envelope: string
       try {

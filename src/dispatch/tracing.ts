@@ -29,6 +29,7 @@ import {
   createTraceState,
   type Link,
 } from '@opentelemetry/api'
+import { webhookId } from './envelope.ts'
 import { attemptTraceparent, newSpanId, type CallTrace, type MessageTrace } from './trace-context.ts'
 
 // Semantic convention attribute names (semconv 1.x messaging and HTTP), kept here rather than
@@ -135,16 +136,6 @@ function endSpan(span: Span, error?: unknown): void {
   span.end()
 }
 
-/** What a push attempt is: where it goes, for the span's attributes. */
-export interface AttemptTarget {
-  topicName: string
-  groupName: string
-  partition: number
-  /** webhook-id: the same for every attempt of the message. */
-  messageId: string
-  url: string
-}
-
 /** Push spans open (sent, answer awaited), by delivery id; only ever filled while tracing is on. */
 const openPushes = new Map<string, Span>()
 /** A bound on open push spans: a leak (an attempt never answered) cannot grow without end. */
@@ -152,25 +143,34 @@ const MAX_OPEN_PUSHES = 100_000
 
 /**
  * The `traceparent` of a push attempt: the message's trace id and a span id of the attempt's own.
- * With tracing on, that span id is a recorded `push` span's, ended by attemptEnded.
+ * With tracing on, that span id is a recorded `push` span's, ended by attemptEnded. Flat
+ * arguments: a push with tracing off allocates nothing here but the traceparent.
  */
-export function startAttempt(msg: MessageTrace, deliveryId: string, attempt: number, target: AttemptTarget): string {
+export function startAttempt(
+  msg: MessageTrace & { offset: number },
+  deliveryId: string,
+  attempt: number,
+  topic: { id: number; name: string },
+  groupName: string,
+  partition: number,
+  url: string,
+): string {
   const tracer = activeTracer()
   if (!tracer) return attemptTraceparent(msg, newSpanId())
   const span = tracer.startSpan(
-    `push ${target.topicName}`,
+    `push ${topic.name}`,
     {
       kind: SpanKind.CLIENT,
       attributes: {
         [SYSTEM]: 'hookq',
         [OPERATION_TYPE]: 'send',
         [OPERATION_NAME]: 'push',
-        [DESTINATION]: target.topicName,
-        [GROUP]: target.groupName,
-        [PARTITION]: String(target.partition),
-        [MESSAGE_ID]: target.messageId,
+        [DESTINATION]: topic.name,
+        [GROUP]: groupName,
+        [PARTITION]: String(partition),
+        [MESSAGE_ID]: webhookId(topic.id, partition, msg.offset),
         [ATTEMPT]: attempt,
-        ...serverOf(target.url),
+        ...serverOf(url),
       },
     },
     childOf(parentOf(msg)),
