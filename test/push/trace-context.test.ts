@@ -7,7 +7,7 @@
  */
 import t from 'tap'
 import { SpanKind, SpanStatusCode, trace } from '@opentelemetry/api'
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base'
+import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
@@ -218,7 +218,7 @@ t.test("hookq_produce: the traceparent in its headers argument; none: a trace of
 
 t.test('with an OpenTelemetry SDK: produce, push attempts (outcome, status), ack, nack and dead-letter spans', async (t) => {
   const exporter = new InMemorySpanExporter()
-  const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] })
+  const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] })
   t.ok(trace.setGlobalTracerProvider(provider), 'registered')
   t.teardown(() => trace.disable())
 
