@@ -8,6 +8,7 @@
 import t from 'tap'
 import { SpanKind, SpanStatusCode, trace } from '@opentelemetry/api'
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace'
+import { readForDispatch } from '../../src/store/consumption.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
@@ -214,6 +215,18 @@ t.test("hookq_produce: the traceparent in its headers argument; none: a trace of
   t.equal(first.headers.tracestate, 'sql=1')
   t.match(parts(got.get('sql-2')!.headers.traceparent).traceId, /^[0-9a-f]{32}$/)
   t.not(parts(got.get('sql-2')!.headers.traceparent).traceId, OWN_TRACE)
+})
+
+t.test('a message stored before trace ids were kept gets one derived from it, the same at every read', async (t) => {
+  t.equal((await call('PUT', '/v1/topics/tc7', { partitions: 1 })).status, 201)
+  const [{ id }] = await sql(`SELECT id FROM topics WHERE name = 'tc7'`)
+  await sql(`UPDATE topic_partitions SET next_offset = 1 WHERE topic_id = $1`, [id])
+  await sql(`INSERT INTO messages (topic_id, partition, "offset", value, headers) VALUES ($1, 0, 0, '"old"', '{}')`, [id])
+  const read = async () => (await readForDispatch(broker.db.pool, [{ topicId: id, partition: 0, fromOffset: 0 }], 10))[0]![0]!
+  const first = await read()
+  t.match(first, { value: '"old"', traceparent: null, tracestate: null })
+  t.match(first.traceId, /^[0-9a-f]{32}$/)
+  t.equal((await read()).traceId, first.traceId, 'stable across reads (and so across attempts and processes)')
 })
 
 t.test('with an OpenTelemetry SDK: produce, push attempts (outcome, status), ack, nack and dead-letter spans', async (t) => {
