@@ -140,6 +140,14 @@ async function posts(a: PostsArgs) {
 
 // ---- bulk: produce as fast as the broker answers
 
+/** BENCH_TRACEPARENT=1: every message carries a traceparent header of its own (the cost of trace context). */
+const TRACEPARENT = process.env.BENCH_TRACEPARENT === '1'
+let traceSeq = 0
+/** A distinct, valid trace id per message. */
+function traceIdOf(sentAt: number, k: number): string {
+  return `${Math.floor(sentAt).toString(16)}${(traceSeq++).toString(16)}${k.toString(16)}`.padStart(32, 'a').slice(-32)
+}
+
 interface BulkArgs {
   url: string
   total: number
@@ -162,7 +170,13 @@ async function bulk(a: BulkArgs) {
     { total: a.total, batch: a.batch, loops: a.concurrency, maxSeconds: a.maxSeconds, rate: a.rate },
     async (_loop, _first, n, sentAt) => {
       const one = `{"value":${valueWith(`"t":${sentAt}`)}}`
-      const body = `{"messages":[${Array.from({ length: n }, (_, k) => (keep ? `${one.slice(0, -1)},"headers":{"keep":"${k % keep === 0 ? 'yes' : 'no'}"}}` : one)).join(',')}]}`
+      const message = (k: number) =>
+        keep
+          ? `${one.slice(0, -1)},"headers":{"keep":"${k % keep === 0 ? 'yes' : 'no'}"}}`
+          : TRACEPARENT
+            ? `${one.slice(0, -1)},"headers":{"traceparent":"00-${traceIdOf(sentAt, k)}-00f067aa0ba902b7-01"}}`
+            : one
+      const body = `{"messages":[${Array.from({ length: n }, (_, k) => message(k)).join(',')}]}`
       const res = await pool.request({
         path,
         method: 'POST',

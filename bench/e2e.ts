@@ -51,6 +51,7 @@
  *   BENCH_LATENCY_SECONDS=10    measured seconds of each latency scenario (after BENCH_LATENCY_WARMUP_SECONDS=2)
  *   BENCH_LATENCY_CONNECTIONS=64  the paced producer's keep-alive connections (one call at a time on each)
  *   BENCH_ACK_BATCH=500  BENCH_ACK_FLUSH_MS=5  BENCH_ACK_CONCURRENCY=4
+ *   BENCH_TRACEPARENT=1         every produced message carries a traceparent header of its own (trace context's cost)
  *   BENCH_PG_WAITS=0            do not sample pg_stat_activity during the throughput scenarios
  *   BENCH_CPU_PROF=1            profile the broker per scenario (bench/out/e2e-*.cpuprofile)
  *   BENCH_HEAP_PROF=1           sample the broker's allocations per scenario instead (bench/out/e2e-*.heapprofile):

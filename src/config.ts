@@ -13,6 +13,8 @@ export interface Config {
   databaseUrl: string | undefined
   dataDir: string
   logLevel: string
+  /** HOOKQ_OTEL: export hookq's spans through OpenTelemetry's Node SDK, set up by the OTEL_* variables (docs/tracing.md). */
+  otel: boolean
   /** Connections in the pg pool (the embedded database takes exactly one; 1 also means a server that takes one). */
   dbPoolSize: number
   /** Largest message (value, key and headers as JSON) accepted by produce. */
@@ -174,6 +176,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl,
     dataDir: env.HOOKQ_DATA_DIR?.trim() || './data',
     logLevel,
+    otel: bool(env, 'HOOKQ_OTEL', false),
     dbPoolSize: int(env, 'HOOKQ_DB_POOL_SIZE', 10, 1, 1000),
     maxMessageBytes,
     maxRequestBytes,

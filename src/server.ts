@@ -60,6 +60,9 @@ if (cluster.isPrimary) {
   }
 }
 
+// Before the broker, so its first spans are exported too.
+const tracing = config.otel ? await startTracing() : undefined
+
 // Signals count from here: a broker process of HOOKQ_PROCESSES stopped while it is still starting
 // (the primary passes SIGTERM on to every process, including one it has just started again) ends
 // cleanly once its start-up has, instead of dying to the signal's default action.
@@ -84,6 +87,8 @@ async function shutdown(signal: string): Promise<void> {
   timer.unref()
   try {
     await (await starting).close()
+    // The last spans (the shutdown's own pushes included) are flushed before exit.
+    await tracing?.shutdown().catch((err: unknown) => logger.warn({ err }, 'flushing OpenTelemetry spans failed'))
     logger.info('stopped')
     process.exit(0)
   } catch (err) {
@@ -122,6 +127,28 @@ async function serve(): Promise<void> {
   } else {
     await broker.advertise(wildcard ? null : listening)
   }
+}
+
+/**
+ * HOOKQ_OTEL=1: starts OpenTelemetry's Node SDK (`@opentelemetry/sdk-node`, which the user
+ * installs: hookq does not depend on it) with no auto-instrumentation, so it exports hookq's spans
+ * alone, where the standard OTEL_* variables say (OTLP by default). Missing: a configuration error.
+ */
+async function startTracing(): Promise<{ shutdown(): Promise<void> }> {
+  const name = '@opentelemetry/sdk-node' // a variable: no compile-time dependency on it
+  let sdk: { start(): void; shutdown(): Promise<void> }
+  try {
+    const { NodeSDK } = (await import(name)) as { NodeSDK: new (options: object) => typeof sdk }
+    sdk = new NodeSDK({ instrumentations: [] })
+  } catch (err) {
+    process.stderr.write(
+      `hookq: configuration error: HOOKQ_OTEL is set but @opentelemetry/sdk-node cannot be loaded (npm install @opentelemetry/sdk-node): ${err instanceof Error ? err.message : String(err)}\n`,
+    )
+    process.exit(2)
+  }
+  sdk.start()
+  logger.info('OpenTelemetry tracing is on (HOOKQ_OTEL): spans go where the OTEL_* variables say')
+  return sdk
 }
 
 /** Ends a start that failed: one line that says why, like a configuration error, and exit 1. */

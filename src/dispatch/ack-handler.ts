@@ -16,6 +16,7 @@ import type { AttemptLog } from './attempt-log.ts'
 import type { ProgressWriter } from './progress.ts'
 import type { PushFlow } from './push-flow.ts'
 import type { Schedule } from './schedule.ts'
+import { recordSettle } from './tracing.ts'
 import {
   closeAttempt,
   setState,
@@ -55,6 +56,7 @@ export class AckHandler {
       if (!loc) continue
       const { w, offset } = loc
       const o = w.outstanding.get(offset)
+      if (o) recordSettle('ack', o.msg, g.topic.name, g.row.name, o.attempts)
       if (o && o.state !== 'completing') this.deps.flow.cancel(o)
       if (o) setState(w, o, 'completing')
       reqs.push({ i, req: { g, w, offset, outcome: 'acked' } })
@@ -88,6 +90,7 @@ export class AckHandler {
       const o = w.outstanding.get(offset)
       // Only the current attempt can be nacked; an older id names an attempt already settled.
       if (o?.state !== 'in_flight' || o.current !== id) return 'already_completed'
+      recordSettle('nack', o.msg, g.topic.name, g.row.name, o.attempts)
       this.deps.flow.cancel(o)
       closeAttempt(o, id)
       // The error says why it ended even after the row is marked dead (dead-lettered by this nack or after it).

@@ -14,11 +14,12 @@ import type { GroupRuntime, Outstanding, PartitionState } from './partition-stat
 import type { Timers } from './schedule.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
-/** One attempt in a batch: the message, its delivery id and its envelope (the single push's body). */
+/** One attempt in a batch: the message, its delivery id, its envelope (the single push's body) and traceparent. */
 export interface BatchEntry {
   o: Outstanding
   id: string
   envelope: string
+  traceparent: string
 }
 
 interface Gathering {

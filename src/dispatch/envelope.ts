@@ -5,6 +5,7 @@
  */
 import type { DispatchMessage } from '../store/consumption.ts'
 import { signHeaders, signWebhook } from './signature.ts'
+import { attemptTraceparent, newSpanId } from './trace-context.ts'
 
 export interface PushTarget {
   groupName: string
@@ -80,7 +81,10 @@ export interface BuiltPush {
   headerLines: string
 }
 
-/** Body and header lines of one push attempt. */
+/**
+ * Body and header lines of one push attempt. `traceparent`: the attempt's own (tracing.ts
+ * startAttempt); without it, one with a new span id in the message's trace.
+ */
 export function buildPush(
   target: PushTarget,
   msg: DispatchMessage,
@@ -88,15 +92,18 @@ export function buildPush(
   attempt: number,
   ackDeadlineMs: number,
   nowMs: number,
+  traceparent = attemptTraceparent(msg, newSpanId()),
 ): BuiltPush {
   if (target.pushFormat !== 'raw' && target.consumerSecrets.length === 0) {
     // The common push, an unsigned envelope: its lines written at once, with no headers object
-    // to build and walk (every value is ours: a base64url id, numbers, a validated-name id).
+    // to build and walk (every value is ours: a base64url id, numbers, a validated-name id, a
+    // validated traceparent and tracestate).
     return {
-      body: buildEnvelope(target, msg, deliveryId, attempt, ackDeadlineMs),
+      body: buildEnvelope(target, msg, deliveryId, attempt, ackDeadlineMs, traceparent),
       headerLines:
         `content-type: application/json\r\nuser-agent: hookq\r\nhookq-delivery-id: ${deliveryId}\r\nhookq-attempt: ${attempt}\r\n` +
-        `webhook-id: ${webhookId(target.topicId, target.partition, msg.offset)}\r\nwebhook-timestamp: ${Math.floor(nowMs / 1000)}\r\n`,
+        `webhook-id: ${webhookId(target.topicId, target.partition, msg.offset)}\r\nwebhook-timestamp: ${Math.floor(nowMs / 1000)}\r\n` +
+        `traceparent: ${traceparent}\r\n${msg.tracestate === null ? '' : `tracestate: ${msg.tracestate}\r\n`}`,
     }
   }
   let body: string
@@ -105,7 +112,9 @@ export function buildPush(
     'user-agent': 'hookq',
     'hookq-delivery-id': deliveryId,
     'hookq-attempt': String(attempt),
+    traceparent,
   }
+  if (msg.tracestate !== null) headers.tracestate = msg.tracestate
   if (target.pushFormat === 'raw') {
     body = msg.value
     Object.assign(headers, {
@@ -119,18 +128,23 @@ export function buildPush(
     if (msg.key !== null) headers['hookq-key'] = asciiJson(msg.key)
     if (msg.headers !== '{}') headers['hookq-headers'] = asciiJson(JSON.parse(msg.headers))
   } else {
-    body = buildEnvelope(target, msg, deliveryId, attempt, ackDeadlineMs)
+    body = buildEnvelope(target, msg, deliveryId, attempt, ackDeadlineMs, traceparent)
   }
   return finish(target, body, headers, webhookId(target.topicId, target.partition, msg.offset), nowMs)
 }
 
-/** The envelope of one push attempt: a single push's body, and one member of a batch's `deliveries`. */
+/**
+ * The envelope of one push attempt: a single push's body, one member of a batch's `deliveries`,
+ * and (to come) one message of a pull's answer. It carries the attempt's `traceparent` and the
+ * producer's `tracestate` ("" when none), so that it can serve as an OpenTelemetry carrier as is.
+ */
 export function buildEnvelope(
   target: PushTarget,
   msg: DispatchMessage,
   deliveryId: string,
   attempt: number,
   ackDeadlineMs: number,
+  traceparent = attemptTraceparent(msg, newSpanId()),
 ): string {
   // A template, not [...].join(''): the join costs ~1 µs, and flattening the template's string
   // when the request is written costs less than that.
@@ -138,20 +152,35 @@ export function buildEnvelope(
   return (
     `{"deliveryId":"${deliveryId}","topic":"${target.topicName}","group":"${target.groupName}","partition":${target.partition},` +
     `"offset":${msg.offset},"key":${msg.key === null ? 'null' : JSON.stringify(msg.key)},"value":${msg.value},"headers":${msg.headers},` +
-    `"attempt":${attempt},"timestamp":"${producedIso(msg.producedAtMs)}","ackDeadline":"${deadlineIso(ackDeadlineMs)}"}`
+    `"attempt":${attempt},"timestamp":"${producedIso(msg.producedAtMs)}","ackDeadline":"${deadlineIso(ackDeadlineMs)}",` +
+    // tracestate may hold '"' and '\\' (W3C allows both in values): JSON-escaped.
+    `"traceparent":"${traceparent}","tracestate":${msg.tracestate === null ? '""' : JSON.stringify(msg.tracestate)}}`
   )
 }
 
 /**
  * A batch push: `{"deliveries": [<envelope>, ...]}` with the Standard Webhooks headers computed
- * over it, `id` (webhook-id) naming the batch. hookq-batch-size says how many it carries.
+ * over it, `id` (webhook-id) naming the batch. hookq-batch-size says how many it carries. Each
+ * envelope carries its own message's trace; the request's `traceparent` and `tracestate` headers
+ * are its first message's attempt's (`first`), for a consumer whose HTTP instrumentation reads
+ * only headers (a produce call's messages, often batched together, share that trace).
  */
-export function buildBatchPush(target: PushTarget, envelopes: readonly string[], id: string, nowMs: number): BuiltPush {
+export function buildBatchPush(
+  target: PushTarget,
+  envelopes: readonly string[],
+  id: string,
+  nowMs: number,
+  first?: { traceparent: string; tracestate: string | null },
+): BuiltPush {
   const body = `{"deliveries":[${envelopes.join(',')}]}`
   const headers: Record<string, string> = {
     'content-type': 'application/json',
     'user-agent': 'hookq',
     'hookq-batch-size': String(envelopes.length),
+  }
+  if (first) {
+    headers.traceparent = first.traceparent
+    if (first.tracestate !== null) headers.tracestate = first.tracestate
   }
   return finish(target, body, headers, id, nowMs)
 }

@@ -259,6 +259,10 @@ export function deadLetterEntry(g: GroupRuntime, w: PartitionState, o: Outstandi
     headers: JSON.stringify(headers),
     delayMs: 0,
     idempotencyKey: null,
+    // The dead letter stays in the message's trace.
+    traceId: o.msg.traceId,
+    traceparent: o.msg.traceparent,
+    tracestate: o.msg.tracestate,
   }
 }
 

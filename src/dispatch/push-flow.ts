@@ -33,6 +33,7 @@ import type { AttemptLog } from './attempt-log.ts'
 import { assignPartitions } from './consumer-assignment.ts'
 import type { ConsumerWindows } from './consumer-windows.ts'
 import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type PushTarget } from './envelope.ts'
+import { attemptEnded, recordDeadLetter, startAttempt } from './tracing.ts'
 import { Batches, type BatchEntry } from './batches.ts'
 import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
 import type { ProgressWriter } from './progress.ts'
@@ -414,22 +415,26 @@ export class PushFlow {
     deadlineMs: number,
     nowMs: number,
   ): void {
+    // The attempt's own span in the message's trace (recorded when tracing is on; see tracing.ts).
+    const traceparent = startAttempt(o.msg, id, attempt, g.topic, g.row.name, w.partition, owner.url)
     if (g.row.batchMaxMessages !== null) {
       let envelope: string
       try {
-        envelope = buildEnvelope(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs)
+        envelope = buildEnvelope(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs, traceparent)
       } catch (err) {
+        attemptEnded(id, { kind: 'not_sent' })
         this.deps.windows.find(owner.id)?.window.release('neutral')
         throw err
       }
       o.pushedTo = owner.id
       o.pushing = id
-      return this.batches.add(g, w, owner, { o, id, envelope })
+      return this.batches.add(g, w, owner, { o, id, envelope, traceparent })
     }
     let request: ReturnType<typeof buildPush>
     try {
-      request = buildPush(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs, nowMs)
+      request = buildPush(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs, nowMs, traceparent)
     } catch (err) {
+      attemptEnded(id, { kind: 'not_sent' })
       // Nothing went out: the slot goes back, and the ack deadline retries the attempt.
       this.deps.windows.find(owner.id)?.window.release('neutral')
       throw err
@@ -477,6 +482,7 @@ export class PushFlow {
         live.map((e) => e.envelope),
         `batch_${live[0]!.id}`,
         nowMs,
+        { traceparent: live[0]!.traceparent, tracestate: live[0]!.o.msg.tracestate },
       )
     } catch (err) {
       for (const e of live) this.giveUp(e, owner)
@@ -531,6 +537,7 @@ export class PushFlow {
 
   /** An attempt that went into a batch and will not be sent: its slot goes back, its ack deadline (if current) retries it. */
   private giveUp(e: BatchEntry, owner: ConsumerRow): void {
+    attemptEnded(e.id, { kind: 'not_sent' })
     if (e.o.pushing === e.id) e.o.pushing = undefined
     this.deps.windows.find(owner.id)?.window.release('neutral')
     this.deps.windows.wake(owner.id)
@@ -567,6 +574,7 @@ export class PushFlow {
     r: PushResult,
     signal?: PushSignal,
   ): void {
+    attemptEnded(id, r)
     if (r.kind === 'delivered') this.deps.health?.success(owner.id)
     else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
     this.deps.windows.find(owner.id)?.window.release(signal ?? pushSignal(r))
@@ -669,7 +677,10 @@ export class PushFlow {
       .then(
         ([status]) => {
           // An ack can win the race with the dead-lettering; then the message is simply acked.
-          if (status === 'dead') this.deps.metrics?.deadLettered(g.row.name)
+          if (status === 'dead') {
+            this.deps.metrics?.deadLettered(g.row.name)
+            recordDeadLetter(o.msg, g.topic.name, g.row.name, o.attempts, dlq, error)
+          }
           this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
         },
         (err: unknown) => {

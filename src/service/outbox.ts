@@ -62,6 +62,7 @@ import {
 } from '../store/outbox.ts'
 import type { ProduceService } from './produce.ts'
 import { timerDelayMs } from '../timer-delay.ts'
+import { traceOfHeaderText, type MessageTrace } from '../dispatch/trace-context.ts'
 
 export interface OutboxMoverOptions {
   db: Database
@@ -254,8 +255,11 @@ export class OutboxMover {
     this.singly = Math.max(0, this.singly - 1)
   }
 
+  /** A row's entry in the log: its partition chosen, its trace read from its headers (hookq_produce takes it there). */
   private place(row: OutboxRow): AppendEntry | null {
     if (!row.topic) return null
+    const trace: MessageTrace = { traceId: '', traceparent: null, tracestate: null }
+    traceOfHeaderText(row.headers, trace)
     return {
       topicId: row.topicId,
       partition: this.opts.produce.partitionFor(row.topicId, row.topic.partitions, row.key),
@@ -264,6 +268,9 @@ export class OutboxMover {
       headers: row.headers,
       delayMs: row.delayMs,
       idempotencyKey: row.idempotencyKey,
+      traceId: trace.traceId,
+      traceparent: trace.traceparent,
+      tracestate: trace.tracestate,
     }
   }
 

@@ -10,6 +10,8 @@ import type { AppendEntry, Coordinates } from '../store/messages.ts'
 import type { GroupCommitter } from './group-commit.ts'
 import { partitionForKey, RoundRobin } from '../partitioner.ts'
 import type { TopicService } from './topics.ts'
+import { callTrace, messageTrace, type MessageTrace } from '../dispatch/trace-context.ts'
+import { startProduce } from '../dispatch/tracing.ts'
 
 export interface ProduceMessage {
   value: unknown
@@ -18,6 +20,12 @@ export interface ProduceMessage {
   partition?: number
   delayMs?: number
   idempotencyKey?: string
+}
+
+/** A produce call's W3C trace context headers, as received (validated here; invalid ones are ignored). */
+export interface TraceHeaders {
+  traceparent?: string | string[] | undefined
+  tracestate?: string | string[] | undefined
 }
 
 export interface ProduceResult {
@@ -48,10 +56,15 @@ export class ProduceService {
     return () => this.listeners.delete(listener)
   }
 
-  /** Durably appends the messages to the topic; results in request order. */
-  async produce(topicName: string, messages: ProduceMessage[]): Promise<ProduceResult[]> {
+  /**
+   * Durably appends the messages to the topic; results in request order. `callHeaders`: the call's
+   * W3C trace context (its HTTP headers), for the messages without a valid one of their own.
+   */
+  async produce(topicName: string, messages: ProduceMessage[], callHeaders: TraceHeaders = {}): Promise<ProduceResult[]> {
     const topic = await this.topics.require(topicName)
+    const trace = callTrace(callHeaders)
     const entries: AppendEntry[] = new Array(messages.length)
+    const t: MessageTrace = { traceId: '', traceparent: null, tracestate: null }
     let bytes = 0
     for (let i = 0; i < messages.length; i++) {
       const m = messages[i]!
@@ -79,6 +92,7 @@ export class ProduceService {
       }
       const partition = m.partition ?? this.partitionFor(topic.id, topic.partitions, key)
       bytes += size
+      messageTrace(m.headers, trace, t)
       entries[i] = {
         topicId: topic.id,
         partition,
@@ -87,10 +101,15 @@ export class ProduceService {
         headers,
         delayMs: m.delayMs ?? 0,
         idempotencyKey: m.idempotencyKey ?? null,
+        traceId: t.traceId,
+        traceparent: t.traceparent,
+        tracestate: t.tracestate,
       }
     }
 
+    const span = startProduce(topic.name, trace, entries)
     const coordinates = await this.committer.submit(entries, bytes).catch((err: unknown) => {
+      span?.end(err)
       if (err instanceof CommitOutcomeUnknown) {
         // Not a 503: "retry, nothing was promised" would be false, and a retry without
         // idempotency keys could store the messages twice.
@@ -107,8 +126,10 @@ export class ProduceService {
       // The topic was deleted while the call waited; drop the stale cache entry.
       this.topics.evict(topicName)
       this.spread.forget(topic.id)
+      span?.end('the topic was deleted')
       throw new HookqError('topic_not_found', `topic ${topicName} does not exist`)
     }
+    span?.end()
     const results = (coordinates as Coordinates[]).map((c) =>
       c.duplicate ? { partition: c.partition, offset: c.offset, duplicate: true as const } : { partition: c.partition, offset: c.offset },
     )
@@ -137,6 +158,9 @@ export class ProduceService {
         headers: e.headers,
         producedAtMs: c.producedAtMs,
         availableAtMs: c.producedAtMs + e.delayMs,
+        traceId: e.traceId,
+        traceparent: e.traceparent,
+        tracestate: e.tracestate,
       })
     }
     for (const [partition, messages] of appended) {

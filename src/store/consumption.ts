@@ -20,6 +20,10 @@ export interface DispatchMessage {
   /** The produce time, epoch ms (timestamptz(3): whole milliseconds). */
   producedAtMs: number
   availableAtMs: number
+  /** The message's W3C trace (see src/dispatch/trace-context.ts MessageTrace). */
+  traceId: string
+  traceparent: string | null
+  tracestate: string | null
 }
 
 /** Where a group stands on one partition. */
@@ -125,14 +129,20 @@ export async function readForDispatch(q: Queryable, reads: readonly ReadFrom[], 
     headers: string
     produced_ms: number
     available_ms: number
+    trace_id: string
+    traceparent: string | null
+    tracestate: string | null
   }>({
     name: 'hookq_read_for_dispatch',
+    // A row from before trace ids were kept gets one derived from what identifies it: the same at every read.
     text: `SELECT r.i::int AS i, m."offset", m.key, m.value, m.headers,
                   (extract(epoch from m.produced_at) * 1000)::float8 AS produced_ms,
-                  (extract(epoch from m.available_at) * 1000)::float8 AS available_ms
+                  (extract(epoch from m.available_at) * 1000)::float8 AS available_ms,
+                  coalesce(translate(m.trace_id::text, '-', ''), md5(r.t || '/' || r.p || '/' || m."offset" || '/' || extract(epoch from m.produced_at))) AS trace_id,
+                  m.traceparent, m.tracestate
            FROM unnest($1::int[], $2::int[], $3::bigint[]) WITH ORDINALITY AS r(t, p, f, i)
            CROSS JOIN LATERAL (
-             SELECT "offset", key, value, headers, produced_at, available_at FROM messages
+             SELECT "offset", key, value, headers, produced_at, available_at, trace_id, traceparent, tracestate FROM messages
              WHERE topic_id = r.t AND partition = r.p AND "offset" >= r.f ORDER BY "offset" LIMIT $4
            ) m`,
     values: [
@@ -151,6 +161,9 @@ export async function readForDispatch(q: Queryable, reads: readonly ReadFrom[], 
       headers: r.headers === '{}' ? NO_HEADERS : r.headers,
       producedAtMs: r.produced_ms,
       availableAtMs: r.available_ms,
+      traceId: r.trace_id,
+      traceparent: r.traceparent,
+      tracestate: r.tracestate,
     })
   }
   // Each partition's rows come in offset order from its index scan; the statement does not promise

@@ -9,7 +9,11 @@ import { numberArray } from './arrays.ts'
 import type { Database, PrismaExecutor, Queryable } from './db.ts'
 import { CommitOutcomeUnknown, isAnswerLost } from './errors.ts'
 
-/** One message to append; `value` and `headers` are JSON text. */
+/**
+ * One message to append; `value` and `headers` are JSON text. The trace fields are the message's
+ * W3C trace context (src/dispatch/trace-context.ts): a trace id always, the producer's
+ * traceparent and tracestate when it gave them.
+ */
 export interface AppendEntry {
   topicId: number
   partition: number
@@ -18,6 +22,9 @@ export interface AppendEntry {
   headers: string
   delayMs: number
   idempotencyKey: string | null
+  traceId: string
+  traceparent: string | null
+  tracestate: string | null
 }
 
 /** Where an appended message landed; `duplicate` when its idempotency key was seen before. */
@@ -52,7 +59,9 @@ export interface StoredMessage {
 // only for the statement and its commit; they are held until COMMIT, so a partition's appends
 // commit in offset order and no reader ever sees offset n+1 before n.
 // Values and headers arrive as one JSON array each and are split by json_array_elements, whose
-// elements keep their exact input text: no per-value array escaping on the way in.
+// elements keep their exact input text: no per-value array escaping on the way in. Trace ids come
+// as a uuid[] literal of bare hex; traceparents and tracestates as JSON arrays, or NULL when no
+// entry has one (the common case: ROWS FROM pads the missing column with NULLs).
 // clock_timestamp() is read after the locks are taken, so timestamps never go backwards along a
 // partition's offsets (now() would be the statement start, before waiting for the lock).
 const APPEND = `
@@ -60,8 +69,10 @@ WITH input AS (
   SELECT * FROM ROWS FROM (
     unnest($1::int[]), unnest($2::int[]), json_array_elements_text($3::json),
     json_array_elements($4::json), json_array_elements($5::json), unnest($6::int[]),
-    json_array_elements_text($7::json)
-  ) WITH ORDINALITY AS u(topic_id, partition, key, value, headers, delay_ms, idempotency_key, ord)
+    json_array_elements_text($7::json), unnest($8::uuid[]), json_array_elements_text($9::json),
+    json_array_elements_text($10::json)
+  ) WITH ORDINALITY AS u(topic_id, partition, key, value, headers, delay_ms, idempotency_key, trace_id,
+                         traceparent, tracestate, ord)
 ), counts AS (
   SELECT topic_id, partition, count(*) AS n FROM input GROUP BY topic_id, partition
 ), locked AS (
@@ -81,9 +92,10 @@ WITH input AS (
   -- count(*) drains "allocated", so every partition lock is held before the clock is read
   SELECT clock_timestamp() AS at FROM (SELECT count(*) AS n FROM allocated) a WHERE a.n > 0
 ), inserted AS (
-  INSERT INTO messages (topic_id, partition, "offset", key, value, headers, produced_at, available_at, idempotency_key)
+  INSERT INTO messages (topic_id, partition, "offset", key, value, headers, produced_at, available_at, idempotency_key,
+                        trace_id, traceparent, tracestate)
   SELECT n.topic_id, n.partition, n."offset", n.key, n.value::text, n.headers::text, s.at,
-         s.at + n.delay_ms * interval '1 millisecond', n.idempotency_key
+         s.at + n.delay_ms * interval '1 millisecond', n.idempotency_key, n.trace_id, n.traceparent, n.tracestate
   FROM numbered n CROSS JOIN stamped s
 )
 -- One row per partition, not per message (appendRows numbers the entries from first_offset in
@@ -154,6 +166,9 @@ export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<
       `[${entries.map((e) => e.headers).join(',')}]`,
       numberArray(entries.map((e) => e.delayMs)),
       JSON.stringify(entries.map((e) => e.idempotencyKey)),
+      `{${entries.map((e) => e.traceId).join(',')}}`,
+      entries.some((e) => e.traceparent !== null) ? JSON.stringify(entries.map((e) => e.traceparent)) : null,
+      entries.some((e) => e.tracestate !== null) ? JSON.stringify(entries.map((e) => e.tracestate)) : null,
     ],
   )
   // The next offset of each partition written, numbered in input order from its first; a partition

@@ -111,6 +111,9 @@ async function setup(
         headers: '{}',
         delayMs,
         idempotencyKey: null,
+        traceId: '0af7651916cd43dd8448eb211c80319c',
+        traceparent: null,
+        tracestate: null,
       })),
     )
     // The database stamped them with its time: the clock catches up with it first.

@@ -50,8 +50,12 @@ t.test('an envelope is JSON with the value and headers spliced in as stored', as
     headers: '{"h":"v"}',
     producedAtMs,
     availableAtMs: producedAtMs,
+    traceId: '0af7651916cd43dd8448eb211c80319c',
+    traceparent: null,
+    tracestate: 'congo=t61rcWkgMzE,rojo="x\\y"',
   }
-  const text = buildEnvelope(target, msg, 'd1', 3, Date.UTC(2026, 0, 2, 3, 4, 35, 60))
+  const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
+  const text = buildEnvelope(target, msg, 'd1', 3, Date.UTC(2026, 0, 2, 3, 4, 35, 60), traceparent)
   t.same(JSON.parse(text), {
     deliveryId: 'd1',
     topic: 'orders',
@@ -64,6 +68,8 @@ t.test('an envelope is JSON with the value and headers spliced in as stored', as
     attempt: 3,
     timestamp: '2026-01-02T03:04:05.006Z',
     ackDeadline: '2026-01-02T03:04:35.060Z',
+    traceparent,
+    tracestate: 'congo=t61rcWkgMzE,rojo="x\\y"',
   })
   t.ok(text.includes('"value":{"a":[1,"\\u0000"],"z":null}'), 'the stored JSON text is not re-serialised')
 })

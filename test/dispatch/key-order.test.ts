@@ -10,6 +10,9 @@ const msg = (offset: number, key: string | null): DispatchMessage => ({
   headers: '{}',
   producedAtMs: 0,
   availableAtMs: 0,
+  traceId: '0af7651916cd43dd8448eb211c80319c',
+  traceparent: null,
+  tracestate: null,
 })
 
 t.test('one message per key; the next on release, in offset order; unkeyed ones always go', async (t) => {

@@ -1,8 +1,9 @@
 /** The small list helpers of an outstanding message: its delivery ids and the partition's ready queue. */
 import t from 'tap'
+import { NO_TRACE } from '../helpers/messages.ts'
 import { addId, closeAttempt, EMPTY, newOutstanding, removeAt } from '../../src/dispatch/partition-state.ts'
 
-const msg = { offset: 0, key: null, value: '1', headers: '{}', producedAtMs: 0, availableAtMs: 0 }
+const msg = { offset: 0, key: null, value: '1', headers: '{}', producedAtMs: 0, availableAtMs: 0, ...NO_TRACE }
 const outstanding = () => newOutstanding(msg, 0, false)
 
 t.test('removeAt keeps the order of the rest; a negative index removes nothing', async (t) => {

@@ -53,6 +53,9 @@ t.test('the produce outbox under large and unmovable rows', { skip: needsServer 
       ...row,
       partition: 0,
       idempotencyKey: null,
+      traceId: '0af7651916cd43dd8448eb211c80319c',
+      traceparent: null,
+      tracestate: null,
     })
     const sizes: number[] = []
     for (let moves = 0; moves < 10; moves++) {

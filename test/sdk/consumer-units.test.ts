@@ -198,6 +198,33 @@ t.test('the node:http listener: POST only, body limit while streaming', async (t
   t.equal(runs.length, 1)
 })
 
+t.test('parsePush: the trace context of the attempt, from the envelope or the headers', async (t) => {
+  const tp = '00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01'
+  const body = JSON.stringify({ ...JSON.parse(envelope()), traceparent: tp, tracestate: 'a=1' })
+  t.match(parsePush({ headers: { 'webhook-id': 'x' }, body }), { traceparent: tp, tracestate: 'a=1' })
+  const none = parsePush({
+    headers: { 'webhook-id': 'x' },
+    body: JSON.stringify({ ...JSON.parse(envelope()), traceparent: tp, tracestate: '' }),
+  })
+  t.equal(none.tracestate, undefined, 'an empty tracestate is none')
+  const raw = parsePush({
+    headers: {
+      'webhook-id': 'x',
+      'hookq-topic': 'orders',
+      'hookq-group': 'billing',
+      'hookq-partition': '0',
+      'hookq-offset': '5',
+      'hookq-delivery-id': 'd-9',
+      'hookq-attempt': '1',
+      'hookq-timestamp': '2026-11-30T06:00:00.000Z',
+      'hookq-ack-deadline': '2026-11-30T06:00:30.000Z',
+      traceparent: tp,
+    },
+    body: '1',
+  })
+  t.equal(raw.traceparent, tp)
+})
+
 t.test('parsePush: both formats, and what is refused', async (t) => {
   const m = parsePush({ headers: { 'webhook-id': 'msg_1_2_41' }, body: Buffer.from(envelope()) })
   t.same(m, {

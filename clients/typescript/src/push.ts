@@ -33,6 +33,12 @@ export interface PushMessage<T = unknown> {
   /** In explicit ack mode, when the broker gives up waiting for the ack and pushes again. */
   ackDeadline: Date
   format: 'envelope' | 'raw'
+  /**
+   * W3C trace context of this attempt (brokers from v1.2): the message's trace id with a span id of
+   * the attempt's own, and the producer's tracestate. Pass both to your propagator's extract().
+   */
+  traceparent?: string
+  tracestate?: string
 }
 
 /** A push that cannot be read as a hookq message: answer 400 and do not run anything for it. */
@@ -114,7 +120,14 @@ function fromEnvelope<T>(webhookId: string, body: unknown): PushMessage<T> {
     timestamp: date(e.timestamp, 'timestamp'),
     ackDeadline: date(e.ackDeadline, 'ackDeadline'),
     format: 'envelope',
+    ...traceOf(e.traceparent, e.tracestate),
   }
+}
+
+/** The trace fields, present only when the push carries them (an empty tracestate is none). */
+function traceOf(traceparent: unknown, tracestate: unknown): { traceparent?: string; tracestate?: string } {
+  if (typeof traceparent !== 'string') return {}
+  return typeof tracestate === 'string' && tracestate !== '' ? { traceparent, tracestate } : { traceparent }
 }
 
 function fromRaw<T>(headers: HeaderSource, webhookId: string, value: unknown): PushMessage<T> {
@@ -136,6 +149,7 @@ function fromRaw<T>(headers: HeaderSource, webhookId: string, value: unknown): P
     timestamp: date(h('timestamp'), 'hookq-timestamp'),
     ackDeadline: date(h('ack-deadline'), 'hookq-ack-deadline'),
     format: 'raw',
+    ...traceOf(headerValue(headers, 'traceparent'), headerValue(headers, 'tracestate')),
   }
 }
 

@@ -31,7 +31,10 @@ export function messageRoutes(services: Services): FastifyPluginAsyncTypebox {
         },
       },
       async (req, reply) => {
-        const results = await services.produce.produce(req.params.topic, req.body.messages)
+        const results = await services.produce.produce(req.params.topic, req.body.messages, {
+          traceparent: req.headers.traceparent,
+          tracestate: req.headers.tracestate,
+        })
         services.metrics.produced(req.params.topic, results.filter((r) => !r.duplicate).length)
         return reply.code(201).send({ results })
       },
