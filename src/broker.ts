@@ -13,6 +13,7 @@ import { Dispatcher } from './dispatch/dispatcher.ts'
 import { Cluster } from './cluster/cluster.ts'
 import { createPushAgent } from './dispatch/pusher.ts'
 import { OutboxMover } from './service/outbox.ts'
+import { KeyService } from './service/keys.ts'
 import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
@@ -151,8 +152,12 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       if (deleted) await cluster.topicDeleted(deleted.id)
       if (created) await cluster.topicCreated(created.name)
     })
+    const keys = new KeyService(database, { log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) } })
+    // Stored keys count only when HOOKQ_API_KEYS turns authentication on.
+    if (config.apiKeys.length > 0) await keys.start()
     const services: Services = {
       topics,
+      keys,
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
       read: new ReadService(topics, db),
       groups,
@@ -188,6 +193,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       maxRequestBytes: config.maxRequestBytes,
       apiKeys: config.apiKeys,
       rateLimitPerS: config.rateLimitPerKey,
+      metricsOpen: config.metricsOpen,
       logger: opts.logger,
       logRequests: config.logRequests,
       timeouts: { requestMs: config.requestTimeoutMs, headersMs: config.headersTimeoutMs, keepAliveMs: config.keepAliveTimeoutMs },
@@ -224,6 +230,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       close() {
         closing ??= (async () => {
           await app.close()
+          keys.stop()
           metrics.close()
           await retention.stop()
           await outbox.stop()
