@@ -79,6 +79,20 @@ export const API_INFO = {
     'integers in paths and query strings are plain decimal digits.',
 }
 
+/** The Content-Security-Policy of every /docs answer. */
+export const DOCS_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "font-src 'self' data:",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+  "object-src 'none'",
+].join('; ')
+
 const lazyCompiles = new WeakMap<FastifyInstance, LazyCompiles>()
 
 /**
@@ -163,7 +177,10 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     // Name components after the schemas' $id (Topic, Problem, ...) instead of def-0, def-1.
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (json.$id as string | undefined) ?? `def-${i}` },
   })
-  await app.register(swaggerUi, { routePrefix: '/docs' })
+  // Swagger UI gets a Content-Security-Policy like the console's (routes/console.ts), but for inline
+  // styles, which its React components set; its scripts are files of this origin, its one fetch the
+  // document at /docs/json. No validator badge: that would load an image from validator.swagger.io.
+  await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: DOCS_CSP, uiConfig: { validatorUrl: null } })
   // Compressed request bodies (a producer gzipping a big batch): bodyLimit counts the decompressed
   // bytes, so a small gzip bomb is a 413, never a big buffer. Answers are not compressed: they are
   // small, and a proxy in front does that better than the broker's single thread.

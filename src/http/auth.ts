@@ -182,6 +182,8 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     const seen = groupTopics.get(group)
     if (seen && now() - seen.atMs < GROUP_TOPICS_TTL_MS) return seen.topics
     const topics = (await opts.groupTopics?.(group)) ?? null
+    // "No such group" is not remembered: the group may be made by the very next call.
+    if (topics === null) return null
     if (groupTopics.size >= MAX_GROUP_TOPICS) groupTopics.clear()
     groupTopics.set(group, { topics, atMs: now() })
     return topics

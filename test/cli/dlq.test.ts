@@ -143,7 +143,11 @@ t.test('replayDeadLetters: skips what it cannot replay, honours fromOffset and l
     { value: 'r3', headers: dlq('target', 2) },
   ]
   for (const m of made) {
-    await broker.db.pool.query('SELECT hookq_produce($1, $2, NULL, $3)', ['mixed.dlq', JSON.stringify(m.value), JSON.stringify(m.headers ?? {})])
+    await broker.db.pool.query('SELECT hookq_produce($1, $2, NULL, $3)', [
+      'mixed.dlq',
+      JSON.stringify(m.value),
+      JSON.stringify(m.headers ?? {}),
+    ])
   }
   await waitUntil(async () => (await endOffsets(hookq, 'mixed.dlq'))[0] === made.length, 10_000, 'the outbox moved the dead letters')
 
