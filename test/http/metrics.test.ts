@@ -102,6 +102,31 @@ t.test('the Metrics object: counters, histogram and scrape-time gauges in Promet
   t.not(new Metrics().registry, metrics.registry, 'each broker has its own registry')
 })
 
+t.test('scrapes are served from memory: the outbox and lag reads run once per refresh, not once per scrape', async (t) => {
+  const metrics = new Metrics(() => {}, 60_000)
+  t.teardown(() => metrics.close())
+  let outboxReads = 0
+  let lagReads = 0
+  metrics.trackOutbox(async () => {
+    outboxReads++
+    return 7
+  })
+  metrics.trackPartitions(
+    async () => {
+      lagReads++
+      return [{ groupId: 1, group: 'g', partition: 0, lag: 3 }]
+    },
+    () => 0,
+  )
+  for (let i = 0; i < 5; i++) {
+    const { text } = await metrics.exposition()
+    t.equal(sample(text, 'hookq_outbox_oldest_seconds'), 7)
+    t.equal(sample(text, 'hookq_lag{group="g",partition="0"}'), 3)
+  }
+  t.equal(outboxReads, 1, 'five scrapes, one read of the outbox')
+  t.equal(lagReads, 1, 'and one of the lag')
+})
+
 t.test('GET /metrics on a broker: produce, pushes, acks, lag and in flight', async (t) => {
   const broker = await startBroker(t, { HOOKQ_METRICS_REFRESH_MS: '20' })
   const call = async (method: string, url: string, payload?: unknown) => {
