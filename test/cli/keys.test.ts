@@ -41,7 +41,10 @@ t.test('keys create, list and delete; a scoped key in the other commands', async
 
   const refused = await as(key, 'topics', 'delete', 'billing')
   t.equal(refused.code, 1, 'a broker error, not a crash')
-  t.match(refused.stderr, /hookq: forbidden \(HTTP 403\): this API key needs admin for DELETE \/v1\/topics\/:topic \(it has produce\(topics=orders\*\)/)
+  t.match(
+    refused.stderr,
+    /hookq: forbidden \(HTTP 403\): this API key needs admin for DELETE \/v1\/topics\/:topic \(it has produce\(topics=orders\*\)/,
+  )
   t.match(refused.stderr, /scopes do not cover this call/)
   t.notMatch(refused.stderr, /unexpected error|at .*\.ts:/)
   t.notOk(refused.stderr.includes(key.slice(3)), 'no output quotes the key')
