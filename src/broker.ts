@@ -153,8 +153,16 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       if (created) await cluster.topicCreated(created.name)
     })
     const keys = new KeyService(database, { log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) } })
-    // Stored keys count only when HOOKQ_API_KEYS turns authentication on.
+    // Stored keys count only when HOOKQ_API_KEYS turns authentication on; said at start-up when some would be ignored.
     if (config.apiKeys.length > 0) await keys.start()
+    else {
+      const stored = (await keys.list()).length
+      if (stored > 0) {
+        const message = `${stored} API key(s) made with POST /v1/keys are ignored: HOOKQ_API_KEYS is unset, so the API is open to anyone`
+        if (opts.logger) opts.logger.warn({ storedKeys: stored }, message)
+        else log(`WARNING: ${message}`)
+      }
+    }
     const services: Services = {
       topics,
       keys,

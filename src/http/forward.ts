@@ -10,8 +10,8 @@
  * Owners are as the last cluster poll saw them (src/cluster/ownership.ts); a partition that moved
  * since is answered 503 by the process the call reached, and the caller's retry finds the new one.
  * The caller was already authenticated, rate limited and validated here; the owner checks the same
- * key again (the processes share their configuration). A forwarded call carries `hookq-forwarded`
- * and is never forwarded on: no loops.
+ * key again (the processes share their configuration and their database's stored keys). A
+ * forwarded call carries `hookq-forwarded` and is never forwarded on: no loops.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Agent, request as undiciRequest } from 'undici'

@@ -7,6 +7,7 @@
  */
 import { createHash } from 'node:crypto'
 import { createClient, replayDeadLetters } from '@hookq/client'
+import pg from 'pg'
 import pino from 'pino'
 import t from 'tap'
 import { createBroker } from '../../src/broker.ts'
@@ -305,3 +306,24 @@ async function injectFetch(req: Request): Promise<Response> {
   })
   return new Response(res.statusCode === 204 ? null : res.body, { status: res.statusCode, headers: res.headers as Record<string, string> })
 }
+
+t.test('without HOOKQ_API_KEYS: /v1/keys answers 403, and keys stored earlier are said to be ignored', async (t) => {
+  const other = await testDatabase(t)
+  const client = new pg.Client({ connectionString: other.url })
+  await client.connect()
+  await client.query(`INSERT INTO api_keys (id, name, key_hash, scopes) VALUES ('k-old', 'old', $1, '[{"action":"admin"}]')`, [
+    createHash('sha256').update('hq_old').digest(),
+  ])
+  await client.end()
+  const said: string[] = []
+  const open = await createBroker(loadConfig({ DATABASE_URL: other.url, HOOKQ_DB_POOL_SIZE: '4' }), { log: (m) => said.push(m) })
+  t.teardown(() => open.close())
+  t.ok(
+    said.some((m) => /^WARNING: 1 API key\(s\) made with POST \/v1\/keys are ignored: HOOKQ_API_KEYS is unset/.test(m)),
+    `the start-up says so: ${said.join(' | ')}`,
+  )
+  const res = await open.app.inject({ method: 'POST', url: '/v1/keys', payload: { name: 'x', scopes: [{ action: 'produce' }] } })
+  t.equal(res.statusCode, 403)
+  t.match(res.json(), { code: 'forbidden', detail: /only when authentication is on \(HOOKQ_API_KEYS\); it is off/ })
+  t.equal((await open.app.inject({ url: '/v1/topics', headers: { authorization: 'Bearer hq_old' } })).statusCode, 200, 'the API is open')
+})
