@@ -163,7 +163,14 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
   })
   const keys = opts.keys.map((k): ApiKey => (typeof k === 'string' ? { key: k, scopes: ['admin'] } : k))
   const digests = keys.map((k) => keyDigest(k.key))
-  const envScopes = keys.map((k): KeyScope[] => k.scopes.map((action) => ({ action })))
+  // One access object per configured key, made once: the produce path allocates nothing for it.
+  const envAccess = keys.map(
+    (k, i) =>
+      new RequestAccess(
+        `env:${i + 1}`,
+        k.scopes.map((action): KeyScope => ({ action })),
+      ),
+  )
   const limiter = opts.rateLimitPerS ? new RateLimiter(opts.rateLimitPerS, opts.now ?? Date.now) : undefined
   const now = opts.now ?? Date.now
   const authOn = keys.length > 0
@@ -202,7 +209,7 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
       if (!match) throw unauthorized(reply, 'send Authorization: Bearer <api key>', false)
       const index = configured(keyDigest(match[1]!))
       if (index >= 0) {
-        req.access = new RequestAccess(`env:${index + 1}`, envScopes[index]!)
+        req.access = envAccess[index]!
       } else {
         const stored = opts.stored?.lookup(match[1]!)
         if (stored === 'stale') {
