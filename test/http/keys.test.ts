@@ -5,6 +5,7 @@
  * another group's deliveries, read other topics' dead letters, forge dead-letter headers, read
  * consumer URLs with credentials; and /docs served with a Content-Security-Policy.
  */
+import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { createClient, replayDeadLetters } from '@hookq/client'
 import pg from 'pg'
@@ -12,7 +13,7 @@ import pino from 'pino'
 import t from 'tap'
 import { createBroker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
-import { testDatabase } from '../helpers/db.ts'
+import { databaseServerUrl, testDatabase } from '../helpers/db.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -89,6 +90,14 @@ t.test("a key's life: made once, listed without its text, stored as a digest, de
   t.same(rows.rows[0].key_hash, createHash('sha256').update(key).digest(), 'the database holds the SHA-256 of the key')
   t.notOk(rows.rows[0].text.includes(key.slice(3)), 'and not the key')
 
+  if (databaseServerUrl) {
+    // The whole database as a backup holds it: the key's text is nowhere, in any encoding.
+    const dump = execFileSync('pg_dump', ['--data-only', db.url], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 })
+    t.match(dump, /api_keys/, 'the dump has the keys table')
+    for (const form of [key, key.slice(3), Buffer.from(key).toString('hex'), Buffer.from(key.slice(3), 'base64url').toString('hex')]) {
+      t.notOk(dump.includes(form), 'pg_dump holds no form of the key')
+    }
+  }
   t.equal((await call(key, 'POST', '/v1/topics/orders/messages', { messages: [{ value: 1 }] })).status, 201, 'the key works')
   t.equal((await root('DELETE', `/v1/keys/${id}`)).status, 204)
   const refused = await call(key, 'POST', '/v1/topics/orders/messages', { messages: [{ value: 2 }] })
