@@ -17,12 +17,14 @@ import { ackRoutes } from './http/routes/acks.ts'
 import { consoleRoutes } from './http/routes/console.ts'
 import { installForwarding, type PartitionDirectory } from './http/forward.ts'
 import { groupRoutes } from './http/routes/groups.ts'
+import { keyRoutes } from './http/routes/keys.ts'
 import { healthRoutes } from './http/routes/health.ts'
 import { messageRoutes } from './http/routes/messages.ts'
 import { metricsRoutes } from './http/routes/metrics.ts'
 import { operationRoutes } from './http/routes/operations.ts'
 import { topicRoutes } from './http/routes/topics.ts'
 import { sharedSchemas } from './http/schemas/common.ts'
+import { keySchemas } from './http/schemas/keys.ts'
 import { healthSchemas } from './http/schemas/health.ts'
 import { groupSchemas } from './http/schemas/groups.ts'
 import { ackSchemas } from './http/schemas/acks.ts'
@@ -39,6 +41,8 @@ export interface AppOptions {
   apiKeys?: (ApiKey | string)[]
   /** Requests a second per key (per client IP without keys); 0 or unset means no limit. */
   rateLimitPerS?: number
+  /** GET /metrics needs no key even when keys are configured (HOOKQ_METRICS_OPEN). */
+  metricsOpen?: boolean
   /** A pino logger; none means no logs. */
   logger?: FastifyBaseLogger
   /** Where the broker process that pushes is, for the calls only it can serve; unset: this process alone. */
@@ -63,6 +67,7 @@ const ALL_SCHEMAS = [
   ...ackSchemas,
   ...operationSchemas,
   ...healthSchemas,
+  ...keySchemas,
 ]
 
 export const API_INFO = {
@@ -73,6 +78,20 @@ export const API_INFO = {
     'No string in a request may contain NUL (U+0000), but message values and header values (stored as JSON text); ' +
     'integers in paths and query strings are plain decimal digits.',
 }
+
+/** The Content-Security-Policy of every /docs answer. */
+export const DOCS_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "font-src 'self' data:",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+  "object-src 'none'",
+].join('; ')
 
 const lazyCompiles = new WeakMap<FastifyInstance, LazyCompiles>()
 
@@ -150,6 +169,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
         { name: 'groups', description: 'Consumer groups and their webhook consumers' },
         { name: 'acks', description: 'Acknowledging pushed messages' },
         { name: 'operations', description: 'Seek, the delivery log, health and metrics' },
+        { name: 'keys', description: 'API keys scoped to topics and groups' },
       ],
       components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' } } },
       security: [{ apiKey: [] }],
@@ -157,7 +177,10 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     // Name components after the schemas' $id (Topic, Problem, ...) instead of def-0, def-1.
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (json.$id as string | undefined) ?? `def-${i}` },
   })
-  await app.register(swaggerUi, { routePrefix: '/docs' })
+  // Swagger UI gets a Content-Security-Policy like the console's (routes/console.ts), but for inline
+  // styles, which its React components set; its scripts are files of this origin, its one fetch the
+  // document at /docs/json. No validator badge: that would load an image from validator.swagger.io.
+  await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: DOCS_CSP, uiConfig: { validatorUrl: null } })
   // Compressed request bodies (a producer gzipping a big batch): bodyLimit counts the decompressed
   // bytes, so a small gzip bomb is a 413, never a big buffer. Answers are not compressed: they are
   // small, and a proxy in front does that better than the broker's single thread.
@@ -183,7 +206,13 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   })
 
   installProblemHandlers(app)
-  installAuth(app, { keys: opts.apiKeys ?? [], rateLimitPerS: opts.rateLimitPerS ?? 0 })
+  installAuth(app, {
+    keys: opts.apiKeys ?? [],
+    stored: { lookup: (key) => opts.services.keys.lookup(key) },
+    groupTopics: (group) => opts.services.groups.topicsOf(group),
+    rateLimitPerS: opts.rateLimitPerS ?? 0,
+    metricsOpen: opts.metricsOpen ?? false,
+  })
   installForwarding(app, opts.owners)
 
   await app.register(healthRoutes(opts.services))
@@ -193,7 +222,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   await app.register(ackRoutes(opts.services))
   await app.register(operationRoutes(opts.services))
   await app.register(metricsRoutes(opts.services))
+  await app.register(keyRoutes(opts.services, (opts.apiKeys ?? []).length > 0))
   await app.register(consoleRoutes())
-  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
+  app.get('/openapi.json', { config: { access: { on: 'open' } }, schema: { hide: true } }, async () => app.swagger())
   return app
 }

@@ -13,6 +13,7 @@ import { Dispatcher } from './dispatch/dispatcher.ts'
 import { Cluster } from './cluster/cluster.ts'
 import { createPushAgent } from './dispatch/pusher.ts'
 import { OutboxMover } from './service/outbox.ts'
+import { KeyService } from './service/keys.ts'
 import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
@@ -151,8 +152,20 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       if (deleted) await cluster.topicDeleted(deleted.id)
       if (created) await cluster.topicCreated(created.name)
     })
+    const keys = new KeyService(database, { log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) } })
+    // Stored keys count only when HOOKQ_API_KEYS turns authentication on; said at start-up when some would be ignored.
+    if (config.apiKeys.length > 0) await keys.start()
+    else {
+      const stored = (await keys.list()).length
+      if (stored > 0) {
+        const message = `${stored} API key(s) made with POST /v1/keys are ignored: HOOKQ_API_KEYS is unset, so the API is open to anyone`
+        if (opts.logger) opts.logger.warn({ storedKeys: stored }, message)
+        else log(`WARNING: ${message}`)
+      }
+    }
     const services: Services = {
       topics,
+      keys,
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
       read: new ReadService(topics, db),
       groups,
@@ -188,6 +201,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       maxRequestBytes: config.maxRequestBytes,
       apiKeys: config.apiKeys,
       rateLimitPerS: config.rateLimitPerKey,
+      metricsOpen: config.metricsOpen,
       logger: opts.logger,
       logRequests: config.logRequests,
       timeouts: { requestMs: config.requestTimeoutMs, headersMs: config.headersTimeoutMs, keepAliveMs: config.keepAliveTimeoutMs },
@@ -224,6 +238,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       close() {
         closing ??= (async () => {
           await app.close()
+          keys.stop()
           metrics.close()
           await retention.stop()
           await outbox.stop()

@@ -37,6 +37,8 @@ export interface Config {
   apiKeys: ApiKey[]
   /** Requests a second per API key (per client IP without keys); 0 means no limit. */
   rateLimitPerKey: number
+  /** GET /metrics needs no key even when API keys are configured (HOOKQ_METRICS_OPEN); else a key with the metrics scope. */
+  metricsOpen: boolean
   /** How long SIGTERM waits for in-progress work before giving up. */
   shutdownGraceMs: number
   /** Which consumer URLs may be registered and pushed to (HOOKQ_PUSH_* variables; see docs/security.md "Push URL policy"). */
@@ -189,6 +191,7 @@ export function loadConfig(env: Env = process.env): Config {
     attemptRetentionMs: int(env, 'HOOKQ_ATTEMPT_RETENTION_MS', 7 * 86_400_000, 60_000, 3650 * 86_400_000),
     apiKeys: apiKeys(env),
     rateLimitPerKey: int(env, 'HOOKQ_RATE_LIMIT_PER_KEY', 0, 0, 1_000_000),
+    metricsOpen: bool(env, 'HOOKQ_METRICS_OPEN', false),
     shutdownGraceMs: int(env, 'HOOKQ_SHUTDOWN_GRACE_MS', 25_000, 0, 3_600_000),
     pushPolicy: parsePolicy(env),
     pushWindowInitial: int(env, 'HOOKQ_PUSH_WINDOW_INITIAL', 8, 1, 100_000),

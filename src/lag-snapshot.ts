@@ -19,9 +19,9 @@ const READ_TIMEOUT_MS = 3000
 /** Reading stops when no scrape has come for this long (Prometheus scrapes every 15 s to 1 min). */
 const IDLE_AFTER_MS = 5 * 60_000
 
-export interface LagSnapshotOptions {
-  /** One read of every group partition's lag. */
-  read: () => Promise<PartitionLag[]>
+export interface LagSnapshotOptions<T = PartitionLag[]> {
+  /** One read of every group partition's lag (or, for a Snapshot, of what it serves). */
+  read: () => Promise<T>
   /** How old the rows may grow while someone scrapes (HOOKQ_METRICS_REFRESH_MS). */
   refreshMs: number
   /** Hears of a failed or timed-out read. */
@@ -29,8 +29,9 @@ export interface LagSnapshotOptions {
   now?: () => number
 }
 
-export class LagSnapshot {
-  private rows: PartitionLag[] = []
+/** A value read in the background and served from memory, as the header says (the outbox gauge uses one too). */
+export class Snapshot<T> {
+  private rows: T
   private readAtMs = -Infinity
   private lastScrapeMs = -Infinity
   private reading: Promise<void> | undefined
@@ -38,12 +39,13 @@ export class LagSnapshot {
   private closed = false
   private readonly now: () => number
 
-  constructor(private readonly opts: LagSnapshotOptions) {
+  constructor(private readonly opts: LagSnapshotOptions<T> & { empty: T }) {
     this.now = opts.now ?? Date.now
+    this.rows = opts.empty
   }
 
   /** The rows to serve for a scrape: the last read's (the first scrape waits for the first read). */
-  async forScrape(): Promise<PartitionLag[]> {
+  async forScrape(): Promise<T> {
     this.lastScrapeMs = this.now()
     // Stale (after a quiet spell no timer runs): read again, and serve the last rows meanwhile.
     if (this.now() - this.readAtMs >= this.opts.refreshMs) this.refresh()
@@ -68,7 +70,7 @@ export class LagSnapshot {
           this.rows = rows
         },
         (err: unknown) => {
-          this.rows = []
+          this.rows = this.opts.empty
           this.opts.onError(err)
         },
       )
@@ -87,6 +89,13 @@ export class LagSnapshot {
       this.refresh()
     }, this.opts.refreshMs)
     this.timer.unref()
+  }
+}
+
+/** Every group partition's lag, served from memory. */
+export class LagSnapshot extends Snapshot<PartitionLag[]> {
+  constructor(opts: LagSnapshotOptions) {
+    super({ ...opts, empty: [] })
   }
 }
 

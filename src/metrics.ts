@@ -6,7 +6,7 @@
  * memory and refreshed in the background while someone scrapes (src/lag-snapshot.ts).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { LagSnapshot, withinTimeout, type PartitionLag } from './lag-snapshot.ts'
+import { LagSnapshot, Snapshot, type PartitionLag } from './lag-snapshot.ts'
 import { PushSeries, type PushOutcome } from './push-metrics.ts'
 
 export type { PushOutcome }
@@ -47,8 +47,6 @@ export interface PushWindowStat {
   inFlight: number
 }
 
-/** How long a scrape waits for the outbox's oldest row before serving without it. */
-const STATS_TIMEOUT_MS = 3000
 /** How old the lag gauges may grow while scraped, unless the broker says (HOOKQ_METRICS_REFRESH_MS). */
 const DEFAULT_LAG_REFRESH_MS = 5000
 
@@ -112,6 +110,7 @@ export class Metrics implements DispatchMetrics {
     registers: [this.registry],
   })
   private lags: LagSnapshot
+  private readonly outbox: Snapshot<number | undefined>
   private inFlightOf: (groupId: number, partition: number) => number = () => 0
   private windowSource: () => PushWindowStat[] = () => []
   private outboxSource: () => Promise<number> = async () => 0
@@ -161,19 +160,22 @@ export class Metrics implements DispatchMetrics {
       (w) => w.limit,
     )
     windowGauge('hookq_pushes_in_flight', 'Push HTTP calls under way to a consumer', (w) => w.inFlight)
-    const outbox = () => this.outboxSource()
-    const report = (err: unknown) => this.onError(err)
+    // Read in the background like the lag, not at each scrape: a scrape costs the database nothing.
+    this.outbox = new Snapshot<number | undefined>({
+      read: () => this.outboxSource(),
+      empty: undefined,
+      refreshMs: lagRefreshMs,
+      onError,
+    })
+    const outbox = () => this.outbox.forScrape()
     new Gauge({
       name: 'hookq_outbox_oldest_seconds',
       registers: [this.registry],
       help: 'Age of the oldest message hookq_produce() committed that is not in its topic yet (0: none waiting)',
       async collect() {
         this.reset()
-        try {
-          this.set(await withinTimeout(outbox(), 'reading the produce outbox', STATS_TIMEOUT_MS))
-        } catch (err) {
-          report(err) // left out of this scrape
-        }
+        const seconds = await outbox()
+        if (seconds !== undefined) this.set(seconds) // a failed read: left out
       },
     })
   }
@@ -212,6 +214,7 @@ export class Metrics implements DispatchMetrics {
   /** Stops the lag gauges' background reads. */
   close(): void {
     this.lags.close()
+    this.outbox.close()
   }
 
   /** The Prometheus text exposition and its content type. */

@@ -175,7 +175,7 @@ export function reportError(err: unknown, json: boolean): number {
       if (!detail.includes(e.message)) note(`  ${visible(e.path || '(body)')}: ${visible(e.message)}`)
     }
     if (err.status === 401) note('  set HOOKQ_API_KEY or pass --api-key <key>')
-    if (err.status === 403) note('  the API key needs a scope it does not have (produce, consume or admin)')
+    if (err.status === 403) note("  the API key's scopes do not cover this call (its action, or this topic or group): see the detail above")
     return EXIT.broker
   }
   if (err instanceof CliError) {

@@ -4,7 +4,7 @@
  * topic the group dead-lettered, with what the broker recorded (original topic, partition, offset,
  * attempts, last error) and Replay, for one message or all listed.
  */
-import { api } from './api.js'
+import { api, ApiError } from './api.js'
 import { errorPanel, fmtInt, fmtTime, h, hashLink, keyText, preview, replace, table } from './dom.js'
 import { replay, deadLetterInfo, originalHeaders } from './replay.js'
 import { headerList } from './topic.js'
@@ -55,10 +55,22 @@ export function deadLettersIndexView(root) {
     try {
       const groups = (await api.groups()).filter((g) => g.deadLetterTopic !== null)
       const topics = [...new Set(groups.map((g) => /** @type {string} */ (g.deadLetterTopic)))]
-      const pages = await mapLimit(topics, 4, readNewest)
+      // A scoped key may see a group but not read its dead-letter topic (403): that count is unknown.
+      const pages = await mapLimit(topics, 4, (t) =>
+        readNewest(t).catch((err) => {
+          if (err instanceof ApiError && err.status === 403) return null
+          throw err
+        }),
+      )
+      const unreadable = new Set(topics.filter((_, i) => pages[i] === null))
       const counts = deadLetterCounts(
         groups,
-        new Map(topics.map((t, i) => [t, /** @type {Awaited<ReturnType<typeof readNewest>>} */ (pages[i])])),
+        new Map(
+          topics.flatMap((t, i) => {
+            const page = pages[i]
+            return page ? [[t, page]] : []
+          }),
+        ),
       )
       replace(
         body,
@@ -78,7 +90,9 @@ export function deadLettersIndexView(root) {
               h('td', {}, h('a', { href: hashLink('groups', g.name) }, g.name)),
               h('td', {}, g.topic),
               h('td', {}, h('a', { href: hashLink('topics', /** @type {string} */ (g.deadLetterTopic)) }, g.deadLetterTopic)),
-              h('td', { class: 'num dead-count' }, `${fmtInt(c.count)}${c.complete ? '' : '+'}`),
+              unreadable.has(/** @type {string} */ (g.deadLetterTopic))
+                ? h('td', { class: 'num dead-count', title: 'this API key may not read the dead-letter topic' }, '–')
+                : h('td', { class: 'num dead-count' }, `${fmtInt(c.count)}${c.complete ? '' : '+'}`),
               h('td', {}, h('a', { href: hashLink('groups', g.name, 'dead-letters') }, 'Open')),
             )
           }),

@@ -110,6 +110,9 @@ export function errorPanel(err) {
           )
         : null,
       err.status === 401 ? h('div', {}, 'Enter an API key above to continue.') : null,
+      err.status === 403
+        ? h('div', {}, "This API key's scopes do not cover this: it sees and changes only the topics and groups they name.")
+        : null,
     )
   }
   return h('div', { class: 'error', role: 'alert' }, h('strong', {}, 'Error'), ': ', String(err instanceof Error ? err.message : err))

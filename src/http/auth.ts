@@ -1,37 +1,93 @@
 /**
- * Bearer API keys with scopes, and per-key rate limits, for every /v1 route.
+ * Bearer API keys, their scopes on every route, per-key rate limits, and the audit of admin writes.
  *
- * - The scope a route needs comes from ROUTE_SCOPES (scopes.ts), looked up by the matched route's
- *   method and pattern (routeOptions.url), never by prefixes of the raw URL. Routes outside /v1
- *   (health, metrics, OpenAPI, docs) and unmatched URLs (404) are open.
- * - Keys are compared as SHA-256 digests with timingSafeEqual against every configured key without
- *   an early exit, so neither a key's content nor its length leaks through timing.
- * - No or unknown key: 401 `unauthorized` with `www-authenticate: Bearer`. A known key without the
- *   scope: 403 `forbidden`.
+ * - Each route declares what it checks (`config.access`, see RouteAccess in scopes.ts); a /v1
+ *   route that declares nothing needs an unrestricted admin key (closed, not open, by default).
+ * - Keys come from HOOKQ_API_KEYS (compared as SHA-256 digests with timingSafeEqual against every
+ *   configured key, without an early exit) and from POST /v1/keys (an exact lookup of the digest
+ *   in the key service's memory: no database query per request). With no HOOKQ_API_KEYS the API is
+ *   open, as in v1, and stored keys are not consulted.
+ * - onRequest: no or unknown key, expired or deleted: 401 `unauthorized`. A key without the
+ *   route's action in any scope: 403 `forbidden`, before the body is read.
+ * - preValidation: the topic or group the call touches must match a scope's patterns (403
+ *   otherwise), checked before validation so a forbidden caller learns nothing from a 400.
  * - With a rate (requests a second), each key has a token bucket (burst = 2 × rate); without keys
  *   configured, each client IP has one. An empty bucket answers 429 `rate_limited` with Retry-After.
+ * - Every write (not GET) an admin-action route answers for a key is logged at info with the key's
+ *   id (`audit: "admin_write"`), never the key.
  */
-import { createHash, timingSafeEqual } from 'node:crypto'
+import { timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { HookqError } from '../errors.ts'
-import { allows, requiredScope, type ApiKey } from './scopes.ts'
+import {
+  covers,
+  describeScope,
+  hasAction,
+  isUnrestrictedAdmin,
+  namesTopics,
+  type Action,
+  type KeyScope,
+  type Resource,
+} from '../security/access.ts'
+import { keyDigest, type KeyRecord } from '../service/keys.ts'
+import type { ApiKey, RouteAccess } from './scopes.ts'
 import { TokenBucket } from './token-bucket.ts'
-
-const digest = (key: string) => createHash('sha256').update(key).digest()
 
 export interface AuthOptions {
   /** Configured keys; none means the API is open. Plain strings are admin keys. */
   keys: readonly (ApiKey | string)[]
+  /** Keys made with POST /v1/keys. */
+  stored?: { lookup(key: string): KeyRecord | 'expired' | 'stale' | undefined }
+  /** The topics a group route touches: the group's topic and dead-letter topic; null for no such group. */
+  groupTopics?: (group: string) => Promise<string[] | null>
   /** Requests a second per key (per client IP without keys); 0 means no limit. */
   rateLimitPerS?: number
+  /** GET /metrics needs no key (HOOKQ_METRICS_OPEN). */
+  metricsOpen?: boolean
   /** The clock, for tests. */
   now?: () => number
 }
 
+/** What the caller's key may do; every request has one (`req.access`). */
+export class RequestAccess {
+  constructor(
+    /** The key's id (`env:<n>` for HOOKQ_API_KEYS keys); null without keys. */
+    readonly keyId: string | null,
+    /** null: authentication is off, everything is allowed. */
+    readonly scopes: readonly KeyScope[] | null,
+  ) {}
+
+  allows(action: Action, resource: Resource): boolean {
+    return this.scopes === null || covers(this.scopes, action, resource)
+  }
+
+  /** Whether the key may read this topic (GET /v1/topics/{topic}): produce or admin on it. */
+  seesTopic(topic: string): boolean {
+    return this.allows('produce', { topics: [topic] })
+  }
+
+  /** Whether the key may read this group (GET /v1/groups/{group}): consume or admin on it. */
+  seesGroup(group: string, topic: string): boolean {
+    return this.allows('consume', { group, topics: [topic] })
+  }
+}
+
+const OPEN = new RequestAccess(null, null)
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** What the caller's key may do (everything when authentication is off). */
+    access: RequestAccess
+  }
+}
+
 // Past this many buckets (one per client IP without keys), full ones are forgotten.
 const MAX_IDLE_BUCKETS = 10_000
+/** How long a group's topics are remembered for the checks (a group's topic never changes; it may be deleted and made again). */
+const GROUP_TOPICS_TTL_MS = 1000
+const MAX_GROUP_TOPICS = 10_000
 
-/** Buckets by an identity (key index or client IP), created full on first use. */
+/** Buckets by an identity (key id or client IP), created full on first use. */
 class RateLimiter {
   private readonly buckets = new Map<string, TokenBucket>()
   constructor(
@@ -60,19 +116,67 @@ function unauthorized(reply: FastifyReply, detail: string, invalidToken: boolean
   return new HookqError('unauthorized', detail)
 }
 
-/** Installs authentication, scope checks and rate limits (each only when configured). */
-export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
-  const keys = opts.keys.map((k): ApiKey => (typeof k === 'string' ? { key: k, scopes: ['admin'] } : k))
-  const digests = keys.map((k) => digest(k.key))
-  const limiter = opts.rateLimitPerS ? new RateLimiter(opts.rateLimitPerS, opts.now ?? Date.now) : undefined
-  if (keys.length === 0 && !limiter) return
+function forbidden(req: FastifyRequest, needed: string, scopes: readonly KeyScope[]): HookqError {
+  return new HookqError(
+    'forbidden',
+    `this API key needs ${needed} for ${req.method} ${req.routeOptions.url} (it has ${scopes.map(describeScope).join(', ')})`,
+    { extra: { requiredScope: needed.split(' ')[0] } },
+  )
+}
 
-  /** The index of the key the request presents, -1 for none or unknown. Constant time over keys. */
-  const identify = (req: FastifyRequest): number | undefined => {
-    const header = req.headers.authorization
-    const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null
-    if (!match) return undefined
-    const given = digest(match[1]!)
+/** The access rule of the matched route; undefined for no route (the 404 handler answers). */
+function ruleOf(req: FastifyRequest): RouteAccess | undefined {
+  const url = req.routeOptions.url
+  if (url === undefined) return undefined
+  const declared = req.routeOptions.config?.access
+  if (declared) return declared
+  return url === '/v1' || url.startsWith('/v1/') ? { on: 'everything' } : { on: 'open' }
+}
+
+/** A route as registered, with the access rule it declared. */
+export interface RouteEntry {
+  method: string
+  url: string
+  access: RouteAccess | undefined
+}
+
+const routeTables = new WeakMap<FastifyInstance, RouteEntry[]>()
+
+/** Every route registered after installAuth, with its access rule (the route-walking test reads it). */
+export function routeTable(app: FastifyInstance): readonly RouteEntry[] {
+  return routeTables.get(app) ?? []
+}
+
+/** Installs authentication, scope checks, rate limits and the admin audit (each when configured). */
+export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
+  app.decorateRequest('access', null as unknown as RequestAccess)
+  // A /v1 route that declares no access rule is refused at start-up, not left to a default.
+  const table: RouteEntry[] = []
+  routeTables.set(app, table)
+  app.addHook('onRoute', (route) => {
+    const declared = (route.config as { access?: RouteAccess } | undefined)?.access
+    if (declared === undefined && (route.url === '/v1' || route.url.startsWith('/v1/'))) {
+      throw new Error(`route ${String(route.method)} ${route.url} declares no access rule (config.access; see src/http/scopes.ts)`)
+    }
+    for (const method of Array.isArray(route.method) ? route.method : [route.method])
+      table.push({ method, url: route.url, access: declared })
+  })
+  const keys = opts.keys.map((k): ApiKey => (typeof k === 'string' ? { key: k, scopes: ['admin'] } : k))
+  const digests = keys.map((k) => keyDigest(k.key))
+  // One access object per configured key, made once: the produce path allocates nothing for it.
+  const envAccess = keys.map(
+    (k, i) =>
+      new RequestAccess(
+        `env:${i + 1}`,
+        k.scopes.map((action): KeyScope => ({ action })),
+      ),
+  )
+  const limiter = opts.rateLimitPerS ? new RateLimiter(opts.rateLimitPerS, opts.now ?? Date.now) : undefined
+  const now = opts.now ?? Date.now
+  const authOn = keys.length > 0
+
+  /** The configured key's index, -1 for none of them. Constant time over the configured keys. */
+  const configured = (given: Buffer): number => {
     let found = -1
     digests.forEach((d, i) => {
       if (timingSafeEqual(d, given)) found = i
@@ -80,20 +184,42 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     return found
   }
 
+  const groupTopics = new Map<string, { topics: string[] | null; atMs: number }>()
+  const topicsOfGroup = async (group: string): Promise<string[] | null> => {
+    const seen = groupTopics.get(group)
+    if (seen && now() - seen.atMs < GROUP_TOPICS_TTL_MS) return seen.topics
+    const topics = (await opts.groupTopics?.(group)) ?? null
+    // "No such group" is not remembered: the group may be made by the very next call.
+    if (topics === null) return null
+    if (groupTopics.size >= MAX_GROUP_TOPICS) groupTopics.clear()
+    groupTopics.set(group, { topics, atMs: now() })
+    return topics
+  }
+
   app.addHook('onRequest', async (req, reply) => {
-    const routeUrl = req.routeOptions.url
-    if (routeUrl === undefined) return // no such route: the 404 handler answers
-    const needed = requiredScope(req.method, routeUrl)
-    if (needed === undefined) return // open route
+    req.access = OPEN
+    const rule = ruleOf(req)
+    if (rule === undefined || rule.on === 'open') return
+    if (rule.on === 'metrics' && (opts.metricsOpen || !authOn)) return
 
     let identity: string
-    let key: ApiKey | undefined
-    if (keys.length > 0) {
-      const index = identify(req)
-      if (index === undefined) throw unauthorized(reply, 'send Authorization: Bearer <api key>', false)
-      if (index < 0) throw unauthorized(reply, 'the API key is not valid', true)
-      key = keys[index]!
-      identity = `key:${index}`
+    if (authOn) {
+      const header = req.headers.authorization
+      const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null
+      if (!match) throw unauthorized(reply, 'send Authorization: Bearer <api key>', false)
+      const index = configured(keyDigest(match[1]!))
+      if (index >= 0) {
+        req.access = envAccess[index]!
+      } else {
+        const stored = opts.stored?.lookup(match[1]!)
+        if (stored === 'stale') {
+          throw new HookqError('unavailable', 'the broker cannot read its API keys from the database now; retry', { retryAfterS: 1 })
+        }
+        if (stored === undefined) throw unauthorized(reply, 'the API key is not valid', true)
+        if (stored === 'expired') throw unauthorized(reply, 'the API key has expired', true)
+        req.access = new RequestAccess(stored.id, stored.scopes)
+      }
+      identity = `key:${req.access.keyId}`
     } else {
       identity = `ip:${req.ip}`
     }
@@ -107,14 +233,63 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
       }
     }
 
-    if (key && !allows(key.scopes, needed)) {
-      throw new HookqError(
-        'forbidden',
-        `this API key needs the ${needed} scope for ${req.method} ${routeUrl} (it has ${key.scopes.join(', ')})`,
-        {
-          extra: { requiredScope: needed },
-        },
-      )
+    const scopes = req.access.scopes
+    if (scopes === null) return
+    if (rule.on === 'everything') {
+      if (!isUnrestrictedAdmin(scopes)) throw forbidden(req, 'admin (without topics or groups)', scopes)
+    } else if (rule.on === 'metrics') {
+      if (!hasAction(scopes, 'metrics') && !isUnrestrictedAdmin(scopes)) throw forbidden(req, 'metrics', scopes)
+    } else if ('action' in rule && !hasAction(scopes, rule.action)) {
+      throw forbidden(req, rule.action, scopes)
     }
+  })
+
+  if (!authOn) return
+
+  app.addHook('preValidation', async (req) => {
+    const rule = ruleOf(req)
+    const scopes = req.access.scopes
+    if (!rule || scopes === null || !('action' in rule)) return
+    const params = req.params as { topic?: unknown; group?: unknown }
+    let resource: Resource
+    if (rule.on === 'topic') {
+      resource = { topics: [String(params.topic)] }
+    } else {
+      const group = String(params.group)
+      resource = { group }
+      if (namesTopics(scopes)) {
+        const topics = [...((await topicsOfGroup(group)) ?? [])]
+        const body = req.body as { topic?: unknown; deadLetterTopic?: unknown } | undefined
+        // A write that names topics (PUT /v1/groups/{group}) touches them too: an admin for
+        // orders.* must not point a group at another topic, nor dead-letter into one.
+        if (req.method !== 'GET' && body && typeof body === 'object') {
+          for (const t of [body.topic, body.deadLetterTopic]) if (typeof t === 'string') topics.push(t)
+        }
+        resource = { group, topics }
+      }
+    }
+    if (!covers(scopes, rule.action, resource)) {
+      const what = rule.on === 'topic' ? `topic ${resource.topics![0]}` : `group ${resource.group}`
+      throw forbidden(req, `${rule.action} on ${what}`, scopes)
+    }
+  })
+
+  // The audit of admin writes: who (the key's id), what (method and route), and how it ended.
+  app.addHook('onResponse', async (req, reply) => {
+    const rule = ruleOf(req)
+    if (!rule || req.method === 'GET' || req.method === 'HEAD' || req.access.keyId === null) return
+    const admin = 'action' in rule ? rule.action === 'admin' : rule.on === 'everything'
+    if (!admin) return
+    req.log.info(
+      {
+        audit: 'admin_write',
+        keyId: req.access.keyId,
+        method: req.method,
+        route: req.routeOptions.url,
+        url: req.url,
+        statusCode: reply.statusCode,
+      },
+      'admin write',
+    )
   })
 }

@@ -12,8 +12,8 @@
  * in the database; acks of a partition nobody holds are written here; a nack or an extend of one is
  * 503, and the caller's retry finds its next holder.
  * The caller was already authenticated, rate limited and validated here; the owner checks the same
- * key again (the processes share their configuration). A forwarded call carries `hookq-forwarded`
- * and is never forwarded on: no loops.
+ * key again (the processes share their configuration and their database's stored keys). A
+ * forwarded call carries `hookq-forwarded` and is never forwarded on: no loops.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Agent, request as undiciRequest } from 'undici'

@@ -1,51 +1,42 @@
 /**
- * API key scopes: which scope each /v1 route needs (ONE table, keyed by method and the route's
- * pattern as Fastify registered it, e.g. `POST /v1/groups/:group/acks`), and the parsing of the
- * `key[:scope+scope]` syntax used by HOOKQ_API_KEYS and HOOKQ_API_KEYS_FILE.
+ * API key scopes: what each route declares it checks (RouteAccess), and the parsing of the
+ * `key[:scope+scope]` syntax used by HOOKQ_API_KEYS and HOOKQ_API_KEYS_FILE. The rule of which
+ * scope covers which call is src/security/access.ts.
  */
 
-export const SCOPES = ['produce', 'consume', 'admin'] as const
-export type Scope = (typeof SCOPES)[number]
+import { ACTIONS, type Action } from '../security/access.ts'
 
-/** One configured bearer key and what it may do (`admin` may do everything). */
+/** The actions a HOOKQ_API_KEYS entry may name after its `:` (a plain key is admin). */
+export const SCOPES = ACTIONS
+export type Scope = Action
+
+/** One configured bearer key and what it may do (`admin` may do everything but scrape /metrics). */
 export interface ApiKey {
   key: string
   scopes: Scope[]
 }
 
 /**
- * The scope each /v1 route needs. A /v1 route missing here needs `admin`; a route outside /v1
- * (/healthz, /readyz, /metrics, /openapi.json, /docs) is open.
+ * What a route checks, declared in its options (`config: { access }`), so that no route can be
+ * added without one: test/http/route-access.test.ts walks the route table.
+ * - `topic`: the action on the `:topic` of the path.
+ * - `group`: the action on the `:group` of the path; a scope naming topics is checked against the
+ *   group's topic, and for a write, against the `topic` and `deadLetterTopic` the body names too.
+ * - `list`: any key may call it; the handler shows only what the key may see (`req.access`).
+ * - `everything`: an admin scope without patterns (/v1/keys).
+ * - `metrics`: the metrics action (GET /metrics), or no key when the operator opened it.
+ * - `open`: no key (health, the docs, the console's files). Never under /v1.
  */
-export const ROUTE_SCOPES: Readonly<Record<string, Scope>> = {
-  'POST /v1/topics/:topic/messages': 'produce',
-  'GET /v1/topics/:topic/partitions/:partition/messages': 'produce',
-  // What a produce with these keys would answer (duplicates and where): no more than producing tells.
-  'POST /v1/topics/:topic/idempotency-keys': 'produce',
-  // A topic's partitions and end offsets: what a producer (or a dead-letter replay) needs to know.
-  'GET /v1/topics/:topic': 'produce',
-  'POST /v1/groups/:group/acks': 'consume',
-  'POST /v1/groups/:group/nacks': 'consume',
-  'POST /v1/groups/:group/extend': 'consume',
-  'GET /v1/groups/:group': 'consume',
-  'GET /v1/groups/:group/deliveries': 'consume',
-  // Everything else under /v1 (topic and group create/list/delete, consumers, seek): admin.
+export type RouteAccess = { action: Action; on: 'topic' | 'group' } | { on: 'list' | 'everything' | 'metrics' | 'open' }
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    access?: RouteAccess
+  }
 }
 
-/**
- * The scope a matched route needs, from its method and registered pattern (routeOptions.url);
- * undefined means the route is open. HEAD follows GET.
- */
-export function requiredScope(method: string, routeUrl: string): Scope | undefined {
-  if (routeUrl !== '/v1' && !routeUrl.startsWith('/v1/')) return undefined
-  const m = method.toUpperCase() === 'HEAD' ? 'GET' : method.toUpperCase()
-  return ROUTE_SCOPES[`${m} ${routeUrl}`] ?? 'admin'
-}
-
-/** Whether a key holding `scopes` may call a route that needs `needed`. */
-export function allows(scopes: readonly Scope[], needed: Scope): boolean {
-  return scopes.includes('admin') || scopes.includes(needed)
-}
+/** The route option that declares an access rule (spread into a route's options). */
+export const access = (rule: RouteAccess) => ({ config: { access: rule } })
 
 /** A key entry that cannot be used; config.ts turns it into a ConfigError. */
 export class ApiKeySpecError extends Error {

@@ -276,6 +276,12 @@ export class GroupService {
     }
   }
 
+  /** The topic a group consumes, as a list for the access checks; null when there is no such group. */
+  async topicsOf(name: string): Promise<string[] | null> {
+    const group = await findGroupByName(this.db.prisma, name)
+    return group ? [group.topic] : null
+  }
+
   async get(name: string): Promise<GroupRow> {
     const group = await findGroupByName(this.db.prisma, name)
     if (!group) throw new HookqError('group_not_found', `group ${name} does not exist`)

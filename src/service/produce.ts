@@ -69,6 +69,7 @@ export class ProduceService {
     for (let i = 0; i < messages.length; i++) {
       const m = messages[i]!
       const value = serialise(m.value, i)
+      if (m.headers !== undefined) refuseBrokerHeaders(m.headers, i)
       const headers = m.headers === undefined ? '{}' : JSON.stringify(m.headers)
       const key = m.key ?? null
       // A lone UTF-16 surrogate cannot become UTF-8 text; values keep it (as a JSON escape), names cannot.
@@ -167,6 +168,26 @@ export class ProduceService {
       // Offsets within a partition follow request order, so the list is in offset order already.
       const endOffset = messages.at(-1)!.offset + 1
       for (const listener of this.listeners) listener(topicId, partition, endOffset, messages)
+    }
+  }
+}
+
+/** Headers only the broker writes: a dead letter's origin, which `hookq dlq replay` trusts. */
+export const BROKER_HEADER_PREFIX = 'hookq-dlq-'
+
+/**
+ * Refuses headers named like the ones the broker puts on a dead letter (any case). A producer able
+ * to write them into a dead-letter topic could make a replay produce into a topic it may not
+ * write to; refused here, every `hookq-dlq-*` header in a topic was written by the broker.
+ */
+function refuseBrokerHeaders(headers: Record<string, string>, index: number): void {
+  for (const name of Object.keys(headers)) {
+    if (name.length >= BROKER_HEADER_PREFIX.length && name.slice(0, BROKER_HEADER_PREFIX.length).toLowerCase() === BROKER_HEADER_PREFIX) {
+      throw new HookqError(
+        'invalid_request',
+        `message ${index}: header ${JSON.stringify(name)} is the broker's own (it says where a dead letter came from); produce cannot set ${BROKER_HEADER_PREFIX}* headers`,
+        { extra: { index } },
+      )
     }
   }
 }

@@ -5,6 +5,7 @@
 import type { Metrics } from '../metrics.ts'
 import type { AckService } from './acks.ts'
 import type { GroupService } from './groups.ts'
+import type { KeyService } from './keys.ts'
 import type { OperationsService } from './operations.ts'
 import type { ProduceService } from './produce.ts'
 import type { ReadService } from './read.ts'
@@ -16,6 +17,8 @@ export interface Services {
   read: ReadService
   groups: GroupService
   acks: AckService
+  /** Keys made with POST /v1/keys. */
+  keys: KeyService
   operations: OperationsService
   metrics: Metrics
   /** Messages outstanding (pushed or waiting for a retry) on a group's partition. */

@@ -19,7 +19,7 @@ import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 import { runCli } from './run.ts'
 
-const { url } = await startListeningBroker(t)
+const { broker, url } = await startListeningBroker(t)
 const hookq = createClient({ baseUrl: url, apiKey: '' })
 
 const createTopic = (client: HookqClient, topic: string, partitions: number) =>
@@ -133,20 +133,23 @@ t.test('replayDeadLetters: skips what it cannot replay, honours fromOffset and l
     'hookq-dlq-offset': String(offset),
     'hookq-dlq-group': 'g',
   })
-  await unwrap(
-    hookq.POST('/v1/topics/{topic}/messages', {
-      params: { path: { topic: 'mixed.dlq' } },
-      body: {
-        messages: [
-          { value: 'plain, not a dead letter' },
-          { value: 'its topic is gone', headers: dlq('deleted-topic', 0) },
-          { value: 'r1', headers: dlq('target', 0) },
-          { value: 'r2', headers: dlq('target', 1) },
-          { value: 'r3', headers: dlq('target', 2) },
-        ],
-      },
-    }),
-  )
+  // Dead letters made by hand: produce refuses hookq-dlq-* headers (only the broker writes them),
+  // so they are written the way only the database's own users can, through hookq_produce().
+  const made: { value: string; headers?: Record<string, string> }[] = [
+    { value: 'plain, not a dead letter' },
+    { value: 'its topic is gone', headers: dlq('deleted-topic', 0) },
+    { value: 'r1', headers: dlq('target', 0) },
+    { value: 'r2', headers: dlq('target', 1) },
+    { value: 'r3', headers: dlq('target', 2) },
+  ]
+  for (const m of made) {
+    await broker.db.pool.query('SELECT hookq_produce($1, $2, NULL, $3)', [
+      'mixed.dlq',
+      JSON.stringify(m.value),
+      JSON.stringify(m.headers ?? {}),
+    ])
+  }
+  await waitUntil(async () => (await endOffsets(hookq, 'mixed.dlq'))[0] === made.length, 10_000, 'the outbox moved the dead letters')
 
   const progress: number[] = []
   const first = await replayDeadLetters(hookq, 'mixed.dlq', { limit: 4, batchSize: 2, onProgress: (p) => progress.push(p.read) })

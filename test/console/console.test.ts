@@ -347,6 +347,67 @@ async function browserTests(t: Test): Promise<void> {
     )
   })
 
+  t.test('with a scoped key the page shows what it may see, and a 403 as a message; /docs renders under its CSP', async (t) => {
+    const root = 'console-root-key-0123456789'
+    const secured = await startListeningBroker(t, { HOOKQ_API_KEYS: root })
+    const admin = createClient({ baseUrl: secured.url, apiKey: root })
+    for (const topic of ['orders', 'billing', 'billing-dlq']) {
+      await unwrap(admin.PUT('/v1/topics/{topic}', { params: { path: { topic } }, body: { partitions: 1 } }))
+    }
+    await unwrap(
+      admin.PUT('/v1/groups/{group}', {
+        params: { path: { group: 'billing-g' } },
+        body: { topic: 'billing', deadLetterTopic: 'billing-dlq' },
+      }),
+    )
+    const { key } = await unwrap(
+      admin.POST('/v1/keys', {
+        body: {
+          name: 'scoped',
+          scopes: [
+            { action: 'produce', topics: ['orders*'] },
+            { action: 'consume', groups: ['billing-g'] },
+          ],
+        },
+      }),
+    )
+
+    const page = await context.newPage()
+    t.teardown(() => page.close())
+    const errors = watchErrors(page)
+    await page.goto(`${secured.url}/console/`)
+    await page.locator('#key-form').waitFor({ state: 'visible' })
+    await page.fill('#key-input', key)
+    await page.click('#key-form button[type="submit"]')
+    await waitForText(page, 'tr[data-topic="orders"] td.end-offsets', 'p0 0')
+    t.equal(await page.locator('tr[data-topic="billing"]').count(), 0, 'topics the key may not read are not listed')
+
+    await page.goto(`${secured.url}/console/#/groups`)
+    await page.locator('tr[data-group="billing-g"]').waitFor()
+    t.pass('its group is listed')
+    await page.goto(`${secured.url}/console/#/dead-letters`)
+    await waitForText(page, 'tr[data-group="billing-g"] td.dead-count', '–')
+    t.pass('a dead-letter topic it may not read: the count is unknown, the page still shows')
+
+    await page.goto(`${secured.url}/console/#/topics/billing`)
+    await page.locator('main .error').first().waitFor()
+    t.match(await page.locator('main .error').first().textContent(), /403, forbidden.*scopes do not cover this/s, 'a 403 is a message')
+    t.same(
+      errors.filter((e) => !/status of 40[13]/.test(e)),
+      [],
+      'no console errors but the refused loads',
+    )
+
+    // Swagger UI under its Content-Security-Policy: it renders, and nothing is blocked.
+    const docs = await context.newPage()
+    t.teardown(() => docs.close())
+    const docsErrors = watchErrors(docs)
+    const answer = await docs.goto(`${secured.url}/docs/`)
+    t.match(answer?.headers()['content-security-policy'], /default-src 'none'/)
+    await waitForText(docs, '.swagger-ui .info .title', 'hookq 1.0.0 OAS 3.1')
+    t.same(docsErrors, [], 'no CSP violation or error in the docs page')
+  })
+
   if (process.env.HOOKQ_CONSOLE_SCREENSHOT) {
     t.test('screenshot of a busy group', async (t) => screenshot(t, context, process.env.HOOKQ_CONSOLE_SCREENSHOT!))
   }

@@ -102,6 +102,31 @@ t.test('the Metrics object: counters, histogram and scrape-time gauges in Promet
   t.not(new Metrics().registry, metrics.registry, 'each broker has its own registry')
 })
 
+t.test('scrapes are served from memory: the outbox and lag reads run once per refresh, not once per scrape', async (t) => {
+  const metrics = new Metrics(() => {}, 60_000)
+  t.teardown(() => metrics.close())
+  let outboxReads = 0
+  let lagReads = 0
+  metrics.trackOutbox(async () => {
+    outboxReads++
+    return 7
+  })
+  metrics.trackPartitions(
+    async () => {
+      lagReads++
+      return [{ groupId: 1, group: 'g', partition: 0, lag: 3 }]
+    },
+    () => 0,
+  )
+  for (let i = 0; i < 5; i++) {
+    const { text } = await metrics.exposition()
+    t.equal(sample(text, 'hookq_outbox_oldest_seconds'), 7)
+    t.equal(sample(text, 'hookq_lag{group="g",partition="0"}'), 3)
+  }
+  t.equal(outboxReads, 1, 'five scrapes, one read of the outbox')
+  t.equal(lagReads, 1, 'and one of the lag')
+})
+
 t.test('GET /metrics on a broker: produce, pushes, acks, lag and in flight', async (t) => {
   const broker = await startBroker(t, { HOOKQ_METRICS_REFRESH_MS: '20' })
   const call = async (method: string, url: string, payload?: unknown) => {
@@ -185,10 +210,22 @@ t.test('GET /metrics: pushes, redeliveries and dead letters counted by the dispa
   t.equal(sample(text, 'hookq_push_duration_seconds_count{group="workers"}'), 3)
 })
 
-t.test('/metrics stays open when API keys are configured', async (t) => {
-  const { app } = await startBroker(t, { HOOKQ_API_KEYS: 'k-one' })
-  t.equal((await app.inject({ url: '/v1/topics' })).statusCode, 401)
-  const res = await app.inject({ url: '/metrics' })
+t.test('/metrics with API keys: a metrics or unrestricted admin key, or open when the operator says so', async (t) => {
+  const { app } = await startBroker(t, { HOOKQ_API_KEYS: 'k-one,k-scrape:metrics,k-produce:produce' })
+  const scrape = (key?: string) => app.inject({ url: '/metrics', headers: key ? { authorization: `Bearer ${key}` } : {} })
+  t.equal((await scrape()).statusCode, 401, 'no key: 401')
+  t.equal((await scrape('k-produce')).statusCode, 403, 'a key without the metrics scope: 403')
+  const res = await scrape('k-scrape')
   t.equal(res.statusCode, 200)
   t.match(res.body, /# TYPE hookq_pushes_total counter/)
+  t.equal((await scrape('k-one')).statusCode, 200, 'an admin key scrapes too')
+  t.equal(
+    (await app.inject({ url: '/v1/topics', headers: { authorization: 'Bearer k-scrape' } })).json().topics.length,
+    0,
+    'the metrics scope sees no topic',
+  )
+
+  const open = await startBroker(t, { HOOKQ_API_KEYS: 'k-one', HOOKQ_METRICS_OPEN: 'true' })
+  t.equal((await open.app.inject({ url: '/metrics' })).statusCode, 200, 'HOOKQ_METRICS_OPEN: no key needed')
+  t.equal((await open.app.inject({ url: '/v1/topics' })).statusCode, 401, 'the API stays closed')
 })

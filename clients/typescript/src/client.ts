@@ -29,6 +29,9 @@ export type Consumer = Schemas['Consumer']
 export type Delivery = Schemas['Delivery']
 export type AckResult = Schemas['AckResult']
 export type Problem = Schemas['Problem']
+export type Key = Schemas['Key']
+export type KeyScope = Schemas['KeyScope']
+export type CreatedKey = Schemas['CreatedKey']
 
 // JSON answers and the problem+json error documents both count as the body type.
 export type HookqClient = Client<paths, `${string}/${string}json`>

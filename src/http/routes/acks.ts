@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problems, ref } from '../schemas/common.ts'
 import { AckRequest, AckResponse, ExtendRequest, NackRequest } from '../schemas/acks.ts'
 import { GroupParams } from '../schemas/groups.ts'
+import { access } from '../scopes.ts'
 import type { Services } from '../../service/services.ts'
 
 const tags = ['acks']
@@ -13,6 +14,7 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.post(
       '/v1/groups/:group/acks',
       {
+        ...access({ action: 'consume', on: 'group' }),
         schema: {
           operationId: 'ack',
           tags,
@@ -28,6 +30,7 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.post(
       '/v1/groups/:group/nacks',
       {
+        ...access({ action: 'consume', on: 'group' }),
         schema: {
           operationId: 'nack',
           tags,
@@ -45,6 +48,7 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.post(
       '/v1/groups/:group/extend',
       {
+        ...access({ action: 'consume', on: 'group' }),
         schema: {
           operationId: 'extend',
           tags,

@@ -16,6 +16,8 @@ import {
   RotatedConsumer,
   SecretRotation,
 } from '../schemas/groups.ts'
+import { access } from '../scopes.ts'
+import { redactUrl } from '../../security/redact-url.ts'
 import type { Services } from '../../service/services.ts'
 
 const tags = ['groups']
@@ -25,6 +27,7 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.put(
       '/v1/groups/:group',
       {
+        ...access({ action: 'admin', on: 'group' }),
         schema: {
           operationId: 'putGroup',
           tags,
@@ -43,6 +46,7 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.get(
       '/v1/groups',
       {
+        ...access({ on: 'list' }),
         schema: {
           operationId: 'listGroups',
           tags,
@@ -50,12 +54,14 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
           response: { 200: ref(GroupList), ...problems(401, 503) },
         },
       },
-      async () => ({ groups: (await services.groups.list()).map(groupView) }),
+      // Only the groups the key may read (consume or admin on them).
+      async (req) => ({ groups: (await services.groups.list()).filter((g) => req.access.seesGroup(g.name, g.topic)).map(groupView) }),
     )
 
     app.get(
       '/v1/groups/:group',
       {
+        ...access({ action: 'consume', on: 'group' }),
         schema: {
           operationId: 'getGroup',
           tags,
@@ -64,16 +70,22 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
           response: { 200: ref(GroupStatus), ...problems(400, 401, 404, 503) },
         },
       },
-      async (req) =>
-        services.groups.status(
+      async (req) => {
+        const status = await services.groups.status(
           req.params.group,
           (groupId, partition) => req.inFlightElsewhere?.get(partition) ?? services.inFlight(groupId, partition),
-        ),
+        )
+        // Consumer URLs may carry credentials (a token in the query, user:password@): shown whole
+        // only to keys that administer the group; a consume key sees them redacted.
+        if (req.access.allows('admin', { group: status.name, topics: [status.topic] })) return status
+        return { ...status, consumers: status.consumers.map((c) => ({ ...c, url: redactUrl(c.url) })) }
+      },
     )
 
     app.delete(
       '/v1/groups/:group',
       {
+        ...access({ action: 'admin', on: 'group' }),
         schema: {
           operationId: 'deleteGroup',
           tags,
@@ -91,6 +103,7 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.post(
       '/v1/groups/:group/consumers',
       {
+        ...access({ action: 'admin', on: 'group' }),
         schema: {
           operationId: 'addConsumer',
           tags,
@@ -109,6 +122,7 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.patch(
       '/v1/groups/:group/consumers/:id',
       {
+        ...access({ action: 'admin', on: 'group' }),
         schema: {
           operationId: 'updateConsumer',
           tags,
@@ -124,6 +138,7 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.get(
       '/v1/groups/:group/consumers',
       {
+        ...access({ action: 'admin', on: 'group' }),
         schema: {
           operationId: 'listConsumers',
           tags,
@@ -138,6 +153,7 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.post(
       '/v1/groups/:group/consumers/:id/secret',
       {
+        ...access({ action: 'admin', on: 'group' }),
         schema: {
           operationId: 'rotateConsumerSecret',
           tags,
@@ -160,6 +176,7 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.delete(
       '/v1/groups/:group/consumers/:id',
       {
+        ...access({ action: 'admin', on: 'group' }),
         schema: {
           operationId: 'removeConsumer',
           tags,

@@ -1,5 +1,6 @@
 /** Liveness and readiness. Both stay open when API keys are configured. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { access } from '../scopes.ts'
 import type { Services } from '../../service/services.ts'
 
 const tags = ['operations']
@@ -9,6 +10,7 @@ export function healthRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.get(
       '/healthz',
       {
+        ...access({ on: 'open' }),
         schema: { operationId: 'healthz', tags, summary: 'The process is alive', security: [], response: { 200: { $ref: 'Health#' } } },
       },
       async () => ({ status: 'ok' as const }),
@@ -17,6 +19,7 @@ export function healthRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.get(
       '/readyz',
       {
+        ...access({ on: 'open' }),
         schema: {
           operationId: 'readyz',
           tags,

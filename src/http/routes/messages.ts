@@ -12,6 +12,7 @@ import {
 } from '../schemas/messages.ts'
 import { TopicParams } from '../schemas/topics.ts'
 import { fetchBody } from '../fetch-body.ts'
+import { access } from '../scopes.ts'
 import type { Services } from '../../service/services.ts'
 
 const tags = ['messages']
@@ -21,6 +22,7 @@ export function messageRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.post(
       '/v1/topics/:topic/messages',
       {
+        ...access({ action: 'produce', on: 'topic' }),
         schema: {
           operationId: 'produce',
           tags,
@@ -43,6 +45,7 @@ export function messageRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.post(
       '/v1/topics/:topic/idempotency-keys',
       {
+        ...access({ action: 'produce', on: 'topic' }),
         schema: {
           operationId: 'findIdempotencyKeys',
           tags,
@@ -58,6 +61,7 @@ export function messageRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.get(
       '/v1/topics/:topic/partitions/:partition/messages',
       {
+        ...access({ action: 'produce', on: 'topic' }),
         schema: {
           operationId: 'fetchMessages',
           tags,

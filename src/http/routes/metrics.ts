@@ -3,6 +3,7 @@
  * /readyz: scrapers rarely carry bearer keys, and it names groups and topics but no message content.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { access } from '../scopes.ts'
 import type { Services } from '../../service/services.ts'
 
 export function metricsRoutes(services: Services): FastifyPluginAsyncTypebox {
@@ -10,6 +11,7 @@ export function metricsRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.get(
       '/metrics',
       {
+        ...access({ on: 'metrics' }),
         schema: {
           operationId: 'metrics',
           tags: ['operations'],

@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problems, ref } from '../schemas/common.ts'
 import { GroupParams } from '../schemas/groups.ts'
 import { DeliveriesQuery, DeliveryList, SeekRequest, SeekResponse } from '../schemas/operations.ts'
+import { access } from '../scopes.ts'
 import type { Services } from '../../service/services.ts'
 
 const tags = ['operations']
@@ -12,6 +13,7 @@ export function operationRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.get(
       '/v1/groups/:group/deliveries',
       {
+        ...access({ action: 'consume', on: 'group' }),
         schema: {
           operationId: 'listDeliveries',
           tags,
@@ -27,6 +29,7 @@ export function operationRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.post(
       '/v1/groups/:group/seek',
       {
+        ...access({ action: 'admin', on: 'group' }),
         schema: {
           operationId: 'seek',
           tags,

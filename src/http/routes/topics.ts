@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { topicView } from '../../service/topics.ts'
 import { problems, ref } from '../schemas/common.ts'
 import { Topic, TopicConfig, TopicDetail, TopicList, TopicParams } from '../schemas/topics.ts'
+import { access } from '../scopes.ts'
 import type { Services } from '../../service/services.ts'
 
 const tags = ['topics']
@@ -12,6 +13,7 @@ export function topicRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.put(
       '/v1/topics/:topic',
       {
+        ...access({ action: 'admin', on: 'topic' }),
         schema: {
           operationId: 'putTopic',
           tags,
@@ -30,14 +32,17 @@ export function topicRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.get(
       '/v1/topics',
       {
+        ...access({ on: 'list' }),
         schema: { operationId: 'listTopics', tags, summary: 'List topics', response: { 200: ref(TopicList), ...problems(401, 503) } },
       },
-      async () => ({ topics: (await services.topics.list()).map(topicView) }),
+      // Only the topics the key may read (produce or admin on them).
+      async (req) => ({ topics: (await services.topics.list()).filter((t) => req.access.seesTopic(t.name)).map(topicView) }),
     )
 
     app.get(
       '/v1/topics/:topic',
       {
+        ...access({ action: 'produce', on: 'topic' }),
         schema: {
           operationId: 'getTopic',
           tags,
@@ -55,6 +60,7 @@ export function topicRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.delete(
       '/v1/topics/:topic',
       {
+        ...access({ action: 'admin', on: 'topic' }),
         schema: {
           operationId: 'deleteTopic',
           tags,

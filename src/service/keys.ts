@@ -1,0 +1,199 @@
+/**
+ * API keys made with POST /v1/keys: creation, listing, deletion, and the in-memory table every
+ * request is checked against.
+ *
+ * - A key is `hq_` plus 256 random bits (base64url). The database keeps only its SHA-256 digest.
+ *   A slow password hash (bcrypt, scrypt, argon2) exists to make guessing a low-entropy secret
+ *   expensive; a 256-bit random key cannot be guessed however fast the hash, and SHA-256's
+ *   preimage resistance means a copy of the table gives nobody a usable key. A fast hash also lets
+ *   the table be an exact lookup (digest → key) instead of one slow hash per request.
+ * - Every broker process keeps all keys in memory (digest → record) and never queries the database
+ *   for a request. Every REFRESH_MS it reads one row (api_key_version, bumped by a trigger with any
+ *   change to the keys) and reloads the keys when it moved: a key deleted on one process is refused
+ *   by all within about a second (the contract allows 2 s). The process that creates or deletes a
+ *   key updates its own table at once. Expiry is checked against the clock at each request.
+ * - When the reads fail for STALE_AFTER_MS (the database is gone), stored keys are refused with
+ *   503 rather than trusted indefinitely: a deleted key must not outlive its deletion because the
+ *   broker could not hear of it. Keys from HOOKQ_API_KEYS do not depend on the database.
+ */
+import { createHash, randomBytes, randomUUID } from 'node:crypto'
+import { HookqError } from '../errors.ts'
+import { type KeyScope, scopesError } from '../security/access.ts'
+import { deleteApiKey, insertApiKey, listApiKeys, readApiKeyVersion, type ApiKeyRow } from '../store/api-keys.ts'
+import type { Database } from '../store/db.ts'
+import { storableText } from '../store/storable.ts'
+
+/** How often each process looks for changes to the keys. */
+const REFRESH_MS = 1000
+/** Past this long without a successful read, stored keys are refused (503) rather than trusted. */
+const STALE_AFTER_MS = 10_000
+const KEY_PREFIX = 'hq_'
+const MAX_NAME_CHARS = 200
+
+/** The SHA-256 digest of a key's text, as stored. */
+export function keyDigest(key: string): Buffer {
+  return createHash('sha256').update(key).digest()
+}
+
+/** What a request's key may do, as the HTTP layer needs it. */
+export interface KeyRecord {
+  id: string
+  name: string
+  scopes: KeyScope[]
+  expiresAt: Date | null
+}
+
+export interface KeyView {
+  id: string
+  name: string
+  scopes: KeyScope[]
+  createdAt: string
+  expiresAt: string | null
+}
+
+export interface KeyInput {
+  name: string
+  scopes: KeyScope[]
+  expiresAt?: string
+}
+
+export function keyView(k: ApiKeyRow): KeyView {
+  return {
+    id: k.id,
+    name: k.name,
+    scopes: k.scopes.map(normalScope),
+    createdAt: k.createdAt.toISOString(),
+    expiresAt: k.expiresAt?.toISOString() ?? null,
+  }
+}
+
+/** A scope with only the members it has (JSON in, the same JSON out). */
+function normalScope(s: KeyScope): KeyScope {
+  return { action: s.action, ...(s.topics ? { topics: [...s.topics] } : {}), ...(s.groups ? { groups: [...s.groups] } : {}) }
+}
+
+export interface KeyServiceOptions {
+  log?: { warn(o: object, m: string): void; error(o: object, m: string): void }
+  now?: () => number
+  refreshMs?: number
+}
+
+export class KeyService {
+  private byDigest = new Map<string, KeyRecord>()
+  private version: bigint | undefined
+  private lastReadMs = -Infinity
+  private timer: NodeJS.Timeout | undefined
+  private reading: Promise<void> | undefined
+  private stopped = false
+  private readonly now: () => number
+
+  constructor(
+    private readonly db: Database,
+    private readonly opts: KeyServiceOptions = {},
+  ) {
+    this.now = opts.now ?? Date.now
+  }
+
+  /** Loads the keys and starts looking for changes. */
+  async start(): Promise<void> {
+    await this.refresh()
+    this.schedule()
+  }
+
+  stop(): void {
+    this.stopped = true
+    clearTimeout(this.timer)
+  }
+
+  /**
+   * The stored key a request presents: its record, 'expired', undefined for none, or 'stale' when
+   * the table could not be read for too long to be trusted.
+   */
+  lookup(key: string): KeyRecord | 'expired' | 'stale' | undefined {
+    const record = this.byDigest.get(keyDigest(key).toString('hex'))
+    if (!record) return undefined
+    const now = this.now()
+    if (now - this.lastReadMs > STALE_AFTER_MS) return 'stale'
+    if (record.expiresAt !== null && record.expiresAt.getTime() <= now) return 'expired'
+    return record
+  }
+
+  /** Makes a key; the key's text is in the answer only. */
+  async create(input: KeyInput): Promise<{ view: KeyView; key: string }> {
+    const name = input.name.trim()
+    if (name === '' || name.length > MAX_NAME_CHARS) {
+      throw new HookqError('invalid_request', `name must be 1 to ${MAX_NAME_CHARS} characters`)
+    }
+    const problem = scopesError(input.scopes)
+    if (problem) throw new HookqError('invalid_request', problem)
+    let expiresAt: Date | null = null
+    if (input.expiresAt !== undefined) {
+      const ms = Date.parse(input.expiresAt)
+      if (Number.isNaN(ms))
+        throw new HookqError('invalid_request', `expiresAt must be an ISO-8601 time, got ${JSON.stringify(input.expiresAt)}`)
+      if (ms <= this.now()) throw new HookqError('invalid_request', 'expiresAt must be in the future')
+      expiresAt = new Date(ms)
+    }
+    const key = KEY_PREFIX + randomBytes(32).toString('base64url')
+    const row = await insertApiKey(this.db.prisma, {
+      id: randomUUID(),
+      name: storableText(name, MAX_NAME_CHARS)!,
+      keyHash: keyDigest(key),
+      scopes: input.scopes.map(normalScope),
+      expiresAt,
+    })
+    this.remember(row)
+    return { view: keyView(row), key }
+  }
+
+  async list(): Promise<KeyView[]> {
+    return (await listApiKeys(this.db.prisma)).map(keyView)
+  }
+
+  /** Deletes a key; this process refuses it at once, the others within REFRESH_MS and a read. */
+  async delete(id: string): Promise<void> {
+    if (!(await deleteApiKey(this.db.prisma, id))) throw new HookqError('key_not_found', `API key ${id} does not exist`)
+    for (const [digest, record] of this.byDigest) if (record.id === id) this.byDigest.delete(digest)
+  }
+
+  private remember(row: ApiKeyRow): void {
+    const next = new Map(this.byDigest)
+    next.set(row.keyHash.toString('hex'), { id: row.id, name: row.name, scopes: row.scopes.map(normalScope), expiresAt: row.expiresAt })
+    this.byDigest = next
+  }
+
+  /** Reads the version, and the keys when it moved; one read at a time. */
+  refresh(): Promise<void> {
+    this.reading ??= this.read().finally(() => {
+      this.reading = undefined
+    })
+    return this.reading
+  }
+
+  private async read(): Promise<void> {
+    try {
+      const version = await readApiKeyVersion(this.db.prisma)
+      if (version !== this.version) {
+        const rows = await listApiKeys(this.db.prisma)
+        this.byDigest = new Map(
+          rows.map((r) => [
+            r.keyHash.toString('hex'),
+            { id: r.id, name: r.name, scopes: r.scopes.map(normalScope), expiresAt: r.expiresAt },
+          ]),
+        )
+        this.version = version
+      }
+      this.lastReadMs = this.now()
+    } catch (err) {
+      this.opts.log?.error({ err }, 'reading the API keys failed; retrying')
+    }
+  }
+
+  private schedule(): void {
+    if (this.stopped) return
+    this.timer = setTimeout(() => {
+      void this.refresh().finally(() => this.schedule())
+    }, this.opts.refreshMs ?? REFRESH_MS)
+    this.timer.unref()
+  }
+}

@@ -1,0 +1,59 @@
+// Two broker processes on one database (this test's own, in-process, and a real `npm start` child):
+// a key made on one works on the other, and a key deleted on one (or by hand in the database) is
+// refused by the other within 2 s, as the contract says.
+import t from 'tap'
+import { startBroker } from '../helpers/broker.ts'
+import { needsServer } from '../helpers/db.ts'
+import { callBroker, brokerSpawner } from '../helpers/process.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+const ROOT = 'root-key-of-the-revocation-test'
+
+t.test('a deleted key is refused by every broker process within 2 s', { skip: needsServer }, async (t) => {
+  const local = await startBroker(t, { HOOKQ_API_KEYS: ROOT })
+  const databaseUrl = (await local.db.pool.query<{ url: string }>('SELECT current_database() AS url')).rows[0]!.url
+  const url = new URL(process.env.DATABASE_URL!)
+  url.pathname = `/${databaseUrl}`
+  const other = await brokerSpawner(t, { DATABASE_URL: url.href, HOOKQ_API_KEYS: ROOT })()
+  const root = { authorization: `Bearer ${ROOT}` }
+  t.equal((await callBroker(other.url, 'PUT', '/v1/topics/orders', { partitions: 1 }, root)).status, 201)
+
+  const make = async (name: string) => {
+    const res = await local.app.inject({
+      method: 'POST',
+      url: '/v1/keys',
+      headers: root,
+      payload: { name, scopes: [{ action: 'produce', topics: ['orders'] }] },
+    })
+    return res.json() as { id: string; key: string }
+  }
+  const statusThere = async (key: string) =>
+    (await callBroker(other.url, 'GET', '/v1/topics/orders', undefined, { authorization: `Bearer ${key}` })).status
+  /** Waits until the other process answers `status` for the key; the time it took, ms. */
+  const until = async (key: string, status: number, what: string) => {
+    const started = performance.now()
+    await waitUntil(async () => (await statusThere(key)) === status, 10_000, what)
+    return performance.now() - started
+  }
+
+  const first = await make('deleted-through-the-api')
+  const seenMs = await until(first.key, 200, 'the other process to know the new key')
+  t.ok(seenMs < 2000, `a new key works on the other process within 2 s (${seenMs.toFixed(0)} ms)`)
+  t.equal((await local.app.inject({ method: 'DELETE', url: `/v1/keys/${first.id}`, headers: root })).statusCode, 204)
+  const refusedMs = await until(first.key, 401, 'the other process to refuse the deleted key')
+  t.ok(refusedMs < 2000, `refused by the other process within 2 s of the deletion (${refusedMs.toFixed(0)} ms)`)
+
+  const second = await make('deleted-by-hand')
+  await until(second.key, 200, 'the other process to know the second key')
+  // An operator's DELETE in psql bumps the version too (the trigger), so every process hears of it.
+  await local.db.pool.query('DELETE FROM api_keys WHERE id = $1', [second.id])
+  const byHandMs = await until(second.key, 401, 'the other process to refuse the key deleted by hand')
+  t.ok(byHandMs < 2000, `a key deleted in the database is refused within 2 s (${byHandMs.toFixed(0)} ms)`)
+  await waitUntil(
+    async () =>
+      (await local.app.inject({ url: '/v1/topics/orders', headers: { authorization: `Bearer ${second.key}` } })).statusCode === 401,
+    2000,
+    'this process to refuse it too',
+  )
+  t.pass('and by this one')
+})
