@@ -18,6 +18,7 @@ import { consoleRoutes } from './http/routes/console.ts'
 import { installForwarding, type PartitionDirectory } from './http/forward.ts'
 import { groupRoutes } from './http/routes/groups.ts'
 import { healthRoutes } from './http/routes/health.ts'
+import { jwksRoutes } from './http/routes/jwks.ts'
 import { messageRoutes } from './http/routes/messages.ts'
 import { metricsRoutes } from './http/routes/metrics.ts'
 import { operationRoutes } from './http/routes/operations.ts'
@@ -187,6 +188,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   installForwarding(app, opts.owners)
 
   await app.register(healthRoutes(opts.services))
+  await app.register(jwksRoutes(opts.services))
   await app.register(topicRoutes(opts.services))
   await app.register(messageRoutes(opts.services))
   await app.register(groupRoutes(opts.services))

@@ -13,6 +13,7 @@ import { registerDeliveries } from './deliveries.ts'
 import { registerDlq } from './dlq.ts'
 import { EXIT, reportError } from './output.ts'
 import { registerProduce } from './produce.ts'
+import { registerSecrets } from './secrets.ts'
 import { registerSeek } from './seek.ts'
 import { registerServe } from './serve.ts'
 import { registerTail } from './tail.ts'
@@ -49,6 +50,7 @@ export function buildProgram(registerGroups?: (groups: Command) => void): Comman
   registerDeliveries(program)
   registerSeek(program)
   registerDlq(program)
+  registerSecrets(program)
   return program
 }
 
