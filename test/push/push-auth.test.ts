@@ -19,6 +19,7 @@ import { api } from '../helpers/api.ts'
 import { testDatabase } from '../helpers/db.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
+import { runCli } from '../cli/run.ts'
 
 const KEY = Buffer.alloc(32, 7)
 const logLines: string[] = []
@@ -334,4 +335,19 @@ t.test('no secret value in any text column of the database, nor in a log line', 
   }
   t.ok(logLines.length > 0, 'the broker logged')
   for (const line of logLines) for (const s of SECRETS) t.notOk(line.includes(s), 'no secret value in a log line')
+})
+
+t.test('the CLI shows the auth type and header names, never a value', async (t) => {
+  const list = await runCli(['consumers', 'list', 'hdr'], { url: brokerUrl })
+  t.equal(list.code, 0, list.stderr)
+  t.match(list.stdout, /headers x-api-key, authorization/)
+  const add = await runCli(['consumers', 'add', 'oa', 'http://127.0.0.1:9/cli', '--auth-file', '-'], {
+    url: brokerUrl,
+    stdin: JSON.stringify({ type: 'oauth2', tokenUrl: `${tokenBase}/token`, clientId: 'cli-client', clientSecret: SECRETS[2] }),
+  })
+  t.equal(add.code, 0, add.stderr)
+  t.match(add.stdout, /auth: oauth2 cli-client @ /)
+  const json = await runCli(['--json', 'consumers', 'list', 'oa'], { url: brokerUrl })
+  for (const out of [list, add, json])
+    for (const s of SECRETS) t.notOk(out.stdout.includes(s) || out.stderr.includes(s), 'no secret value printed')
 })
