@@ -15,6 +15,7 @@ import { testDatabase } from '../helpers/db.ts'
 import { runBrokerToExit } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { runCli } from '../cli/run.ts'
+import { waitUntil } from '../helpers/wait.ts'
 
 const K1 = Buffer.alloc(32, 1)
 const K2 = Buffer.alloc(32, 2)
@@ -145,5 +146,25 @@ t.test('a database through a key life', async (t) => {
 
   await withBroker({ HOOKQ_SECRETS_KEY: b64(K2) }, async (b) => {
     await pushesAuthenticated(t, b, 4)
+    // A value sealed by a process with a key this one lacks, seen at run time: not pushed, and why.
+    const K3 = Buffer.alloc(32, 3)
+    const { id } = (await api(b).sql('SELECT id FROM consumers'))[0]
+    await api(b).sql('UPDATE consumers SET auth_secret = $1', [
+      new SecretBox(K3).seal('{}', { table: 'consumers', field: 'auth_secret', rowId: id }),
+    ])
+    t.equal((await api(b).call('PATCH', `/v1/groups/s/consumers/${id}`, { maxConcurrency: 5 })).status, 200, 'reloaded')
+    await api(b).produce('s', [{ value: 5 }])
+    const [d] = await waitUntil(async () => {
+      const log = (await api(b).call('GET', '/v1/groups/s/deliveries?limit=1')).json.deliveries
+      return log[0]?.error ? log : undefined
+    })
+    t.match(
+      d.error,
+      new RegExp(`not pushed: consumers.auth_secret of ${id} is sealed with secrets key ${keyId(K3)}, which is not configured`),
+    )
+    t.notOk(
+      receiver.requests.some((r) => (r.json as { value: unknown }).value === 5),
+      `nothing pushed with secrets it could not open (${receiver.requests.map((r) => (r.json as { value: unknown }).value)})`,
+    )
   })
 })
