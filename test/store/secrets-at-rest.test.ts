@@ -142,6 +142,23 @@ t.test('a database through a key life', async (t) => {
     t.match(cli.stdout, new RegExp(`sealed 1 stored secret value\\(s\\) with key ${keyId(K2)}`))
     t.notOk(cli.stdout.includes(b64(K2)) || cli.stdout.includes(HEADER_VALUE), 'no key and no value printed')
     t.ok((await stored(b)).every((v) => v === null || sealedKid(v) === keyId(K2)))
+
+    const cliEnv = { DATABASE_URL: db.url, HOOKQ_SECRETS_KEY: b64(K2) }
+    const tooShort = await runCli(['jwks', 'rotate', '--propagation-ms', '1000'], { env: cliEnv })
+    t.equal(tooShort.code, 2, 'a propagation delay within the refresh interval is refused')
+    t.match(tooShort.stderr, /must exceed HOOKQ_JWT_KEYS_REFRESH_MS/)
+    const jwks = await runCli(['--json', 'jwks', 'rotate', '--propagation-ms', '120000'], { env: cliEnv })
+    t.equal(jwks.code, 0, jwks.stderr)
+    const { kid } = JSON.parse(jwks.stdout) as { kid: string }
+    const keys = await api(b).sql('SELECT kid, private_jwk, expires_at FROM jwt_keys ORDER BY created_at')
+    t.equal(keys.at(-1).kid, kid, 'the new key is stored')
+    t.equal(sealedKid(keys.at(-1).private_jwk), keyId(K2), 'its private key sealed')
+    t.ok(
+      keys.slice(0, -1).every((k) => k.expires_at !== null),
+      'the keys it replaces have an end',
+    )
+    const listed = (await api(b).call('GET', '/.well-known/jwks.json')).json.keys.map((k: { kid: string }) => k.kid)
+    t.ok(listed.includes(kid), 'and it is listed at once')
   })
 
   await withBroker({ HOOKQ_SECRETS_KEY: b64(K2) }, async (b) => {
