@@ -145,6 +145,8 @@ export class JwtSigner {
       pending = this.sign(key, sub, aud, nowMs).then(
         (token) => {
           this.signing.delete(consumerId)
+          // Bounded: entries of removed consumers are never asked for again.
+          if (this.tokens.size >= 10_000) this.tokens.clear()
           this.tokens.set(consumerId, token)
           return token.bearer
         },

@@ -49,6 +49,9 @@ const DEFAULT_EXPIRES_IN_S = 60
 /** A token is fetched again this long before it expires, at most, s (and at most half its life). */
 const RENEW_BEFORE_S = 30
 
+/** Tokens kept at most, per process. */
+const MAX_CACHED = 10_000
+
 /** The push authentication of one broker process: header lines per consumer, tokens cached. */
 export class PushAuth implements PushAuthorizer {
   private readonly tokens = new Map<string, Token>()
@@ -103,6 +106,8 @@ export class PushAuth implements PushAuthorizer {
     const promise = this.fetchToken(auth).then(
       (t) => {
         if (this.fetching.get(consumerId)?.promise === promise) this.fetching.delete(consumerId)
+        // Bounded: entries of removed consumers are never asked for again (a clear costs one fetch each).
+        if (this.tokens.size >= MAX_CACHED) this.tokens.clear()
         this.tokens.set(consumerId, { ...t, config })
         return t.lines
       },
