@@ -52,6 +52,7 @@
  *   BENCH_LATENCY_CONNECTIONS=64  the paced producer's keep-alive connections (one call at a time on each)
  *   BENCH_ACK_BATCH=500  BENCH_ACK_FLUSH_MS=5  BENCH_ACK_CONCURRENCY=4
  *   BENCH_TRACEPARENT=1         every produced message carries a traceparent header of its own (trace context's cost)
+ *   BENCH_CONSUMER_AUTH=none    every consumer's push authentication: none, headers or jwt
  *   BENCH_PG_WAITS=0            do not sample pg_stat_activity during the throughput scenarios
  *   BENCH_CPU_PROF=1            profile the broker per scenario (bench/out/e2e-*.cpuprofile)
  *   BENCH_HEAP_PROF=1           sample the broker's allocations per scenario instead (bench/out/e2e-*.heapprofile):
@@ -205,7 +206,16 @@ async function createGroup(name: string, ackMode: 'auto' | 'explicit', receiverU
     pushTimeoutMs: 10_000,
     ...extra,
   })
-  await api('POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
+  await api('POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}`, ...consumerAuth() })
+}
+
+/** BENCH_CONSUMER_AUTH=none|headers|jwt: the push authentication of every consumer (what it costs per push). */
+function consumerAuth(): object {
+  const kind = process.env.BENCH_CONSUMER_AUTH || 'none'
+  if (kind === 'none') return {}
+  if (kind === 'headers') return { auth: { type: 'headers', headers: { 'x-api-key': 'bench-key-0123456789' } } }
+  if (kind === 'jwt') return { auth: { type: 'jwt' } }
+  throw new Error(`BENCH_CONSUMER_AUTH: none, headers or jwt, got ${kind}`)
 }
 
 /** After a scenario: no more pushes from its group (a backlog left by a timed-out run would disturb the next). */

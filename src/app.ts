@@ -19,6 +19,7 @@ import { installForwarding, type PartitionDirectory } from './http/forward.ts'
 import { groupRoutes } from './http/routes/groups.ts'
 import { keyRoutes } from './http/routes/keys.ts'
 import { healthRoutes } from './http/routes/health.ts'
+import { jwksRoutes } from './http/routes/jwks.ts'
 import { messageRoutes } from './http/routes/messages.ts'
 import { metricsRoutes } from './http/routes/metrics.ts'
 import { operationRoutes } from './http/routes/operations.ts'
@@ -216,6 +217,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   installForwarding(app, opts.owners)
 
   await app.register(healthRoutes(opts.services))
+  await app.register(jwksRoutes(opts.services))
   await app.register(topicRoutes(opts.services))
   await app.register(messageRoutes(opts.services))
   await app.register(groupRoutes(opts.services))

@@ -26,6 +26,11 @@ import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
+import { SecretBox } from './security/secrets.ts'
+import { requireReadableSecrets, resealSecrets } from './service/secrets-at-rest.ts'
+import { JwksService } from './service/jwks.ts'
+import { JwtSigner } from './dispatch/jwt-keys.ts'
+import { PushAuth } from './dispatch/push-auth.ts'
 
 /** What the HTTP routes call. */
 export interface Broker {
@@ -69,6 +74,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
   // A database that takes one connection at a time (embedded, or a pool size of 1) gets one.
   const singleConnection = embedded !== undefined || config.dbPoolSize === 1
   let db: Database | undefined
+  let signer: JwtSigner | undefined
   try {
     const { applied } = await applyMigrations(databaseUrl, { log, singleConnection })
     if (applied.length > 0) log(`applied migrations: ${applied.join(', ')}`)
@@ -89,6 +95,24 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       else log(`WARNING: ${message}`)
     }
 
+    // Secrets at rest (docs/security.md): refuse to start rather than push with secrets this
+    // process cannot open; with a key, seal what is still in the clear or under a previous key.
+    const box = new SecretBox(config.secretsKey, config.secretsKeysPrevious)
+    await requireReadableSecrets(db.pool, box)
+    const resealed = await resealSecrets(db.pool, box)
+    if (resealed > 0) {
+      if (opts.logger) opts.logger.info({ resealed, kid: box.currentKid }, 'sealed stored secrets with HOOKQ_SECRETS_KEY')
+      else log(`sealed ${resealed} stored secrets with HOOKQ_SECRETS_KEY`)
+    }
+    signer = new JwtSigner({
+      db: db.pool,
+      box,
+      issuer: config.publicUrl,
+      refreshMs: config.jwtKeysRefreshMs,
+      onError: (err) => opts.logger?.error({ err }, 'reading the JWT signing keys failed; retrying at the next refresh'),
+    })
+    await signer.start()
+
     const committer = new GroupCommitter<AppendEntry, Coordinates | null>((entries) => appendMessages(database, entries), {
       maxBatchMessages: config.commitMaxMessages,
       maxConcurrentCommits: singleConnection ? 1 : config.commitConcurrency,
@@ -96,7 +120,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       maxPendingBytes: config.commitMaxPendingBytes,
     })
     const topics = new TopicService(db)
-    const groups = new GroupService(db, config.pushPolicy)
+    const groups = new GroupService(db, config.pushPolicy, box)
     const logger = opts.logger
     const metrics = new Metrics((err) => logger?.error({ err }, 'reading lag for /metrics failed'), config.metricsRefreshMs)
     // Set below: how many broker processes share the partitions (each process's writers batch a Nth of the load).
@@ -113,6 +137,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       onError: (err, dropped) => logger?.error({ err, dropped }, 'writing the attempt log failed; retrying'),
     })
     const agent = createPushAgent({ policy: config.pushPolicy })
+    const pushAuth = new PushAuth({ signer, policy: config.pushPolicy, tokenTimeoutMs: config.oauthTimeoutMs })
+    agent.authorizer = pushAuth
     // Set below: the dispatcher tells the cluster of partitions that moved on under it.
     let onMoved: ((name: string, partition: number) => void) | undefined
     const dispatcher = new Dispatcher({
@@ -172,6 +198,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       acks: new AckService(groups, cluster, metrics),
       operations: new OperationsService(db, groups, cluster, attempts),
       metrics,
+      jwks: new JwksService(database.pool),
       inFlight: (groupId, partition) => cluster.inFlight(groupId, partition),
       async readiness() {
         try {
@@ -246,6 +273,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
           await cluster.stop()
           // Pushes still in flight are abandoned: their messages are pushed again after a restart.
           await agent.destroy()
+          signer?.stop()
+          await pushAuth.close()
           await attempts.close()
           await database.close()
           await embedded?.close()
@@ -254,6 +283,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       },
     }
   } catch (err) {
+    signer?.stop()
     await db?.close().catch(() => {})
     await embedded?.close().catch(() => {})
     throw err

@@ -5,6 +5,7 @@ export { bool, ConfigError } from './config-values.ts'
 import { parsePolicy, type UrlPolicy } from './security/url-policy.ts'
 import { readFileSync } from 'node:fs'
 import { ApiKeySpecError, mergeKeys, parseKeyFile, parseKeyList, type ApiKey } from './http/scopes.ts'
+import { parseSecretsKey } from './security/secrets.ts'
 
 export interface Config {
   host: string
@@ -73,6 +74,46 @@ export interface Config {
   headersTimeoutMs: number
   /** An idle keep-alive connection is closed after this, ms. */
   keepAliveTimeoutMs: number
+  /** Seals every secret value before it is stored (HOOKQ_SECRETS_KEY, 32 bytes); none: stored in the clear. */
+  secretsKey: Buffer | undefined
+  /** Keys that still open values but never seal (HOOKQ_SECRETS_KEY_PREVIOUS, comma-separated), for a key rotation. */
+  secretsKeysPrevious: Buffer[]
+  /** The broker's public URL, the `iss` of its push JWTs (HOOKQ_PUBLIC_URL; default the advertised URL, else http://HOST:PORT). */
+  publicUrl: string
+  /** How often each process rereads the JWT signing keys, ms (HOOKQ_JWT_KEYS_REFRESH_MS); a rotation's delay must exceed it. */
+  jwtKeysRefreshMs: number
+  /** A push auth token request's deadline, ms (HOOKQ_OAUTH_TIMEOUT_MS). */
+  oauthTimeoutMs: number
+}
+
+/** HOOKQ_SECRETS_KEY and HOOKQ_SECRETS_KEY_PREVIOUS as key bytes. */
+function secretsKeys(env: Env): { secretsKey: Buffer | undefined; secretsKeysPrevious: Buffer[] } {
+  try {
+    const current = env.HOOKQ_SECRETS_KEY?.trim()
+    const previous = (env.HOOKQ_SECRETS_KEY_PREVIOUS ?? '')
+      .split(',')
+      .map((k) => k.trim())
+      .filter((k) => k !== '')
+    return {
+      secretsKey: current ? parseSecretsKey(current, 'HOOKQ_SECRETS_KEY') : undefined,
+      secretsKeysPrevious: previous.map((k) => parseSecretsKey(k, 'HOOKQ_SECRETS_KEY_PREVIOUS')),
+    }
+  } catch (err) {
+    throw new ConfigError((err as Error).message)
+  }
+}
+
+/** HOOKQ_PUBLIC_URL: an http(s) URL, kept as given but a trailing slash. */
+function publicUrl(env: Env, fallback: string): string {
+  const raw = env.HOOKQ_PUBLIC_URL?.trim()
+  if (!raw) return fallback
+  const url = URL.canParse(raw) ? new URL(raw) : undefined
+  if (!url || !/^https?:$/.test(url.protocol) || url.username || url.password || url.search || url.hash) {
+    throw new ConfigError(
+      `HOOKQ_PUBLIC_URL must be an http:// or https:// URL such as https://hookq.example.com, got ${JSON.stringify(raw)}`,
+    )
+  }
+  return raw.replace(/\/+$/, '')
 }
 
 /** A configuration value that cannot be used; the message names the variable and what it takes. */
@@ -172,9 +213,16 @@ export function loadConfig(env: Env = process.env): Config {
   if (headersTimeoutMs > requestTimeoutMs) {
     throw new ConfigError(`HOOKQ_HEADERS_TIMEOUT_MS (${headersTimeoutMs}) must not exceed HOOKQ_REQUEST_TIMEOUT_MS (${requestTimeoutMs})`)
   }
+  const host = env.HOST?.trim() || '127.0.0.1'
+  const port = int(env, 'PORT', 8080, 0, 65535)
+  const advertised = advertiseUrl(env)
   return {
-    host: env.HOST?.trim() || '127.0.0.1',
-    port: int(env, 'PORT', 8080, 0, 65535),
+    ...secretsKeys(env),
+    publicUrl: publicUrl(env, advertised ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`),
+    jwtKeysRefreshMs: int(env, 'HOOKQ_JWT_KEYS_REFRESH_MS', 60_000, 100, 3_600_000),
+    oauthTimeoutMs: int(env, 'HOOKQ_OAUTH_TIMEOUT_MS', 10_000, 100, 120_000),
+    host,
+    port,
     databaseUrl,
     dataDir: env.HOOKQ_DATA_DIR?.trim() || './data',
     logLevel,
@@ -197,7 +245,7 @@ export function loadConfig(env: Env = process.env): Config {
     pushWindowInitial: int(env, 'HOOKQ_PUSH_WINDOW_INITIAL', 8, 1, 100_000),
     pushWindowMax: int(env, 'HOOKQ_PUSH_WINDOW_MAX', 1000, 1, 100_000),
     logRequests: bool(env, 'HOOKQ_LOG_REQUESTS', false),
-    advertiseUrl: advertiseUrl(env),
+    advertiseUrl: advertised,
     clusterPollMs: int(
       env,
       env.HOOKQ_CLUSTER_POLL_MS === undefined && env.HOOKQ_LEADER_POLL_MS !== undefined ? 'HOOKQ_LEADER_POLL_MS' : 'HOOKQ_CLUSTER_POLL_MS',

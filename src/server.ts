@@ -44,6 +44,11 @@ if (cluster.isPrimary) {
   if (config.apiKeys.length === 0) {
     logger.warn('HOOKQ_API_KEYS is not set: the API is open to anyone who can reach it')
   }
+  if (config.secretsKey === undefined) {
+    logger.warn(
+      'HOOKQ_SECRETS_KEY is not set: consumer signing secrets, push auth credentials and JWT signing keys are stored in the clear (see docs/security.md "Secrets at rest")',
+    )
+  }
   if (config.pushPolicy.allowPrivate) {
     logger.warn(
       'HOOKQ_PUSH_ALLOW_PRIVATE is true: consumers may be registered on private and loopback addresses; set it to false in production (see docs/security.md "Push URL policy")',

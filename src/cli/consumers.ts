@@ -1,4 +1,5 @@
 /** `hookq consumers add|list|update|remove`: the webhook endpoints of a group. */
+import { readFileSync } from 'node:fs'
 import type { Command } from 'commander'
 import { unwrap } from '@hookq/client'
 import { decodeSecret, generateSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES, SECRET_PREFIX } from '../dispatch/signature.ts'
@@ -18,29 +19,41 @@ export function registerConsumers(program: Command): void {
     )
     .option('--rate-limit <n>', 'at most n pushes start in any one second', Number)
     .option('--max-concurrency <n>', 'at most n pushes in flight at once', Number)
-    .action(async (group: string, url: string, opts: { secret?: string; rateLimit?: number; maxConcurrency?: number }, cmd: Command) => {
-      const ctx = contextOf(cmd)
-      const generated = opts.secret === 'generate' ? generateSecret() : undefined
-      const secret = generated ?? (opts.secret === undefined ? undefined : checkedSecret(opts.secret))
-      const consumer = await unwrap(
-        ctx.client.POST('/v1/groups/{group}/consumers', {
-          params: { path: { group } },
-          body: {
-            url,
-            ...(secret === undefined ? {} : { secret }),
-            ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit }),
-            ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency }),
-          },
-        }),
-      )
-      // A generated secret is shown once, here: the user asked for it, and the broker never shows it again.
-      if (ctx.json) return printJson(generated === undefined ? consumer : { ...consumer, secret: generated })
-      printLine(`added: consumer ${consumer.id} of group ${group} → ${consumer.url}${consumer.hasSecret === true ? ' (signed)' : ''}`)
-      if (generated !== undefined) {
-        printLine(`secret: ${generated}`)
-        printLine('(shown only now: give it to the consumer, e.g. as HOOKQ_WEBHOOK_SECRET; the broker never shows it again)')
-      }
-    })
+    .option('--auth-file <path>', AUTH_FILE_HELP)
+    .action(
+      async (
+        group: string,
+        url: string,
+        opts: { secret?: string; rateLimit?: number; maxConcurrency?: number; authFile?: string },
+        cmd: Command,
+      ) => {
+        const ctx = contextOf(cmd)
+        const generated = opts.secret === 'generate' ? generateSecret() : undefined
+        const secret = generated ?? (opts.secret === undefined ? undefined : checkedSecret(opts.secret))
+        const auth = opts.authFile === undefined ? undefined : readAuth(opts.authFile)
+        const consumer = await unwrap(
+          ctx.client.POST('/v1/groups/{group}/consumers', {
+            params: { path: { group } },
+            body: {
+              url,
+              ...(secret === undefined ? {} : { secret }),
+              ...(auth === undefined ? {} : { auth: auth as never }),
+              ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit }),
+              ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency }),
+            },
+          }),
+        )
+        // A generated secret is shown once, here: the user asked for it, and the broker never shows it again.
+        if (ctx.json) return printJson(generated === undefined ? consumer : { ...consumer, secret: generated })
+        printLine(
+          `added: consumer ${consumer.id} of group ${group} → ${consumer.url}${consumer.hasSecret === true ? ' (signed)' : ''}${consumer.auth ? ` (auth: ${authText(consumer.auth)})` : ''}`,
+        )
+        if (generated !== undefined) {
+          printLine(`secret: ${generated}`)
+          printLine('(shown only now: give it to the consumer, e.g. as HOOKQ_WEBHOOK_SECRET; the broker never shows it again)')
+        }
+      },
+    )
 
   consumers
     .command('list <group>')
@@ -51,11 +64,12 @@ export function registerConsumers(program: Command): void {
       const { consumers: list } = await unwrap(ctx.client.GET('/v1/groups/{group}/consumers', { params: { path: { group } } }))
       if (ctx.json) return printJson({ consumers: list })
       printTable(
-        ['id', 'url', 'signed', 'limits', 'state', 'created'],
+        ['id', 'url', 'signed', 'auth', 'limits', 'state', 'created'],
         list.map((c) => [
           c.id,
           c.url,
           c.hasSecret === true ? 'yes' : 'no',
+          c.auth ? authText(c.auth) : '-',
           limitsText(c),
           c.disabled === true ? `disabled: ${short(c.disabledReason ?? '410 Gone', 40)}` : 'active',
           c.createdAt,
@@ -69,21 +83,33 @@ export function registerConsumers(program: Command): void {
     .option('--endpoint <url>', 'push to this url from now on (--url names the broker)')
     .option('--rate-limit <n>', "at most n pushes start in any one second ('none' removes the limit)", limitArg)
     .option('--max-concurrency <n>', "at most n pushes in flight at once ('none' removes the cap)", limitArg)
-    .action(async (group: string, id: string, opts: { endpoint?: string; rateLimit?: Limit; maxConcurrency?: Limit }, cmd: Command) => {
-      const ctx = contextOf(cmd)
-      const consumer = await unwrap(
-        ctx.client.PATCH('/v1/groups/{group}/consumers/{id}', {
-          params: { path: { group, id } },
-          body: {
-            ...(opts.endpoint === undefined ? {} : { url: opts.endpoint }),
-            ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit === 'none' ? null : opts.rateLimit }),
-            ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency === 'none' ? null : opts.maxConcurrency }),
-          },
-        }),
-      )
-      if (ctx.json) return printJson(consumer)
-      printLine(`updated: consumer ${consumer.id} of group ${group} → ${consumer.url} (${limitsText(consumer)})`)
-    })
+    .option('--auth-file <path>', `${AUTH_FILE_HELP}; the file may hold null to remove it`)
+    .action(
+      async (
+        group: string,
+        id: string,
+        opts: { endpoint?: string; rateLimit?: Limit; maxConcurrency?: Limit; authFile?: string },
+        cmd: Command,
+      ) => {
+        const ctx = contextOf(cmd)
+        const auth = opts.authFile === undefined ? undefined : readAuth(opts.authFile)
+        const consumer = await unwrap(
+          ctx.client.PATCH('/v1/groups/{group}/consumers/{id}', {
+            params: { path: { group, id } },
+            body: {
+              ...(opts.endpoint === undefined ? {} : { url: opts.endpoint }),
+              ...(opts.rateLimit === undefined ? {} : { rateLimitPerSecond: opts.rateLimit === 'none' ? null : opts.rateLimit }),
+              ...(opts.maxConcurrency === undefined ? {} : { maxConcurrency: opts.maxConcurrency === 'none' ? null : opts.maxConcurrency }),
+              ...(auth === undefined ? {} : { auth: auth as never }),
+            },
+          }),
+        )
+        if (ctx.json) return printJson(consumer)
+        printLine(
+          `updated: consumer ${consumer.id} of group ${group} → ${consumer.url} (${limitsText(consumer)}${consumer.auth ? `; auth: ${authText(consumer.auth)}` : ''})`,
+        )
+      },
+    )
 
   consumers
     .command('remove <group> <id>')
@@ -95,6 +121,37 @@ export function registerConsumers(program: Command): void {
       if (ctx.json) return printJson({ removed: id, group })
       printLine(`removed: consumer ${id} of group ${group}`)
     })
+}
+
+const AUTH_FILE_HELP =
+  'push authentication as JSON, from a file or - for stdin (not the command line: it holds secret values), e.g. {"type":"jwt"}, ' +
+  '{"type":"headers","headers":{"x-api-key":"..."}}, {"type":"oauth2","tokenUrl":"...","clientId":"...","clientSecret":"..."}'
+
+/** The JSON of --auth-file: read, parsed, passed on for the broker to check. Its content is never printed. */
+function readAuth(path: string): unknown {
+  let text: string
+  try {
+    text = readFileSync(path === '-' ? 0 : path, 'utf8')
+  } catch (err) {
+    throw new CliError(`--auth-file: cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? 'error'}`, EXIT.usage)
+  }
+  try {
+    return JSON.parse(text)
+  } catch {
+    throw new CliError(`--auth-file: ${path} is not JSON`, EXIT.usage)
+  }
+}
+
+/** A consumer's auth as the broker shows it: the type and header names or client id, never a value. */
+function authText(
+  auth:
+    | { type: 'headers'; headerNames: string[] }
+    | { type: 'jwt'; audience: string | null }
+    | { type: 'oauth2'; tokenUrl: string; clientId: string; scope: string | null },
+): string {
+  if (auth.type === 'headers') return `headers ${auth.headerNames.join(', ')}`
+  if (auth.type === 'jwt') return auth.audience === null ? 'jwt' : `jwt (aud ${auth.audience})`
+  return `oauth2 ${auth.clientId} @ ${short(auth.tokenUrl, 60)}`
 }
 
 /**

@@ -14,6 +14,7 @@ import { registerDlq } from './dlq.ts'
 import { registerKeys } from './keys.ts'
 import { EXIT, reportError } from './output.ts'
 import { registerProduce } from './produce.ts'
+import { registerSecrets } from './secrets.ts'
 import { registerSeek } from './seek.ts'
 import { registerServe } from './serve.ts'
 import { registerTail } from './tail.ts'
@@ -51,6 +52,7 @@ export function buildProgram(registerGroups?: (groups: Command) => void): Comman
   registerSeek(program)
   registerDlq(program)
   registerKeys(program)
+  registerSecrets(program)
   return program
 }
 

@@ -21,7 +21,9 @@
  * @typedef {{ partition: number, committedOffset: number, endOffset: number, lag: number, inFlight: number,
  *   consumerId: string | null, filtered: number }} PartitionStatus
  * @typedef {{ id: string, url: string, createdAt: string, disabled?: boolean, disabledReason?: string | null,
- *   hasSecret?: boolean, rateLimitPerSecond: number | null, maxConcurrency: number | null }} Consumer
+ *   hasSecret?: boolean, auth?: PushAuthView, rateLimitPerSecond: number | null, maxConcurrency: number | null }} Consumer
+ * @typedef {{ type: 'headers', headerNames: string[] } | { type: 'jwt', audience: string | null }
+ *   | { type: 'oauth2', tokenUrl: string, clientId: string, scope: string | null } | null} PushAuthView
  * @typedef {{ lastSuccessAt: string | null, lastFailureAt: string | null, lastError: string | null,
  *   recentFailureRate: number | null }} ConsumerHealth
  * @typedef {Group & { partitions: PartitionStatus[], consumers: (Consumer & { health: ConsumerHealth })[] }} GroupStatus

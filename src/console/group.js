@@ -53,17 +53,30 @@ function consumersTable(g) {
       h('td', {}, h('code', {}, c.url)),
       h('td', { class: 'health' }, c.disabled ? [badge('disabled', 'bad'), ' ', c.disabledReason ?? ''] : healthCell(c.health)),
       h('td', {}, c.hasSecret ? 'signed' : h('span', { class: 'muted' }, 'unsigned')),
+      h('td', { class: 'auth' }, authText(c.auth)),
       h('td', { class: 'limits' }, limitsText(c)),
       h('td', { class: 'num' }, g.partitions.filter((p) => p.consumerId === c.id).length),
       h('td', {}, fmtTime(c.createdAt)),
     ),
   )
   return table(
-    ['Consumer', 'URL', 'Health', 'Signature', 'Limits', 'Partitions', 'Registered'],
+    ['Consumer', 'URL', 'Health', 'Signature', 'Auth', 'Limits', 'Partitions', 'Registered'],
     rows,
     'No consumers: register one with POST /v1/groups/{group}/consumers.',
     { class: 'consumers' },
   )
+}
+
+/**
+ * A consumer's push authentication: its type and header names or client id; the broker never
+ * sends a secret value, so there is none to hide here.
+ * @param {import('./api.js').PushAuthView | undefined} auth
+ */
+function authText(auth) {
+  if (!auth) return h('span', { class: 'muted' }, 'none')
+  if (auth.type === 'headers') return `headers: ${auth.headerNames.join(', ')}`
+  if (auth.type === 'jwt') return auth.audience ? `JWT (aud ${auth.audience})` : 'JWT'
+  return `OAuth 2.0: ${auth.clientId}`
 }
 
 /**

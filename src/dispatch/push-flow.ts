@@ -32,6 +32,7 @@ import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { assignPartitions } from './consumer-assignment.ts'
 import type { ConsumerWindows } from './consumer-windows.ts'
+import { authOf } from './push-auth.ts'
 import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type PushTarget } from './envelope.ts'
 import { attemptEnded, recordDeadLetter, startAttempt } from './tracing.ts'
 import { Batches, type BatchEntry } from './batches.ts'
@@ -443,7 +444,13 @@ export class PushFlow {
     o.pushing = id
     sendPush(
       this.deps.agent,
-      { url: owner.url, body: request.body, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
+      {
+        url: owner.url,
+        body: request.body,
+        headerLines: request.headerLines,
+        timeoutMs: g.row.pushTimeoutMs,
+        auth: authOf(this.deps.agent, owner, g.row.name),
+      },
       (result) => this.safely(() => this.settle(g, w, o, id, owner, result)),
     )
   }
@@ -497,6 +504,7 @@ export class PushFlow {
         headerLines: request.headerLines,
         timeoutMs: g.row.pushTimeoutMs,
         maxResponseBytes: BATCH_ANSWER_BYTES,
+        auth: authOf(this.deps.agent, owner, g.row.name),
       },
       (r) => this.safely(() => this.settleBatch(g, w, owner, live, r)),
     )

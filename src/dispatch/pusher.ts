@@ -31,6 +31,19 @@ export interface PushRequest {
   timeoutMs: number
   /** Bytes of the answer's body kept for the attempt log; the rest is discarded. Default 4 KiB. */
   maxResponseBytes?: number
+  /** The consumer's push authentication (push-auth.ts), if it has one. */
+  auth?: PushRequestAuth
+}
+
+/** Push authentication a request carries: its header lines, now or once a token is ready. */
+export interface PushRequestAuth {
+  /**
+   * Header lines (`name: value\r\n` each) to add. A throw or a rejection fails the push unsent, as
+   * a `network` result with the error's message (storable text, never a secret value).
+   */
+  lines(): string | Promise<string>
+  /** The consumer answered 401 to a push that carried `lines`: a cached token is dropped. */
+  unauthorized(lines: string): void
 }
 
 /** The outcome of one push. `durationMs` runs from the call to the complete answer or the failure. */
@@ -62,10 +75,27 @@ export interface PushAgentOptions {
   lookup?: LookupFunction
 }
 
+/** What push authentication reads of a consumer row (push-auth.ts). */
+export interface AuthedConsumer {
+  id: string
+  url: string
+  /** Its push authentication with its secret values, opened (null or absent: none). */
+  pushAuth?: { type: string } | null
+  /** Why its secret values could not be opened (a secrets key missing): its pushes fail with it, unsent. */
+  secretsError?: string
+}
+
+/** Makes the authentication of pushes to a consumer (push-auth.ts's PushAuth). */
+export interface PushAuthorizer {
+  request(consumer: AuthedConsumer, group: string): PushRequestAuth
+}
+
 /** The pooled connections pushes go out on, with the URL policy they were built with. */
 export class PushAgent extends HttpClient {
   /** Each consumer URL, parsed and checked against the policy once (see targetOf). */
   readonly targets = new Map<string, Target>()
+  /** The push authentication of this process (set by the broker); none: consumers with auth are not pushed to. */
+  authorizer: PushAuthorizer | undefined
   constructor(
     readonly policy: UrlPolicy | undefined,
     opts: ConstructorParameters<typeof HttpClient>[0],
@@ -180,6 +210,7 @@ export function send(
   onResult: (r: PushResult) => void,
   nowMs: () => number = () => performance.now(),
 ): void {
+  if (req.auth) return sendWithAuth(agent, req, req.auth, onResult, nowMs)
   const startMs = nowMs()
   const elapsedMs = () => Math.round(nowMs() - startMs)
   // At least 1 ms: a timeout of 0 would fail every push at once.
@@ -202,6 +233,53 @@ export function send(
     maxBodyBytes: req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
     done: (o) => onResult(classify(o, elapsedMs())),
   })
+}
+
+/**
+ * `send` with the consumer's authentication header lines added, once they are ready (a token being
+ * fetched or signed). A 401 answer tells the authentication which lines it refused.
+ */
+function sendWithAuth(
+  agent: PushAgent,
+  req: PushRequest,
+  auth: PushRequestAuth,
+  onResult: (r: PushResult) => void,
+  nowMs: () => number,
+): void {
+  const startMs = nowMs()
+  const failed = (err: unknown) =>
+    onResult({
+      kind: 'network',
+      durationMs: Math.round(nowMs() - startMs),
+      error: (err instanceof Error ? err.message : String(err)).slice(0, 300),
+    })
+  const go = (authLines: string) => {
+    let base: string
+    try {
+      base = req.headerLines ?? headerLines(req.headers ?? {})
+    } catch (err) {
+      return failed(describeError(err))
+    }
+    const { auth: _auth, headers: _headers, ...rest } = req
+    send(
+      agent,
+      { ...rest, headerLines: base + authLines },
+      (r) => {
+        if (r.kind === 'rejected' && r.status === 401) auth.unauthorized(authLines)
+        onResult(r)
+      },
+      nowMs,
+    )
+  }
+  let lines: string | Promise<string>
+  try {
+    lines = auth.lines()
+  } catch (err) {
+    queueMicrotask(() => failed(err))
+    return
+  }
+  if (typeof lines === 'string') go(lines)
+  else lines.then(go, failed)
 }
 
 /** `send` as a promise (for callers that await one push). */

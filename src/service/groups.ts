@@ -16,6 +16,7 @@ import {
   deleteConsumer,
   deleteGroup,
   disableConsumer,
+  findConsumer,
   findGroupByName,
   insertConsumer,
   insertMissingOffsets,
@@ -39,6 +40,17 @@ import { findTopicByName, readEndOffsets } from '../store/topics.ts'
 import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
 import { compileFilter, FilterError } from '../dispatch/filter.ts'
 import { assignPartitions } from '../dispatch/consumer-assignment.ts'
+import { SecretBox } from '../security/secrets.ts'
+import {
+  authColumns,
+  authView,
+  checkAuth,
+  openConsumer,
+  openSigningSecret,
+  sealSigningSecret,
+  type OpenedConsumer,
+  type PushAuthInput,
+} from './consumer-auth.ts'
 import {
   flatName,
   GROUP_SETTINGS,
@@ -63,6 +75,7 @@ const NO_HEALTH: ConsumerHealthView = { lastSuccessAt: null, lastFailureAt: null
 export interface ConsumerInput {
   url: string
   secret?: string
+  auth?: PushAuthInput
   rateLimitPerSecond?: number
   maxConcurrency?: number
 }
@@ -70,6 +83,8 @@ export interface ConsumerInput {
 /** A consumer's change (PATCH body): what is named changes, null removes a limit. */
 export interface ConsumerPatch {
   url?: string
+  /** null removes it */
+  auth?: PushAuthInput | null
   rateLimitPerSecond?: number | null
   maxConcurrency?: number | null
 }
@@ -167,6 +182,8 @@ export function consumerView(c: ConsumerRow) {
     disabled: c.disabledAt !== null,
     disabledReason: c.disabledReason,
     hasSecret: c.secret !== null,
+    // Type, header names, clientId: never a value (contract v1.2 "Push authentication").
+    auth: authView(c),
     rateLimitPerSecond: c.rateLimitPerSecond,
     maxConcurrency: c.maxConcurrency,
   }
@@ -185,6 +202,15 @@ export function rotationView(c: ConsumerRow, generatedSecret?: string) {
     secretRotatedAt: (c.secretRotatedAt ?? new Date()).toISOString(),
     previousSecretExpiresAt: c.previousSecret && c.previousSecretExpiresAt ? c.previousSecretExpiresAt.toISOString() : null,
     ...(generatedSecret === undefined ? {} : { secret: generatedSecret }),
+  }
+}
+
+/** A stored signing secret in the clear, or null when it cannot be opened (then it is not the same as any). */
+function openedOrNull(stored: string, id: string, box: SecretBox): string | null {
+  try {
+    return openSigningSecret(stored, id, box)
+  } catch {
+    return null
   }
 }
 
@@ -227,6 +253,8 @@ export class GroupService {
     private readonly db: Database,
     /** Consumer URLs the policy denies are refused with url_not_allowed; none: no policy checks. */
     private readonly pushPolicy?: UrlPolicy,
+    /** Seals secret values before they are stored, opens them for the dispatcher (HOOKQ_SECRETS_KEY). */
+    private readonly secrets: SecretBox = new SecretBox(),
   ) {}
 
   /** Registers a listener told (and awaited) after a group or its consumers change. */
@@ -299,16 +327,17 @@ export class GroupService {
   }
 
   /** The group's row and consumers, or null (for the dispatcher). */
-  async load(name: string): Promise<{ row: GroupRow; consumers: ConsumerRow[] } | null> {
+  async load(name: string): Promise<{ row: GroupRow; consumers: OpenedConsumer[] } | null> {
     const row = await findGroupByName(this.db.prisma, name)
-    return row ? { row, consumers: await listConsumers(this.db.prisma, row.id) } : null
+    return row ? { row, consumers: (await listConsumers(this.db.prisma, row.id)).map((c) => openConsumer(c, this.secrets)) } : null
   }
 
   /** Every group's row and consumers, in two statements whatever the number of groups (for the dispatcher). */
-  async loadAll(): Promise<{ row: GroupRow; consumers: ConsumerRow[] }[]> {
+  async loadAll(): Promise<{ row: GroupRow; consumers: OpenedConsumer[] }[]> {
     const [rows, consumers] = await Promise.all([listGroups(this.db.prisma), listAllConsumers(this.db.prisma)])
-    const byGroup = new Map<number, ConsumerRow[]>()
-    for (const c of consumers) {
+    const byGroup = new Map<number, OpenedConsumer[]>()
+    for (const row of consumers) {
+      const c = openConsumer(row, this.secrets)
       const list = byGroup.get(c.groupId)
       if (list) list.push(c)
       else byGroup.set(c.groupId, [c])
@@ -369,10 +398,17 @@ export class GroupService {
     const group = await this.get(groupName)
     const url = this.consumerUrl(input.url)
     if (input.secret !== undefined) checkSecret(input.secret)
-    const consumer = await insertConsumer(this.db.prisma, group.id, randomUUID(), url, input.secret ?? null, {
-      rateLimitPerSecond: input.rateLimitPerSecond ?? null,
-      maxConcurrency: input.maxConcurrency ?? null,
-    })
+    const auth = input.auth === undefined ? null : checkAuth(input.auth, (u) => this.consumerUrl(u, 'auth.tokenUrl'))
+    const id = randomUUID()
+    const consumer = await insertConsumer(
+      this.db.prisma,
+      group.id,
+      id,
+      url,
+      input.secret === undefined ? null : sealSigningSecret(input.secret, id, this.secrets),
+      { rateLimitPerSecond: input.rateLimitPerSecond ?? null, maxConcurrency: input.maxConcurrency ?? null },
+      authColumns(auth, id, this.secrets),
+    )
     await this.changed(groupName)
     return consumer
   }
@@ -384,8 +420,12 @@ export class GroupService {
    */
   async updateConsumer(groupName: string, id: string, patch: ConsumerPatch): Promise<ConsumerRow> {
     const group = await this.get(groupName)
-    const changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency'>> = {}
+    const changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency' | 'auth' | 'authSecret'>> = {}
     if (patch.url !== undefined) changes.url = this.consumerUrl(patch.url)
+    if (patch.auth !== undefined) {
+      const auth = patch.auth === null ? null : checkAuth(patch.auth, (u) => this.consumerUrl(u, 'auth.tokenUrl'))
+      Object.assign(changes, authColumns(auth, id, this.secrets))
+    }
     if (patch.rateLimitPerSecond !== undefined) changes.rateLimitPerSecond = patch.rateLimitPerSecond
     if (patch.maxConcurrency !== undefined) changes.maxConcurrency = patch.maxConcurrency
     const consumer = await updateConsumer(this.db.prisma, group.id, id, changes)
@@ -395,17 +435,17 @@ export class GroupService {
   }
 
   /** A consumer url as it is stored, after the checks every url passes (scheme, no credentials, the push policy). */
-  private consumerUrl(url: string): string {
-    const parsed = parseUrl(url)
+  private consumerUrl(url: string, what = 'consumer url'): string {
+    const parsed = parseUrl(url, what)
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-      throw new HookqError('invalid_request', `consumer url must be http:// or https://, got ${parsed.protocol}`)
+      throw new HookqError('invalid_request', `${what} must be http:// or https://, got ${parsed.protocol}`)
     }
     if (parsed.username || parsed.password) {
-      throw new HookqError('invalid_request', 'consumer url must not carry credentials; sign pushes with a secret instead')
+      throw new HookqError('invalid_request', `${what} must not carry credentials; use auth (or sign pushes with a secret) instead`)
     }
     const verdict = this.pushPolicy ? checkUrl(parsed, this.pushPolicy) : undefined
     if (verdict && !verdict.allowed) {
-      throw new HookqError('url_not_allowed', `consumer url ${parsed.href} is not allowed: ${verdict.reason}`)
+      throw new HookqError('url_not_allowed', `${what} ${parsed.href} is not allowed: ${verdict.reason}`)
     }
     return parsed.href
   }
@@ -427,12 +467,16 @@ export class GroupService {
     if (opts.secret !== undefined) checkSecret(opts.secret)
     const group = await this.get(groupName)
     const generated = opts.secret === undefined ? generateSecret() : undefined
+    const secret = opts.secret ?? generated!
+    // Sealed values differ on every write: the store's "already current" check needs the stored one.
+    const current = await findConsumer(this.db.prisma, group.id, id)
+    const same = current?.secret != null && openedOrNull(current.secret, id, this.secrets) === secret
     const now = new Date()
     const consumer = await rotateConsumerSecret(
       this.db.prisma,
       group.id,
       id,
-      opts.secret ?? generated!,
+      same ? current.secret! : sealSigningSecret(secret, id, this.secrets),
       new Date(now.getTime() + overlapMs),
       now,
     )
@@ -494,13 +538,13 @@ export class GroupService {
  * `format: "uri"` is RFC 3986 syntax, which also passes ports past 65535, `:80:80`, percent-encoded
  * or punycode host names the parser refuses: those are the caller's mistake, a 400.
  */
-function parseUrl(url: string): URL {
+function parseUrl(url: string, what: string): URL {
   try {
     return new URL(url)
   } catch {
     throw new HookqError(
       'invalid_request',
-      `consumer url ${JSON.stringify(url)} is not a valid URL (check the port, 0 to 65535, and the host name)`,
+      `${what} ${JSON.stringify(url)} is not a valid URL (check the port, 0 to 65535, and the host name)`,
     )
   }
 }

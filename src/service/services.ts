@@ -6,6 +6,7 @@ import type { Metrics } from '../metrics.ts'
 import type { AckService } from './acks.ts'
 import type { GroupService } from './groups.ts'
 import type { KeyService } from './keys.ts'
+import type { JwksService } from './jwks.ts'
 import type { OperationsService } from './operations.ts'
 import type { ProduceService } from './produce.ts'
 import type { ReadService } from './read.ts'
@@ -21,6 +22,8 @@ export interface Services {
   keys: KeyService
   operations: OperationsService
   metrics: Metrics
+  /** The public keys of push JWTs (GET /.well-known/jwks.json). */
+  jwks: JwksService
   /** Messages outstanding (pushed or waiting for a retry) on a group's partition. */
   inFlight(groupId: number, partition: number): number
   /** Named checks, each 'ok' or what is wrong. */

@@ -101,19 +101,25 @@ export async function insertConsumer(
   url: string,
   secret: string | null,
   limits: Pick<ConsumerRow, 'rateLimitPerSecond' | 'maxConcurrency'>,
+  auth: Pick<ConsumerRow, 'auth' | 'authSecret'> = { auth: null, authSecret: null },
 ): Promise<ConsumerRow> {
-  return p.consumer.create({ data: { id, groupId, url, secret, ...limits } })
+  return p.consumer.create({ data: { id, groupId, url, secret, ...limits, ...auth } })
+}
+
+/** The group's consumer of that id, or null. */
+export async function findConsumer(p: PrismaExecutor, groupId: number, id: string): Promise<ConsumerRow | null> {
+  return p.consumer.findFirst({ where: { groupId, id } })
 }
 
 /**
- * Changes a consumer's url or limits; null when the group has no such consumer. Two statements
+ * Changes a consumer's url, limits or auth; null when the group has no such consumer. Two statements
  * (the change, then the read of the row changed): run it on a transaction's client to see them as one.
  */
 export async function updateConsumer(
   p: PrismaExecutor,
   groupId: number,
   id: string,
-  changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency'>>,
+  changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency' | 'auth' | 'authSecret'>>,
 ): Promise<ConsumerRow | null> {
   const { count } = await p.consumer.updateMany({ where: { groupId, id }, data: changes })
   return count === 0 ? null : p.consumer.findFirst({ where: { groupId, id } })
@@ -122,7 +128,8 @@ export async function updateConsumer(
 /**
  * Rotates a consumer's secret in one statement: the current secret (if any) becomes the previous
  * one until `previousExpiresAt`, `secret` the current one. Rotating to the secret already current
- * (a retried request) changes nothing but the rotation time, so the real previous secret is kept.
+ * (a retried request) changes nothing but the rotation time, so the real previous secret is kept:
+ * the caller passes the stored value itself then (a sealed secret is sealed anew on every write).
  * Null when the group has no such consumer; the row is read back by a second statement.
  */
 export async function rotateConsumerSecret(

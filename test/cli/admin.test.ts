@@ -149,7 +149,7 @@ t.test('groups create and status; consumers add, list and remove', async (t) => 
   t.match(JSON.parse(limited.stdout), { rateLimitPerSecond: 5, maxConcurrency: 2 })
   t.match(
     (await cli('consumers', 'list', 'workers')).stdout,
-    new RegExp(`${limitedId}\\s+http://127\\.0\\.0\\.1:9/limited\\s+no\\s+5/s, ≤2 at once`),
+    new RegExp(`${limitedId}\\s+http://127\\.0\\.0\\.1:9/limited\\s+no\\s+-\\s+5/s, ≤2 at once`),
   )
   const updated = await cli('consumers', 'update', 'workers', limitedId, '--rate-limit', 'none', '--endpoint', 'http://127.0.0.1:9/moved')
   t.equal(updated.code, 0, updated.stderr)

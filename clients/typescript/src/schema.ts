@@ -38,6 +38,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/.well-known/jwks.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The public keys that verify the JWTs of pushes to consumers with auth type "jwt", by kid */
+        get: operations["jwks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/topics/{topic}": {
         parameters: {
             query?: never;
@@ -464,6 +481,47 @@ export interface components {
             /** @description The offset to fetch from next */
             nextOffset: number;
         };
+        PushAuth: {
+            /** @enum {string} */
+            type: "headers";
+            /** @description Sent with every push (at most 20); content-type, content-length, host, webhook-* and connection framing headers are refused. Values are write-only */
+            headers: {
+                [key: string]: string;
+            };
+        } | {
+            /** @enum {string} */
+            type: "jwt";
+            /** @description The JWT's aud claim; default the consumer's url */
+            audience?: string;
+        } | {
+            /** @enum {string} */
+            type: "oauth2";
+            /**
+             * Format: uri
+             * @description Under the push URL policy
+             */
+            tokenUrl: string;
+            clientId: string;
+            /** @description Write-only */
+            clientSecret: string;
+            scope?: string;
+        };
+        /** @description Push authentication: its type and header names or clientId, never a secret value; null: none */
+        PushAuthView: {
+            /** @enum {string} */
+            type: "headers";
+            headerNames: string[];
+        } | {
+            /** @enum {string} */
+            type: "jwt";
+            audience: string | null;
+        } | {
+            /** @enum {string} */
+            type: "oauth2";
+            tokenUrl: string;
+            clientId: string;
+            scope: string | null;
+        } | null;
         /**
          * @description Members that must all match (AND): "key", "headers.<name>" or "value.<a.b.c>" (a path into a JSON object value), each with a condition: a string, number, boolean or null (equal), an array of them (any), {"prefix": "eu-"}, {"exists": true|false}, {"gt"|"gte"|"lt"|"lte": n} (several form a range) or {"not": <condition>}; and "$or": [<filter>, ...], matching when any does. A path that does not exist matches only {"exists": false}.
          * @example {
@@ -585,6 +643,7 @@ export interface components {
             disabledReason?: string | null;
             /** @description Pushes are signed; the secret itself is never returned */
             hasSecret?: boolean;
+            auth?: components["schemas"]["PushAuthView"];
             /** @description Pushes started in any one second at most; null: no limit */
             rateLimitPerSecond: number | null;
             /** @description Pushes in flight at once at most; null: only the adaptive push window */
@@ -602,8 +661,9 @@ export interface components {
             rateLimitPerSecond?: number;
             /** @description At most this many pushes in flight at once, a cap on top of the adaptive push window */
             maxConcurrency?: number;
+            auth?: components["schemas"]["PushAuth"];
         };
-        /** @description Any of url, rateLimitPerSecond, maxConcurrency; what is not named stays as it is */
+        /** @description Any of url, rateLimitPerSecond, maxConcurrency, auth; what is not named stays as it is */
         ConsumerPatch: {
             /**
              * Format: uri
@@ -614,6 +674,8 @@ export interface components {
             rateLimitPerSecond?: number | null;
             /** @description null removes the cap */
             maxConcurrency?: number | null;
+            /** @description null removes it */
+            auth?: components["schemas"]["PushAuth"] | null;
         };
         ConsumerList: {
             consumers: components["schemas"]["Consumer"][];
@@ -670,6 +732,7 @@ export interface components {
             disabledReason?: string | null;
             /** @description Pushes are signed; the secret itself is never returned */
             hasSecret?: boolean;
+            auth?: components["schemas"]["PushAuthView"];
             /** @description Pushes started in any one second at most; null: no limit */
             rateLimitPerSecond: number | null;
             /** @description Pushes in flight at once at most; null: only the adaptive push window */
@@ -874,6 +937,30 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+    jwks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        keys: {
+                            [key: string]: unknown;
+                        }[];
+                    };
                 };
             };
         };

@@ -19,6 +19,60 @@ export const ConsumerParams = Type.Object({
 
 export const GroupList = Type.Object({ groups: Type.Array(ref(Group)) }, { $id: 'GroupList' })
 
+/** A consumer's push authentication as given (contract v1.2 "Push authentication"); its secret values are write-only. */
+export const PushAuth = Type.Union(
+  [
+    Type.Object(
+      {
+        type: Type.Literal('headers'),
+        headers: Type.Record(Type.String(), Type.String({ minLength: 1, maxLength: 8192 }), {
+          minProperties: 1,
+          maxProperties: 20,
+          description:
+            'Sent with every push (at most 20); content-type, content-length, host, webhook-* and connection framing headers are refused. Values are write-only',
+        }),
+      },
+      { additionalProperties: false },
+    ),
+    Type.Object(
+      {
+        type: Type.Literal('jwt'),
+        audience: Type.Optional(
+          Type.String({ minLength: 1, maxLength: 2048, description: "The JWT's aud claim; default the consumer's url" }),
+        ),
+      },
+      { additionalProperties: false, description: 'authorization: Bearer <JWT> signed by the broker; keys at /.well-known/jwks.json' },
+    ),
+    Type.Object(
+      {
+        type: Type.Literal('oauth2'),
+        tokenUrl: Type.String({ minLength: 8, maxLength: 2048, format: 'uri', description: 'Under the push URL policy' }),
+        clientId: Type.String({ minLength: 1, maxLength: 1024 }),
+        clientSecret: Type.String({ minLength: 1, maxLength: 4096, description: 'Write-only' }),
+        scope: Type.Optional(Type.String({ minLength: 1, maxLength: 1024 })),
+      },
+      { additionalProperties: false, description: 'OAuth 2.0 client credentials; the token is sent as authorization: Bearer' },
+    ),
+  ],
+  { $id: 'PushAuth' },
+)
+
+/** What an answer shows of a consumer's push authentication: never a secret value. */
+export const PushAuthView = Type.Union(
+  [
+    Type.Object({ type: Type.Literal('headers'), headerNames: Type.Array(Type.String()) }),
+    Type.Object({ type: Type.Literal('jwt'), audience: Type.Union([Type.String(), Type.Null()]) }),
+    Type.Object({
+      type: Type.Literal('oauth2'),
+      tokenUrl: Type.String(),
+      clientId: Type.String(),
+      scope: Type.Union([Type.String(), Type.Null()]),
+    }),
+    Type.Null(),
+  ],
+  { $id: 'PushAuthView', description: 'Push authentication: its type and header names or clientId, never a secret value; null: none' },
+)
+
 export const Consumer = Type.Object(
   {
     id: Type.String(),
@@ -27,6 +81,7 @@ export const Consumer = Type.Object(
     disabled: Type.Optional(Type.Boolean({ description: 'true after the endpoint answered 410 Gone' })),
     disabledReason: Type.Optional(Type.Union([Type.String(), Type.Null()])),
     hasSecret: Type.Optional(Type.Boolean({ description: 'Pushes are signed; the secret itself is never returned' })),
+    auth: Type.Optional(ref(PushAuthView)),
     rateLimitPerSecond: Type.Union([Type.Number(), Type.Null()], {
       description: 'Pushes started in any one second at most; null: no limit',
     }),
@@ -60,6 +115,7 @@ export const ConsumerCreate = Type.Object(
     ),
     rateLimitPerSecond: Type.Optional(rateLimitPerSecond),
     maxConcurrency: Type.Optional(maxConcurrency),
+    auth: Type.Optional(ref(PushAuth)),
   },
   { $id: 'ConsumerCreate', additionalProperties: false },
 )
@@ -69,12 +125,13 @@ export const ConsumerPatch = Type.Object(
     url: Type.Optional(consumerUrl),
     rateLimitPerSecond: Type.Optional(Type.Union([rateLimitPerSecond, Type.Null()], { description: 'null removes the limit' })),
     maxConcurrency: Type.Optional(Type.Union([maxConcurrency, Type.Null()], { description: 'null removes the cap' })),
+    auth: Type.Optional(Type.Union([ref(PushAuth), Type.Null()], { description: 'null removes it' })),
   },
   {
     $id: 'ConsumerPatch',
     additionalProperties: false,
     minProperties: 1,
-    description: 'Any of url, rateLimitPerSecond, maxConcurrency; what is not named stays as it is',
+    description: 'Any of url, rateLimitPerSecond, maxConcurrency, auth; what is not named stays as it is',
   },
 )
 
@@ -166,6 +223,8 @@ export const GroupStatus = Type.Object(
 )
 
 export const groupSchemas = [
+  PushAuth,
+  PushAuthView,
   Filter,
   BatchSettings,
   RetryPolicy,

@@ -1,0 +1,195 @@
+/**
+ * The broker's push JWTs (consumer auth type "jwt"): ES256 tokens signed with keys kept in the
+ * database (jwt_keys), so every broker process of one database signs with keys it lists at
+ * /.well-known/jwks.json. JOSE is `jose` (panva/jose: no dependencies, WebCrypto, the library most
+ * Node OIDC code verifies with).
+ *
+ * A key's life:  publishAt ── listed ──► signFrom ── signs ──► (next key's signFrom) ── listed ──► expiresAt
+ * A rotation publishes the new key at once and signs with it only `propagationMs` later, longer than
+ * any process's refresh interval (HOOKQ_JWT_KEYS_REFRESH_MS) and time for verifiers to refetch the
+ * JWKS; the keys it replaces stay listed until every token they signed has expired (signFrom +
+ * propagationMs + the token lifetime).
+ *
+ * Tokens: 5 minutes long, cached per consumer and reused until a minute before they expire (as
+ * Google's OIDC push tokens are reused within their life): one ECDSA signature per consumer every
+ * 4 minutes, not per push. Each token has its own jti; a token is re-sent within its life, so a
+ * consumer must not treat jti as a once-only nonce (docs/security.md).
+ */
+import { randomUUID } from 'node:crypto'
+import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, SignJWT, type CryptoKey, type JWK } from 'jose'
+import type { SecretBox } from '../security/secrets.ts'
+import { inTransaction, type Database, type Queryable } from '../store/db.ts'
+import { insertFirstJwtKey, listLiveJwtKeys, rotateJwtKeys, type JwtKeyRow } from '../store/jwt-keys.ts'
+
+/** The algorithm of the keys made here (the contract allows ES256, RS256 or EdDSA; ES256 is the most widely verified of the small ones). */
+export const JWT_ALG = 'ES256'
+/** A token's lifetime, s (the contract's ceiling is 1 hour). */
+export const JWT_TTL_S = 300
+/** A cached token is replaced this long before it expires, s. */
+const RENEW_BEFORE_S = 60
+
+function placeOf(kid: string) {
+  return { table: 'jwt_keys', field: 'private_jwk', rowId: kid }
+}
+
+/** A new key pair as a jwt_keys row, its private JWK sealed; published at `publishAt`, signing from `signFrom`. */
+async function newKeyRow(box: SecretBox, publishAt: Date, signFrom: Date): Promise<JwtKeyRow> {
+  const { publicKey, privateKey } = await generateKeyPair(JWT_ALG, { extractable: true })
+  const publicJwk = await exportJWK(publicKey)
+  const kid = await calculateJwkThumbprint(publicJwk)
+  const privateJwk = await exportJWK(privateKey)
+  return {
+    kid,
+    alg: JWT_ALG,
+    publicJwk: JSON.stringify({ ...publicJwk, kid, alg: JWT_ALG, use: 'sig' }),
+    privateJwk: box.seal(JSON.stringify(privateJwk), placeOf(kid)),
+    publishAt,
+    signFrom,
+    expiresAt: null,
+  }
+}
+
+/**
+ * Rotates the signing key (`hookq jwks rotate`): the new key is listed now and signs from now +
+ * propagationMs; the current keys stay listed until their last token has expired. Returns the new kid.
+ */
+export async function rotateSigningKey(
+  db: Database,
+  box: SecretBox,
+  opts: { propagationMs: number; nowMs?: number },
+): Promise<{ kid: string; signFrom: Date; oldKeysExpireAt: Date }> {
+  const nowMs = opts.nowMs ?? Date.now()
+  const signFrom = new Date(nowMs + opts.propagationMs)
+  const key = await newKeyRow(box, new Date(nowMs), signFrom)
+  // A process that refreshed just before signFrom switches by signFrom + its refresh interval (<
+  // propagationMs); its last token with an old key expires JWT_TTL_S after that.
+  const oldKeysExpireAt = new Date(signFrom.getTime() + opts.propagationMs + JWT_TTL_S * 1000)
+  await inTransaction(db, (c) => rotateJwtKeys(c, key, oldKeysExpireAt, new Date(nowMs)))
+  return { kid: key.kid, signFrom, oldKeysExpireAt }
+}
+
+interface CachedToken {
+  bearer: string
+  kid: string
+  sub: string
+  aud: string
+  renewAtMs: number
+}
+
+/** Options of a JwtSigner. */
+export interface JwtSignerOptions {
+  db: Queryable
+  box: SecretBox
+  /** The `iss` claim: HOOKQ_PUBLIC_URL. */
+  issuer: string
+  /** How often the key list is read again, ms. */
+  refreshMs: number
+  onError?: (err: unknown) => void
+  now?: () => number
+}
+
+/** Signs push JWTs with the database's current key; one per process. */
+export class JwtSigner {
+  private keys: JwtKeyRow[] = []
+  private readonly privateKeys = new Map<string, Promise<CryptoKey>>()
+  private readonly tokens = new Map<string, CachedToken>()
+  private readonly signing = new Map<string, Promise<string>>()
+  private timer: NodeJS.Timeout | undefined
+  private readonly now: () => number
+
+  constructor(private readonly opts: JwtSignerOptions) {
+    this.now = opts.now ?? Date.now
+  }
+
+  /** Makes the database's first key if it has none, reads the keys, and rereads them every refreshMs. */
+  async start(): Promise<void> {
+    const nowMs = this.now()
+    // The first key of a database signs at once: no verifier can have cached a JWKS without it.
+    const first = await newKeyRow(this.opts.box, new Date(nowMs), new Date(nowMs))
+    await insertFirstJwtKey(this.opts.db, first)
+    await this.refresh()
+    this.timer = setInterval(() => {
+      this.refresh().catch((err: unknown) => this.opts.onError?.(err))
+    }, this.opts.refreshMs)
+    this.timer.unref()
+  }
+
+  stop(): void {
+    clearInterval(this.timer)
+  }
+
+  /** Rereads the keys (a rotation made by another process or the CLI). */
+  async refresh(): Promise<void> {
+    this.keys = await listLiveJwtKeys(this.opts.db, new Date(this.now()))
+  }
+
+  /** The key signing at `nowMs`: of those whose signFrom has come, the latest. */
+  private current(nowMs: number): JwtKeyRow {
+    let best: JwtKeyRow | undefined
+    for (const k of this.keys) if (k.signFrom.getTime() <= nowMs && (!best || k.signFrom >= best.signFrom)) best = k
+    if (!best) throw new Error('no JWT signing key is current (see hookq jwks rotate)')
+    return best
+  }
+
+  /**
+   * `Bearer <JWT>` for a push to `consumerId`: the cached token while it has more than a minute to
+   * live and its key still signs, else a new one (one signature at a time per consumer).
+   */
+  bearer(consumerId: string, sub: string, aud: string): string | Promise<string> {
+    const nowMs = this.now()
+    const key = this.current(nowMs)
+    const cached = this.tokens.get(consumerId)
+    if (cached && cached.kid === key.kid && cached.renewAtMs > nowMs && cached.sub === sub && cached.aud === aud) return cached.bearer
+    let pending = this.signing.get(consumerId)
+    if (!pending) {
+      pending = this.sign(key, sub, aud, nowMs).then(
+        (token) => {
+          this.signing.delete(consumerId)
+          // Bounded: entries of removed consumers are never asked for again.
+          if (this.tokens.size >= 10_000) this.tokens.clear()
+          this.tokens.set(consumerId, token)
+          return token.bearer
+        },
+        (err: unknown) => {
+          this.signing.delete(consumerId)
+          throw err
+        },
+      )
+      this.signing.set(consumerId, pending)
+    }
+    return pending
+  }
+
+  /** Forgets a consumer's token (it answered 401, or it is gone). */
+  forget(consumerId: string): void {
+    this.tokens.delete(consumerId)
+  }
+
+  private async sign(key: JwtKeyRow, sub: string, aud: string, nowMs: number): Promise<CachedToken> {
+    const iat = Math.floor(nowMs / 1000)
+    const jwt = await new SignJWT({})
+      .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'JWT' })
+      .setIssuer(this.opts.issuer)
+      .setSubject(sub)
+      .setAudience(aud)
+      .setIssuedAt(iat)
+      .setExpirationTime(iat + JWT_TTL_S)
+      .setJti(randomUUID())
+      .sign(await this.privateKey(key))
+    return { bearer: `Bearer ${jwt}`, kid: key.kid, sub, aud, renewAtMs: (iat + JWT_TTL_S - RENEW_BEFORE_S) * 1000 }
+  }
+
+  private privateKey(key: JwtKeyRow): Promise<CryptoKey> {
+    let imported = this.privateKeys.get(key.kid)
+    if (!imported) {
+      // Opened here, not at refresh: a key this process cannot open fails the pushes it would sign, with the reason.
+      imported = (async () => {
+        const jwk = JSON.parse(this.opts.box.open(key.privateJwk, placeOf(key.kid))) as JWK
+        return (await importJWK(jwk, key.alg)) as CryptoKey
+      })()
+      imported.catch(() => this.privateKeys.delete(key.kid))
+      this.privateKeys.set(key.kid, imported)
+    }
+    return imported
+  }
+}

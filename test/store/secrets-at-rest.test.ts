@@ -1,0 +1,187 @@
+/**
+ * Secrets at rest (HOOKQ_SECRETS_KEY): the envelope (AES-256-GCM bound to its row), and one database
+ * through a key's life: secrets written in the clear before a key existed are sealed when a broker
+ * starts with one, and still sign and authenticate pushes; a broker without the key refuses to
+ * start, saying which key it needs (in-process and as a real process); a second key with the first
+ * as HOOKQ_SECRETS_KEY_PREVIOUS re-seals everything; `hookq secrets rotate` does it online.
+ */
+import t, { type Test } from 'tap'
+import { createBroker, type Broker } from '../../src/broker.ts'
+import { loadConfig } from '../../src/config.ts'
+import { signWebhook } from '../../src/dispatch/signature.ts'
+import { keyId, SecretBox, SecretsKeyError, sealedKid } from '../../src/security/secrets.ts'
+import { api } from '../helpers/api.ts'
+import { testDatabase } from '../helpers/db.ts'
+import { runBrokerToExit } from '../helpers/process.ts'
+import { startReceiver } from '../helpers/receiver.ts'
+import { runCli } from '../cli/run.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+const K1 = Buffer.alloc(32, 1)
+const K2 = Buffer.alloc(32, 2)
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
+const HEADER_VALUE = 'hv-8c1d0e6f2a'
+const place = { table: 'consumers', field: 'secret', rowId: 'a' }
+
+t.test('the envelope: round trip, bound to its row, tamper-evident, names a missing key', async (t) => {
+  const box = new SecretBox(K1)
+  const sealed = box.seal('hello', place)
+  t.match(sealed, new RegExp(`^hqenc:1:${keyId(K1)}:`))
+  t.not(box.seal('hello', place), sealed, 'a fresh nonce per seal')
+  t.equal(box.open(sealed, place), 'hello')
+  t.throws(() => box.open(sealed, { ...place, rowId: 'b' }), SecretsKeyError, 'another row cannot open it')
+  t.throws(() => box.open(sealed, { ...place, field: 'auth_secret' }), SecretsKeyError, 'another field cannot open it')
+  const parts = sealed.split(':')
+  const body = Buffer.from(parts[4]!, 'base64url')
+  body[0]! ^= 1
+  parts[4] = body.toString('base64url')
+  t.throws(() => box.open(parts.join(':'), place), SecretsKeyError, 'an altered ciphertext does not open')
+  t.throws(() => new SecretBox(K2).open(sealed, place), new RegExp(`key ${keyId(K1)}, which is not configured`))
+  t.throws(() => new SecretBox().open(sealed, place), /HOOKQ_SECRETS_KEY is not set/)
+  t.equal(new SecretBox(K2, [K1]).open(sealed, place), 'hello', 'a previous key opens')
+  t.ok(new SecretBox(K2, [K1]).needsReseal(sealed))
+  t.notOk(box.needsReseal(sealed))
+  t.equal(new SecretBox().seal('x', place), 'x', 'without a key: clear')
+  t.equal(box.open('whsec_clear', place), 'whsec_clear', 'a clear value reads as it is')
+  t.throws(() => loadConfig({ HOOKQ_SECRETS_KEY: 'dG9vIHNob3J0' }), /HOOKQ_SECRETS_KEY must be the base64 of 32 random bytes/)
+})
+
+const db = await testDatabase(t)
+const env = (keys: Record<string, string>) => loadConfig({ DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4', LOG_LEVEL: 'silent', ...keys })
+const b64 = (k: Buffer) => k.toString('base64')
+const receiver = await startReceiver(t)
+
+async function withBroker<T>(keys: Record<string, string>, fn: (b: Broker) => Promise<T>): Promise<T> {
+  const broker = await createBroker(env(keys))
+  try {
+    return await fn(broker)
+  } finally {
+    await broker.close()
+  }
+}
+
+/** Every stored secret value: the consumer's two, and the JWT private keys. */
+async function stored(b: Broker): Promise<string[]> {
+  const consumers = await api(b).sql('SELECT secret, auth_secret FROM consumers')
+  const keys = await api(b).sql('SELECT private_jwk FROM jwt_keys')
+  return [...consumers.flatMap((r) => [r.secret, r.auth_secret]), ...keys.map((r) => r.private_jwk)]
+}
+
+/** Produces one message and checks its push carries the header and a signature made with SECRET. */
+async function pushesAuthenticated(t: Test, b: Broker, n: number): Promise<void> {
+  await api(b).produce('s', [{ value: n }])
+  const r = (await receiver.waitFor(n))[n - 1]!
+  t.equal(r.headers['x-key'], HEADER_VALUE, 'the auth header, opened')
+  const id = String(r.headers['webhook-id'])
+  const ts = Number(r.headers['webhook-timestamp'])
+  t.equal(r.headers['webhook-signature'], signWebhook({ id, timestampS: ts, body: r.body, secrets: [SECRET] }), 'signed with the secret')
+}
+
+t.test('a database through a key life', async (t) => {
+  await withBroker({}, async (b) => {
+    const { call } = api(b)
+    await call('PUT', '/v1/topics/s', { partitions: 1 })
+    await call('PUT', '/v1/groups/s', { topic: 's', ackMode: 'auto' })
+    const res = await call('POST', '/v1/groups/s/consumers', {
+      url: receiver.url,
+      secret: SECRET,
+      auth: { type: 'headers', headers: { 'x-key': HEADER_VALUE } },
+    })
+    t.equal(res.status, 201)
+    const values = await stored(b)
+    t.ok(values.includes(SECRET), 'without a key: the v1 secret in the clear (as before)')
+    t.ok(
+      values.every((v) => v === null || sealedKid(v) === null),
+      'nothing sealed',
+    )
+    await pushesAuthenticated(t, b, 1)
+  })
+
+  await withBroker({ HOOKQ_SECRETS_KEY: b64(K1) }, async (b) => {
+    const values = (await stored(b)).filter((v) => v !== null)
+    t.ok(values.length >= 3)
+    t.ok(
+      values.every((v) => sealedKid(v) === keyId(K1)),
+      'sealed with the key at start-up',
+    )
+    t.notOk(values.join().includes(SECRET) || values.join().includes(HEADER_VALUE), 'no clear value left')
+    await pushesAuthenticated(t, b, 2)
+  })
+
+  for (const keys of [{}, { HOOKQ_SECRETS_KEY: b64(K2) }] as Record<string, string>[]) {
+    await t.rejects(
+      createBroker(env(keys)),
+      new RegExp(`stored secrets cannot be opened \\(\\d+ sealed with key ${keyId(K1)}\\)`),
+      'a broker without the key refuses to start',
+    )
+  }
+  const run = await runBrokerToExit({ DATABASE_URL: db.url, PORT: '0', LOG_LEVEL: 'silent' })
+  t.equal(run.code, 1, 'the real process exits 1')
+  t.match(run.output, /hookq: cannot start: stored secrets cannot be opened .*HOOKQ_SECRETS_KEY/)
+  t.notOk(run.output.includes(SECRET))
+
+  await withBroker({ HOOKQ_SECRETS_KEY: b64(K2), HOOKQ_SECRETS_KEY_PREVIOUS: b64(K1) }, async (b) => {
+    const values = (await stored(b)).filter((v) => v !== null)
+    t.ok(
+      values.every((v) => sealedKid(v) === keyId(K2)),
+      'a new key with the old one as previous: everything sealed with the new one',
+    )
+    await pushesAuthenticated(t, b, 3)
+    // Something sealed with K1 again, as an old process would have written it: the CLI re-seals it online.
+    await api(b).sql(`UPDATE consumers SET auth_secret = $1`, [
+      new SecretBox(K1).seal(JSON.stringify({ 'x-key': HEADER_VALUE }), {
+        table: 'consumers',
+        field: 'auth_secret',
+        rowId: (await api(b).sql('SELECT id FROM consumers'))[0].id,
+      }),
+    ])
+    const cli = await runCli(['secrets', 'rotate'], {
+      env: { DATABASE_URL: db.url, HOOKQ_SECRETS_KEY: b64(K2), HOOKQ_SECRETS_KEY_PREVIOUS: b64(K1) },
+    })
+    t.equal(cli.code, 0, cli.stderr)
+    t.match(cli.stdout, new RegExp(`sealed 1 stored secret value\\(s\\) with key ${keyId(K2)}`))
+    t.notOk(cli.stdout.includes(b64(K2)) || cli.stdout.includes(HEADER_VALUE), 'no key and no value printed')
+    t.ok((await stored(b)).every((v) => v === null || sealedKid(v) === keyId(K2)))
+
+    const cliEnv = { DATABASE_URL: db.url, HOOKQ_SECRETS_KEY: b64(K2) }
+    const tooShort = await runCli(['jwks', 'rotate', '--propagation-ms', '1000'], { env: cliEnv })
+    t.equal(tooShort.code, 2, 'a propagation delay within the refresh interval is refused')
+    t.match(tooShort.stderr, /must exceed HOOKQ_JWT_KEYS_REFRESH_MS/)
+    const jwks = await runCli(['--json', 'jwks', 'rotate', '--propagation-ms', '120000'], { env: cliEnv })
+    t.equal(jwks.code, 0, jwks.stderr)
+    const { kid } = JSON.parse(jwks.stdout) as { kid: string }
+    const keys = await api(b).sql('SELECT kid, private_jwk, expires_at FROM jwt_keys ORDER BY created_at')
+    t.equal(keys.at(-1).kid, kid, 'the new key is stored')
+    t.equal(sealedKid(keys.at(-1).private_jwk), keyId(K2), 'its private key sealed')
+    t.ok(
+      keys.slice(0, -1).every((k) => k.expires_at !== null),
+      'the keys it replaces have an end',
+    )
+    const listed = (await api(b).call('GET', '/.well-known/jwks.json')).json.keys.map((k: { kid: string }) => k.kid)
+    t.ok(listed.includes(kid), 'and it is listed at once')
+  })
+
+  await withBroker({ HOOKQ_SECRETS_KEY: b64(K2) }, async (b) => {
+    await pushesAuthenticated(t, b, 4)
+    // A value sealed by a process with a key this one lacks, seen at run time: not pushed, and why.
+    const K3 = Buffer.alloc(32, 3)
+    const { id } = (await api(b).sql('SELECT id FROM consumers'))[0]
+    await api(b).sql('UPDATE consumers SET auth_secret = $1', [
+      new SecretBox(K3).seal('{}', { table: 'consumers', field: 'auth_secret', rowId: id }),
+    ])
+    t.equal((await api(b).call('PATCH', `/v1/groups/s/consumers/${id}`, { maxConcurrency: 5 })).status, 200, 'reloaded')
+    await api(b).produce('s', [{ value: 5 }])
+    const [d] = await waitUntil(async () => {
+      const log = (await api(b).call('GET', '/v1/groups/s/deliveries?limit=1')).json.deliveries
+      return log[0]?.error ? log : undefined
+    })
+    t.match(
+      d.error,
+      new RegExp(`not pushed: consumers.auth_secret of ${id} is sealed with secrets key ${keyId(K3)}, which is not configured`),
+    )
+    t.notOk(
+      receiver.requests.some((r) => (r.json as { value: unknown }).value === 5),
+      `nothing pushed with secrets it could not open (${receiver.requests.map((r) => (r.json as { value: unknown }).value)})`,
+    )
+  })
+})
