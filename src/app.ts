@@ -22,6 +22,7 @@ import { messageRoutes } from './http/routes/messages.ts'
 import { metricsRoutes } from './http/routes/metrics.ts'
 import { operationRoutes } from './http/routes/operations.ts'
 import { topicRoutes } from './http/routes/topics.ts'
+import { scheduleRoutes } from './http/routes/schedules.ts'
 import { sharedSchemas } from './http/schemas/common.ts'
 import { healthSchemas } from './http/schemas/health.ts'
 import { groupSchemas } from './http/schemas/groups.ts'
@@ -29,6 +30,7 @@ import { ackSchemas } from './http/schemas/acks.ts'
 import { messageSchemas } from './http/schemas/messages.ts'
 import { operationSchemas } from './http/schemas/operations.ts'
 import { topicSchemas } from './http/schemas/topics.ts'
+import { scheduleSchemas } from './http/schemas/schedules.ts'
 import { LazyCompiles, lazySerializerFactory } from './http/lazy-compile.ts'
 import { validatorCompiler } from './http/validation.ts'
 
@@ -63,6 +65,7 @@ const ALL_SCHEMAS = [
   ...ackSchemas,
   ...operationSchemas,
   ...healthSchemas,
+  ...scheduleSchemas,
 ]
 
 export const API_INFO = {
@@ -150,6 +153,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
         { name: 'groups', description: 'Consumer groups and their webhook consumers' },
         { name: 'acks', description: 'Acknowledging pushed messages' },
         { name: 'operations', description: 'Seek, the delivery log, health and metrics' },
+        { name: 'schedules', description: 'Messages produced on a cron or interval schedule' },
       ],
       components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' } } },
       security: [{ apiKey: [] }],
@@ -192,6 +196,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   await app.register(groupRoutes(opts.services))
   await app.register(ackRoutes(opts.services))
   await app.register(operationRoutes(opts.services))
+  await app.register(scheduleRoutes(opts.services))
   await app.register(metricsRoutes(opts.services))
   await app.register(consoleRoutes())
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())

@@ -16,6 +16,8 @@ import { OutboxMover } from './service/outbox.ts'
 import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
+import { ScheduleService } from './service/schedules.ts'
+import { ScheduleTicker } from './service/schedule-ticker.ts'
 import { TopicService } from './service/topics.ts'
 import { autovacuumOff, durabilityWarnings, openDatabase, type Database } from './store/db.ts'
 import { appendMessages, type AppendEntry, type Coordinates } from './store/messages.ts'
@@ -34,6 +36,8 @@ export interface Broker {
   retention: RetentionSweeper
   /** Moves what hookq_produce() committed into the log (src/service/outbox.ts). */
   outbox: OutboxMover
+  /** Makes the schedules' ticks (src/service/schedule-ticker.ts). */
+  ticker: ScheduleTicker
   /** The database URL in use (the embedded server's when DATABASE_URL is unset). */
   databaseUrl: string
   /** This process among the broker processes of its database (see src/cluster/ownership.ts). */
@@ -158,6 +162,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       groups,
       acks: new AckService(groups, cluster, metrics),
       operations: new OperationsService(db, groups, cluster, attempts),
+      schedules: new ScheduleService(db, topics, config.maxMessageBytes),
       metrics,
       inFlight: (groupId, partition) => cluster.inFlight(groupId, partition),
       async readiness() {
@@ -208,9 +213,16 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
     cluster.onOutboxRows(() => outbox.wake())
+    const ticker = new ScheduleTicker({
+      db,
+      onProduced: () => outbox.wake(),
+      log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
+    })
+    services.schedules.onChange(() => ticker.wake())
     await cluster.start(config.advertiseUrl ?? null, opts.loadInBackground)
     retention.start()
     outbox.start()
+    ticker.start()
     let closing: Promise<void> | undefined
     return {
       app,
@@ -219,6 +231,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       databaseUrl,
       retention,
       outbox,
+      ticker,
       cluster,
       advertise: (url) => cluster.advertise(config.advertiseUrl ?? url),
       close() {
@@ -226,6 +239,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
           await app.close()
           metrics.close()
           await retention.stop()
+          // Before the outbox: the last ticks' messages are moved before it stops (or by the next mover).
+          await ticker.stop()
           await outbox.stop()
           await committer.drain()
           await cluster.stop()

@@ -8,6 +8,7 @@ import type { GroupService } from './groups.ts'
 import type { OperationsService } from './operations.ts'
 import type { ProduceService } from './produce.ts'
 import type { ReadService } from './read.ts'
+import type { ScheduleService } from './schedules.ts'
 import type { TopicService } from './topics.ts'
 
 export interface Services {
@@ -17,6 +18,7 @@ export interface Services {
   groups: GroupService
   acks: AckService
   operations: OperationsService
+  schedules: ScheduleService
   metrics: Metrics
   /** Messages outstanding (pushed or waiting for a retry) on a group's partition. */
   inFlight(groupId: number, partition: number): number
