@@ -13,6 +13,7 @@ import { registerDeliveries } from './deliveries.ts'
 import { registerDlq } from './dlq.ts'
 import { EXIT, reportError } from './output.ts'
 import { registerProduce } from './produce.ts'
+import { registerSchedules } from './schedules.ts'
 import { registerSeek } from './seek.ts'
 import { registerServe } from './serve.ts'
 import { registerTail } from './tail.ts'
@@ -28,7 +29,7 @@ const { version } = JSON.parse(readFileSync(new URL('../../package.json', import
  */
 export function buildProgram(registerGroups?: (groups: Command) => void): Command {
   const program = new Command('hookq')
-    .description('command line for the hookq broker: topics, produce, groups, consumers, tail, deliveries, seek, dead letters')
+    .description('command line for the hookq broker: topics, produce, groups, consumers, tail, deliveries, seek, dead letters, schedules')
     .version(version, '-V, --version')
     .addOption(new Option('--url <url>', `broker URL (default ${DEFAULT_URL})`).env('HOOKQ_URL'))
     .addOption(new Option('--api-key <key>', 'API key, sent as a bearer token').env('HOOKQ_API_KEY'))
@@ -49,6 +50,7 @@ export function buildProgram(registerGroups?: (groups: Command) => void): Comman
   registerDeliveries(program)
   registerSeek(program)
   registerDlq(program)
+  registerSchedules(program)
   return program
 }
 

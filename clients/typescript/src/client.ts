@@ -29,6 +29,8 @@ export type Consumer = Schemas['Consumer']
 export type Delivery = Schemas['Delivery']
 export type AckResult = Schemas['AckResult']
 export type Problem = Schemas['Problem']
+export type Schedule = Schemas['Schedule']
+export type ScheduleConfig = Schemas['ScheduleConfig']
 
 // JSON answers and the problem+json error documents both count as the body type.
 export type HookqClient = Client<paths, `${string}/${string}json`>
