@@ -36,7 +36,7 @@ export const HEARTBEAT_MS = 1000
 /** How long after its last heartbeat a process that stopped without saying so counts as running, ms. */
 export const GRACE_MS = 3000
 /** Schedules one tick transaction claims at most; ticks of one schedule it makes at most. */
-const BATCH_SCHEDULES = 200
+const BATCH_SCHEDULES = 1000
 const MAX_TICKS_PER_SCHEDULE = 100
 /** Runners' spans kept this long after they end (older ticks than this are long made). */
 const RUNNER_RETENTION_MS = 30 * 24 * 3600_000
@@ -63,6 +63,8 @@ export class ScheduleTicker {
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
   private again = false
+  /** The timer was armed for a tick: the next round ticks before its heartbeat. */
+  private tickExpected = false
   private stopped = true
   private failing = false
   /** Parsed timings by schedule id and text: parsing a cron per tick would cost more than the tick. */
@@ -118,23 +120,34 @@ export class ScheduleTicker {
     this.timer.unref()
   }
 
-  /** Heartbeat, then tick while anything is due; resolves with how long to wait for the next round. Never rejects. */
+  /**
+   * Ticks while anything is due, and records the heartbeat (which finds the next tick); resolves with
+   * how long to wait for the next round. A round the timer starts for a tick ticks first, the
+   * heartbeat after it, off the tick's path. Never rejects.
+   */
   private async round(): Promise<number> {
+    let tickFirst = this.tickExpected
+    this.tickExpected = false
     try {
       for (;;) {
-        const beat = await heartbeat(this.opts.db.pool, this.runnerId)
-        if (beat.earliestMs === null || beat.earliestMs > beat.nowMs) {
-          this.recovered()
-          return Math.min(this.heartbeatMs, beat.earliestMs === null ? Infinity : beat.earliestMs - beat.nowMs)
+        if (!tickFirst) {
+          const beat = await heartbeat(this.opts.db.pool, this.runnerId)
+          if (beat.earliestMs === null || beat.earliestMs > beat.nowMs) {
+            this.recovered()
+            const untilMs = beat.earliestMs === null ? Infinity : beat.earliestMs - beat.nowMs
+            this.tickExpected = untilMs <= this.heartbeatMs
+            return Math.min(this.heartbeatMs, untilMs)
+          }
         }
         const { claimed, produced } = await tickDue(this.opts.db, BATCH_SCHEDULES, GRACE_MS, (due, nowMs, spans) =>
           due.map((d) => this.plan(d, nowMs, spans)),
         )
         if (produced > 0) this.opts.onProduced?.(produced)
         this.recovered()
-        // Due rows all locked by others: they are ticking them; look again at the next heartbeat
-        // (or sooner, when their ticks leave the earliest one due later).
-        if (claimed === 0) return Math.min(this.heartbeatMs, 50)
+        // Due rows all locked by others: they are ticking them; look again soon (a process killed
+        // mid-tick frees its rows when PostgreSQL ends its session).
+        if (claimed === 0 && !tickFirst) return Math.min(this.heartbeatMs, 50)
+        tickFirst = false
         if (this.stopped) return 0
       }
     } catch (err) {

@@ -202,32 +202,33 @@ export interface TickWrite {
   lastTickAt: number | null
 }
 
-// The oldest due schedules no other process is ticking, locked until this transaction ends.
+// The oldest due schedules no other process is ticking, locked until this transaction ends, each
+// with the runners' spans that end after the oldest of their ticks (one round trip for both).
 const CLAIM = `
-SELECT s.id, s.name, s.topic_id, s.cron, s.every_ms, s.time_zone, s.value, s.key, s.headers, s.missed,
-       (extract(epoch FROM s.next_tick_at) * 1000)::float8 AS next_ms,
-       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms
-FROM schedules s
-WHERE s.next_tick_at <= clock_timestamp()
-ORDER BY s.next_tick_at
-LIMIT $1
-FOR UPDATE SKIP LOCKED`
-
-const SPANS = `
-SELECT (extract(epoch FROM started_at) * 1000)::float8 AS start_ms,
-       (extract(epoch FROM coalesce(stopped_at, alive_at + make_interval(secs => $2::float8 / 1000))) * 1000)::float8 AS end_ms
-FROM schedule_runners
-WHERE coalesce(stopped_at, alive_at + make_interval(secs => $2::float8 / 1000)) >= to_timestamp($1::float8 / 1000)
-ORDER BY started_at`
+WITH due AS (
+  SELECT s.id, s.name, s.topic_id, s.cron, s.every_ms, s.time_zone, s.value, s.key, s.headers, s.missed, s.next_tick_at
+  FROM schedules s
+  WHERE s.next_tick_at <= clock_timestamp()
+  ORDER BY s.next_tick_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+)
+SELECT due.id, due.name, due.topic_id, due.cron, due.every_ms, due.time_zone, due.value, due.key, due.headers, due.missed,
+       (extract(epoch FROM due.next_tick_at) * 1000)::float8 AS next_ms,
+       (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms,
+       (SELECT coalesce(json_agg(json_build_array(extract(epoch FROM r.started_at) * 1000, extract(epoch FROM r.ends) * 1000)), '[]')
+        FROM (SELECT started_at, coalesce(stopped_at, alive_at + make_interval(secs => $2::float8 / 1000)) AS ends FROM schedule_runners) r
+        WHERE r.ends >= (SELECT min(next_tick_at) FROM due)) AS spans
+FROM due`
 
 // The ticks' messages go where hookq_produce() puts them (the outbox: moved into the log, with an
-// offset, by the mover; its trigger wakes a waiting mover at COMMIT). No checks here: the schedule's
-// topic, value and headers were checked when it was written.
-const PRODUCE = `
-INSERT INTO produce_outbox (topic_id, key, value, headers)
-SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::text[])`
-
-const ADVANCE = `
+// offset, by the mover; its trigger wakes a waiting mover at COMMIT), and the schedules move on, in
+// one statement. No checks here: the schedule's topic, value and headers were checked when it was written.
+const PRODUCE_AND_ADVANCE = `
+WITH produced AS (
+  INSERT INTO produce_outbox (topic_id, key, value, headers)
+  SELECT * FROM unnest($4::int[], $5::text[], $6::text[], $7::text[])
+)
 UPDATE schedules s SET next_tick_at = to_timestamp(u.next_ms / 1000),
                        last_tick_at = coalesce(to_timestamp(u.last_ms / 1000), s.last_tick_at)
 FROM unnest($1::int[], $2::float8[], $3::float8[]) AS u(id, next_ms, last_ms)
@@ -235,10 +236,11 @@ WHERE s.id = u.id`
 
 /**
  * One tick transaction: claims up to `limit` due schedules (FOR UPDATE SKIP LOCKED), asks `plan`
- * what each makes (given the database's clock and the runners' spans), then writes the messages to
- * the produce outbox and moves each schedule's next tick on, and commits all of it together: a
- * tick is made exactly once, or (rolled back, the process killed) not yet. Resolves with how many
- * schedules it claimed and how many messages it wrote.
+ * what each makes (given the database's clock and the runners' spans, a killed runner's ending
+ * `graceMs` after its last heartbeat), then writes the messages to the produce outbox and moves
+ * each schedule's next tick on, and commits all of it together: a tick is made exactly once, or
+ * (rolled back, the process killed) not yet. Four round trips. Resolves with how many schedules it
+ * claimed and how many messages it wrote.
  */
 export async function tickDue(
   db: Database,
@@ -260,7 +262,8 @@ export async function tickDue(
       missed: string
       next_ms: number
       now_ms: number
-    }>({ name: 'hookq_schedule_claim', text: CLAIM, values: [limit] })
+      spans: [number, number][]
+    }>({ name: 'hookq_schedule_claim', text: CLAIM, values: [limit, graceMs] })
     if (claimed.rows.length === 0) return { claimed: 0, produced: 0 }
     const due: DueSchedule[] = claimed.rows.map((r) => ({
       id: r.id,
@@ -275,29 +278,25 @@ export async function tickDue(
       missed: r.missed === 'once' ? 'once' : 'skip',
       nextTickAt: r.next_ms,
     }))
-    const oldest = Math.min(...due.map((d) => d.nextTickAt))
-    const spans = await client.query<{ start_ms: number; end_ms: number }>({
-      name: 'hookq_schedule_spans',
-      text: SPANS,
-      values: [oldest, graceMs],
-    })
+    const first = claimed.rows[0]!
     const writes = plan(
       due,
-      claimed.rows[0]!.now_ms,
-      spans.rows.map((s) => ({ startMs: s.start_ms, endMs: s.end_ms })),
+      first.now_ms,
+      first.spans.map(([startMs, endMs]) => ({ startMs, endMs })),
     )
     const messages = writes.flatMap((w) => w.messages)
-    if (messages.length > 0) {
-      await client.query({
-        name: 'hookq_schedule_produce',
-        text: PRODUCE,
-        values: [messages.map((m) => m.topicId), messages.map((m) => m.key), messages.map((m) => m.value), messages.map((m) => m.headers)],
-      })
-    }
     await client.query({
-      name: 'hookq_schedule_advance',
-      text: ADVANCE,
-      values: [writes.map((w) => w.id), writes.map((w) => w.nextTickAt), writes.map((w) => w.lastTickAt)],
+      name: 'hookq_schedule_produce',
+      text: PRODUCE_AND_ADVANCE,
+      values: [
+        writes.map((w) => w.id),
+        writes.map((w) => w.nextTickAt),
+        writes.map((w) => w.lastTickAt),
+        messages.map((m) => m.topicId),
+        messages.map((m) => m.key),
+        messages.map((m) => m.value),
+        messages.map((m) => m.headers),
+      ],
     })
     return { claimed: due.length, produced: messages.length }
   })
