@@ -75,7 +75,8 @@ function toRow(r: Raw): ScheduleRow {
 
 // Creates or replaces by name. A replacement that keeps the timing of a running schedule keeps its
 // next tick (one due but not yet made is still made); a new timing, or a pause ending, starts from
-// the next tick after now (the ticks passed while paused are not made). The row lock this takes
+// the next tick after now (the ticks passed while paused are not made), as does one a broker had to
+// park (next_tick_at null: it could not parse it). The row lock this takes
 // waits for a tick under way. "created": the row is new (xmax 0 on an inserted row).
 const UPSERT = `
 WITH written AS (
@@ -87,7 +88,7 @@ WITH written AS (
     next_tick_at = CASE
       WHEN NOT s.paused AND NOT EXCLUDED.paused AND s.cron IS NOT DISTINCT FROM EXCLUDED.cron
         AND s.every_ms IS NOT DISTINCT FROM EXCLUDED.every_ms AND s.time_zone = EXCLUDED.time_zone
-      THEN s.next_tick_at ELSE EXCLUDED.next_tick_at END,
+      THEN coalesce(s.next_tick_at, EXCLUDED.next_tick_at) ELSE EXCLUDED.next_tick_at END,
     updated_at = now()
   RETURNING s.*, (xmax = 0) AS created
 )
@@ -139,16 +140,19 @@ export interface Heartbeat {
   earliestMs: number | null
 }
 
-// The runner's row, created or brought up to now; a row found stopped (or pruned) starts over.
+// The runner's row, created or brought up to now. Committed without waiting for the WAL flush
+// (synchronous_commit off for this statement's transaction): a heartbeat a server crash loses ends
+// a span a second early, which GRACE_MS covers, and an idle broker does not pay a flush a second.
 const HEARTBEAT = `
-WITH beat AS (
+WITH async AS (SELECT set_config('synchronous_commit', 'off', true)),
+beat AS (
   INSERT INTO schedule_runners (id, started_at, alive_at) VALUES ($1, clock_timestamp(), clock_timestamp())
   ON CONFLICT (id) DO UPDATE SET alive_at = clock_timestamp()
   RETURNING id
 )
 SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms,
        (SELECT (extract(epoch FROM min(next_tick_at)) * 1000)::float8 FROM schedules) AS earliest_ms
-FROM beat`
+FROM beat, async`
 
 /** Records that runner `id` is alive now; answers the database's clock and the earliest next tick. */
 export async function heartbeat(q: Queryable, id: string): Promise<Heartbeat> {
