@@ -215,7 +215,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     cluster.onOutboxRows(() => outbox.wake())
     const ticker = new ScheduleTicker({
       db,
-      onProduced: () => outbox.wake(),
+      produce: services.produce,
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
     services.schedules.onChange(() => ticker.wake())

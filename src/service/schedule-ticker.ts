@@ -4,8 +4,9 @@
  *
  * Design. The truth is the schedules table: `next_tick_at` is the first tick not yet made. A tick
  * is one transaction (src/store/schedules.ts tickDue): claim the due rows FOR UPDATE SKIP LOCKED,
- * INSERT each tick's message into produce_outbox (the path of hookq_produce(): the outbox mover
- * gives it an offset and wakes the dispatchers), UPDATE next_tick_at and last_tick_at, COMMIT.
+ * append each tick's message to its topic (HTTP produce's APPEND: a dense offset under the
+ * partition's lock), UPDATE next_tick_at and last_tick_at, COMMIT; then wake the dispatchers as
+ * produce does. A committed tick is a message in the log, not a row waiting to be moved.
  * - Never two: the message and the move of next_tick_at commit together, and a row is claimed by
  *   one transaction at a time (the others skip it, and re-read it once it is committed).
  * - Never none: a process killed mid-tick leaves a transaction PostgreSQL rolls back (its
@@ -29,6 +30,8 @@ import { randomUUID } from 'node:crypto'
 import type { Database } from '../store/db.ts'
 import { heartbeat, pruneRunners, stopRunner, tickDue, type DueSchedule, type RunnerSpan, type TickWrite } from '../store/schedules.ts'
 import { timerDelayMs } from '../timer-delay.ts'
+import type { ProduceService } from './produce.ts'
+import type { AppendEntry, Coordinates } from '../store/messages.ts'
 import { planTicks, tickClock, type TickClock } from './schedule-times.ts'
 
 /** How often each process records that it is alive and looks for schedules written elsewhere, ms. */
@@ -45,8 +48,8 @@ const RETRY_MS = 1000
 
 export interface ScheduleTickerOptions {
   db: Database
-  /** Ticks' messages were written to the produce outbox: move them now (the outbox mover's wake). */
-  onProduced?(messages: number): void
+  /** Where a message goes (HTTP produce's choice), and who is told of appended messages (its listeners). */
+  produce: Pick<ProduceService, 'partitionFor' | 'notify'>
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
   /** Test hooks: this process's runner id, and the heartbeat interval. */
   runnerId?: string
@@ -139,10 +142,10 @@ export class ScheduleTicker {
             return Math.min(this.heartbeatMs, untilMs)
           }
         }
-        const { claimed, produced } = await tickDue(this.opts.db, BATCH_SCHEDULES, GRACE_MS, (due, nowMs, spans) =>
+        const { claimed, entries, coordinates } = await tickDue(this.opts.db, BATCH_SCHEDULES, GRACE_MS, (due, nowMs, spans) =>
           due.map((d) => this.plan(d, nowMs, spans)),
         )
-        if (produced > 0) this.opts.onProduced?.(produced)
+        this.announce(entries, coordinates)
         this.recovered()
         // Due rows all locked by others: they are ticking them; look again soon (a process killed
         // mid-tick frees its rows when PostgreSQL ends its session).
@@ -176,11 +179,28 @@ export class ScheduleTicker {
     const base = JSON.parse(d.headers) as Record<string, string>
     const messages = ticks.map((tick) => ({
       topicId: d.topicId,
+      partition: this.opts.produce.partitionFor(d.topicId, d.partitions, d.key),
       key: d.key,
       value: d.value,
       headers: JSON.stringify({ ...base, [SCHEDULE_HEADER]: d.name, [TICK_HEADER]: new Date(tick).toISOString() }),
+      delayMs: 0,
+      idempotencyKey: null,
     }))
     return { id: d.id, messages, nextTickAt: next, lastTickAt: ticks.at(-1) ?? null }
+  }
+
+  /** Wakes the dispatchers of the messages appended (this process's, and the others through the cluster), as HTTP produce does. */
+  private announce(entries: AppendEntry[], coordinates: (Coordinates | null)[]): void {
+    const byTopic = new Map<number, { entries: AppendEntry[]; coordinates: Coordinates[] }>()
+    entries.forEach((e, i) => {
+      const c = coordinates[i]
+      if (!c) return
+      let t = byTopic.get(e.topicId)
+      if (!t) byTopic.set(e.topicId, (t = { entries: [], coordinates: [] }))
+      t.entries.push(e)
+      t.coordinates.push(c)
+    })
+    for (const [topicId, t] of byTopic) this.opts.produce.notify(topicId, t.entries, t.coordinates)
   }
 
   private clockOf(d: DueSchedule): TickClock {

@@ -1,9 +1,10 @@
 /**
- * Schedules in SQL, and the ticker's two statements: the heartbeat of a broker process running the
- * ticker (schedule_runners), and the tick transaction. Why ticks are made this way:
+ * Schedules in SQL, and the ticker's: the heartbeat of a broker process running the ticker
+ * (schedule_runners), and the tick transaction. Why ticks are made this way:
  * src/service/schedule-ticker.ts.
  */
 import { inTransaction, type Database, type Queryable } from './db.ts'
+import { appendRows, type AppendEntry, type Coordinates } from './messages.ts'
 
 /** A schedule as stored (the topic by name, as the API shows it). */
 export interface ScheduleRow {
@@ -180,6 +181,8 @@ export interface DueSchedule {
   id: number
   name: string
   topicId: number
+  /** The topic's partition count (a tick's message is placed as HTTP produce places it). */
+  partitions: number
   cron: string | null
   everyMs: number | null
   timeZone: string
@@ -199,8 +202,8 @@ export interface RunnerSpan {
 /** What the tick transaction writes for one claimed schedule. */
 export interface TickWrite {
   id: number
-  /** Messages to produce (outbox rows), one per tick. */
-  messages: { topicId: number; key: string | null; value: string; headers: string }[]
+  /** Messages to append, one per tick. */
+  messages: AppendEntry[]
   nextTickAt: number | null
   /** The latest tick made (null: none, the row's stays). */
   lastTickAt: number | null
@@ -217,7 +220,7 @@ WITH due AS (
   LIMIT $1
   FOR UPDATE SKIP LOCKED
 )
-SELECT due.id, due.name, due.topic_id, due.cron, due.every_ms, due.time_zone, due.value, due.key, due.headers, due.missed,
+SELECT due.id, due.name, due.topic_id, (SELECT t.partitions FROM topics t WHERE t.id = due.topic_id) AS partitions, due.cron, due.every_ms, due.time_zone, due.value, due.key, due.headers, due.missed,
        (extract(epoch FROM due.next_tick_at) * 1000)::float8 AS next_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms,
        (SELECT coalesce(json_agg(json_build_array(extract(epoch FROM r.started_at) * 1000, extract(epoch FROM r.ends) * 1000)), '[]')
@@ -225,33 +228,35 @@ SELECT due.id, due.name, due.topic_id, due.cron, due.every_ms, due.time_zone, du
         WHERE r.ends >= (SELECT min(next_tick_at) FROM due)) AS spans
 FROM due`
 
-// The ticks' messages go where hookq_produce() puts them (the outbox: moved into the log, with an
-// offset, by the mover; its trigger wakes a waiting mover at COMMIT), and the schedules move on, in
-// one statement. No checks here: the schedule's topic, value and headers were checked when it was written.
-const PRODUCE_AND_ADVANCE = `
-WITH produced AS (
-  INSERT INTO produce_outbox (topic_id, key, value, headers)
-  SELECT * FROM unnest($4::int[], $5::text[], $6::text[], $7::text[])
-)
+// The schedules move on to their next ticks.
+const ADVANCE = `
 UPDATE schedules s SET next_tick_at = to_timestamp(u.next_ms / 1000),
                        last_tick_at = coalesce(to_timestamp(u.last_ms / 1000), s.last_tick_at)
 FROM unnest($1::int[], $2::float8[], $3::float8[]) AS u(id, next_ms, last_ms)
 WHERE s.id = u.id`
 
+/** What a tick transaction did: schedules claimed, and the messages appended with where they landed (null: topic gone). */
+export interface Ticked {
+  claimed: number
+  entries: AppendEntry[]
+  coordinates: (Coordinates | null)[]
+}
+
 /**
  * One tick transaction: claims up to `limit` due schedules (FOR UPDATE SKIP LOCKED), asks `plan`
  * what each makes (given the database's clock and the runners' spans, a killed runner's ending
- * `graceMs` after its last heartbeat), then writes the messages to the produce outbox and moves
- * each schedule's next tick on, and commits all of it together: a tick is made exactly once, or
- * (rolled back, the process killed) not yet. Four round trips. Resolves with how many schedules it
- * claimed and how many messages it wrote.
+ * `graceMs` after its last heartbeat), then appends the messages to their topics (the APPEND of
+ * HTTP produce: dense offsets under the partition rows' locks) and moves each schedule's next tick
+ * on, and commits all of it together: a tick is made exactly once, or (rolled back, the process
+ * killed) not yet. Lock order: schedule rows, then partition rows (deleting a topic deletes its
+ * schedules first, in the same order). Five round trips.
  */
 export async function tickDue(
   db: Database,
   limit: number,
   graceMs: number,
   plan: (due: DueSchedule[], nowMs: number, spans: RunnerSpan[]) => TickWrite[],
-): Promise<{ claimed: number; produced: number }> {
+): Promise<Ticked> {
   return inTransaction(db, async (client) => {
     const claimed = await client.query<{
       id: number
@@ -267,12 +272,14 @@ export async function tickDue(
       next_ms: number
       now_ms: number
       spans: [number, number][]
+      partitions: number
     }>({ name: 'hookq_schedule_claim', text: CLAIM, values: [limit, graceMs] })
-    if (claimed.rows.length === 0) return { claimed: 0, produced: 0 }
+    if (claimed.rows.length === 0) return { claimed: 0, entries: [], coordinates: [] }
     const due: DueSchedule[] = claimed.rows.map((r) => ({
       id: r.id,
       name: r.name,
       topicId: r.topic_id,
+      partitions: r.partitions,
       cron: r.cron,
       everyMs: r.every_ms,
       timeZone: r.time_zone,
@@ -288,20 +295,18 @@ export async function tickDue(
       first.now_ms,
       first.spans.map(([startMs, endMs]) => ({ startMs, endMs })),
     )
-    const messages = writes.flatMap((w) => w.messages)
+    const entries = writes.flatMap((w) => w.messages)
+    const coordinates: (Coordinates | null)[] = new Array(entries.length).fill(null)
+    if (entries.length > 0) {
+      for (const row of await appendRows(client, entries)) {
+        coordinates[row.ord - 1] = { partition: row.partition, offset: row.offset, duplicate: false, producedAtMs: row.at_ms }
+      }
+    }
     await client.query({
-      name: 'hookq_schedule_produce',
-      text: PRODUCE_AND_ADVANCE,
-      values: [
-        writes.map((w) => w.id),
-        writes.map((w) => w.nextTickAt),
-        writes.map((w) => w.lastTickAt),
-        messages.map((m) => m.topicId),
-        messages.map((m) => m.key),
-        messages.map((m) => m.value),
-        messages.map((m) => m.headers),
-      ],
+      name: 'hookq_schedule_advance',
+      text: ADVANCE,
+      values: [writes.map((w) => w.id), writes.map((w) => w.nextTickAt), writes.map((w) => w.lastTickAt)],
     })
-    return { claimed: due.length, produced: messages.length }
+    return { claimed: due.length, entries, coordinates }
   })
 }
