@@ -295,6 +295,13 @@ export async function tickDue(
       first.now_ms,
       first.spans.map(([startMs, endMs]) => ({ startMs, endMs })),
     )
+    await client.query({
+      name: 'hookq_schedule_advance',
+      text: ADVANCE,
+      values: [writes.map((w) => w.id), writes.map((w) => w.nextTickAt), writes.map((w) => w.lastTickAt)],
+    })
+    // The append last: the partition rows it locks (which HTTP producers wait on) are held only
+    // for it and the COMMIT.
     const entries = writes.flatMap((w) => w.messages)
     const coordinates: (Coordinates | null)[] = new Array(entries.length).fill(null)
     if (entries.length > 0) {
@@ -302,11 +309,6 @@ export async function tickDue(
         coordinates[row.ord - 1] = { partition: row.partition, offset: row.offset, duplicate: false, producedAtMs: row.at_ms }
       }
     }
-    await client.query({
-      name: 'hookq_schedule_advance',
-      text: ADVANCE,
-      values: [writes.map((w) => w.id), writes.map((w) => w.nextTickAt), writes.map((w) => w.lastTickAt)],
-    })
     return { claimed: due.length, entries, coordinates }
   })
 }
