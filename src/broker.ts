@@ -216,6 +216,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const ticker = new ScheduleTicker({
       db,
       produce: services.produce,
+      onProduced: (topic, n) => metrics.produced(topic, n),
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
     services.schedules.onChange(() => ticker.wake())

@@ -50,6 +50,8 @@ export interface ScheduleTickerOptions {
   db: Database
   /** Where a message goes (HTTP produce's choice), and who is told of appended messages (its listeners). */
   produce: Pick<ProduceService, 'partitionFor' | 'notify'>
+  /** `n` messages were appended to topic `name` (metrics). */
+  onProduced?(name: string, n: number): void
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void }
   /** Test hooks: this process's runner id, and the heartbeat interval. */
   runnerId?: string
@@ -142,9 +144,14 @@ export class ScheduleTicker {
             return Math.min(this.heartbeatMs, untilMs)
           }
         }
+        const topicNames = new Map<number, string>()
         const { claimed, entries, coordinates } = await tickDue(this.opts.db, BATCH_SCHEDULES, GRACE_MS, (due, nowMs, spans) =>
-          due.map((d) => this.plan(d, nowMs, spans)),
+          due.map((d) => {
+            topicNames.set(d.topicId, d.topic)
+            return this.plan(d, nowMs, spans)
+          }),
         )
+        this.count(entries, coordinates, topicNames)
         this.announce(entries, coordinates)
         this.recovered()
         // Due rows all locked by others: they are ticking them; look again soon (a process killed
@@ -201,6 +208,15 @@ export class ScheduleTicker {
       t.coordinates.push(c)
     })
     for (const [topicId, t] of byTopic) this.opts.produce.notify(topicId, t.entries, t.coordinates)
+  }
+
+  private count(entries: AppendEntry[], coordinates: (Coordinates | null)[], topicNames: Map<number, string>): void {
+    if (!this.opts.onProduced) return
+    const counts = new Map<number, number>()
+    entries.forEach((e, i) => {
+      if (coordinates[i]) counts.set(e.topicId, (counts.get(e.topicId) ?? 0) + 1)
+    })
+    for (const [topicId, n] of counts) this.opts.onProduced(topicNames.get(topicId) ?? String(topicId), n)
   }
 
   private clockOf(d: DueSchedule): TickClock {

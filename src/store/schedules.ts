@@ -181,6 +181,7 @@ export interface DueSchedule {
   id: number
   name: string
   topicId: number
+  topic: string
   /** The topic's partition count (a tick's message is placed as HTTP produce places it). */
   partitions: number
   cron: string | null
@@ -220,13 +221,13 @@ WITH due AS (
   LIMIT $1
   FOR UPDATE SKIP LOCKED
 )
-SELECT due.id, due.name, due.topic_id, (SELECT t.partitions FROM topics t WHERE t.id = due.topic_id) AS partitions, due.cron, due.every_ms, due.time_zone, due.value, due.key, due.headers, due.missed,
+SELECT due.id, due.name, due.topic_id, t.name AS topic, t.partitions, due.cron, due.every_ms, due.time_zone, due.value, due.key, due.headers, due.missed,
        (extract(epoch FROM due.next_tick_at) * 1000)::float8 AS next_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms,
        (SELECT coalesce(json_agg(json_build_array(extract(epoch FROM r.started_at) * 1000, extract(epoch FROM r.ends) * 1000)), '[]')
         FROM (SELECT started_at, coalesce(stopped_at, alive_at + make_interval(secs => $2::float8 / 1000)) AS ends FROM schedule_runners) r
         WHERE r.ends >= (SELECT min(next_tick_at) FROM due)) AS spans
-FROM due`
+FROM due JOIN topics t ON t.id = due.topic_id`
 
 // The schedules move on to their next ticks.
 const ADVANCE = `
@@ -272,6 +273,7 @@ export async function tickDue(
       next_ms: number
       now_ms: number
       spans: [number, number][]
+      topic: string
       partitions: number
     }>({ name: 'hookq_schedule_claim', text: CLAIM, values: [limit, graceMs] })
     if (claimed.rows.length === 0) return { claimed: 0, entries: [], coordinates: [] }
@@ -279,6 +281,7 @@ export async function tickDue(
       id: r.id,
       name: r.name,
       topicId: r.topic_id,
+      topic: r.topic,
       partitions: r.partitions,
       cron: r.cron,
       everyMs: r.every_ms,

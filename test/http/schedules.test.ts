@@ -125,6 +125,8 @@ t.test('ticks produce one message each with the headers; pause, delete and a top
   t.equal(Date.parse(ticks[1]!) - Date.parse(ticks[0]!), 1000, 'one message per tick, in order')
   const view = (await get('each-second')).json()
   t.ok(Date.parse(view.lastTickAt) >= Date.parse(ticks[1]!), 'lastTickAt follows the ticks')
+  const metrics = (await app.inject({ url: '/metrics' })).body
+  t.match(metrics, /hookq_messages_produced_total\{topic="ticks"\} [1-9]/, 'ticks count as produced messages')
 
   // Paused: nothing more; resumed: no catch-up of the paused ticks.
   await put('each-second', { topic: 'ticks', every: 1000, message: { value: { n: 1 } }, paused: true })
