@@ -24,6 +24,7 @@ import { messageRoutes } from './http/routes/messages.ts'
 import { metricsRoutes } from './http/routes/metrics.ts'
 import { operationRoutes } from './http/routes/operations.ts'
 import { topicRoutes } from './http/routes/topics.ts'
+import { scheduleRoutes } from './http/routes/schedules.ts'
 import { sharedSchemas } from './http/schemas/common.ts'
 import { keySchemas } from './http/schemas/keys.ts'
 import { healthSchemas } from './http/schemas/health.ts'
@@ -32,6 +33,7 @@ import { ackSchemas } from './http/schemas/acks.ts'
 import { messageSchemas } from './http/schemas/messages.ts'
 import { operationSchemas } from './http/schemas/operations.ts'
 import { topicSchemas } from './http/schemas/topics.ts'
+import { scheduleSchemas } from './http/schemas/schedules.ts'
 import { LazyCompiles, lazySerializerFactory } from './http/lazy-compile.ts'
 import { validatorCompiler } from './http/validation.ts'
 
@@ -69,6 +71,7 @@ const ALL_SCHEMAS = [
   ...operationSchemas,
   ...healthSchemas,
   ...keySchemas,
+  ...scheduleSchemas,
 ]
 
 export const API_INFO = {
@@ -171,6 +174,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
         { name: 'acks', description: 'Acknowledging pushed messages' },
         { name: 'operations', description: 'Seek, the delivery log, health and metrics' },
         { name: 'keys', description: 'API keys scoped to topics and groups' },
+        { name: 'schedules', description: 'Messages produced on a cron or interval schedule' },
       ],
       components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' } } },
       security: [{ apiKey: [] }],
@@ -223,6 +227,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   await app.register(groupRoutes(opts.services))
   await app.register(ackRoutes(opts.services))
   await app.register(operationRoutes(opts.services))
+  await app.register(scheduleRoutes(opts.services))
   await app.register(metricsRoutes(opts.services))
   await app.register(keyRoutes(opts.services, (opts.apiKeys ?? []).length > 0))
   await app.register(consoleRoutes())

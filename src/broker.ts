@@ -17,6 +17,8 @@ import { KeyService } from './service/keys.ts'
 import { ProduceService } from './service/produce.ts'
 import { ReadService } from './service/read.ts'
 import { RetentionSweeper } from './service/retention.ts'
+import { ScheduleService } from './service/schedules.ts'
+import { ScheduleTicker } from './service/schedule-ticker.ts'
 import { TopicService } from './service/topics.ts'
 import { autovacuumOff, durabilityWarnings, openDatabase, type Database } from './store/db.ts'
 import { appendMessages, type AppendEntry, type Coordinates } from './store/messages.ts'
@@ -40,6 +42,8 @@ export interface Broker {
   retention: RetentionSweeper
   /** Moves what hookq_produce() committed into the log (src/service/outbox.ts). */
   outbox: OutboxMover
+  /** Makes the schedules' ticks (src/service/schedule-ticker.ts). */
+  ticker: ScheduleTicker
   /** The database URL in use (the embedded server's when DATABASE_URL is unset). */
   databaseUrl: string
   /** This process among the broker processes of its database (see src/cluster/ownership.ts). */
@@ -197,6 +201,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       groups,
       acks: new AckService(groups, cluster, metrics),
       operations: new OperationsService(db, groups, cluster, attempts),
+      schedules: new ScheduleService(db, topics, config.maxMessageBytes),
       metrics,
       jwks: new JwksService(database.pool),
       inFlight: (groupId, partition) => cluster.inFlight(groupId, partition),
@@ -249,9 +254,17 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
     cluster.onOutboxRows(() => outbox.wake())
+    const ticker = new ScheduleTicker({
+      db,
+      produce: services.produce,
+      onProduced: (topic, n) => metrics.produced(topic, n),
+      log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
+    })
+    services.schedules.onChange(() => ticker.wake())
     await cluster.start(config.advertiseUrl ?? null, opts.loadInBackground)
     retention.start()
     outbox.start()
+    ticker.start()
     let closing: Promise<void> | undefined
     return {
       app,
@@ -260,6 +273,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       databaseUrl,
       retention,
       outbox,
+      ticker,
       cluster,
       advertise: (url) => cluster.advertise(config.advertiseUrl ?? url),
       close() {
@@ -268,6 +282,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
           keys.stop()
           metrics.close()
           await retention.stop()
+          // Before the outbox: the last ticks' messages are moved before it stops (or by the next mover).
+          await ticker.stop()
           await outbox.stop()
           await committer.drain()
           await cluster.stop()

@@ -17,6 +17,7 @@ export const ERRORS = {
   group_not_found: { status: 404, title: 'Consumer group not found' },
   consumer_not_found: { status: 404, title: 'Consumer not found' },
   key_not_found: { status: 404, title: 'API key not found' },
+  schedule_not_found: { status: 404, title: 'Schedule not found' },
   route_not_found: { status: 404, title: 'No such route' },
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   topic_conflict: { status: 409, title: 'Topic exists with a different configuration' },

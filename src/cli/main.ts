@@ -15,6 +15,7 @@ import { registerKeys } from './keys.ts'
 import { EXIT, reportError } from './output.ts'
 import { registerProduce } from './produce.ts'
 import { registerSecrets } from './secrets.ts'
+import { registerSchedules } from './schedules.ts'
 import { registerSeek } from './seek.ts'
 import { registerServe } from './serve.ts'
 import { registerTail } from './tail.ts'
@@ -30,7 +31,7 @@ const { version } = JSON.parse(readFileSync(new URL('../../package.json', import
  */
 export function buildProgram(registerGroups?: (groups: Command) => void): Command {
   const program = new Command('hookq')
-    .description('command line for the hookq broker: topics, produce, groups, consumers, tail, deliveries, seek, dead letters, API keys')
+    .description('command line for the hookq broker: topics, produce, groups, consumers, tail, deliveries, seek, dead letters, schedules, API keys')
     .version(version, '-V, --version')
     .addOption(new Option('--url <url>', `broker URL (default ${DEFAULT_URL})`).env('HOOKQ_URL'))
     .addOption(new Option('--api-key <key>', 'API key, sent as a bearer token').env('HOOKQ_API_KEY'))
@@ -53,6 +54,7 @@ export function buildProgram(registerGroups?: (groups: Command) => void): Comman
   registerDlq(program)
   registerKeys(program)
   registerSecrets(program)
+  registerSchedules(program)
   return program
 }
 

@@ -34,6 +34,12 @@
  * @typedef {{ value: unknown, key?: string, headers?: Record<string, string>, partition?: number,
  *   idempotencyKey?: string }} ProduceMessage
  * @typedef {{ partition: number, offset: number, duplicate?: boolean }} ProduceResult
+ * @typedef {{ value: unknown, key?: string, headers?: Record<string, string> }} ScheduleMessage
+ * @typedef {{ topic: string, cron?: string, every?: number, timeZone?: string, message: ScheduleMessage,
+ *   paused?: boolean, missed?: 'skip' | 'once' }} ScheduleConfig
+ * @typedef {{ name: string, topic: string, cron?: string, every?: number, timeZone: string, message: ScheduleMessage,
+ *   paused: boolean, missed: 'skip' | 'once', nextRuns: string[], lastTickAt: string | null, createdAt: string,
+ *   updatedAt: string }} Schedule
  */
 
 const KEY_STORAGE = 'hookq.apiKey'
@@ -158,4 +164,8 @@ export const api = {
    * @returns {Promise<{ deliveries: Delivery[], nextCursor: string | null }>}
    */
   deliveries: (name, query) => request('GET', `/v1/groups/${enc(name)}/deliveries`, { query }),
+  /** @returns {Promise<Schedule[]>} */
+  schedules: async () => (await request('GET', '/v1/schedules')).schedules,
+  /** @param {string} name @param {ScheduleConfig} body @returns {Promise<Schedule>} */
+  putSchedule: (name, body) => request('PUT', `/v1/schedules/${enc(name)}`, { body }),
 }

@@ -5,7 +5,7 @@
  * the route changes.
  *
  * Routes: #/topics, #/topics/<topic>, #/groups, #/groups/<group>, #/groups/<group>/deliveries,
- * #/groups/<group>/dead-letters, #/dead-letters.
+ * #/groups/<group>/dead-letters, #/dead-letters, #/schedules.
  */
 import { clearKey, getKey, onKeyRequired, setKey } from './api.js'
 import { deadLettersIndexView, deadLettersView } from './deadletters.js'
@@ -14,6 +14,7 @@ import { h, replace } from './dom.js'
 import { groupView } from './group.js'
 import { groupsView } from './groups.js'
 import { topicView } from './topic.js'
+import { schedulesView } from './schedules.js'
 import { topicsView } from './topics.js'
 
 /** @typedef {(root: HTMLElement, params: string[], query: URLSearchParams) => (() => void) | void} View */
@@ -28,6 +29,7 @@ const ROUTES = [
   [/^\/groups\/([^/]+)\/deliveries$/, deliveriesView, 'groups'],
   [/^\/groups\/([^/]+)\/dead-letters$/, deadLettersView, 'dead-letters'],
   [/^\/dead-letters$/, deadLettersIndexView, 'dead-letters'],
+  [/^\/schedules$/, schedulesView, 'schedules'],
 ]
 
 const main = /** @type {HTMLElement} */ (document.getElementById('view'))

@@ -10,6 +10,7 @@ import type { JwksService } from './jwks.ts'
 import type { OperationsService } from './operations.ts'
 import type { ProduceService } from './produce.ts'
 import type { ReadService } from './read.ts'
+import type { ScheduleService } from './schedules.ts'
 import type { TopicService } from './topics.ts'
 
 export interface Services {
@@ -21,6 +22,7 @@ export interface Services {
   /** Keys made with POST /v1/keys. */
   keys: KeyService
   operations: OperationsService
+  schedules: ScheduleService
   metrics: Metrics
   /** The public keys of push JWTs (GET /.well-known/jwks.json). */
   jwks: JwksService

@@ -62,7 +62,10 @@ export async function setTopicRetention(p: PrismaExecutor, id: number, retention
  * prisma/schema.prisma); hence the client, not a transaction's.
  */
 export async function deleteTopic(prisma: Prisma, id: number): Promise<boolean> {
-  const [, , , , { count }] = await prisma.$transaction([
+  // Its schedules first: a tick locks its schedule's row before the partition rows it appends to,
+  // and the cascade from the topic row would lock them the other way round (a deadlock).
+  const [, , , , , { count }] = await prisma.$transaction([
+    prisma.schedule.deleteMany({ where: { topicId: id } }),
     prisma.message.deleteMany({ where: { topicId: id } }),
     prisma.groupOffset.deleteMany({ where: { topicId: id } }),
     prisma.groupCompletion.deleteMany({ where: { topicId: id } }),

@@ -318,6 +318,28 @@ async function browserTests(t: Test): Promise<void> {
     t.same(errors, [], 'no console errors')
   })
 
+  t.test('the schedules page lists a schedule with its next run; pause and resume work', async (t) => {
+    await unwrap(
+      hookq.PUT('/v1/schedules/{name}', {
+        params: { path: { name: 'nightly' } },
+        body: { topic: 'orders', cron: '30 2 * * *', timeZone: 'Europe/Berlin', message: { value: 1 } },
+      }),
+    )
+    const page = await context.newPage()
+    t.teardown(() => page.close())
+    const errors = watchErrors(page)
+    await page.goto(`${url}/console/#/schedules`)
+    await waitForText(page, 'tr[data-schedule="nightly"] td.timing', 'cron 30 2 * * * (Europe/Berlin)')
+    t.notMatch(await page.locator('tr[data-schedule="nightly"] td.next-run').textContent(), /paused|–/, 'a next run is shown')
+    await page.click('tr[data-schedule="nightly"] button.pause')
+    await waitForText(page, 'tr[data-schedule="nightly"] td.next-run', 'paused')
+    const paused = await unwrap(hookq.GET('/v1/schedules/{name}', { params: { path: { name: 'nightly' } } }))
+    t.match(paused, { paused: true, cron: '30 2 * * *', timeZone: 'Europe/Berlin', message: { value: 1 } }, 'paused, the rest as it was')
+    await page.click('tr[data-schedule="nightly"] button.pause')
+    await waitForText(page, 'tr[data-schedule="nightly"] button.pause', 'Pause')
+    t.same(errors, [], 'no console errors')
+  })
+
   t.test('with API keys the page asks for one, then shows data', async (t) => {
     const key = 'console-test-key-0123456789'
     const secured = await startListeningBroker(t, { HOOKQ_API_KEYS: key })

@@ -50,6 +50,7 @@ const TABLES = [
   'group_offsets',
   'group_completions',
   'deliveries',
+  'schedules',
 ]
 async function snapshot(b: Broker = broker): Promise<Record<string, string>> {
   const out: Record<string, string> = {}
@@ -294,6 +295,30 @@ const BODY_ROUTES: BodyRoute[] = [
       null,
     ],
   },
+  {
+    method: 'PUT',
+    path: '/v1/schedules/s',
+    // A cron that does not tick while the test runs: a tick would change the snapshot.
+    valid: { topic: 'sink', cron: '0 0 1 1 *', message: { value: 1 } },
+    nestedUnknown: { topic: 'sink', cron: '0 0 1 1 *', message: { value: 1, bogus: 1 } },
+    wrongTypes: [
+      { topic: 'sink', cron: 1, message: { value: 1 } },
+      { topic: 'sink', cron: '0 0 1 1', message: { value: 1 } },
+      { topic: 'sink', cron: '0 0 1 1 *', every: 1000, message: { value: 1 } },
+      { topic: 'sink', message: { value: 1 } },
+      { topic: 'sink', every: 999, message: { value: 1 } },
+      { topic: 'sink', every: '1000', message: { value: 1 } },
+      { topic: 'sink', cron: '0 0 1 1 *', timeZone: 'Nowhere/Town', message: { value: 1 } },
+      { topic: 'sink', cron: '0 0 1 1 *', message: 1 },
+      { topic: 'sink', cron: '0 0 1 1 *', message: { value: 1, headers: { a: 1 } } },
+      { topic: 'sink', cron: '0 0 1 1 *', message: { value: 1 }, missed: 'all' },
+      { topic: 'sink', cron: '0 0 1 1 *', message: { value: 1 }, paused: 'no' },
+      { topic: 'bad name', cron: '0 0 1 1 *', message: { value: 1 } },
+      {},
+      [],
+      null,
+    ],
+  },
 ]
 
 /** Every route with path params, as a template of its params ({topic}, {group}, {partition}, {id}). */
@@ -321,8 +346,11 @@ const PARAM_ROUTES: { method: 'GET' | 'PUT' | 'POST' | 'PATCH' | 'DELETE'; templ
   { method: 'POST', template: '/v1/groups/{group}/extend', body: { deliveryIds: ['x'], extendMs: 1000 } },
   { method: 'GET', template: '/v1/groups/{group}/deliveries' },
   { method: 'POST', template: '/v1/groups/{group}/seek', body: { offset: 0 } },
+  { method: 'PUT', template: '/v1/schedules/{name}', body: { topic: 'sink', cron: '0 0 1 1 *', message: { value: 1 } } },
+  { method: 'GET', template: '/v1/schedules/{name}' },
+  { method: 'DELETE', template: '/v1/schedules/{name}' },
 ]
-const GOOD_PARAMS: Record<string, string> = { topic: 'base', group: 'g', partition: '0', id: consumer.id }
+const GOOD_PARAMS: Record<string, string> = { topic: 'base', group: 'g', partition: '0', id: consumer.id, name: 's' }
 const fill = (template: string, params: Record<string, string>) =>
   template.replace(/\{(\w+)\}/g, (_, k: string) => params[k] ?? GOOD_PARAMS[k]!)
 
@@ -340,7 +368,7 @@ t.test('the tables cover every route of openapi.json that takes a body or path p
   }
   const bodyTemplates = BODY_ROUTES.map(
     (r) =>
-      `${r.method} ${r.path.replace('/fresh', '/{topic}').replace('/base/', '/{topic}/').replace('/g/', '/{group}/').replace(/\/g$/, '/{group}').replace(consumer.id, '{id}')}`,
+      `${r.method} ${r.path.replace('/fresh', '/{topic}').replace('/base/', '/{topic}/').replace('/g/', '/{group}/').replace(/\/g$/, '/{group}').replace(consumer.id, '{id}').replace('/schedules/s', '/schedules/{name}')}`,
   )
   t.same([...bodyTemplates].sort(), [...withBody].sort(), 'BODY_ROUTES = the routes with a request body')
   t.same(PARAM_ROUTES.map((r) => `${r.method} ${r.template}`).sort(), [...withParams].sort(), 'PARAM_ROUTES = the routes with path params')

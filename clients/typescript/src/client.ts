@@ -32,6 +32,8 @@ export type Problem = Schemas['Problem']
 export type Key = Schemas['Key']
 export type KeyScope = Schemas['KeyScope']
 export type CreatedKey = Schemas['CreatedKey']
+export type Schedule = Schemas['Schedule']
+export type ScheduleConfig = Schemas['ScheduleConfig']
 
 // JSON answers and the problem+json error documents both count as the body type.
 export type HookqClient = Client<paths, `${string}/${string}json`>
