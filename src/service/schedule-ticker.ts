@@ -30,6 +30,7 @@ import { randomUUID } from 'node:crypto'
 import type { Database } from '../store/db.ts'
 import { heartbeat, pruneRunners, stopRunner, tickDue, type DueSchedule, type RunnerSpan, type TickWrite } from '../store/schedules.ts'
 import { timerDelayMs } from '../timer-delay.ts'
+import { messageTrace, type MessageTrace } from '../dispatch/trace-context.ts'
 import type { ProduceService } from './produce.ts'
 import type { AppendEntry, Coordinates } from '../store/messages.ts'
 import { planTicks, tickClock, type TickClock } from './schedule-times.ts'
@@ -184,15 +185,21 @@ export class ScheduleTicker {
     }
     const { ticks, next } = planTicks(clock, d.nextTickAt, nowMs, spans, d.missed, MAX_TICKS_PER_SCHEDULE)
     const base = JSON.parse(d.headers) as Record<string, string>
-    const messages = ticks.map((tick) => ({
-      topicId: d.topicId,
-      partition: this.opts.produce.partitionFor(d.topicId, d.partitions, d.key),
-      key: d.key,
-      value: d.value,
-      headers: JSON.stringify({ ...base, [SCHEDULE_HEADER]: d.name, [TICK_HEADER]: new Date(tick).toISOString() }),
-      delayMs: 0,
-      idempotencyKey: null,
-    }))
+    const messages = ticks.map((tick) => {
+      // Each tick's message starts a trace of its own, unless the schedule's headers carry one.
+      const trace: MessageTrace = { traceId: '', traceparent: null, tracestate: null }
+      messageTrace(base, null, trace)
+      return {
+        topicId: d.topicId,
+        partition: this.opts.produce.partitionFor(d.topicId, d.partitions, d.key),
+        key: d.key,
+        value: d.value,
+        headers: JSON.stringify({ ...base, [SCHEDULE_HEADER]: d.name, [TICK_HEADER]: new Date(tick).toISOString() }),
+        delayMs: 0,
+        idempotencyKey: null,
+        ...trace,
+      }
+    })
     return { id: d.id, messages, nextTickAt: next, lastTickAt: ticks.at(-1) ?? null }
   }
 
