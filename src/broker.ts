@@ -23,6 +23,7 @@ import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { readAllLags } from './store/groups.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
+import { readStorageStats } from './store/storage.ts'
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
 
@@ -175,6 +176,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     )
     metrics.trackPushWindows(() => cluster.pushWindows())
     metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
+    metrics.trackStorage(() => readStorageStats(database.pool))
     const retention = new RetentionSweeper(db, {
       intervalMs: config.retentionIntervalMs,
       attemptRetentionMs: config.attemptRetentionMs,

@@ -9,19 +9,26 @@
  * reading stops, and the next scrape starts it again (serving what it has meanwhile). Only the
  * first scrape of a broker waits, up to READ_TIMEOUT_MS, for the first read: an empty answer
  * would read as "no groups". A failed read leaves the gauges empty rather than stale.
+ * The storage gauges (table sizes, oldest rows kept) are served the same way, by a Snapshot of
+ * their own that reads less often.
  */
 import type { PartitionLag } from './store/groups.ts'
+import type { StorageStats } from './store/storage.ts'
 
-export type { PartitionLag }
+export type { PartitionLag, StorageStats }
 
 /** A read taking longer than this is given up (a database cut off must not stop reads for good). */
 const READ_TIMEOUT_MS = 3000
 /** Reading stops when no scrape has come for this long (Prometheus scrapes every 15 s to 1 min). */
 const IDLE_AFTER_MS = 5 * 60_000
 
-export interface LagSnapshotOptions {
-  /** One read of every group partition's lag. */
-  read: () => Promise<PartitionLag[]>
+export interface SnapshotOptions<T> {
+  /** One read of everything the gauges show (every group partition's lag). */
+  read: () => Promise<T>
+  /** What is served before the first read, and after a failed one. */
+  empty: T
+  /** What a read is, for the error of one that takes too long. */
+  what?: string
   /** How old the rows may grow while someone scrapes (HOOKQ_METRICS_REFRESH_MS). */
   refreshMs: number
   /** Hears of a failed or timed-out read. */
@@ -29,8 +36,9 @@ export interface LagSnapshotOptions {
   now?: () => number
 }
 
-export class LagSnapshot {
-  private rows: PartitionLag[] = []
+/** Rows read in the background while someone scrapes, served from memory. */
+export class Snapshot<T> {
+  private rows: T
   private readAtMs = -Infinity
   private lastScrapeMs = -Infinity
   private reading: Promise<void> | undefined
@@ -38,12 +46,13 @@ export class LagSnapshot {
   private closed = false
   private readonly now: () => number
 
-  constructor(private readonly opts: LagSnapshotOptions) {
+  constructor(private readonly opts: SnapshotOptions<T>) {
     this.now = opts.now ?? Date.now
+    this.rows = opts.empty
   }
 
   /** The rows to serve for a scrape: the last read's (the first scrape waits for the first read). */
-  async forScrape(): Promise<PartitionLag[]> {
+  async forScrape(): Promise<T> {
     this.lastScrapeMs = this.now()
     // Stale (after a quiet spell no timer runs): read again, and serve the last rows meanwhile.
     if (this.now() - this.readAtMs >= this.opts.refreshMs) this.refresh()
@@ -62,13 +71,13 @@ export class LagSnapshot {
     if (this.reading || this.closed) return
     clearTimeout(this.timer)
     this.timer = undefined
-    this.reading = withinTimeout(this.opts.read(), 'reading the lag of every group', READ_TIMEOUT_MS)
+    this.reading = withinTimeout(this.opts.read(), this.opts.what ?? 'reading the lag of every group', READ_TIMEOUT_MS)
       .then(
         (rows) => {
           this.rows = rows
         },
         (err: unknown) => {
-          this.rows = []
+          this.rows = this.opts.empty
           this.opts.onError(err)
         },
       )
@@ -87,6 +96,15 @@ export class LagSnapshot {
       this.refresh()
     }, this.opts.refreshMs)
     this.timer.unref()
+  }
+}
+
+export type LagSnapshotOptions = Omit<SnapshotOptions<PartitionLag[]>, 'empty'>
+
+/** Every group partition's lag. */
+export class LagSnapshot extends Snapshot<PartitionLag[]> {
+  constructor(opts: LagSnapshotOptions) {
+    super({ ...opts, empty: [] })
   }
 }
 
