@@ -24,6 +24,7 @@ import { readAllLags } from './store/groups.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
 import { readStorageStats } from './store/storage.ts'
+import { attemptPartitionPlan, maintainAttemptPartitions } from './store/attempt-partitions.ts'
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
 
@@ -158,7 +159,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       read: new ReadService(topics, db),
       groups,
       acks: new AckService(groups, cluster, metrics),
-      operations: new OperationsService(db, groups, cluster, attempts),
+      operations: new OperationsService(db, groups, cluster, attempts, config.attemptRetentionMs),
       metrics,
       inFlight: (groupId, partition) => cluster.inFlight(groupId, partition),
       async readiness() {
@@ -177,13 +178,19 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     metrics.trackPushWindows(() => cluster.pushWindows())
     metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
     metrics.trackStorage(() => readStorageStats(database.pool))
+    const attemptPartitions = attemptPartitionPlan(config.attemptRetentionMs, config.retentionIntervalMs)
     const retention = new RetentionSweeper(db, {
       intervalMs: config.retentionIntervalMs,
       attemptRetentionMs: config.attemptRetentionMs,
       sliceRows: 10_000,
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),
       onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
-      onAttemptsDeleted: (group, rows) => opts.logger?.debug({ group, rows }, 'deleted attempts past HOOKQ_ATTEMPT_RETENTION_MS'),
+      attemptPartitions,
+      onAttemptPartitions: (r) =>
+        opts.logger?.debug(
+          { created: r.created, dropped: r.dropped, rows: r.droppedRows, kept: r.keptRows },
+          'attempt log partitions made and dropped',
+        ),
     })
     const app = await buildApp({
       services,
@@ -210,6 +217,15 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
     cluster.onOutboxRows(() => outbox.wake())
+    // The attempt log's partitions for now and ahead, before the first attempt is written (they are
+    // kept ahead by every sweep; a row that finds none waits in the default partition meanwhile).
+    await maintainAttemptPartitions(database.pool, {
+      nowMs: Date.now(),
+      cutoffMs: Date.now() - config.attemptRetentionMs,
+      plan: attemptPartitions,
+      wait: true,
+      lockTimeoutMs: 10_000,
+    }).catch((err: unknown) => opts.logger?.warn({ err }, 'making the attempt log partitions failed; the next sweep tries again'))
     await cluster.start(config.advertiseUrl ?? null, opts.loadInBackground)
     retention.start()
     outbox.start()

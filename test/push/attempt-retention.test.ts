@@ -1,18 +1,26 @@
 // The attempt log's retention (HOOKQ_ATTEMPT_RETENTION_MS): expired attempts leave the deliveries
-// log, but never the one a message still in progress counts from, and sweeps running at once
-// delete each row once. The sweep is driven directly with a clock past the retention.
+// log with their partitions, but never the one a message still in progress counts from, and sweeps
+// running at once drop each partition once. The sweep is driven directly with a clock past the
+// retention and one partition span (30 s for this retention), so the current partition goes too.
 import t from 'tap'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { RetentionSweeper } from '../../src/service/retention.ts'
+import { attemptPartitionPlan } from '../../src/store/attempt-partitions.ts'
 import { api } from '../helpers/api.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const RETENTION_MS = 60_000
-/** A clock this far ahead makes every attempt made so far older than the retention. */
-const pastRetention = () => Date.now() + RETENTION_MS + 1000
+const PLAN = attemptPartitionPlan(RETENTION_MS, 60_000)
+/** A clock this far ahead puts every partition holding attempts made so far past the retention. */
+const pastRetention = () => Date.now() + RETENTION_MS + PLAN.spanMs + 1000
+/** What a sweep deleted, without the partition count. */
+const deleted = async (sweep: Promise<{ messages: number; attempts: number }>) => {
+  const { messages, attempts } = await sweep
+  return { messages, attempts }
+}
 
 const db = await testDatabase(t)
 const open = (): Promise<Broker> =>
@@ -67,11 +75,11 @@ t.test('expired attempts leave the log; a message in progress keeps counting fro
   ]
   await waitUntil(async () => JSON.stringify(await logged(broker, 'kept-g')) === JSON.stringify(expected), 15_000, 'six attempts logged')
 
-  t.same(await broker.retention.sweep(Date.now()), { messages: 0, attempts: 0 }, 'nothing is older than the retention yet')
+  t.same(await deleted(broker.retention.sweep(Date.now())), { messages: 0, attempts: 0 }, 'nothing is older than the retention yet')
   const swept = await broker.retention.sweep(pastRetention())
   t.equal(swept.attempts, 5, 'the completed messages’ attempts and the older attempt of offset 0 are deleted')
   t.same(await logged(broker, 'kept-g'), [{ offset: 0, attempt: 2, outcome: 'in_flight' }], 'the attempt in flight stays')
-  t.same(await broker.retention.sweep(pastRetention()), { messages: 0, attempts: 0 }, 'a second sweep finds nothing more')
+  t.same(await deleted(broker.retention.sweep(pastRetention())), { messages: 0, attempts: 0 }, 'a second sweep finds nothing more')
 
   // A new process counts offset 0's attempts from the log: the next push is attempt 3, and the 4th dead-letters it.
   await broker.close()
@@ -109,7 +117,11 @@ t.test('the attempts of a message deleted by its topic’s retention go with it,
   await waitUntil(async () => (await logged(broker, 'gone-g')).length === 1, 15_000, 'the first attempt logged')
   t.equal((await broker.retention.sweep(pastRetention())).attempts, 0, 'the newest attempt of a message in progress stays')
   await sql(`UPDATE messages m SET produced_at = produced_at - interval '1 hour' FROM topics t WHERE t.id = m.topic_id AND t.name = 'gone'`)
-  t.same(await broker.retention.sweep(pastRetention()), { messages: 1, attempts: 1 }, 'the message past its retention, then its attempt')
+  t.same(
+    await deleted(broker.retention.sweep(pastRetention())),
+    { messages: 1, attempts: 1 },
+    'the message past its retention, then its attempt',
+  )
   t.same(await logged(broker, 'gone-g'), [])
 })
 
@@ -137,7 +149,13 @@ t.test('sweeps running at once delete each expired attempt once and fail nothing
   // As several broker processes would: sweepers of their own, small slices so that they interleave.
   const errors: unknown[] = []
   const sweeper = (sliceRows: number) =>
-    new RetentionSweeper(broker.db, { intervalMs: 60_000, attemptRetentionMs: RETENTION_MS, sliceRows, onError: (err) => errors.push(err) })
+    new RetentionSweeper(broker.db, {
+      intervalMs: 60_000,
+      attemptRetentionMs: RETENTION_MS,
+      attemptPartitions: PLAN,
+      sliceRows,
+      onError: (err) => errors.push(err),
+    })
   const now = pastRetention()
   const results = await Promise.all([broker.retention.sweep(now), sweeper(7).sweep(now), sweeper(13).sweep(now), sweeper(50).sweep(now)])
   t.same(errors, [])
@@ -145,6 +163,11 @@ t.test('sweeps running at once delete each expired attempt once and fail nothing
     results.reduce((n, r) => n + r.attempts, 0),
     TOTAL,
     'the deletions add up to the rows there were: none deleted twice',
+  )
+  t.equal(
+    results.filter((r) => r.attempts > 0).length,
+    1,
+    'one process dropped the partitions; the others skipped their turn or found nothing',
   )
   t.equal(await count(), 0, 'every expired attempt is gone')
 })
