@@ -83,9 +83,11 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       if (opts.logger) opts.logger.warn({ settings: unsafe }, message)
       else log(`WARNING: ${message}`)
     }
-    if (!embedded && (await autovacuumOff(db.pool))) {
+    // PGlite runs PostgreSQL alone, with no autovacuum: hookq vacuums what its retention deletes there too.
+    const noAutovacuum = embedded !== undefined || (await autovacuumOff(db.pool))
+    if (!embedded && noAutovacuum) {
       const message =
-        'PostgreSQL runs with autovacuum off: the rows retention deletes are never reclaimed and the database grows with traffic; turn it on or VACUUM regularly (docs/operations.md)'
+        'PostgreSQL runs with autovacuum off: hookq vacuums the messages its retention deletes itself (the attempt log needs no vacuum), but nothing reclaims the dead rows of the other tables; turn it on (docs/operations.md)'
       if (opts.logger) opts.logger.warn({ settings: ['autovacuum=off'] }, message)
       else log(`WARNING: ${message}`)
     }
@@ -186,6 +188,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),
       onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
       attemptPartitions,
+      vacuumMessages: noAutovacuum,
       onAttemptPartitions: (r) =>
         opts.logger?.debug(
           { created: r.created, dropped: r.dropped, rows: r.droppedRows, kept: r.keptRows },

@@ -10,9 +10,11 @@
  * (the writes that add to a consumer's buckets delete its old ones, but a consumer no longer
  * pushed to writes nothing).
  *
+ * Where autovacuum does not run, the sweeper vacuums messages itself once enough are deleted.
+ *
  * Every broker process sweeps: two sweeps at once delete each message once (the slices wait on
  * each other's row locks and then find the rows gone); one process at a time maintains the
- * attempt log's partitions, the others skip that turn.
+ * attempt log's partitions, the others wait their turn and find nothing left to do.
  *
  * States: idle (sleeping) → sweeping → idle …; stop() ends the loop after the current slice.
  * One failed sweep (database away) is logged and retried at the next interval: the loop never dies.
@@ -20,7 +22,7 @@
 import type { Database } from '../store/db.ts'
 import { deleteExpiredHealth } from '../store/consumer-health.ts'
 import { maintainAttemptPartitions, type MaintenanceResult, type PartitionPlan } from '../store/attempt-partitions.ts'
-import { deleteExpired } from '../store/messages.ts'
+import { deleteExpired, vacuumMessagesIfDue } from '../store/messages.ts'
 import { listTopics } from '../store/topics.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
@@ -32,6 +34,11 @@ export interface RetentionOptions {
   attemptPartitions: PartitionPlan
   /** Messages deleted per statement. */
   sliceRows: number
+  /**
+   * Vacuum the messages table after sweeps, as autovacuum would (the server's does not run): the
+   * attempt log needs no vacuum, but the messages retention deletes do.
+   */
+  vacuumMessages?: boolean
   onError(err: unknown): void
   onDeleted?(topic: string, rows: number): void
   onAttemptPartitions?(result: MaintenanceResult): void
@@ -50,6 +57,8 @@ export class RetentionSweeper {
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
   private stopped = false
+  /** Messages this process deleted since it last vacuumed them. */
+  private deletedSinceVacuum = 0
 
   constructor(
     private readonly db: Database,
@@ -76,10 +85,16 @@ export class RetentionSweeper {
         if (n < this.opts.sliceRows) break
       }
     }
+    this.deletedSinceVacuum += done.messages
+    if (this.opts.vacuumMessages && !this.stopped && (await vacuumMessagesIfDue(this.db.pool, this.deletedSinceVacuum))) {
+      this.deletedSinceVacuum = 0
+    }
     const kept = await maintainAttemptPartitions(this.db.pool, {
       nowMs: Date.now(),
       cutoffMs: nowMs - this.opts.attemptRetentionMs,
       plan: this.opts.attemptPartitions,
+      // Another process maintaining is waited for (a moment), then this one finds nothing left to do.
+      wait: true,
     })
     done.attempts = kept.droppedRows - kept.keptRows
     done.attemptPartitions = kept.dropped.length

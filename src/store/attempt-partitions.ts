@@ -20,7 +20,7 @@
  * pushed again, and a message deleted by its topic's retention neither; but an attempt still in
  * flight is kept whatever its message's fate, so its consumer's ack (nack, extend) finds it.
  *
- * One process at a time (a transaction-scoped advisory lock, try-locked: the others skip that turn),
+ * One process at a time (a transaction-scoped advisory lock: the others wait, or skip their turn),
  * so nothing is copied or dropped twice. Creating and dropping partitions take PostgreSQL's
  * exclusive lock on deliveries for a moment (the copy is an index probe per group partition, and
  * rows of messages still in progress); lock_timeout bounds the wait, since every attempt-log
@@ -80,14 +80,23 @@ export async function listAttemptPartitions(q: Pick<pg.ClientBase, 'query'>): Pr
     .sort((a, b) => a.toMs - b.toMs)
 }
 
-/** The partitions to make so that [nowMs - spanMs, nowMs + aheadMs) is covered, given those kept. */
+/**
+ * The partitions to make so that [nowMs - spanMs, nowMs + aheadMs) is covered, around those kept:
+ * aligned spans, cut short where a kept partition begins (the migrated table's end, or partitions a
+ * test's later clock left ahead of a dropped range).
+ */
 export function partitionsToCreate(kept: AttemptPartition[], nowMs: number, plan: PartitionPlan): AttemptPartition[] {
   const wanted: AttemptPartition[] = []
   const floor = (ms: number) => Math.floor(ms / plan.spanMs) * plan.spanMs
-  // From the newest partition's end, or (none recent: a process down for long, a dropped range) the previous span.
-  let from = Math.max(kept.at(-1)?.toMs ?? 0, floor(nowMs - plan.spanMs))
+  let from = floor(nowMs - plan.spanMs)
   while (from < nowMs + plan.aheadMs) {
-    const to = floor(from) + plan.spanMs
+    const covering = kept.find((p) => p.fromMs <= from && from < p.toMs)
+    if (covering) {
+      from = covering.toMs
+      continue
+    }
+    const nextKept = Math.min(...kept.filter((p) => p.fromMs > from).map((p) => p.fromMs))
+    const to = Math.min(floor(from) + plan.spanMs, nextKept)
     wanted.push({ name: `deliveries_${from}_${to}`, fromMs: from, toMs: to })
     from = to
   }

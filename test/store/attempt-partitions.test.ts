@@ -46,6 +46,16 @@ t.test('partitionsToCreate: aligned spans from the newest one kept, or from the 
     'after the migrated table, the first one ends on the next boundary',
   )
   t.same(partitionsToCreate([{ name: 'x', fromMs: 0, toMs: 20 * SPAN_MS }], now, PLAN), [], 'covered far enough ahead')
+  t.same(
+    partitionsToCreate([{ name: 'x', fromMs: 11 * SPAN_MS + 500, toMs: 12 * SPAN_MS }], now, PLAN).map((p) => [p.fromMs, p.toMs]),
+    [
+      [9 * SPAN_MS, 10 * SPAN_MS],
+      [10 * SPAN_MS, 11 * SPAN_MS],
+      [11 * SPAN_MS, 11 * SPAN_MS + 500],
+      [12 * SPAN_MS, 13 * SPAN_MS],
+    ],
+    'the gaps around a partition kept ahead are filled, cut where it begins',
+  )
 })
 
 t.test('maintenance drops whole partitions past the retention and keeps what attempt counts need', async (t) => {
@@ -125,7 +135,9 @@ t.test('maintenance drops whole partitions past the retention and keeps what att
   )
   const parts = await listAttemptPartitions(pool)
   t.ok(
-    parts.some((p) => p.fromMs <= realNow - SPAN_MS && realNow - SPAN_MS < p.toMs) && parts.at(-1)!.toMs >= realNow + PLAN.aheadMs,
+    parts.some((p) => p.fromMs <= realNow - SPAN_MS && realNow - SPAN_MS < p.toMs) &&
+      parts.at(-1)!.toMs >= realNow + PLAN.aheadMs &&
+      parts.every((p, i) => i === 0 || p.fromMs === parts[i - 1]!.toMs || p.fromMs <= realNow - SPAN_MS),
     'partitions cover from the previous span to two spans past the real clock (the range between, in the past, has none)',
   )
 
