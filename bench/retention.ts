@@ -79,7 +79,12 @@ let lastCpu = { broker: 0, pg: 0, pushes: 0 }
 
 async function report(elapsedS: number, produced: number): Promise<void> {
   await withClient(db.url, async (client) => {
+    // The parents locked first, as src/store/storage.ts does: reading partition sizes one by one must
+    // not hold a partition the attempt log's maintenance waits for while it holds the parent.
+    await client.query('BEGIN')
+    await client.query('LOCK TABLE deliveries, messages IN ACCESS SHARE MODE')
     const { rows } = await client.query<{ table: string; bytes: string; live: string; dead: string; vacuums: string; parts: string }>(SIZES)
+    await client.query('COMMIT')
     const backends = await client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database()')
     for (const { pid } of backends.rows) backendCpu.set(pid, Math.max(backendCpu.get(pid) ?? 0, await cpuSeconds(pid)))
     const cpu = { broker: await cpuSeconds(broker.pid), pg: [...backendCpu.values()].reduce((a, b) => a + b, 0), pushes }

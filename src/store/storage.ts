@@ -8,6 +8,7 @@
  * partition's first offset by the primary key (retention deletes from the front, and produce times
  * never go backwards along a partition's offsets), a group's oldest attempt by (group_id, started_at).
  */
+import type pg from 'pg'
 import type { Queryable } from './db.ts'
 
 /** The tables that grow with traffic (the others grow with topics, groups and consumers). */
@@ -86,10 +87,28 @@ SELECT (extract(epoch FROM min(o.started_at)) * 1000)::float8 AS oldest_ms
 FROM consumer_groups g
 CROSS JOIN LATERAL (SELECT d.started_at FROM deliveries d WHERE d.group_id = g.id ORDER BY d.started_at LIMIT 1) o`
 
-/** The sizes of the hot tables (those that exist), with their indexes. */
-export async function tableSizes(q: Queryable): Promise<TableSize[]> {
-  const { rows } = await q.query<{ table: string; bytes: number; dead: number }>(TABLE_SIZES, [[...HOT_TABLES]])
-  return rows.map((r) => ({ table: r.table, bytes: r.bytes, deadRows: r.dead }))
+/**
+ * The sizes of the hot tables (those that exist), with their indexes. The sizes lock each partition
+ * as they read it; the parents are locked first, so a read never holds one partition while the
+ * attempt log's maintenance, holding the parent, waits for it (a deadlock): it waits its turn whole.
+ */
+export async function tableSizes(pool: pg.Pool): Promise<TableSize[]> {
+  const client = await pool.connect()
+  try {
+    await client.query('BEGIN')
+    try {
+      await client.query("SET LOCAL lock_timeout = '2s'")
+      await client.query('LOCK TABLE deliveries, messages IN ACCESS SHARE MODE')
+      const { rows } = await client.query<{ table: string; bytes: number; dead: number }>(TABLE_SIZES, [[...HOT_TABLES]])
+      await client.query('COMMIT')
+      return rows.map((r) => ({ table: r.table, bytes: r.bytes, deadRows: r.dead }))
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {})
+      throw err
+    }
+  } finally {
+    client.release()
+  }
 }
 
 /** Every partition's (or one topic's partitions') oldest offset kept and its produce time. */
@@ -133,8 +152,9 @@ export function topicStorage(parts: PartitionStorage[], names: Map<number, strin
 }
 
 /** Everything the storage gauges show, in four cheap statements. */
-export async function readStorageStats(q: Queryable): Promise<StorageStats> {
-  const tables = await tableSizes(q)
+export async function readStorageStats(pool: pg.Pool): Promise<StorageStats> {
+  const q: Queryable = pool
+  const tables = await tableSizes(pool)
   const topics = await q.query<{ id: number; name: string }>('SELECT id, name FROM topics')
   const parts = await partitionStarts(q)
   const oldest = await q.query<{ oldest_ms: number | null }>(OLDEST_ATTEMPT)

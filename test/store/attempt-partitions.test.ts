@@ -18,6 +18,7 @@ import { attemptCounts } from '../../src/store/consumption.ts'
 import { pgTypes } from '../../src/store/db.ts'
 import { insertAttempts, listAttempts, type AttemptStart } from '../../src/store/deliveries.ts'
 import { newDeliveryId } from '../../src/store/delivery-id.ts'
+import { tableSizes } from '../../src/store/storage.ts'
 import { testDatabase } from '../helpers/db.ts'
 
 const SPAN_MS = 60_000
@@ -157,7 +158,16 @@ t.test('maintenance drops whole partitions past the retention and keeps what att
 
   // Processes maintaining at once: one drops, the others skip their turn or find nothing to do.
   const later = { nowMs: realNow, cutoffMs: base + 3 * SPAN_MS, plan: PLAN }
+  // Beside them, what else reads every partition: the storage gauges' sizes, listings, attempt counts.
+  const readers = Promise.all(
+    Array.from({ length: 4 }, async () => {
+      await tableSizes(pool)
+      await listAttempts(pool, group.id, { limit: 10 })
+      await attemptCounts(pool, group.id, topic.id, 0, { committed: 3, completed: new Set([6]), pushed: 7, seekedAtMs: 0 })
+    }),
+  )
   const all = await Promise.all(Array.from({ length: 4 }, () => maintainAttemptPartitions(pool, later)))
+  await readers // no error: no deadlock between them
   t.same(
     all.flatMap((r) => r.dropped).map((name) => (Number(name.split('_')[1]) - base) / SPAN_MS),
     [2],
