@@ -16,7 +16,8 @@
  * another checkout (with its node_modules), for a before/after in one sitting. Bounded in count and time;
  * everything on loopback.
  *
- *   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres node --import tsx bench/retention.ts
+ *   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres npm run bench:retention
+ *   # the issue's compressed week: BENCH_SECONDS=1200 BENCH_RATE=3000 (and BENCH_RETENTION_MS=60000, the default)
  */
 import { createServer } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'

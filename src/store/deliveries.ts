@@ -188,7 +188,12 @@ export async function listAttempts(
     filedSinceMs?: number
   },
 ): Promise<AttemptRow[]> {
-  const where = ['group_id = $1', 'filed_at >= to_timestamp($2 / 1000.0)']
+  // Rows written before the log was partitioned have no filing time ('-infinity', the migration's
+  // constant default, which spared rewriting them): their start time says.
+  const where = [
+    'group_id = $1',
+    `(filed_at >= to_timestamp($2 / 1000.0) OR (filed_at = '-infinity' AND started_at >= to_timestamp($2 / 1000.0)))`,
+  ]
   const params: unknown[] = [groupId, f.filedSinceMs ?? 0]
   const add = (sql: string, value: unknown) => {
     params.push(value)
