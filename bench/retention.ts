@@ -7,20 +7,23 @@
  * (240), in batches every 50 ms, and prints every 15 s the size of messages and deliveries with
  * their indexes (pg_total_relation_size), their live and dead tuples (pg_stat_user_tables), and
  * the database's size, autovacuum's runs on them, and the age of the oldest snapshot any session of
- * the server holds (one held long keeps vacuum from removing dead rows, whatever their table). At
- * the end, the attempt sweep's statement is EXPLAINed (ANALYZE, in a transaction rolled back).
+ * the server holds (one held long keeps vacuum from removing dead rows, whatever their table). A
+ * partitioned table is summed over its partitions (their count shown). Each line also gives the CPU
+ * per message pushed since the last line, of the broker process and of the PostgreSQL backends
+ * serving the bench database (read from /proc; backends that ended meanwhile are not counted).
  * BENCH_VACUUM_MS=<ms>: the bench itself runs VACUUM on messages and deliveries that often, standing
  * in for autovacuum on a server where it is off (SHOW autovacuum). BENCH_ROOT=<dir>: run the broker of
  * another checkout (with its node_modules), for a before/after in one sitting. Bounded in count and time;
  * everything on loopback.
  *
- *   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres node --import tsx bench/retention.ts
+ *   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres npm run bench:retention
+ *   # the issue's compressed week: BENCH_SECONDS=1200 BENCH_RATE=3000 (and BENCH_RETENTION_MS=60000, the default)
  */
 import { createServer } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase, withClient } from './lib/db.ts'
-import { DELETE_EXPIRED_ATTEMPTS } from '../src/store/deliveries.ts'
+import { readFile } from 'node:fs/promises'
 
 const serverUrl = process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres'
 const rate = Number(process.env.BENCH_RATE ?? 1000)
@@ -56,23 +59,52 @@ const broker = await startBroker(db.url, {
 })
 
 const SIZES = `
-SELECT c.relname AS table, pg_total_relation_size(c.oid) AS bytes, s.n_live_tup AS live, s.n_dead_tup AS dead,
-       s.autovacuum_count AS vacuums
-FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
-WHERE c.relname IN ('messages', 'deliveries') ORDER BY c.relname`
+SELECT c.relname AS table, sum(pg_total_relation_size(r.oid)) AS bytes, sum(s.n_live_tup) AS live, sum(s.n_dead_tup) AS dead,
+       sum(s.autovacuum_count) AS vacuums, count(*) FILTER (WHERE r.oid <> c.oid) AS parts
+FROM pg_class c
+CROSS JOIN LATERAL (SELECT c.oid UNION SELECT p.relid FROM pg_partition_tree(c.oid) p) r(oid)
+LEFT JOIN pg_stat_user_tables s ON s.relid = r.oid
+WHERE c.relname IN ('messages', 'deliveries') GROUP BY c.relname ORDER BY c.relname`
+
+/** CPU seconds (user + system) of a process from /proc, or 0 once it is gone. */
+async function cpuSeconds(pid: number): Promise<number> {
+  try {
+    const fields = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / 100 // utime, stime in clock ticks (USER_HZ 100)
+  } catch {
+    return 0
+  }
+}
+const backendCpu = new Map<number, number>()
+let lastCpu = { broker: 0, pg: 0, pushes: 0 }
 
 async function report(elapsedS: number, produced: number): Promise<void> {
   await withClient(db.url, async (client) => {
-    const { rows } = await client.query<{ table: string; bytes: string; live: string; dead: string; vacuums: string }>(SIZES)
+    // The parents locked first, as src/store/storage.ts does: reading partition sizes one by one must
+    // not hold a partition the attempt log's maintenance waits for while it holds the parent.
+    await client.query('BEGIN')
+    await client.query('LOCK TABLE deliveries, messages IN ACCESS SHARE MODE')
+    const { rows } = await client.query<{ table: string; bytes: string; live: string; dead: string; vacuums: string; parts: string }>(SIZES)
+    await client.query('COMMIT')
+    const backends = await client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database()')
+    for (const { pid } of backends.rows) backendCpu.set(pid, Math.max(backendCpu.get(pid) ?? 0, await cpuSeconds(pid)))
+    const cpu = { broker: await cpuSeconds(broker.pid), pg: [...backendCpu.values()].reduce((a, b) => a + b, 0), pushes }
+    const n = cpu.pushes - lastCpu.pushes
+    const perMsg = (now: number, before: number) => (n > 0 ? (((now - before) * 1e6) / n).toFixed(0) : '-')
+    const cpuCell = `cpu µs/msg broker ${perMsg(cpu.broker, lastCpu.broker)} pg ${perMsg(cpu.pg, lastCpu.pg)}`
+    lastCpu = cpu
     const total = await client.query<{ bytes: string; xmin_s: number | null }>(
       `SELECT pg_database_size(current_database()) AS bytes,
               (SELECT extract(epoch FROM clock_timestamp() - min(xact_start))::float8 FROM pg_stat_activity WHERE backend_xmin IS NOT NULL) AS xmin_s`,
     )
     const mb = (b: string | number) => (Number(b) / 1048576).toFixed(1)
-    const cells = rows.map((r) => `${r.table} ${mb(r.bytes)} MB live ${r.live} dead ${r.dead} vacuums ${r.vacuums}`)
+    const cells = rows.map(
+      (r) =>
+        `${r.table} ${mb(r.bytes)} MB${Number(r.parts) > 0 ? ` (${r.parts} parts)` : ''} live ${r.live} dead ${r.dead} vacuums ${r.vacuums}`,
+    )
     const { bytes, xmin_s } = total.rows[0]!
     console.log(
-      `t=${String(elapsedS).padStart(3)}s produced ${produced} pushed ${pushes} | ${cells.join(' | ')} | database ${mb(bytes)} MB | oldest snapshot ${Math.round(xmin_s ?? 0)} s`,
+      `t=${String(elapsedS).padStart(3)}s produced ${produced} pushed ${pushes} | ${cells.join(' | ')} | database ${mb(bytes)} MB | oldest snapshot ${Math.round(xmin_s ?? 0)} s | ${cpuCell}`,
     )
   })
 }
@@ -133,18 +165,6 @@ try {
   await vacuuming
   console.log(`skipped ${skipped} messages (${MAX_OUTSTANDING} produce calls already outstanding at their tick)`)
   await report(Math.round((performance.now() - start) / 1000), produced)
-  await withClient(db.url, async (client) => {
-    const group = await client.query<{ id: number }>(`SELECT id FROM consumer_groups WHERE name = 'bench'`)
-    await client.query('BEGIN')
-    const plan = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${DELETE_EXPIRED_ATTEMPTS}`, [
-      group.rows[0]!.id,
-      Date.now() - retentionMs,
-      0,
-      10_000,
-    ])
-    await client.query('ROLLBACK')
-    console.log(plan.rows.map((r) => r['QUERY PLAN']).join('\n'))
-  })
 } finally {
   await stopBroker(broker)
   receiver.close()

@@ -26,6 +26,8 @@ import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { readAllLags } from './store/groups.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
+import { readStorageStats } from './store/storage.ts'
+import { attemptPartitionPlan, maintainAttemptPartitions } from './store/attempt-partitions.ts'
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
 import { SecretBox } from './security/secrets.ts'
@@ -92,9 +94,11 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       if (opts.logger) opts.logger.warn({ settings: unsafe }, message)
       else log(`WARNING: ${message}`)
     }
-    if (!embedded && (await autovacuumOff(db.pool))) {
+    // PGlite runs PostgreSQL alone, with no autovacuum: hookq vacuums what its retention deletes there too.
+    const noAutovacuum = embedded !== undefined || (await autovacuumOff(db.pool))
+    if (!embedded && noAutovacuum) {
       const message =
-        'PostgreSQL runs with autovacuum off: the rows retention deletes are never reclaimed and the database grows with traffic; turn it on or VACUUM regularly (docs/operations.md)'
+        'PostgreSQL runs with autovacuum off: hookq vacuums the messages its retention deletes itself (the attempt log needs no vacuum), but nothing reclaims the dead rows of the other tables; turn it on (docs/operations.md)'
       if (opts.logger) opts.logger.warn({ settings: ['autovacuum=off'] }, message)
       else log(`WARNING: ${message}`)
     }
@@ -200,7 +204,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       read: new ReadService(topics, db),
       groups,
       acks: new AckService(groups, cluster, metrics),
-      operations: new OperationsService(db, groups, cluster, attempts),
+      operations: new OperationsService(db, groups, cluster, attempts, config.attemptRetentionMs),
       schedules: new ScheduleService(db, topics, config.maxMessageBytes),
       metrics,
       jwks: new JwksService(database.pool),
@@ -220,13 +224,21 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     )
     metrics.trackPushWindows(() => cluster.pushWindows())
     metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
+    metrics.trackStorage(() => readStorageStats(database.pool))
+    const attemptPartitions = attemptPartitionPlan(config.attemptRetentionMs, config.retentionIntervalMs)
     const retention = new RetentionSweeper(db, {
       intervalMs: config.retentionIntervalMs,
       attemptRetentionMs: config.attemptRetentionMs,
       sliceRows: 10_000,
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),
       onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
-      onAttemptsDeleted: (group, rows) => opts.logger?.debug({ group, rows }, 'deleted attempts past HOOKQ_ATTEMPT_RETENTION_MS'),
+      attemptPartitions,
+      vacuumMessages: noAutovacuum,
+      onAttemptPartitions: (r) =>
+        opts.logger?.debug(
+          { created: r.created, dropped: r.dropped, rows: r.droppedRows, kept: r.keptRows },
+          'attempt log partitions made and dropped',
+        ),
     })
     const app = await buildApp({
       services,
@@ -261,6 +273,15 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
     })
     services.schedules.onChange(() => ticker.wake())
+    // The attempt log's partitions for now and ahead, before the first attempt is written (they are
+    // kept ahead by every sweep; a row that finds none waits in the default partition meanwhile).
+    await maintainAttemptPartitions(database.pool, {
+      nowMs: Date.now(),
+      cutoffMs: Date.now() - config.attemptRetentionMs,
+      plan: attemptPartitions,
+      wait: true,
+      lockTimeoutMs: 10_000,
+    }).catch((err: unknown) => opts.logger?.warn({ err }, 'making the attempt log partitions failed; the next sweep tries again'))
     await cluster.start(config.advertiseUrl ?? null, opts.loadInBackground)
     retention.start()
     outbox.start()

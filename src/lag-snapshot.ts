@@ -9,19 +9,26 @@
  * reading stops, and the next scrape starts it again (serving what it has meanwhile). Only the
  * first scrape of a broker waits, up to READ_TIMEOUT_MS, for the first read: an empty answer
  * would read as "no groups". A failed read leaves the gauges empty rather than stale.
+ * The storage gauges (table sizes, oldest rows kept) are served the same way, by a Snapshot of
+ * their own that reads less often.
  */
 import type { PartitionLag } from './store/groups.ts'
+import type { StorageStats } from './store/storage.ts'
 
-export type { PartitionLag }
+export type { PartitionLag, StorageStats }
 
 /** A read taking longer than this is given up (a database cut off must not stop reads for good). */
 const READ_TIMEOUT_MS = 3000
 /** Reading stops when no scrape has come for this long (Prometheus scrapes every 15 s to 1 min). */
 const IDLE_AFTER_MS = 5 * 60_000
 
-export interface LagSnapshotOptions<T = PartitionLag[]> {
-  /** One read of every group partition's lag (or, for a Snapshot, of what it serves). */
+export interface SnapshotOptions<T> {
+  /** One read of everything the gauges show (every group partition's lag). */
   read: () => Promise<T>
+  /** What is served before the first read, and after a failed one. */
+  empty: T
+  /** What a read is, for the error of one that takes too long. */
+  what?: string
   /** How old the rows may grow while someone scrapes (HOOKQ_METRICS_REFRESH_MS). */
   refreshMs: number
   /** Hears of a failed or timed-out read. */
@@ -29,7 +36,7 @@ export interface LagSnapshotOptions<T = PartitionLag[]> {
   now?: () => number
 }
 
-/** A value read in the background and served from memory, as the header says (the outbox gauge uses one too). */
+/** Rows read in the background while someone scrapes, served from memory. */
 export class Snapshot<T> {
   private rows: T
   private readAtMs = -Infinity
@@ -39,7 +46,7 @@ export class Snapshot<T> {
   private closed = false
   private readonly now: () => number
 
-  constructor(private readonly opts: LagSnapshotOptions<T> & { empty: T }) {
+  constructor(private readonly opts: SnapshotOptions<T>) {
     this.now = opts.now ?? Date.now
     this.rows = opts.empty
   }
@@ -64,7 +71,7 @@ export class Snapshot<T> {
     if (this.reading || this.closed) return
     clearTimeout(this.timer)
     this.timer = undefined
-    this.reading = withinTimeout(this.opts.read(), 'reading the lag of every group', READ_TIMEOUT_MS)
+    this.reading = withinTimeout(this.opts.read(), this.opts.what ?? 'reading the lag of every group', READ_TIMEOUT_MS)
       .then(
         (rows) => {
           this.rows = rows
@@ -92,7 +99,9 @@ export class Snapshot<T> {
   }
 }
 
-/** Every group partition's lag, served from memory. */
+export type LagSnapshotOptions = Omit<SnapshotOptions<PartitionLag[]>, 'empty'>
+
+/** Every group partition's lag. */
 export class LagSnapshot extends Snapshot<PartitionLag[]> {
   constructor(opts: LagSnapshotOptions) {
     super({ ...opts, empty: [] })

@@ -6,7 +6,7 @@
  * memory and refreshed in the background while someone scrapes (src/lag-snapshot.ts).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { LagSnapshot, Snapshot, type PartitionLag } from './lag-snapshot.ts'
+import { LagSnapshot, Snapshot, type PartitionLag, type StorageStats } from './lag-snapshot.ts'
 import { PushSeries, type PushOutcome } from './push-metrics.ts'
 
 export type { PushOutcome }
@@ -49,6 +49,9 @@ export interface PushWindowStat {
 
 /** How old the lag gauges may grow while scraped, unless the broker says (HOOKQ_METRICS_REFRESH_MS). */
 const DEFAULT_LAG_REFRESH_MS = 5000
+/** Sizes and oldest rows change slowly: read no more often than this, whatever the lag's refresh. */
+const MIN_STORAGE_REFRESH_MS = 15_000
+const NO_STORAGE: StorageStats = { tables: [], topics: [], oldestAttemptMs: null }
 
 // Seconds: from a fast local endpoint (a few ms) to the largest push timeout worth a bucket (60 s).
 const PUSH_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
@@ -111,6 +114,7 @@ export class Metrics implements DispatchMetrics {
   })
   private lags: LagSnapshot
   private readonly outbox: Snapshot<number | undefined>
+  private storage: Snapshot<StorageStats>
   private inFlightOf: (groupId: number, partition: number) => number = () => 0
   private windowSource: () => PushWindowStat[] = () => []
   private outboxSource: () => Promise<number> = async () => 0
@@ -125,6 +129,7 @@ export class Metrics implements DispatchMetrics {
     private readonly lagRefreshMs = DEFAULT_LAG_REFRESH_MS,
   ) {
     this.lags = new LagSnapshot({ read: async () => [], refreshMs: lagRefreshMs, onError })
+    this.storage = this.storageSnapshot(async () => NO_STORAGE)
     collectDefaultMetrics({ register: this.registry })
     const stats = () => this.partitionStats()
     const gauge = (name: string, help: string, pick: (s: PartitionStat) => number) =>
@@ -178,6 +183,86 @@ export class Metrics implements DispatchMetrics {
         if (seconds !== undefined) this.set(seconds) // a failed read: left out
       },
     })
+    this.storageGauges()
+  }
+
+  /** The storage gauges: table sizes, messages kept and the oldest rows, per table and topic. */
+  private storageGauges(): void {
+    const stats = () => this.storage.forScrape()
+    const now = () => Date.now()
+    new Gauge({
+      name: 'hookq_table_bytes',
+      help: 'Disk taken by a table hookq writes as traffic comes, with its indexes and TOAST (all its partitions)',
+      labelNames: ['table'] as const,
+      registers: [this.registry],
+      async collect() {
+        const s = await stats()
+        this.reset()
+        for (const t of s.tables) this.set({ table: t.table }, t.bytes)
+      },
+    })
+    new Gauge({
+      name: 'hookq_table_dead_rows',
+      help: 'Row versions of a hot table deleted or updated but not yet vacuumed (n_dead_tup)',
+      labelNames: ['table'] as const,
+      registers: [this.registry],
+      async collect() {
+        const s = await stats()
+        this.reset()
+        for (const t of s.tables) this.set({ table: t.table }, t.deadRows)
+      },
+    })
+    const topicGauge = (name: string, help: string, pick: (t: StorageStats['topics'][number]) => number | null) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['topic'] as const,
+        registers: [this.registry],
+        async collect() {
+          const s = await stats()
+          this.reset()
+          for (const t of s.topics) {
+            const v = pick(t)
+            if (v !== null) this.set({ topic: t.topic }, v)
+          }
+        },
+      })
+    topicGauge('hookq_topic_messages', 'Messages a topic keeps (its partitions from the oldest offset kept to the end)', (t) => t.messages)
+    topicGauge(
+      'hookq_topic_bytes',
+      "A topic's share of the messages table: its messages kept times the table's bytes per message",
+      (t) => t.approxBytes,
+    )
+    // Ages, not timestamps, computed at scrape time: they grow between reads as the rows do.
+    topicGauge('hookq_topic_oldest_message_seconds', 'Age of the oldest message a topic keeps (absent: none kept)', (t) =>
+      t.oldestMs === null ? null : Math.max(0, (now() - t.oldestMs) / 1000),
+    )
+    new Gauge({
+      name: 'hookq_attempt_log_oldest_seconds',
+      help: 'Age of the oldest attempt the attempt log keeps (absent: none)',
+      registers: [this.registry],
+      async collect() {
+        const s = await stats()
+        this.reset()
+        if (s.oldestAttemptMs !== null) this.set(Math.max(0, (now() - s.oldestAttemptMs) / 1000))
+      },
+    })
+  }
+
+  private storageSnapshot(read: () => Promise<StorageStats>): Snapshot<StorageStats> {
+    return new Snapshot({
+      read,
+      empty: NO_STORAGE,
+      what: 'reading the sizes of the hot tables',
+      refreshMs: Math.max(this.lagRefreshMs, MIN_STORAGE_REFRESH_MS),
+      onError: this.onError,
+    })
+  }
+
+  /** Sets where the storage gauges come from (read in the background while scraped, at most every 15 s). */
+  trackStorage(read: () => Promise<StorageStats>): void {
+    this.storage.close()
+    this.storage = this.storageSnapshot(read)
   }
 
   private readonly ownedGauge = new Gauge({
@@ -211,10 +296,11 @@ export class Metrics implements DispatchMetrics {
     this.inFlightOf = inFlight
   }
 
-  /** Stops the lag gauges' background reads. */
+  /** Stops the lag and storage gauges' background reads. */
   close(): void {
     this.lags.close()
     this.outbox.close()
+    this.storage.close()
   }
 
   /** The Prometheus text exposition and its content type. */

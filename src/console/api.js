@@ -9,7 +9,9 @@
  * @typedef {{ type?: string, title?: string, status?: number, detail?: string, code?: string,
  *   errors?: { path: string, message: string }[] }} Problem
  * @typedef {{ name: string, partitions: number, retentionMs: number, createdAt: string }} Topic
- * @typedef {Topic & { partitionStats: { partition: number, endOffset: number }[] }} TopicDetail
+ * @typedef {{ messages: number, oldestMessageAt: string | null, approxBytes: number }} TopicStorage
+ * @typedef {Topic & { partitionStats: { partition: number, endOffset: number, startOffset?: number }[],
+ *   storage?: TopicStorage }} TopicDetail
  * @typedef {{ partition: number, offset: number, key: string | null, value: unknown,
  *   headers: Record<string, string>, timestamp: string }} Message
  * @typedef {{ name: string, topic: string, ackMode: 'explicit' | 'auto', ackTimeoutMs: number, maxDeliveries: number,

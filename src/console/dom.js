@@ -174,6 +174,18 @@ export function fmtDuration(ms) {
   return `${fmtInt(ms)} ms`
 }
 
+/** Bytes in the largest binary unit under 1024 of it, one decimal below 10 (512 B, 3.4 MiB, 120 GiB). @param {number} bytes */
+export function fmtBytes(bytes) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB']
+  let n = bytes
+  let i = 0
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024
+    i++
+  }
+  return `${i === 0 || n >= 10 ? Math.round(n) : n.toFixed(1)} ${units[i]}`
+}
+
 /** Compact JSON for display, cut at `max` characters. @param {unknown} value @param {number} [max] */
 export function preview(value, max = 300) {
   let text

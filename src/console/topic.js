@@ -4,7 +4,7 @@
  * messages read through the fetch route, newest page first with older and newer pages.
  */
 import { api } from './api.js'
-import { errorPanel, fmtDuration, fmtInt, fmtRate, fmtTime, h, hashLink, keyText, preview, replace, table } from './dom.js'
+import { errorPanel, fmtBytes, fmtDuration, fmtInt, fmtRate, fmtTime, h, hashLink, keyText, preview, replace, table } from './dom.js'
 import { poll, topicCounter } from './samples.js'
 
 const PAGE = 20
@@ -43,9 +43,19 @@ export function messageRows(messages) {
     )
 }
 
+/**
+ * What the topic keeps: its messages, the oldest one's produce time, and about how much disk they take.
+ * @param {import('./api.js').TopicStorage} s
+ */
+export function storageLine(s) {
+  const oldest = s.oldestMessageAt === null ? 'none kept' : `oldest ${fmtTime(s.oldestMessageAt)}`
+  return `Keeps ${fmtInt(s.messages)} message${s.messages === 1 ? '' : 's'} (${oldest}) · about ${fmtBytes(s.approxBytes)} on disk`
+}
+
 /** @type {import('./app.js').View} */
 export function topicView(root, [name = '']) {
   const summary = h('p', { class: 'muted' }, 'Loading…')
+  const kept = h('p', { class: 'muted storage' })
   const partitions = h('div')
   const groups = h('div')
   const messages = h('div', { class: 'messages' })
@@ -54,6 +64,7 @@ export function topicView(root, [name = '']) {
     h('p', { class: 'crumbs' }, h('a', { href: '#/topics' }, 'Topics'), ' / '),
     h('h1', {}, name),
     summary,
+    kept,
     h('h2', {}, 'Partitions'),
     partitions,
     h('h2', {}, 'Consumer groups'),
@@ -115,15 +126,17 @@ export function topicView(root, [name = '']) {
         `${t.partitions} partition${t.partitions === 1 ? '' : 's'} · retention ${fmtDuration(t.retentionMs)} · `,
         `${fmtRate(counter.rate())} msg/s · created ${fmtTime(t.createdAt)}`,
       )
+      replace(kept, t.storage ? storageLine(t.storage) : '')
       replace(
         partitions,
         table(
-          ['Partition', 'End offset', ''],
+          ['Partition', 'Oldest kept', 'End offset', ''],
           t.partitionStats.map((p) =>
             h(
               'tr',
               { 'data-partition': p.partition },
               h('td', { class: 'num' }, p.partition),
+              h('td', { class: 'num' }, p.startOffset === undefined ? '–' : fmtInt(p.startOffset)),
               h('td', { class: 'num' }, fmtInt(p.endOffset)),
               h(
                 'td',

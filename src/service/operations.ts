@@ -69,6 +69,8 @@ export class OperationsService {
     private readonly cluster: Pick<Cluster, 'seek'>,
     /** This process's attempt log, whose finished rows may still wait (up to 20 ms) for company. */
     private readonly attempts: { flush(): Promise<void> },
+    /** How long an attempt is listed (HOOKQ_ATTEMPT_RETENTION_MS). */
+    private readonly attemptRetentionMs = Number.POSITIVE_INFINITY,
   ) {}
 
   /** A page of the group's push attempts, newest first. */
@@ -88,6 +90,7 @@ export class OperationsService {
       outcome: q.outcome,
       limit: limit + 1,
       after,
+      filedSinceMs: Number.isFinite(this.attemptRetentionMs) ? Date.now() - this.attemptRetentionMs : 0,
     })
     const page = rows.slice(0, limit)
     return { deliveries: page.map(deliveryView), nextCursor: rows.length > limit ? encodeCursor(page.at(-1)!) : null }

@@ -1,24 +1,28 @@
 /**
- * Retention: messages older than their topic's retentionMs, and push attempts older than
- * `attemptRetentionMs`, are deleted, in slices, by a loop that wakes every `intervalMs`. Offsets
- * are never reused: a partition's end offset stays where it is, and a read from an offset that has
- * been deleted starts at the oldest one kept (like Kafka's log start offset). An expired attempt
- * goes once no attempt count needs it (see deleteExpiredAttempts): the newest attempt of a message
- * still in progress stays, so its next push has the next number and maxDeliveries still holds.
- * Consumer health buckets past their window go too (the writes that add to a consumer's buckets
- * delete its old ones, but a consumer no longer pushed to writes nothing).
+ * Retention, by a loop that wakes every `intervalMs`: messages older than their topic's
+ * retentionMs are deleted, in slices. Offsets are never reused: a partition's end offset stays
+ * where it is, and a read from an offset that has been deleted starts at the oldest one kept (like
+ * Kafka's log start offset). Push attempts go whole partitions at a time once everything in a
+ * partition is older than `attemptRetentionMs` (src/store/attempt-partitions.ts, which also makes
+ * the partitions ahead): no row is deleted, so none waits for vacuum. What attempt counts need
+ * (the newest attempt of a message still in progress) is carried forward, so its next push has
+ * the next number and maxDeliveries still holds. Consumer health buckets past their window go too
+ * (the writes that add to a consumer's buckets delete its old ones, but a consumer no longer
+ * pushed to writes nothing).
  *
- * Every broker process sweeps: two sweeps at once delete each row once (the message slices wait
- * on each other's row locks and then find the rows gone; the attempt slices skip rows another holds).
+ * Where autovacuum does not run, the sweeper vacuums messages itself once enough are deleted.
+ *
+ * Every broker process sweeps: two sweeps at once delete each message once (the slices wait on
+ * each other's row locks and then find the rows gone); one process at a time maintains the
+ * attempt log's partitions, the others wait their turn and find nothing left to do.
  *
  * States: idle (sleeping) → sweeping → idle …; stop() ends the loop after the current slice.
  * One failed sweep (database away) is logged and retried at the next interval: the loop never dies.
  */
 import type { Database } from '../store/db.ts'
 import { deleteExpiredHealth } from '../store/consumer-health.ts'
-import { deleteExpiredAttempts } from '../store/deliveries.ts'
-import { listGroups } from '../store/groups.ts'
-import { deleteExpired } from '../store/messages.ts'
+import { maintainAttemptPartitions, type MaintenanceResult, type PartitionPlan } from '../store/attempt-partitions.ts'
+import { deleteExpired, vacuumMessagesIfDue } from '../store/messages.ts'
 import { listTopics } from '../store/topics.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
@@ -26,23 +30,35 @@ export interface RetentionOptions {
   intervalMs: number
   /** How long an attempt stays in the attempt log, ms. */
   attemptRetentionMs: number
-  /** Rows deleted per statement. */
+  /** How the attempt log is partitioned (attemptPartitionPlan). */
+  attemptPartitions: PartitionPlan
+  /** Messages deleted per statement. */
   sliceRows: number
+  /**
+   * Vacuum the messages table after sweeps, as autovacuum would (the server's does not run): the
+   * attempt log needs no vacuum, but the messages retention deletes do.
+   */
+  vacuumMessages?: boolean
   onError(err: unknown): void
   onDeleted?(topic: string, rows: number): void
-  onAttemptsDeleted?(group: string, rows: number): void
+  onAttemptPartitions?(result: MaintenanceResult): void
 }
 
 /** What one sweep deleted. */
 export interface SweepResult {
   messages: number
+  /** Attempts dropped with their partitions (not those carried forward). */
   attempts: number
+  /** Partitions of the attempt log dropped. */
+  attemptPartitions: number
 }
 
 export class RetentionSweeper {
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
   private stopped = false
+  /** Messages this process deleted since it last vacuumed them. */
+  private deletedSinceVacuum = 0
 
   constructor(
     private readonly db: Database,
@@ -55,10 +71,11 @@ export class RetentionSweeper {
 
   /**
    * Runs one full sweep now (also used by tests). `nowMs` places the attempts' cutoff (a test's
-   * later clock makes fresh attempts old); messages are judged by the database's clock.
+   * later clock makes fresh attempts old: partitions are still made by the real clock); messages
+   * are judged by the database's clock.
    */
   async sweep(nowMs = Date.now()): Promise<SweepResult> {
-    const done: SweepResult = { messages: 0, attempts: 0 }
+    const done: SweepResult = { messages: 0, attempts: 0, attemptPartitions: 0 }
     for (const topic of await listTopics(this.db.prisma)) {
       for (;;) {
         if (this.stopped) return done
@@ -68,34 +85,22 @@ export class RetentionSweeper {
         if (n < this.opts.sliceRows) break
       }
     }
-    const cutoffMs = nowMs - this.opts.attemptRetentionMs
-    for (const group of await listGroups(this.db.prisma)) {
-      const n = await this.sweepAttempts(group.id, cutoffMs)
-      done.attempts += n
-      if (n > 0) this.opts.onAttemptsDeleted?.(group.name, n)
-      if (this.stopped) return done
+    this.deletedSinceVacuum += done.messages
+    if (this.opts.vacuumMessages && !this.stopped && (await vacuumMessagesIfDue(this.db.pool, this.deletedSinceVacuum))) {
+      this.deletedSinceVacuum = 0
     }
+    const kept = await maintainAttemptPartitions(this.db.pool, {
+      nowMs: Date.now(),
+      cutoffMs: nowMs - this.opts.attemptRetentionMs,
+      plan: this.opts.attemptPartitions,
+      // Another process maintaining is waited for (a moment), then this one finds nothing left to do.
+      wait: true,
+    })
+    done.attempts = kept.droppedRows - kept.keptRows
+    done.attemptPartitions = kept.dropped.length
+    if (kept.created.length > 0 || kept.dropped.length > 0) this.opts.onAttemptPartitions?.(kept)
     if (!this.stopped) await deleteExpiredHealth(this.db.pool)
     return done
-  }
-
-  /**
-   * One group's expired attempts, a slice at a time from the oldest. Rows kept (a message still in
-   * progress) are not looked at again in this sweep: each slice either deletes rows or moves `from`
-   * past the ones it looked at, so the loop ends however many are kept.
-   */
-  private async sweepAttempts(groupId: number, cutoffMs: number): Promise<number> {
-    let deleted = 0
-    let fromMs = 0
-    while (!this.stopped) {
-      const slice = await deleteExpiredAttempts(this.db.pool, groupId, cutoffMs, fromMs, this.opts.sliceRows)
-      deleted += slice.deleted
-      if (slice.scanned < this.opts.sliceRows || slice.lastStartedMs === null) break
-      // Rows deleted are gone from the next slice; rows kept at the last millisecond would come back,
-      // so with nothing deleted the next slice starts after it (its other rows wait for the next sweep).
-      fromMs = slice.deleted > 0 ? slice.lastStartedMs : slice.lastStartedMs + 1
-    }
-    return deleted
   }
 
   async stop(): Promise<void> {

@@ -1,7 +1,8 @@
 /** The rules for topics: idempotent creation, lookups cached for the produce path, deletion. */
 import { HookqError } from '../errors.ts'
 import type { Database } from '../store/db.ts'
-import { createTopic, deleteTopic, findTopicByName, listTopics, readEndOffsets, setTopicRetention, type TopicRow } from '../store/topics.ts'
+import { partitionStarts, tableSizes, topicStorage } from '../store/storage.ts'
+import { createTopic, deleteTopic, findTopicByName, listTopics, setTopicRetention, type TopicRow } from '../store/topics.ts'
 
 export const DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 
@@ -80,9 +81,26 @@ export class TopicService {
     return listTopics(this.db.prisma)
   }
 
-  async describe(name: string): Promise<{ topic: TopicRow; partitionStats: { partition: number; endOffset: number }[] }> {
+  /**
+   * The topic with its partitions' offsets (oldest kept and end) and the storage its messages take:
+   * a few index probes (see src/store/storage.ts), its share of the table's size taken from every
+   * topic's messages kept.
+   */
+  async describe(name: string): Promise<{
+    topic: TopicRow
+    partitionStats: { partition: number; startOffset: number; endOffset: number }[]
+    storage: { messages: number; oldestMs: number | null; approxBytes: number }
+  }> {
     const topic = await this.requireFresh(name)
-    return { topic, partitionStats: await readEndOffsets(this.db.prisma, topic.id) }
+    const [tables, parts] = await Promise.all([tableSizes(this.db.pool), partitionStarts(this.db.pool)])
+    const messagesBytes = tables.find((t) => t.table === 'messages')?.bytes ?? 0
+    const mine = parts.filter((p) => p.topicId === topic.id)
+    const [storage] = topicStorage(parts, new Map([[topic.id, topic.name]]), messagesBytes)
+    return {
+      topic,
+      partitionStats: mine.map((p) => ({ partition: p.partition, startOffset: p.startOffset, endOffset: p.endOffset })),
+      storage: { messages: storage?.messages ?? 0, oldestMs: storage?.oldestMs ?? null, approxBytes: storage?.approxBytes ?? 0 },
+    }
   }
 
   /** Deletes the topic with its messages; 404 when it does not exist. */

@@ -90,14 +90,15 @@ function attemptValues(rows: AttemptStart[]): unknown[] {
   ]
 }
 
+// filed_at, the partition key (src/store/attempt-partitions.ts), is the start of the attempt.
 // A group or topic deleted meanwhile takes its attempts with it: rows of ids no longer there are
 // left out (a semi-join, one look at each small table per statement, not two lookups per row).
 const INSERT_ATTEMPTS = `
 INSERT INTO deliveries (id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline,
-                        outcome, finished_at, status_code, duration_ms, error)
+                        outcome, finished_at, status_code, duration_ms, error, filed_at)
 SELECT u.id, u.group_id, u.topic_id, u.partition, u."offset", u.attempt, u.consumer_id, to_timestamp(u.started_at / 1000),
        to_timestamp(u.ack_deadline / 1000), coalesce(u.outcome, 'in_flight')::delivery_outcome, to_timestamp(u.finished_at / 1000),
-       u.status_code, u.duration_ms, u.error
+       u.status_code, u.duration_ms, u.error, to_timestamp(u.started_at / 1000)
 FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[], $7::text[], $8::float8[], $9::float8[],
             $10::text[], $11::float8[], $12::int[], $13::int[], $14::text[])
   AS u(id, group_id, topic_id, partition, "offset", attempt, consumer_id, started_at, ack_deadline,
@@ -169,7 +170,12 @@ export async function findAttempts(q: Queryable, groupId: number, ids: string[])
   return found
 }
 
-/** Attempts of a group, newest first, after an optional (startedAt, id) cursor. */
+/**
+ * Attempts of a group, newest first, after an optional (startedAt, id) cursor, filed at or after
+ * `filedSinceMs`: the attempt log's retention, which rows keep until their whole partition goes
+ * (the partitions before it are not read at all). A row the retention carried forward (the newest
+ * attempt of a message in progress) is filed anew, and listed as before.
+ */
 export async function listAttempts(
   q: Queryable,
   groupId: number,
@@ -179,10 +185,16 @@ export async function listAttempts(
     outcome?: Outcome
     limit: number
     after?: { startedAt: Date; id: string }
+    filedSinceMs?: number
   },
 ): Promise<AttemptRow[]> {
-  const where = ['group_id = $1']
-  const params: unknown[] = [groupId]
+  // Rows written before the log was partitioned have no filing time ('-infinity', the migration's
+  // constant default, which spared rewriting them): their start time says.
+  const where = [
+    'group_id = $1',
+    `(filed_at >= to_timestamp($2 / 1000.0) OR (filed_at = '-infinity' AND started_at >= to_timestamp($2 / 1000.0)))`,
+  ]
+  const params: unknown[] = [groupId, f.filedSinceMs ?? 0]
   const add = (sql: string, value: unknown) => {
     params.push(value)
     where.push(sql.replace('?', `$${params.length}`))
@@ -236,76 +248,6 @@ export async function abandonInFlight(q: Queryable, groupId: number, partition: 
     [groupId, partition],
   )
 }
-
-/** What one slice of the attempt sweep did. */
-export interface AttemptSweepSlice {
-  /** Rows deleted. */
-  deleted: number
-  /** Rows looked at (deleted or kept); fewer than the limit: the group has no older ones left. */
-  scanned: number
-  /** The start time of the newest row looked at (ms since the epoch); where the next slice goes on. */
-  lastStartedMs: number | null
-}
-
-/**
- * One slice of the attempt log's retention for one group: of its `limit` oldest attempts that
- * started before `cutoffMs` (and not before `fromMs`), deletes those that no attempt count needs.
- *
- * A restart or a new owner counts a message's attempts as the largest attempt number among its rows
- * since the partition's last seek, for messages not yet completed (attemptCounts in consumption.ts;
- * first pushes are also covered by group_offsets.pushed_offset). So an expired row goes when:
- * - its message is completed for the group (below the committed offset, or among the out-of-order
- *   completions): it is never pushed again, and a seek back to it counts afresh from the seek;
- * - or its message has a newer attempt row (later start; the same start and a higher number): the
- *   newest row, which the count reads, stays;
- * - or its message is no longer in the log (message retention, a deleted topic): it is never pushed again.
- * The newest row of a message still in progress is kept however old, so attempt numbers and
- * maxDeliveries go on counting from it.
- *
- * Several processes may sweep at once: rows another sweep (or an attempt-log update) holds are
- * skipped (SKIP LOCKED), so no statement waits for another or deadlocks with it, and a row is
- * deleted once. Rows are taken by the (group_id, started_at) index, oldest first.
- */
-export async function deleteExpiredAttempts(
-  q: Queryable,
-  groupId: number,
-  cutoffMs: number,
-  fromMs: number,
-  limit: number,
-): Promise<AttemptSweepSlice> {
-  const res = await q.query<{ deleted: number; scanned: number; last_ms: number | null }>({
-    name: 'hookq_delete_expired_attempts',
-    text: DELETE_EXPIRED_ATTEMPTS,
-    values: [groupId, cutoffMs, fromMs, limit],
-  })
-  const row = res.rows[0]!
-  return { deleted: row.deleted, scanned: row.scanned, lastStartedMs: row.last_ms }
-}
-
-/** Exported for bench/retention.ts, which EXPLAINs it. */
-export const DELETE_EXPIRED_ATTEMPTS = `
-WITH scanned AS MATERIALIZED (
-  SELECT d.group_id, d.topic_id, d.partition, d."offset", d.attempt, d.id, d.started_at FROM deliveries d
-  WHERE d.group_id = $1 AND d.started_at < to_timestamp($2 / 1000.0) AND d.started_at >= to_timestamp($3 / 1000.0)
-  ORDER BY d.started_at
-  LIMIT $4
-), doomed AS (
-  SELECT d.ctid FROM deliveries d JOIN scanned s
-    ON d.group_id = s.group_id AND d.partition = s.partition AND d."offset" = s."offset" AND d.attempt = s.attempt AND d.id = s.id
-  WHERE s."offset" < (SELECT o.committed_offset FROM group_offsets o
-                      WHERE o.group_id = s.group_id AND o.topic_id = s.topic_id AND o.partition = s.partition)
-     OR EXISTS (SELECT 1 FROM group_completions c
-                WHERE c.group_id = s.group_id AND c.topic_id = s.topic_id AND c.partition = s.partition AND c."offset" = s."offset")
-     OR EXISTS (SELECT 1 FROM deliveries n
-                WHERE n.group_id = s.group_id AND n.partition = s.partition AND n."offset" = s."offset" AND n.topic_id = s.topic_id
-                  AND (n.started_at, n.attempt) > (s.started_at, s.attempt))
-     OR NOT EXISTS (SELECT 1 FROM messages m WHERE m.topic_id = s.topic_id AND m.partition = s.partition AND m."offset" = s."offset")
-  FOR UPDATE OF d SKIP LOCKED
-), gone AS (
-  DELETE FROM deliveries d USING doomed WHERE d.ctid = doomed.ctid RETURNING 1
-)
-SELECT (SELECT count(*) FROM gone)::int AS deleted, (SELECT count(*) FROM scanned)::int AS scanned,
-       (SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 FROM scanned) AS last_ms`
 
 /**
  * The error of an attempt row left in flight by a graceful handover: its push was answered and the

@@ -383,6 +383,21 @@ export async function deleteExpired(q: Queryable, topicId: number, retentionMs: 
   return res.rowCount ?? 0
 }
 
+/**
+ * Vacuums the messages table when the rows deleted since its last vacuum pass what autovacuum waits
+ * for (50 + 20% of the rows it holds, PostgreSQL's defaults); returns whether it did. For servers
+ * where autovacuum does not run: without it, the deleted rows' space is never reused and the table
+ * grows with traffic. SKIP_LOCKED: a vacuum already running (another process's) is not waited for.
+ */
+export async function vacuumMessagesIfDue(q: Queryable, deletedSinceVacuum: number): Promise<boolean> {
+  const res = await q.query<{ rows: number }>(
+    `SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = 'messages'::regclass`,
+  )
+  if (deletedSinceVacuum < 50 + 0.2 * (res.rows[0]?.rows ?? 0)) return false
+  await q.query('VACUUM (SKIP_LOCKED) messages')
+  return true
+}
+
 /** The oldest offset kept per partition (retention deletes from the front), or null when empty. */
 export async function firstOffsets(q: Queryable, topicId: number): Promise<Map<number, number>> {
   const res = await q.query<{ partition: number; first: number }>(

@@ -177,7 +177,9 @@ async function browserTests(t: Test): Promise<void> {
 
     // The topic's page shows partition 0's messages, then partition 1's markup-looking one as text.
     await page.click('tr[data-topic="orders"] a')
-    await waitForText(page, 'table.partitions tr[data-partition="1"] td:nth-child(2)', '1')
+    await waitForText(page, 'table.partitions tr[data-partition="1"] td:nth-child(3)', '1')
+    await waitForText(page, 'table.partitions tr[data-partition="1"] td:nth-child(2)', '0')
+    t.match(await page.locator('p.storage').textContent(), /^Keeps 4 messages \(oldest .+\) · about [\d.]+ (B|KiB|MiB) on disk$/)
     await page.click('table.partitions tr[data-partition="1"] button')
     await waitForText(page, 'table.message-list tr[data-offset="0"] pre.value', '"<img src=x id=injected>"')
     t.equal(await page.locator('#injected, #injected-header').count(), 0, 'no element made from data')

@@ -9,9 +9,11 @@ import { newDeliveryId } from '../../src/store/delivery-id.ts'
 // @ts-expect-error: plain browser JavaScript without declarations (checked by tsc -p src/console)
 import { deadLetterCounts } from '../../src/console/deadletters.js'
 // @ts-expect-error: as above
-import { COUNT_STEPS, idLabel, timeTickLabels } from '../../src/console/dom.js'
+import { COUNT_STEPS, fmtBytes, idLabel, timeTickLabels } from '../../src/console/dom.js'
 // @ts-expect-error: as above
 import { consumerSummary } from '../../src/console/groups.js'
+// @ts-expect-error: as above
+import { storageLine } from '../../src/console/topic.js'
 
 const dead = (group: string) => ({ headers: { 'hookq-dlq-topic': 'orders', 'hookq-dlq-group': group } })
 
@@ -73,4 +75,13 @@ t.test('the lag chart: whole-message ticks, and dates as the rest of the console
   t.match(labels[1], /^\d\d:\d\d$/, 'the next ones the time only, 24-hour')
   t.notMatch(labels.join(' '), /\d+\/\d+|am|pm/i, 'no US date or am/pm')
   t.match(timeTickLabels([start + 5], 5)[0], /^\d\d:\d\d:\d\d\n/, 'seconds when the steps are shorter than a minute')
+})
+
+t.test("a topic's storage line: messages kept, the oldest one, and its disk in binary units", async (t) => {
+  t.same([0, 512, 1536, 10_485_760, 3 * 2 ** 30].map(fmtBytes), ['0 B', '512 B', '1.5 KiB', '10 MiB', '3.0 GiB'])
+  t.equal(storageLine({ messages: 0, oldestMessageAt: null, approxBytes: 0 }), 'Keeps 0 messages (none kept) · about 0 B on disk')
+  t.match(
+    storageLine({ messages: 1, oldestMessageAt: '2026-01-31T14:05:09Z', approxBytes: 2_000_000 }),
+    /^Keeps 1 message \(oldest 2026-01-3\d \d\d:05:09\) · about 1\.9 MiB on disk$/,
+  )
 })

@@ -58,9 +58,13 @@ t.test('list and describe', async (t) => {
   })
   const detail = (await app.inject({ url: '/v1/topics/b-topic' })).json()
   t.same(detail.partitionStats, [
-    { partition: 0, endOffset: 0 },
-    { partition: 1, endOffset: 2 },
+    { partition: 0, startOffset: 0, endOffset: 0 },
+    { partition: 1, startOffset: 0, endOffset: 2 },
   ])
+  t.equal(detail.storage.messages, 2, 'messages kept')
+  t.ok(Date.parse(detail.storage.oldestMessageAt) <= Date.now(), 'the oldest kept has a produce time')
+  t.ok(detail.storage.approxBytes > 0, 'a share of the table')
+  t.same((await app.inject({ url: '/v1/topics/a-topic' })).json().storage, { messages: 0, oldestMessageAt: null, approxBytes: 0 })
 })
 
 t.test('delete removes the topic and its messages', async (t) => {

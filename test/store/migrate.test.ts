@@ -45,14 +45,17 @@ t.test('applies to an empty database, then has nothing to do', async (t) => {
   t.same(await withClient(db.url, (c) => pendingMigrations((sql) => c.query(sql))), names, 'all pending before')
 
   t.same(await applyMigrations(db.url, { singleConnection }), { applied: names })
+  // The attempt log's time partitions are named for their range (the first for when it was migrated).
   const tables = await withClient(db.url, async (c) =>
-    (await c.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")).rows.map((r) => r.tablename),
+    (await c.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")).rows
+      .map((r) => r.tablename)
+      .filter((name) => !/^deliveries_\d+_\d+$/.test(name)),
   )
   // Every table the migrations create and do not drop again, and nothing else but Prisma's bookkeeping.
   const scripts = (await readMigrations(MIGRATIONS_DIR)).migrationDirectories.map((d) => d.migrationFile.content.value)
   const created = scripts.flatMap((sql) => [...sql.matchAll(/CREATE TABLE "([^"]+)"/g)].map((m) => m[1]!))
   const dropped = new Set(scripts.flatMap((sql) => [...sql.matchAll(/DROP TABLE "([^"]+)"/g)].map((m) => m[1]!)))
-  t.same(tables, ['_prisma_migrations', ...created.filter((name) => !dropped.has(name))].sort())
+  t.same(tables, ['_prisma_migrations', ...new Set(created.filter((name) => !dropped.has(name)))].sort())
   t.ok(['messages', 'topic_partitions', 'topics', 'consumer_groups', 'deliveries'].every((x) => tables.includes(x)))
   const rows = await recorded(db.url)
   t.same(rows.map((r) => r.migration_name).sort(), names)
@@ -64,6 +67,36 @@ t.test('applies to an empty database, then has nothing to do', async (t) => {
 
   t.same(await applyMigrations(db.url, { singleConnection }), { applied: [] }, 'second run is a no-op')
   t.equal((await recorded(db.url)).length, names.length)
+})
+
+t.test('partitioning the attempt log keeps its rows: the old table is its first partition', async (t) => {
+  const db = await testDatabase(t, { empty: true })
+  const singleConnection = db.maxConnections === 1
+  const dir = await tempDir(t)
+  const partitioning = names.find((n) => n.endsWith('_attempt_log_partitions'))!
+  await cp(MIGRATIONS_DIR, dir, { recursive: true })
+  for (const n of names.filter((n) => n >= partitioning)) await rm(path.join(dir, n), { recursive: true })
+  await applyMigrations(db.url, { singleConnection, migrationsDir: dir })
+  await withClient(db.url, (c) =>
+    c.query(`INSERT INTO deliveries (id, group_id, topic_id, partition, "offset", attempt, started_at, outcome)
+             VALUES ('d1', 1, 1, 0, 7, 2, now() - interval '1 minute', 'failed')`),
+  )
+  await applyMigrations(db.url, { singleConnection })
+  const rows = await withClient(
+    db.url,
+    async (c) =>
+      (await c.query(`SELECT tableoid::regclass::text AS p, id, attempt, filed_at = '-infinity' AS unfiled FROM deliveries`)).rows,
+  )
+  t.match(rows, [{ p: /^deliveries_0_\d+$/, id: 'd1', attempt: 2, unfiled: true }], 'in the first partition, not rewritten')
+  // A new row goes to the default partition until the broker makes partitions for now.
+  await withClient(db.url, (c) =>
+    c.query(`INSERT INTO deliveries (id, group_id, topic_id, partition, "offset", attempt, started_at, outcome, filed_at)
+             VALUES ('d2', 1, 1, 0, 8, 1, now(), 'acked', now())`),
+  )
+  t.equal(
+    (await withClient(db.url, (c) => c.query(`SELECT tableoid::regclass::text AS p FROM deliveries WHERE id = 'd2'`))).rows[0].p,
+    'deliveries_default',
+  )
 })
 
 t.test('concurrent starts on one fresh database apply each migration once', { skip: needsServer }, async (t) => {

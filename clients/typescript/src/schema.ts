@@ -62,7 +62,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Describe a topic with its partitions' end offsets */
+        /** Describe a topic with its partitions' offsets and the storage its messages take */
         get: operations["getTopic"];
         /** Create a topic, or confirm it exists with this configuration */
         put: operations["putTopic"];
@@ -449,6 +449,16 @@ export interface components {
             partition: number;
             /** @description The next offset to be written */
             endOffset: number;
+            /** @description The oldest offset kept (retention removes from the front); endOffset when none is. A read or seek below it starts at it. */
+            startOffset?: number;
+        };
+        TopicStorage: {
+            /** @description Messages kept, over all partitions */
+            messages: number;
+            /** @description Produce time of the oldest message kept (null: none) */
+            oldestMessageAt: string | null;
+            /** @description Disk the topic's messages take, approximately: its share of the messages table, indexes included */
+            approxBytes: number;
         };
         TopicDetail: {
             name: string;
@@ -457,6 +467,7 @@ export interface components {
             /** Format: date-time */
             createdAt: string;
             partitionStats: components["schemas"]["PartitionStat"][];
+            storage?: components["schemas"]["TopicStorage"];
         };
         TopicList: {
             topics: components["schemas"]["Topic"][];

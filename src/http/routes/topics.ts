@@ -46,14 +46,18 @@ export function topicRoutes(services: Services): FastifyPluginAsyncTypebox {
         schema: {
           operationId: 'getTopic',
           tags,
-          summary: "Describe a topic with its partitions' end offsets",
+          summary: "Describe a topic with its partitions' offsets and the storage its messages take",
           params: TopicParams,
           response: { 200: ref(TopicDetail), ...problems(400, 401, 404, 503) },
         },
       },
       async (req) => {
-        const { topic, partitionStats } = await services.topics.describe(req.params.topic)
-        return { ...topicView(topic), partitionStats }
+        const { topic, partitionStats, storage } = await services.topics.describe(req.params.topic)
+        return {
+          ...topicView(topic),
+          partitionStats,
+          storage: { ...storage, oldestMessageAt: storage.oldestMs === null ? null : new Date(storage.oldestMs).toISOString() },
+        }
       },
     )
 

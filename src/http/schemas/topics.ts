@@ -34,8 +34,27 @@ export const PartitionStat = Type.Object(
   {
     partition: Type.Integer(),
     endOffset: Type.Integer({ description: 'The next offset to be written' }),
+    startOffset: Type.Optional(
+      Type.Integer({
+        description:
+          'The oldest offset kept (retention removes from the front); endOffset when none is. A read or seek below it starts at it.',
+      }),
+    ),
   },
   { $id: 'PartitionStat' },
+)
+
+export const TopicStorage = Type.Object(
+  {
+    messages: Type.Integer({ description: 'Messages kept, over all partitions' }),
+    oldestMessageAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+      description: 'Produce time of the oldest message kept (null: none)',
+    }),
+    approxBytes: Type.Integer({
+      description: "Disk the topic's messages take, approximately: its share of the messages table, indexes included",
+    }),
+  },
+  { $id: 'TopicStorage' },
 )
 
 export const TopicDetail = Type.Object(
@@ -45,6 +64,7 @@ export const TopicDetail = Type.Object(
     retentionMs: Type.Integer(),
     createdAt: Type.String({ format: 'date-time' }),
     partitionStats: Type.Array(ref(PartitionStat)),
+    storage: Type.Optional(ref(TopicStorage)),
   },
   { $id: 'TopicDetail' },
 )
@@ -56,4 +76,4 @@ export const TopicList = Type.Object(
   { $id: 'TopicList' },
 )
 
-export const topicSchemas = [TopicConfig, Topic, PartitionStat, TopicDetail, TopicList]
+export const topicSchemas = [TopicConfig, Topic, PartitionStat, TopicStorage, TopicDetail, TopicList]
