@@ -31,7 +31,9 @@ const { version } = JSON.parse(readFileSync(new URL('../../package.json', import
  */
 export function buildProgram(registerGroups?: (groups: Command) => void): Command {
   const program = new Command('hookq')
-    .description('command line for the hookq broker: topics, produce, groups, consumers, tail, deliveries, seek, dead letters, schedules, API keys')
+    .description(
+      'command line for the hookq broker: topics, produce, groups, consumers, tail, deliveries, seek, dead letters, schedules, API keys',
+    )
     .version(version, '-V, --version')
     .addOption(new Option('--url <url>', `broker URL (default ${DEFAULT_URL})`).env('HOOKQ_URL'))
     .addOption(new Option('--api-key <key>', 'API key, sent as a bearer token').env('HOOKQ_API_KEY'))
