@@ -11,13 +11,14 @@
  */
 import type { ConsumerRow } from '../store/groups.ts'
 import type { GroupRuntime, Outstanding, PartitionState } from './partition-state.ts'
+import type { Attempt } from './partition.ts'
 import type { Timers } from './schedule.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
-/** One attempt in a batch: the message, its delivery id and its envelope (the single push's body). */
+/** One attempt in a batch: the message, the attempt and its envelope (the single push's body). */
 export interface BatchEntry {
   o: Outstanding
-  id: string
+  a: Attempt
   envelope: string
 }
 

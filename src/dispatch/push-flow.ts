@@ -1,11 +1,16 @@
 /**
- * The way of a message through its pushes, for the partitions this process owns:
+ * The way of a message through its pushes, for the partitions this process owns: the pushes, the
+ * writes and the schedule. Which moves a message may make is src/dispatch/partition.ts's (its
+ * table is enforced there: this file only asks); what makes each one is here:
  *
- *   fill ─▶ delayed ──due──▶ start ─▶ reserving ─▶ in_flight ──settle: 2xx (auto) / ack──▶ completing ──written──▶ gone
- *                              │  ▲                    │  fail / deadline / nack            │
- *                              │  └──── retry_wait ◀───┘                                    │ not written: retry in 1 s
- *                              │                       └─ attempts = maxDeliveries ─▶ completing (dead letter)
- *                              └▶ parked (no consumer, paused) / ready (partition or consumer window full)
+ *   fill, admit   (new) → parked, then delayed (its delay) / retry_wait (a push handed over in flight) / ready / start
+ *   start         → parked (no consumer, paused) / ready (window full) / reserving (past the reservation)
+ *                   / in_flight (an attempt begins) / completing (filtered out; dead after a restart)
+ *   settle        in_flight → completing (2xx, auto mode) / retry_wait (failed: the backoff) / completing (dead letter)
+ *   due           delayed → parked → ready or start; retry_wait → start; in_flight → retry_wait / completing (ack deadline)
+ *   nack          in_flight → retry_wait / completing, or → nacked until its push is answered (then the same)
+ *   ack           any → completing (ack-handler.ts)
+ *   completed     completing → gone (durable); completionFailed, a dead letter not written: completing → retry_wait
  *
  * Invariant: every push attempt ends in exactly one outcome (acked, failed, timed_out, nacked or
  * dead) and has exactly one attempt row, written once its outcome is known (or as in_flight if
@@ -43,19 +48,8 @@ import type { Schedule, Timers } from './schedule.ts'
 import type { TrackerEntry } from './tracker.ts'
 import { Wait } from './waits.ts'
 import type { HealthRecorder } from './health.ts'
-import {
-  active,
-  addId,
-  closeAttempt,
-  EMPTY,
-  deadLetterEntry,
-  newOutstanding,
-  setState,
-  type CompletionRequest,
-  type GroupRuntime,
-  type Outstanding,
-  type PartitionState,
-} from './partition-state.ts'
+import { deadLetterEntry, type CompletionRequest, type GroupRuntime, type Outstanding, type PartitionState } from './partition-state.ts'
+import type { Attempt } from './partition.ts'
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
 const MAX_DELAYED = 1000
@@ -112,32 +106,30 @@ export class PushFlow {
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
     const windows = this.deps.windows
     const win = windows.of(owner.id)
-    while (w.ready.length > 0 && active(w) < limit) {
+    while (w.ready.length > 0 && w.active() < limit) {
       const joining = this.batches.isOpen(w, owner)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
       this.start(g, w, w.ready[0]!)
     }
     const nowMs = this.deps.now()
-    const byKey = ordering === 'key' ? w.keys : undefined
-    while ((ordering === 'partition' ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
+    const byKey = ordering === 'key'
+    while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
       const joining = this.batches.isOpen(w, owner)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
       const next = w.buffer[0]
       if (!next) return this.deps.reader.read(g, w)
       // Keys that hold many messages back: read no further until some complete (memory stays bounded).
-      if (byKey && byKey.queued >= MAX_KEY_QUEUED && next.key !== null && byKey.isBusy(next.key)) return
-      const msg = w.buffer.shift()!
-      if (msg.offset < w.readPos) continue
-      w.readPos = msg.offset + 1
-      if (msg.offset < w.committed || w.completed.has(msg.offset)) continue
+      if (byKey && w.keyQueued() >= MAX_KEY_QUEUED && next.key !== null && w.keyBusy(next.key)) return
+      const msg = w.take()
+      if (!msg) continue // read twice, or completed already
       // The filter, once per message: now for one that may go now, when its delay ends otherwise
       // (the filter may change meanwhile). One pushed before a restart goes on being pushed.
       const due = msg.availableAtMs <= nowMs
-      if (due && g.filter && !w.priorAttempts.has(msg.offset) && !g.filter(msg)) {
+      if (due && g.filter && !w.pushedBefore(msg.offset) && !g.filter(msg)) {
         this.filterOut(g, w, msg.offset)
         continue
       }
-      if (byKey && !byKey.take(msg)) continue // waits behind its key's outstanding message
+      if (byKey && !w.takeKey(msg)) continue // waits behind its key's outstanding message
       this.admit(g, w, msg, due, nowMs)
     }
     if (w.buffer.length < READ_AHEAD) this.deps.reader.read(g, w)
@@ -151,11 +143,8 @@ export class PushFlow {
   orderingChanged(g: GroupRuntime, previous: GroupRuntime['row']['ordering']): void {
     const nowMs = this.deps.now()
     for (const w of g.parts.values()) {
-      if (g.row.ordering === 'key') {
-        for (const o of w.outstanding.values()) if (o.msg.key !== null) w.keys.hold(o.msg.key)
-      } else if (previous === 'key') {
-        for (const msg of w.keys.drain()) this.admit(g, w, msg, false, nowMs, true)
-      }
+      if (g.row.ordering === 'key') w.holdKeys()
+      else if (previous === 'key') for (const msg of w.drainKeys()) this.admit(g, w, msg, false, nowMs, true)
       this.fill(g, w)
     }
   }
@@ -165,16 +154,11 @@ export class PushFlow {
    * like a message that fell due). `matched`: the filter was checked.
    */
   private admit(g: GroupRuntime, w: PartitionState, msg: DispatchMessage, matched: boolean, nowMs: number, ready = false): void {
-    const attempts = w.priorAttempts.get(msg.offset) ?? 0
-    if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
-    const heldUntil = w.heldUntil.size > 0 ? w.heldUntil.get(msg.offset) : undefined
-    if (heldUntil !== undefined) w.heldUntil.delete(msg.offset)
-    const o = newOutstanding(msg, attempts, matched)
-    w.outstanding.set(msg.offset, o)
+    const { o, heldUntil } = w.admit(msg, matched)
     // The previous owner's push is the consumer's until its ack deadline (a graceful handover): no duplicate before then.
-    if (heldUntil !== undefined && attempts > 0 && heldUntil > nowMs) this.wait(g, w, o, 'retry', heldUntil)
+    if (heldUntil !== undefined && o.attempts > 0 && heldUntil > nowMs) this.wait(g, w, o, 'retry', heldUntil)
     else if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
-    else if (ready) setState(w, o, 'ready')
+    else if (ready) w.move(o, 'ready')
     else this.start(g, w, o)
   }
 
@@ -184,9 +168,7 @@ export class PushFlow {
    * admitted in offset order already, so it does not wait for room in the partition.
    */
   private forget(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
-    w.outstanding.delete(o.msg.offset)
-    if (g.row.ordering !== 'key' || o.msg.key === null) return
-    const next = w.keys.release(o.msg.key)
+    const next = w.forget(o, g.row.ordering === 'key')
     // Checked by the filter when it starts (it may have changed while the message waited).
     if (next) this.admit(g, w, next, false, this.deps.now())
   }
@@ -256,48 +238,46 @@ export class PushFlow {
   /** The group's filter changed: it applies to every message not pushed yet, those already admitted too. */
   filterChanged(g: GroupRuntime, filter: GroupRuntime['filter']): void {
     g.filter = filter
-    for (const w of g.parts.values()) for (const o of w.outstanding.values()) if (o.attempts === 0) o.matched = false
+    for (const w of g.parts.values()) w.unmatch()
   }
 
   // ---- a push ----
 
   private start(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
     if (!o.matched && o.attempts === 0 && o.state !== 'reserving') {
-      o.matched = true
+      w.matched(o)
       if (g.filter && !g.filter(o.msg)) {
-        this.cancel(o)
-        setState(w, o, 'completing')
+        this.cancel(w, o)
+        w.move(o, 'completing')
         this.forget(g, w, o)
         this.filterOut(g, w, o.msg.offset)
         return this.fill(g, w)
       }
     }
     const owner = g.owners[w.partition]
-    if (g.row.paused || !owner || this.deps.stopped() || w.releasing || w.dropped) return setState(w, o, 'parked')
+    if (g.row.paused || !owner || this.deps.stopped() || w.releasing || w.dropped) return w.move(o, 'parked')
     // Attempts made before a restart count: one that already had them all is dead-lettered now.
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
     const win = this.deps.windows.of(owner.id)
     const joining = this.batches.isOpen(w, owner)
     if (!this.deps.windows.hasRoom(win, joining)) {
-      setState(w, o, 'ready')
+      w.move(o, 'ready')
       return this.deps.windows.wait(win, owner.id, g, w, joining)
     }
     if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
-      setState(w, o, 'reserving')
+      w.move(o, 'reserving')
       return this.reserve(g, w)
     }
-    const attempt = ++o.attempts
+    const attempt = o.attempts + 1
     if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
     const id = newDeliveryId({ groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt })
     const nowMs = this.deps.now()
     const deadlineMs = nowMs + g.row.ackTimeoutMs
-    addId(o, id)
-    setState(w, o, 'in_flight')
-    o.current = id
+    const a = w.begin(o, id)
     // In auto mode the answer settles the attempt; a deadline is needed only if it can pass before the push's timeout.
     if (g.row.ackMode === 'explicit' || g.row.ackTimeoutMs < g.row.pushTimeoutMs) {
-      o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs)
+      w.setDeadline(o, a, this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs))
     }
     // Every field from the start, the ones the outcome fills in too: a field added to an object
     // later changes its shape (a new hidden class, a larger backing store), at each push.
@@ -321,20 +301,20 @@ export class PushFlow {
     this.deps.windows.started(win)
     if (attempt === 1) {
       this.deps.attempts.started(row)
-      return this.send(g, w, o, id, owner, attempt, deadlineMs, nowMs)
+      return this.send(g, w, o, a, owner, deadlineMs, nowMs)
     }
     // A retry's row is written before its push: a crash then leaves the attempt on record, and the
     // next process counts it (retries are few, so waiting for the write costs little). With it, a
     // check that this process still holds the partition's epoch: one that lost it (paused past its
     // session, say) must not push for it again.
-    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === id
+    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
     const giveBack = () => {
       win.window.release('neutral')
       this.deps.windows.wake(owner.id)
     }
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
     // Until sent, a handover deletes its row: the next owner must not count a push never made.
-    w.unsent.add(id)
+    w.recording(a)
     Promise.all([this.deps.attempts.durable(row), fence])
       .then(
         ([, held]) => {
@@ -343,15 +323,15 @@ export class PushFlow {
             return this.deps.moved(g, w)
           }
           if (current() && !this.deps.stopped() && !w.releasing) {
-            w.unsent.delete(id)
-            this.send(g, w, o, id, owner, attempt, deadlineMs, this.deps.now())
+            w.recorded(a)
+            this.send(g, w, o, a, owner, deadlineMs, this.deps.now())
           } else {
-            if (!w.releasing && !w.dropped && !this.deps.stopped()) w.unsent.delete(id)
+            if (!w.releasing && !w.dropped && !this.deps.stopped()) w.recorded(a)
             giveBack()
           }
         },
         (err: unknown) => {
-          w.unsent.delete(id)
+          w.recorded(a)
           giveBack()
           if (!current()) return
           // Not pushed, and not on record: the attempt did not happen. Try again in a second.
@@ -359,10 +339,8 @@ export class PushFlow {
             { err, group: g.row.name, partition: w.partition, offset: o.msg.offset },
             'recording a retry failed; retrying in 1 s',
           )
-          this.cancel(o)
-          o.attempts--
-          o.ids.pop()
-          closeAttempt(o, id)
+          this.dropDeadline(a)
+          w.undo(o, a)
           this.wait(g, w, o, 'retry', this.deps.now() + 1000)
         },
       )
@@ -381,10 +359,10 @@ export class PushFlow {
     let last = -1
     for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset > last) last = o.msg.offset
     if (last < 0) return
-    w.reserving = true
+    w.beginReservation()
     const resume = () => {
       if (w.dropped) return
-      w.reserving = false
+      w.endReservation()
       for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.start(g, w, o)
       this.fill(g, w)
     }
@@ -408,38 +386,35 @@ export class PushFlow {
     g: GroupRuntime,
     w: PartitionState,
     o: Outstanding,
-    id: string,
+    a: Attempt,
     owner: ConsumerRow,
-    attempt: number,
     deadlineMs: number,
     nowMs: number,
   ): void {
     if (g.row.batchMaxMessages !== null) {
       let envelope: string
       try {
-        envelope = buildEnvelope(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs)
+        envelope = buildEnvelope(this.targetOf(g, w, owner, nowMs), o.msg, a.id, a.number, deadlineMs)
       } catch (err) {
         this.deps.windows.find(owner.id)?.window.release('neutral')
         throw err
       }
-      o.pushedTo = owner.id
-      o.pushing = id
-      return this.batches.add(g, w, owner, { o, id, envelope })
+      w.sending(o, a, owner.id)
+      return this.batches.add(g, w, owner, { o, a, envelope })
     }
     let request: ReturnType<typeof buildPush>
     try {
-      request = buildPush(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs, nowMs)
+      request = buildPush(this.targetOf(g, w, owner, nowMs), o.msg, a.id, a.number, deadlineMs, nowMs)
     } catch (err) {
       // Nothing went out: the slot goes back, and the ack deadline retries the attempt.
       this.deps.windows.find(owner.id)?.window.release('neutral')
       throw err
     }
-    o.pushedTo = owner.id
-    o.pushing = id
+    w.sending(o, a, owner.id)
     sendPush(
       this.deps.agent,
       { url: owner.url, body: request.body, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
-      (result) => this.safely(() => this.settle(g, w, o, id, owner, result)),
+      (result) => this.safely(() => this.settle(g, w, o, a, owner, result)),
     )
   }
 
@@ -460,12 +435,12 @@ export class PushFlow {
   private sendLive(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): boolean {
     const live: BatchEntry[] = []
     for (const e of entries) {
-      if (!w.dropped && w.outstanding.get(e.o.msg.offset) === e.o && e.o.current === e.id) live.push(e)
-      else this.giveUp(e, owner) // settled (acked, seeked) or dropped while the batch gathered
+      if (!w.dropped && w.outstanding.get(e.o.msg.offset) === e.o && e.o.current === e.a) live.push(e)
+      else this.giveUp(w, e, owner) // settled (acked, seeked) or dropped while the batch gathered
     }
     if (live.length === 0) return false
     if (this.deps.stopped() || w.dropped) {
-      for (const e of live) this.giveUp(e, owner)
+      for (const e of live) this.giveUp(w, e, owner)
       return false
     }
     live.sort((a, b) => a.o.msg.offset - b.o.msg.offset)
@@ -475,11 +450,11 @@ export class PushFlow {
       request = buildBatchPush(
         this.targetOf(g, w, owner, nowMs),
         live.map((e) => e.envelope),
-        `batch_${live[0]!.id}`,
+        `batch_${live[0]!.a.id}`,
         nowMs,
       )
     } catch (err) {
-      for (const e of live) this.giveUp(e, owner)
+      for (const e of live) this.giveUp(w, e, owner)
       throw err
     }
     this.deps.metrics?.batchSent(g.row.name, live.length)
@@ -508,12 +483,12 @@ export class PushFlow {
       if (r.kind !== 'delivered') {
         this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000, entries.length)
         entries.forEach((e, i) => {
-          this.settleOne(g, w, e.o, e.id, owner, r, i > 0 ? 'neutral' : undefined)
+          this.settleOne(g, w, e.o, e.a, owner, r, i > 0 ? 'neutral' : undefined)
         })
         return
       }
       const failed = failedIds(r.body)
-      const listed = entries.filter((e) => failed.has(e.id)).length
+      const listed = entries.filter((e) => failed.has(e.a.id)).length
       this.deps.metrics?.pushed(g.row.name, 'delivered', r.durationMs / 1000, entries.length - listed)
       this.deps.metrics?.failedInBatch(g.row.name, listed)
       const named: PushResult = {
@@ -522,7 +497,7 @@ export class PushFlow {
         durationMs: r.durationMs,
         body: 'listed in "failed" by the batch answer',
       }
-      for (const e of entries) this.settleOne(g, w, e.o, e.id, owner, failed.has(e.id) ? named : r)
+      for (const e of entries) this.settleOne(g, w, e.o, e.a, owner, failed.has(e.a.id) ? named : r)
     } finally {
       // Once for the batch: the slots it freed are filled together, into the next batch.
       this.deps.windows.wake(owner.id)
@@ -530,8 +505,8 @@ export class PushFlow {
   }
 
   /** An attempt that went into a batch and will not be sent: its slot goes back, its ack deadline (if current) retries it. */
-  private giveUp(e: BatchEntry, owner: ConsumerRow): void {
-    if (e.o.pushing === e.id) e.o.pushing = undefined
+  private giveUp(w: PartitionState, e: BatchEntry, owner: ConsumerRow): void {
+    w.answered(e.a)
     this.deps.windows.find(owner.id)?.window.release('neutral')
     this.deps.windows.wake(owner.id)
   }
@@ -547,10 +522,10 @@ export class PushFlow {
     }
   }
 
-  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
+  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, owner: ConsumerRow, r: PushResult): void {
     this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
     try {
-      this.settleOne(g, w, o, id, owner, r)
+      this.settleOne(g, w, o, a, owner, r)
     } finally {
       // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
       this.deps.windows.wake(owner.id)
@@ -562,7 +537,7 @@ export class PushFlow {
     g: GroupRuntime,
     w: PartitionState,
     o: Outstanding,
-    id: string,
+    a: Attempt,
     owner: ConsumerRow,
     r: PushResult,
     signal?: PushSignal,
@@ -570,17 +545,15 @@ export class PushFlow {
     if (r.kind === 'delivered') this.deps.health?.success(owner.id)
     else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
     this.deps.windows.find(owner.id)?.window.release(signal ?? pushSignal(r))
-    this.settleAttempt(g, w, o, id, owner, r)
+    this.settleAttempt(g, w, o, a, owner, r)
   }
 
-  private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
-    if (o.pushing === id) o.pushing = undefined
-    // A partition being handed over waits for its last push to be answered.
-    if (w.releasing && w.onIdle && !anyPushing(w)) queueMicrotask(w.onIdle)
-    const nack = o.nackedPush?.id === id ? o.nackedPush : undefined
+  private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, owner: ConsumerRow, r: PushResult): void {
+    const id = a.id
+    // (A partition being handed over is told here when its last push is answered.)
+    const nack = w.answered(a)
     if (nack) {
-      o.nackedPush = undefined
-      if (w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === undefined) {
+      if (w.outstanding.get(o.msg.offset) === o && o.state === 'nacked') {
         const why = r.kind === 'delivered' ? undefined : errorOf(r, g.row.pushTimeoutMs)
         this.deps.attempts.update({
           id,
@@ -593,10 +566,10 @@ export class PushFlow {
         return this.nacked(g, w, o, why ? `nacked: ${why}` : 'nacked', nack.delayMs, nack.deadLetter)
       }
     }
-    const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === id
+    const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
     if (r.kind === 'delivered') {
       this.deps.attempts.update({ id, statusCode: r.status, durationMs: r.durationMs })
-      if (current && g.row.ackMode === 'auto') this.complete(g, w, o, id)
+      if (current && g.row.ackMode === 'auto') this.complete(g, w, o, a)
       return
     }
     const error = errorOf(r, g.row.pushTimeoutMs)
@@ -612,19 +585,19 @@ export class PushFlow {
     })
     if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
     if (!current) return
-    closeAttempt(o, id)
-    this.cancel(o)
+    this.dropDeadline(a)
+    w.settle(o, a, true)
     this.failed(g, w, o, error, r.kind === 'rejected' ? r.retryAfterMs : undefined)
   }
 
   /** An auto ack: the 2xx completes the message. */
-  private complete(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string): void {
-    this.cancel(o)
-    setState(w, o, 'completing')
+  private complete(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt): void {
+    this.cancel(w, o)
+    w.move(o, 'completing')
     const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'acked' }
     this.deps.progress.complete(
       req,
-      (status) => this.safely(() => this.completed(req, id, status === 'acked' ? 'acked' : undefined)),
+      (status) => this.safely(() => this.completed(req, a.id, status === 'acked' ? 'acked' : undefined)),
       (err: unknown) => {
         this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again')
         this.safely(() => this.completionFailed(req))
@@ -636,7 +609,7 @@ export class PushFlow {
 
   /** A failed attempt: dead-letter after maxDeliveries, else wait out the backoff. */
   failed(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string, retryAfterMs?: number, delayMs?: number): void {
-    o.lastError = error
+    w.noteError(o, error)
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, error)
     const waitMs = delayMs ?? honourRetryAfterMs(nextDelayMs(o.attempts, g.policy), retryAfterMs, g.policy)
     this.wait(g, w, o, 'retry', this.deps.now() + waitMs)
@@ -646,15 +619,29 @@ export class PushFlow {
   nacked(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string, delayMs: number | undefined, deadLetter: boolean): void {
     if (deadLetter) {
       // Kept as the last error too: a dead letter whose write fails is retried with this text.
-      o.lastError = `${error}; dead-lettered by the nack`
-      this.deadLetter(g, w, o, o.lastError)
+      const why = `${error}; dead-lettered by the nack`
+      w.noteError(o, why)
+      this.deadLetter(g, w, o, why)
     } else {
       this.failed(g, w, o, error, undefined, delayMs)
     }
   }
 
+  /**
+   * The consumer nacked the current attempt `a`. While its push is still under way (a consumer
+   * library nacks before it answers) the answer decides, so a dead letter carries its error.
+   */
+  nack(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, delayMs: number | undefined, deadLetter: boolean): void {
+    this.dropDeadline(a)
+    // The error says why it ended even after the row is marked dead (dead-lettered by this nack or after it).
+    this.deps.attempts.update({ id: a.id, outcome: 'nacked', finishedAtMs: this.deps.now(), error: 'nacked by the consumer' })
+    if (a.pushing) return w.nackDuringPush(o, a, { delayMs, deadLetter })
+    w.settle(o, a, true)
+    this.nacked(g, w, o, 'nacked', delayMs, deadLetter)
+  }
+
   private deadLetter(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string): void {
-    setState(w, o, 'completing')
+    w.move(o, 'completing')
     const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'dead' }
     const dlq = g.row.deadLetterTopic
     const write = async () => {
@@ -670,7 +657,7 @@ export class PushFlow {
         ([status]) => {
           // An ack can win the race with the dead-lettering; then the message is simply acked.
           if (status === 'dead') this.deps.metrics?.deadLettered(g.row.name)
-          this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
+          this.completed(req, o.tries.at(-1)?.id, status === 'dead' ? 'dead' : undefined)
         },
         (err: unknown) => {
           this.deps.log.error(
@@ -679,7 +666,7 @@ export class PushFlow {
           )
           // Unless an ack or a seek settled the message meanwhile.
           if (w.dropped || w.outstanding.get(o.msg.offset) !== o || o.state !== 'completing') return
-          this.cancel(o)
+          this.cancel(w, o)
           this.wait(g, w, o, 'dead_letter_retry', this.deps.now() + 5000)
         },
       )
@@ -693,21 +680,23 @@ export class PushFlow {
     if (req.w.dropped) return // moved or seeked: nothing here is ours any more
     const o = req.w.outstanding.get(req.offset)
     const finishedAtMs = this.deps.now()
+    const ownOpen = o?.tries.some((a) => a.id === deliveryId && a.open) ?? false
     if (o) {
-      this.cancel(o)
-      setState(req.w, o, 'completing')
+      this.completing(req.w, o)
       this.forget(req.g, req.w, o)
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
-      for (const id of o.open) {
+      for (const a of o.tries) {
+        if (!a.open) continue
+        req.w.close(a)
         this.deps.attempts.update(
           outcome
-            ? { id, outcome, finishedAtMs }
-            : { id, outcome: 'failed', finishedAtMs, error: 'the message was completed by another attempt' },
+            ? { id: a.id, outcome, finishedAtMs }
+            : { id: a.id, outcome: 'failed', finishedAtMs, error: 'the message was completed by another attempt' },
         )
       }
     }
-    if (deliveryId && outcome && !o?.open.includes(deliveryId)) {
+    if (deliveryId && outcome && !ownOpen) {
       // The attempt that dead-letters its message has ended already (failed, timed out or nacked):
       // it is marked dead, but keeps when it ended, its status code and its error, which say why.
       this.deps.attempts.update(outcome === 'dead' ? { id: deliveryId, outcome } : { id: deliveryId, outcome, finishedAtMs })
@@ -733,33 +722,29 @@ export class PushFlow {
       if (!g || !w || !o) return
       if (entry instanceof Wait) {
         if (o.wait !== entry) return
-        o.wait = undefined
+        w.waitEnded(o, entry)
         if (entry.kind === 'dead_letter_retry') return this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
         if (entry.kind === 'delay' && g.row.ordering !== 'partition') {
           // Due now, and active from here on: wait for a slot if the partition is full.
-          setState(w, o, 'parked')
-          if (active(w) > g.row.maxInFlight) return setState(w, o, 'ready')
+          w.move(o, 'parked')
+          if (w.active() > g.row.maxInFlight) return w.move(o, 'ready')
         }
         return this.start(g, w, o)
       }
-      if (o.inFlight !== entry) return
+      const a = o.current
+      if (!a || a.deadline !== entry) return
       // A retry still being recorded has not gone out: its deadline runs from its push, or its number would be skipped.
-      if (w.unsent.has(entry.deliveryId) && !w.releasing) {
-        o.inFlight = this.deps.schedule.ackDeadline(
-          entry.deliveryId,
-          g.row.id,
-          w.partition,
-          o.msg.offset,
-          o.attempts,
-          this.deps.now() + g.row.ackTimeoutMs,
+      if (w.unsent.has(a.id) && !w.releasing) {
+        w.setDeadline(
+          o,
+          a,
+          this.deps.schedule.ackDeadline(a.id, g.row.id, w.partition, o.msg.offset, a.number, this.deps.now() + g.row.ackTimeoutMs),
         )
         return
       }
-      o.inFlight = undefined
-      o.current = undefined
-      closeAttempt(o, entry.deliveryId)
+      w.settle(o, a, true)
       this.deps.attempts.update({
-        id: entry.deliveryId,
+        id: a.id,
         outcome: 'timed_out',
         finishedAtMs: this.deps.now(),
         error: `no ack within ${g.row.ackTimeoutMs} ms`,
@@ -775,25 +760,35 @@ export class PushFlow {
 
   /** Puts a message on the schedule: its delay, a retry's backoff, or dead-lettering again. */
   private wait(g: GroupRuntime, w: PartitionState, o: Outstanding, kind: Wait['kind'], atMs: number): void {
-    setState(w, o, kind === 'delay' ? 'delayed' : 'retry_wait')
-    o.wait = this.deps.schedule.wait(kind, g.row.id, w.partition, o.msg.offset, atMs)
+    w.waitFor(o, this.deps.schedule.wait(kind, g.row.id, w.partition, o.msg.offset, atMs))
   }
 
-  /** Takes the message off the schedule (its ack deadline or its wait). */
-  cancel(o: Outstanding): void {
-    if (o.inFlight) this.deps.schedule.cancel(o.inFlight)
+  /** Takes the message off the schedule (its current attempt's ack deadline, or its wait): the attempt, if any, is settled. */
+  cancel(w: PartitionState, o: Outstanding): void {
+    if (o.current) this.dropDeadline(o.current)
     if (o.wait) this.deps.schedule.cancel(o.wait)
-    o.current = undefined
-    o.inFlight = undefined
-    o.wait = undefined
+    w.unschedule(o)
+  }
+
+  /** The message is being completed (an ack, or a completion written): off the schedule, `completing`. */
+  completing(w: PartitionState, o: Outstanding): void {
+    this.cancel(w, o)
+    w.move(o, 'completing')
+  }
+
+  private dropDeadline(a: Attempt): void {
+    if (a.deadline) this.deps.schedule.cancel(a.deadline)
   }
 
   /** Forgets an outstanding message (its partition moved, its group changed): its open attempts end as failed. */
-  abandon(o: Outstanding, reason: string): void {
-    this.cancel(o)
+  abandon(w: PartitionState, o: Outstanding, reason: string): void {
+    this.cancel(w, o)
     const finishedAtMs = this.deps.now()
-    for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAtMs, error: reason })
-    o.open = EMPTY
+    for (const a of o.tries) {
+      if (!a.open) continue
+      w.close(a)
+      this.deps.attempts.update({ id: a.id, outcome: 'failed', finishedAtMs, error: reason })
+    }
   }
 
   /**
@@ -823,11 +818,6 @@ export class PushFlow {
       this.deps.log.error({ err }, 'dispatcher step failed')
     }
   }
-}
-
-function anyPushing(w: PartitionState): boolean {
-  for (const o of w.outstanding.values()) if (o.pushing) return true
-  return false
 }
 
 /** The delivery ids a batch's 2xx answer lists as failed (`{"failed": [...]}`); none for any other body. */
