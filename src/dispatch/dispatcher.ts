@@ -3,6 +3,8 @@
  * offset order from its committed offset, pushes each message to the partition's consumer and
  * settles every attempt. This file holds what the parts share and their lifecycle; the parts:
  *
+ *   partition.ts          one owned partition, the only writer of its state: messages, attempts, checked moves
+ *                         (partition-log.ts: its buffer, completions and reservation)
  *   partition-reader.ts   the log into a partition's buffer (reads, produce's tail, retention gaps)
  *   push-flow.ts          a message's way: admission, push, settle, retry, dead letter, completion
  *   ack-handler.ts        acks, nacks and extends of delivery ids

@@ -1,8 +1,9 @@
 /**
- * One (group, partition) this broker process pushes: its messages read and not taken yet, the
- * messages outstanding with their attempts, where the group stands on it. Only its own methods
- * change it (its fields are read-only outside, by type), and each move of a message is checked
- * against MOVES, which is this table (test/dispatch/partition.test.ts holds the two together):
+ * One (group, partition) this broker process pushes: the messages outstanding with their
+ * attempts, and (its base class, partition-log.ts) where it stands in the log: read, completed,
+ * reserved. Only its own methods change it (its fields are read-only outside, by type), and each
+ * move of a message is checked against MOVES, which is this table (test/dispatch/partition.test.ts
+ * holds the two together):
  *
  *   from         may move to
  *   parked       parked ready delayed reserving in_flight retry_wait completing
@@ -23,11 +24,14 @@
  */
 import type { DispatchMessage, PartitionProgress } from '../store/consumption.ts'
 import { KeyOrder } from './key-order.ts'
+import { illegal, PartitionLog } from './partition-log.ts'
 import type { TrackerEntry } from './tracker.ts'
 import type { Wait } from './waits.ts'
 
 export type State = 'parked' | 'ready' | 'delayed' | 'reserving' | 'retry_wait' | 'in_flight' | 'nacked' | 'completing'
 type Move = State | 'gone'
+
+export { IllegalMove } from './partition-log.ts'
 
 const START: readonly Move[] = ['parked', 'ready', 'reserving', 'in_flight', 'completing']
 /** The legal moves: the table at the top of this file. */
@@ -98,40 +102,19 @@ export interface Outstanding {
 /** The empty list every message starts with: frozen, so a write meant for a message's own list fails loudly. */
 const NONE = Object.freeze([]) as unknown as Attempt[]
 
-/** Thrown for a move the state table does not allow: a bug, never a consumer's doing. */
-export class IllegalMove extends Error {
-  override name = 'IllegalMove'
-}
-
-function illegal(what: string): never {
-  throw new IllegalMove(what)
-}
-
-export class Partition {
-  private _committed: number
-  private readonly _completed: Set<number>
-  private _readPos: number
-  private _endHint: number
-  private _buffer: DispatchMessage[] = []
-  private _reading = false
+export class Partition extends PartitionLog {
   private readonly _outstanding = new Map<number, Outstanding>()
-  private _reservedTo: number
-  private _reserving = false
   private _delayed = 0
   private _ready: Outstanding[] = []
-  private _gaps: [number, number][] = []
   private _releasing = false
   private onIdle: (() => void) | undefined = undefined
-  private _dropped = false
   private readonly keys = new KeyOrder()
   private readonly _unsent = new Set<string>()
   /** Pushes sent (or gathering in a batch) and not answered, of any attempt. */
   private pushes = 0
-  /** When the partition was last seeked: older delivery ids no longer count. */
-  readonly seekAtMs: number
 
   constructor(
-    readonly partition: number,
+    partition: number,
     progress: PartitionProgress,
     /** Attempts made before this ownership, by offset (consumed as the messages are admitted). */
     private readonly priorAttempts: Map<number, number>,
@@ -141,55 +124,17 @@ export class Partition {
     /** Ack deadlines of pushes the previous owner handed over in flight, by offset: no push again before them. */
     private readonly heldUntil: Map<number, number> = new Map(),
   ) {
-    this._committed = progress.committed
-    this._completed = progress.completed
-    this._readPos = progress.committed
-    this._endHint = endHint
-    this._reservedTo = progress.pushed
-    this.seekAtMs = progress.seekedAtMs
+    super(partition, progress, endHint)
   }
 
   // ---- what it holds (read-only views) ----
 
-  get committed(): number {
-    return this._committed
-  }
-  /** Offsets above the committed one that are completed. */
-  get completed(): ReadonlySet<number> {
-    return this._completed
-  }
-  /** Next offset to take from the log. */
-  get readPos(): number {
-    return this._readPos
-  }
-  /** The log's end as last heard (produce notifications); reading stops there. */
-  get endHint(): number {
-    return this._endHint
-  }
-  get buffer(): readonly DispatchMessage[] {
-    return this._buffer
-  }
-  get reading(): boolean {
-    return this._reading
-  }
   get outstanding(): ReadonlyMap<number, Outstanding> {
     return this._outstanding
-  }
-  /** First pushes of offsets below this are recorded as possibly made (group_offsets.pushed_offset). */
-  get reservedTo(): number {
-    return this._reservedTo
-  }
-  /** A reservation is being written; messages in state `reserving` wait for it. */
-  get reserving(): boolean {
-    return this._reserving
   }
   /** Messages in state `ready`, in the order they fell due. */
   get ready(): readonly Outstanding[] {
     return this._ready
-  }
-  /** Ranges [from, to) of offsets not in the log any more (retention deleted them): they count as completed. */
-  get gaps(): readonly (readonly [number, number])[] {
-    return this._gaps
   }
   /** Outstanding messages in state `delayed`. */
   get delayed(): number {
@@ -198,10 +143,6 @@ export class Partition {
   /** Being handed to another process: nothing new is pushed, the pushes under way are waited for. */
   get releasing(): boolean {
     return this._releasing
-  }
-  /** No longer pushed here (moved, seeked, its group changed): whatever still refers to it is void. */
-  get dropped(): boolean {
-    return this._dropped
   }
   /** Retries whose row is written or being written and whose push has not gone out (a handover deletes their rows). */
   get unsent(): ReadonlySet<string> {
@@ -231,17 +172,6 @@ export class Partition {
     return this.priorAttempts.has(offset)
   }
 
-  /** The first offset from the committed one on that is neither completed nor in a retention gap. */
-  nextIncomplete(): number {
-    let c = this._committed
-    for (;;) {
-      const gap = this._gaps.find(([from, to]) => c >= from && c < to)
-      if (gap) c = gap[1]
-      else if (this._completed.has(c)) c++
-      else return c
-    }
-  }
-
   /**
    * The lowest offset of the reservation that no first push was made for, by this process or (as
    * far as its counts say) before it: a handover moves the reservation back there
@@ -250,75 +180,17 @@ export class Partition {
    * stay below it (their count may rest on the reservation alone).
    */
   firstUnpushed(): number {
-    let from = Math.min(this._reservedTo, this.keys.lowestWaiting())
+    let from = Math.min(this.reservedTo, this.keys.lowestWaiting())
     let counted = -1
     for (const o of this._outstanding.values()) {
       if (o.attempts === 0) from = Math.min(from, o.msg.offset)
       else if (o.tries.length === 0 && o.msg.offset > counted) counted = o.msg.offset
     }
     for (const [offset, n] of this.priorAttempts) if (n > 0 && offset > counted) counted = offset
-    return Math.min(this._reservedTo, Math.max(from, counted + 1))
-  }
-
-  /** The offset after what the buffer holds (the read position when empty): where reading goes on. */
-  nextToRead(): number {
-    const last = this._buffer[this._buffer.length - 1]
-    return last === undefined ? this._readPos : Math.max(this._readPos, last.offset + 1)
-  }
-
-  // ---- the log (partition-reader.ts, the dispatcher) ----
-
-  /** Produce says the log reaches `endOffset`. */
-  heard(endOffset: number): void {
-    if (endOffset > this._endHint) this._endHint = endOffset
-  }
-
-  /** A read from nextToRead() is queued (one at a time). */
-  beginRead(): void {
-    if (this._reading) illegal(`partition ${this.partition}: a second read while one is under way`)
-    this._reading = true
-  }
-
-  /** The read failed (or its partition was dropped meanwhile): another may start. */
-  readFailed(): void {
-    this._reading = false
-  }
-
-  /**
-   * The rows of a read from `from`, into the buffer; holes in them are retention's (they count as
-   * completed). `hint`: the end heard when it was asked for; an empty read then means caught up.
-   */
-  tookRows(from: number, hint: number, rows: readonly DispatchMessage[]): void {
-    this._reading = false
-    if (this._dropped) return
-    if (rows.length === 0 && this._endHint === hint) this._endHint = from
-    let expected = from
-    for (const row of rows) {
-      if (row.offset > expected) this._gaps.push([expected, row.offset])
-      expected = row.offset + 1
-    }
-    for (const row of rows) this._buffer.push(row)
-  }
-
-  /** Messages produce has just committed, appended as they follow the buffer exactly (the reader checked). */
-  appendTail(messages: readonly DispatchMessage[]): void {
-    if (this._reading || messages[0]?.offset !== this.nextToRead()) illegal(`partition ${this.partition}: a tail that does not follow on`)
-    for (const m of messages) this._buffer.push(m)
+    return Math.min(this.reservedTo, Math.max(from, counted + 1))
   }
 
   // ---- admission (push-flow.ts) ----
-
-  /**
-   * Takes the buffer's first message: undefined when it is one to skip (read twice, or completed
-   * already); the read position moves past it either way.
-   */
-  take(): DispatchMessage | undefined {
-    const msg = this._buffer.shift()
-    if (!msg || msg.offset < this._readPos) return undefined
-    this._readPos = msg.offset + 1
-    if (msg.offset < this._committed || this._completed.has(msg.offset)) return undefined
-    return msg
-  }
 
   /** Ordering "key": the message goes now (true) or waits behind its key's outstanding message. */
   takeKey(msg: DispatchMessage): boolean {
@@ -511,42 +383,6 @@ export class Partition {
     this._unsent.delete(a.id)
   }
 
-  // ---- reservations and progress (progress.ts) ----
-
-  /** A reservation is being written (one at a time). */
-  beginReservation(): void {
-    if (this._reserving) illegal(`partition ${this.partition}: a second reservation while one is written`)
-    this._reserving = true
-  }
-
-  endReservation(): void {
-    this._reserving = false
-  }
-
-  /** Marks an offset completed (before its write): false when it is already. */
-  markCompleted(offset: number): boolean {
-    if (offset < this._committed || this._completed.has(offset)) return false
-    this._completed.add(offset)
-    return true
-  }
-
-  /** Its write failed or was refused: not completed after all. */
-  unmarkCompleted(offset: number): void {
-    this._completed.delete(offset)
-  }
-
-  /** The committed offset moved to `to` (durable); the reservation to `pushedTo`, if given. */
-  advance(to: number | null, pushedTo: number | null): void {
-    if (to !== null && to > this._committed) {
-      // Whichever is shorter: the offsets passed, or the set (it can hold offsets far ahead).
-      if (to - this._committed <= this._completed.size) for (let c = this._committed; c < to; c++) this._completed.delete(c)
-      else for (const c of this._completed) if (c < to) this._completed.delete(c)
-      this._committed = to
-      this._gaps = this._gaps.filter(([, end]) => end > to)
-    }
-    if (pushedTo !== null && pushedTo > this._reservedTo) this._reservedTo = pushedTo
-  }
-
   // ---- the end of this ownership (dispatcher.ts) ----
 
   /**
@@ -562,11 +398,10 @@ export class Partition {
 
   /** No longer pushed here: its messages, whatever their state, are returned for their attempts to be ended. */
   drop(): Outstanding[] {
-    this._dropped = true
+    this.dropLog()
     const all = [...this._outstanding.values()]
     this._outstanding.clear()
     this._ready = []
-    this._buffer = []
     this._delayed = 0
     const idle = this.onIdle
     this.onIdle = undefined
