@@ -7,6 +7,7 @@
  *                         (partition-log.ts: its buffer, completions and reservation)
  *   partition-reader.ts   the log into a partition's buffer (reads, produce's tail, retention gaps)
  *   push-flow.ts          a message's way: admission, push, settle, retry, dead letter, completion
+ *   push-send.ts          single and batch sends and their answers (batches.ts gathers a batch)
  *   ack-handler.ts        acks, nacks and extends of delivery ids
  *   progress.ts           completions and push reservations, written together, fenced by epoch
  *   schedule.ts           ack deadlines (tracker.ts, by delivery id) and waits (waits.ts), one timer

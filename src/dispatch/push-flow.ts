@@ -1,6 +1,6 @@
 /**
- * The way of a message through its pushes, for the partitions this process owns: the pushes, the
- * writes and the schedule. Which moves a message may make is src/dispatch/partition.ts's (its
+ * The way of a message through its pushes, for the partitions this process owns: the pushes (their
+ * HTTP side: push-send.ts), the writes and the schedule. Which moves a message may make is src/dispatch/partition.ts's (its
  * table is enforced there: this file only asks); what makes each one is here:
  *
  *   fill, admit   (new) → parked, then delayed (its delay) / retry_wait (a push handed over in flight) / ready / start
@@ -37,12 +37,10 @@ import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { assignPartitions } from './consumer-assignment.ts'
 import type { ConsumerWindows } from './consumer-windows.ts'
-import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type PushTarget } from './envelope.ts'
-import { Batches, type BatchEntry } from './batches.ts'
 import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
 import type { ProgressWriter } from './progress.ts'
-import { send as sendPush, type PushAgent, type PushResult } from './pusher.ts'
-import { pushSignal, type PushSignal } from './push-window.ts'
+import type { PushAgent, PushResult } from './pusher.ts'
+import { errorOf, PushSender } from './push-send.ts'
 import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import type { Schedule, Timers } from './schedule.ts'
 import type { TrackerEntry } from './tracker.ts'
@@ -53,8 +51,6 @@ import type { Attempt } from './partition.ts'
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
 const MAX_DELAYED = 1000
-/** Bytes of a batch's answer read (a `failed` list of 1000 delivery ids is about 45 KB). */
-const BATCH_ANSWER_BYTES = 64 * 1024
 /** Messages held per partition behind their keys' outstanding ones (ordering "key") at most; later ones wait in the log. */
 const MAX_KEY_QUEUED = 10_000
 
@@ -84,13 +80,19 @@ export interface PushFlowDeps {
 }
 
 export class PushFlow {
-  private readonly batches: Batches
+  private readonly sender: PushSender
 
   constructor(private readonly deps: PushFlowDeps) {
-    this.batches = new Batches({
+    this.sender = new PushSender({
+      agent: deps.agent,
+      ...(deps.metrics ? { metrics: deps.metrics } : {}),
+      ...(deps.health ? { health: deps.health } : {}),
+      now: deps.now,
       timers: deps.timers,
-      send: (g, w, owner, entries) => this.safely(() => this.sendBatch(g, w, owner, entries)),
-      opened: (owner) => deps.windows.batchOpened(owner.id),
+      windows: deps.windows,
+      stopped: deps.stopped,
+      answered: (g, w, o, a, owner, r) => this.settleAttempt(g, w, o, a, owner, r),
+      safely: (fn) => this.safely(fn),
     })
   }
 
@@ -107,14 +109,14 @@ export class PushFlow {
     const windows = this.deps.windows
     const win = windows.of(owner.id)
     while (w.ready.length > 0 && w.active() < limit) {
-      const joining = this.batches.isOpen(w, owner)
+      const joining = this.sender.isOpen(w, owner)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
       this.start(g, w, w.ready[0]!)
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
     while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
-      const joining = this.batches.isOpen(w, owner)
+      const joining = this.sender.isOpen(w, owner)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
       const next = w.buffer[0]
       if (!next) return this.deps.reader.read(g, w)
@@ -260,7 +262,7 @@ export class PushFlow {
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
     const win = this.deps.windows.of(owner.id)
-    const joining = this.batches.isOpen(w, owner)
+    const joining = this.sender.isOpen(w, owner)
     if (!this.deps.windows.hasRoom(win, joining)) {
       w.move(o, 'ready')
       return this.deps.windows.wait(win, owner.id, g, w, joining)
@@ -301,7 +303,7 @@ export class PushFlow {
     this.deps.windows.started(win)
     if (attempt === 1) {
       this.deps.attempts.started(row)
-      return this.send(g, w, o, a, owner, deadlineMs, nowMs)
+      return this.sender.send(g, w, o, a, owner, deadlineMs, nowMs)
     }
     // A retry's row is written before its push: a crash then leaves the attempt on record, and the
     // next process counts it (retries are few, so waiting for the write costs little). With it, a
@@ -324,7 +326,7 @@ export class PushFlow {
           }
           if (current() && !this.deps.stopped() && !w.releasing) {
             w.recorded(a)
-            this.send(g, w, o, a, owner, deadlineMs, this.deps.now())
+            this.sender.send(g, w, o, a, owner, deadlineMs, this.deps.now())
           } else {
             if (!w.releasing && !w.dropped && !this.deps.stopped()) w.recorded(a)
             giveBack()
@@ -381,173 +383,7 @@ export class PushFlow {
     )
   }
 
-  /** Sends one push (or adds it to its partition's batch): the attempt is on its way from here, and settle gets its answer. */
-  private send(
-    g: GroupRuntime,
-    w: PartitionState,
-    o: Outstanding,
-    a: Attempt,
-    owner: ConsumerRow,
-    deadlineMs: number,
-    nowMs: number,
-  ): void {
-    if (g.row.batchMaxMessages !== null) {
-      let envelope: string
-      try {
-        envelope = buildEnvelope(this.targetOf(g, w, owner, nowMs), o.msg, a.id, a.number, deadlineMs)
-      } catch (err) {
-        this.deps.windows.find(owner.id)?.window.release('neutral')
-        throw err
-      }
-      w.sending(o, a, owner.id)
-      return this.batches.add(g, w, owner, { o, a, envelope })
-    }
-    let request: ReturnType<typeof buildPush>
-    try {
-      request = buildPush(this.targetOf(g, w, owner, nowMs), o.msg, a.id, a.number, deadlineMs, nowMs)
-    } catch (err) {
-      // Nothing went out: the slot goes back, and the ack deadline retries the attempt.
-      this.deps.windows.find(owner.id)?.window.release('neutral')
-      throw err
-    }
-    w.sending(o, a, owner.id)
-    sendPush(
-      this.deps.agent,
-      { url: owner.url, body: request.body, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
-      (result) => this.safely(() => this.settle(g, w, o, a, owner, result)),
-    )
-  }
-
-  /**
-   * Sends a batch (see batches.ts): its attempts still current, in offset order, in one POST.
-   * Each one keeps its slot in the consumer's window until the answer, like a single push.
-   */
-  private sendBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): void {
-    let sent = false
-    try {
-      sent = this.sendLive(g, w, owner, entries)
-    } finally {
-      if (!sent) this.deps.windows.batchAnswered(owner.id) // the request it counted for never went
-    }
-  }
-
-  /** sendBatch's work: true once the request is on its way (its answer ends it). */
-  private sendLive(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): boolean {
-    const live: BatchEntry[] = []
-    for (const e of entries) {
-      if (!w.dropped && w.outstanding.get(e.o.msg.offset) === e.o && e.o.current === e.a) live.push(e)
-      else this.giveUp(w, e, owner) // settled (acked, seeked) or dropped while the batch gathered
-    }
-    if (live.length === 0) return false
-    if (this.deps.stopped() || w.dropped) {
-      for (const e of live) this.giveUp(w, e, owner)
-      return false
-    }
-    live.sort((a, b) => a.o.msg.offset - b.o.msg.offset)
-    const nowMs = this.deps.now()
-    let request: ReturnType<typeof buildBatchPush>
-    try {
-      request = buildBatchPush(
-        this.targetOf(g, w, owner, nowMs),
-        live.map((e) => e.envelope),
-        `batch_${live[0]!.a.id}`,
-        nowMs,
-      )
-    } catch (err) {
-      for (const e of live) this.giveUp(w, e, owner)
-      throw err
-    }
-    this.deps.metrics?.batchSent(g.row.name, live.length)
-    sendPush(
-      this.deps.agent,
-      {
-        url: owner.url,
-        body: request.body,
-        headerLines: request.headerLines,
-        timeoutMs: g.row.pushTimeoutMs,
-        maxResponseBytes: BATCH_ANSWER_BYTES,
-      },
-      (r) => this.safely(() => this.settleBatch(g, w, owner, live, r)),
-    )
-    return true
-  }
-
-  /**
-   * A batch's answer, message by message: a failure of the request fails each; a 2xx fails those
-   * its body lists in `failed` and delivers the others. The window sees one signal of congestion
-   * for the batch (its first message), not one per message, and grows by each message delivered.
-   */
-  private settleBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[], r: PushResult): void {
-    this.deps.windows.batchAnswered(owner.id)
-    try {
-      if (r.kind !== 'delivered') {
-        this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000, entries.length)
-        entries.forEach((e, i) => {
-          this.settleOne(g, w, e.o, e.a, owner, r, i > 0 ? 'neutral' : undefined)
-        })
-        return
-      }
-      const failed = failedIds(r.body)
-      const listed = entries.filter((e) => failed.has(e.a.id)).length
-      this.deps.metrics?.pushed(g.row.name, 'delivered', r.durationMs / 1000, entries.length - listed)
-      this.deps.metrics?.failedInBatch(g.row.name, listed)
-      const named: PushResult = {
-        kind: 'rejected',
-        status: r.status,
-        durationMs: r.durationMs,
-        body: 'listed in "failed" by the batch answer',
-      }
-      for (const e of entries) this.settleOne(g, w, e.o, e.a, owner, failed.has(e.a.id) ? named : r)
-    } finally {
-      // Once for the batch: the slots it freed are filled together, into the next batch.
-      this.deps.windows.wake(owner.id)
-    }
-  }
-
-  /** An attempt that went into a batch and will not be sent: its slot goes back, its ack deadline (if current) retries it. */
-  private giveUp(w: PartitionState, e: BatchEntry, owner: ConsumerRow): void {
-    w.answered(e.a)
-    this.deps.windows.find(owner.id)?.window.release('neutral')
-    this.deps.windows.wake(owner.id)
-  }
-
-  private targetOf(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, nowMs: number): PushTarget {
-    return {
-      groupName: g.row.name,
-      topicName: g.topic.name,
-      topicId: g.topic.id,
-      partition: w.partition,
-      pushFormat: g.row.pushFormat,
-      consumerSecrets: signingSecrets(owner, nowMs),
-    }
-  }
-
-  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, owner: ConsumerRow, r: PushResult): void {
-    this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
-    try {
-      this.settleOne(g, w, o, a, owner, r)
-    } finally {
-      // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
-      this.deps.windows.wake(owner.id)
-    }
-  }
-
-  /** One attempt's answer: health, the window's slot, the attempt (the caller counts the call and wakes the consumer). */
-  private settleOne(
-    g: GroupRuntime,
-    w: PartitionState,
-    o: Outstanding,
-    a: Attempt,
-    owner: ConsumerRow,
-    r: PushResult,
-    signal?: PushSignal,
-  ): void {
-    if (r.kind === 'delivered') this.deps.health?.success(owner.id)
-    else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
-    this.deps.windows.find(owner.id)?.window.release(signal ?? pushSignal(r))
-    this.settleAttempt(g, w, o, a, owner, r)
-  }
-
+  /** A push's answer, as it bears on its attempt: the row's details, then the attempt settled (or nothing, if it was already). */
   private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, owner: ConsumerRow, r: PushResult): void {
     const id = a.id
     // (A partition being handed over is told here when its last push is answered.)
@@ -818,24 +654,4 @@ export class PushFlow {
       this.deps.log.error({ err }, 'dispatcher step failed')
     }
   }
-}
-
-/** The delivery ids a batch's 2xx answer lists as failed (`{"failed": [...]}`); none for any other body. */
-export function failedIds(body: string): Set<string> {
-  if (!body.includes('"failed"')) return new Set()
-  try {
-    const parsed = JSON.parse(body) as { failed?: unknown }
-    return new Set(Array.isArray(parsed.failed) ? parsed.failed.filter((x): x is string => typeof x === 'string') : [])
-  } catch {
-    return new Set()
-  }
-}
-
-/** What a failed push's answer says, for the attempt log and dead letters. */
-export function errorOf(r: Exclude<PushResult, { kind: 'delivered' }>, pushTimeoutMs: number): string {
-  return r.kind === 'rejected'
-    ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
-    : r.kind === 'timeout'
-      ? `no answer within ${pushTimeoutMs} ms`
-      : r.error
 }
