@@ -82,7 +82,7 @@ export class PartitionReader {
    * here stay of the order of those in flight; a partition that is not keeping up reads instead.
    */
   takeTail(g: GroupRuntime, w: PartitionState, messages: DispatchMessage[]): void {
-    if (w.reading || w.dropped || w.releasing || g.row.paused || !g.owners[w.partition]) return
+    if (w.reading || w.dropped || w.releasing || g.row.paused || !g.consumerOf[w.partition]) return
     const room = Math.min(MAX_TAIL, Math.max(READ_BATCH, 2 * g.row.maxInFlight))
     if (w.buffer.length + messages.length > room) return
     const next = w.nextToRead()

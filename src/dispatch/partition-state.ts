@@ -21,7 +21,7 @@ export interface GroupRuntime {
   row: GroupRow
   topic: TopicRow
   consumers: ConsumerRow[]
-  owners: (ConsumerRow | null)[]
+  consumerOf: (ConsumerRow | null)[]
   /** The partitions this process owns (see src/cluster/ownership.ts), by number. */
   parts: Map<number, Partition>
   policy: RetryPolicy
@@ -32,7 +32,7 @@ export interface GroupRuntime {
 
 /** A group as loaded, with no consumers and no partition owned yet. */
 export function newGroupRuntime(row: GroupRow, topic: TopicRow): GroupRuntime {
-  return { row, topic, consumers: [], owners: [], parts: new Map(), policy: policyOf(row), filter: filterOf(row), dropped: false }
+  return { row, topic, consumers: [], consumerOf: [], parts: new Map(), policy: policyOf(row), filter: filterOf(row), dropped: false }
 }
 
 /** A partition as claimed: where the group stands on it (PostgreSQL's), nothing read or pushed yet. */

@@ -91,7 +91,7 @@ export class PushFlow {
       timers: deps.timers,
       windows: deps.windows,
       stopped: deps.stopped,
-      answered: (g, w, o, a, owner, r) => this.settleAttempt(g, w, o, a, owner, r),
+      answered: (g, w, o, a, consumer, r) => this.settleAttempt(g, w, o, a, consumer, r),
       safely: (fn) => this.safely(fn),
     })
   }
@@ -102,22 +102,22 @@ export class PushFlow {
   fill(g: GroupRuntime, w: PartitionState): void {
     if (this.deps.stopped() || g.dropped || w.dropped || w.releasing) return
     // Nothing to push to: read nothing (a consumer joining, or unpausing, calls fill again).
-    const owner = g.owners[w.partition]
-    if (g.row.paused || !owner) return
+    const consumer = g.consumerOf[w.partition]
+    if (g.row.paused || !consumer) return
     const ordering = g.row.ordering
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
     const windows = this.deps.windows
-    const win = windows.of(owner.id)
+    const win = windows.of(consumer.id)
     while (w.ready.length > 0 && w.active() < limit) {
-      const joining = this.sender.isOpen(w, owner)
-      if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
+      const joining = this.sender.isOpen(w, consumer)
+      if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
       this.start(g, w, w.ready[0]!)
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
     while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
-      const joining = this.sender.isOpen(w, owner)
-      if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
+      const joining = this.sender.isOpen(w, consumer)
+      if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
       const next = w.buffer[0]
       if (!next) return this.deps.reader.read(g, w)
       // Keys that hold many messages back: read no further until some complete (memory stays bounded).
@@ -184,7 +184,7 @@ export class PushFlow {
     for (const c of g.consumers) if (!kept.has(c.id)) this.deps.windows.forget(c.id)
     g.consumers = consumers
     const owners = assignPartitions(g.topic.partitions, consumers)
-    g.owners = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
+    g.consumerOf = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
     this.limitConsumers(g)
     for (const w of g.parts.values()) {
       for (const o of w.outstanding.values()) if (o.state === 'parked') this.start(g, w, o)
@@ -200,7 +200,7 @@ export class PushFlow {
   limitConsumers(g: GroupRuntime): void {
     const total = new Map<string, number>()
     const here = new Map<string, number>()
-    g.owners.forEach((c, p) => {
+    g.consumerOf.forEach((c, p) => {
       if (!c) return
       total.set(c.id, (total.get(c.id) ?? 0) + 1)
       if (g.parts.has(p)) here.set(c.id, (here.get(c.id) ?? 0) + 1)
@@ -256,16 +256,16 @@ export class PushFlow {
         return this.fill(g, w)
       }
     }
-    const owner = g.owners[w.partition]
-    if (g.row.paused || !owner || this.deps.stopped() || w.releasing || w.dropped) return w.move(o, 'parked')
+    const consumer = g.consumerOf[w.partition]
+    if (g.row.paused || !consumer || this.deps.stopped() || w.releasing || w.dropped) return w.move(o, 'parked')
     // Attempts made before a restart count: one that already had them all is dead-lettered now.
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
-    const win = this.deps.windows.of(owner.id)
-    const joining = this.sender.isOpen(w, owner)
+    const win = this.deps.windows.of(consumer.id)
+    const joining = this.sender.isOpen(w, consumer)
     if (!this.deps.windows.hasRoom(win, joining)) {
       w.move(o, 'ready')
-      return this.deps.windows.wait(win, owner.id, g, w, joining)
+      return this.deps.windows.wait(win, consumer.id, g, w, joining)
     }
     if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
       w.move(o, 'reserving')
@@ -290,7 +290,7 @@ export class PushFlow {
       partition: w.partition,
       offset: o.msg.offset,
       attempt,
-      consumerId: owner.id,
+      consumerId: consumer.id,
       startedAtMs: nowMs,
       ackDeadlineMs: deadlineMs,
       outcome: undefined,
@@ -303,7 +303,7 @@ export class PushFlow {
     this.deps.windows.started(win)
     if (attempt === 1) {
       this.deps.attempts.started(row)
-      return this.sender.send(g, w, o, a, owner, deadlineMs, nowMs)
+      return this.sender.send(g, w, o, a, consumer, deadlineMs, nowMs)
     }
     // A retry's row is written before its push: a crash then leaves the attempt on record, and the
     // next process counts it (retries are few, so waiting for the write costs little). With it, a
@@ -312,7 +312,7 @@ export class PushFlow {
     const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
     const giveBack = () => {
       win.window.release('neutral')
-      this.deps.windows.wake(owner.id)
+      this.deps.windows.wake(consumer.id)
     }
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
     // Until sent, a handover deletes its row: the next owner must not count a push never made.
@@ -326,7 +326,7 @@ export class PushFlow {
           }
           if (current() && !this.deps.stopped() && !w.releasing) {
             w.recorded(a)
-            this.sender.send(g, w, o, a, owner, deadlineMs, this.deps.now())
+            this.sender.send(g, w, o, a, consumer, deadlineMs, this.deps.now())
           } else {
             if (!w.releasing && !w.dropped && !this.deps.stopped()) w.recorded(a)
             giveBack()
@@ -384,7 +384,7 @@ export class PushFlow {
   }
 
   /** A push's answer, as it bears on its attempt: the row's details, then the attempt settled (or nothing, if it was already). */
-  private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, owner: ConsumerRow, r: PushResult): void {
+  private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, consumer: ConsumerRow, r: PushResult): void {
     const id = a.id
     // (A partition being handed over is told here when its last push is answered.)
     const nack = w.answered(a)
@@ -398,7 +398,7 @@ export class PushFlow {
           ...(why ? { error: why } : {}),
         })
         // 410 Gone disables the consumer whichever way the attempt was settled.
-        if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
+        if (r.kind === 'rejected' && r.status === 410) this.disable(g, consumer)
         return this.nacked(g, w, o, why ? `nacked: ${why}` : 'nacked', nack.delayMs, nack.deadLetter)
       }
     }
@@ -419,7 +419,7 @@ export class PushFlow {
       ...(current ? { outcome: 'failed' as const } : {}),
       ...(r.kind === 'rejected' ? { statusCode: r.status } : {}),
     })
-    if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
+    if (r.kind === 'rejected' && r.status === 410) this.disable(g, consumer)
     if (!current) return
     this.dropDeadline(a)
     w.settle(o, a, true)
@@ -636,14 +636,14 @@ export class PushFlow {
     // The group's consumers as they are now: a reload between the push and its answer (the group
     // changed, a reconciliation) replaced the row the push was made with, and disabling that stale
     // row alone left the consumer enabled for the retry (seen in CI: a second push to a 410 consumer).
-    const owner = g.consumers.find((c) => c.id === pushedTo.id) ?? pushedTo
-    if (owner.disabledAt !== null) return
-    owner.disabledAt = new Date(this.deps.now())
-    owner.disabledReason = 'answered 410 Gone'
+    const consumer = g.consumers.find((c) => c.id === pushedTo.id) ?? pushedTo
+    if (consumer.disabledAt !== null) return
+    consumer.disabledAt = new Date(this.deps.now())
+    consumer.disabledReason = 'answered 410 Gone'
     this.consumersChanged(g, g.consumers)
     this.deps
-      .disableConsumer(g.row.id, owner.id, owner.disabledReason, owner.disabledAt)
-      .catch((err: unknown) => this.deps.log.error({ err, consumer: owner.id }, 'recording a disabled consumer failed'))
+      .disableConsumer(g.row.id, consumer.id, consumer.disabledReason, consumer.disabledAt)
+      .catch((err: unknown) => this.deps.log.error({ err, consumer: consumer.id }, 'recording a disabled consumer failed'))
   }
 
   /** Runs a step outside any caller that could handle its error: logs instead of crashing. */

@@ -31,7 +31,7 @@ export interface PushSenderDeps {
   /** True once the dispatcher is stopping: nothing new goes out. */
   stopped(): boolean
   /** An attempt's push was answered (its slot returned, its consumer's health recorded): settle the attempt. */
-  answered(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, owner: ConsumerRow, r: PushResult): void
+  answered(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, consumer: ConsumerRow, r: PushResult): void
   /** Runs a step outside any caller that could handle its error (the push flow's). */
   safely(fn: () => void): void
 }
@@ -42,42 +42,42 @@ export class PushSender {
   constructor(private readonly deps: PushSenderDeps) {
     this.batches = new Batches({
       timers: deps.timers,
-      send: (g, w, owner, entries) => deps.safely(() => this.sendBatch(g, w, owner, entries)),
-      opened: (owner) => deps.windows.batchOpened(owner.id),
+      send: (g, w, consumer, entries) => deps.safely(() => this.sendBatch(g, w, consumer, entries)),
+      opened: (consumer) => deps.windows.batchOpened(consumer.id),
     })
   }
 
-  /** Whether the partition has a batch gathering for `owner`: one more attempt joins it, no new request. */
-  isOpen(w: PartitionState, owner: ConsumerRow): boolean {
-    return this.batches.isOpen(w, owner)
+  /** Whether the partition has a batch gathering for `consumer`: one more attempt joins it, no new request. */
+  isOpen(w: PartitionState, consumer: ConsumerRow): boolean {
+    return this.batches.isOpen(w, consumer)
   }
 
   /** Sends one push (or adds it to its partition's batch): the attempt is on its way from here, and settle gets its answer. */
-  send(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, owner: ConsumerRow, deadlineMs: number, nowMs: number): void {
+  send(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, consumer: ConsumerRow, deadlineMs: number, nowMs: number): void {
     if (g.row.batchMaxMessages !== null) {
       let envelope: string
       try {
-        envelope = buildEnvelope(this.targetOf(g, w, owner, nowMs), o.msg, a.id, a.number, deadlineMs)
+        envelope = buildEnvelope(this.targetOf(g, w, consumer, nowMs), o.msg, a.id, a.number, deadlineMs)
       } catch (err) {
-        this.deps.windows.find(owner.id)?.window.release('neutral')
+        this.deps.windows.find(consumer.id)?.window.release('neutral')
         throw err
       }
-      w.sending(o, a, owner.id)
-      return this.batches.add(g, w, owner, { o, a, envelope })
+      w.sending(o, a, consumer.id)
+      return this.batches.add(g, w, consumer, { o, a, envelope })
     }
     let request: ReturnType<typeof buildPush>
     try {
-      request = buildPush(this.targetOf(g, w, owner, nowMs), o.msg, a.id, a.number, deadlineMs, nowMs)
+      request = buildPush(this.targetOf(g, w, consumer, nowMs), o.msg, a.id, a.number, deadlineMs, nowMs)
     } catch (err) {
       // Nothing went out: the slot goes back, and the ack deadline retries the attempt.
-      this.deps.windows.find(owner.id)?.window.release('neutral')
+      this.deps.windows.find(consumer.id)?.window.release('neutral')
       throw err
     }
-    w.sending(o, a, owner.id)
+    w.sending(o, a, consumer.id)
     sendPush(
       this.deps.agent,
-      { url: owner.url, body: request.body, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
-      (result) => this.deps.safely(() => this.settle(g, w, o, a, owner, result)),
+      { url: consumer.url, body: request.body, headerLines: request.headerLines, timeoutMs: g.row.pushTimeoutMs },
+      (result) => this.deps.safely(() => this.settle(g, w, o, a, consumer, result)),
     )
   }
 
@@ -85,25 +85,25 @@ export class PushSender {
    * Sends a batch (see batches.ts): its attempts still current, in offset order, in one POST.
    * Each one keeps its slot in the consumer's window until the answer, like a single push.
    */
-  private sendBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): void {
+  private sendBatch(g: GroupRuntime, w: PartitionState, consumer: ConsumerRow, entries: BatchEntry[]): void {
     let sent = false
     try {
-      sent = this.sendLive(g, w, owner, entries)
+      sent = this.sendLive(g, w, consumer, entries)
     } finally {
-      if (!sent) this.deps.windows.batchAnswered(owner.id) // the request it counted for never went
+      if (!sent) this.deps.windows.batchAnswered(consumer.id) // the request it counted for never went
     }
   }
 
   /** sendBatch's work: true once the request is on its way (its answer ends it). */
-  private sendLive(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): boolean {
+  private sendLive(g: GroupRuntime, w: PartitionState, consumer: ConsumerRow, entries: BatchEntry[]): boolean {
     const live: BatchEntry[] = []
     for (const e of entries) {
       if (!w.dropped && w.outstanding.get(e.o.msg.offset) === e.o && e.o.current === e.a) live.push(e)
-      else this.giveUp(w, e, owner) // settled (acked, seeked) or dropped while the batch gathered
+      else this.giveUp(w, e, consumer) // settled (acked, seeked) or dropped while the batch gathered
     }
     if (live.length === 0) return false
     if (this.deps.stopped() || w.dropped) {
-      for (const e of live) this.giveUp(w, e, owner)
+      for (const e of live) this.giveUp(w, e, consumer)
       return false
     }
     live.sort((a, b) => a.o.msg.offset - b.o.msg.offset)
@@ -111,26 +111,26 @@ export class PushSender {
     let request: ReturnType<typeof buildBatchPush>
     try {
       request = buildBatchPush(
-        this.targetOf(g, w, owner, nowMs),
+        this.targetOf(g, w, consumer, nowMs),
         live.map((e) => e.envelope),
         `batch_${live[0]!.a.id}`,
         nowMs,
       )
     } catch (err) {
-      for (const e of live) this.giveUp(w, e, owner)
+      for (const e of live) this.giveUp(w, e, consumer)
       throw err
     }
     this.deps.metrics?.batchSent(g.row.name, live.length)
     sendPush(
       this.deps.agent,
       {
-        url: owner.url,
+        url: consumer.url,
         body: request.body,
         headerLines: request.headerLines,
         timeoutMs: g.row.pushTimeoutMs,
         maxResponseBytes: BATCH_ANSWER_BYTES,
       },
-      (r) => this.deps.safely(() => this.settleBatch(g, w, owner, live, r)),
+      (r) => this.deps.safely(() => this.settleBatch(g, w, consumer, live, r)),
     )
     return true
   }
@@ -140,13 +140,13 @@ export class PushSender {
    * its body lists in `failed` and delivers the others. The window sees one signal of congestion
    * for the batch (its first message), not one per message, and grows by each message delivered.
    */
-  private settleBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[], r: PushResult): void {
-    this.deps.windows.batchAnswered(owner.id)
+  private settleBatch(g: GroupRuntime, w: PartitionState, consumer: ConsumerRow, entries: BatchEntry[], r: PushResult): void {
+    this.deps.windows.batchAnswered(consumer.id)
     try {
       if (r.kind !== 'delivered') {
         this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000, entries.length)
         entries.forEach((e, i) => {
-          this.settleOne(g, w, e.o, e.a, owner, r, i > 0 ? 'neutral' : undefined)
+          this.settleOne(g, w, e.o, e.a, consumer, r, i > 0 ? 'neutral' : undefined)
         })
         return
       }
@@ -160,38 +160,38 @@ export class PushSender {
         durationMs: r.durationMs,
         body: 'listed in "failed" by the batch answer',
       }
-      for (const e of entries) this.settleOne(g, w, e.o, e.a, owner, failed.has(e.a.id) ? named : r)
+      for (const e of entries) this.settleOne(g, w, e.o, e.a, consumer, failed.has(e.a.id) ? named : r)
     } finally {
       // Once for the batch: the slots it freed are filled together, into the next batch.
-      this.deps.windows.wake(owner.id)
+      this.deps.windows.wake(consumer.id)
     }
   }
 
   /** An attempt that went into a batch and will not be sent: its slot goes back, its ack deadline (if current) retries it. */
-  private giveUp(w: PartitionState, e: BatchEntry, owner: ConsumerRow): void {
+  private giveUp(w: PartitionState, e: BatchEntry, consumer: ConsumerRow): void {
     w.answered(e.a)
-    this.deps.windows.find(owner.id)?.window.release('neutral')
-    this.deps.windows.wake(owner.id)
+    this.deps.windows.find(consumer.id)?.window.release('neutral')
+    this.deps.windows.wake(consumer.id)
   }
 
-  private targetOf(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, nowMs: number): PushTarget {
+  private targetOf(g: GroupRuntime, w: PartitionState, consumer: ConsumerRow, nowMs: number): PushTarget {
     return {
       groupName: g.row.name,
       topicName: g.topic.name,
       topicId: g.topic.id,
       partition: w.partition,
       pushFormat: g.row.pushFormat,
-      consumerSecrets: signingSecrets(owner, nowMs),
+      consumerSecrets: signingSecrets(consumer, nowMs),
     }
   }
 
-  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, owner: ConsumerRow, r: PushResult): void {
+  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, consumer: ConsumerRow, r: PushResult): void {
     this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
     try {
-      this.settleOne(g, w, o, a, owner, r)
+      this.settleOne(g, w, o, a, consumer, r)
     } finally {
       // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
-      this.deps.windows.wake(owner.id)
+      this.deps.windows.wake(consumer.id)
     }
   }
 
@@ -201,14 +201,14 @@ export class PushSender {
     w: PartitionState,
     o: Outstanding,
     a: Attempt,
-    owner: ConsumerRow,
+    consumer: ConsumerRow,
     r: PushResult,
     signal?: PushSignal,
   ): void {
-    if (r.kind === 'delivered') this.deps.health?.success(owner.id)
-    else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
-    this.deps.windows.find(owner.id)?.window.release(signal ?? pushSignal(r))
-    this.deps.answered(g, w, o, a, owner, r)
+    if (r.kind === 'delivered') this.deps.health?.success(consumer.id)
+    else this.deps.health?.failure(consumer.id, errorOf(r, g.row.pushTimeoutMs))
+    this.deps.windows.find(consumer.id)?.window.release(signal ?? pushSignal(r))
+    this.deps.answered(g, w, o, a, consumer, r)
   }
 }
 
