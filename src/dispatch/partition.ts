@@ -15,12 +15,13 @@
  *   nacked       retry_wait completing
  *   completing   retry_wait completing gone
  *
- * A message is admitted `parked` and leaves `completing` (forget); dropping the partition ends
- * every message whatever its state. `in_flight` is the only state with a current attempt (begin),
- * `nacked` one nacked while its push was under way (its answer says what follows). An attempt
- * (Attempt below) is begun in_flight and settled once: by its answer, its ack deadline, an ack, a
- * nack, or an undo when its row could not be written; a second begin before the settle throws.
- * A move that is not in the table throws: the push flow logs it (PushFlow.safely) and the tests fail.
+ * A message is admitted `parked` and leaves `completing` (forget → gone); dropping the partition
+ * ends every message whatever its state. `in_flight` is entered only by begin (an attempt starts)
+ * and is the only state with a current attempt; `nacked` only by nackDuringPush (nacked while its
+ * push was under way: the answer says what follows); move() refuses both. An attempt (Attempt
+ * below) is settled once: by its answer, its ack deadline, an ack, a nack, or an undo when its row
+ * could not be written; leaving in_flight before that, or a second begin, throws. A refused move
+ * throws IllegalMove: a bug, which the push flow logs (PushFlow.safely) instead of crashing.
  */
 import type { DispatchMessage, PartitionProgress } from '../store/consumption.ts'
 import { KeyOrder } from './key-order.ts'
