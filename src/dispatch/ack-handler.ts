@@ -17,14 +17,7 @@ import type { ProgressWriter } from './progress.ts'
 import type { PushFlow } from './push-flow.ts'
 import type { Schedule } from './schedule.ts'
 import { recordSettle } from './tracing.ts'
-import {
-  closeAttempt,
-  setState,
-  type CompletionRequest,
-  type CompletionStatus,
-  type GroupRuntime,
-  type PartitionState,
-} from './partition-state.ts'
+import type { CompletionRequest, CompletionStatus, GroupRuntime, PartitionState } from './partition-state.ts'
 
 export type AckStatus = 'acked' | 'nacked' | 'extended' | 'already_completed' | 'unknown'
 export type AckResult = { deliveryId: string; status: AckStatus }
@@ -57,8 +50,7 @@ export class AckHandler {
       const { w, offset } = loc
       const o = w.outstanding.get(offset)
       if (o) recordSettle('ack', o.msg, g.topic.name, g.row.name, o.attempts)
-      if (o && o.state !== 'completing') this.deps.flow.cancel(o)
-      if (o) setState(w, o, 'completing')
+      if (o) this.deps.flow.completing(w, o)
       reqs.push({ i, req: { g, w, offset, outcome: 'acked' } })
     }
     let statuses: CompletionStatus[]
@@ -89,15 +81,9 @@ export class AckHandler {
     return this.each(g, deliveryIds, (g, id, w, offset) => {
       const o = w.outstanding.get(offset)
       // Only the current attempt can be nacked; an older id names an attempt already settled.
-      if (o?.state !== 'in_flight' || o.current !== id) return 'already_completed'
+      if (o?.state !== 'in_flight' || o.current?.id !== id) return 'already_completed'
       recordSettle('nack', o.msg, g.topic.name, g.row.name, o.attempts)
-      this.deps.flow.cancel(o)
-      closeAttempt(o, id)
-      // The error says why it ended even after the row is marked dead (dead-lettered by this nack or after it).
-      this.deps.attempts.update({ id, outcome: 'nacked', finishedAtMs: this.deps.now(), error: 'nacked by the consumer' })
-      // The push's answer is still to come: it says why (the push flow acts on the nack then).
-      if (o.pushing === id) o.nackedPush = { id, delayMs, deadLetter }
-      else this.deps.flow.nacked(g, w, o, 'nacked', delayMs, deadLetter)
+      this.deps.flow.nack(g, w, o, o.current, delayMs, deadLetter)
       return 'nacked'
     })
   }
@@ -141,8 +127,9 @@ export class AckHandler {
   /** An attempt in flight without an ack deadline (auto mode) gets one when it is extended. */
   private deadlineFor(w: PartitionState, offset: number, g: GroupRuntime, id: string, deadlineMs: number): boolean {
     const o = w.outstanding.get(offset)
-    if (o?.state !== 'in_flight' || o.current !== id || o.inFlight) return false
-    o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, offset, o.attempts, deadlineMs)
+    const a = o?.state === 'in_flight' ? o.current : undefined
+    if (!o || !a || a.id !== id || a.deadline) return false
+    w.setDeadline(o, a, this.deps.schedule.ackDeadline(id, g.row.id, w.partition, offset, a.number, deadlineMs))
     return true
   }
 
@@ -172,7 +159,7 @@ export class AckHandler {
       }
       // An outstanding message knows the ids issued for it (a partition replaced by a seek starts
       // with none): no index of ids to keep up at every push.
-      if (w.outstanding.get(key.offset)?.ids.includes(id)) {
+      if (w.issued(key.offset, id)) {
         out[i] = { w, offset: key.offset }
         continue
       }

@@ -11,20 +11,21 @@
  */
 import type { ConsumerRow } from '../store/groups.ts'
 import type { GroupRuntime, Outstanding, PartitionState } from './partition-state.ts'
+import type { Attempt } from './partition.ts'
 import type { Timers } from './schedule.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
-/** One attempt in a batch: the message, its delivery id, its envelope (the single push's body) and traceparent. */
+/** One attempt in a batch: the message, the attempt, its envelope (the single push's body) and traceparent. */
 export interface BatchEntry {
   o: Outstanding
-  id: string
+  a: Attempt
   envelope: string
   traceparent: string
 }
 
 interface Gathering {
   g: GroupRuntime
-  owner: ConsumerRow
+  consumer: ConsumerRow
   entries: BatchEntry[]
   bytes: number
   timer: unknown
@@ -36,9 +37,9 @@ const FRAME_BYTES = 17
 export interface BatchesDeps {
   timers: Timers
   /** A batch is complete: send it. */
-  send(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): void
-  /** A new batch started gathering (it will be one request to `owner`). */
-  opened(owner: ConsumerRow): void
+  send(g: GroupRuntime, w: PartitionState, consumer: ConsumerRow, entries: BatchEntry[]): void
+  /** A new batch started gathering (it will be one request to `consumer`). */
+  opened(consumer: ConsumerRow): void
 }
 
 export class Batches {
@@ -47,19 +48,19 @@ export class Batches {
   constructor(private readonly deps: BatchesDeps) {}
 
   /** Adds an attempt ready to go to its partition's batch, sending the batch when it is complete. */
-  add(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entry: BatchEntry): void {
+  add(g: GroupRuntime, w: PartitionState, consumer: ConsumerRow, entry: BatchEntry): void {
     const maxBytes = g.row.batchMaxBytes
     // Bytes matter only against a limit (a comma between envelopes).
     const size = maxBytes === null ? 0 : Buffer.byteLength(entry.envelope) + 1
     let b = this.gathering.get(w)
-    if (b && (b.owner.id !== owner.id || (maxBytes !== null && b.bytes + size > maxBytes))) {
+    if (b && (b.consumer.id !== consumer.id || (maxBytes !== null && b.bytes + size > maxBytes))) {
       this.send(w)
       b = undefined
     }
     if (!b) {
-      b = { g, owner, entries: [], bytes: FRAME_BYTES, timer: undefined }
+      b = { g, consumer, entries: [], bytes: FRAME_BYTES, timer: undefined }
       this.gathering.set(w, b)
-      this.deps.opened(owner)
+      this.deps.opened(consumer)
       const waitMs = g.row.batchMaxWaitMs
       if (waitMs > 0) b.timer = this.deps.timers.setTimeout(() => this.flush(w, b!), timerDelayMs(waitMs))
       else setImmediate(() => this.flush(w, b!))
@@ -69,9 +70,9 @@ export class Batches {
     if (b.entries.length >= (g.row.batchMaxMessages ?? 1)) this.send(w)
   }
 
-  /** Whether the partition has a batch gathering for `owner`: one more attempt joins it, no new request. */
-  isOpen(w: PartitionState, owner: ConsumerRow): boolean {
-    return this.gathering.get(w)?.owner.id === owner.id
+  /** Whether the partition has a batch gathering for `consumer`: one more attempt joins it, no new request. */
+  isOpen(w: PartitionState, consumer: ConsumerRow): boolean {
+    return this.gathering.get(w)?.consumer.id === consumer.id
   }
 
   /** Sends the batch `b` if it is still the one gathering (its timer may outlive it). */
@@ -84,6 +85,6 @@ export class Batches {
     if (!b) return
     this.gathering.delete(w)
     if (b.timer !== undefined) this.deps.timers.clearTimeout(b.timer)
-    this.deps.send(b.g, w, b.owner, b.entries)
+    this.deps.send(b.g, w, b.consumer, b.entries)
   }
 }

@@ -3,8 +3,11 @@
  * offset order from its committed offset, pushes each message to the partition's consumer and
  * settles every attempt. This file holds what the parts share and their lifecycle; the parts:
  *
+ *   partition.ts          one owned partition, the only writer of its state: messages, attempts, checked moves
+ *                         (partition-log.ts: its buffer, completions and reservation)
  *   partition-reader.ts   the log into a partition's buffer (reads, produce's tail, retention gaps)
  *   push-flow.ts          a message's way: admission, push, settle, retry, dead letter, completion
+ *   push-send.ts          single and batch sends and their answers (batches.ts gathers a batch)
  *   ack-handler.ts        acks, nacks and extends of delivery ids
  *   progress.ts           completions and push reservations, written together, fenced by epoch
  *   schedule.ts           ack deadlines (tracker.ts, by delivery id) and waits (waits.ts), one timer
@@ -37,7 +40,6 @@ import { PendingDisables } from './pending-disables.ts'
 import { PartitionReader } from './partition-reader.ts'
 import {
   filterOf,
-  firstUnpushed,
   newGroupRuntime,
   newPartitionState,
   policyOf,
@@ -327,8 +329,7 @@ export class Dispatcher {
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
     const endHint = Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0)
-    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch)
-    w.heldUntil = heldUntil
+    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch, heldUntil)
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)
     this.flow.fill(g, w)
@@ -346,15 +347,12 @@ export class Dispatcher {
     const w = g?.parts.get(partition)
     if (!g || !w) return
     if (graceful && !w.dropped) {
-      w.releasing = true
-      if ([...w.outstanding.values()].some((o) => o.pushing)) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, timerDelayMs(g.row.pushTimeoutMs + 1000))
-          w.onIdle = () => {
-            clearTimeout(timer)
-            resolve()
-          }
-        })
+      let idle = () => {}
+      const answered = new Promise<void>((resolve) => (idle = resolve))
+      if (w.release(() => idle())) {
+        const timer = setTimeout(idle, timerDelayMs(g.row.pushTimeoutMs + 1000))
+        await answered
+        clearTimeout(timer)
       }
       await this.progress.settled()
     }
@@ -411,21 +409,17 @@ export class Dispatcher {
 
   /** `handed`: messages whose current attempt stays in flight for the next owner (see HANDED_OVER). */
   private dropPartition(g: GroupRuntime, w: PartitionState, reason: string, handed?: Set<Outstanding>): void {
-    w.dropped = true
-    for (const o of w.outstanding.values()) {
-      const id = handed?.has(o) ? o.current : undefined
-      if (id !== undefined) o.open = o.open.filter((x) => x !== id)
-      this.flow.abandon(o, reason)
-      if (id !== undefined) this.deps.attempts.update({ id, error: HANDED_OVER })
+    for (const o of w.drop()) {
+      // Handed over in flight: its row stays open for the next owner (see HANDED_OVER).
+      const handedOver = handed?.has(o) ? o.current : undefined
+      if (handedOver) w.close(handedOver)
+      this.flow.abandon(w, o, reason)
+      if (handedOver) this.deps.attempts.update({ id: handedOver.id, error: HANDED_OVER })
     }
-    w.outstanding.clear()
-    w.ready = []
-    w.buffer = []
     if (g.parts.get(w.partition) === w) {
       g.parts.delete(w.partition)
       if (!g.dropped) this.flow.limitConsumers(g)
     }
-    w.onIdle?.()
   }
 
   /** A write for the partition was refused for its epoch: another process (or a seek) has it now. */
@@ -452,7 +446,7 @@ export class Dispatcher {
       const w = g.parts.get(partition)
       if (!w) continue
       if (messages && messages.length > 0) this.reader.takeTail(g, w, messages)
-      if (endOffset > w.endHint) w.endHint = endOffset
+      w.heard(endOffset)
       this.flow.fill(g, w)
     }
   }
@@ -502,7 +496,7 @@ function handBackOf(g: GroupRuntime, w: PartitionState): HandBack {
     topicId: g.topic.id,
     partition: w.partition,
     ownerEpoch: w.ownerEpoch,
-    unpushedFrom: firstUnpushed(w),
+    unpushedFrom: w.firstUnpushed(),
     unsent: [...w.unsent],
   }
 }
@@ -511,6 +505,6 @@ function handBackOf(g: GroupRuntime, w: PartitionState): HandBack {
 function awaitingAcks(g: GroupRuntime, w: PartitionState): Set<Outstanding> {
   const out = new Set<Outstanding>()
   if (g.row.ackMode !== 'explicit') return out
-  for (const o of w.outstanding.values()) if (o.state === 'in_flight' && o.current !== undefined && o.pushing === undefined) out.add(o)
+  for (const o of w.outstanding.values()) if (o.state === 'in_flight' && o.current !== undefined && !o.current.pushing) out.add(o)
   return out
 }

@@ -64,10 +64,10 @@ export class PartitionReader {
    * read goes out at the end of this turn, with every other read asked for in it.
    */
   read(g: GroupRuntime, w: PartitionState): void {
-    const from = nextToRead(w)
+    const from = w.nextToRead()
     if (w.reading || from >= w.endHint) return
     // Reading from here: takeTail leaves the buffer alone until the rows are in.
-    w.reading = true
+    w.beginRead()
     this.queued.push({ g, w, from, hint: w.endHint })
     if (this.scheduled) return
     this.scheduled = true
@@ -82,12 +82,12 @@ export class PartitionReader {
    * here stay of the order of those in flight; a partition that is not keeping up reads instead.
    */
   takeTail(g: GroupRuntime, w: PartitionState, messages: DispatchMessage[]): void {
-    if (w.reading || w.dropped || w.releasing || g.row.paused || !g.owners[w.partition]) return
+    if (w.reading || w.dropped || w.releasing || g.row.paused || !g.consumerOf[w.partition]) return
     const room = Math.min(MAX_TAIL, Math.max(READ_BATCH, 2 * g.row.maxInFlight))
     if (w.buffer.length + messages.length > room) return
-    const next = nextToRead(w)
+    const next = w.nextToRead()
     if (messages[0]!.offset !== next || next < w.endHint) return
-    for (const m of messages) w.buffer.push(m)
+    w.appendTail(messages)
   }
 
   /** Sends the reads queued this turn: each place read once, at most MAX_READS places a statement. */
@@ -100,7 +100,7 @@ export class PartitionReader {
     for (const r of queued) {
       // Dropped while it waited (moved, seeked: a new state replaced it): nothing to read.
       if (r.w.dropped) {
-        r.w.reading = false
+        r.w.readFailed()
         continue
       }
       const key = `${r.g.topic.id}:${r.w.partition}:${r.from}`
@@ -123,7 +123,7 @@ export class PartitionReader {
     } catch (err) {
       for (const { readers } of places) {
         for (const { g, w } of readers) {
-          w.reading = false
+          w.readFailed()
           if (w.dropped) continue
           this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reading messages failed; retrying in 1 s')
           this.deps.timers.setTimeout(() => this.deps.onReadable(g, w), 1000)
@@ -140,22 +140,9 @@ export class PartitionReader {
    * fill, which must not read again what this statement is bringing it.
    */
   private took({ g, w, from, hint }: QueuedRead, rows: DispatchMessage[]): void {
-    w.reading = false
+    // Caught up (empty, and produce said nothing more meanwhile): the end moves back to `from`.
+    w.tookRows(from, hint, rows)
     if (w.dropped) return
-    // Caught up: wait for produce to say more, unless it already did while this read ran.
-    if (rows.length === 0 && w.endHint === hint) w.endHint = from
-    let expected = from
-    for (const row of rows) {
-      if (row.offset > expected) w.gaps.push([expected, row.offset])
-      expected = row.offset + 1
-    }
-    for (const row of rows) w.buffer.push(row)
     this.deps.onReadable(g, w)
   }
-}
-
-/** The offset after what the partition's buffer holds (its read position when empty): where reading goes on. */
-function nextToRead(w: PartitionState): number {
-  const last = w.buffer[w.buffer.length - 1]
-  return last === undefined ? w.readPos : Math.max(w.readPos, last.offset + 1)
 }

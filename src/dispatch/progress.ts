@@ -29,7 +29,7 @@ import { HookqError } from '../errors.ts'
 import type { Database } from '../store/db.ts'
 import { writeProgress, type PartitionWrite, type ProgressBatch, type ProgressResult } from '../store/consumption.ts'
 import { nodeTimers, type Timers } from './schedule.ts'
-import { nextIncomplete, type CompletionRequest, type CompletionStatus, type GroupRuntime, type PartitionState } from './partition-state.ts'
+import type { CompletionRequest, CompletionStatus, GroupRuntime, PartitionState } from './partition-state.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
 interface CompletionJob {
@@ -229,9 +229,8 @@ export class ProgressWriter {
       const r = jobs[i]!.req
       // Not this process's partition any more (handed over, claimed again after a seek): ask its owner.
       if (r.w.dropped) statuses[i] = 'moved'
-      else if (r.offset < r.w.committed || r.w.completed.has(r.offset)) statuses[i] = 'already_completed'
+      else if (!r.w.markCompleted(r.offset)) statuses[i] = 'already_completed'
       else {
-        r.w.completed.add(r.offset)
         marked.push(i)
         statuses[i] = r.outcome
       }
@@ -262,7 +261,7 @@ export class ProgressWriter {
       const p = part(g, w)
       if (outcome === 'filtered') p.write.filtered++
       if (p.write.committedOffset === null) {
-        const to = nextIncomplete(w)
+        const to = w.nextIncomplete()
         if (to > w.committed) p.write.committedOffset = to
       }
     }
@@ -284,7 +283,7 @@ export class ProgressWriter {
     try {
       result = await this.write(this.deps.db, batch)
     } catch (err) {
-      for (const i of marked) jobs[i]!.req.w.completed.delete(jobs[i]!.req.offset)
+      for (const i of marked) jobs[i]!.req.w.unmarkCompleted(jobs[i]!.req.offset)
       for (const j of jobs) j.fail(err)
       for (const r of reservations) r.fail(err)
       return
@@ -300,7 +299,7 @@ export class ProgressWriter {
     for (const i of marked) {
       const r = jobs[i]!.req
       if (!refused.has(r.w)) continue
-      r.w.completed.delete(r.offset)
+      r.w.unmarkCompleted(r.offset)
       statuses[i] = 'moved'
     }
     for (const [w, p] of parts) {
@@ -308,15 +307,7 @@ export class ProgressWriter {
         this.deps.onRefused(p.g, w)
         continue
       }
-      const to = p.write.committedOffset
-      if (to !== null && to > w.committed) {
-        // Whichever is shorter: the offsets passed, or the set (it can hold offsets far ahead).
-        if (to - w.committed <= w.completed.size) for (let o = w.committed; o < to; o++) w.completed.delete(o)
-        else for (const o of w.completed) if (o < to) w.completed.delete(o)
-        w.committed = to
-        w.gaps = w.gaps.filter(([, end]) => end > w.committed)
-      }
-      if (p.write.pushedOffset !== null && p.write.pushedOffset > w.reservedTo) w.reservedTo = p.write.pushedOffset
+      w.advance(p.write.committedOffset, p.write.pushedOffset)
     }
     // Dead letters are appended here, not by produce: wake the groups reading their topics.
     for (const d of result.deadLettered) this.deps.onAppended(d.topicId, d.partition, d.offset + 1)

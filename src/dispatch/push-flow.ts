@@ -1,11 +1,16 @@
 /**
- * The way of a message through its pushes, for the partitions this process owns:
+ * The way of a message through its pushes, for the partitions this process owns: the pushes (their
+ * HTTP side: push-send.ts), the writes and the schedule. Which moves a message may make is src/dispatch/partition.ts's (its
+ * table is enforced there: this file only asks); what makes each one is here:
  *
- *   fill ─▶ delayed ──due──▶ start ─▶ reserving ─▶ in_flight ──settle: 2xx (auto) / ack──▶ completing ──written──▶ gone
- *                              │  ▲                    │  fail / deadline / nack            │
- *                              │  └──── retry_wait ◀───┘                                    │ not written: retry in 1 s
- *                              │                       └─ attempts = maxDeliveries ─▶ completing (dead letter)
- *                              └▶ parked (no consumer, paused) / ready (partition or consumer window full)
+ *   fill, admit   (new) → parked, then delayed (its delay) / retry_wait (a push handed over in flight) / ready / start
+ *   start         → parked (no consumer, paused) / ready (window full) / reserving (past the reservation)
+ *                   / in_flight (an attempt begins) / completing (filtered out; dead after a restart)
+ *   settle        in_flight → completing (2xx, auto mode) / retry_wait (failed: the backoff) / completing (dead letter)
+ *   due           delayed → parked → ready or start; retry_wait → start; in_flight → retry_wait / completing (ack deadline)
+ *   nack          in_flight → retry_wait / completing, or → nacked until its push is answered (then the same)
+ *   ack           any → completing (ack-handler.ts)
+ *   completed     completing → gone (durable); completionFailed, a dead letter not written: completing → retry_wait
  *
  * Invariant: every push attempt ends in exactly one outcome (acked, failed, timed_out, nacked or
  * dead) and has exactly one attempt row, written once its outcome is known (or as in_flight if
@@ -32,37 +37,21 @@ import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import { assignPartitions } from './consumer-assignment.ts'
 import type { ConsumerWindows } from './consumer-windows.ts'
-import { authOf } from './push-auth.ts'
-import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type PushTarget } from './envelope.ts'
-import { attemptEnded, recordDeadLetter, startAttempt } from './tracing.ts'
-import { Batches, type BatchEntry } from './batches.ts'
 import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
 import type { ProgressWriter } from './progress.ts'
-import { send as sendPush, type PushAgent, type PushResult } from './pusher.ts'
-import { pushSignal, type PushSignal } from './push-window.ts'
+import type { PushAgent, PushResult } from './pusher.ts'
+import { errorOf, PushSender } from './push-send.ts'
+import { recordDeadLetter } from './tracing.ts'
 import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import type { Schedule, Timers } from './schedule.ts'
 import type { TrackerEntry } from './tracker.ts'
 import { Wait } from './waits.ts'
 import type { HealthRecorder } from './health.ts'
-import {
-  active,
-  addId,
-  closeAttempt,
-  EMPTY,
-  deadLetterEntry,
-  newOutstanding,
-  setState,
-  type CompletionRequest,
-  type GroupRuntime,
-  type Outstanding,
-  type PartitionState,
-} from './partition-state.ts'
+import { deadLetterEntry, type CompletionRequest, type GroupRuntime, type Outstanding, type PartitionState } from './partition-state.ts'
+import type { Attempt } from './partition.ts'
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
 const MAX_DELAYED = 1000
-/** Bytes of a batch's answer read (a `failed` list of 1000 delivery ids is about 45 KB). */
-const BATCH_ANSWER_BYTES = 64 * 1024
 /** Messages held per partition behind their keys' outstanding ones (ordering "key") at most; later ones wait in the log. */
 const MAX_KEY_QUEUED = 10_000
 
@@ -92,13 +81,19 @@ export interface PushFlowDeps {
 }
 
 export class PushFlow {
-  private readonly batches: Batches
+  private readonly sender: PushSender
 
   constructor(private readonly deps: PushFlowDeps) {
-    this.batches = new Batches({
+    this.sender = new PushSender({
+      agent: deps.agent,
+      ...(deps.metrics ? { metrics: deps.metrics } : {}),
+      ...(deps.health ? { health: deps.health } : {}),
+      now: deps.now,
       timers: deps.timers,
-      send: (g, w, owner, entries) => this.safely(() => this.sendBatch(g, w, owner, entries)),
-      opened: (owner) => deps.windows.batchOpened(owner.id),
+      windows: deps.windows,
+      stopped: deps.stopped,
+      answered: (g, w, o, a, consumer, r) => this.settleAttempt(g, w, o, a, consumer, r),
+      safely: (fn) => this.safely(fn),
     })
   }
 
@@ -108,38 +103,36 @@ export class PushFlow {
   fill(g: GroupRuntime, w: PartitionState): void {
     if (this.deps.stopped() || g.dropped || w.dropped || w.releasing) return
     // Nothing to push to: read nothing (a consumer joining, or unpausing, calls fill again).
-    const owner = g.owners[w.partition]
-    if (g.row.paused || !owner) return
+    const consumer = g.consumerOf[w.partition]
+    if (g.row.paused || !consumer) return
     const ordering = g.row.ordering
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
     const windows = this.deps.windows
-    const win = windows.of(owner.id)
-    while (w.ready.length > 0 && active(w) < limit) {
-      const joining = this.batches.isOpen(w, owner)
-      if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
+    const win = windows.of(consumer.id)
+    while (w.ready.length > 0 && w.active() < limit) {
+      const joining = this.sender.isOpen(w, consumer)
+      if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
       this.start(g, w, w.ready[0]!)
     }
     const nowMs = this.deps.now()
-    const byKey = ordering === 'key' ? w.keys : undefined
-    while ((ordering === 'partition' ? w.outstanding.size : active(w)) < limit && w.delayed < MAX_DELAYED) {
-      const joining = this.batches.isOpen(w, owner)
-      if (!windows.hasRoom(win, joining)) return windows.wait(win, owner.id, g, w, joining)
+    const byKey = ordering === 'key'
+    while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
+      const joining = this.sender.isOpen(w, consumer)
+      if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
       const next = w.buffer[0]
       if (!next) return this.deps.reader.read(g, w)
       // Keys that hold many messages back: read no further until some complete (memory stays bounded).
-      if (byKey && byKey.queued >= MAX_KEY_QUEUED && next.key !== null && byKey.isBusy(next.key)) return
-      const msg = w.buffer.shift()!
-      if (msg.offset < w.readPos) continue
-      w.readPos = msg.offset + 1
-      if (msg.offset < w.committed || w.completed.has(msg.offset)) continue
+      if (byKey && w.keyQueued() >= MAX_KEY_QUEUED && next.key !== null && w.keyBusy(next.key)) return
+      const msg = w.take()
+      if (!msg) continue // read twice, or completed already
       // The filter, once per message: now for one that may go now, when its delay ends otherwise
       // (the filter may change meanwhile). One pushed before a restart goes on being pushed.
       const due = msg.availableAtMs <= nowMs
-      if (due && g.filter && !w.priorAttempts.has(msg.offset) && !g.filter(msg)) {
+      if (due && g.filter && !w.pushedBefore(msg.offset) && !g.filter(msg)) {
         this.filterOut(g, w, msg.offset)
         continue
       }
-      if (byKey && !byKey.take(msg)) continue // waits behind its key's outstanding message
+      if (byKey && !w.takeKey(msg)) continue // waits behind its key's outstanding message
       this.admit(g, w, msg, due, nowMs)
     }
     if (w.buffer.length < READ_AHEAD) this.deps.reader.read(g, w)
@@ -153,11 +146,8 @@ export class PushFlow {
   orderingChanged(g: GroupRuntime, previous: GroupRuntime['row']['ordering']): void {
     const nowMs = this.deps.now()
     for (const w of g.parts.values()) {
-      if (g.row.ordering === 'key') {
-        for (const o of w.outstanding.values()) if (o.msg.key !== null) w.keys.hold(o.msg.key)
-      } else if (previous === 'key') {
-        for (const msg of w.keys.drain()) this.admit(g, w, msg, false, nowMs, true)
-      }
+      if (g.row.ordering === 'key') w.holdKeys()
+      else if (previous === 'key') for (const msg of w.drainKeys()) this.admit(g, w, msg, false, nowMs, true)
       this.fill(g, w)
     }
   }
@@ -167,16 +157,11 @@ export class PushFlow {
    * like a message that fell due). `matched`: the filter was checked.
    */
   private admit(g: GroupRuntime, w: PartitionState, msg: DispatchMessage, matched: boolean, nowMs: number, ready = false): void {
-    const attempts = w.priorAttempts.get(msg.offset) ?? 0
-    if (w.priorAttempts.size > 0) w.priorAttempts.delete(msg.offset)
-    const heldUntil = w.heldUntil.size > 0 ? w.heldUntil.get(msg.offset) : undefined
-    if (heldUntil !== undefined) w.heldUntil.delete(msg.offset)
-    const o = newOutstanding(msg, attempts, matched)
-    w.outstanding.set(msg.offset, o)
+    const { o, heldUntil } = w.admit(msg, matched)
     // The previous owner's push is the consumer's until its ack deadline (a graceful handover): no duplicate before then.
-    if (heldUntil !== undefined && attempts > 0 && heldUntil > nowMs) this.wait(g, w, o, 'retry', heldUntil)
+    if (heldUntil !== undefined && o.attempts > 0 && heldUntil > nowMs) this.wait(g, w, o, 'retry', heldUntil)
     else if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
-    else if (ready) setState(w, o, 'ready')
+    else if (ready) w.move(o, 'ready')
     else this.start(g, w, o)
   }
 
@@ -186,9 +171,7 @@ export class PushFlow {
    * admitted in offset order already, so it does not wait for room in the partition.
    */
   private forget(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
-    w.outstanding.delete(o.msg.offset)
-    if (g.row.ordering !== 'key' || o.msg.key === null) return
-    const next = w.keys.release(o.msg.key)
+    const next = w.forget(o, g.row.ordering === 'key')
     // Checked by the filter when it starts (it may have changed while the message waited).
     if (next) this.admit(g, w, next, false, this.deps.now())
   }
@@ -202,7 +185,7 @@ export class PushFlow {
     for (const c of g.consumers) if (!kept.has(c.id)) this.deps.windows.forget(c.id)
     g.consumers = consumers
     const owners = assignPartitions(g.topic.partitions, consumers)
-    g.owners = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
+    g.consumerOf = owners.map((id) => consumers.find((c) => c.id === id) ?? null)
     this.limitConsumers(g)
     for (const w of g.parts.values()) {
       for (const o of w.outstanding.values()) if (o.state === 'parked') this.start(g, w, o)
@@ -218,7 +201,7 @@ export class PushFlow {
   limitConsumers(g: GroupRuntime): void {
     const total = new Map<string, number>()
     const here = new Map<string, number>()
-    g.owners.forEach((c, p) => {
+    g.consumerOf.forEach((c, p) => {
       if (!c) return
       total.set(c.id, (total.get(c.id) ?? 0) + 1)
       if (g.parts.has(p)) here.set(c.id, (here.get(c.id) ?? 0) + 1)
@@ -258,48 +241,46 @@ export class PushFlow {
   /** The group's filter changed: it applies to every message not pushed yet, those already admitted too. */
   filterChanged(g: GroupRuntime, filter: GroupRuntime['filter']): void {
     g.filter = filter
-    for (const w of g.parts.values()) for (const o of w.outstanding.values()) if (o.attempts === 0) o.matched = false
+    for (const w of g.parts.values()) w.unmatch()
   }
 
   // ---- a push ----
 
   private start(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
     if (!o.matched && o.attempts === 0 && o.state !== 'reserving') {
-      o.matched = true
+      w.matched(o)
       if (g.filter && !g.filter(o.msg)) {
-        this.cancel(o)
-        setState(w, o, 'completing')
+        this.cancel(w, o)
+        w.move(o, 'completing')
         this.forget(g, w, o)
         this.filterOut(g, w, o.msg.offset)
         return this.fill(g, w)
       }
     }
-    const owner = g.owners[w.partition]
-    if (g.row.paused || !owner || this.deps.stopped() || w.releasing || w.dropped) return setState(w, o, 'parked')
+    const consumer = g.consumerOf[w.partition]
+    if (g.row.paused || !consumer || this.deps.stopped() || w.releasing || w.dropped) return w.move(o, 'parked')
     // Attempts made before a restart count: one that already had them all is dead-lettered now.
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
-    const win = this.deps.windows.of(owner.id)
-    const joining = this.batches.isOpen(w, owner)
+    const win = this.deps.windows.of(consumer.id)
+    const joining = this.sender.isOpen(w, consumer)
     if (!this.deps.windows.hasRoom(win, joining)) {
-      setState(w, o, 'ready')
-      return this.deps.windows.wait(win, owner.id, g, w, joining)
+      w.move(o, 'ready')
+      return this.deps.windows.wait(win, consumer.id, g, w, joining)
     }
     if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
-      setState(w, o, 'reserving')
+      w.move(o, 'reserving')
       return this.reserve(g, w)
     }
-    const attempt = ++o.attempts
+    const attempt = o.attempts + 1
     if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
     const id = newDeliveryId({ groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt })
     const nowMs = this.deps.now()
     const deadlineMs = nowMs + g.row.ackTimeoutMs
-    addId(o, id)
-    setState(w, o, 'in_flight')
-    o.current = id
+    const a = w.begin(o, id)
     // In auto mode the answer settles the attempt; a deadline is needed only if it can pass before the push's timeout.
     if (g.row.ackMode === 'explicit' || g.row.ackTimeoutMs < g.row.pushTimeoutMs) {
-      o.inFlight = this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs)
+      w.setDeadline(o, a, this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs))
     }
     // Every field from the start, the ones the outcome fills in too: a field added to an object
     // later changes its shape (a new hidden class, a larger backing store), at each push.
@@ -310,7 +291,7 @@ export class PushFlow {
       partition: w.partition,
       offset: o.msg.offset,
       attempt,
-      consumerId: owner.id,
+      consumerId: consumer.id,
       startedAtMs: nowMs,
       ackDeadlineMs: deadlineMs,
       outcome: undefined,
@@ -323,20 +304,20 @@ export class PushFlow {
     this.deps.windows.started(win)
     if (attempt === 1) {
       this.deps.attempts.started(row)
-      return this.send(g, w, o, id, owner, attempt, deadlineMs, nowMs)
+      return this.sender.send(g, w, o, a, consumer, deadlineMs, nowMs)
     }
     // A retry's row is written before its push: a crash then leaves the attempt on record, and the
     // next process counts it (retries are few, so waiting for the write costs little). With it, a
     // check that this process still holds the partition's epoch: one that lost it (paused past its
     // session, say) must not push for it again.
-    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === id
+    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
     const giveBack = () => {
       win.window.release('neutral')
-      this.deps.windows.wake(owner.id)
+      this.deps.windows.wake(consumer.id)
     }
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
     // Until sent, a handover deletes its row: the next owner must not count a push never made.
-    w.unsent.add(id)
+    w.recording(a)
     Promise.all([this.deps.attempts.durable(row), fence])
       .then(
         ([, held]) => {
@@ -345,15 +326,15 @@ export class PushFlow {
             return this.deps.moved(g, w)
           }
           if (current() && !this.deps.stopped() && !w.releasing) {
-            w.unsent.delete(id)
-            this.send(g, w, o, id, owner, attempt, deadlineMs, this.deps.now())
+            w.recorded(a)
+            this.sender.send(g, w, o, a, consumer, deadlineMs, this.deps.now())
           } else {
-            if (!w.releasing && !w.dropped && !this.deps.stopped()) w.unsent.delete(id)
+            if (!w.releasing && !w.dropped && !this.deps.stopped()) w.recorded(a)
             giveBack()
           }
         },
         (err: unknown) => {
-          w.unsent.delete(id)
+          w.recorded(a)
           giveBack()
           if (!current()) return
           // Not pushed, and not on record: the attempt did not happen. Try again in a second.
@@ -361,10 +342,8 @@ export class PushFlow {
             { err, group: g.row.name, partition: w.partition, offset: o.msg.offset },
             'recording a retry failed; retrying in 1 s',
           )
-          this.cancel(o)
-          o.attempts--
-          o.ids.pop()
-          closeAttempt(o, id)
+          this.dropDeadline(a)
+          w.undo(o, a)
           this.wait(g, w, o, 'retry', this.deps.now() + 1000)
         },
       )
@@ -383,10 +362,10 @@ export class PushFlow {
     let last = -1
     for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset > last) last = o.msg.offset
     if (last < 0) return
-    w.reserving = true
+    w.beginReservation()
     const resume = () => {
       if (w.dropped) return
-      w.reserving = false
+      w.endReservation()
       for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.start(g, w, o)
       this.fill(g, w)
     }
@@ -405,198 +384,13 @@ export class PushFlow {
     )
   }
 
-  /** Sends one push (or adds it to its partition's batch): the attempt is on its way from here, and settle gets its answer. */
-  private send(
-    g: GroupRuntime,
-    w: PartitionState,
-    o: Outstanding,
-    id: string,
-    owner: ConsumerRow,
-    attempt: number,
-    deadlineMs: number,
-    nowMs: number,
-  ): void {
-    // The attempt's own span in the message's trace (recorded when tracing is on; see tracing.ts).
-    const traceparent = startAttempt(o.msg, id, attempt, g.topic, g.row.name, w.partition, owner.url)
-    if (g.row.batchMaxMessages !== null) {
-      let envelope: string
-      try {
-        envelope = buildEnvelope(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs, traceparent)
-      } catch (err) {
-        attemptEnded(id, { kind: 'not_sent' })
-        this.deps.windows.find(owner.id)?.window.release('neutral')
-        throw err
-      }
-      o.pushedTo = owner.id
-      o.pushing = id
-      return this.batches.add(g, w, owner, { o, id, envelope, traceparent })
-    }
-    let request: ReturnType<typeof buildPush>
-    try {
-      request = buildPush(this.targetOf(g, w, owner, nowMs), o.msg, id, attempt, deadlineMs, nowMs, traceparent)
-    } catch (err) {
-      attemptEnded(id, { kind: 'not_sent' })
-      // Nothing went out: the slot goes back, and the ack deadline retries the attempt.
-      this.deps.windows.find(owner.id)?.window.release('neutral')
-      throw err
-    }
-    o.pushedTo = owner.id
-    o.pushing = id
-    sendPush(
-      this.deps.agent,
-      {
-        url: owner.url,
-        body: request.body,
-        headerLines: request.headerLines,
-        timeoutMs: g.row.pushTimeoutMs,
-        auth: authOf(this.deps.agent, owner, g.row.name),
-      },
-      (result) => this.safely(() => this.settle(g, w, o, id, owner, result)),
-    )
-  }
-
-  /**
-   * Sends a batch (see batches.ts): its attempts still current, in offset order, in one POST.
-   * Each one keeps its slot in the consumer's window until the answer, like a single push.
-   */
-  private sendBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): void {
-    let sent = false
-    try {
-      sent = this.sendLive(g, w, owner, entries)
-    } finally {
-      if (!sent) this.deps.windows.batchAnswered(owner.id) // the request it counted for never went
-    }
-  }
-
-  /** sendBatch's work: true once the request is on its way (its answer ends it). */
-  private sendLive(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[]): boolean {
-    const live: BatchEntry[] = []
-    for (const e of entries) {
-      if (!w.dropped && w.outstanding.get(e.o.msg.offset) === e.o && e.o.current === e.id) live.push(e)
-      else this.giveUp(e, owner) // settled (acked, seeked) or dropped while the batch gathered
-    }
-    if (live.length === 0) return false
-    if (this.deps.stopped() || w.dropped) {
-      for (const e of live) this.giveUp(e, owner)
-      return false
-    }
-    live.sort((a, b) => a.o.msg.offset - b.o.msg.offset)
-    const nowMs = this.deps.now()
-    let request: ReturnType<typeof buildBatchPush>
-    try {
-      request = buildBatchPush(
-        this.targetOf(g, w, owner, nowMs),
-        live.map((e) => e.envelope),
-        `batch_${live[0]!.id}`,
-        nowMs,
-        { traceparent: live[0]!.traceparent, tracestate: live[0]!.o.msg.tracestate },
-      )
-    } catch (err) {
-      for (const e of live) this.giveUp(e, owner)
-      throw err
-    }
-    this.deps.metrics?.batchSent(g.row.name, live.length)
-    sendPush(
-      this.deps.agent,
-      {
-        url: owner.url,
-        body: request.body,
-        headerLines: request.headerLines,
-        timeoutMs: g.row.pushTimeoutMs,
-        maxResponseBytes: BATCH_ANSWER_BYTES,
-        auth: authOf(this.deps.agent, owner, g.row.name),
-      },
-      (r) => this.safely(() => this.settleBatch(g, w, owner, live, r)),
-    )
-    return true
-  }
-
-  /**
-   * A batch's answer, message by message: a failure of the request fails each; a 2xx fails those
-   * its body lists in `failed` and delivers the others. The window sees one signal of congestion
-   * for the batch (its first message), not one per message, and grows by each message delivered.
-   */
-  private settleBatch(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, entries: BatchEntry[], r: PushResult): void {
-    this.deps.windows.batchAnswered(owner.id)
-    try {
-      if (r.kind !== 'delivered') {
-        this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000, entries.length)
-        entries.forEach((e, i) => {
-          this.settleOne(g, w, e.o, e.id, owner, r, i > 0 ? 'neutral' : undefined)
-        })
-        return
-      }
-      const failed = failedIds(r.body)
-      const listed = entries.filter((e) => failed.has(e.id)).length
-      this.deps.metrics?.pushed(g.row.name, 'delivered', r.durationMs / 1000, entries.length - listed)
-      this.deps.metrics?.failedInBatch(g.row.name, listed)
-      const named: PushResult = {
-        kind: 'rejected',
-        status: r.status,
-        durationMs: r.durationMs,
-        body: 'listed in "failed" by the batch answer',
-      }
-      for (const e of entries) this.settleOne(g, w, e.o, e.id, owner, failed.has(e.id) ? named : r)
-    } finally {
-      // Once for the batch: the slots it freed are filled together, into the next batch.
-      this.deps.windows.wake(owner.id)
-    }
-  }
-
-  /** An attempt that went into a batch and will not be sent: its slot goes back, its ack deadline (if current) retries it. */
-  private giveUp(e: BatchEntry, owner: ConsumerRow): void {
-    attemptEnded(e.id, { kind: 'not_sent' })
-    if (e.o.pushing === e.id) e.o.pushing = undefined
-    this.deps.windows.find(owner.id)?.window.release('neutral')
-    this.deps.windows.wake(owner.id)
-  }
-
-  private targetOf(g: GroupRuntime, w: PartitionState, owner: ConsumerRow, nowMs: number): PushTarget {
-    return {
-      groupName: g.row.name,
-      topicName: g.topic.name,
-      topicId: g.topic.id,
-      partition: w.partition,
-      pushFormat: g.row.pushFormat,
-      consumerSecrets: signingSecrets(owner, nowMs),
-    }
-  }
-
-  private settle(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
-    this.deps.metrics?.pushed(g.row.name, r.kind, r.durationMs / 1000)
-    try {
-      this.settleOne(g, w, o, id, owner, r)
-    } finally {
-      // After the attempt is settled, so a retry it scheduled and new messages compete fairly for the room.
-      this.deps.windows.wake(owner.id)
-    }
-  }
-
-  /** One attempt's answer: health, the window's slot, the attempt (the caller counts the call and wakes the consumer). */
-  private settleOne(
-    g: GroupRuntime,
-    w: PartitionState,
-    o: Outstanding,
-    id: string,
-    owner: ConsumerRow,
-    r: PushResult,
-    signal?: PushSignal,
-  ): void {
-    attemptEnded(id, r)
-    if (r.kind === 'delivered') this.deps.health?.success(owner.id)
-    else this.deps.health?.failure(owner.id, errorOf(r, g.row.pushTimeoutMs))
-    this.deps.windows.find(owner.id)?.window.release(signal ?? pushSignal(r))
-    this.settleAttempt(g, w, o, id, owner, r)
-  }
-
-  private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string, owner: ConsumerRow, r: PushResult): void {
-    if (o.pushing === id) o.pushing = undefined
-    // A partition being handed over waits for its last push to be answered.
-    if (w.releasing && w.onIdle && !anyPushing(w)) queueMicrotask(w.onIdle)
-    const nack = o.nackedPush?.id === id ? o.nackedPush : undefined
+  /** A push's answer, as it bears on its attempt: the row's details, then the attempt settled (or nothing, if it was already). */
+  private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, consumer: ConsumerRow, r: PushResult): void {
+    const id = a.id
+    // (A partition being handed over is told here when its last push is answered.)
+    const nack = w.answered(a)
     if (nack) {
-      o.nackedPush = undefined
-      if (w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === undefined) {
+      if (w.outstanding.get(o.msg.offset) === o && o.state === 'nacked') {
         const why = r.kind === 'delivered' ? undefined : errorOf(r, g.row.pushTimeoutMs)
         this.deps.attempts.update({
           id,
@@ -605,14 +399,14 @@ export class PushFlow {
           ...(why ? { error: why } : {}),
         })
         // 410 Gone disables the consumer whichever way the attempt was settled.
-        if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
+        if (r.kind === 'rejected' && r.status === 410) this.disable(g, consumer)
         return this.nacked(g, w, o, why ? `nacked: ${why}` : 'nacked', nack.delayMs, nack.deadLetter)
       }
     }
-    const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === id
+    const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
     if (r.kind === 'delivered') {
       this.deps.attempts.update({ id, statusCode: r.status, durationMs: r.durationMs })
-      if (current && g.row.ackMode === 'auto') this.complete(g, w, o, id)
+      if (current && g.row.ackMode === 'auto') this.complete(g, w, o, a)
       return
     }
     const error = errorOf(r, g.row.pushTimeoutMs)
@@ -626,21 +420,21 @@ export class PushFlow {
       ...(current ? { outcome: 'failed' as const } : {}),
       ...(r.kind === 'rejected' ? { statusCode: r.status } : {}),
     })
-    if (r.kind === 'rejected' && r.status === 410) this.disable(g, owner)
+    if (r.kind === 'rejected' && r.status === 410) this.disable(g, consumer)
     if (!current) return
-    closeAttempt(o, id)
-    this.cancel(o)
+    this.dropDeadline(a)
+    w.settle(o, a, true)
     this.failed(g, w, o, error, r.kind === 'rejected' ? r.retryAfterMs : undefined)
   }
 
   /** An auto ack: the 2xx completes the message. */
-  private complete(g: GroupRuntime, w: PartitionState, o: Outstanding, id: string): void {
-    this.cancel(o)
-    setState(w, o, 'completing')
+  private complete(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt): void {
+    this.cancel(w, o)
+    w.move(o, 'completing')
     const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'acked' }
     this.deps.progress.complete(
       req,
-      (status) => this.safely(() => this.completed(req, id, status === 'acked' ? 'acked' : undefined)),
+      (status) => this.safely(() => this.completed(req, a.id, status === 'acked' ? 'acked' : undefined)),
       (err: unknown) => {
         this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again')
         this.safely(() => this.completionFailed(req))
@@ -652,7 +446,7 @@ export class PushFlow {
 
   /** A failed attempt: dead-letter after maxDeliveries, else wait out the backoff. */
   failed(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string, retryAfterMs?: number, delayMs?: number): void {
-    o.lastError = error
+    w.noteError(o, error)
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, error)
     const waitMs = delayMs ?? honourRetryAfterMs(nextDelayMs(o.attempts, g.policy), retryAfterMs, g.policy)
     this.wait(g, w, o, 'retry', this.deps.now() + waitMs)
@@ -662,15 +456,29 @@ export class PushFlow {
   nacked(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string, delayMs: number | undefined, deadLetter: boolean): void {
     if (deadLetter) {
       // Kept as the last error too: a dead letter whose write fails is retried with this text.
-      o.lastError = `${error}; dead-lettered by the nack`
-      this.deadLetter(g, w, o, o.lastError)
+      const why = `${error}; dead-lettered by the nack`
+      w.noteError(o, why)
+      this.deadLetter(g, w, o, why)
     } else {
       this.failed(g, w, o, error, undefined, delayMs)
     }
   }
 
+  /**
+   * The consumer nacked the current attempt `a`. While its push is still under way (a consumer
+   * library nacks before it answers) the answer decides, so a dead letter carries its error.
+   */
+  nack(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, delayMs: number | undefined, deadLetter: boolean): void {
+    this.dropDeadline(a)
+    // The error says why it ended even after the row is marked dead (dead-lettered by this nack or after it).
+    this.deps.attempts.update({ id: a.id, outcome: 'nacked', finishedAtMs: this.deps.now(), error: 'nacked by the consumer' })
+    if (a.pushing) return w.nackDuringPush(o, a, { delayMs, deadLetter })
+    w.settle(o, a, true)
+    this.nacked(g, w, o, 'nacked', delayMs, deadLetter)
+  }
+
   private deadLetter(g: GroupRuntime, w: PartitionState, o: Outstanding, error: string): void {
-    setState(w, o, 'completing')
+    w.move(o, 'completing')
     const req: CompletionRequest = { g, w, offset: o.msg.offset, outcome: 'dead' }
     const dlq = g.row.deadLetterTopic
     const write = async () => {
@@ -689,7 +497,7 @@ export class PushFlow {
             this.deps.metrics?.deadLettered(g.row.name)
             recordDeadLetter(o.msg, g.topic.name, g.row.name, o.attempts, dlq, error)
           }
-          this.completed(req, o.ids.at(-1), status === 'dead' ? 'dead' : undefined)
+          this.completed(req, o.tries.at(-1)?.id, status === 'dead' ? 'dead' : undefined)
         },
         (err: unknown) => {
           this.deps.log.error(
@@ -698,7 +506,7 @@ export class PushFlow {
           )
           // Unless an ack or a seek settled the message meanwhile.
           if (w.dropped || w.outstanding.get(o.msg.offset) !== o || o.state !== 'completing') return
-          this.cancel(o)
+          this.cancel(w, o)
           this.wait(g, w, o, 'dead_letter_retry', this.deps.now() + 5000)
         },
       )
@@ -712,21 +520,23 @@ export class PushFlow {
     if (req.w.dropped) return // moved or seeked: nothing here is ours any more
     const o = req.w.outstanding.get(req.offset)
     const finishedAtMs = this.deps.now()
+    const ownOpen = o?.tries.some((a) => a.id === deliveryId && a.open) ?? false
     if (o) {
-      this.cancel(o)
-      setState(req.w, o, 'completing')
+      this.completing(req.w, o)
       this.forget(req.g, req.w, o)
       // Attempts still open end with the message's outcome (a late ack of attempt 1 also
       // settles attempt 2, which was pushed meanwhile).
-      for (const id of o.open) {
+      for (const a of o.tries) {
+        if (!a.open) continue
+        req.w.close(a)
         this.deps.attempts.update(
           outcome
-            ? { id, outcome, finishedAtMs }
-            : { id, outcome: 'failed', finishedAtMs, error: 'the message was completed by another attempt' },
+            ? { id: a.id, outcome, finishedAtMs }
+            : { id: a.id, outcome: 'failed', finishedAtMs, error: 'the message was completed by another attempt' },
         )
       }
     }
-    if (deliveryId && outcome && !o?.open.includes(deliveryId)) {
+    if (deliveryId && outcome && !ownOpen) {
       // The attempt that dead-letters its message has ended already (failed, timed out or nacked):
       // it is marked dead, but keeps when it ended, its status code and its error, which say why.
       this.deps.attempts.update(outcome === 'dead' ? { id: deliveryId, outcome } : { id: deliveryId, outcome, finishedAtMs })
@@ -752,33 +562,29 @@ export class PushFlow {
       if (!g || !w || !o) return
       if (entry instanceof Wait) {
         if (o.wait !== entry) return
-        o.wait = undefined
+        w.waitEnded(o, entry)
         if (entry.kind === 'dead_letter_retry') return this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
         if (entry.kind === 'delay' && g.row.ordering !== 'partition') {
           // Due now, and active from here on: wait for a slot if the partition is full.
-          setState(w, o, 'parked')
-          if (active(w) > g.row.maxInFlight) return setState(w, o, 'ready')
+          w.move(o, 'parked')
+          if (w.active() > g.row.maxInFlight) return w.move(o, 'ready')
         }
         return this.start(g, w, o)
       }
-      if (o.inFlight !== entry) return
+      const a = o.current
+      if (!a || a.deadline !== entry) return
       // A retry still being recorded has not gone out: its deadline runs from its push, or its number would be skipped.
-      if (w.unsent.has(entry.deliveryId) && !w.releasing) {
-        o.inFlight = this.deps.schedule.ackDeadline(
-          entry.deliveryId,
-          g.row.id,
-          w.partition,
-          o.msg.offset,
-          o.attempts,
-          this.deps.now() + g.row.ackTimeoutMs,
+      if (w.unsent.has(a.id) && !w.releasing) {
+        w.setDeadline(
+          o,
+          a,
+          this.deps.schedule.ackDeadline(a.id, g.row.id, w.partition, o.msg.offset, a.number, this.deps.now() + g.row.ackTimeoutMs),
         )
         return
       }
-      o.inFlight = undefined
-      o.current = undefined
-      closeAttempt(o, entry.deliveryId)
+      w.settle(o, a, true)
       this.deps.attempts.update({
-        id: entry.deliveryId,
+        id: a.id,
         outcome: 'timed_out',
         finishedAtMs: this.deps.now(),
         error: `no ack within ${g.row.ackTimeoutMs} ms`,
@@ -794,25 +600,35 @@ export class PushFlow {
 
   /** Puts a message on the schedule: its delay, a retry's backoff, or dead-lettering again. */
   private wait(g: GroupRuntime, w: PartitionState, o: Outstanding, kind: Wait['kind'], atMs: number): void {
-    setState(w, o, kind === 'delay' ? 'delayed' : 'retry_wait')
-    o.wait = this.deps.schedule.wait(kind, g.row.id, w.partition, o.msg.offset, atMs)
+    w.waitFor(o, this.deps.schedule.wait(kind, g.row.id, w.partition, o.msg.offset, atMs))
   }
 
-  /** Takes the message off the schedule (its ack deadline or its wait). */
-  cancel(o: Outstanding): void {
-    if (o.inFlight) this.deps.schedule.cancel(o.inFlight)
+  /** Takes the message off the schedule (its current attempt's ack deadline, or its wait): the attempt, if any, is settled. */
+  cancel(w: PartitionState, o: Outstanding): void {
+    if (o.current) this.dropDeadline(o.current)
     if (o.wait) this.deps.schedule.cancel(o.wait)
-    o.current = undefined
-    o.inFlight = undefined
-    o.wait = undefined
+    w.unschedule(o)
+  }
+
+  /** The message is being completed (an ack, or a completion written): off the schedule, `completing`. */
+  completing(w: PartitionState, o: Outstanding): void {
+    this.cancel(w, o)
+    w.move(o, 'completing')
+  }
+
+  private dropDeadline(a: Attempt): void {
+    if (a.deadline) this.deps.schedule.cancel(a.deadline)
   }
 
   /** Forgets an outstanding message (its partition moved, its group changed): its open attempts end as failed. */
-  abandon(o: Outstanding, reason: string): void {
-    this.cancel(o)
+  abandon(w: PartitionState, o: Outstanding, reason: string): void {
+    this.cancel(w, o)
     const finishedAtMs = this.deps.now()
-    for (const id of o.open) this.deps.attempts.update({ id, outcome: 'failed', finishedAtMs, error: reason })
-    o.open = EMPTY
+    for (const a of o.tries) {
+      if (!a.open) continue
+      w.close(a)
+      this.deps.attempts.update({ id: a.id, outcome: 'failed', finishedAtMs, error: reason })
+    }
   }
 
   /**
@@ -824,14 +640,14 @@ export class PushFlow {
     // The group's consumers as they are now: a reload between the push and its answer (the group
     // changed, a reconciliation) replaced the row the push was made with, and disabling that stale
     // row alone left the consumer enabled for the retry (seen in CI: a second push to a 410 consumer).
-    const owner = g.consumers.find((c) => c.id === pushedTo.id) ?? pushedTo
-    if (owner.disabledAt !== null) return
-    owner.disabledAt = new Date(this.deps.now())
-    owner.disabledReason = 'answered 410 Gone'
+    const consumer = g.consumers.find((c) => c.id === pushedTo.id) ?? pushedTo
+    if (consumer.disabledAt !== null) return
+    consumer.disabledAt = new Date(this.deps.now())
+    consumer.disabledReason = 'answered 410 Gone'
     this.consumersChanged(g, g.consumers)
     this.deps
-      .disableConsumer(g.row.id, owner.id, owner.disabledReason, owner.disabledAt)
-      .catch((err: unknown) => this.deps.log.error({ err, consumer: owner.id }, 'recording a disabled consumer failed'))
+      .disableConsumer(g.row.id, consumer.id, consumer.disabledReason, consumer.disabledAt)
+      .catch((err: unknown) => this.deps.log.error({ err, consumer: consumer.id }, 'recording a disabled consumer failed'))
   }
 
   /** Runs a step outside any caller that could handle its error: logs instead of crashing. */
@@ -842,29 +658,4 @@ export class PushFlow {
       this.deps.log.error({ err }, 'dispatcher step failed')
     }
   }
-}
-
-function anyPushing(w: PartitionState): boolean {
-  for (const o of w.outstanding.values()) if (o.pushing) return true
-  return false
-}
-
-/** The delivery ids a batch's 2xx answer lists as failed (`{"failed": [...]}`); none for any other body. */
-export function failedIds(body: string): Set<string> {
-  if (!body.includes('"failed"')) return new Set()
-  try {
-    const parsed = JSON.parse(body) as { failed?: unknown }
-    return new Set(Array.isArray(parsed.failed) ? parsed.failed.filter((x): x is string => typeof x === 'string') : [])
-  } catch {
-    return new Set()
-  }
-}
-
-/** What a failed push's answer says, for the attempt log and dead letters. */
-export function errorOf(r: Exclude<PushResult, { kind: 'delivered' }>, pushTimeoutMs: number): string {
-  return r.kind === 'rejected'
-    ? `HTTP ${r.status}${r.body ? `: ${r.body.slice(0, 200)}` : ''}`
-    : r.kind === 'timeout'
-      ? `no answer within ${pushTimeoutMs} ms`
-      : r.error
 }

@@ -75,7 +75,7 @@ export class InFlightTracker {
   private readonly byId = new Map<string, TrackerEntry>()
   private readonly heap = new MinHeap<TrackerEntry>()
 
-  // size and has: the broker asks neither (it holds the entry it inserted, in Outstanding.inFlight),
+  // size and has: the broker asks neither (it holds the entry it inserted, in Attempt.deadline),
   // but a Map answers them in O(1), and the model-based test compares the tracked set with its
   // model through them after every operation.
 

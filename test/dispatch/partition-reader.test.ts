@@ -118,8 +118,8 @@ t.test('dropped, or told of more, while the statement runs', async (t) => {
   r.read(ga, a1)
   await turn()
   t.equal(seen.statements, 1, 'the statement is out')
-  a0.dropped = true // moved away before its rows came back
-  a1.endHint = 12 // produce told of more while the read ran
+  a0.drop() // moved away before its rows came back
+  a1.heard(12) // produce told of more while the read ran
   await waitUntil(() => !a0.reading && !a1.reading, 10_000, 'both reads done')
   t.same(seen.readable, ['ga/1'], 'only the live partition is told')
   t.same(a0.buffer, [], 'the dropped partition took nothing')
@@ -154,7 +154,7 @@ t.test('an empty read marks the partition caught up; a dropped partition takes n
   const a0 = part(0, 4)
   r.read(ga, a1)
   r.read(ga, a0)
-  a0.dropped = true // moved to another process before the statement went out
+  a0.drop() // moved to another process before the statement went out
   await readable(seen, 1)
   t.same(seen.readable, ['ga/1'], 'only the live partition is told')
   t.equal(a1.endHint, 2, 'caught up: the end is where the read found nothing')

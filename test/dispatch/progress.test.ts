@@ -337,12 +337,12 @@ t.test("an ordered partition's job cuts a busy writer's wait short", async (t) =
   await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
   // Unordered, however full its maxInFlight: the job waits for company.
   s.g.row = { ...s.g.row, maxInFlight: 1 }
-  s.w1.outstanding.set(1, {} as never)
+  ;(s.w1.outstanding as Map<number, never>).set(1, {} as never)
   const waiting = s.complete(s.w1, 1)
   await turns(20)
   t.equal(clock.waits.length, 1, 'a busy writer waits')
   t.equal(s.statements.length, 1)
-  s.w1.outstanding.clear()
+  ;(s.w1.outstanding as Map<number, never>).clear()
   // Ordered: the partition's next message waits for this completion.
   s.g.row = { ...s.g.row, ordering: 'partition' }
   t.equal(await s.complete(s.w0, 1), 'acked', 'written without the clock moving')
