@@ -7,6 +7,7 @@ import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { Services } from './service/services.ts'
 import { installAuth } from './http/auth.ts'
+import { HookqError } from './errors.ts'
 import { installJsonParser } from './http/json-body.ts'
 import type { ApiKey } from './http/scopes.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
@@ -211,6 +212,13 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   })
 
   installProblemHandlers(app)
+  // Only origin-form targets (`/v1/...`): the router also takes absolute-form ones
+  // (`POST http://host/v1/...`), and a target naming a host must never reach code that builds a URL
+  // from it (a forwarded ack would go to that host).
+  app.addHook('onRequest', async (req) => {
+    if (!req.raw.url?.startsWith('/'))
+      throw new HookqError('invalid_request', 'the request target must be a path (origin-form, RFC 9112 §3.2.1)')
+  })
   installAuth(app, {
     keys: opts.apiKeys ?? [],
     stored: { lookup: (key) => opts.services.keys.lookup(key) },

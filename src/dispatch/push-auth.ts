@@ -141,12 +141,14 @@ export class PushAuth implements PushAuthorizer {
     const where = `OAuth token endpoint ${originOf(auth.tokenUrl)}`
     if (r.kind === 'timeout') throw new Error(`not pushed: ${where} did not answer within ${this.opts.tokenTimeoutMs} ms`)
     if (r.kind === 'network') throw new Error(`not pushed: ${where} unreachable: ${r.error}`)
-    if (r.kind === 'rejected') throw new Error(`not pushed: ${where} answered HTTP ${r.status}: ${r.body.slice(0, 200)}`)
+    // The endpoint's text never goes into the error: it becomes the attempt's error, which consume
+    // keys read, and a 2xx body may hold a token. Only an RFC 6749 §5.2 error code is quoted.
+    if (r.kind === 'rejected') throw new Error(`not pushed: ${where} answered HTTP ${r.status}${oauthErrorCode(r.body)}`)
     let parsed: { access_token?: unknown; expires_in?: unknown; token_type?: unknown }
     try {
       parsed = JSON.parse(r.body) as typeof parsed
     } catch {
-      throw new Error(`not pushed: ${where} answered HTTP ${r.status} without JSON: ${r.body.slice(0, 100)}`)
+      throw new Error(`not pushed: ${where} answered HTTP ${r.status} without JSON`)
     }
     const accessToken = parsed?.access_token
     // A token that is not a header-safe string would split the push's request: refused.
@@ -202,5 +204,15 @@ export function authOf(agent: PushAgent, consumer: AuthedConsumer, group: string
       throw new Error('not pushed: push authentication is not available in this process')
     },
     unauthorized: () => {},
+  }
+}
+
+/** `: <code>` for an OAuth error answer's `error` code (RFC 6749 §5.2: ASCII, no spaces), else nothing. */
+function oauthErrorCode(body: string): string {
+  try {
+    const code = (JSON.parse(body) as { error?: unknown })?.error
+    return typeof code === 'string' && /^[\x21-\x7e]{1,64}$/.test(code) ? `: ${code}` : ''
+  } catch {
+    return ''
   }
 }

@@ -95,7 +95,9 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     }
     if (body !== undefined) headers['content-type'] = 'application/json'
     try {
-      const answer = await undiciRequest(new URL(req.url, base), {
+      // The path and query only: the owner's base URL is the one place the host comes from.
+      const { pathname, search } = new URL(req.url, 'http://path.invalid')
+      const answer = await undiciRequest(new URL(pathname + search, base), {
         method: req.method as 'GET' | 'POST',
         headers,
         body: body === undefined ? undefined : JSON.stringify(body),

@@ -104,7 +104,8 @@ export function partitionsToCreate(kept: AttemptPartition[], nowMs: number, plan
 }
 
 // The newest row in the dropped partitions of every message its group has not completed and its
-// topic still keeps, filed now. By group partition from the committed offset up (the primary key's
+// topic still keeps, filed now. Newest by attempt number among those since the partition's last seek
+// (what attemptCounts counts), not by start time: processes' clocks differ. By group partition from the committed offset up (the primary key's
 // prefix), so the partitions are read where messages are in progress, not whole.
 const copyForward = (tables: string[]) => `
 INSERT INTO deliveries (${COLUMNS}, filed_at)
@@ -124,7 +125,7 @@ WHERE NOT EXISTS (SELECT 1 FROM group_completions c
                   WHERE c.group_id = d.group_id AND c.topic_id = d.topic_id AND c.partition = d.partition AND c."offset" = d."offset")
   AND (d.outcome = 'in_flight'
        OR EXISTS (SELECT 1 FROM messages m WHERE m.topic_id = d.topic_id AND m.partition = d.partition AND m."offset" = d."offset"))
-ORDER BY d.group_id, d.partition, d."offset", d.started_at DESC, d.attempt DESC`
+ORDER BY d.group_id, d.partition, d."offset", (o.seeked_at IS NULL OR d.started_at >= o.seeked_at) DESC, d.attempt DESC, d.started_at DESC`
 
 export interface MaintenanceOptions {
   /** The clock partitions are made by (the process's own). */

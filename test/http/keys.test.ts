@@ -184,7 +184,7 @@ t.test("a consume key cannot read another group's deliveries nor settle its mess
   t.match(status.json.partitions, [{ committedOffset: 0, inFlight: 1 }], 'their message is still in flight')
   t.same(
     (await root('GET', '/v1/topics/billing-dlq')).json.partitionStats,
-    [{ partition: 0, endOffset: 0 }],
+    [{ partition: 0, startOffset: 0, endOffset: 0 }],
     'and nothing was dead-lettered',
   )
   t.equal((await root('POST', '/v1/groups/billing-g/acks', { deliveryIds: [theirs] })).json.results[0].status, 'acked')

@@ -81,7 +81,7 @@ t.test(
     t.equal(mismatched.length, 0, 'each offset holds the message acknowledged with it')
     t.equal(new Set(stored.map((m) => m.value)).size, total, 'each message exactly once')
     const detail = await call('GET', '/v1/topics/hot')
-    t.same(detail.json.partitionStats, [{ partition: 0, endOffset: total }])
+    t.same(detail.json.partitionStats, [{ partition: 0, startOffset: 0, endOffset: total }])
   },
 )
 

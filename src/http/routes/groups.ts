@@ -78,7 +78,7 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
         // Consumer URLs may carry credentials (a token in the query, user:password@): shown whole
         // only to keys that administer the group; a consume key sees them redacted.
         if (req.access.allows('admin', { group: status.name, topics: [status.topic] })) return status
-        return { ...status, consumers: status.consumers.map((c) => ({ ...c, url: redactUrl(c.url) })) }
+        return { ...status, consumers: status.consumers.map(redactConsumer) }
       },
     )
 
@@ -191,4 +191,14 @@ export function groupRoutes(services: Services): FastifyPluginAsyncTypebox {
       },
     )
   }
+}
+
+/**
+ * A consumer as a key that does not administer its group sees it: URLs (its own, and an OAuth token
+ * URL) may carry credentials in their query or user info, so those parts are hidden.
+ */
+function redactConsumer<C extends { url: string; auth?: unknown }>(c: C): C {
+  const auth = c.auth as { tokenUrl?: unknown } | null | undefined
+  const redactedAuth = auth && typeof auth.tokenUrl === 'string' ? { auth: { ...auth, tokenUrl: redactUrl(auth.tokenUrl) } } : {}
+  return { ...c, url: redactUrl(c.url), ...redactedAuth }
 }
