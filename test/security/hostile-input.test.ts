@@ -14,11 +14,21 @@ import { startListeningBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const MAX_REQUEST_BYTES = 65536
+// With a root key, so the key routes (/v1/keys answers 403 without HOOKQ_API_KEYS) are tried too.
+const ROOT = 'root-key-of-the-hostile-input-test'
+const AUTH = { authorization: `Bearer ${ROOT}` }
 const { broker, url: baseUrl } = await startListeningBroker(t, {
   HOOKQ_MAX_REQUEST_BYTES: String(MAX_REQUEST_BYTES),
   HOOKQ_MAX_MESSAGE_BYTES: String(MAX_REQUEST_BYTES),
+  HOOKQ_API_KEYS: ROOT,
 })
-const app = broker.app
+/** The broker's app, every request made with the root key (a request's own authorization wins). */
+const app = {
+  inject: (opts: InjectOptions | string) => {
+    const o: InjectOptions = typeof opts === 'string' ? { url: opts } : opts
+    return broker.app.inject({ ...o, headers: { ...AUTH, ...(o.headers as Record<string, string> | undefined) } })
+  },
+}
 
 type Res = { statusCode: number; headers: Record<string, unknown>; body: string }
 
@@ -51,6 +61,7 @@ const TABLES = [
   'group_completions',
   'deliveries',
   'schedules',
+  'api_keys',
 ]
 async function snapshot(b: Broker = broker): Promise<Record<string, string>> {
   const out: Record<string, string> = {}
@@ -296,6 +307,24 @@ const BODY_ROUTES: BodyRoute[] = [
     ],
   },
   {
+    method: 'POST',
+    path: '/v1/keys',
+    valid: { name: 'svc', scopes: [{ action: 'produce', topics: ['orders.*'] }] },
+    nestedUnknown: { name: 'svc', scopes: [{ action: 'produce', bogus: 1 }] },
+    wrongTypes: [
+      { name: 1, scopes: [{ action: 'produce' }] },
+      { name: 'svc', scopes: [] },
+      { name: 'svc', scopes: [{ action: 'root' }] },
+      { name: 'svc', scopes: [{ action: 'produce', topics: 'orders' }] },
+      { name: 'svc', scopes: [{ action: 'produce', topics: ['bad name'] }] },
+      { name: 'svc', scopes: [{ action: 'produce' }], expiresAt: 'tomorrow' },
+      { scopes: [{ action: 'produce' }] },
+      {},
+      [],
+      null,
+    ],
+  },
+  {
     method: 'PUT',
     path: '/v1/schedules/s',
     // A cron that does not tick while the test runs: a tick would change the snapshot.
@@ -349,6 +378,7 @@ const PARAM_ROUTES: { method: 'GET' | 'PUT' | 'POST' | 'PATCH' | 'DELETE'; templ
   { method: 'PUT', template: '/v1/schedules/{name}', body: { topic: 'sink', cron: '0 0 1 1 *', message: { value: 1 } } },
   { method: 'GET', template: '/v1/schedules/{name}' },
   { method: 'DELETE', template: '/v1/schedules/{name}' },
+  { method: 'DELETE', template: '/v1/keys/{id}' },
 ]
 const GOOD_PARAMS: Record<string, string> = { topic: 'base', group: 'g', partition: '0', id: consumer.id, name: 's' }
 const fill = (template: string, params: Record<string, string>) =>
@@ -971,7 +1001,11 @@ function raw(method: string, path: string, body?: unknown): Promise<Res> {
     const payload = body === undefined ? undefined : JSON.stringify(body)
     const req = httpRequest(
       `${baseUrl}/`,
-      { method, path, headers: payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {} },
+      {
+        method,
+        path,
+        headers: { ...AUTH, ...(payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {}) },
+      },
       (res) => {
         const chunks: Buffer[] = []
         res.on('data', (c: Buffer) => chunks.push(c))
