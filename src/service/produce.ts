@@ -181,12 +181,17 @@ export const BROKER_HEADER_PREFIX = 'hookq-dlq-'
  * write to; refused here, every `hookq-dlq-*` header in a topic was written by the broker.
  */
 function refuseBrokerHeaders(headers: Record<string, string>, index: number): void {
+  refuseBrokerHeadersOf(headers, `message ${index}`, { index })
+}
+
+/** The same rule for any message the broker is asked to make (a schedule's too); `where` names it in the error. */
+export function refuseBrokerHeadersOf(headers: Record<string, string>, where: string, extra?: Record<string, unknown>): void {
   for (const name of Object.keys(headers)) {
     if (name.length >= BROKER_HEADER_PREFIX.length && name.slice(0, BROKER_HEADER_PREFIX.length).toLowerCase() === BROKER_HEADER_PREFIX) {
       throw new HookqError(
         'invalid_request',
-        `message ${index}: header ${JSON.stringify(name)} is the broker's own (it says where a dead letter came from); produce cannot set ${BROKER_HEADER_PREFIX}* headers`,
-        { extra: { index } },
+        `${where}: header ${JSON.stringify(name)} is the broker's own (it says where a dead letter came from); produce cannot set ${BROKER_HEADER_PREFIX}* headers`,
+        extra ? { extra } : {},
       )
     }
   }

@@ -7,6 +7,7 @@ import type { Database } from '../store/db.ts'
 import { deleteSchedule, findSchedule, listSchedules, upsertSchedule, type ScheduleRow } from '../store/schedules.ts'
 import { tickClock, upcoming, type Timing } from './schedule-times.ts'
 import type { TopicService } from './topics.ts'
+import { refuseBrokerHeadersOf } from './produce.ts'
 
 /** A PUT's body, as the HTTP schema lets it through. */
 export interface ScheduleInput {
@@ -60,6 +61,8 @@ export class ScheduleService {
     const timeZone = input.timeZone ?? 'UTC'
     const timing: Timing = input.cron !== undefined ? { cron: input.cron, timeZone } : { everyMs: input.every!, timeZone }
     const clock = tickClock(timing)
+    // A tick's message is produced by the broker on the schedule's behalf: the same header rule as produce.
+    if (input.message.headers) refuseBrokerHeadersOf(input.message.headers, 'message')
     const value = JSON.stringify(input.message.value)
     const headers = JSON.stringify(input.message.headers ?? {})
     const key = input.message.key ?? null

@@ -33,6 +33,7 @@ t.test('a bad schedule is a 400 (or 404 for its topic) and changes nothing', asy
     [{ topic: 'reports', message: { value: 1 } }, 'invalid_request', 400],
     [{ topic: 'reports', every: 999, message: { value: 1 } }, 'invalid_request', 400],
     [{ ...good, missed: 'all' }, 'invalid_request', 400],
+    [{ ...good, message: { value: 1, headers: { 'Hookq-DLQ-Source-Topic': 'orders' } } }, 'invalid_request', 400],
     [{ ...good, extra: true }, 'invalid_request', 400],
     [{ ...good, message: { value: 1, headers: { h: 1 } } }, 'invalid_request', 400],
     [{ ...good, topic: 'nope' }, 'topic_not_found', 404],
