@@ -1,11 +1,11 @@
 /**
- * hookq beside peer systems with a push worker, in one run on this machine (`npm run bench:peers`).
+ * hookq beside peer systems with a push worker, in one run on this machine (`npm run bench -- peers`).
  *
  * What it measures: for each system, the same load pushed to the same webhook sink, end to end:
  * messages/s from the first produce call to the sink having received every message, and the CPU
  * each message cost the worker process (hookq: the broker itself), the server that stores the
  * messages (PostgreSQL: the backends of the round's database plus the server's shared processes;
- * RabbitMQ's beam.smp; nats-server) and, apart, the producer process, all read from /proc
+ * RabbitMQ's beam.smp) and, apart, the producer process, all read from /proc
  * (bench/lib/proc.ts). Machines here are noisy: the figures to quote are the ratios to hookq of the
  * same run and the CPU per message, beside "other CPU%" (busy host CPU that neither the bench's
  * processes nor the servers used: another tenant) which says how noisy a round was.
@@ -14,16 +14,13 @@
  *              and maxInFlight 100 (per partition: up to 400 pushes in flight), the sink its consumer
  *   graphile   graphile-worker 0.18 and a push task (bench/peers-graphile.ts: concurrentJobs 100,
  *              local queue of 500, batched completions: its performance page's settings)
- *   pgboss     pg-boss 12 and a work() handler (bench/peers-pgboss.ts: batches of 100 fetched by one loop,
- *              each job completed on its own push's 2xx, LISTEN/NOTIFY wake-ups)
  *   rabbitmq   RabbitMQ, a quorum queue, persistent messages published with confirms, an amqplib consumer
  *              with prefetch 100 and manual acks (bench/peers-rabbitmq.ts)
- *   nats       NATS JetStream, a file-storage work-queue stream, publishes awaited for their acks, a
- *              durable pull consumer with max_ack_pending 100 and explicit acks (bench/peers-nats.ts)
  *   ceiling    bare undici POSTs of push-shaped bodies to the sink, 64 loops for 5 s (bench/e2e-load.ts's
  *              `posts`): what the sink and loopback HTTP take here; its CPU column is that load process's
- * RabbitMQ and NATS are servers the bench finds running (their pid from `ss -ltnp`); a system whose
- * port does not answer is skipped with the reason printed.
+ * RabbitMQ is a server the bench finds running (its pid from `ss -ltnp`); when its port does not
+ * answer it is skipped with the reason printed. (pg-boss and NATS JetStream were measured too until
+ * 6 December 2026: docs/performance.md has their figures.)
  *
  * Fairness: one sink for all (bench/e2e-receiver.ts: node:http, answers 200, counts each message
  * once by its partition/offset and reports duplicates); the same value (bench/lib/payload.ts, 250
@@ -37,32 +34,27 @@
  * starts cold alike and no earlier round's tables weigh on it; systems are interleaved within a round
  * and the rounds' medians are printed. Differences that remain: hookq POSTs its envelope (deliveryId,
  * topic, group, timestamps: about 530 bytes) where the peers POST {partition, offset, value} (about
- * 310); hookq allows 100 in flight per partition (400 in all), the peers 100; graphile-worker and
- * pg-boss write to the same PostgreSQL with its durable commits, RabbitMQ's quorum queue fsyncs before
- * it confirms, but JetStream acks a publish once written to its file store, with no fsync per
- * message (nats-server syncs every 2 minutes by default): less durable than the others.
+ * 310); hookq allows 100 in flight per partition (400 in all), the peers 100; graphile-worker
+ * writes to the same PostgreSQL with its durable commits, RabbitMQ's quorum queue fsyncs before it
+ * confirms.
  *
  * The CPU window runs from just before the first produce call until the system has completed every
- * message (hookq: committed offsets; graphile: no job row left; pg-boss: every job completed;
- * RabbitMQ and NATS: every message acked), so completing is counted; msg/s ends when the sink has
+ * message (hookq: committed offsets; graphile: no job row left; RabbitMQ: every message acked), so completing is counted; msg/s ends when the sink has
  * them all. Every load loop is bounded in count and time: a system that does not finish within
  * BENCH_MAX_SECONDS reports what completed. Exits non-zero only when the run itself fails (a system
  * that fails in a round is reported, the others still run, and the exit code is 1 at the end).
  *
  * Environment (all optional):
- *   BENCH_SYSTEMS=hookq,graphile,pgboss,rabbitmq,nats,ceiling   which, in this order within each round
+ *   BENCH_SYSTEMS=hookq,graphile,rabbitmq,ceiling   which, in this order within each round
  *   BENCH_ROUNDS=3              rounds; the table shows their medians
  *   BENCH_MESSAGES=20000        messages per system and round
  *   BENCH_PRODUCERS=8           concurrent producer loops
  *   BENCH_BATCH=100             messages per produce call
- *   BENCH_CONCURRENCY=100       POSTs in flight at most per peer worker (graphile-worker concurrentJobs, pg-boss
- *                               batchSize x localConcurrency, RabbitMQ prefetch, JetStream max_ack_pending)
- *   BENCH_PGBOSS_BATCH=100      pg-boss's batchSize (localConcurrency = BENCH_CONCURRENCY / this)
+ *   BENCH_CONCURRENCY=100       POSTs in flight at most per peer worker (graphile-worker concurrentJobs, RabbitMQ prefetch)
  *   BENCH_PARTITIONS=4  BENCH_MAX_IN_FLIGHT=100   hookq's topic and group
  *   BENCH_MAX_SECONDS=60        cap on one system in one round
- *   BENCH_CEILING_SECONDS=5  BENCH_CEILING_CONCURRENCY=64
  *   BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres   server of the bench databases
- *   BENCH_AMQP_URL=amqp://guest:guest@127.0.0.1:5672   BENCH_NATS_URL=nats://127.0.0.1:4222
+ *   BENCH_AMQP_URL=amqp://guest:guest@127.0.0.1:5672
  *   BENCH_KEEP_DB=1             keep the bench databases
  *   HOOKQ_*                     passed to the broker
  */
@@ -72,7 +64,6 @@ import { rabbitVersion } from './lib/amqp.ts'
 import { serverSettings } from './lib/db.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { listenerPid, reachable } from './lib/listener.ts'
-import { natsVersion } from './lib/nats.ts'
 import { countPostgresDatabases, cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
@@ -84,29 +75,25 @@ import { envNumber } from './lib/env.ts'
 const LABELS = {
   hookq: 'hookq (ackMode auto)',
   graphile: 'graphile-worker 0.18 + undici push worker',
-  pgboss: 'pg-boss 12 + undici push worker',
   rabbitmq: 'RabbitMQ quorum queue + amqplib/undici push worker',
-  nats: 'NATS JetStream file stream + nats.js/undici push worker',
   ceiling: 'bare undici POSTs to the sink (the ceiling)',
 } as const
 type System = keyof typeof LABELS
-const SYSTEMS = (process.env.BENCH_SYSTEMS || 'hookq,graphile,pgboss,rabbitmq,nats,ceiling').split(',').map((s) => s.trim()) as System[]
+const SYSTEMS = (process.env.BENCH_SYSTEMS || 'hookq,graphile,rabbitmq,ceiling').split(',').map((s) => s.trim()) as System[]
 for (const s of SYSTEMS)
   if (!(s in LABELS)) throw new Error(`BENCH_SYSTEMS: unknown system ${s} (known: ${Object.keys(LABELS).join(', ')})`)
 const ROUNDS = Math.round(envNumber('BENCH_ROUNDS', 3))
 const MESSAGES = Math.round(envNumber('BENCH_MESSAGES', 20_000))
 const BATCH = Math.min(1000, Math.round(envNumber('BENCH_BATCH', 100)))
 const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 60)
-const CEILING_S = envNumber('BENCH_CEILING_SECONDS', 5)
-const CEILING_CONCURRENCY = Math.round(envNumber('BENCH_CEILING_CONCURRENCY', 64))
+const CEILING_S = 5
+const CEILING_CONCURRENCY = 64
 const CFG: SystemConfig = {
   serverUrl: process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres',
   amqpUrl: process.env.BENCH_AMQP_URL || 'amqp://guest:guest@127.0.0.1:5672',
-  natsUrl: process.env.BENCH_NATS_URL || 'nats://127.0.0.1:4222',
   keepDb: Boolean(process.env.BENCH_KEEP_DB),
   producers: Math.round(envNumber('BENCH_PRODUCERS', 8)),
   concurrency: Math.round(envNumber('BENCH_CONCURRENCY', 100)),
-  pgbossBatch: Math.round(envNumber('BENCH_PGBOSS_BATCH', 100)),
   partitions: Math.round(envNumber('BENCH_PARTITIONS', 4)),
   maxInFlight: Math.round(envNumber('BENCH_MAX_IN_FLIGHT', 100)),
   pids: {},
@@ -134,8 +121,8 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
     // Another database's backends (a test suite on the same server) are another tenant's CPU, not this system's.
     countPostgresDatabases(setup.database === undefined ? [] : [setup.database])
     await sleep(1000) // let start-up work (first polls, plans) settle before the window
-    // Besides the worker and PostgreSQL (cpuSnapshot): producer, sink, RabbitMQ, NATS.
-    const pids = [producer.pid, receiver.pid, CFG.pids.rabbitmq, CFG.pids.nats]
+    // Besides the worker and PostgreSQL (cpuSnapshot): producer, sink, RabbitMQ.
+    const pids = [producer.pid, receiver.pid, CFG.pids.rabbitmq]
     const base = cpuSnapshot(setup.workerPid)
     const base2 = cpuSeconds(pids)
     const deadline = wallNow() + MAX_SECONDS * 1000
@@ -156,21 +143,20 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
     }
     const completedAt = wallNow()
     const cpu = cpuSince(base, setup.workerPid)
-    const [producerS, receiverS, rabbitS, natsS] = cpuSeconds(pids).map((s, i) => s - base2[i]!) as [number, number, number, number]
+    const [producerS, receiverS, rabbitS] = cpuSeconds(pids).map((s, i) => s - base2[i]!) as [number, number, number]
     const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
     await producer.call('close', {}, 10_000).catch(() => undefined)
     await producer.stop()
 
     const n = Math.max(1, st.unique)
     const pgS = (cpu.postgresPct * cpu.seconds) / 100
-    const serverS = setup.server === 'postgres' ? pgS : setup.server === CFG.pids.rabbitmq ? rabbitS : natsS
-    const countedPct = cpu.brokerPct + cpu.postgresPct + cpu.selfPct + (100 * (producerS + receiverS + rabbitS + natsS)) / cpu.seconds
+    const serverS = setup.server === 'postgres' ? pgS : rabbitS
+    const countedPct = cpu.brokerPct + cpu.postgresPct + cpu.selfPct + (100 * (producerS + receiverS + rabbitS)) / cpu.seconds
     const finished = Number.isFinite(st.doneAt)
     const seconds = ((finished ? st.doneAt : st.lastUniqueAt) - r.firstSendAt) / 1000
     const idleServers = [
       setup.server === 'postgres' ? '' : `PostgreSQL ${fixed(cpu.postgresPct, 0)}%`,
       CFG.pids.rabbitmq && setup.server !== CFG.pids.rabbitmq ? `RabbitMQ ${fixed((100 * rabbitS) / cpu.seconds, 0)}%` : '',
-      CFG.pids.nats && setup.server !== CFG.pids.nats ? `NATS ${fixed((100 * natsS) / cpu.seconds, 0)}%` : '',
     ].filter(Boolean)
     return {
       system,
@@ -208,7 +194,7 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
 async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sinkUrl: string): Promise<RoundResult> {
   const name = `peers-ceiling-r${round}`
   await receiver.call('scenario', { name, mode: 'count', expect: 0 }, 5000)
-  const pids = [receiver.pid, CFG.pids.rabbitmq, CFG.pids.nats]
+  const pids = [receiver.pid, CFG.pids.rabbitmq]
   const base = cpuSnapshot(load.pid)
   const base2 = cpuSeconds(pids)
   const r = await load.call<{ ok: number; sent: number; seconds: number; errors: number; latencyMs: { p50: number; p99: number } }>(
@@ -219,7 +205,6 @@ async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sink
       warmupS: 1,
       measureS: CEILING_S,
       maxRequests: 5_000_000,
-      api: 'request',
     },
     (CEILING_S + 30) * 1000,
   )
@@ -261,10 +246,7 @@ async function main(): Promise<void> {
   const settings = await serverSettings(CFG.serverUrl)
   let systems = SYSTEMS
   const versions: string[] = []
-  for (const [system, url, port, comm, version] of [
-    ['rabbitmq', CFG.amqpUrl, 5672, 'beam.smp', rabbitVersion],
-    ['nats', CFG.natsUrl, 4222, 'nats-server', natsVersion],
-  ] as const) {
+  for (const [system, url, port, comm, version] of [['rabbitmq', CFG.amqpUrl, 5672, 'beam.smp', rabbitVersion]] as const) {
     if (!systems.includes(system)) continue
     const found = await findServer(url, port, comm)
     if ('skip' in found) {
@@ -281,7 +263,7 @@ async function main(): Promise<void> {
 
   console.log(
     `peers bench: ${systems.join(', ')}; ${ROUNDS} rounds; ${int(MESSAGES)} messages per system and round from ${CFG.producers} producers ` +
-      `in batches of ${BATCH}; peer workers ${CFG.concurrency} POSTs in flight (pg-boss: batches of ${CFG.pgbossBatch}); ` +
+      `in batches of ${BATCH}; peer workers ${CFG.concurrency} POSTs in flight; ` +
       `hookq ${CFG.partitions} partitions, maxInFlight ${CFG.maxInFlight}`,
   )
   console.log(
@@ -325,7 +307,7 @@ async function main(): Promise<void> {
     `msg/s: unique messages the sink received / (the time it had them all - the first produce call); ceiling: 2xx answers/s.\n` +
       `CPU per message, from /proc, over the window from the first produce call to the system having completed every message:\n` +
       `  worker or broker = hookq's broker process, or the peer's worker process; ceiling: the load process, per bare POST;\n` +
-      `  server = PostgreSQL (the backends of the round's database and the server's shared processes), or the RabbitMQ or NATS server;\n` +
+      `  server = PostgreSQL (the backends of the round's database and the server's shared processes), or the RabbitMQ server;\n` +
       `  total = worker + server; producer = the producer process, not in the total.\n` +
       `p99 ms: the produce call's send time -> the sink's receipt, under full load (ceiling: the POST's round trip).\n` +
       `other CPU% = busy host CPU (% of one core; ${cpus().length * 100}% = all) used by none of the bench's processes and none of the servers' (the\n` +
