@@ -4,7 +4,7 @@
  *
  *   ceiling produce auto explicit drain batch latency   one broker end to end (bench/e2e.ts)
  *   scale       1, 2 and 4 broker processes on one database (bench/scale.ts)
- *   peers       hookq beside graphile-worker and RabbitMQ (bench/peers.ts)
+ *   peers       hookq beside graphile-worker, pg-boss, RabbitMQ and NATS JetStream (bench/peers.ts)
  *   schedules   1,000 schedules ticking every second (bench/schedules.ts)
  *   retention   storage under steady traffic with retentions (bench/retention.ts)
  *   ab          this checkout's broker against BENCH_AB_BASE's, in alternating rounds (bench/ab.ts)

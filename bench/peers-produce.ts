@@ -6,7 +6,9 @@
  *
  *   hookq     POST /v1/topics/{t}/messages with `batch` messages (as bench/e2e-load.ts's bulk)
  *   graphile  WorkerUtils.addJobs (one graphile_worker.add_jobs call) of `batch` jobs
+ *   pgboss    PgBoss.insert of `batch` jobs (one statement)
  *   rabbitmq  `batch` persistent publishes on the loop's confirm channel, then waitForConfirms
+ *   nats      `batch` JetStream publishes at once, then all their acks (the stream has stored each)
  *
  * Every message value is bench/lib/payload.ts's MESSAGE_VALUE plus its batch's send time `t`
  * (wall-clock ms, for the receiver's produce-to-push latency). For the peers the job (or AMQP body)
@@ -17,18 +19,21 @@
  * argv[2]: JSON { system, url, queue } (url: the broker's, the database's or the AMQP server's)
  */
 import { once } from 'node:events'
+import { jetstream } from '@nats-io/jetstream'
+import { connect as natsConnect } from '@nats-io/transport-node'
 import amqp from 'amqplib'
 import { makeWorkerUtils } from 'graphile-worker'
+import { PgBoss } from 'pg-boss'
 import { Pool } from 'undici'
 import { serveIpc } from './lib/ipc.ts'
 import { MESSAGE_VALUE, MESSAGE_VALUE_JSON } from './lib/payload.ts'
 import { sendBatches, type SendBatch } from './lib/batches.ts'
 
-export type ProducerSystem = 'hookq' | 'graphile' | 'rabbitmq'
+export type ProducerSystem = 'hookq' | 'graphile' | 'pgboss' | 'rabbitmq' | 'nats'
 export interface ProducerArgs {
   system: ProducerSystem
   url: string
-  /** hookq: the topic; graphile: the task identifier; RabbitMQ: the queue. */
+  /** hookq: the topic; graphile: the task identifier; pg-boss and RabbitMQ: the queue; NATS: the stream's subject. */
   queue: string
   producers: number
 }
@@ -87,6 +92,22 @@ async function graphileSender(): Promise<Sender> {
   }
 }
 
+async function pgbossSender(): Promise<Sender> {
+  // Only inserts here: no maintenance, no cron, no migration (the worker process installed the schema).
+  const boss = new PgBoss({ connectionString: args.url, max: args.producers, supervise: false, schedule: false, migrate: false })
+  boss.on('error', (err: unknown) => console.error('pg-boss (producer):', err))
+  await boss.start()
+  return {
+    async send(_loop, first, n, sentAt) {
+      await boss.insert(
+        args.queue,
+        Array.from({ length: n }, (_, k) => ({ data: job(first + k, sentAt) })),
+      )
+    },
+    close: () => boss.stop({ graceful: false }),
+  }
+}
+
 async function rabbitSender(): Promise<Sender> {
   const conn = await amqp.connect(args.url)
   // One confirm channel per producer loop, so that each loop waits for its own batch's confirms.
@@ -106,7 +127,20 @@ async function rabbitSender(): Promise<Sender> {
   }
 }
 
-const sender = await { hookq: hookqSender, graphile: graphileSender, rabbitmq: rabbitSender }[args.system]()
+async function natsSender(): Promise<Sender> {
+  const nc = await natsConnect({ servers: args.url })
+  const js = jetstream(nc)
+  return {
+    async send(_loop, first, n, sentAt) {
+      await Promise.all(Array.from({ length: n }, (_, k) => js.publish(args.queue, JSON.stringify(job(first + k, sentAt)))))
+    },
+    close: () => nc.close(),
+  }
+}
+
+const sender = await { hookq: hookqSender, graphile: graphileSender, pgboss: pgbossSender, rabbitmq: rabbitSender, nats: natsSender }[
+  args.system
+]()
 
 let failures = 0
 async function produce(a: ProduceArgs) {

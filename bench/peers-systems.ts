@@ -1,6 +1,6 @@
 /**
  * The systems of bench/peers.ts, each set up fresh for one round: its store (a new database, a
- * RabbitMQ queue), its worker process (hookq: the broker) pushing to the sink,
+ * RabbitMQ queue, a JetStream stream), its worker process (hookq: the broker) pushing to the sink,
  * the producer's connection details, a check that every message is completed, and its teardown.
  * A set-up that fails half way undoes what it did, so the next system's round runs on a quiet machine.
  */
@@ -9,14 +9,16 @@ import { declareQuorumQueue, deleteQueue } from './lib/amqp.ts'
 import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
 import { startIpcWorker } from './lib/ipc.ts'
+import { createStream, deleteStream, NATS_CONSUMER } from './lib/nats.ts'
 import { building, run, type Undo } from './lib/run.ts'
 import type { ProducerArgs } from './peers-produce.ts'
 
-export type PeerSystem = 'hookq' | 'graphile' | 'rabbitmq'
+export type PeerSystem = 'hookq' | 'graphile' | 'pgboss' | 'rabbitmq' | 'nats'
 
 export interface SystemConfig {
   serverUrl: string
   amqpUrl: string
+  natsUrl: string
   keepDb: boolean
   producers: number
   /** POSTs in flight at most per peer worker. */
@@ -25,13 +27,13 @@ export interface SystemConfig {
   partitions: number
   maxInFlight: number
   /** The pids of the servers the bench does not start, for their CPU. */
-  pids: { rabbitmq?: number | undefined }
+  pids: { rabbitmq?: number | undefined; nats?: number | undefined }
 }
 
 export interface Setup {
   /** The process whose CPU is the system's "worker" (hookq: the broker). */
   workerPid: number
-  /** Where its messages are stored: PostgreSQL (CPU from bench/lib/proc.ts) or the pid of RabbitMQ's server. */
+  /** Where its messages are stored: PostgreSQL (CPU from bench/lib/proc.ts) or the pid of RabbitMQ's or NATS's server. */
   server: 'postgres' | number
   /** The bench database of this round: PostgreSQL's CPU is its backends' plus the server's shared processes'. */
   database?: string
@@ -115,6 +117,24 @@ const graphile = (name: string, sinkUrl: string, cfg: SystemConfig) =>
     }
   })
 
+const pgboss = (name: string, sinkUrl: string, cfg: SystemConfig) =>
+  building<Omit<Setup, 'stop'>>(async (undo) => {
+    const db = await freshDatabase(cfg, undo)
+    const w = await worker(
+      'bench/peers-pgboss.ts',
+      { databaseUrl: db.url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency },
+      undo,
+    )
+    const done = await counter(db.url, `SELECT count(*)::int AS n FROM pgboss.job WHERE name = $1 AND state = 'completed'`, [name], undo)
+    return {
+      workerPid: w.pid,
+      server: 'postgres',
+      database: db.name,
+      producer: { system: 'pgboss', url: db.url, queue: name, producers: cfg.producers },
+      completed: async (n) => (await done()) >= n,
+    }
+  })
+
 const rabbitmq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
   building<Omit<Setup, 'stop'>>(async (undo) => {
     await declareQuorumQueue(cfg.amqpUrl, name)
@@ -135,7 +155,27 @@ const rabbitmq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
     }
   })
 
-/** Sets `system` up for one round under `name` (database, queue or topic), pushing to `sinkUrl`/p/`name`. */
+const nats = (name: string, sinkUrl: string, cfg: SystemConfig) =>
+  building<Omit<Setup, 'stop'>>(async (undo) => {
+    await createStream(cfg.natsUrl, name, cfg.concurrency)
+    undo.add(async () => {
+      const left = await deleteStream(cfg.natsUrl, name)
+      if (left) console.log(`  deleted stream ${name} with ${left} messages in it`)
+    })
+    const w = await worker(
+      'bench/peers-nats.ts',
+      { natsUrl: cfg.natsUrl, sinkUrl: `${sinkUrl}/p/${name}`, stream: name, consumer: NATS_CONSUMER, concurrency: cfg.concurrency },
+      undo,
+    )
+    return {
+      workerPid: w.pid,
+      server: cfg.pids.nats!,
+      producer: { system: 'nats', url: cfg.natsUrl, queue: name, producers: cfg.producers },
+      completed: async (n) => (await w.call<{ acked: number }>('stats', {}, 5000)).acked >= n,
+    }
+  })
+
+/** Sets `system` up for one round under `name` (database, queue or stream, topic), pushing to `sinkUrl`/p/`name`. */
 export function setUp(system: PeerSystem, name: string, sinkUrl: string, cfg: SystemConfig): Promise<Setup> {
-  return { hookq, graphile, rabbitmq }[system](name, sinkUrl, cfg)
+  return { hookq, graphile, pgboss, rabbitmq, nats }[system](name, sinkUrl, cfg)
 }

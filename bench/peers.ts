@@ -5,7 +5,7 @@
  * messages/s from the first produce call to the sink having received every message, and the CPU
  * each message cost the worker process (hookq: the broker itself), the server that stores the
  * messages (PostgreSQL: the backends of the round's database plus the server's shared processes;
- * RabbitMQ's beam.smp) and, apart, the producer process, all read from /proc
+ * RabbitMQ's beam.smp; nats-server) and, apart, the producer process, all read from /proc
  * (bench/lib/proc.ts). Machines here are noisy: the figures to quote are the ratios to hookq of the
  * same run and the CPU per message, beside "other CPU%" (busy host CPU that neither the bench's
  * processes nor the servers used: another tenant) which says how noisy a round was.
@@ -14,13 +14,16 @@
  *              and maxInFlight 100 (per partition: up to 400 pushes in flight), the sink its consumer
  *   graphile   graphile-worker 0.18 and a push task (bench/peers-graphile.ts: concurrentJobs 100,
  *              local queue of 500, batched completions: its performance page's settings)
+ *   pgboss     pg-boss 12 and a work() handler (bench/peers-pgboss.ts: batches of 100 fetched by one loop,
+ *              each job completed on its own push's 2xx, LISTEN/NOTIFY wake-ups)
  *   rabbitmq   RabbitMQ, a quorum queue, persistent messages published with confirms, an amqplib consumer
  *              with prefetch 100 and manual acks (bench/peers-rabbitmq.ts)
+ *   nats       NATS JetStream, a file-storage work-queue stream, publishes awaited for their acks, a
+ *              durable pull consumer with max_ack_pending 100 and explicit acks (bench/peers-nats.ts)
  *   ceiling    bare undici POSTs of push-shaped bodies to the sink, 64 loops for 5 s (bench/e2e-load.ts's
  *              `posts`): what the sink and loopback HTTP take here; its CPU column is that load process's
- * RabbitMQ is a server the bench finds running (its pid from `ss -ltnp`); when its port does not
- * answer it is skipped with the reason printed. (pg-boss and NATS JetStream were measured too until
- * 6 December 2026: docs/performance.md has their figures.)
+ * RabbitMQ and NATS are servers the bench finds running (their pid from `ss -ltnp`); a system whose
+ * port does not answer is skipped with the reason printed.
  *
  * Fairness: one sink for all (bench/e2e-receiver.ts: node:http, answers 200, counts each message
  * once by its partition/offset and reports duplicates); the same value (bench/lib/payload.ts, 250
@@ -34,27 +37,30 @@
  * starts cold alike and no earlier round's tables weigh on it; systems are interleaved within a round
  * and the rounds' medians are printed. Differences that remain: hookq POSTs its envelope (deliveryId,
  * topic, group, timestamps: about 530 bytes) where the peers POST {partition, offset, value} (about
- * 310); hookq allows 100 in flight per partition (400 in all), the peers 100; graphile-worker
- * writes to the same PostgreSQL with its durable commits, RabbitMQ's quorum queue fsyncs before it
- * confirms.
+ * 310); hookq allows 100 in flight per partition (400 in all), the peers 100; graphile-worker and
+ * pg-boss write to the same PostgreSQL with its durable commits, RabbitMQ's quorum queue fsyncs before
+ * it confirms, but JetStream acks a publish once written to its file store, with no fsync per
+ * message (nats-server syncs every 2 minutes by default): less durable than the others.
  *
  * The CPU window runs from just before the first produce call until the system has completed every
- * message (hookq: committed offsets; graphile: no job row left; RabbitMQ: every message acked), so completing is counted; msg/s ends when the sink has
+ * message (hookq: committed offsets; graphile: no job row left; pg-boss: every job completed;
+ * RabbitMQ and NATS: every message acked), so completing is counted; msg/s ends when the sink has
  * them all. Every load loop is bounded in count and time: a system that does not finish within
  * BENCH_MAX_SECONDS reports what completed. Exits non-zero only when the run itself fails (a system
  * that fails in a round is reported, the others still run, and the exit code is 1 at the end).
  *
  * Environment (all optional):
- *   BENCH_SYSTEMS=hookq,graphile,rabbitmq,ceiling   which, in this order within each round
+ *   BENCH_SYSTEMS=hookq,graphile,pgboss,rabbitmq,nats,ceiling   which, in this order within each round
  *   BENCH_ROUNDS=3              rounds; the table shows their medians
  *   BENCH_MESSAGES=20000        messages per system and round
  *   BENCH_PRODUCERS=8           concurrent producer loops
  *   BENCH_BATCH=100             messages per produce call
- *   BENCH_CONCURRENCY=100       POSTs in flight at most per peer worker (graphile-worker concurrentJobs, RabbitMQ prefetch)
+ *   BENCH_CONCURRENCY=100       POSTs in flight at most per peer worker (graphile-worker concurrentJobs, pg-boss
+ *                               batchSize, RabbitMQ prefetch, JetStream max_ack_pending)
  *   BENCH_PARTITIONS=4  BENCH_MAX_IN_FLIGHT=100   hookq's topic and group
  *   BENCH_MAX_SECONDS=60        cap on one system in one round
  *   BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres   server of the bench databases
- *   BENCH_AMQP_URL=amqp://guest:guest@127.0.0.1:5672
+ *   BENCH_AMQP_URL=amqp://guest:guest@127.0.0.1:5672   BENCH_NATS_URL=nats://127.0.0.1:4222
  *   BENCH_KEEP_DB=1             keep the bench databases
  *   HOOKQ_*                     passed to the broker
  */
@@ -64,7 +70,8 @@ import { rabbitVersion } from './lib/amqp.ts'
 import { serverSettings } from './lib/db.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { listenerPid, reachable } from './lib/listener.ts'
-import { countPostgresDatabases, cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
+import { natsVersion } from './lib/nats.ts'
+import { countPostgresDatabases, cpuSince, cpuSnapshot, othersPct, perMessage, processCpuSeconds } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
 import type { ProduceResult } from './peers-produce.ts'
@@ -75,11 +82,13 @@ import { envNumber } from './lib/env.ts'
 const LABELS = {
   hookq: 'hookq (ackMode auto)',
   graphile: 'graphile-worker 0.18 + undici push worker',
+  pgboss: 'pg-boss 12 + undici push worker',
   rabbitmq: 'RabbitMQ quorum queue + amqplib/undici push worker',
+  nats: 'NATS JetStream file stream + nats.js/undici push worker',
   ceiling: 'bare undici POSTs to the sink (the ceiling)',
 } as const
 type System = keyof typeof LABELS
-const SYSTEMS = (process.env.BENCH_SYSTEMS || 'hookq,graphile,rabbitmq,ceiling').split(',').map((s) => s.trim()) as System[]
+const SYSTEMS = (process.env.BENCH_SYSTEMS || 'hookq,graphile,pgboss,rabbitmq,nats,ceiling').split(',').map((s) => s.trim()) as System[]
 for (const s of SYSTEMS)
   if (!(s in LABELS)) throw new Error(`BENCH_SYSTEMS: unknown system ${s} (known: ${Object.keys(LABELS).join(', ')})`)
 const ROUNDS = Math.round(envNumber('BENCH_ROUNDS', 3))
@@ -91,6 +100,7 @@ const CEILING_CONCURRENCY = 64
 const CFG: SystemConfig = {
   serverUrl: process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres',
   amqpUrl: process.env.BENCH_AMQP_URL || 'amqp://guest:guest@127.0.0.1:5672',
+  natsUrl: process.env.BENCH_NATS_URL || 'nats://127.0.0.1:4222',
   keepDb: Boolean(process.env.BENCH_KEEP_DB),
   producers: Math.round(envNumber('BENCH_PRODUCERS', 8)),
   concurrency: Math.round(envNumber('BENCH_CONCURRENCY', 100)),
@@ -109,8 +119,11 @@ cleanUpOnInterrupt('the workers, producers, sink and broker')
 
 // ---- one system, one round
 
-/** CPU seconds of each of `pids` (NaN for a process that is gone or not there). */
-const cpuSeconds = (pids: (number | undefined)[]) => pids.map((pid) => (pid === undefined ? 0 : (processCpuSeconds(pid) ?? NaN)))
+/** CPU seconds of each of `pids` (NaN for a process that is gone). */
+const cpuSeconds = (pids: number[]) => pids.map((pid) => processCpuSeconds(pid) ?? NaN)
+/** The servers the bench found running (RabbitMQ, NATS), by name for the notes. */
+const SERVER_NAMES = { rabbitmq: 'RabbitMQ', nats: 'NATS' } as const
+const servers = () => Object.entries(CFG.pids) as [keyof typeof SERVER_NAMES, number][]
 
 async function measure(system: PeerSystem, round: number, receiver: IpcWorker, sinkUrl: string): Promise<RoundResult> {
   const name = `peers-${system}-r${round}`
@@ -121,8 +134,8 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
     // Another database's backends (a test suite on the same server) are another tenant's CPU, not this system's.
     countPostgresDatabases(setup.database === undefined ? [] : [setup.database])
     await sleep(1000) // let start-up work (first polls, plans) settle before the window
-    // Besides the worker and PostgreSQL (cpuSnapshot): producer, sink, RabbitMQ.
-    const pids = [producer.pid, receiver.pid, CFG.pids.rabbitmq]
+    // Besides the worker and PostgreSQL (cpuSnapshot): producer, sink, the servers found running.
+    const pids = [producer.pid, receiver.pid, ...servers().map(([, pid]) => pid)]
     const base = cpuSnapshot(setup.workerPid)
     const base2 = cpuSeconds(pids)
     const deadline = wallNow() + MAX_SECONDS * 1000
@@ -143,20 +156,20 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
     }
     const completedAt = wallNow()
     const cpu = cpuSince(base, setup.workerPid)
-    const [producerS, receiverS, rabbitS] = cpuSeconds(pids).map((s, i) => s - base2[i]!) as [number, number, number]
+    const [producerS = NaN, receiverS = NaN, ...serversS] = cpuSeconds(pids).map((s, i) => s - base2[i]!)
     const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
     await producer.call('close', {}, 10_000).catch(() => undefined)
     await producer.stop()
 
     const n = Math.max(1, st.unique)
-    const pgS = (cpu.postgresPct * cpu.seconds) / 100
-    const serverS = setup.server === 'postgres' ? pgS : rabbitS
-    const countedPct = cpu.brokerPct + cpu.postgresPct + cpu.selfPct + (100 * (producerS + receiverS + rabbitS)) / cpu.seconds
+    const us = perMessage(cpu, n)
+    const serverS = serversS[servers().findIndex(([, pid]) => pid === setup.server)]
+    const pctOf = (seconds: number) => (100 * seconds) / cpu.seconds
     const finished = Number.isFinite(st.doneAt)
     const seconds = ((finished ? st.doneAt : st.lastUniqueAt) - r.firstSendAt) / 1000
     const idleServers = [
       setup.server === 'postgres' ? '' : `PostgreSQL ${fixed(cpu.postgresPct, 0)}%`,
-      CFG.pids.rabbitmq && setup.server !== CFG.pids.rabbitmq ? `RabbitMQ ${fixed((100 * rabbitS) / cpu.seconds, 0)}%` : '',
+      ...servers().map(([name, pid], i) => (pid === setup.server ? '' : `${SERVER_NAMES[name]} ${fixed(pctOf(serversS[i]!), 0)}%`)),
     ].filter(Boolean)
     return {
       system,
@@ -165,10 +178,10 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
       messages: st.unique,
       seconds,
       perS: st.unique / seconds,
-      workerUs: (cpu.brokerPct * cpu.seconds * 1e4) / n,
-      serverUs: (serverS * 1e6) / n,
+      workerUs: us.brokerUs,
+      serverUs: setup.server === 'postgres' ? us.postgresUs : ((serverS ?? NaN) * 1e6) / n,
       producerUs: (producerS * 1e6) / n,
-      otherPct: cpu.hostPct * cpu.cores - countedPct,
+      otherPct: othersPct(cpu) - pctOf(producerS + receiverS + serversS.reduce((a, b) => a + b, 0)),
       duplicates: st.duplicates,
       p50: st.latencyMs.p50,
       p99: st.latencyMs.p99,
@@ -194,7 +207,7 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
 async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sinkUrl: string): Promise<RoundResult> {
   const name = `peers-ceiling-r${round}`
   await receiver.call('scenario', { name, mode: 'count', expect: 0 }, 5000)
-  const pids = [receiver.pid, CFG.pids.rabbitmq]
+  const pids = [receiver.pid, ...servers().map(([, pid]) => pid)]
   const base = cpuSnapshot(load.pid)
   const base2 = cpuSeconds(pids)
   const r = await load.call<{ ok: number; sent: number; seconds: number; errors: number; latencyMs: { p50: number; p99: number } }>(
@@ -219,10 +232,10 @@ async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sink
     seconds: r.seconds,
     perS: r.ok / r.seconds,
     // The load process's CPU per request (its warm-up second included, so over all it sent).
-    workerUs: (cpu.brokerPct * cpu.seconds * 1e4) / Math.max(1, r.sent),
+    workerUs: perMessage(cpu, r.sent).brokerUs,
     serverUs: NaN,
     producerUs: NaN,
-    otherPct: cpu.hostPct * cpu.cores - cpu.brokerPct - cpu.postgresPct - cpu.selfPct - (100 * countedS) / cpu.seconds,
+    otherPct: othersPct(cpu) - (100 * countedS) / cpu.seconds,
     duplicates: st.duplicates,
     p50: r.latencyMs.p50,
     p99: r.latencyMs.p99,
@@ -246,7 +259,10 @@ async function main(): Promise<void> {
   const settings = await serverSettings(CFG.serverUrl)
   let systems = SYSTEMS
   const versions: string[] = []
-  for (const [system, url, port, comm, version] of [['rabbitmq', CFG.amqpUrl, 5672, 'beam.smp', rabbitVersion]] as const) {
+  for (const [system, url, port, comm, version] of [
+    ['rabbitmq', CFG.amqpUrl, 5672, 'beam.smp', rabbitVersion],
+    ['nats', CFG.natsUrl, 4222, 'nats-server', natsVersion],
+  ] as const) {
     if (!systems.includes(system)) continue
     const found = await findServer(url, port, comm)
     if ('skip' in found) {
@@ -263,7 +279,7 @@ async function main(): Promise<void> {
 
   console.log(
     `peers bench: ${systems.join(', ')}; ${ROUNDS} rounds; ${int(MESSAGES)} messages per system and round from ${CFG.producers} producers ` +
-      `in batches of ${BATCH}; peer workers ${CFG.concurrency} POSTs in flight; ` +
+      `in batches of ${BATCH}; peer workers ${CFG.concurrency} POSTs in flight (pg-boss: fetched in batches of as many); ` +
       `hookq ${CFG.partitions} partitions, maxInFlight ${CFG.maxInFlight}`,
   )
   console.log(
@@ -307,7 +323,7 @@ async function main(): Promise<void> {
     `msg/s: unique messages the sink received / (the time it had them all - the first produce call); ceiling: 2xx answers/s.\n` +
       `CPU per message, from /proc, over the window from the first produce call to the system having completed every message:\n` +
       `  worker or broker = hookq's broker process, or the peer's worker process; ceiling: the load process, per bare POST;\n` +
-      `  server = PostgreSQL (the backends of the round's database and the server's shared processes), or the RabbitMQ server;\n` +
+      `  server = PostgreSQL (the backends of the round's database and the server's shared processes), or the RabbitMQ or NATS server;\n` +
       `  total = worker + server; producer = the producer process, not in the total.\n` +
       `p99 ms: the produce call's send time -> the sink's receipt, under full load (ceiling: the POST's round trip).\n` +
       `other CPU% = busy host CPU (% of one core; ${cpus().length * 100}% = all) used by none of the bench's processes and none of the servers' (the\n` +

@@ -1,4 +1,4 @@
-/** A server the bench does not start (RabbitMQ): whether it answers, and which process it is (for its CPU). */
+/** A server the bench does not start (RabbitMQ, NATS): whether it answers, and which process it is (for its CPU). */
 import { execFileSync } from 'node:child_process'
 import { readdirSync, readFileSync } from 'node:fs'
 import { connect as netConnect } from 'node:net'

@@ -1,5 +1,5 @@
 /**
- * The push of the peer workers in bench/peers.ts (graphile-worker, RabbitMQ): one POST of
+ * The push of the peer workers in bench/peers.ts (graphile-worker, pg-boss, RabbitMQ): one POST of
  * a message's JSON to the webhook sink through a keep-alive undici Agent, as hookq's pusher does
  * (one socket per concurrent push, no pipelining). The caller completes its job or acks only when
  * this answers true (a 2xx), so delivery is at least once, like hookq's ackMode auto.
