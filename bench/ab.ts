@@ -1,6 +1,6 @@
 /**
  * This checkout's broker against another checkout's, in turns, on the same load
- * (`BENCH_AB_BASE=<dir> npm run bench:ab`): the broker's and PostgreSQL's CPU per message of each,
+ * (`BENCH_AB_BASE=<dir> npm run bench:ab`, that is `npm run bench ab`): the broker's and PostgreSQL's CPU per message of each,
  * and their ratio, measured pair by pair.
  *
  * Why turns of a few seconds: these machines drift (the same code ran 1.4x slower for minutes at a
@@ -37,7 +37,7 @@ import { ROOT } from './lib/child.ts'
 import { type BenchDatabase, createBenchDatabase } from './lib/db.ts'
 import { envInt } from './lib/env.ts'
 import { type IpcWorker, startIpcWorker } from './lib/ipc.ts'
-import { cpuSince, cpuSnapshot } from './lib/proc.ts'
+import { cpuSince, cpuSnapshot, othersPct, perMessage } from './lib/proc.ts'
 import { atCleanup, cleanUpOnInterrupt, runBench } from './lib/run.ts'
 import { median } from './lib/stats.ts'
 
@@ -115,16 +115,7 @@ async function round(side: Side, load: IpcWorker, n: number): Promise<Measured> 
   }
   const w = cpuSince(c0, side.broker.pid)
   await api('PUT', `/v1/groups/${name}`, { ...group, paused: true })
-  const us = (pct: number) => (pct / 100) * w.seconds * 1e6
-  return {
-    side: side.name,
-    round: n,
-    brokerUs: us(w.brokerPct) / MESSAGES,
-    postgresUs: us(w.postgresPct) / MESSAGES,
-    perS: MESSAGES / w.seconds,
-    // The host's busy CPU beyond the broker, PostgreSQL and this process: the receiver, the load, other tenants.
-    otherPct: w.hostPct * w.cores - w.brokerPct - w.postgresPct - w.selfPct,
-  }
+  return { side: side.name, round: n, ...perMessage(w, MESSAGES), perS: MESSAGES / w.seconds, otherPct: othersPct(w) }
 }
 
 async function main(): Promise<void> {

@@ -1,5 +1,5 @@
 /**
- * The load process of bench/e2e.ts (its own process, so that making load shares no event loop with
+ * The load process of the end-to-end scenarios (bench/e2e.ts, bench/ab.ts, bench/scale.ts) (its own process, so that making load shares no event loop with
  * the broker, the receiver or the measuring code). Driven over IPC (bench/lib/ipc.ts):
  *
  *   posts  bare undici POSTs of push-shaped envelopes straight to the receiver: the ceiling of
@@ -21,7 +21,6 @@ import { serveIpc } from './lib/ipc.ts'
 import { MESSAGE_VALUE_JSON } from './lib/payload.ts'
 import { sendBatches } from './lib/batches.ts'
 import { Latencies } from './lib/stats.ts'
-import { TRACE_DIR, writeTrace } from './lib/trace.ts'
 
 const wallNow = () => performance.timeOrigin + performance.now()
 /** MESSAGE_VALUE with extra fields spliced in (it is a JSON object: drop its closing brace). */
@@ -35,34 +34,6 @@ interface PostsArgs {
   warmupS: number
   measureS: number
   maxRequests: number
-  /** `request`: undici's request() and the body read as the broker's pusher does; `dispatch`: Agent.dispatch with a bare handler. */
-  api?: 'request' | 'dispatch'
-}
-
-/** One POST through `agent.dispatch` with a handler that keeps nothing but the status: undici's cheapest path. */
-function dispatchPost(agent: Agent, url: URL, body: string, headers: Record<string, string>): Promise<number> {
-  return new Promise((resolve, reject) => {
-    let status = 0
-    // The handler interface undici's core Request takes as is (the newer onResponse* one goes through a wrapper).
-    agent.dispatch({ origin: url.origin, path: url.pathname, method: 'POST', body, headers, headersTimeout: 10_000, bodyTimeout: 10_000 }, {
-      onConnect() {
-        /* no abort needed */
-      },
-      onHeaders(statusCode: number) {
-        status = statusCode
-        return true
-      },
-      onData() {
-        return true
-      },
-      onComplete() {
-        resolve(status)
-      },
-      onError(err: Error) {
-        reject(err)
-      },
-    } as unknown as Parameters<Agent['dispatch']>[1])
-  })
 }
 
 async function posts(a: PostsArgs) {
@@ -78,7 +49,6 @@ async function posts(a: PostsArgs) {
   let stopped = false
   let windowStart = 0
   let windowEnd = 0
-  const target = new URL(a.url)
   const loop = async () => {
     while (!stopped && seq < a.maxRequests) {
       const offset = seq++
@@ -99,21 +69,9 @@ async function posts(a: PostsArgs) {
       }
       const t0 = performance.now()
       try {
-        let status: number
-        if (a.api === 'dispatch') {
-          status = await dispatchPost(agent, target, body, headers)
-        } else {
-          const res = await request(a.url, {
-            dispatcher: agent,
-            method: 'POST',
-            body,
-            headers,
-            headersTimeout: 10_000,
-            bodyTimeout: 10_000,
-          })
-          await res.body.text()
-          status = res.statusCode
-        }
+        const res = await request(a.url, { dispatcher: agent, method: 'POST', body, headers, headersTimeout: 10_000, bodyTimeout: 10_000 })
+        await res.body.text()
+        const status = res.statusCode
         if (!measuring) continue
         if (status >= 200 && status < 300) {
           ok++
@@ -140,14 +98,6 @@ async function posts(a: PostsArgs) {
 
 // ---- bulk: produce as fast as the broker answers
 
-/** BENCH_TRACEPARENT=1: every message carries a traceparent header of its own (the cost of trace context). */
-const TRACEPARENT = process.env.BENCH_TRACEPARENT === '1'
-let traceSeq = 0
-/** A distinct, valid trace id per message. */
-function traceIdOf(sentAt: number, k: number): string {
-  return `${Math.floor(sentAt).toString(16)}${(traceSeq++).toString(16)}${k.toString(16)}`.padStart(32, 'a').slice(-32)
-}
-
 interface BulkArgs {
   url: string
   total: number
@@ -156,8 +106,6 @@ interface BulkArgs {
   maxSeconds: number
   /** Messages a second at most (as fast as the broker answers when absent). */
   rate?: number
-  /** Every keepEvery-th message of a batch carries the header keep: yes, the others keep: no (for a group's filter). */
-  keepEvery?: number
 }
 
 async function bulk(a: BulkArgs) {
@@ -165,18 +113,11 @@ async function bulk(a: BulkArgs) {
   const path = new URL(a.url).pathname
   const non201: Record<string, number> = {}
   let requests = 0
-  const keep = a.keepEvery
   const r = await sendBatches(
     { total: a.total, batch: a.batch, loops: a.concurrency, maxSeconds: a.maxSeconds, rate: a.rate },
     async (_loop, _first, n, sentAt) => {
       const one = `{"value":${valueWith(`"t":${sentAt}`)}}`
-      const message = (k: number) =>
-        keep
-          ? `${one.slice(0, -1)},"headers":{"keep":"${k % keep === 0 ? 'yes' : 'no'}"}}`
-          : TRACEPARENT
-            ? `${one.slice(0, -1)},"headers":{"traceparent":"00-${traceIdOf(sentAt, k)}-00f067aa0ba902b7-01"}}`
-            : one
-      const body = `{"messages":[${Array.from({ length: n }, (_, k) => message(k)).join(',')}]}`
+      const body = `{"messages":[${Array(n).fill(one).join(',')}]}`
       const res = await pool.request({
         path,
         method: 'POST',
@@ -222,8 +163,6 @@ async function paced(a: PacedArgs) {
   const total = Math.round(a.rate * (a.warmupS + a.measureS))
   const warmupCount = Math.round(a.rate * a.warmupS)
   const latencies = new Latencies()
-  // BENCH_LATENCY_TRACE (see bench/e2e-receiver.ts): each call's send and answer times, warm-up marked.
-  const trace: string[] | undefined = TRACE_DIR ? [] : undefined
   const non201: Record<string, number> = {}
   let sent = 0
   let produced = 0
@@ -260,7 +199,6 @@ async function paced(a: PacedArgs) {
           producedMeasured++
           latencies.add(performance.now() - t0)
         }
-        trace?.push(`${sentAt},${wallNow()},${warm ? 1 : 0}`)
       } else {
         non201[res.statusCode] = (non201[res.statusCode] ?? 0) + 1
       }
@@ -293,7 +231,6 @@ async function paced(a: PacedArgs) {
   const lastSendAt = wallNow()
   await Promise.all(inflight)
   await pool.close()
-  if (trace) writeTrace(`produce-${a.rate}`, 'sent_ms,answered_ms,warm_up', trace)
   const measuredS = (measuredLastSendAt - measuredFirstSendAt) / 1000
   return {
     scheduled: total,

@@ -1,5 +1,5 @@
 /**
- * The webhook receiver of bench/e2e.ts, in its own process: node:http on 127.0.0.1, answers 200 as
+ * The webhook receiver of the end-to-end scenarios, in its own process: node:http on 127.0.0.1, answers 200 as
  * soon as a push's body has arrived, then counts it (unique and duplicate partition/offset pairs),
  * records when it arrived, and the produce-to-push latency from the send time the producer put in
  * the message value (`value.t`, wall-clock ms; `value.w` set = warm-up, not counted).
@@ -11,12 +11,6 @@
  * Driven over IPC (bench/lib/ipc.ts): `scenario` starts counting pushes to /p/<name> (anything else
  * is a stray: a late push of an earlier scenario), `expect` sets how many unique messages make the
  * scenario complete (then the `done` event fires once, acks included), `stats` reports.
- * `/p/<name>?partitionBase=<n>` counts partition p as n + p: several brokers of their own (bench/
- * scale.ts, independent) push to one scenario without their partition/offset pairs colliding.
- *
- * BENCH_LATENCY_TRACE=<dir>: each scenario's measured messages are also written, at its `stats`,
- * to <dir>/<scenario>.csv (sent at, received at, partition, offset; wall-clock ms), to see whether
- * the slow ones come together (a stall) or spread out (a queue).
  *
  * argv[2]: JSON { brokerUrl }
  */
@@ -24,7 +18,6 @@ import { createServer } from 'node:http'
 import { Pool } from 'undici'
 import { emitEvent, serveIpc } from './lib/ipc.ts'
 import { Latencies } from './lib/stats.ts'
-import { TRACE_DIR, writeTrace } from './lib/trace.ts'
 
 const args = JSON.parse(process.argv[2] ?? '{}') as { brokerUrl: string }
 const wallNow = () => performance.timeOrigin + performance.now()
@@ -69,8 +62,6 @@ class Scenario {
   lastUniqueAt = NaN
   readonly seen = new Seen()
   readonly latency = new Latencies()
-  /** Lines of the trace (BENCH_LATENCY_TRACE), written once at the first `stats`. */
-  trace: string[] | undefined = TRACE_DIR ? [] : undefined
   // explicit acks
   pending: string[] = []
   timer: NodeJS.Timeout | undefined
@@ -119,11 +110,6 @@ function onPush(url: string, body: Buffer, at: number): void {
     strays++
     return
   }
-  const partitionBase = q < 0 ? 0 : Number(new URLSearchParams(url.slice(q + 1)).get('partitionBase') ?? 0)
-  if (!Number.isSafeInteger(partitionBase) || partitionBase < 0) {
-    strays++
-    return
-  }
   let parsed: Envelope & { deliveries?: Envelope[] }
   try {
     parsed = JSON.parse(body.toString('utf8')) as Envelope & { deliveries?: Envelope[] }
@@ -134,22 +120,21 @@ function onPush(url: string, body: Buffer, at: number): void {
   s.pushes++
   if (s.pushes === 1) s.firstAt = at
   // A batch push carries its envelopes in `deliveries`: each counts as a message received.
-  for (const env of parsed.deliveries ?? [parsed]) onMessage(s, env, at, partitionBase)
+  for (const env of parsed.deliveries ?? [parsed]) onMessage(s, env, at)
   checkDone(s)
 }
 
-function onMessage(s: Scenario, env: Envelope, at: number, partitionBase: number): void {
+function onMessage(s: Scenario, env: Envelope, at: number): void {
   if (typeof env.partition !== 'number' || typeof env.offset !== 'number') {
     s.badBodies++
     return
   }
-  if (s.seen.mark(partitionBase + env.partition, env.offset)) {
+  if (s.seen.mark(env.partition, env.offset)) {
     s.unique++
     s.lastUniqueAt = at
     const v = env.value
     if (v && typeof v.t === 'number' && !v.w) {
       s.latency.add(at - v.t)
-      s.trace?.push(`${v.t},${at},${partitionBase + env.partition},${env.offset}`)
     }
   } else {
     s.duplicates++
@@ -232,10 +217,6 @@ function checkDone(s: Scenario): void {
 }
 
 function stats(s: Scenario) {
-  if (s.trace && s.trace.length > 0) {
-    writeTrace(s.cfg.name, 'sent_ms,received_ms,partition,offset', s.trace)
-    s.trace = undefined
-  }
   return {
     name: s.cfg.name,
     pushes: s.pushes,

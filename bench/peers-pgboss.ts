@@ -4,11 +4,9 @@
  * on its own answer: completed on a 2xx, failed (so retried by pg-boss) otherwise.
  *
  * Settings (pg-boss 12's docs, docs/api/workers.md and queues.md):
- *   batchSize `batchSize` (BENCH_PGBOSS_BATCH, 100) × localConcurrency ceil(concurrency / batchSize) (1): up to
- *       `concurrency` jobs in flight, fetched in one query, POSTed at once, settled in one statement, then the next
- *       batch. Measured here (20,000 messages, two runs each): 4 loops × 25 cost 420-500 us of PostgreSQL CPU per
- *       message at 2,300-2,700 msg/s, 2 × 50 270-290 us at 3,200-3,400 msg/s, 1 × 100 170-190 us at 3,500-3,800
- *       msg/s: each loop's fetch query is the expensive part, so fewer, fuller fetches win
+ *   batchSize `concurrency` (100), localConcurrency 1: up to `concurrency` jobs in flight, fetched in one query,
+ *       POSTed at once, settled in one statement, then the next batch. Each loop's fetch query is the expensive
+ *       part, so one loop of full fetches beat 2 × 50 and 4 × 25 here (docs/performance.md)
  *   perJobResults: each job of a batch completed or failed by its own push (without it, one failed POST would fail
  *       the whole batch and redeliver the delivered ones)
  *   burstWhenBatchFull: a loop whose fetch came back full fetches again at once rather than after its polling interval
@@ -19,7 +17,7 @@
  * Driven over IPC (bench/lib/ipc.ts): `ready` once pg-boss is started (schema installed), the queue
  * created and the workers registered; `stats` answers the pushes made. SIGTERM stops pg-boss gracefully.
  *
- * argv[2]: JSON { databaseUrl, sinkUrl, queue, concurrency, batchSize }
+ * argv[2]: JSON { databaseUrl, sinkUrl, queue, concurrency }
  */
 import { PgBoss } from 'pg-boss'
 import { serveIpc } from './lib/ipc.ts'
@@ -30,7 +28,6 @@ const args = JSON.parse(process.argv[2] ?? '{}') as {
   sinkUrl: string
   queue: string
   concurrency: number
-  batchSize: number
 }
 
 const pusher = makePusher(args.sinkUrl, args.concurrency)
@@ -41,8 +38,8 @@ await boss.createQueue(args.queue, { notify: true })
 await boss.work<object>(
   args.queue,
   {
-    batchSize: Math.min(args.batchSize, args.concurrency),
-    localConcurrency: Math.ceil(args.concurrency / args.batchSize),
+    batchSize: args.concurrency,
+    localConcurrency: 1,
     perJobResults: true,
     burstWhenBatchFull: true,
   },

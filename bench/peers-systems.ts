@@ -23,7 +23,6 @@ export interface SystemConfig {
   producers: number
   /** POSTs in flight at most per peer worker. */
   concurrency: number
-  pgbossBatch: number
   /** hookq's topic and group. */
   partitions: number
   maxInFlight: number
@@ -123,7 +122,7 @@ const pgboss = (name: string, sinkUrl: string, cfg: SystemConfig) =>
     const db = await freshDatabase(cfg, undo)
     const w = await worker(
       'bench/peers-pgboss.ts',
-      { databaseUrl: db.url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency, batchSize: cfg.pgbossBatch },
+      { databaseUrl: db.url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency },
       undo,
     )
     const done = await counter(db.url, `SELECT count(*)::int AS n FROM pgboss.job WHERE name = $1 AND state = 'completed'`, [name], undo)

@@ -1,5 +1,5 @@
 /**
- * hookq beside peer systems with a push worker, in one run on this machine (`npm run bench:peers`).
+ * hookq beside peer systems with a push worker, in one run on this machine (`npm run bench -- peers`).
  *
  * What it measures: for each system, the same load pushed to the same webhook sink, end to end:
  * messages/s from the first produce call to the sink having received every message, and the CPU
@@ -56,11 +56,9 @@
  *   BENCH_PRODUCERS=8           concurrent producer loops
  *   BENCH_BATCH=100             messages per produce call
  *   BENCH_CONCURRENCY=100       POSTs in flight at most per peer worker (graphile-worker concurrentJobs, pg-boss
- *                               batchSize x localConcurrency, RabbitMQ prefetch, JetStream max_ack_pending)
- *   BENCH_PGBOSS_BATCH=100      pg-boss's batchSize (localConcurrency = BENCH_CONCURRENCY / this)
+ *                               batchSize, RabbitMQ prefetch, JetStream max_ack_pending)
  *   BENCH_PARTITIONS=4  BENCH_MAX_IN_FLIGHT=100   hookq's topic and group
  *   BENCH_MAX_SECONDS=60        cap on one system in one round
- *   BENCH_CEILING_SECONDS=5  BENCH_CEILING_CONCURRENCY=64
  *   BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres   server of the bench databases
  *   BENCH_AMQP_URL=amqp://guest:guest@127.0.0.1:5672   BENCH_NATS_URL=nats://127.0.0.1:4222
  *   BENCH_KEEP_DB=1             keep the bench databases
@@ -73,7 +71,7 @@ import { serverSettings } from './lib/db.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
 import { listenerPid, reachable } from './lib/listener.ts'
 import { natsVersion } from './lib/nats.ts'
-import { countPostgresDatabases, cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
+import { countPostgresDatabases, cpuSince, cpuSnapshot, othersPct, perMessage, processCpuSeconds } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
 import type { ProduceResult } from './peers-produce.ts'
@@ -97,8 +95,8 @@ const ROUNDS = Math.round(envNumber('BENCH_ROUNDS', 3))
 const MESSAGES = Math.round(envNumber('BENCH_MESSAGES', 20_000))
 const BATCH = Math.min(1000, Math.round(envNumber('BENCH_BATCH', 100)))
 const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 60)
-const CEILING_S = envNumber('BENCH_CEILING_SECONDS', 5)
-const CEILING_CONCURRENCY = Math.round(envNumber('BENCH_CEILING_CONCURRENCY', 64))
+const CEILING_S = 5
+const CEILING_CONCURRENCY = 64
 const CFG: SystemConfig = {
   serverUrl: process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres',
   amqpUrl: process.env.BENCH_AMQP_URL || 'amqp://guest:guest@127.0.0.1:5672',
@@ -106,7 +104,6 @@ const CFG: SystemConfig = {
   keepDb: Boolean(process.env.BENCH_KEEP_DB),
   producers: Math.round(envNumber('BENCH_PRODUCERS', 8)),
   concurrency: Math.round(envNumber('BENCH_CONCURRENCY', 100)),
-  pgbossBatch: Math.round(envNumber('BENCH_PGBOSS_BATCH', 100)),
   partitions: Math.round(envNumber('BENCH_PARTITIONS', 4)),
   maxInFlight: Math.round(envNumber('BENCH_MAX_IN_FLIGHT', 100)),
   pids: {},
@@ -122,8 +119,11 @@ cleanUpOnInterrupt('the workers, producers, sink and broker')
 
 // ---- one system, one round
 
-/** CPU seconds of each of `pids` (NaN for a process that is gone or not there). */
-const cpuSeconds = (pids: (number | undefined)[]) => pids.map((pid) => (pid === undefined ? 0 : (processCpuSeconds(pid) ?? NaN)))
+/** CPU seconds of each of `pids` (NaN for a process that is gone). */
+const cpuSeconds = (pids: number[]) => pids.map((pid) => processCpuSeconds(pid) ?? NaN)
+/** The servers the bench found running (RabbitMQ, NATS), by name for the notes. */
+const SERVER_NAMES = { rabbitmq: 'RabbitMQ', nats: 'NATS' } as const
+const servers = () => Object.entries(CFG.pids) as [keyof typeof SERVER_NAMES, number][]
 
 async function measure(system: PeerSystem, round: number, receiver: IpcWorker, sinkUrl: string): Promise<RoundResult> {
   const name = `peers-${system}-r${round}`
@@ -134,8 +134,8 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
     // Another database's backends (a test suite on the same server) are another tenant's CPU, not this system's.
     countPostgresDatabases(setup.database === undefined ? [] : [setup.database])
     await sleep(1000) // let start-up work (first polls, plans) settle before the window
-    // Besides the worker and PostgreSQL (cpuSnapshot): producer, sink, RabbitMQ, NATS.
-    const pids = [producer.pid, receiver.pid, CFG.pids.rabbitmq, CFG.pids.nats]
+    // Besides the worker and PostgreSQL (cpuSnapshot): producer, sink, the servers found running.
+    const pids = [producer.pid, receiver.pid, ...servers().map(([, pid]) => pid)]
     const base = cpuSnapshot(setup.workerPid)
     const base2 = cpuSeconds(pids)
     const deadline = wallNow() + MAX_SECONDS * 1000
@@ -156,21 +156,20 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
     }
     const completedAt = wallNow()
     const cpu = cpuSince(base, setup.workerPid)
-    const [producerS, receiverS, rabbitS, natsS] = cpuSeconds(pids).map((s, i) => s - base2[i]!) as [number, number, number, number]
+    const [producerS = NaN, receiverS = NaN, ...serversS] = cpuSeconds(pids).map((s, i) => s - base2[i]!)
     const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
     await producer.call('close', {}, 10_000).catch(() => undefined)
     await producer.stop()
 
     const n = Math.max(1, st.unique)
-    const pgS = (cpu.postgresPct * cpu.seconds) / 100
-    const serverS = setup.server === 'postgres' ? pgS : setup.server === CFG.pids.rabbitmq ? rabbitS : natsS
-    const countedPct = cpu.brokerPct + cpu.postgresPct + cpu.selfPct + (100 * (producerS + receiverS + rabbitS + natsS)) / cpu.seconds
+    const us = perMessage(cpu, n)
+    const serverS = serversS[servers().findIndex(([, pid]) => pid === setup.server)]
+    const pctOf = (seconds: number) => (100 * seconds) / cpu.seconds
     const finished = Number.isFinite(st.doneAt)
     const seconds = ((finished ? st.doneAt : st.lastUniqueAt) - r.firstSendAt) / 1000
     const idleServers = [
       setup.server === 'postgres' ? '' : `PostgreSQL ${fixed(cpu.postgresPct, 0)}%`,
-      CFG.pids.rabbitmq && setup.server !== CFG.pids.rabbitmq ? `RabbitMQ ${fixed((100 * rabbitS) / cpu.seconds, 0)}%` : '',
-      CFG.pids.nats && setup.server !== CFG.pids.nats ? `NATS ${fixed((100 * natsS) / cpu.seconds, 0)}%` : '',
+      ...servers().map(([name, pid], i) => (pid === setup.server ? '' : `${SERVER_NAMES[name]} ${fixed(pctOf(serversS[i]!), 0)}%`)),
     ].filter(Boolean)
     return {
       system,
@@ -179,10 +178,10 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
       messages: st.unique,
       seconds,
       perS: st.unique / seconds,
-      workerUs: (cpu.brokerPct * cpu.seconds * 1e4) / n,
-      serverUs: (serverS * 1e6) / n,
+      workerUs: us.brokerUs,
+      serverUs: setup.server === 'postgres' ? us.postgresUs : ((serverS ?? NaN) * 1e6) / n,
       producerUs: (producerS * 1e6) / n,
-      otherPct: cpu.hostPct * cpu.cores - countedPct,
+      otherPct: othersPct(cpu) - pctOf(producerS + receiverS + serversS.reduce((a, b) => a + b, 0)),
       duplicates: st.duplicates,
       p50: st.latencyMs.p50,
       p99: st.latencyMs.p99,
@@ -208,7 +207,7 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
 async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sinkUrl: string): Promise<RoundResult> {
   const name = `peers-ceiling-r${round}`
   await receiver.call('scenario', { name, mode: 'count', expect: 0 }, 5000)
-  const pids = [receiver.pid, CFG.pids.rabbitmq, CFG.pids.nats]
+  const pids = [receiver.pid, ...servers().map(([, pid]) => pid)]
   const base = cpuSnapshot(load.pid)
   const base2 = cpuSeconds(pids)
   const r = await load.call<{ ok: number; sent: number; seconds: number; errors: number; latencyMs: { p50: number; p99: number } }>(
@@ -219,7 +218,6 @@ async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sink
       warmupS: 1,
       measureS: CEILING_S,
       maxRequests: 5_000_000,
-      api: 'request',
     },
     (CEILING_S + 30) * 1000,
   )
@@ -234,10 +232,10 @@ async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sink
     seconds: r.seconds,
     perS: r.ok / r.seconds,
     // The load process's CPU per request (its warm-up second included, so over all it sent).
-    workerUs: (cpu.brokerPct * cpu.seconds * 1e4) / Math.max(1, r.sent),
+    workerUs: perMessage(cpu, r.sent).brokerUs,
     serverUs: NaN,
     producerUs: NaN,
-    otherPct: cpu.hostPct * cpu.cores - cpu.brokerPct - cpu.postgresPct - cpu.selfPct - (100 * countedS) / cpu.seconds,
+    otherPct: othersPct(cpu) - (100 * countedS) / cpu.seconds,
     duplicates: st.duplicates,
     p50: r.latencyMs.p50,
     p99: r.latencyMs.p99,
@@ -281,7 +279,7 @@ async function main(): Promise<void> {
 
   console.log(
     `peers bench: ${systems.join(', ')}; ${ROUNDS} rounds; ${int(MESSAGES)} messages per system and round from ${CFG.producers} producers ` +
-      `in batches of ${BATCH}; peer workers ${CFG.concurrency} POSTs in flight (pg-boss: batches of ${CFG.pgbossBatch}); ` +
+      `in batches of ${BATCH}; peer workers ${CFG.concurrency} POSTs in flight (pg-boss: fetched in batches of as many); ` +
       `hookq ${CFG.partitions} partitions, maxInFlight ${CFG.maxInFlight}`,
   )
   console.log(

@@ -1,5 +1,5 @@
 /**
- * Several broker processes on one database (`npm run bench:scale`): the same load through 1, 2 and
+ * Several broker processes on one database (`BENCH_SCENARIOS=scale npm run bench`): the same load through 1, 2 and
  * 4 processes, each count a fresh database and a fresh `HOOKQ_PROCESSES=N npm start` (one command,
  * N processes on one port, node:cluster), so that what is measured is the design of issue 10: every
  * process owns its share of the partitions and pushes it.
@@ -24,18 +24,10 @@
  * ratios to the first count of its own round, then their medians: the machine's speed drifts by
  * more than the difference measured, so only counts run side by side compare.
  *
- * BENCH_SCALE_INDEPENDENT=1 runs each count n > 1 twice in its round: n processes sharing one topic,
- * then n one-process brokers each on a database of its own with an nth of the partitions and of
- * the load (see scenario), to tell what sharing costs from what splitting costs.
- *
  * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_ROUNDS=1  BENCH_MESSAGES=60000  BENCH_WARMUP_MESSAGES=20000
  *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60  BENCH_DATABASE_URL=...
  *   BENCH_SCALE_RATE=<msg/s> (the measured pass paced at that rate, the same for every count: see below)
- *   BENCH_PERF_DIR=<dir> (perf record of the broker processes over the measured pass)
- *   BENCH_SCALE_INDEPENDENT=1 (each count n > 1 also as n one-process brokers on databases of their own: see scenario)
- *   BENCH_STATEMENTS=1 (the measured pass's statements per 100,000 messages, from pg_stat_statements)
  */
-import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -44,10 +36,9 @@ import { brokerApi, committedOffsets, startBroker, stopBroker, type BrokerProces
 import { createBenchDatabase } from './lib/db.ts'
 import { envCount, envInt } from './lib/env.ts'
 import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
-import { cpuSince, cpuSnapshot, processCpuSeconds } from './lib/proc.ts'
+import { cpuSince, cpuSnapshot, perMessage, processCpuSeconds } from './lib/proc.ts'
 import { building, cleanUpOnInterrupt, runBench } from './lib/run.ts'
 import { median } from './lib/stats.ts'
-import { mergeStatements, printStatements, resetStatements, statementsOf, type StatementRow } from './lib/statements.ts'
 import type { ReceiverStats } from './e2e-receiver.ts'
 
 const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s) => {
@@ -60,29 +51,10 @@ const MESSAGES = envInt('BENCH_MESSAGES', 60_000)
 const WARMUP = envCount('BENCH_WARMUP_MESSAGES', 20_000)
 const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
 const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
-/** Besides each count n > 1 of shared processes, n independent one-process brokers (see scenario). */
-const INDEPENDENT = process.env.BENCH_SCALE_INDEPENDENT === '1'
-// Independent brokers take an nth of the partitions each.
-for (const n of COUNTS) {
-  if (INDEPENDENT && PARTITIONS % n !== 0)
-    throw new Error(`BENCH_SCALE_INDEPENDENT: ${PARTITIONS} partitions do not split evenly over ${n} brokers`)
-}
-/** What runs in a round, in turn: each count shared, then (BENCH_SCALE_INDEPENDENT=1) independent. */
-const KINDS = COUNTS.flatMap((n) =>
-  INDEPENDENT && n > 1
-    ? [
-        { n, independent: false },
-        { n, independent: true },
-      ]
-    : [{ n, independent: false }],
-)
 const MAX_SECONDS = envInt('BENCH_MAX_SECONDS', 60)
 /** Messages a second the measured pass produces at (unset: as fast as the brokers answer). */
 const RATE = process.env.BENCH_SCALE_RATE ? envInt('BENCH_SCALE_RATE', 0) : undefined
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
-/** `perf record` the broker processes over each measured pass, into this folder (with BENCH_BROKER_NODE_ARGS=--perf-basic-prof for JavaScript's names). */
-const PERF_DIR = process.env.BENCH_PERF_DIR || undefined
-const STATEMENTS = process.env.BENCH_STATEMENTS === '1'
 const wallNow = () => performance.timeOrigin + performance.now()
 
 cleanUpOnInterrupt('the brokers, the receiver and the load')
@@ -121,8 +93,6 @@ async function metricsOf(url: string): Promise<{ cpuS: number; owned: number; pu
 
 interface Row {
   processes: number
-  /** n one-process brokers on databases of their own, not n processes sharing one topic. */
-  independent: boolean
   msgPerS: number
   seconds: number
   brokerUs: number
@@ -130,36 +100,9 @@ interface Row {
   primaryUs: number
   perProcess: { usPerMsg: number; usPerPush: number; owned: number; pushShare: number }[]
   duplicates: number
-  /** Transactions committed in the bench's database (all of them, independent brokers) per 1,000 messages: how well the processes batch. */
+  /** Transactions committed in the bench's database per 1,000 messages: how well the processes batch. */
   commitsPerK: number
-  /** With BENCH_STATEMENTS=1: the measured pass's statements. */
-  statements?: StatementRow[]
-  completed: number
   notes: string
-}
-
-/**
- * On-CPU samples of the given processes, every thread, until stopped. Not a --cpu-prof: that
- * samples the main thread by wall clock, and with more processes than cores a thread waiting for
- * a core is sampled as if it ran (writev grew 2.5x that way between 1 and 2 processes).
- */
-function perfRecord(pids: number[], file: string): { stop(): Promise<void> } {
-  const child = spawn('perf', ['record', '-q', '-F', '499', '-g', '-o', file, '-p', pids.join(',')], { stdio: 'ignore' })
-  // No perf on the machine: the bench goes on without samples (the 'error' event, not an exit).
-  const exited = new Promise<void>((resolve) => {
-    child.once('exit', () => resolve())
-    child.once('error', (err) => {
-      console.log(`  perf record could not start: ${err.message}`)
-      resolve()
-    })
-  })
-  return {
-    async stop() {
-      child.kill('SIGINT')
-      await exited
-      console.log(`  perf samples of the measured pass: ${file} (perf report -i ${file} --sort comm,dso,sym)`)
-    },
-  }
 }
 
 /**
@@ -178,8 +121,6 @@ async function commitsSettled(c: pg.Client): Promise<number> {
 interface Deployment {
   broker: BrokerProcess
   c: pg.Client
-  /** The database's name (for its statements). */
-  database: string
   members: Member[]
   /** The broker processes' pids (the process started itself when it runs one). */
   workers: number[]
@@ -192,10 +133,9 @@ interface Deployment {
 /**
  * A broker command of `n` processes on a database of its own, with a topic of `partitions` and an
  * auto-mode group pushing to the receiver, once every process has joined and the partitions are
- * spread; `partitionBase`: the receiver counts this deployment's partition p as partitionBase + p
- * (see bench/e2e-receiver.ts). What is started is undone if a later step fails.
+ * spread. What is started is undone if a later step fails.
  */
-function deploy(n: number, name: string, receiverUrl: string, partitions: number, partitionBase: number): Promise<Deployment> {
+function deploy(n: number, name: string, receiverUrl: string, partitions: number): Promise<Deployment> {
   return building<Omit<Deployment, 'stop'>>(async (undo) => {
     const db = await createBenchDatabase(SERVER_URL)
     if (!process.env.BENCH_KEEP_DB) undo.add(() => db.drop())
@@ -213,7 +153,7 @@ function deploy(n: number, name: string, receiverUrl: string, partitions: number
       maxInFlight: MAX_IN_FLIGHT,
       ackTimeoutMs: 30_000,
     })
-    await brokerApi(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}?partitionBase=${partitionBase}` })
+    await brokerApi(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
     // Every process joined and the partitions spread (each owns its share, all of them owned).
     let ms: Member[] = []
     const share = Math.floor(partitions / n)
@@ -229,7 +169,6 @@ function deploy(n: number, name: string, receiverUrl: string, partitions: number
     return {
       broker,
       c,
-      database: db.name,
       members: ms,
       // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
       workers: n === 1 ? [broker.pid] : childPids(broker.pid),
@@ -238,59 +177,28 @@ function deploy(n: number, name: string, receiverUrl: string, partitions: number
   })
 }
 
-/**
- * `n` processes through one command sharing the partitions, or (`independent`) n one-process
- * brokers each on a database of its own with an nth of the partitions and of the load: the same
- * processes on the same cores, each with the same partitions' worth of messages at the same rate,
- * and no coordination between them: no produce call lands on a process that does not push its
- * messages, no NOTIFY, no acks forwarded, no partition moves (each still polls its own ownership
- * every 500 ms, as one process alone does). What n shared processes cost beyond n independent
- * ones is what sharing costs; what n independent ones cost beyond one is what splitting a load
- * over n hookq processes costs on this machine.
- */
-async function scenario(n: number, independent: boolean, receiver: IpcWorker, receiverUrl: string, load: IpcWorker): Promise<Row> {
-  // Independent runs have names of their own, so that their latency traces do not overwrite the shared run's.
-  const name = independent ? `scale-${n}-independent` : `scale-${n}`
-  const deployments: Deployment[] = []
+/** `n` processes through one command sharing the partitions of one topic, on a database of their own. */
+async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, load: IpcWorker): Promise<Row> {
+  const name = `scale-${n}`
+  const d = await deploy(n, name, receiverUrl, PARTITIONS)
   try {
-    if (!independent) deployments.push(await deploy(n, name, receiverUrl, PARTITIONS, 0))
-    else for (let i = 0; i < n; i++) deployments.push(await deploy(1, name, receiverUrl, PARTITIONS / n, (i * PARTITIONS) / n))
-    const ms = deployments.flatMap((d) => d.members)
-    const workers = deployments.flatMap((d) => d.workers)
-    const committed = async () => (await Promise.all(deployments.map((d) => d.committed()))).reduce((a, b) => a + b, 0)
-    const commitCount = async () => (await Promise.all(deployments.map((d) => commitsSettled(d.c)))).reduce((a, b) => a + b, 0)
     /** Produces `total` more messages and waits for them to complete: what came of it, and the messages completed in all. */
     const pass = async (total: number, completedBefore: number, rate?: number) => {
       await receiver.call('scenario', { name, mode: 'count', expect: total }, 5000)
       await sleep(500)
       const startedAt = wallNow()
       const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
-      // The load split evenly over the brokers: the same rate in all, and 4 producer loops in all
-      // when there are at most 4 brokers (one each beyond).
-      const k = deployments.length
-      const parts = await Promise.all(
-        deployments.map((d, i) =>
-          load.call<{ produced: number; firstSendAt: number; lastAnswerAt: number; timedOut: boolean }>(
-            'bulk',
-            {
-              url: `${d.broker.url}/v1/topics/${name}/messages`,
-              total: Math.floor(total / k) + (i < total % k ? 1 : 0),
-              batch: 100,
-              concurrency: Math.max(1, Math.floor(4 / k) + (i < 4 % k ? 1 : 0)),
-              maxSeconds: MAX_SECONDS,
-              rate: rate === undefined ? undefined : rate / k,
-            },
-            MAX_SECONDS * 1000 + 60_000,
-          ),
-        ),
+      const r = await load.call<{ produced: number; firstSendAt: number }>(
+        'bulk',
+        { url: `${d.broker.url}/v1/topics/${name}/messages`, total, batch: 100, concurrency: 4, maxSeconds: MAX_SECONDS, rate },
+        MAX_SECONDS * 1000 + 60_000,
       )
-      const r = { produced: parts.reduce((a, p) => a + p.produced, 0), firstSendAt: Math.min(...parts.map((p) => p.firstSendAt)) }
       if (r.produced < total) await receiver.call('expect', { n: r.produced }, 5000)
       await Promise.race([done, sleep(Math.max(0, startedAt + MAX_SECONDS * 1000 - wallNow()))])
       // Completed: the committed offsets (the receiver's count says pushed, not yet committed).
       let completed = 0
       for (let i = 0; i < 1000 && wallNow() < startedAt + (MAX_SECONDS + 10) * 1000; i++) {
-        completed = (await committed()) - completedBefore
+        completed = (await d.committed()) - completedBefore
         if (completed >= r.produced) break
         await sleep(10)
       }
@@ -299,39 +207,32 @@ async function scenario(n: number, independent: boolean, receiver: IpcWorker, re
     // Each process compiles its hot code under the first load (about 2 s of CPU a process): once
     // per process, so N processes would pay it N times in the figures. Run it off first, as much of
     // it per process as one process gets: a process of four that had seen a quarter of the warm-up
-    // was still compiling its per-batch code in the measured pass (perf: the optimising compiler
-    // at 3x the samples of one process's).
+    // was still compiling its per-batch code in the measured pass.
     const warm = WARMUP > 0 ? await pass(WARMUP * n, 0) : { completed: 0 }
-    const commits0 = await commitCount()
-    const before = await Promise.all(ms.map((m) => metricsOf(m.url)))
-    const cpu0 = workers.map((pid) => processCpuSeconds(pid) ?? NaN)
-    const primaries = independent || n === 1 ? [] : deployments.map((d) => d.broker.pid)
-    const primary0 = primaries.map((pid) => processCpuSeconds(pid) ?? NaN)
+    const commits0 = await commitsSettled(d.c)
+    const before = await Promise.all(d.members.map((m) => metricsOf(m.url)))
+    const cpu0 = d.workers.map((pid) => processCpuSeconds(pid) ?? NaN)
+    const primary0 = n === 1 ? 0 : (processCpuSeconds(d.broker.pid) ?? NaN)
     const base = cpuSnapshot(undefined)
-    const counting = STATEMENTS && (await resetStatements(SERVER_URL))
-    const recording = PERF_DIR ? perfRecord(workers, `${PERF_DIR}/scale-${n}${independent ? '-independent' : ''}.perf.data`) : undefined
     const { r, completed } = await pass(MESSAGES, warm.completed, RATE)
     const endAt = wallNow()
     const w = cpuSince(base, undefined)
-    const brokerS = workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
-    const primary = primaries.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - primary0[i]!, 0)
-    await recording?.stop()
-    // Read before the commit count's second of waiting, whose polls are not the pass's.
-    const statements = counting ? (await Promise.all(deployments.map((d) => statementsOf(SERVER_URL, d.database)))).flat() : undefined
-    const after = await Promise.all(ms.map((m) => metricsOf(m.url)))
+    const brokerS = d.workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
+    const primary = n === 1 ? 0 : (processCpuSeconds(d.broker.pid) ?? NaN) - primary0
+    const after = await Promise.all(d.members.map((m) => metricsOf(m.url)))
     const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
-    const commits = (await commitCount()) - commits0
+    const commits = (await commitsSettled(d.c)) - commits0
     const pushes = after.map((a, i) => a.pushes - before[i]!.pushes)
     const totalPushes = pushes.reduce((a, b) => a + b, 0)
     const cpu = after.map((a, i) => a.cpuS - before[i]!.cpuS)
     const seconds = (endAt - r.firstSendAt) / 1000
+    const us = perMessage(w, completed, brokerS)
     return {
       processes: n,
-      independent,
       msgPerS: completed / seconds,
       seconds,
-      brokerUs: (1e6 * brokerS) / completed,
-      pgUs: (1e4 * w.postgresPct * w.seconds) / completed,
+      brokerUs: us.brokerUs,
+      pgUs: us.postgresUs,
       primaryUs: (1e6 * primary) / completed,
       perProcess: after.map((a, i) => ({
         usPerMsg: (1e6 * cpu[i]!) / completed,
@@ -341,34 +242,26 @@ async function scenario(n: number, independent: boolean, receiver: IpcWorker, re
       })),
       duplicates: st.duplicates,
       commitsPerK: (1000 * commits) / completed,
-      statements: statements && mergeStatements(statements),
-      completed,
       notes: [
         completed < r.produced ? `ONLY ${completed} of ${r.produced} completed` : '',
-        workers.length !== n ? `${workers.length} worker pids seen` : '',
+        d.workers.length !== n ? `${d.workers.length} worker pids seen` : '',
         `${Math.round(w.hostPct * w.cores)}% of one core busy on the host`,
       ]
         .filter(Boolean)
         .join('; '),
     }
   } finally {
-    // Each stop logs its own failures (Undo): one broker that fails to stop leaves the others stopped.
-    for (const d of deployments) await d.stop()
+    await d.stop()
   }
 }
 
 const TABLE_HEAD =
   'processes  msg/s   ratio  broker us/msg  ratio  pg us/msg  commits/1k msg  spread of pushes (min..max share)  partitions owned'
 
-/** `2`, or `2 indep.` for two independent one-process brokers. */
-function label(k: { n: number; independent: boolean }): string {
-  return k.independent ? `${k.n} indep.` : String(k.n)
-}
-
 function tableLine(r: Row, base: Row): string {
   const shares = r.perProcess.map((p) => p.pushShare)
   return (
-    `${label({ n: r.processes, independent: r.independent }).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
+    `${String(r.processes).padStart(9)}  ${Math.round(r.msgPerS).toString().padStart(6)}  ${(r.msgPerS / base.msgPerS).toFixed(2).padStart(5)}x` +
     `  ${r.brokerUs.toFixed(0).padStart(13)}  ${(r.brokerUs / base.brokerUs).toFixed(2).padStart(4)}x  ${r.pgUs.toFixed(0).padStart(9)}  ${r.commitsPerK.toFixed(1).padStart(14)}` +
     `  ${(100 * Math.min(...shares)).toFixed(0).padStart(16)}%..${(100 * Math.max(...shares)).toFixed(0)}%` +
     `${''.padStart(13)}${r.perProcess.map((p) => p.owned).join(' / ')}`
@@ -378,8 +271,8 @@ function tableLine(r: Row, base: Row): string {
 function printRow(row: Row): void {
   const n = row.processes
   console.log(
-    `${n} ${row.independent ? 'independent one-process brokers' : `process${n > 1 ? 'es' : ''}`}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
-      `broker ${row.brokerUs.toFixed(0)} us/msg (all processes${row.processes > 1 && !row.independent ? `; the primary ${row.primaryUs.toFixed(1)}` : ''}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg, ${row.commitsPerK.toFixed(1)} commits per 1,000 messages; duplicates ${row.duplicates}` +
+    `${n} process${n > 1 ? 'es' : ''}: ${Math.round(row.msgPerS).toLocaleString('en-US')} msg/s over ${row.seconds.toFixed(2)} s; ` +
+      `broker ${row.brokerUs.toFixed(0)} us/msg (all processes${n > 1 ? `; the primary ${row.primaryUs.toFixed(1)}` : ''}), PostgreSQL ${row.pgUs.toFixed(0)} us/msg, ${row.commitsPerK.toFixed(1)} commits per 1,000 messages; duplicates ${row.duplicates}` +
       (row.notes ? `\n  ${row.notes}` : ''),
   )
   for (const [i, p] of row.perProcess.entries()) {
@@ -387,7 +280,6 @@ function printRow(row: Row): void {
       `  process ${i + 1}: ${p.owned} partitions, ${(100 * p.pushShare).toFixed(0)}% of the pushes, ${p.usPerMsg.toFixed(0)} us CPU per message of the run, ${p.usPerPush.toFixed(0)} us per own push`,
     )
   }
-  if (row.statements) printStatements(row.statements, row.completed)
 }
 
 async function main(): Promise<void> {
@@ -402,8 +294,8 @@ async function main(): Promise<void> {
   for (let round = 1; round <= ROUNDS; round++) {
     if (ROUNDS > 1) console.log(`round ${round} of ${ROUNDS}`)
     const rows: Row[] = []
-    for (const { n, independent } of KINDS) {
-      const row = await scenario(n, independent, receiver, receiverUrl, load)
+    for (const n of COUNTS) {
+      const row = await scenario(n, receiver, receiverUrl, load)
       rows.push(row)
       printRow(row)
     }
@@ -411,29 +303,23 @@ async function main(): Promise<void> {
   }
   for (const [i, rows] of rounds.entries()) {
     console.log(`\n${ROUNDS > 1 ? `round ${i + 1}: ` : ''}${TABLE_HEAD}`)
-    const base = rows[0]!
-    for (const r of rows) console.log(tableLine(r, base))
+    for (const r of rows) console.log(tableLine(r, rows[0]!))
   }
   if (ROUNDS > 1) {
     console.log("\nmedians over the rounds of the ratio to the same round's first count:")
     console.log('processes  msg/s ratio  broker us/msg ratio  pg us/msg ratio  commits/1k msg')
-    for (const [j, kind] of KINDS.entries()) {
+    for (const [j, n] of COUNTS.entries()) {
       const ratio = (f: (r: Row) => number) => median(rounds.map((rows) => f(rows[j]!) / f(rows[0]!))).toFixed(2)
+      const commits = median(rounds.map((rows) => rows[j]!.commitsPerK)).toFixed(1)
       console.log(
-        `${label(kind).padStart(9)}  ${ratio((r) => r.msgPerS).padStart(10)}x  ${ratio((r) => r.brokerUs).padStart(18)}x` +
-          `  ${ratio((r) => r.pgUs).padStart(14)}x  ${median(rounds.map((rows) => rows[j]!.commitsPerK))
-            .toFixed(1)
-            .padStart(14)}`,
+        `${String(n).padStart(9)}  ${ratio((r) => r.msgPerS).padStart(10)}x  ${ratio((r) => r.brokerUs).padStart(18)}x  ${ratio((r) => r.pgUs).padStart(14)}x  ${commits.padStart(14)}`,
       )
     }
   }
   console.log(
     '\nbroker us/msg: CPU of every broker process (not the primary, which only supervises) per message completed;\n' +
-      "pg: all PostgreSQL processes; ratios to the first process count of the same round. Spread: each process's share of the pushes.\n" +
-      "commits: transactions committed in the bench's database (pg_stat_database) per 1,000 messages: appends, progress, attempt rows, polls." +
-      (INDEPENDENT
-        ? '\nN indep.: N one-process brokers, each on its own database with an Nth of the partitions and load: no coordination between them.'
-        : ''),
+      "pg: the bench server's PostgreSQL processes; ratios to the first process count of the same round. Spread: each process's share of the pushes.\n" +
+      "commits: transactions committed in the bench's database (pg_stat_database) per 1,000 messages: appends, progress, attempt rows, polls.",
   )
   await Promise.all([receiver.stop(), load.stop()])
 }

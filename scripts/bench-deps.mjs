@@ -1,5 +1,5 @@
-// The benchmarks' own packages (bench/package.json): the peers `npm run bench:peers` runs beside
-// hookq (graphile-worker, pg-boss, the RabbitMQ and NATS clients) and autocannon. They are not part
+// The benchmarks' own packages (bench/package.json): the peers `npm run bench peers` runs beside
+// hookq (graphile-worker, pg-boss, the RabbitMQ and NATS clients). They are not part
 // of the project's `npm install`, which takes what running and testing hookq need; the benchmarks
 // that use them install them here first, into bench/node_modules (`npm ci` on bench/package-lock.json),
 // once, and again when that lock changes. `npm run bench:install` does it alone.

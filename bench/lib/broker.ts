@@ -1,6 +1,6 @@
 /** The broker under test as a child process, started as `npm start` starts it (node with the start script's flags), on a port we pick. */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { createWriteStream, mkdirSync, readFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -12,8 +12,6 @@ export interface BrokerProcess {
   url: string
   /** The last few KB of its stdout and stderr, for failure messages. */
   output(): string
-  /** The inspector's WebSocket URL when started with `inspect` (see bench/lib/inspector.ts). */
-  inspectorUrl?: string
 }
 
 /** A port that was free a moment ago (bound to port 0 and closed again). */
@@ -39,15 +37,13 @@ function startArgs(root: string): string[] {
 /**
  * Starts the broker on `databaseUrl` and resolves once GET /healthz answers 200. The bench
  * environment is passed through, so HOOKQ_* settings (HOOKQ_COMMIT_CONCURRENCY…) reach it.
- * `cpuProfDir` adds --cpu-prof: V8 writes the profile there when the process exits.
  * `env` adds to (or overrides) the environment the broker gets, HOOKQ_PROCESSES for one.
  * `root` runs the broker of another checkout (bench/ab.ts), as its own package.json starts it.
- * `inspect` adds --inspect on a free loopback port, so that a profile can be taken over one window
- * (bench/lib/inspector.ts); resolves only once the inspector's URL is known.
+ * Node flags for the broker alone go through NODE_OPTIONS (`--perf-basic-prof` for `perf record`).
  */
 export async function startBroker(
   databaseUrl: string,
-  opts: { cpuProfDir?: string; inspect?: boolean; timeoutMs: number; env?: Record<string, string>; root?: string },
+  opts: { timeoutMs: number; env?: Record<string, string>; root?: string },
 ): Promise<BrokerProcess> {
   const root = opts.root ?? ROOT
   const port = await freePort()
@@ -60,16 +56,7 @@ export async function startBroker(
     LOG_LEVEL: 'warn',
   }
   delete env.HOOKQ_API_KEYS // the load sends no Authorization header
-  // Node or V8 flags for the broker alone (BENCH_BROKER_NODE_OPTIONS), to compare settings in one run.
-  if (process.env.BENCH_BROKER_NODE_OPTIONS) env.NODE_OPTIONS = `${env.NODE_OPTIONS ?? ''} ${process.env.BENCH_BROKER_NODE_OPTIONS}`.trim()
   const nodeArgs = startArgs(root)
-  // Flags NODE_OPTIONS does not take (most V8 flags: --single-threaded-gc, say), for the broker alone.
-  if (process.env.BENCH_BROKER_NODE_ARGS) nodeArgs.unshift(...process.env.BENCH_BROKER_NODE_ARGS.trim().split(/\s+/))
-  if (opts.cpuProfDir !== undefined) {
-    mkdirSync(join(root, opts.cpuProfDir), { recursive: true })
-    nodeArgs.unshift('--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir)
-  }
-  if (opts.inspect) nodeArgs.unshift('--inspect=127.0.0.1:0')
   const child = track(spawn(process.execPath, nodeArgs, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] }))
   let out = ''
   const keep = (d: Buffer) => {
@@ -77,27 +64,7 @@ export async function startBroker(
   }
   child.stdout!.on('data', keep)
   child.stderr!.on('data', keep)
-  // Everything the broker prints, kept whole (BENCH_BROKER_NODE_ARGS=--trace-gc, say).
-  if (process.env.BENCH_BROKER_LOG) {
-    const file = createWriteStream(process.env.BENCH_BROKER_LOG, { flags: 'a' })
-    child.stdout!.pipe(file, { end: false })
-    child.stderr!.pipe(file, { end: false })
-    child.once('exit', () => file.end())
-  }
   const broker: BrokerProcess = { child, pid: child.pid!, url: `http://127.0.0.1:${port}`, output: () => out }
-  if (opts.inspect) {
-    // "Debugger listening on ws://127.0.0.1:<port>/<uuid>" comes first on stderr.
-    let head = ''
-    const onData = (d: Buffer) => {
-      head += d.toString()
-      const m = /Debugger listening on (ws:\/\/\S+)/.exec(head)
-      if (m) {
-        broker.inspectorUrl = m[1]
-        child.stderr!.off('data', onData)
-      } else if (head.length > 16_000) child.stderr!.off('data', onData)
-    }
-    child.stderr!.on('data', onData)
-  }
 
   const deadline = Date.now() + opts.timeoutMs
   while (Date.now() < deadline) {
@@ -106,7 +73,7 @@ export async function startBroker(
     }
     try {
       const res = await fetch(`${broker.url}/healthz`, { signal: AbortSignal.timeout(1000) })
-      if (res.status === 200 && (!opts.inspect || broker.inspectorUrl !== undefined)) return broker
+      if (res.status === 200) return broker
     } catch {
       /* not listening yet */
     }

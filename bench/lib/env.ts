@@ -21,3 +21,11 @@ export function envCount(name: string, fallback: number): number {
   if (process.env[name] === '0') return 0
   return envInt(name, fallback)
 }
+
+/** A comma-separated list from `name` (`fallback` when unset or empty), trimmed, empty items dropped. */
+export function envList(name: string, fallback: string): string[] {
+  return (process.env[name] || fallback)
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+}

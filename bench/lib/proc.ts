@@ -168,3 +168,18 @@ export function cpuSince(start: CpuSnapshot, brokerPid: number | undefined): Cpu
     cores: cpus().length,
   }
 }
+
+/** CPU per message over a window, us: the broker's (its process, or `brokerS` seconds counted otherwise) and PostgreSQL's. */
+export function perMessage(
+  w: CpuWindow,
+  messages: number,
+  brokerS = (w.brokerPct * w.seconds) / 100,
+): { brokerUs: number; postgresUs: number } {
+  const n = Math.max(1, messages)
+  return { brokerUs: (1e6 * brokerS) / n, postgresUs: (1e4 * w.postgresPct * w.seconds) / n }
+}
+
+/** The host's busy CPU beyond the broker, PostgreSQL and this process, % of one core: the load, the receiver, other tenants. */
+export function othersPct(w: CpuWindow): number {
+  return w.hostPct * w.cores - (Number.isNaN(w.brokerPct) ? 0 : w.brokerPct) - w.postgresPct - w.selfPct
+}

@@ -1,5 +1,4 @@
-/** Percentiles and the result shape the worker processes print for produce.ts. */
-import type { CpuWindow } from './proc.ts'
+/** Percentiles, medians and ratios of the benches' figures. */
 
 /** Nearest-rank percentile of ascending-sorted values; NaN when there are none. */
 export function percentile(sorted: Float64Array, p: number): number {
@@ -37,16 +36,8 @@ export class Latencies {
   }
 }
 
-/** What a worker measured inside its window (warm-up excluded). */
-export interface Measured {
-  /** Successful operations: 201 answers for produce, committed rows for the baseline. */
-  ok: number
-  /** Messages (or rows) in those operations. */
-  items: number
-  /** Answers other than 201, by status code. */
-  non201: Record<string, number>
-  /** Socket errors and timeouts (produce) or failed INSERTs (baseline). */
-  errors: number
-  latencyMs: { p50: number; p99: number; max: number }
-  cpu: CpuWindow
+/** `a / b` as a ratio to print ("0.87x"); "-" when either is missing. */
+export function ratio(a: number, b: number): string {
+  const r = a / b
+  return Number.isFinite(r) ? `${r.toFixed(2)}x` : '-'
 }

@@ -12,8 +12,8 @@
  * The workers accept their connections themselves, from the listening socket they share
  * (SCHED_NONE), rather than from the primary. In node:cluster's default round-robin the primary
  * accepts and hands each connection to a worker, keeping its own copy until the worker confirms;
- * a worker killed before confirming left that copy open and its client waiting for ever (issue 29,
- * test/process/processes.test.ts). Here a connection is held only by the process that accepted it,
+ * a worker killed before confirming left that copy open and its client waiting for ever
+ * (test/process/processes.test.ts). Here a connection is held only by the process that accepted it,
  * so when that process dies the kernel closes it and the client sees an error; connections not yet
  * accepted wait in the shared queue for the processes that live.
  */

@@ -5,7 +5,8 @@
  *
  * The keys are mirrored in a Float64Array beside the entries, so sifting compares neighbouring
  * doubles instead of following two pointers per child (entry, then its boxed double): with
- * 1,000,000 entries that made expireDue ~3× faster for 8-16 bytes per entry (bench/tracker.ts).
+ * 1,000,000 entries that made expireDue ~3× faster for 8-16 bytes per entry
+ * (docs/performance.md#the-in-flight-tracker).
  * Sifting moves a "hole" instead of swapping pairs. Among equal keys the order is unspecified.
  */
 

@@ -21,10 +21,8 @@
  *   the deadline passed     → expireDue  removed and handed back, earliest first; the push flow
  *                                        records the timeout and schedules the retry as a wait
  *
- * Cost: about 144 bytes an entry (the entry with its boxed deadline, a Map slot, a heap slot) plus
- * the caller's delivery id string; an operation by id costs about 2-4 random Map lookups, which is
- * far below a push's cost. `npm run bench:tracker` measures it (figures:
- * docs/performance.md#the-in-flight-tracker).
+ * Cost: about 144 bytes an entry plus the caller's delivery id string; an operation by id costs
+ * about 2-4 random Map lookups, far below a push's cost (docs/performance.md#the-in-flight-tracker).
  */
 import { MinHeap, type HeapEntry } from './min-heap.ts'
 

@@ -31,8 +31,26 @@ export interface ScheduleRow {
 /** What a PUT writes; `nextTickAt` is the first tick from now (null while paused). */
 export type ScheduleWrite = Omit<ScheduleRow, 'id' | 'topic' | 'lastTickAt' | 'createdAt' | 'updatedAt'>
 
-const COLUMNS = `s.id, s.name, s.topic_id, t.name AS topic, s.cron, s.every_ms, s.time_zone, s.value, s.key, s.headers,
-  s.paused, s.missed, s.next_tick_at, s.last_tick_at, s.created_at, s.updated_at`
+// The stored columns every query reads, `columns('s')` for the alias a query gives the schedules
+// (the topic's name comes from its join).
+const COLUMNS = [
+  'id',
+  'name',
+  'topic_id',
+  'cron',
+  'every_ms',
+  'time_zone',
+  'value',
+  'key',
+  'headers',
+  'paused',
+  'missed',
+  'next_tick_at',
+  'last_tick_at',
+  'created_at',
+  'updated_at',
+]
+const columns = (alias: string): string => COLUMNS.map((c) => `${alias}.${c}`).join(', ')
 
 type Raw = {
   id: number
@@ -93,7 +111,7 @@ WITH written AS (
     updated_at = now()
   RETURNING s.*, (xmax = 0) AS created
 )
-SELECT ${COLUMNS.replaceAll('s.', 'w.')}, w.created
+SELECT ${columns('w')}, t.name AS topic, w.created
 FROM written w JOIN topics t ON t.id = w.topic_id`
 
 /** Creates or replaces the schedule `w.name`; whether it was created. */
@@ -117,13 +135,18 @@ export async function upsertSchedule(q: Queryable, w: ScheduleWrite): Promise<{ 
 
 /** The schedule of that name, or null. */
 export async function findSchedule(q: Queryable, name: string): Promise<ScheduleRow | null> {
-  const res = await q.query<Raw>(`SELECT ${COLUMNS} FROM schedules s JOIN topics t ON t.id = s.topic_id WHERE s.name = $1`, [name])
+  const res = await q.query<Raw>(
+    `SELECT ${columns('s')}, t.name AS topic FROM schedules s JOIN topics t ON t.id = s.topic_id WHERE s.name = $1`,
+    [name],
+  )
   return res.rows[0] ? toRow(res.rows[0]) : null
 }
 
 /** Every schedule, by name. */
 export async function listSchedules(q: Queryable): Promise<ScheduleRow[]> {
-  const res = await q.query<Raw>(`SELECT ${COLUMNS} FROM schedules s JOIN topics t ON t.id = s.topic_id ORDER BY s.name`)
+  const res = await q.query<Raw>(
+    `SELECT ${columns('s')}, t.name AS topic FROM schedules s JOIN topics t ON t.id = s.topic_id ORDER BY s.name`,
+  )
   return res.rows.map(toRow)
 }
 
@@ -177,20 +200,13 @@ export async function pruneRunners(q: Queryable, keepMs: number): Promise<void> 
 }
 
 /** A due schedule as the tick transaction sees it. */
-export interface DueSchedule {
-  id: number
-  name: string
-  topicId: number
-  topic: string
+export type DueSchedule = Pick<
+  ScheduleRow,
+  'id' | 'name' | 'topicId' | 'topic' | 'cron' | 'everyMs' | 'timeZone' | 'value' | 'key' | 'headers' | 'missed'
+> & {
   /** The topic's partition count (a tick's message is placed as HTTP produce places it). */
   partitions: number
-  cron: string | null
-  everyMs: number | null
-  timeZone: string
-  value: string
-  key: string | null
-  headers: string
-  missed: 'skip' | 'once'
+  /** The tick due, ms since the epoch. */
   nextTickAt: number
 }
 
@@ -214,14 +230,14 @@ export interface TickWrite {
 // with the runners' spans that end after the oldest of their ticks (one round trip for both).
 const CLAIM = `
 WITH due AS (
-  SELECT s.id, s.name, s.topic_id, s.cron, s.every_ms, s.time_zone, s.value, s.key, s.headers, s.missed, s.next_tick_at
+  SELECT s.*
   FROM schedules s
   WHERE s.next_tick_at <= clock_timestamp()
   ORDER BY s.next_tick_at
   LIMIT $1
   FOR UPDATE SKIP LOCKED
 )
-SELECT due.id, due.name, due.topic_id, t.name AS topic, t.partitions, due.cron, due.every_ms, due.time_zone, due.value, due.key, due.headers, due.missed,
+SELECT ${columns('due')}, t.name AS topic, t.partitions,
        (extract(epoch FROM due.next_tick_at) * 1000)::float8 AS next_ms,
        (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms,
        (SELECT coalesce(json_agg(json_build_array(extract(epoch FROM r.started_at) * 1000, extract(epoch FROM r.ends) * 1000)), '[]')
@@ -259,39 +275,30 @@ export async function tickDue(
   plan: (due: DueSchedule[], nowMs: number, spans: RunnerSpan[]) => TickWrite[],
 ): Promise<Ticked> {
   return inTransaction(db, async (client) => {
-    const claimed = await client.query<{
-      id: number
-      name: string
-      topic_id: number
-      cron: string | null
-      every_ms: number | null
-      time_zone: string
-      value: string
-      key: string | null
-      headers: string
-      missed: string
-      next_ms: number
-      now_ms: number
-      spans: [number, number][]
-      topic: string
-      partitions: number
-    }>({ name: 'hookq_schedule_claim', text: CLAIM, values: [limit, graceMs] })
+    const claimed = await client.query<Raw & { partitions: number; next_ms: number; now_ms: number; spans: [number, number][] }>({
+      name: 'hookq_schedule_claim',
+      text: CLAIM,
+      values: [limit, graceMs],
+    })
     if (claimed.rows.length === 0) return { claimed: 0, entries: [], coordinates: [] }
-    const due: DueSchedule[] = claimed.rows.map((r) => ({
-      id: r.id,
-      name: r.name,
-      topicId: r.topic_id,
-      topic: r.topic,
-      partitions: r.partitions,
-      cron: r.cron,
-      everyMs: r.every_ms,
-      timeZone: r.time_zone,
-      value: r.value,
-      key: r.key,
-      headers: r.headers,
-      missed: r.missed === 'once' ? 'once' : 'skip',
-      nextTickAt: r.next_ms,
-    }))
+    const due: DueSchedule[] = claimed.rows.map((r) => {
+      const { id, name, topicId, topic, cron, everyMs, timeZone, value, key, headers, missed } = toRow(r)
+      return {
+        id,
+        name,
+        topicId,
+        topic,
+        cron,
+        everyMs,
+        timeZone,
+        value,
+        key,
+        headers,
+        missed,
+        partitions: r.partitions,
+        nextTickAt: r.next_ms,
+      }
+    })
     const first = claimed.rows[0]!
     const writes = plan(
       due,
