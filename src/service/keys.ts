@@ -11,12 +11,12 @@
  *   for a request. Every REFRESH_MS it reads one row (api_key_version, bumped by a trigger with any
  *   change to the keys) and reloads the keys when it moved. The process that creates or deletes a
  *   key updates its own table at once. Expiry is checked against the clock at each request.
- * - The contract: every process refuses a deleted key within 2 s (MAX_VIEW_AGE_MS). The view is
- *   as old as the start of the last read that succeeded (what it saw was true then, not when the
- *   answer came); past the bound, stored keys are refused with 503 rather than trusted: a read
- *   that fails or hangs must not let a deleted key outlive its deletion. Reading every 500 ms
- *   leaves a read 1.5 s to answer before a healthy process refuses anything. Keys from
- *   HOOKQ_API_KEYS do not depend on the database and go on working.
+ * - The contract: every process refuses a deleted key within 2 s. The view is as old as the start
+ *   of the last read that succeeded (what it saw was true then, not when the answer came); past
+ *   MAX_VIEW_AGE_MS (1.8 s: 0.2 s of the 2 s left for a request in progress), stored keys are
+ *   refused with 503 rather than trusted: a read that fails or hangs must not let a deleted key
+ *   outlive its deletion. Reading every 500 ms leaves a read 1.3 s to answer before a healthy
+ *   process refuses anything. Keys from HOOKQ_API_KEYS do not depend on the database and go on working.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto'
 import { HookqError } from '../errors.ts'
@@ -27,8 +27,8 @@ import { storableText } from '../store/storable.ts'
 
 /** How often each process looks for changes to the keys. */
 const REFRESH_MS = 500
-/** The contract's bound: a view of the keys older than this is not trusted (stored keys get 503). */
-export const MAX_VIEW_AGE_MS = 2000
+/** A view of the keys older than this is not trusted (stored keys get 503): the contract's 2 s, less a margin. */
+export const MAX_VIEW_AGE_MS = 1800
 const KEY_PREFIX = 'hq_'
 const MAX_NAME_CHARS = 200
 
