@@ -311,6 +311,12 @@ export class GroupService {
     return group ? [group.topic] : null
   }
 
+  /** The topics a group names: its topic and dead-letter topic (a write naming others points the group elsewhere); null for no such group. */
+  async namedTopicsOf(name: string): Promise<string[] | null> {
+    const group = await findGroupByName(this.db.prisma, name)
+    return group ? [group.topic, ...(group.deadLetterTopic ? [group.deadLetterTopic] : [])] : null
+  }
+
   async get(name: string): Promise<GroupRow> {
     const group = await findGroupByName(this.db.prisma, name)
     if (!group) throw new HookqError('group_not_found', `group ${name} does not exist`)

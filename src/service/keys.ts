@@ -16,7 +16,9 @@
  *   MAX_VIEW_AGE_MS (1.8 s: 0.2 s of the 2 s left for a request in progress), stored keys are
  *   refused with 503 rather than trusted: a read that fails or hangs must not let a deleted key
  *   outlive its deletion. Reading every 500 ms leaves a read 1.3 s to answer before a healthy
- *   process refuses anything. Keys from HOOKQ_API_KEYS do not depend on the database and go on working.
+ *   process refuses anything, and a request that finds the view stale waits (up to 2 s) for a read
+ *   of its own before it is refused: only a database that cannot answer makes 503s. Keys from
+ *   HOOKQ_API_KEYS do not depend on the database and go on working.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto'
 import { HookqError } from '../errors.ts'
@@ -29,6 +31,8 @@ import { storableText } from '../store/storable.ts'
 const REFRESH_MS = 500
 /** A view of the keys older than this is not trusted (stored keys get 503): the contract's 2 s, less a margin. */
 export const MAX_VIEW_AGE_MS = 1800
+/** How long a request with a stale view waits for a fresh read before its 503. */
+const STALE_WAIT_MS = 2000
 const KEY_PREFIX = 'hq_'
 const MAX_NAME_CHARS = 200
 
@@ -119,6 +123,29 @@ export class KeyService {
     if (now - this.viewAtMs > MAX_VIEW_AGE_MS) return 'stale'
     if (record.expiresAt !== null && record.expiresAt.getTime() <= now) return 'expired'
     return record
+  }
+
+  /**
+   * lookup(), but a stale view is read again first (a stalled event loop, a slow read), waiting at
+   * most STALE_WAIT_MS for it: a request answered after a fresh read is as sure as the contract asks;
+   * 'stale' (503) only when the keys cannot be read now.
+   */
+  lookupFresh(key: string): ReturnType<KeyService['lookup']> | Promise<ReturnType<KeyService['lookup']>> {
+    const found = this.lookup(key)
+    if (found !== 'stale') return found
+    let timer: NodeJS.Timeout | undefined
+    const waited = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, STALE_WAIT_MS)
+    })
+    // A read in flight may have started before the stall: then one more, started now.
+    const fresh = async () => {
+      await this.refresh()
+      if (this.lookup(key) === 'stale') await this.refresh()
+    }
+    return Promise.race([fresh(), waited]).then(() => {
+      clearTimeout(timer)
+      return this.lookup(key)
+    })
   }
 
   /** Makes a key; the key's text is in the answer only. */
