@@ -221,8 +221,10 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   })
   installAuth(app, {
     keys: opts.apiKeys ?? [],
-    stored: { lookup: (key) => opts.services.keys.lookup(key) },
+    stored: { lookup: (key) => opts.services.keys.lookupFresh(key) },
     groupTopics: (group) => opts.services.groups.topicsOf(group),
+    groupNamedTopics: (group) => opts.services.groups.namedTopicsOf(group),
+    scheduleTopic: (name) => opts.services.schedules.topicOf(name),
     rateLimitPerS: opts.rateLimitPerS ?? 0,
     metricsOpen: opts.metricsOpen ?? false,
   })

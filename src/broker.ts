@@ -34,6 +34,7 @@ import { SecretBox } from './security/secrets.ts'
 import { requireReadableSecrets, resealSecrets } from './service/secrets-at-rest.ts'
 import { JwksService } from './service/jwks.ts'
 import { JwtSigner } from './dispatch/jwt-keys.ts'
+import { readJwtIssuer, recordJwtIssuer } from './store/jwt-keys.ts'
 import { PushAuth } from './dispatch/push-auth.ts'
 
 /** What the HTTP routes call. */
@@ -107,15 +108,30 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     // process cannot open; with a key, seal what is still in the clear or under a previous key.
     const box = new SecretBox(config.secretsKey, config.secretsKeysPrevious)
     await requireReadableSecrets(db.pool, box)
-    const resealed = await resealSecrets(db.pool, box)
+    const { sealed: resealed, left } = await resealSecrets(db.pool, box)
     if (resealed > 0) {
       if (opts.logger) opts.logger.info({ resealed, kid: box.currentKid }, 'sealed stored secrets with HOOKQ_SECRETS_KEY')
       else log(`sealed ${resealed} stored secrets with HOOKQ_SECRETS_KEY`)
     }
+    if (left.unopenable > 0) {
+      const message = `${left.unopenable} stored secret value(s) do not authenticate (altered, moved to another row, or their consumer's endpoint changed in the database): those consumers' pushes fail unsent until their secrets are set again`
+      if (opts.logger) opts.logger.error({ unopenable: left.unopenable }, message)
+      else log(`ERROR: ${message}`)
+    }
+    // One `iss` per database (docs/security.md "Push authentication"): HOOKQ_PUBLIC_URL, recorded for
+    // the processes started without it; without it, the recorded one (the first process's URL).
+    const issuer = await recordJwtIssuer(db.pool, config.publicUrl ?? config.publicUrlFallback, config.publicUrl !== undefined)
+    const issuerMessage =
+      config.publicUrl !== undefined
+        ? `push JWTs carry iss ${issuer} (HOOKQ_PUBLIC_URL; recorded for the processes of this database started without it)`
+        : `HOOKQ_PUBLIC_URL is not set: push JWTs carry iss ${issuer}, recorded in the database by the first broker process (every process of this database signs with it); set HOOKQ_PUBLIC_URL to the URL your consumers verify`
+    if (opts.logger) opts.logger[config.publicUrl !== undefined ? 'info' : 'warn']({ issuer }, issuerMessage)
+    else log(`${config.publicUrl !== undefined ? '' : 'WARNING: '}${issuerMessage}`)
     signer = new JwtSigner({
       db: db.pool,
       box,
-      issuer: config.publicUrl,
+      issuer,
+      ...(config.publicUrl === undefined ? { readIssuer: () => readJwtIssuer(database.pool) } : {}),
       refreshMs: config.jwtKeysRefreshMs,
       onError: (err) => opts.logger?.error({ err }, 'reading the JWT signing keys failed; retrying at the next refresh'),
     })

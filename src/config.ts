@@ -78,8 +78,10 @@ export interface Config {
   secretsKey: Buffer | undefined
   /** Keys that still open values but never seal (HOOKQ_SECRETS_KEY_PREVIOUS, comma-separated), for a key rotation. */
   secretsKeysPrevious: Buffer[]
-  /** The broker's public URL, the `iss` of its push JWTs (HOOKQ_PUBLIC_URL; default the advertised URL, else http://HOST:PORT). */
-  publicUrl: string
+  /** The broker's public URL, the `iss` of its push JWTs (HOOKQ_PUBLIC_URL); unset: the one recorded in the database. */
+  publicUrl: string | undefined
+  /** What this process records as the `iss` when HOOKQ_PUBLIC_URL is unset and none is recorded: the advertised URL, else http://HOST:PORT. */
+  publicUrlFallback: string
   /** How often each process rereads the JWT signing keys, ms (HOOKQ_JWT_KEYS_REFRESH_MS); a rotation's delay must exceed it. */
   jwtKeysRefreshMs: number
   /** A push auth token request's deadline, ms (HOOKQ_OAUTH_TIMEOUT_MS). */
@@ -104,9 +106,9 @@ function secretsKeys(env: Env): { secretsKey: Buffer | undefined; secretsKeysPre
 }
 
 /** HOOKQ_PUBLIC_URL: an http(s) URL, kept as given but a trailing slash. */
-function publicUrl(env: Env, fallback: string): string {
+function publicUrl(env: Env): string | undefined {
   const raw = env.HOOKQ_PUBLIC_URL?.trim()
-  if (!raw) return fallback
+  if (!raw) return undefined
   const url = URL.canParse(raw) ? new URL(raw) : undefined
   if (!url || !/^https?:$/.test(url.protocol) || url.username || url.password || url.search || url.hash) {
     throw new ConfigError(
@@ -218,7 +220,8 @@ export function loadConfig(env: Env = process.env): Config {
   const advertised = advertiseUrl(env)
   return {
     ...secretsKeys(env),
-    publicUrl: publicUrl(env, advertised ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`),
+    publicUrl: publicUrl(env),
+    publicUrlFallback: advertised?.replace(/\/+$/, '') ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     jwtKeysRefreshMs: int(env, 'HOOKQ_JWT_KEYS_REFRESH_MS', 60_000, 100, 3_600_000),
     oauthTimeoutMs: int(env, 'HOOKQ_OAUTH_TIMEOUT_MS', 10_000, 100, 120_000),
     host,

@@ -2,7 +2,7 @@
 import { ConfigError, loadConfig, type Config } from '../config.ts'
 import { rotateSigningKey } from '../dispatch/jwt-keys.ts'
 import { SecretBox } from '../security/secrets.ts'
-import { resealSecrets, unreadableSecrets } from '../service/secrets-at-rest.ts'
+import { resealSecrets } from '../service/secrets-at-rest.ts'
 import { openDatabase, type Database } from '../store/db.ts'
 import { CliError, EXIT, printJson, printLine } from './output.ts'
 
@@ -28,22 +28,39 @@ async function withDatabase<T>(fn: (db: Database, box: SecretBox, config: Config
   }
 }
 
-/** Seals every stored secret with the current key; fails when some cannot be opened. Prints counts and key ids, never a value. */
+/**
+ * Seals every stored secret with the current key, then counts again what is not under it; fails
+ * when anything remains, saying why. Online (brokers keep writing: a value they change is read
+ * again), idempotent (a second run seals nothing) and resumable (stopped half-way, run it again).
+ * Prints counts and key ids, never a value.
+ */
 export async function rotateSecrets(json: boolean): Promise<void> {
   await withDatabase(async (db, box) => {
     if (!box.sealing) throw new CliError('HOOKQ_SECRETS_KEY is not set: there is no key to seal with', EXIT.usage)
-    const sealed = await resealSecrets(db.pool, box)
-    const missing = Object.fromEntries(await unreadableSecrets(db.pool, box))
-    if (json) printJson({ kid: box.currentKid, sealed, unreadable: missing })
-    else printLine(`sealed ${sealed} stored secret value(s) with key ${box.currentKid}`)
-    if (Object.keys(missing).length > 0) {
-      throw new CliError(
-        `some values are sealed with keys not configured (${Object.entries(missing)
-          .map(([kid, n]) => `${n} with ${kid}`)
-          .join(', ')}): add those keys to HOOKQ_SECRETS_KEY_PREVIOUS and run it again`,
-        EXIT.broker,
+    const { sealed, left } = await resealSecrets(db.pool, box)
+    const unreadable = Object.fromEntries(left.unreadable)
+    if (json)
+      printJson({
+        kid: box.currentKid,
+        sealed,
+        remaining: left.remaining,
+        unreadable,
+        unopenable: left.unopenable,
+        pending: left.pending,
+      })
+    else
+      printLine(
+        `sealed ${sealed} stored secret value(s) with key ${box.currentKid}; ${left.remaining} remain under another key or in the clear`,
       )
-    }
+    if (left.remaining === 0) return
+    const why = [
+      left.unreadable.size > 0 &&
+        `${[...left.unreadable].map(([kid, n]) => `${n} sealed with key ${kid}`).join(', ')}, not configured: add it to HOOKQ_SECRETS_KEY_PREVIOUS and run it again`,
+      left.unopenable > 0 &&
+        `${left.unopenable} that do not authenticate (altered, moved, or their endpoint changed in the database): set those consumers' secrets again`,
+      left.pending > 0 && `${left.pending} rewritten by brokers during every pass: run it again`,
+    ].filter(Boolean)
+    throw new CliError(`${left.remaining} stored secret value(s) are not sealed with key ${box.currentKid}: ${why.join('; ')}`, EXIT.broker)
   })
 }
 

@@ -70,6 +70,7 @@ export async function rotateSigningKey(
 
 interface CachedToken {
   bearer: string
+  iss: string
   kid: string
   sub: string
   aud: string
@@ -80,8 +81,10 @@ interface CachedToken {
 export interface JwtSignerOptions {
   db: Queryable
   box: SecretBox
-  /** The `iss` claim: HOOKQ_PUBLIC_URL. */
+  /** The `iss` claim: HOOKQ_PUBLIC_URL, or the database's recorded one (see broker.ts). */
   issuer: string
+  /** Without HOOKQ_PUBLIC_URL: rereads the recorded `iss` with the keys, so a process follows a change. */
+  readIssuer?: () => Promise<string | null>
   /** How often the key list is read again, ms. */
   refreshMs: number
   onError?: (err: unknown) => void
@@ -96,9 +99,16 @@ export class JwtSigner {
   private readonly signing = new Map<string, Promise<string>>()
   private timer: NodeJS.Timeout | undefined
   private readonly now: () => number
+  private issuer: string
 
   constructor(private readonly opts: JwtSignerOptions) {
     this.now = opts.now ?? Date.now
+    this.issuer = opts.issuer
+  }
+
+  /** The `iss` this process signs with now. */
+  get currentIssuer(): string {
+    return this.issuer
   }
 
   /** Makes the database's first key if it has none, reads the keys, and rereads them every refreshMs. */
@@ -121,6 +131,8 @@ export class JwtSigner {
   /** Rereads the keys (a rotation made by another process or the CLI). */
   async refresh(): Promise<void> {
     this.keys = await listLiveJwtKeys(this.opts.db, new Date(this.now()))
+    const issuer = await this.opts.readIssuer?.()
+    if (issuer) this.issuer = issuer
   }
 
   /** The key signing at `nowMs`: of those whose signFrom has come, the latest. */
@@ -139,7 +151,15 @@ export class JwtSigner {
     const nowMs = this.now()
     const key = this.current(nowMs)
     const cached = this.tokens.get(consumerId)
-    if (cached && cached.kid === key.kid && cached.renewAtMs > nowMs && cached.sub === sub && cached.aud === aud) return cached.bearer
+    if (
+      cached &&
+      cached.kid === key.kid &&
+      cached.iss === this.issuer &&
+      cached.renewAtMs > nowMs &&
+      cached.sub === sub &&
+      cached.aud === aud
+    )
+      return cached.bearer
     let pending = this.signing.get(consumerId)
     if (!pending) {
       pending = this.sign(key, sub, aud, nowMs).then(
@@ -167,16 +187,17 @@ export class JwtSigner {
 
   private async sign(key: JwtKeyRow, sub: string, aud: string, nowMs: number): Promise<CachedToken> {
     const iat = Math.floor(nowMs / 1000)
+    const iss = this.issuer
     const jwt = await new SignJWT({})
       .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'JWT' })
-      .setIssuer(this.opts.issuer)
+      .setIssuer(iss)
       .setSubject(sub)
       .setAudience(aud)
       .setIssuedAt(iat)
       .setExpirationTime(iat + JWT_TTL_S)
       .setJti(randomUUID())
       .sign(await this.privateKey(key))
-    return { bearer: `Bearer ${jwt}`, kid: key.kid, sub, aud, renewAtMs: (iat + JWT_TTL_S - RENEW_BEFORE_S) * 1000 }
+    return { bearer: `Bearer ${jwt}`, iss, kid: key.kid, sub, aud, renewAtMs: (iat + JWT_TTL_S - RENEW_BEFORE_S) * 1000 }
   }
 
   private privateKey(key: JwtKeyRow): Promise<CryptoKey> {

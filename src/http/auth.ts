@@ -10,7 +10,10 @@
  * - onRequest: no or unknown key, expired or deleted: 401 `unauthorized`. A key without the
  *   route's action in any scope: 403 `forbidden`, before the body is read.
  * - preValidation: the topic or group the call touches must match a scope's patterns (403
- *   otherwise), checked before validation so a forbidden caller learns nothing from a 400.
+ *   otherwise), checked before validation so a forbidden caller learns nothing from a 400. A group
+ *   write naming a topic the group does not use yet (PUT: `topic`, `deadLetterTopic`) needs a scope
+ *   that may administer topics: one limited to groups would otherwise read any topic through a
+ *   group it points there.
  * - With a rate (requests a second), each key has a token bucket (burst = 2 × rate); without keys
  *   configured, each client IP has one. An empty bucket answers 429 `rate_limited` with Retry-After.
  * - Every write (not GET) an admin-action route answers for a key is logged at info with the key's
@@ -37,9 +40,13 @@ export interface AuthOptions {
   /** Configured keys; none means the API is open. Plain strings are admin keys. */
   keys: readonly (ApiKey | string)[]
   /** Keys made with POST /v1/keys. */
-  stored?: { lookup(key: string): KeyRecord | 'expired' | 'stale' | undefined }
+  stored?: { lookup(key: string): StoredLookup | Promise<StoredLookup> }
   /** The topics a group route touches: the group's topic and dead-letter topic; null for no such group. */
   groupTopics?: (group: string) => Promise<string[] | null>
+  /** The topics a group names now (its topic and dead-letter topic), for a write naming topics; null for no such group. */
+  groupNamedTopics?: (group: string) => Promise<string[] | null>
+  /** The topic of a schedule, for its routes' checks; null for no such schedule. */
+  scheduleTopic?: (name: string) => Promise<string | null>
   /** Requests a second per key (per client IP without keys); 0 means no limit. */
   rateLimitPerS?: number
   /** GET /metrics needs no key (HOOKQ_METRICS_OPEN). */
@@ -47,6 +54,9 @@ export interface AuthOptions {
   /** The clock, for tests. */
   now?: () => number
 }
+
+/** A stored key's record, or why there is none ('stale': the keys cannot be read now). */
+type StoredLookup = KeyRecord | 'expired' | 'stale' | undefined
 
 /** What the caller's key may do; every request has one (`req.access`). */
 export class RequestAccess {
@@ -211,7 +221,8 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
       if (index >= 0) {
         req.access = envAccess[index]!
       } else {
-        const stored = opts.stored?.lookup(match[1]!)
+        const found = opts.stored?.lookup(match[1]!)
+        const stored = found instanceof Promise ? await found : found
         if (stored === 'stale') {
           throw new HookqError('unavailable', 'the broker cannot read its API keys from the database now; retry', { retryAfterS: 1 })
         }
@@ -250,26 +261,39 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     const rule = ruleOf(req)
     const scopes = req.access.scopes
     if (!rule || scopes === null || !('action' in rule)) return
-    const params = req.params as { topic?: unknown; group?: unknown }
+    // An admin scope without patterns covers every call here: no lookups for it.
+    if (rule.action !== 'metrics' && isUnrestrictedAdmin(scopes)) return
+    const params = req.params as { topic?: unknown; group?: unknown; name?: unknown }
+    const body = req.method !== 'GET' && req.body && typeof req.body === 'object' ? (req.body as Record<string, unknown>) : {}
     let resource: Resource
+    // Scopes that may grant a topic named by a write: not those limited to groups (see the header).
+    let topicScopes = scopes
     if (rule.on === 'topic') {
       resource = { topics: [String(params.topic)] }
+    } else if (rule.on === 'schedule') {
+      const stored = await opts.scheduleTopic?.(String(params.name))
+      const topics = [stored, body.topic].filter((t): t is string => typeof t === 'string')
+      resource = { topics }
     } else {
       const group = String(params.group)
+      const named = [body.topic, body.deadLetterTopic].filter((t): t is string => typeof t === 'string')
       resource = { group }
-      if (namesTopics(scopes)) {
-        const topics = [...((await topicsOfGroup(group)) ?? [])]
-        const body = req.body as { topic?: unknown; deadLetterTopic?: unknown } | undefined
-        // A write that names topics (PUT /v1/groups/{group}) touches them too: an admin for
-        // orders.* must not point a group at another topic, nor dead-letter into one.
-        if (req.method !== 'GET' && body && typeof body === 'object') {
-          for (const t of [body.topic, body.deadLetterTopic]) if (typeof t === 'string') topics.push(t)
-        }
-        resource = { group, topics }
+      if (namesTopics(scopes) || named.length > 0) {
+        const current = (await topicsOfGroup(group)) ?? []
+        const has = named.length > 0 ? ((await opts.groupNamedTopics?.(group)) ?? []) : []
+        const added = named.filter((t) => !has.includes(t) && !current.includes(t))
+        if (added.length > 0) topicScopes = scopes.filter((s) => s.topics !== undefined || s.groups === undefined)
+        // An admin for orders.* must not point a group at another topic, nor dead-letter into one.
+        if (namesTopics(scopes) || added.length > 0) resource = { group, topics: [...current, ...added] }
       }
     }
-    if (!covers(scopes, rule.action, resource)) {
-      const what = rule.on === 'topic' ? `topic ${resource.topics![0]}` : `group ${resource.group}`
+    if (!covers(topicScopes, rule.action, resource)) {
+      const what =
+        rule.on === 'topic'
+          ? `topic ${resource.topics![0]}`
+          : rule.on === 'schedule'
+            ? `the topic of schedule ${String(params.name)}${resource.topics!.length > 0 ? ` (${resource.topics!.join(', ')})` : ''}`
+            : `group ${resource.group}${resource.topics ? ` on topics ${resource.topics.join(', ')}` : ''}`
       throw forbidden(req, `${rule.action} on ${what}`, scopes)
     }
   })

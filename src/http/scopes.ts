@@ -22,12 +22,14 @@ export interface ApiKey {
  * - `topic`: the action on the `:topic` of the path.
  * - `group`: the action on the `:group` of the path; a scope naming topics is checked against the
  *   group's topic, and for a write, against the `topic` and `deadLetterTopic` the body names too.
+ * - `schedule`: the action on the topic of the `:name` schedule (as stored), and for a write on the
+ *   `topic` the body names; a scope naming groups covers no schedule (a schedule has no group).
  * - `list`: any key may call it; the handler shows only what the key may see (`req.access`).
  * - `everything`: an admin scope without patterns (/v1/keys).
  * - `metrics`: the metrics action (GET /metrics), or no key when the operator opened it.
  * - `open`: no key (health, the docs, the console's files). Never under /v1.
  */
-export type RouteAccess = { action: Action; on: 'topic' | 'group' } | { on: 'list' | 'everything' | 'metrics' | 'open' }
+export type RouteAccess = { action: Action; on: 'topic' | 'group' | 'schedule' } | { on: 'list' | 'everything' | 'metrics' | 'open' }
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -3,10 +3,15 @@
  * secrets, JWT signing keys) is sealed with AES-256-GCM before it reaches PostgreSQL, when
  * HOOKQ_SECRETS_KEY is set.
  *
- *   envelope   `hqenc:1:<kid>:<nonce b64url>:<ciphertext+tag b64url>`
+ *   envelope   `hqenc:2:<kid>:<nonce b64url>:<ciphertext+tag b64url>`
  *   kid        the first 12 hex digits of SHA-256("hookq-secrets-key:" + key): names the key, not secret
  *   nonce      12 random bytes per seal (GCM's limit of 2^32 seals per key is far away: a seal per write)
- *   AAD        `hookq:<table>.<field>:<row id>`: a sealed value copied to another row or column fails to open
+ *   AAD        `hookq:2:` + JSON of [table, field, row id, context]: a sealed value copied to another row or
+ *              column fails to open, and so does one whose context changed: a consumer's auth values
+ *              are bound to where they are sent (its URL for headers, tokenUrl and clientId for
+ *              OAuth), so pointing a row at another endpoint in the database leaves them sealed.
+ *              Version 1 (`hookq:<table>.<field>:<row id>`, no context) is still opened, and sealed
+ *              again as version 2 by the re-encryption (at start-up, and `hookq secrets rotate`).
  *
  * A stored value without the `hqenc:` prefix is clear text (written before a key was configured, or
  * with none): it is read as it is and sealed again by the re-encryption (see docs/security.md).
@@ -16,7 +21,9 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto'
 
 const PREFIX = 'hqenc:'
-const VERSION = '1'
+/** The envelope (and AAD) version sealed now; '1' is opened too (no context in its AAD). */
+const VERSION = '2'
+const VERSIONS = new Set(['1', '2'])
 const KEY_BYTES = 32
 const NONCE_BYTES = 12
 const TAG_BYTES = 16
@@ -26,6 +33,8 @@ export interface SecretPlace {
   table: string
   field: string
   rowId: string
+  /** Where the value may be used (a consumer's auth: its endpoint); changing it unseals nothing. */
+  context?: string
 }
 
 /** A value that cannot be opened: its key is not configured, or it does not authenticate. */
@@ -60,8 +69,9 @@ export function parseSecretsKey(raw: string, variable: string): Buffer {
   return bytes
 }
 
-function aad(place: SecretPlace): Buffer {
-  return Buffer.from(`hookq:${place.table}.${place.field}:${place.rowId}`)
+function aad(place: SecretPlace, version: string): Buffer {
+  if (version === '1') return Buffer.from(`hookq:${place.table}.${place.field}:${place.rowId}`)
+  return Buffer.from(`hookq:2:${JSON.stringify([place.table, place.field, place.rowId, place.context ?? null])}`)
 }
 
 /** Seals and opens secret values with the configured keys (none: values are stored in the clear). */
@@ -100,7 +110,7 @@ export class SecretBox {
     if (!this.current) return clear
     const nonce = randomBytes(NONCE_BYTES)
     const cipher = createCipheriv('aes-256-gcm', this.current.bytes, nonce)
-    cipher.setAAD(aad(place))
+    cipher.setAAD(aad(place, VERSION))
     const sealed = Buffer.concat([cipher.update(clear, 'utf8'), cipher.final(), cipher.getAuthTag()])
     return `${PREFIX}${VERSION}:${this.current.kid}:${nonce.toString('base64url')}:${sealed.toString('base64url')}`
   }
@@ -109,10 +119,10 @@ export class SecretBox {
   open(stored: string, place: SecretPlace): string {
     if (!stored.startsWith(PREFIX)) return stored
     const parts = stored.split(':')
-    if (parts.length !== 5 || parts[1] !== VERSION) {
+    if (parts.length !== 5 || !VERSIONS.has(parts[1]!)) {
       throw new SecretsKeyError(`${place.table}.${place.field} of ${place.rowId} is sealed in an unknown format`)
     }
-    const [, , kid, nonceText, sealedText] = parts as [string, string, string, string, string]
+    const [, version, kid, nonceText, sealedText] = parts as [string, string, string, string, string]
     const key = this.keys.get(kid)
     if (!key) {
       throw new SecretsKeyError(
@@ -127,20 +137,20 @@ export class SecretBox {
     }
     try {
       const decipher = createDecipheriv('aes-256-gcm', key.bytes, nonce)
-      decipher.setAAD(aad(place))
+      decipher.setAAD(aad(place, version))
       decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES))
       return Buffer.concat([decipher.update(sealed.subarray(0, sealed.length - TAG_BYTES)), decipher.final()]).toString('utf8')
     } catch {
       throw new SecretsKeyError(
-        `${place.table}.${place.field} of ${place.rowId} does not authenticate under secrets key ${kid} (altered, or moved from another row)`,
+        `${place.table}.${place.field} of ${place.rowId} does not authenticate under secrets key ${kid} (altered, moved from another row, or its endpoint changed in the database)`,
       )
     }
   }
 
-  /** True when a stored value should be sealed again: clear while a key is set, or sealed with another key. */
+  /** True when a stored value should be sealed again: clear while a key is set, sealed with another key, or as version 1. */
   needsReseal(stored: string): boolean {
     if (!this.current) return false
-    return sealedKid(stored) !== this.current.kid
+    return sealedKid(stored) !== this.current.kid || !stored.startsWith(`${PREFIX}${VERSION}:`)
   }
 }
 

@@ -6,7 +6,7 @@
  * dispatcher pushes with.
  */
 import { HookqError } from '../errors.ts'
-import { SecretsKeyError, type SecretBox } from '../security/secrets.ts'
+import { SecretsKeyError, type SecretBox, type SecretPlace } from '../security/secrets.ts'
 import type { ConsumerRow } from '../store/groups.ts'
 import type { PushAuthConfig } from '../dispatch/push-auth.ts'
 
@@ -101,38 +101,68 @@ type PublicAuth =
   | { type: 'jwt'; audience?: string }
   | { type: 'oauth2'; tokenUrl: string; clientId: string; scope?: string }
 
-/** Where a consumer's secret values are sealed (the AAD binds each to its row). */
-const place = (id: string, field: 'secret' | 'auth_secret') => ({ table: 'consumers', field, rowId: id })
+/** Where a consumer's signing secret is sealed (the AAD binds it to its row; both secrets share one field, as a rotation moves one to the other). */
+const signingPlace = (id: string): SecretPlace => ({ table: 'consumers', field: 'secret', rowId: id })
 
-/** The columns of an auth (null: none) for consumer `id`, its secret values sealed. */
-export function authColumns(auth: PushAuthInput | null, id: string, box: SecretBox): { auth: string | null; authSecret: string | null } {
+/**
+ * Where a consumer's auth values are sealed: the row, and where the values are sent (the push URL
+ * for headers; tokenUrl and clientId for OAuth), so that someone who can write the database but
+ * lacks the key cannot point a consumer's credentials at another endpoint: they no longer open.
+ */
+export function authPlace(id: string, url: string, publicAuth: string | null): SecretPlace {
+  const a = publicAuth === null ? null : (JSON.parse(publicAuth) as PublicAuth)
+  const context =
+    a?.type === 'headers'
+      ? JSON.stringify(['headers', url])
+      : a?.type === 'oauth2'
+        ? JSON.stringify(['oauth2', a.tokenUrl, a.clientId])
+        : JSON.stringify([a?.type ?? null])
+  return { table: 'consumers', field: 'auth_secret', rowId: id, context }
+}
+
+/** The columns of an auth (null: none) for consumer `id` pushing to `url`, its secret values sealed. */
+export function authColumns(
+  auth: PushAuthInput | null,
+  id: string,
+  url: string,
+  box: SecretBox,
+): { auth: string | null; authSecret: string | null } {
   if (auth === null) return { auth: null, authSecret: null }
   switch (auth.type) {
-    case 'headers':
-      return {
-        auth: JSON.stringify({ type: 'headers', names: Object.keys(auth.headers) } satisfies PublicAuth),
-        authSecret: box.seal(JSON.stringify(auth.headers), place(id, 'auth_secret')),
-      }
+    case 'headers': {
+      const publicAuth = JSON.stringify({ type: 'headers', names: Object.keys(auth.headers) } satisfies PublicAuth)
+      return { auth: publicAuth, authSecret: box.seal(JSON.stringify(auth.headers), authPlace(id, url, publicAuth)) }
+    }
     case 'jwt':
       return { auth: JSON.stringify(auth satisfies PublicAuth), authSecret: null }
     case 'oauth2': {
       const { clientSecret, ...rest } = auth
-      return {
-        auth: JSON.stringify(rest satisfies PublicAuth),
-        authSecret: box.seal(JSON.stringify({ clientSecret }), place(id, 'auth_secret')),
-      }
+      const publicAuth = JSON.stringify(rest satisfies PublicAuth)
+      return { auth: publicAuth, authSecret: box.seal(JSON.stringify({ clientSecret }), authPlace(id, url, publicAuth)) }
     }
   }
 }
 
+/**
+ * A consumer's auth_secret sealed again for a new push URL (PATCH of url alone): headers values
+ * are bound to the URL. Unchanged (the same string) when nothing binds it to the URL.
+ */
+export function resealAuthForUrl(row: Pick<ConsumerRow, 'id' | 'url' | 'auth' | 'authSecret'>, url: string, box: SecretBox): string | null {
+  if (row.authSecret === null || url === row.url) return row.authSecret
+  const from = authPlace(row.id, row.url, row.auth)
+  const to = authPlace(row.id, url, row.auth)
+  if (from.context === to.context) return row.authSecret
+  return box.seal(box.open(row.authSecret, from), to)
+}
+
 /** A signing secret as stored for consumer `id`. */
 export function sealSigningSecret(secret: string, id: string, box: SecretBox): string {
-  return box.seal(secret, place(id, 'secret'))
+  return box.seal(secret, signingPlace(id))
 }
 
 /** A stored signing secret in the clear (throws SecretsKeyError). */
 export function openSigningSecret(stored: string, id: string, box: SecretBox): string {
-  return box.open(stored, place(id, 'secret'))
+  return box.open(stored, signingPlace(id))
 }
 
 /** What an answer shows of a consumer's auth: type, header names, tokenUrl, clientId, scope, audience; never a value. */
@@ -177,7 +207,7 @@ function openAuth(row: ConsumerRow, box: SecretBox): PushAuthConfig | null {
   if (row.auth === null) return null
   const a = JSON.parse(row.auth) as PublicAuth
   if (a.type === 'jwt') return a
-  const secret = JSON.parse(box.open(row.authSecret ?? '{}', place(row.id, 'auth_secret'))) as Record<string, string>
+  const secret = JSON.parse(box.open(row.authSecret ?? '{}', authPlace(row.id, row.url, row.auth))) as Record<string, string>
   if (a.type === 'headers') return { type: 'headers', headers: secret }
   return { ...a, clientSecret: secret.clientSecret ?? '' }
 }

@@ -40,13 +40,14 @@ import { findTopicByName, readEndOffsets } from '../store/topics.ts'
 import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
 import { compileFilter, FilterError } from '../dispatch/filter.ts'
 import { assignPartitions } from '../dispatch/consumer-assignment.ts'
-import { SecretBox } from '../security/secrets.ts'
+import { SecretBox, SecretsKeyError } from '../security/secrets.ts'
 import {
   authColumns,
   authView,
   checkAuth,
   openConsumer,
   openSigningSecret,
+  resealAuthForUrl,
   sealSigningSecret,
   type OpenedConsumer,
   type PushAuthInput,
@@ -310,6 +311,12 @@ export class GroupService {
     return group ? [group.topic] : null
   }
 
+  /** The topics a group names: its topic and dead-letter topic (a write naming others points the group elsewhere); null for no such group. */
+  async namedTopicsOf(name: string): Promise<string[] | null> {
+    const group = await findGroupByName(this.db.prisma, name)
+    return group ? [group.topic, ...(group.deadLetterTopic ? [group.deadLetterTopic] : [])] : null
+  }
+
   async get(name: string): Promise<GroupRow> {
     const group = await findGroupByName(this.db.prisma, name)
     if (!group) throw new HookqError('group_not_found', `group ${name} does not exist`)
@@ -407,7 +414,7 @@ export class GroupService {
       url,
       input.secret === undefined ? null : sealSigningSecret(input.secret, id, this.secrets),
       { rateLimitPerSecond: input.rateLimitPerSecond ?? null, maxConcurrency: input.maxConcurrency ?? null },
-      authColumns(auth, id, this.secrets),
+      authColumns(auth, id, url, this.secrets),
     )
     await this.changed(groupName)
     return consumer
@@ -422,9 +429,18 @@ export class GroupService {
     const group = await this.get(groupName)
     const changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency' | 'auth' | 'authSecret'>> = {}
     if (patch.url !== undefined) changes.url = this.consumerUrl(patch.url)
+    // Auth values are sealed for the URL they go to (consumer-auth.ts authPlace): a new URL seals them anew.
+    const current = patch.url !== undefined || patch.auth !== undefined ? await findConsumer(this.db.prisma, group.id, id) : null
     if (patch.auth !== undefined) {
       const auth = patch.auth === null ? null : checkAuth(patch.auth, (u) => this.consumerUrl(u, 'auth.tokenUrl'))
-      Object.assign(changes, authColumns(auth, id, this.secrets))
+      Object.assign(changes, authColumns(auth, id, changes.url ?? current?.url ?? '', this.secrets))
+    } else if (changes.url !== undefined && current) {
+      try {
+        changes.authSecret = resealAuthForUrl(current, changes.url, this.secrets)
+      } catch (err) {
+        if (!(err instanceof SecretsKeyError)) throw err
+        // A value this process cannot open stays as it is: its pushes already fail with the reason.
+      }
     }
     if (patch.rateLimitPerSecond !== undefined) changes.rateLimitPerSecond = patch.rateLimitPerSecond
     if (patch.maxConcurrency !== undefined) changes.maxConcurrency = patch.maxConcurrency

@@ -96,6 +96,11 @@ export class ScheduleService {
     return view(row)
   }
 
+  /** The topic of schedule `name` (the access check of its routes); null for none. */
+  async topicOf(name: string): Promise<string | null> {
+    return (await findSchedule(this.db.pool, name))?.topic ?? null
+  }
+
   async list(): Promise<ScheduleView[]> {
     return (await listSchedules(this.db.pool)).map(view)
   }

@@ -57,3 +57,25 @@ export async function rotateJwtKeys(q: Queryable, key: JwtKeyRow, oldExpireAt: D
   )
   await q.query(`DELETE FROM jwt_keys WHERE expires_at < $1::timestamptz - interval '1 day'`, [now])
 }
+
+/**
+ * The `iss` of this database's push JWTs. With `replace` (HOOKQ_PUBLIC_URL is set) it becomes
+ * `issuer`; otherwise the recorded one stays, and `issuer` is recorded only when there is none.
+ * Returns what is recorded now.
+ */
+export async function recordJwtIssuer(q: Queryable, issuer: string, replace: boolean): Promise<string> {
+  const { rows } = await q.query<{ issuer: string }>(
+    `INSERT INTO jwt_issuer (id, issuer) VALUES (1, $1)
+     ON CONFLICT (id) DO UPDATE SET issuer = CASE WHEN $2 THEN EXCLUDED.issuer ELSE jwt_issuer.issuer END,
+       recorded_at = CASE WHEN $2 AND jwt_issuer.issuer <> EXCLUDED.issuer THEN now() ELSE jwt_issuer.recorded_at END
+     RETURNING issuer`,
+    [issuer, replace],
+  )
+  return rows[0]!.issuer
+}
+
+/** The recorded `iss`, or null before any broker recorded one. */
+export async function readJwtIssuer(q: Queryable): Promise<string | null> {
+  const { rows } = await q.query<{ issuer: string }>('SELECT issuer FROM jwt_issuer WHERE id = 1')
+  return rows[0]?.issuer ?? null
+}

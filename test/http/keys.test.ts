@@ -266,6 +266,58 @@ t.test('an admin for some topics cannot point a group at, or dead-letter into, a
   t.equal((await call(groupAdmin.key, 'POST', '/v1/groups/billing-g/seek', { offset: 0 })).status, 200)
 })
 
+t.test('an admin for some groups cannot point its groups at a topic: that reads the topic', async (t) => {
+  const { key } = await makeKey('billing-groups-admin', [{ action: 'admin', groups: ['billing*'] }])
+  const made = await call(key, 'PUT', '/v1/groups/billing-new', { topic: 'orders' })
+  t.equal(made.status, 403, 'a new group of its pattern on any topic: 403')
+  t.match(made.json, { code: 'forbidden', detail: /admin on group billing-new on topics orders/ })
+  t.equal((await root('GET', '/v1/groups/billing-new')).status, 404, 'nothing made')
+  t.equal(
+    (await call(key, 'PUT', '/v1/groups/billing-g', { topic: 'billing', deadLetterTopic: 'orders' })).status,
+    403,
+    'nor a dead-letter topic it does not administer',
+  )
+  t.equal(
+    (await call(key, 'PUT', '/v1/groups/billing-g', { topic: 'billing', deadLetterTopic: 'billing-dlq', ackTimeoutMs: 60_000 })).status,
+    200,
+    'the topics the group has already: its settings may change',
+  )
+  const both = await makeKey('billing-both', [
+    { action: 'admin', groups: ['billing*'] },
+    { action: 'admin', topics: ['billing*'] },
+  ])
+  t.equal((await call(both.key, 'PUT', '/v1/groups/billing-new', { topic: 'billing' })).status, 201, 'with admin on the topic too: made')
+  t.equal((await call(both.key, 'PUT', '/v1/groups/billing-other', { topic: 'orders' })).status, 403, 'but not on another topic')
+  t.equal((await root('DELETE', '/v1/groups/billing-new')).status, 204)
+})
+
+t.test('schedules: an admin for some topics manages the schedules of those topics', async (t) => {
+  const { key } = await makeKey('orders-scheduler', [{ action: 'admin', topics: ['orders*'] }])
+  const tick = { every: 3_600_000, message: { value: 1 } }
+  t.equal((await call(key, 'PUT', '/v1/schedules/orders-hourly', { topic: 'orders', ...tick })).status, 201, 'on its topic')
+  t.equal((await call(key, 'GET', '/v1/schedules/orders-hourly')).status, 200)
+  t.equal((await call(key, 'PUT', '/v1/schedules/billing-hourly', { topic: 'billing', ...tick })).status, 403, 'on another topic: 403')
+  t.equal((await root('PUT', '/v1/schedules/billing-hourly', { topic: 'billing', ...tick })).status, 201)
+  for (const [method, body] of [
+    ['GET', undefined],
+    ['DELETE', undefined],
+    ['PUT', { topic: 'orders', ...tick }],
+  ] as const) {
+    t.equal((await call(key, method, '/v1/schedules/billing-hourly', body)).status, 403, `${method} of a schedule of another topic`)
+  }
+  t.equal((await root('GET', '/v1/schedules/billing-hourly')).json.topic, 'billing', 'the other schedule is untouched')
+  const listed = (await call(key, 'GET', '/v1/schedules')).json.schedules.map((x: { name: string }) => x.name)
+  t.same(listed, ['orders-hourly'], 'the list shows the schedules of its topics only')
+  const groupAdmin = await makeKey('schedule-group-admin', [{ action: 'admin', groups: ['*'] }])
+  t.equal(
+    (await call(groupAdmin.key, 'PUT', '/v1/schedules/g', { topic: 'orders', ...tick })).status,
+    403,
+    'a group admin has no schedules',
+  )
+  t.equal((await call(key, 'DELETE', '/v1/schedules/orders-hourly')).status, 204)
+  t.equal((await root('DELETE', '/v1/schedules/billing-hourly')).status, 204)
+})
+
 t.test('the audit log: key creation, deletion and admin writes, with ids and never a key', async (t) => {
   logLines.length = 0
   const made = await makeKey('audited', [{ action: 'admin', topics: ['audit*'] }])

@@ -26,6 +26,7 @@ t.test('every /v1 route refuses a key of the wrong scope and of a pattern that d
   await root('PUT', '/v1/topics/orders', { partitions: 1 })
   await root('PUT', '/v1/groups/orders-g', { topic: 'orders' })
   const consumer = await root('POST', '/v1/groups/orders-g/consumers', { url: 'http://127.0.0.1:9/hook' })
+  await root('PUT', '/v1/schedules/orders-s', { topic: 'orders', every: 3_600_000, message: { value: 1 } })
   const makeKey = async (name: string, scopes: KeyScope[]) => (await root('POST', '/v1/keys', { name, scopes })).key as string
   const keyToDelete = (await root('POST', '/v1/keys', { name: 'victim', scopes: [{ action: 'produce' }] })).id as string
 
@@ -47,6 +48,7 @@ t.test('every /v1 route refuses a key of the wrong scope and of a pattern that d
       .replace(':topic', 'orders')
       .replace(':group', 'orders-g')
       .replace(':partition', '0')
+      .replace(':name', 'orders-s')
       .replace(':id', url.startsWith('/v1/keys') ? keyToDelete : consumer.id)
   const routes = routeTable(app).filter((r) => r.url.startsWith('/v1/') || r.url === '/metrics')
   t.ok(routes.length >= 28, `the table holds the routes (${routes.length})`)
@@ -77,6 +79,7 @@ t.test('every /v1 route refuses a key of the wrong scope and of a pattern that d
   t.equal((await root('GET', '/v1/topics/orders')).name, 'orders')
   t.equal((await root('GET', '/v1/groups/orders-g/consumers')).consumers.length, 1)
   t.ok((await root('GET', '/v1/keys')).keys.some((k: { id: string }) => k.id === keyToDelete))
+  t.equal((await root('GET', '/v1/schedules/orders-s')).topic, 'orders')
 })
 
 t.test('a /v1 route without an access rule is refused when it is registered', async (t) => {

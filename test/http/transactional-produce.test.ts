@@ -125,6 +125,25 @@ async function run(t: Test): Promise<void> {
       [`SELECT hookq_produce('tx3', '1', delay_ms => -1)`, [], '22023', /delay_ms must be 0 or more/],
       [`SELECT hookq_produce('tx3', '1', idempotency_key => '')`, [], '22023', /idempotency_key must be 1 to 512 characters/],
       [`SELECT hookq_produce('tx3', '1', key => $1)`, ['k'.repeat(4097)], '22023', /key is 4097 characters; at most 4096/],
+      // Only the broker writes hookq-dlq-* headers (replay trusts them), in any case or JSON spelling.
+      [
+        `SELECT hookq_produce('tx3', '1', headers => $1)`,
+        ['{"hookq-dlq-topic":"payments"}'],
+        '22023',
+        /header "hookq-dlq-topic" is the broker's own/,
+      ],
+      [
+        `SELECT hookq_produce('tx3', '1', headers => $1)`,
+        ['{"a":"b","HookQ-DLQ-Group":"g"}'],
+        '22023',
+        /header "HookQ-DLQ-Group" is the broker's own/,
+      ],
+      [
+        `SELECT hookq_produce('tx3', '1', headers => $1)`,
+        ['{"\\u0068ookq-dlq-offset":"7"}'],
+        '22023',
+        /header "hookq-dlq-offset" is the broker's own/,
+      ],
     ]
     for (const [i, [sql, params, code, message]] of cases.entries()) {
       const c = await pool.connect()

@@ -60,6 +60,8 @@ async function deliveries(name: string): Promise<{ statusCode: number | null; er
   return (await call('GET', `/v1/groups/${name}/deliveries?limit=100`)).json.deliveries
 }
 
+/** A token a token endpoint answered in a form the broker does not take. */
+const LEAKY_TOKEN = 'leaky-token-0d4b7e91'
 /** A token endpoint: each path its own behaviour; counts requests per path and keeps their bodies. */
 const tokenRequests: { path: string; body: string; authorization: string | undefined }[] = []
 let issued = 0
@@ -77,6 +79,16 @@ const tokenBehaviour: Record<string, (res: http.ServerResponse) => void> = {
   '/garbage': (res) => res.end('<html>not a token</html>'),
   '/no-token': (res) => res.end('{"error":"nope"}'),
   '/slow': () => {}, // never answers
+  // 2xx answers that hold a token the broker cannot use: their text must never reach the attempt log.
+  '/form': (res) => {
+    res.setHeader('content-type', 'application/x-www-form-urlencoded')
+    res.end(`access_token=${LEAKY_TOKEN}&token_type=bearer&expires_in=3600`)
+  },
+  '/mac': (res) => {
+    res.setHeader('content-type', 'application/json')
+    res.end(JSON.stringify({ access_token: LEAKY_TOKEN, token_type: 'mac', expires_in: 3600 }))
+  },
+  '/token-no-json-type': (res) => res.end(`{"access_token":"${LEAKY_TOKEN}","token_type":"bearer",`),
 }
 const sockets = new Set<net.Socket>()
 const tokenServer = http.createServer((req, res) => {
@@ -280,6 +292,9 @@ t.test('oauth2: token endpoint slow, down, garbled: the push is not sent and the
     { name: 'oagarbage', tokenUrl: `${tokenBase}/garbage`, error: /without JSON/ },
     { name: 'oanotoken', tokenUrl: `${tokenBase}/no-token`, error: /without a usable access_token/ },
     { name: 'oa404', tokenUrl: `${tokenBase}/missing`, error: /answered HTTP 404/ },
+    { name: 'oaform', tokenUrl: `${tokenBase}/form`, error: /without JSON/ },
+    { name: 'oamac', tokenUrl: `${tokenBase}/mac`, error: /issued a mac token; only bearer tokens are supported/ },
+    { name: 'oacut', tokenUrl: `${tokenBase}/token-no-json-type`, error: /without JSON/ },
   ]
   const receiver = await startReceiver(t)
   for (const c of cases) {
@@ -298,7 +313,10 @@ t.test('oauth2: token endpoint slow, down, garbled: the push is not sent and the
     t.match(d!.error, c.error, `${c.name}: ${d!.error}`)
     t.match(d!.error, /OAuth token endpoint/)
     t.notOk(d!.error!.includes(SECRETS[2]!), 'the client secret is not in the error')
+    t.notOk(d!.error!.includes(LEAKY_TOKEN), "a 2xx answer's text (a token in it) is not in the error")
   }
+  const stored = await sql("SELECT count(*)::int AS n FROM deliveries WHERE error LIKE '%' || $1 || '%'", [LEAKY_TOKEN])
+  t.equal(stored[0].n, 0, 'nor anywhere in deliveries.error')
   t.equal(receiver.requests.length, 0, 'no push went out without its token')
 })
 
@@ -328,14 +346,14 @@ t.test('no secret value in any text column of the database, nor in a log line', 
   t.ok(scanned > 0)
   const keys = await sql('SELECT private_jwk FROM jwt_keys')
   t.ok(keys.length >= 2)
-  for (const k of keys) t.match(k.private_jwk, /^hqenc:1:/, 'JWT private keys are sealed')
+  for (const k of keys) t.match(k.private_jwk, /^hqenc:2:/, 'JWT private keys are sealed')
   const sealed = await sql('SELECT secret, auth_secret FROM consumers WHERE secret IS NOT NULL OR auth_secret IS NOT NULL')
   for (const r of sealed) {
-    if (r.secret) t.match(r.secret, /^hqenc:1:/)
-    if (r.auth_secret) t.match(r.auth_secret, /^hqenc:1:/)
+    if (r.secret) t.match(r.secret, /^hqenc:2:/)
+    if (r.auth_secret) t.match(r.auth_secret, /^hqenc:2:/)
   }
   const dump = execFileSync('pg_dump', ['--data-only', '--no-owner', db.url], { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024 })
-  t.match(dump, /hqenc:1:/, 'the dump holds sealed values')
+  t.match(dump, /hqenc:2:/, 'the dump holds sealed values')
   for (const s of SECRETS) t.notOk(dump.includes(s), 'no secret value in a pg_dump of the database')
   t.ok(logLines.length > 0, 'the broker logged')
   for (const line of logLines) for (const s of SECRETS) t.notOk(line.includes(s), 'no secret value in a log line')

@@ -3,13 +3,18 @@
  * through a key's life: secrets written in the clear before a key existed are sealed when a broker
  * starts with one, and still sign and authenticate pushes; a broker without the key refuses to
  * start, saying which key it needs (in-process and as a real process); a second key with the first
- * as HOOKQ_SECRETS_KEY_PREVIOUS re-seals everything; `hookq secrets rotate` does it online.
+ * as HOOKQ_SECRETS_KEY_PREVIOUS re-seals everything; `hookq secrets rotate` does it online, counts
+ * what remains and fails while anything does; values sealed before the AAD named their endpoint
+ * (envelope version 1) are re-sealed without loss; auth values pointed at another endpoint in the
+ * database no longer open; a broker with only the old key says so.
  */
+import { createCipheriv, randomBytes } from 'node:crypto'
 import t, { type Test } from 'tap'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { signWebhook } from '../../src/dispatch/signature.ts'
 import { keyId, SecretBox, SecretsKeyError, sealedKid } from '../../src/security/secrets.ts'
+import { authPlace } from '../../src/service/consumer-auth.ts'
 import { api } from '../helpers/api.ts'
 import { testDatabase } from '../helpers/db.ts'
 import { runBrokerToExit } from '../helpers/process.ts'
@@ -23,14 +28,52 @@ const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'
 const HEADER_VALUE = 'hv-8c1d0e6f2a'
 const place = { table: 'consumers', field: 'secret', rowId: 'a' }
 
+/** A value as the broker sealed it before version 2 (AAD `hookq:<table>.<field>:<row id>`, no endpoint). */
+function sealV1(key: Buffer, clear: string, p: { table: string; field: string; rowId: string }): string {
+  const nonce = randomBytes(12)
+  const cipher = createCipheriv('aes-256-gcm', key, nonce)
+  cipher.setAAD(Buffer.from(`hookq:${p.table}.${p.field}:${p.rowId}`))
+  const body = Buffer.concat([cipher.update(clear, 'utf8'), cipher.final(), cipher.getAuthTag()])
+  return `hqenc:1:${keyId(key)}:${nonce.toString('base64url')}:${body.toString('base64url')}`
+}
+
 t.test('the envelope: round trip, bound to its row, tamper-evident, names a missing key', async (t) => {
   const box = new SecretBox(K1)
   const sealed = box.seal('hello', place)
-  t.match(sealed, new RegExp(`^hqenc:1:${keyId(K1)}:`))
+  t.match(sealed, new RegExp(`^hqenc:2:${keyId(K1)}:`))
   t.not(box.seal('hello', place), sealed, 'a fresh nonce per seal')
   t.equal(box.open(sealed, place), 'hello')
   t.throws(() => box.open(sealed, { ...place, rowId: 'b' }), SecretsKeyError, 'another row cannot open it')
   t.throws(() => box.open(sealed, { ...place, field: 'auth_secret' }), SecretsKeyError, 'another field cannot open it')
+  const headers = authPlace('a', 'https://a.example/hook', JSON.stringify({ type: 'headers', names: ['x-key'] }))
+  const bound = box.seal('v', headers)
+  t.equal(box.open(bound, headers), 'v')
+  t.throws(
+    () => box.open(bound, authPlace('a', 'https://evil.example/hook', JSON.stringify({ type: 'headers', names: ['x-key'] }))),
+    /endpoint changed/,
+    'header values are bound to the push URL',
+  )
+  const oauth = { type: 'oauth2', tokenUrl: 'https://auth.example/token', clientId: 'c' }
+  const client = box.seal('s', authPlace('a', 'https://a.example/hook', JSON.stringify(oauth)))
+  t.equal(
+    box.open(client, authPlace('a', 'https://b.example/other', JSON.stringify(oauth))),
+    's',
+    'a client secret is not bound to the push URL',
+  )
+  for (const moved of [
+    { ...oauth, tokenUrl: 'https://evil.example/token' },
+    { ...oauth, clientId: 'other' },
+  ]) {
+    t.throws(
+      () => box.open(client, authPlace('a', 'https://a.example/hook', JSON.stringify(moved))),
+      SecretsKeyError,
+      `a client secret is bound to its token endpoint: ${JSON.stringify(moved)}`,
+    )
+  }
+  const old = sealV1(K1, 'from before', place)
+  t.equal(box.open(old, place), 'from before', 'a version 1 value still opens')
+  t.ok(box.needsReseal(old), 'and is due to be sealed again')
+  t.throws(() => box.open(old, { ...place, rowId: 'b' }), SecretsKeyError, 'bound to its row as before')
   const parts = sealed.split(':')
   const body = Buffer.from(parts[4]!, 'base64url')
   body[0]! ^= 1
@@ -127,21 +170,37 @@ t.test('a database through a key life', async (t) => {
       'a new key with the old one as previous: everything sealed with the new one',
     )
     await pushesAuthenticated(t, b, 3)
-    // Something sealed with K1 again, as an old process would have written it: the CLI re-seals it online.
-    await api(b).sql(`UPDATE consumers SET auth_secret = $1`, [
-      new SecretBox(K1).seal(JSON.stringify({ 'x-key': HEADER_VALUE }), {
-        table: 'consumers',
-        field: 'auth_secret',
-        rowId: (await api(b).sql('SELECT id FROM consumers'))[0].id,
-      }),
+    // Values sealed with K1 in the version 1 envelope, as a process of an older hookq wrote them:
+    // the CLI re-seals them online, counts again, and a second run finds nothing to do.
+    const { id: cid } = (await api(b).sql('SELECT id FROM consumers'))[0]
+    await api(b).sql('UPDATE consumers SET auth_secret = $1, secret = $2', [
+      sealV1(K1, JSON.stringify({ 'x-key': HEADER_VALUE }), { table: 'consumers', field: 'auth_secret', rowId: cid }),
+      sealV1(K1, SECRET, { table: 'consumers', field: 'secret', rowId: cid }),
     ])
-    const cli = await runCli(['secrets', 'rotate'], {
-      env: { DATABASE_URL: db.url, HOOKQ_SECRETS_KEY: b64(K2), HOOKQ_SECRETS_KEY_PREVIOUS: b64(K1) },
-    })
+    const rotateEnv = { DATABASE_URL: db.url, HOOKQ_SECRETS_KEY: b64(K2), HOOKQ_SECRETS_KEY_PREVIOUS: b64(K1) }
+    const cli = await runCli(['secrets', 'rotate'], { env: rotateEnv })
     t.equal(cli.code, 0, cli.stderr)
-    t.match(cli.stdout, new RegExp(`sealed 1 stored secret value\\(s\\) with key ${keyId(K2)}`))
+    t.match(cli.stdout, new RegExp(`sealed 2 stored secret value\\(s\\) with key ${keyId(K2)}; 0 remain`))
     t.notOk(cli.stdout.includes(b64(K2)) || cli.stdout.includes(HEADER_VALUE), 'no key and no value printed')
-    t.ok((await stored(b)).every((v) => v === null || sealedKid(v) === keyId(K2)))
+    t.ok((await stored(b)).every((v) => v === null || (sealedKid(v) === keyId(K2) && v.startsWith('hqenc:2:'))))
+    const again = await runCli(['--json', 'secrets', 'rotate'], { env: rotateEnv })
+    t.equal(again.code, 0, again.stderr)
+    t.match(JSON.parse(again.stdout), { sealed: 0, remaining: 0 }, 'idempotent: a second run seals nothing')
+    t.equal((await api(b).call('PATCH', `/v1/groups/s/consumers/${cid}`, { maxConcurrency: 4 })).status, 200, 'reloaded')
+    await pushesAuthenticated(t, b, 4)
+
+    // A value sealed with a key the CLI was not given: counted, named, and the command fails.
+    const K4 = Buffer.alloc(32, 4)
+    const { private_jwk: jwk, kid: jwtKid } = (await api(b).sql('SELECT kid, private_jwk FROM jwt_keys LIMIT 1'))[0]
+    await api(b).sql('UPDATE jwt_keys SET private_jwk = $1 WHERE kid = $2', [
+      new SecretBox(K4).seal('{}', { table: 'jwt_keys', field: 'private_jwk', rowId: jwtKid }),
+      jwtKid,
+    ])
+    const short = await runCli(['--json', 'secrets', 'rotate'], { env: rotateEnv })
+    t.equal(short.code, 1, 'fails while a value remains')
+    t.match(JSON.parse(short.stdout), { remaining: 1, unreadable: { [keyId(K4)]: 1 } })
+    t.match(short.stderr, new RegExp(`1 stored secret value\\(s\\) are not sealed with key ${keyId(K2)}: 1 sealed with key ${keyId(K4)}`))
+    await api(b).sql('UPDATE jwt_keys SET private_jwk = $1 WHERE kid = $2', [jwk, jwtKid])
 
     const cliEnv = { DATABASE_URL: db.url, HOOKQ_SECRETS_KEY: b64(K2) }
     const tooShort = await runCli(['jwks', 'rotate', '--propagation-ms', '1000'], { env: cliEnv })
@@ -161,8 +220,14 @@ t.test('a database through a key life', async (t) => {
     t.ok(listed.includes(kid), 'and it is listed at once')
   })
 
+  await t.rejects(
+    createBroker(env({ HOOKQ_SECRETS_KEY: b64(K1) })),
+    new RegExp(`HOOKQ_SECRETS_KEY is key ${keyId(K1)}, which seals none of the stored values: this process has only an old key`),
+    'a broker with only the old key says so at start-up',
+  )
+
   await withBroker({ HOOKQ_SECRETS_KEY: b64(K2) }, async (b) => {
-    await pushesAuthenticated(t, b, 4)
+    await pushesAuthenticated(t, b, 5)
     // A value sealed by a process with a key this one lacks, seen at run time: not pushed, and why.
     const K3 = Buffer.alloc(32, 3)
     const { id } = (await api(b).sql('SELECT id FROM consumers'))[0]
@@ -170,7 +235,7 @@ t.test('a database through a key life', async (t) => {
       new SecretBox(K3).seal('{}', { table: 'consumers', field: 'auth_secret', rowId: id }),
     ])
     t.equal((await api(b).call('PATCH', `/v1/groups/s/consumers/${id}`, { maxConcurrency: 5 })).status, 200, 'reloaded')
-    await api(b).produce('s', [{ value: 5 }])
+    await api(b).produce('s', [{ value: 6 }])
     const [d] = await waitUntil(async () => {
       const log = (await api(b).call('GET', '/v1/groups/s/deliveries?limit=1')).json.deliveries
       return log[0]?.error ? log : undefined
@@ -180,8 +245,37 @@ t.test('a database through a key life', async (t) => {
       new RegExp(`not pushed: consumers.auth_secret of ${id} is sealed with secrets key ${keyId(K3)}, which is not configured`),
     )
     t.notOk(
-      receiver.requests.some((r) => (r.json as { value: unknown }).value === 5),
+      receiver.requests.some((r) => (r.json as { value: unknown }).value === 6),
       `nothing pushed with secrets it could not open (${receiver.requests.map((r) => (r.json as { value: unknown }).value)})`,
+    )
+
+    // Header values are sealed for the URL they go to: a new URL through the API seals them anew
+    // (pushes go on), one written in the database by someone without the key leaves them sealed.
+    const { call } = api(b)
+    await call('PUT', '/v1/topics/m', { partitions: 1 })
+    await call('PUT', '/v1/groups/m', { topic: 'm', ackMode: 'auto' })
+    const m = (
+      await call('POST', '/v1/groups/m/consumers', {
+        url: `${receiver.url}/m`,
+        auth: { type: 'headers', headers: { 'x-key': HEADER_VALUE } },
+      })
+    ).json
+    t.equal((await call('PATCH', `/v1/groups/m/consumers/${m.id}`, { url: `${receiver.url}/m-moved` })).status, 200)
+    await api(b).produce('m', [{ value: 'via-api' }])
+    const moved = await waitUntil(() => receiver.requests.find((r) => (r.json as { value: unknown }).value === 'via-api'))
+    t.equal(moved.path, '/m-moved')
+    t.equal(moved.headers['x-key'], HEADER_VALUE, 'a URL changed through the API: the header still opens')
+    await api(b).sql('UPDATE consumers SET url = $1 WHERE id = $2', [`${receiver.url}/attacker`, m.id])
+    t.equal((await call('PATCH', `/v1/groups/m/consumers/${m.id}`, { maxConcurrency: 5 })).status, 200, 'reloaded')
+    await api(b).produce('m', [{ value: 'via-sql' }])
+    const [e] = await waitUntil(async () => {
+      const log = (await call('GET', '/v1/groups/m/deliveries?limit=1')).json.deliveries
+      return log[0]?.error ? log : undefined
+    })
+    t.match(e.error, /does not authenticate .*endpoint changed in the database/, 'a URL changed in the database: the header does not open')
+    t.notOk(
+      receiver.requests.some((r) => r.path === '/attacker' && r.headers['x-key'] !== undefined),
+      'the header value never went to the URL written in the database',
     )
   })
 })

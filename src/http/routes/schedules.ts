@@ -13,9 +13,8 @@ export function scheduleRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.put(
       '/v1/schedules/:name',
       {
-        // Schedules are managed by admin keys without patterns: a schedule's topic is in its body,
-        // and a topic-scoped admin is not (yet) checked against it.
-        ...access({ on: 'everything' }),
+        // An admin scope covers the schedules of its topics: the body's topic and the stored one.
+        ...access({ action: 'admin', on: 'schedule' }),
         schema: {
           operationId: 'putSchedule',
           tags,
@@ -34,9 +33,8 @@ export function scheduleRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.get(
       '/v1/schedules',
       {
-        // Schedules are managed by admin keys without patterns: a schedule's topic is in its body,
-        // and a topic-scoped admin is not (yet) checked against it.
-        ...access({ on: 'everything' }),
+        // Any key: the answer lists the schedules of topics the key administers.
+        ...access({ on: 'list' }),
         schema: {
           operationId: 'listSchedules',
           tags,
@@ -44,15 +42,13 @@ export function scheduleRoutes(services: Services): FastifyPluginAsyncTypebox {
           response: { 200: ref(ScheduleList), ...problems(401, 503) },
         },
       },
-      async () => ({ schedules: await services.schedules.list() }),
+      async (req) => ({ schedules: (await services.schedules.list()).filter((s) => req.access.allows('admin', { topics: [s.topic] })) }),
     )
 
     app.get(
       '/v1/schedules/:name',
       {
-        // Schedules are managed by admin keys without patterns: a schedule's topic is in its body,
-        // and a topic-scoped admin is not (yet) checked against it.
-        ...access({ on: 'everything' }),
+        ...access({ action: 'admin', on: 'schedule' }),
         schema: {
           operationId: 'getSchedule',
           tags,
@@ -67,9 +63,7 @@ export function scheduleRoutes(services: Services): FastifyPluginAsyncTypebox {
     app.delete(
       '/v1/schedules/:name',
       {
-        // Schedules are managed by admin keys without patterns: a schedule's topic is in its body,
-        // and a topic-scoped admin is not (yet) checked against it.
-        ...access({ on: 'everything' }),
+        ...access({ action: 'admin', on: 'schedule' }),
         schema: {
           operationId: 'deleteSchedule',
           tags,

@@ -1,0 +1,40 @@
+/**
+ * The key service's view of the stored keys, on a clock the test moves: a view older than the
+ * bound (1.8 s, inside the contract's 2 s) is not trusted; a request that meets one reads the keys
+ * itself before answering, and sees a deletion it had not heard of; when the keys cannot be read,
+ * a stored key is 'stale' (the HTTP layer's 503), never let through.
+ */
+import t from 'tap'
+import { KeyService, MAX_VIEW_AGE_MS } from '../../src/service/keys.ts'
+import { openDatabase } from '../../src/store/db.ts'
+import { testDatabase } from '../helpers/db.ts'
+
+t.test('a stale view is read again before a key is trusted, and refused when it cannot be', async (t) => {
+  const db = openDatabase((await testDatabase(t)).url, 2)
+  t.teardown(() => db.close())
+  let nowMs = Date.now()
+  // A refresh interval far beyond the test: only lookups read the keys here.
+  const keys = new KeyService(db, { now: () => nowMs, refreshMs: 3_600_000 })
+  await keys.start()
+  t.teardown(() => keys.stop())
+  const { key, view } = await keys.create({ name: 'k', scopes: [{ action: 'produce' }] })
+  t.match(keys.lookup(key), { id: view.id }, 'known at once on the process that made it')
+
+  // Deleted behind this process's back (another process, or psql): its view does not know yet.
+  await db.pool.query('DELETE FROM api_keys WHERE id = $1', [view.id])
+  nowMs += MAX_VIEW_AGE_MS - 1
+  t.match(keys.lookup(key), { id: view.id }, 'a view younger than the bound is trusted')
+  nowMs += 2
+  t.equal(keys.lookup(key), 'stale', 'one older than the bound is not')
+  t.equal(await keys.lookupFresh(key), undefined, 'a request reads the keys first, and the deleted key is unknown')
+
+  // The keys cannot be read (the table is locked, as by a hung database): refused, not trusted.
+  const other = await keys.create({ name: 'k2', scopes: [{ action: 'produce' }] })
+  const locker = await db.pool.connect()
+  await locker.query('BEGIN')
+  await locker.query('LOCK TABLE api_key_version IN ACCESS EXCLUSIVE MODE')
+  nowMs += MAX_VIEW_AGE_MS + 1
+  t.equal(await keys.lookupFresh(other.key), 'stale', 'no read: stale (503), not the old answer')
+  await locker.query('ROLLBACK')
+  locker.release()
+})
