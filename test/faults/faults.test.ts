@@ -44,7 +44,7 @@ const P = {
   terminations: LONG ? 5 : 2,
   flapMessages: LONG ? 800 : 120,
   idemKeys: LONG ? 200 : 30,
-  leaderKills: LONG ? 5 : 2,
+  ownerKills: LONG ? 5 : 2,
 }
 
 const GROUP_DEFAULTS = {
@@ -407,7 +407,7 @@ t.test('faults', { skip: needsServer }, async (t) => {
             'both processes own a share',
           )
           t.pass('both processes own a share of the partitions')
-          for (let i = 0; i < P.leaderKills; i++) {
+          for (let i = 0; i < P.ownerKills; i++) {
             await progress(LONG ? 80 : 40)
             const r = await cluster.killOwnerAndReplace()
             takeovers.push(r.takeoverMs)
