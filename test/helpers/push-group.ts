@@ -75,21 +75,12 @@ export async function groupWithReceiver(
   return { ...r, consumerId }
 }
 
-/** One row of the attempt log (the deliveries table), as the tests read it. */
-export interface AttemptRow {
-  id: string
-  partition: number
-  offset: number
-  attempt: number
-  outcome: string
-  error: string | null
-  status_code: number | null
-  consumer_id: string | null
-  ack_deadline: Date | null
-}
-
-/** The attempt log of group `group` (by name), in partition, offset, attempt order. */
-export function attemptRows(sql: (text: string, params?: unknown[]) => Promise<any[]>, group: string): Promise<AttemptRow[]> {
+/**
+ * The attempt log (the deliveries table) of group `group` (by name), in partition, offset, attempt
+ * order: id, partition, offset, attempt, outcome (as text), error, status_code, consumer_id,
+ * ack_deadline. Rows as loosely typed as the API's answers (ApiAnswer.json): a test reads what it checks.
+ */
+export function attemptRows(sql: (text: string, params?: unknown[]) => Promise<any[]>, group: string): Promise<any[]> {
   return sql(
     `SELECT d.id, d.partition, d."offset"::int AS "offset", d.attempt, d.outcome::text AS outcome, d.error, d.status_code,
             d.consumer_id, d.ack_deadline
@@ -97,4 +88,15 @@ export function attemptRows(sql: (text: string, params?: unknown[]) => Promise<a
       ORDER BY d.partition, d."offset", d.attempt`,
     [group],
   )
+}
+
+/** The helpers above bound to one broker's `api(broker)` (test/helpers/api.ts). */
+export function pushGroups(a: { call: Call; sql: (text: string, params?: unknown[]) => Promise<any[]> }) {
+  return {
+    topicAndGroup: (tt: TT, name: string, group: object, partitions = 1) => topicAndGroup(a.call, tt, name, group, partitions),
+    addConsumer: (group: string, url: string, extra: object = {}) => addConsumer(a.call, group, url, extra),
+    groupWithReceiver: (tt: TT, name: string, group: object, opts: Parameters<typeof groupWithReceiver>[4] = {}) =>
+      groupWithReceiver(a.call, tt, name, group, opts),
+    attemptRows: (group: string) => attemptRows(a.sql, group),
+  }
 }
