@@ -11,7 +11,7 @@ import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, sql, groupStatus, allCompleted } = api(broker)
-const { topicAndGroup, addConsumer } = pushGroups({ call, sql })
+const { topicAndGroup, addConsumer, attemptRows } = pushGroups({ call, sql })
 const owners = async (group: string) => (await groupStatus(group)).partitions.map((p: { consumerId: string | null }) => p.consumerId)
 const ack = async (group: string, ids: string[]) =>
   (await call('POST', `/v1/groups/${group}/acks`, { deliveryIds: ids })).json.results.map((r: { status: string }) => r.status)
@@ -97,7 +97,7 @@ t.test('messages produced while a group has no consumer are pushed when one regi
   )
   const r = await startReceiver(t)
   await addConsumer('none-g', r.url)
-  await allCompleted('none-g', 5000)
+  await allCompleted('none-g')
   t.same(r.requests.map((x) => env(x).value).sort(), ['n0', 'n1'])
 })
 
@@ -152,20 +152,14 @@ t.test('paused while a message waits for its retry: the retry does not go out un
   await call('PUT', '/v1/groups/pretry-g', { ...settings, paused: true })
   pausedNow()
   await waitUntil(
-    async () =>
-      (
-        await sql(
-          `SELECT d.outcome::text AS outcome FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id
-           WHERE g.name = 'pretry-g' AND d.status_code = 500`,
-        )
-      ).some((row) => row.outcome === 'failed'),
+    async () => (await attemptRows('pretry-g')).some((row) => row.status_code === 500 && row.outcome === 'failed'),
     30_000,
     "attempt 1's 500 settled",
   )
   await absenceWindow(1000) // absence: the retry, due 300 ms after the 500, is held while paused
   t.equal(r.requests.length, 1, 'the retry came due while paused and was held')
   await call('PUT', '/v1/groups/pretry-g', { ...settings, paused: false })
-  await allCompleted('pretry-g', 5000)
+  await allCompleted('pretry-g')
   t.equal(r.requests.length, 2)
   t.equal(env(r.requests[1]).attempt, 2)
 })
@@ -181,7 +175,7 @@ t.test('a group created paused pushes nothing until unpaused', async (t) => {
   await absenceWindow(700) // absence: unpaused, both would go out at once
   t.equal(r.requests.length, 0, 'nothing pushed while paused')
   await call('PUT', '/v1/groups/cpause-g', { topic: 'cpause', ackMode: 'auto', paused: false })
-  await allCompleted('cpause-g', 5000)
+  await allCompleted('cpause-g')
   t.equal(r.requests.length, 2)
 })
 
