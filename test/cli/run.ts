@@ -33,7 +33,11 @@ function start(args: string[], opts: CliOptions): ChildProcess {
   })
 }
 
-/** Runs the CLI to its end; kills it (SIGKILL) after `timeoutMs` (default 30 s), which then shows as the code. */
+/**
+ * Runs the CLI to its end; kills it (SIGKILL) after `timeoutMs`, which then shows as the code. The
+ * default (120 s) only stops a hung CLI with a readable failure: on a loaded machine a CLI that
+ * starts, calls and prints took more than 30 s (the former default, which failed correct runs).
+ */
 export async function runCli(args: string[], opts: CliOptions = {}): Promise<CliRun> {
   const child = start(args, opts)
   let stdout = ''
@@ -45,7 +49,7 @@ export async function runCli(args: string[], opts: CliOptions = {}): Promise<Cli
     stderr += d
   })
   if (opts.stdin !== undefined) child.stdin!.end(opts.stdin)
-  const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 30_000)
+  const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000)
   const code = await new Promise<number | string>((resolve) => child.on('close', (c, s) => resolve(c ?? s ?? -1)))
   clearTimeout(timer)
   return { code, stdout, stderr }
@@ -86,7 +90,7 @@ export function startCli(t: { teardown(fn: () => unknown): void }, args: string[
     child,
     stdout: () => stdout,
     stderr: () => stderr,
-    waitForOutput: async (text, timeoutMs = 15_000) => {
+    waitForOutput: async (text, timeoutMs = 60_000) => {
       await waitUntil(() => stdout.includes(text), timeoutMs, `${JSON.stringify(text)} on the CLI's stdout (stderr: ${stderr})`)
     },
     stop,

@@ -6,7 +6,7 @@
  */
 import t, { type Test } from 'tap'
 import { AttemptLog } from '../../src/dispatch/attempt-log.ts'
-import { Dispatcher, type Timers } from '../../src/dispatch/dispatcher.ts'
+import { Dispatcher } from '../../src/dispatch/dispatcher.ts'
 import { createPushAgent } from '../../src/dispatch/pusher.ts'
 import { GroupService, type GroupInput } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
@@ -15,38 +15,11 @@ import { appendMessages } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { seekOffsets } from '../../src/store/consumption.ts'
+import { SteppedClock } from '../helpers/clock.ts'
 import { testDatabase } from '../helpers/db.ts'
+import type { Envelope } from '../helpers/push-group.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
-
-/** A clock that moves only when told; timers fire, in deadline order, as it passes them. */
-class SteppedClock implements Timers {
-  // Starts at the real time: messages carry the database's produce time, which must not lie ahead.
-  nowMs = Date.now()
-  private seq = 0
-  private readonly pending = new Map<number, { atMs: number; fn: () => void }>()
-  now = () => this.nowMs
-  setTimeout(fn: () => void, ms: number): unknown {
-    const id = ++this.seq
-    this.pending.set(id, { atMs: this.nowMs + ms, fn })
-    return id
-  }
-  clearTimeout(handle: unknown): void {
-    this.pending.delete(handle as number)
-  }
-  /** Moves time forward by `ms`, firing every timer due on the way at its own moment. */
-  advance(ms: number): void {
-    const end = this.nowMs + ms
-    for (;;) {
-      const next = [...this.pending].filter(([, p]) => p.atMs <= end).sort((a, b) => a[1].atMs - b[1].atMs || a[0] - b[0])[0]
-      if (!next) break
-      this.pending.delete(next[0])
-      this.nowMs = Math.max(this.nowMs, next[1].atMs)
-      next[1].fn()
-    }
-    this.nowMs = end
-  }
-}
 
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
@@ -55,12 +28,6 @@ const topics = new TopicService(db)
 const groups = new GroupService(db)
 const agent = createPushAgent()
 t.teardown(() => agent.destroy())
-
-interface Envelope {
-  deliveryId: string
-  offset: number
-  attempt: number
-}
 
 /** A topic of one partition, a group on it, a receiver answering 200, and a dispatcher on a stepped clock. */
 async function setup(

@@ -14,6 +14,7 @@ import { TopicService } from '../../src/service/topics.ts'
 import { openDatabase, type Database } from '../../src/store/db.ts'
 import { appendMessages } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
+import { SteppedClock } from '../helpers/clock.ts'
 import { testDatabase } from '../helpers/db.ts'
 import { appendEntry } from '../helpers/messages.ts'
 import { waitUntil } from '../helpers/wait.ts'
@@ -38,9 +39,10 @@ async function group(name: string): Promise<GroupRuntime> {
 const part = (partition: number, endHint: number, committed = 0): PartitionState =>
   newPartitionState(partition, { committed, completed: new Set(), pushed: 0, seekedAtMs: 0 }, new Map(), endHint, 1)
 
-/** A reader whose statements are counted (and can be made to fail), its onReadable calls and its timers recorded. */
+/** A reader whose statements are counted (and can be made to fail), its onReadable calls recorded, its timers on a stepped clock. */
 function reader() {
-  const seen = { statements: 0, failNext: false, readable: [] as string[], timers: [] as { fn: () => void; ms: number }[] }
+  const clock = new SteppedClock()
+  const seen = { statements: 0, failNext: false, readable: [] as string[], clock }
   const counted = {
     ...db,
     pool: {
@@ -56,13 +58,7 @@ function reader() {
   } as unknown as Database
   const r = new PartitionReader({
     db: counted,
-    timers: {
-      setTimeout: (fn: () => void, ms: number) => {
-        seen.timers.push({ fn, ms })
-        return fn
-      },
-      clearTimeout: () => {},
-    },
+    timers: clock,
     log: { error: () => {} },
     onReadable: (g, w) => seen.readable.push(`${g.row.name}/${w.partition}`),
   })
@@ -170,14 +166,14 @@ t.test('a failed statement: every live partition is read again in a second', asy
   const a1 = part(1, 2)
   r.read(ga, a0)
   r.read(ga, a1)
-  await waitUntil(() => seen.timers.length >= 2, 10_000, 'both partitions re-armed')
+  await waitUntil(() => seen.clock.pending.length >= 2, 10_000, 'both partitions re-armed')
   t.same(
-    seen.timers.map((x) => x.ms),
+    seen.clock.pending.map((x) => x.inMs),
     [1000, 1000],
   )
   t.notOk(a0.reading || a1.reading, 'free to read again')
   t.same(seen.readable, [], 'nothing readable yet')
-  for (const x of seen.timers) x.fn()
+  seen.clock.advance(1000)
   t.same(seen.readable.sort(), ['ga/0', 'ga/1'], 'told to try again')
   r.read(ga, a0)
   await readable(seen, 3)

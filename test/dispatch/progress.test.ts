@@ -14,6 +14,7 @@ import { writeProgress, type ProgressBatch } from '../../src/store/consumption.t
 import { openDatabase } from '../../src/store/db.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
+import { SteppedClock } from '../helpers/clock.ts'
 import { testDatabase } from '../helpers/db.ts'
 
 const database = await testDatabase(t)
@@ -155,45 +156,17 @@ t.test('one statement a turn: completions in and out of order, reservations, of 
   )
 })
 
-/** A clock and timers of the test's own: a wait is seen to hold a statement back until the test moves time and fires it. */
-function manualClock(startMs: number) {
-  const clock = {
-    nowMs: startMs,
-    waits: [] as { fn: () => void; at: number }[],
-    deps: {
-      now: () => clock.nowMs,
-      timers: {
-        setTimeout: (fn: () => void, ms: number) => {
-          const entry = { fn, at: clock.nowMs + ms }
-          clock.waits.push(entry)
-          return entry
-        },
-        clearTimeout: (h: unknown) => {
-          const i = clock.waits.indexOf(h as (typeof clock.waits)[number])
-          if (i >= 0) clock.waits.splice(i, 1)
-        },
-      },
-    },
-    /** Moves the clock to the first wait's time and runs it. */
-    fireNext() {
-      const w = clock.waits.shift()!
-      clock.nowMs = w.at
-      w.fn()
-    },
-  }
-  return clock
-}
-
 /** Lets `n` turns of the event loop pass (what a writer queues in a turn goes out at its end). */
 async function turns(n: number): Promise<void> {
   for (let i = 0; i < n; i++) await new Promise<void>((resolve) => setImmediate(resolve))
 }
 
 t.test('a busy writer waits for company; a quiet one does not; settled() does not wait', async (t) => {
-  const clock = manualClock(1_000_000)
+  const clock = new SteppedClock(1_000_000)
   const s = await setup(t, 'linger', undefined, {
     linger: { ms: 50, minJobs: 3 },
-    ...clock.deps,
+    now: clock.now,
+    timers: clock,
   })
   // Three jobs: a busy statement, written at once (nothing came before it).
   await Promise.all([s.complete(s.w0, 0), s.complete(s.w0, 1), s.reserve(s.w0, 5)])
@@ -208,7 +181,7 @@ t.test('a busy writer waits for company; a quiet one does not; settled() does no
   t.equal(s.statements.length, 1, 'held back while the clock stands')
   t.equal(done, false)
   t.same(
-    clock.waits.map((w) => w.at),
+    clock.pending.map((w) => w.atMs),
     [1_000_050],
     'one wait, to 50 ms after the busy statement started',
   )
@@ -219,15 +192,15 @@ t.test('a busy writer waits for company; a quiet one does not; settled() does no
   // That statement carried one job: the writer is quiet, and the next job goes at once.
   t.equal(await s.complete(s.w0, 3), 'acked')
   t.equal(s.statements.length, 3, 'no wait after a quiet statement')
-  t.equal(clock.waits.length, 0)
+  t.equal(clock.pending.length, 0)
   // Busy again, then settled() (shutdown, a handover) writes what waits without waiting.
   await Promise.all([s.complete(s.w0, 4), s.complete(s.w0, 5), s.complete(s.w1, 0)])
   const pending = s.complete(s.w1, 1)
   await turns(5)
-  t.equal(clock.waits.length, 1, 'waiting')
+  t.equal(clock.pending.length, 1, 'waiting')
   await s.writer.settled()
   t.equal(await pending, 'acked')
-  t.equal(clock.waits.length, 0, 'the wait was cut short, its timer cleared')
+  t.equal(clock.pending.length, 0, 'the wait was cut short, its timer cleared')
   t.same(await s.stored(), [
     { partition: 0, committed: 6, pushed: 5 },
     { partition: 1, committed: 2, pushed: 0 },
@@ -235,12 +208,13 @@ t.test('a busy writer waits for company; a quiet one does not; settled() does no
 })
 
 t.test('with N processes sharing the load, a writer is busy from a Nth of the jobs', async (t) => {
-  const clock = manualClock(2_000_000)
+  const clock = new SteppedClock(2_000_000)
   let processes = 4
   const s = await setup(t, 'linger-shared', undefined, {
     linger: { ms: 50, minJobs: 8 },
     processes: () => processes,
-    ...clock.deps,
+    now: clock.now,
+    timers: clock,
   })
   /** Completes offsets of w0 and of w1 in one statement, then queues offset `next` of w0 and lets the turns pass: is its statement held? */
   const afterStatement = async (w0: number[], w1: number[], next: number) => {
@@ -253,7 +227,7 @@ t.test('with N processes sharing the load, a writer is busy from a Nth of the jo
   const { pending: held } = await afterStatement([0], [0], 1)
   t.equal(s.statements.length, 1, 'the next statement waits')
   t.same(
-    clock.waits.map((w) => w.at),
+    clock.pending.map((w) => w.atMs),
     [2_000_050],
     'to 50 ms after the busy statement started',
   )
@@ -262,17 +236,17 @@ t.test('with N processes sharing the load, a writer is busy from a Nth of the jo
   // The same two jobs for one of 2 processes are quiet (busy from 8 / 2 = 4): no wait.
   processes = 2
   const { pending: next } = await afterStatement([2], [1], 3)
-  t.equal(clock.waits.length, 0, 'two jobs are quiet for one of two processes')
+  t.equal(clock.pending.length, 0, 'two jobs are quiet for one of two processes')
   t.equal(await next, 'acked')
   // Alone again, four jobs are quiet; for one of two processes, busy.
   processes = 1
   const { pending: alone } = await afterStatement([4, 5], [2, 3], 6)
-  t.equal(clock.waits.length, 0, 'four jobs are quiet for a process alone')
+  t.equal(clock.pending.length, 0, 'four jobs are quiet for a process alone')
   t.equal(await alone, 'acked')
   processes = 2
   const { pending: shared } = await afterStatement([7, 8], [4, 5], 9)
   t.same(
-    clock.waits.map((w) => w.at - clock.nowMs),
+    clock.pending.map((w) => w.inMs),
     [50],
     'busy for one of two (8 / 2 = 4 jobs)',
   )
@@ -285,13 +259,14 @@ t.test('with N processes sharing the load, a writer is busy from a Nth of the jo
 })
 
 t.test('with N processes, a quiet writer waits N times its last statement from its start, at most the linger', async (t) => {
-  const clock = manualClock(4_000_000)
+  const clock = new SteppedClock(4_000_000)
   let processes = 2
   let statementMs = 4
   const s = await setup(t, 'linger-spaced', undefined, {
     linger: { ms: 50, minJobs: 1000 },
     processes: () => processes,
-    ...clock.deps,
+    now: clock.now,
+    timers: clock,
     // Each statement takes statementMs on the writer's clock.
     onWrite: () => {
       clock.nowMs += statementMs
@@ -303,7 +278,7 @@ t.test('with N processes, a quiet writer waits N times its last statement from i
     t.equal(await s.complete(s.w0, offset), 'acked')
     const next = s.complete(s.w0, offset + 1)
     await turns(20)
-    return { waits: clock.waits.map((w) => w.at - started), next }
+    return { waits: clock.pending.map((w) => w.atMs - started), next }
   }
   // One of two processes: a quiet statement of 4 ms; the next starts 2 x 4 ms after it started.
   const two = await waitsAfter(0)
@@ -329,10 +304,11 @@ t.test('with N processes, a quiet writer waits N times its last statement from i
 })
 
 t.test("an ordered partition's job cuts a busy writer's wait short", async (t) => {
-  const clock = manualClock(3_000_000)
+  const clock = new SteppedClock(3_000_000)
   const s = await setup(t, 'linger-ordered', undefined, {
     linger: { ms: 50, minJobs: 2 },
-    ...clock.deps,
+    now: clock.now,
+    timers: clock,
   })
   await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
   // Unordered, however full its maxInFlight: the job waits for company.
@@ -340,18 +316,18 @@ t.test("an ordered partition's job cuts a busy writer's wait short", async (t) =
   ;(s.w1.outstanding as Map<number, never>).set(1, {} as never)
   const waiting = s.complete(s.w1, 1)
   await turns(20)
-  t.equal(clock.waits.length, 1, 'a busy writer waits')
+  t.equal(clock.pending.length, 1, 'a busy writer waits')
   t.equal(s.statements.length, 1)
   ;(s.w1.outstanding as Map<number, never>).clear()
   // Ordered: the partition's next message waits for this completion.
   s.g.row = { ...s.g.row, ordering: 'partition' }
   t.equal(await s.complete(s.w0, 1), 'acked', 'written without the clock moving')
   t.equal(await waiting, 'acked', 'the waiting job goes with it')
-  t.equal(clock.waits.length, 0, 'the wait was cut short')
+  t.equal(clock.pending.length, 0, 'the wait was cut short')
   t.equal(s.statements.length, 2)
   // The writer was busy (2 jobs): an ordered partition's next job does not wait either.
   t.equal(await s.complete(s.w1, 2), 'acked')
-  t.equal(clock.waits.length, 0)
+  t.equal(clock.pending.length, 0)
   t.equal(s.statements.length, 3)
 })
 

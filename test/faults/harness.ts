@@ -1,9 +1,9 @@
 /**
  * A small Jepsen-style harness for hookq: the real broker as a child process, or several sharing one
- * database (one leads and pushes), optionally behind a loopback TCP proxy to PostgreSQL; a history
- * of every produce call, webhook receivers that record every push and ack over HTTP, samplers of
- * the group's committed offsets and of who leads, fault injection, and a checker for the
- * at-least-once invariants.
+ * database (each owns and pushes a share of the partitions), optionally behind a loopback TCP proxy
+ * to PostgreSQL; a history of every produce call, webhook receivers that record every push and ack
+ * over HTTP, samplers of the group's committed offsets and of who owns each partition, fault
+ * injection, and a checker for the at-least-once invariants.
  *
  * Histories: every produce call ends as
  *   ok      — answered 2xx: the coordinates are known and the message must never be lost;
@@ -25,8 +25,8 @@
  *   no-repush   no message pushed again well after an ack for it was answered `acked`;
  *   resources   broker RSS below a generous bound; at rest, fewer than 256 file descriptors and
  *               no more database connections than the pool holds (plus one), per live process;
- *   one leader  (several processes) at every sample at most one process reports hookq_leader 1,
- *               and at rest exactly one live process leads, the one the database names.
+ *   one owner   (several processes) at every sample no partition is held by two processes, and at
+ *               rest every partition is owned by exactly one live process (OwnershipSampler).
  * Duplicates (pushes of a message beyond the first) are allowed, counted and reported.
  */
 import { readFile, readdir, readlink } from 'node:fs/promises'
@@ -108,7 +108,7 @@ export class Cluster {
   /** Every broker process started, in order of start, the dead ones included. */
   readonly procs: BrokerProcess[] = []
   private exited = new Set<BrokerProcess>()
-  /** When each process killed on purpose was signalled (the leader sampler discounts its answers). */
+  /** When each process killed on purpose was signalled (the samplers discount its answers). */
   readonly killedAt = new Map<BrokerProcess, number>()
   private rr = 0
   dbUrl = ''
@@ -616,9 +616,9 @@ export class Consumer {
   }
 
   /**
-   * One ack call, through the processes round robin (a follower forwards it to the leader). With
-   * several processes, a call that fails (the process died: connection refused or reset) or is
-   * answered 503 (no leader yet, or the leader died under the forwarded call) is tried again on the
+   * One ack call, through the processes round robin (a process forwards it to the partition's
+   * owner). With several processes, a call that fails (the process died: connection refused or
+   * reset) or is answered 503 (no owner yet, or the owner died under the forwarded call) is tried again on the
    * next live process, a few times; with one process there is one try, as there always was.
    */
   private async ack(p: Push): Promise<void> {
@@ -667,7 +667,7 @@ export class OffsetSampler {
       // Sequential: one sample at a time, so their order is the order of the states they saw.
       for (let i = 0; i < 20_000 && !this.stopped; i++) {
         try {
-          // Round robin over the live processes (a follower forwards it to the leader); the status
+          // Round robin over the live processes (each forwards to the partitions' owners); the status
           // reads committed offsets from the database, so samples from different processes compare.
           const r = await http(cluster.nextBase(), 'GET', `/v1/groups/${group}`, undefined, 3000)
           if (r.status === 200) {
@@ -770,7 +770,7 @@ export interface CheckInput {
   deadLetterTopic?: string
   /** RSS bound, bytes (default 768 MiB). */
   maxRssBytes?: number
-  /** Several processes: the leader samples taken during the run (stopped before the check). */
+  /** Several processes: the ownership samples taken during the run (stopped before the check). */
   owners?: OwnershipSampler
 }
 
@@ -934,8 +934,8 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
     const who = live.length > 1 ? `broker pid ${b.child.pid}` : 'broker'
     if (!(rss < maxRss)) v(`${who} RSS ${Math.round(rss / 1048576)} MiB >= ${Math.round(maxRss / 1048576)} MiB`)
     // Quiesced: sockets are the listener, the pool's database connections and kept-alive push and
-    // client connections (undici keeps at most 32 per consumer origin; a follower up to 16 to the
-    // leader); a leak per push or per fault would pass these bounds in any run.
+    // client connections (undici keeps at most 32 per consumer origin; a process up to 16 to each
+    // partition owner it forwards to); a leak per push or per fault would pass these bounds in any run.
     const { fds, sockets } = await cluster.openFds(b)
     fdsAll.push(fds)
     socketsAll.push(sockets)
@@ -951,7 +951,7 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
     v(`${dbConnections} connections to the database at rest, ${live.length} process(es) of pool size ${pool}`)
 
   // Several processes: never a partition held twice; at rest every one owned by exactly one live process.
-  let leaderNote = ''
+  let ownershipNote = ''
   if (inp.owners) {
     for (const o of inp.owners.overlaps) v(`a partition held by two processes at once: ${o}`)
     for (const p of await cluster.ownershipProblems()) v(`at rest: ${p}`)
@@ -963,7 +963,7 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
     if (sessions > live.length)
       v(`${sessions} member sessions open for ${live.length} live processes (a killed process's session survived)`)
     const o = inp.owners
-    leaderNote =
+    ownershipNote =
       `; ${live.length} live processes of ${cluster.procs.length} started; ownership samples ${o.samples} (${o.unowned} with a partition moving, ` +
       `${o.overlaps.length} with one held twice)`
   }
@@ -984,7 +984,7 @@ export async function check(inp: CheckInput): Promise<CheckResult> {
   t.comment(
     `pushes ${pushes.length} for ${distinct} messages: ${duplicates} duplicates; max attempt ${maxAttemptSeen}; dead-lettered ${deadLettered}; ` +
       `ack answers ${ackCalls}; offset samples ${sampler.samples.length}; RSS ${Math.round(rss / 1048576)} MiB; ` +
-      `${fds} fds (${sockets} sockets), ${dbConnections} database connections at rest${leaderNote}`,
+      `${fds} fds (${sockets} sockets), ${dbConnections} database connections at rest${ownershipNote}`,
   )
 
   t.equal(lost, 0, 'no lost ok-produce')

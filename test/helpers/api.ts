@@ -19,7 +19,7 @@ export function api(broker: Broker) {
   const sql = async (text: string, params: unknown[] = []) => (await broker.db.pool.query(text, params)).rows
   const groupStatus = async (group: string) => (await call('GET', `/v1/groups/${group}`)).json
   /** Waits until every partition of the group has lag 0. */
-  const allCompleted = (group: string, timeoutMs = 10_000) =>
+  const allCompleted = (group: string, timeoutMs = 30_000) =>
     waitUntil(
       async () => (await groupStatus(group)).partitions.every((p: { lag: number }) => p.lag === 0),
       timeoutMs,

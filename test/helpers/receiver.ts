@@ -69,7 +69,7 @@ export interface Receiver {
   url: string
   requests: Received[]
   setBehaviour(b: Behaviour): void
-  /** Resolves with the requests once at least `n` have arrived; rejects after `timeoutMs`. */
+  /** Resolves with the requests once at least `n` have arrived; rejects after `timeoutMs` (default 30 s: a failure bound, see wait.ts). */
   waitFor(n: number, timeoutMs?: number): Promise<Received[]>
   close(): Promise<void>
 }
@@ -201,7 +201,7 @@ export async function startReceiver(t: { teardown(fn: () => unknown): void }, in
     setBehaviour: (b) => {
       behaviour = b
     },
-    waitFor: (n, timeoutMs = 5_000) =>
+    waitFor: (n, timeoutMs = 30_000) =>
       waitUntil(() => (requests.length >= n ? requests : undefined), timeoutMs, `${n} requests at the receiver`),
     close,
   }

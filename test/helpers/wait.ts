@@ -1,10 +1,14 @@
 /** Polling instead of sleeping: wait until a condition holds, or fail after a generous limit. */
 import { setTimeout as sleep } from 'node:timers/promises'
 
-/** Resolves with the first truthy value of `check`; rejects after `timeoutMs` with `what`. */
+/**
+ * Resolves with the first truthy value of `check`; rejects after `timeoutMs` with `what`. The limit
+ * only ends a wait that failed, so it is generous: on a loaded 2-core machine (another suite beside
+ * this one) a broker took 10+ s for what takes 100 ms alone, and 10 s defaults failed correct runs.
+ */
 export async function waitUntil<T>(
   check: () => T | Promise<T>,
-  timeoutMs = 10_000,
+  timeoutMs = 30_000,
   what = 'condition',
   everyMs = 10,
 ): Promise<NonNullable<T>> {

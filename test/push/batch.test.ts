@@ -8,19 +8,13 @@ import t from 'tap'
 import { verifyWebhook } from '@hookq/client/consumer'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
+import type { Envelope } from '../helpers/push-group.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, sql, allCompleted, ack } = api(broker)
 
-interface Envelope {
-  deliveryId: string
-  offset: number
-  attempt: number
-  value: unknown
-  partition: number
-}
 const deliveries = (r: Received) => (r.json as { deliveries: Envelope[] }).deliveries
 const SECRET = `whsec_${Buffer.alloc(32, 7).toString('base64')}`
 

@@ -5,35 +5,16 @@
 import t from 'tap'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
+import { env, pushGroups } from '../helpers/push-group.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, sql, groupStatus, allCompleted } = api(broker)
-
-interface Envelope {
-  deliveryId: string
-  partition: number
-  offset: number
-  attempt: number
-  value: unknown
-}
-const env = (r: Received | undefined) => r!.json as Envelope
+const { topicAndGroup, addConsumer, attemptRows } = pushGroups({ call, sql })
 const owners = async (group: string) => (await groupStatus(group)).partitions.map((p: { consumerId: string | null }) => p.consumerId)
 const ack = async (group: string, ids: string[]) =>
   (await call('POST', `/v1/groups/${group}/acks`, { deliveryIds: ids })).json.results.map((r: { status: string }) => r.status)
-const addConsumer = async (group: string, url: string) => {
-  const res = await call('POST', `/v1/groups/${group}/consumers`, { url })
-  if (res.status !== 201) throw new Error(`add consumer: ${res.status}`)
-  return res.json.id as string
-}
-interface TT {
-  equal(found: unknown, wanted: unknown): boolean
-}
-async function topicAndGroup(tt: TT, name: string, group: object, partitions: number) {
-  tt.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
-  tt.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ...group })).status, 201)
-}
 const partitionsOf = (r: { requests: Received[] }) => [...new Set(r.requests.map((x) => env(x).partition))].sort()
 
 t.test('two consumers split four partitions: each receives exactly the partitions assigned to it', async (t) => {
@@ -64,8 +45,8 @@ t.test('removing a consumer moves its partitions to the other; its in-flight and
     'move',
     [0, 1, 2, 3].map((p) => ({ value: `first-${p}`, partition: p })),
   )
-  await a.waitFor(2, 5000)
-  await b.waitFor(2, 5000)
+  await a.waitFor(2)
+  await b.waitFor(2)
   t.same(partitionsOf(a), [0, 2])
   t.same(
     await ack(
@@ -93,7 +74,7 @@ t.test('removing a consumer moves its partitions to the other; its in-flight and
       }
       return (await groupStatus('move-g')).partitions.every((p: { lag: number }) => p.lag === 0)
     },
-    15_000,
+    30_000,
     "b acks everything that was a's",
   )
   t.same([...new Set(b.requests.map((r) => String(env(r).value)))].filter((v) => want.includes(v)).sort(), want)
@@ -116,7 +97,7 @@ t.test('messages produced while a group has no consumer are pushed when one regi
   )
   const r = await startReceiver(t)
   await addConsumer('none-g', r.url)
-  await allCompleted('none-g', 5000)
+  await allCompleted('none-g')
   t.same(r.requests.map((x) => env(x).value).sort(), ['n0', 'n1'])
 })
 
@@ -125,7 +106,7 @@ t.test('paused: no new pushes; acks of delivered messages still count; unpausing
   const r = await startReceiver(t)
   await addConsumer('pause-g', r.url)
   await produce('pause', [{ value: 'before' }])
-  await r.waitFor(1, 5000)
+  await r.waitFor(1)
   t.equal((await call('PUT', '/v1/groups/pause-g', { topic: 'pause', paused: true })).json.paused, true)
   await produce('pause', [{ value: 'during-1' }, { value: 'during-2' }])
   await absenceWindow(700) // absence: unpaused, the two would go out at once
@@ -136,7 +117,7 @@ t.test('paused: no new pushes; acks of delivered messages still count; unpausing
   t.equal(r.requests.length, 1, 'still nothing pushed after the ack freed a slot')
   const resumedAt = Date.now()
   t.equal((await call('PUT', '/v1/groups/pause-g', { topic: 'pause', paused: false })).json.paused, false)
-  await r.waitFor(3, 5000)
+  await r.waitFor(3)
   t.ok(Date.now() - resumedAt < 5000, 'resumed promptly')
   t.same(
     r.requests
@@ -166,25 +147,19 @@ t.test('paused while a message waits for its retry: the retry does not go out un
   const r = await startReceiver(t, (req) => (env(req).attempt === 1 ? { status: 500, after: paused } : { status: 200 }))
   await addConsumer('pretry-g', r.url)
   await produce('pretry', [{ value: 'x' }])
-  await r.waitFor(1, 5000)
+  await r.waitFor(1)
   const settings = { topic: 'pretry', ackMode: 'auto', retry: { initialDelayMs: 300, maxDelayMs: 300, jitter: 0 } }
   await call('PUT', '/v1/groups/pretry-g', { ...settings, paused: true })
   pausedNow()
   await waitUntil(
-    async () =>
-      (
-        await sql(
-          `SELECT d.outcome::text AS outcome FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id
-           WHERE g.name = 'pretry-g' AND d.status_code = 500`,
-        )
-      ).some((row) => row.outcome === 'failed'),
-    5000,
+    async () => (await attemptRows('pretry-g')).some((row) => row.status_code === 500 && row.outcome === 'failed'),
+    30_000,
     "attempt 1's 500 settled",
   )
   await absenceWindow(1000) // absence: the retry, due 300 ms after the 500, is held while paused
   t.equal(r.requests.length, 1, 'the retry came due while paused and was held')
   await call('PUT', '/v1/groups/pretry-g', { ...settings, paused: false })
-  await allCompleted('pretry-g', 5000)
+  await allCompleted('pretry-g')
   t.equal(r.requests.length, 2)
   t.equal(env(r.requests[1]).attempt, 2)
 })
@@ -200,7 +175,7 @@ t.test('a group created paused pushes nothing until unpaused', async (t) => {
   await absenceWindow(700) // absence: unpaused, both would go out at once
   t.equal(r.requests.length, 0, 'nothing pushed while paused')
   await call('PUT', '/v1/groups/cpause-g', { topic: 'cpause', ackMode: 'auto', paused: false })
-  await allCompleted('cpause-g', 5000)
+  await allCompleted('cpause-g')
   t.equal(r.requests.length, 2)
 })
 
@@ -223,10 +198,10 @@ t.test("pausing with a partial PUT ({ topic, paused }) keeps the group's other s
   await produce('keep', [{ value: 'k' }])
   const resumed = (await call('PUT', '/v1/groups/keep-g', { topic: 'keep', paused: false })).json
   t.match(resumed, { ...settings, paused: false }, 'only paused changed back')
-  await r.waitFor(1, 5000)
+  await r.waitFor(1)
   t.equal(r.requests[0]!.body, '"k"', 'still pushed raw')
   // Still auto-acked: the 200 completes it without an ack call.
-  await waitUntil(async () => (await groupStatus('keep-g')).partitions[0].lag === 0, 3000, 'auto ack completed it').then(
+  await waitUntil(async () => (await groupStatus('keep-g')).partitions[0].lag === 0, 30_000, 'auto ack completed it').then(
     () => t.pass('completed by the 200'),
     (err: Error) => t.fail(err.message),
   )

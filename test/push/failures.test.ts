@@ -5,47 +5,13 @@
 import t from 'tap'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
-import { startReceiver, type BehaviourSpec, type Received } from '../helpers/receiver.ts'
+import { env, pushGroups, timedReceiver } from '../helpers/push-group.ts'
+import { startReceiver, type BehaviourSpec } from '../helpers/receiver.ts'
 import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, sql, groupStatus, allCompleted } = api(broker)
-
-interface Envelope {
-  deliveryId: string
-  partition: number
-  offset: number
-  attempt: number
-  value: unknown
-}
-const env = (r: Received | undefined) => r!.json as Envelope
-const attemptRows = (group: string) =>
-  sql(
-    `SELECT d.id, d.partition, d."offset"::int AS "offset", d.attempt, d.outcome::text AS outcome, d.error, d.status_code, d.consumer_id
-   FROM deliveries d JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = $1 ORDER BY d.partition, d."offset", d.attempt`,
-    [group],
-  )
-
-interface TT {
-  equal(found: unknown, wanted: unknown): boolean
-  teardown(fn: () => unknown): void
-}
-
-/** A receiver that also records when each request arrived (times[i] belongs to requests[i]). */
-async function timedReceiver(tt: TT, behave: (req: Received, n: number) => BehaviourSpec = () => ({ status: 200 })) {
-  const times: number[] = []
-  const receiver = await startReceiver(tt, (req) => {
-    times.push(Date.now())
-    return behave(req, times.length)
-  })
-  return { receiver, times }
-}
-
-async function topicAndGroup(tt: TT, name: string, group: object, partitions = 1) {
-  tt.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
-  tt.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ...group })).status, 201)
-}
-const addConsumer = async (group: string, url: string) => (await call('POST', `/v1/groups/${group}/consumers`, { url })).json.id as string
+const { topicAndGroup, addConsumer, attemptRows } = pushGroups({ call, sql })
 
 t.test('backoff gaps grow: ~100, ~400, ~1600 ms with jitter 0 and multiplier 4', async (t) => {
   await topicAndGroup(t, 'bo', {
@@ -56,7 +22,7 @@ t.test('backoff gaps grow: ~100, ~400, ~1600 ms with jitter 0 and multiplier 4',
   const { receiver, times } = await timedReceiver(t, () => ({ status: 500, body: 'down' }))
   await addConsumer('bo-g', receiver.url)
   await produce('bo', [{ value: 'x' }])
-  await receiver.waitFor(4, 8000)
+  await receiver.waitFor(4)
   await allCompleted('bo-g')
   const gaps = [times[1]! - times[0]!, times[2]! - times[1]!, times[3]! - times[2]!]
   t.comment(`gaps: ${gaps.join(', ')} ms`)
@@ -77,7 +43,7 @@ t.test('backoff gaps grow: ~100, ~400, ~1600 ms with jitter 0 and multiplier 4',
       const r = await attemptRows('bo-g')
       return r.at(-1)?.outcome === 'dead' ? r : undefined
     },
-    3000,
+    30_000,
     'last attempt dead',
   )
   t.same(
@@ -85,7 +51,7 @@ t.test('backoff gaps grow: ~100, ~400, ~1600 ms with jitter 0 and multiplier 4',
     ['failed', 'failed', 'failed', 'dead'],
   )
   // Dead-lettered and forgotten: nothing is outstanding, so there is no fifth attempt to come.
-  await waitUntil(async () => (await groupStatus('bo-g')).partitions[0].inFlight === 0, 3000, 'nothing outstanding')
+  await waitUntil(async () => (await groupStatus('bo-g')).partitions[0].inFlight === 0, 30_000, 'nothing outstanding')
   t.equal(receiver.requests.length, 4, 'no attempt after maxDeliveries')
   t.ok(
     rows.every((r) => r.status_code === 500 && /HTTP 500/.test(r.error)),
@@ -142,7 +108,7 @@ t.test('Retry-After on 503 and 429 is honoured, and capped by maxDelayMs; ignore
     })
     await addConsumer(`${name}-g`, receiver.url)
     await produce(name, [{ value: c.name }])
-    await receiver.waitFor(2, 8000)
+    await receiver.waitFor(2)
     const gap = times[1]! - times[0]!
     t.ok(gap >= c.min && gap < c.max, `${c.name}: retried after ${gap} ms (expected ${c.min}..${c.max})`)
     await allCompleted(`${name}-g`)
@@ -164,7 +130,7 @@ t.test('410 Gone disables the consumer: status shows it, its partitions move, pu
     { value: 'p0', partition: 0 },
     { value: 'p1', partition: 1 },
   ])
-  await a.waitFor(1, 5000)
+  await a.waitFor(1)
   await allCompleted('gone-g')
   const s = await groupStatus('gone-g')
   const ca = s.consumers.find((c: { id: string }) => c.id === aId)
@@ -180,12 +146,12 @@ t.test('410 Gone disables the consumer: status shows it, its partitions move, pu
   )
   t.same(b.requests.map((r) => env(r).value).sort(), ['p0', 'p1'], 'b got p0 (retried there) and p1')
   await produce('gone', [{ value: 'later', partition: 0 }])
-  await b.waitFor(3, 5000)
+  await b.waitFor(3)
   t.equal(env(b.requests[2]).value, 'later', "a message produced later goes to b, a's partition's new consumer")
   t.equal(a.requests.length, 1, 'the disabled consumer gets nothing after its 410')
   await waitUntil(
     async () => (await attemptRows('gone-g')).some((r) => r.status_code === 410 && r.outcome === 'failed'),
-    3000,
+    30_000,
     '410 attempt row',
   )
 
@@ -194,10 +160,10 @@ t.test('410 Gone disables the consumer: status shows it, its partitions move, pu
   const only = await startReceiver(t, { status: 410 })
   await addConsumer('gone1-g', only.url)
   await produce('gone1', [{ value: 'q', partition: 1 }])
-  await only.waitFor(1, 5000)
+  await only.waitFor(1)
   await waitUntil(
     async () => (await groupStatus('gone1-g')).partitions.every((p: { consumerId: string | null }) => p.consumerId === null),
-    3000,
+    30_000,
     'no partition has a consumer',
   )
   // Absence: the retry (200 ms after the 410) must not go to the disabled consumer.
@@ -234,7 +200,7 @@ t.test('redirects are never followed: 302 and 307 are failed attempts; the targe
     const r = await startReceiver(t, spec)
     await addConsumer(`${name}-g`, r.url)
     await produce(name, [{ value: name }])
-    await r.waitFor(2, 5000)
+    await r.waitFor(2)
     await allCompleted(`${name}-g`)
     const code = name === 'r302' ? 302 : 307
     await waitUntil(
@@ -247,7 +213,7 @@ t.test('redirects are never followed: 302 and 307 are failed attempts; the targe
           rows[1].outcome === 'dead'
         )
       },
-      3000,
+      30_000,
       `${name}: attempt rows record the ${code}`,
     )
   }
@@ -266,7 +232,7 @@ t.test('a consumer that hangs: the push times out, is retried, and is delivered'
   const { receiver, times } = await timedReceiver(t, (_req, n) => (n === 1 ? { hang: true } : { status: 200 }))
   await addConsumer('hang-g', receiver.url)
   await produce('hang', [{ value: 'h' }])
-  await receiver.waitFor(2, 5000)
+  await receiver.waitFor(2)
   await allCompleted('hang-g')
   t.ok(
     times[1]! - times[0]! >= 250,
@@ -278,7 +244,7 @@ t.test('a consumer that hangs: the push times out, is retried, and is delivered'
       const r = await attemptRows('hang-g')
       return r.length === 2 && r[1].outcome === 'acked' ? r : undefined
     },
-    3000,
+    30_000,
     'two attempt rows, the second acked',
   )
   // A push with no answer within pushTimeoutMs is a failed attempt (timed_out is for an ack
@@ -295,14 +261,14 @@ t.test('a consumer that resets the connection: a failed attempt with the network
   const { receiver } = await timedReceiver(t, (_req, n) => (n === 1 ? { reset: true } : { status: 200 }))
   await addConsumer('rst-g', receiver.url)
   await produce('rst', [{ value: 'r' }])
-  await receiver.waitFor(2, 5000)
+  await receiver.waitFor(2)
   await allCompleted('rst-g')
   const rows = await waitUntil(
     async () => {
       const rows = await attemptRows('rst-g')
       return rows.length === 2 && rows[1].outcome === 'acked' ? rows : undefined
     },
-    3000,
+    30_000,
     'two attempt rows',
   )
   t.equal(rows[0].outcome, 'failed')
@@ -329,7 +295,7 @@ t.test('a flapping consumer (500, 503, then 200) gets every message delivered; a
     'flap',
     Array.from({ length: 6 }, (_, i) => ({ value: `m${i}`, partition: i % 2 })),
   )
-  await receiver.waitFor(18, 10_000)
+  await receiver.waitFor(18)
   await allCompleted('flap-g')
   t.equal(seen.size, 6)
   t.ok(
@@ -348,7 +314,7 @@ t.test('a flapping consumer (500, 503, then 200) gets every message delivered; a
       }
       return true
     },
-    3000,
+    30_000,
     'rows: failed 500, failed 503, acked 200 for each message',
   )
 })

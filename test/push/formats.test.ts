@@ -7,41 +7,15 @@ import t from 'tap'
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
-import { inOffsetOrder, startReceiver, type BehaviourSpec, type Received } from '../helpers/receiver.ts'
+import { env, pushGroups, timedReceiver } from '../helpers/push-group.ts'
+import { inOffsetOrder, startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
-const { call, produce, groupStatus, allCompleted, ack } = api(broker)
-
-interface Envelope {
-  deliveryId: string
-  partition: number
-  offset: number
-  attempt: number
-  value: unknown
-}
-const env = (r: Received | undefined) => r!.json as Envelope
-interface TT {
-  equal(found: unknown, wanted: unknown): boolean
-  teardown(fn: () => unknown): void
-}
-async function topicAndGroup(tt: TT, name: string, group: object, partitions = 1) {
-  tt.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
-  tt.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name, ...group })).status, 201)
-}
-async function timedReceiver(tt: TT, behave: (req: Received, n: number) => BehaviourSpec = () => ({ status: 200 })) {
-  const times: number[] = []
-  const receiver = await startReceiver(tt, (req) => {
-    times.push(Date.now())
-    return behave(req, times.length)
-  })
-  return { receiver, times }
-}
-const addConsumer = async (group: string, url: string, secret?: string) => {
-  const res = await call('POST', `/v1/groups/${group}/consumers`, { url, ...(secret ? { secret } : {}) })
-  if (res.status !== 201) throw new Error(`add consumer: ${res.status} ${JSON.stringify(res.json)}`)
-  return res.json.id as string
-}
+const { call, produce, sql, groupStatus, allCompleted, ack } = api(broker)
+const groups = pushGroups({ call, sql })
+const { topicAndGroup } = groups
+const addConsumer = (group: string, url: string, secret?: string) => groups.addConsumer(group, url, secret ? { secret } : {})
 const header = (r: Received, name: string) => {
   const v = r.headers[name]
   return Array.isArray(v) ? v.join(', ') : v
@@ -74,7 +48,7 @@ t.test('pushFormat raw: the body is the bare value; hookq-* headers carry the en
     { value, key: 'user-1', headers: { trace: 't1' }, partition: 1 },
     { value: 'just a string', partition: 1 },
   ])
-  await receiver.waitFor(2, 5000)
+  await receiver.waitFor(2)
   const [first, second] = inOffsetOrder(receiver.requests) as [Received, Received]
   t.same(JSON.parse(first.body), value, 'body is the value itself')
   t.notOk('deliveryId' in (JSON.parse(first.body) as object), 'no envelope around it')
@@ -93,7 +67,7 @@ t.test('pushFormat raw: the body is the bare value; hookq-* headers carry the en
   // The raw delivery id works like the envelope's.
   const n = await call('POST', '/v1/groups/raw-g/nacks', { deliveryIds: [id], delayMs: 0 })
   t.equal(n.json.results[0].status, 'nacked')
-  await receiver.waitFor(3, 5000)
+  await receiver.waitFor(3)
   const again = receiver.requests[2]!
   t.equal(header(again, 'hookq-attempt'), '2')
   t.equal(header(again, 'hookq-offset'), '0')
@@ -148,7 +122,7 @@ t.test('Standard Webhooks with pushFormat raw: the signature covers the raw body
   const r = await startReceiver(t)
   await addConsumer('swraw-g', r.url, secret)
   await produce('swraw', [{ value: ['raw', { x: 'ü' }] }])
-  await r.waitFor(1, 5000)
+  await r.waitFor(1)
   t.equal(r.requests[0]!.body, JSON.stringify(['raw', { x: 'ü' }]))
   t.ok(independentVerify(secret, r.requests[0]!), 'verifies over the bare value')
 })
@@ -163,7 +137,7 @@ t.test('produce delayMs: not pushed before its time; undelayed neighbours are no
   await addConsumer('dly-g', r.url)
   const before = Date.now()
   await produce('dly', [{ value: 'late', delayMs: 1500 }, { value: 'now' }, { value: 'soon', delayMs: 600 }])
-  await allCompleted('dly-g', 8000)
+  await allCompleted('dly-g')
   const at = (v: string) => arrived.get(v)! - before
   t.comment(`now ${at('now')} ms, soon ${at('soon')} ms, late ${at('late')} ms after the produce call`)
   t.ok(at('now') < 1000, 'the undelayed one went out at once')
@@ -182,7 +156,7 @@ t.test('produce delayMs: delayed messages waiting for their time do not use up m
   await addConsumer('dlyq-g', r.url)
   const before = Date.now()
   await produce('dlyq', [{ value: 'later-1', delayMs: 3000 }, { value: 'later-2', delayMs: 3000 }, { value: 'now' }])
-  await waitUntil(() => arrived.has('now'), 6000, 'the undelayed message')
+  await waitUntil(() => arrived.has('now'), 30_000, 'the undelayed message')
   t.ok(arrived.get('now')! - before < 1000, `the undelayed message went out after ${arrived.get('now')! - before} ms (want < 1000)`)
-  await allCompleted('dlyq-g', 8000)
+  await allCompleted('dlyq-g')
 })

@@ -6,19 +6,12 @@
 import t from 'tap'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
+import { env } from '../helpers/push-group.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, sql, groupStatus } = api(broker)
-interface Envelope {
-  deliveryId: string
-  partition: number
-  offset: number
-  attempt: number
-  value: unknown
-}
-const env = (r: Received | undefined) => r!.json as Envelope
 
 /** mulberry32: a small seeded PRNG. */
 function rng(seed: number) {

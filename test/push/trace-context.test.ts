@@ -11,6 +11,7 @@ import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@open
 import { readForDispatch } from '../../src/store/consumption.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
+import type { Envelope } from '../helpers/push-group.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -22,16 +23,6 @@ const CALL = `00-${CALL_TRACE}-00f067aa0ba902b7-01`
 const OWN_TRACE = 'a3ce929d0e0e47364bf92f3577b34da6'
 const OWN = `00-${OWN_TRACE}-b7ad6b7169203331-00`
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/
-
-interface Envelope {
-  value: unknown
-  offset: number
-  attempt: number
-  deliveryId: string
-  headers: Record<string, string>
-  traceparent: string
-  tracestate: string
-}
 
 /** The parts of a traceparent (the test fails on an invalid one). */
 function parts(tp: unknown): { traceId: string; spanId: string; flags: string } {

@@ -1,0 +1,15 @@
+// `npm run test:faults`: the test files that are slow by nature, which `npm test` leaves out: the
+// fault-injection scenarios (test/faults) and the multi-process soaks (several broker processes,
+// SIGKILLs under load, load past capacity). They are package.json's `tap.exclude` list, the one
+// place that names them, run here by tap with the same settings as `npm test`. Arguments go to tap
+// (`npm run test:faults -- --reporter=terse`). HOOKQ_FAULTS_PROFILE=long runs the long fault profile.
+// Like every server test they need DATABASE_URL (a PostgreSQL server), and say so when skipped.
+import { spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+
+const root = fileURLToPath(new URL('..', import.meta.url))
+const files = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).tap.exclude
+const tap = fileURLToPath(new URL('../node_modules/tap/dist/esm/run.mjs', import.meta.url))
+const run = spawnSync(process.execPath, [tap, ...files, ...process.argv.slice(2)], { stdio: 'inherit', cwd: root })
+process.exit(run.status ?? 1)
