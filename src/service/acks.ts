@@ -91,11 +91,16 @@ async function gather(opts: PullOptions, signal: AbortSignal, sources: PullSourc
   const total = sources.reduce((n, s) => n + s.parts, 0)
   let left = opts.maxMessages
   const shares = sources.map((s) => {
-    const share = Math.min(left, Math.max(1, Math.floor((opts.maxMessages * s.parts) / Math.max(1, total))))
+    const share = Math.min(left, Math.floor((opts.maxMessages * s.parts) / Math.max(1, total)))
     left -= share
     return share
   })
   shares[0]! += left // what the split rounded off: this process's
+  // A long poll waits on every owner, at least one message each: the produce that wakes it may
+  // come to any of them. Only when maxMessages is below the number of owners, and two owners
+  // answer at once, can that lease more than the caller takes: the extra ones are cut (below) and
+  // expire like the lease of a caller gone.
+  if (opts.waitMs > 0) for (const i of shares.keys()) shares[i] = Math.max(1, shares[i]!)
   const aborts = sources.map(() => new AbortController())
   const stopAll = () => {
     for (const a of aborts) a.abort()
@@ -112,7 +117,7 @@ async function gather(opts: PullOptions, signal: AbortSignal, sources: PullSourc
         return got
       }),
     )
-    return answers.flat()
+    return answers.flat().slice(0, opts.maxMessages)
   } finally {
     signal.removeEventListener('abort', stopAll)
   }
