@@ -16,6 +16,12 @@
  */
 import type { Timers } from './schedule.ts'
 
+/**
+ * A pull without waitMs answers once nothing more can be leased at once; should a read or a write
+ * it waits for never end (a database that stopped answering), this bounds the wait.
+ */
+const IMMEDIATE_LIMIT_MS = 2000
+
 /** One pull call waiting here for messages. */
 export class Taker {
   /** Envelopes leased to it, in the order they were leased. */
@@ -46,6 +52,8 @@ export interface PullDeskDeps {
 
 export class PullDesk {
   private readonly waiting = new Map<number, Taker[]>()
+  /** Takers with waitMs 0 waiting, over all groups: settled() has nothing to do while there are none. */
+  private immediates = 0
 
   constructor(private readonly deps: PullDeskDeps) {}
 
@@ -59,7 +67,8 @@ export class PullDesk {
     let line = this.waiting.get(t.groupId)
     if (!line) this.waiting.set(t.groupId, (line = []))
     line.push(t)
-    if (!t.immediate) t.timer = this.deps.timers.setTimeout(() => this.answer(t), waitMs)
+    if (t.immediate) this.immediates++
+    t.timer = this.deps.timers.setTimeout(() => this.answer(t), t.immediate ? IMMEDIATE_LIMIT_MS : waitMs)
   }
 
   /** The first taker of the group with room, or undefined: a message that can go waits `ready`. */
@@ -97,6 +106,7 @@ export class PullDesk {
    * can be leased at once, with what they have.
    */
   settled(groupId: number): void {
+    if (this.immediates === 0) return
     const line = this.waiting.get(groupId)
     if (!line) return
     for (const t of line) if (t.immediate && !t.answering) this.soon(t)
@@ -128,6 +138,7 @@ export class PullDesk {
   private answer(t: Taker): void {
     if (t.done) return
     t.done = true
+    if (t.immediate) this.immediates--
     if (t.timer !== undefined) this.deps.timers.clearTimeout(t.timer)
     const line = this.waiting.get(t.groupId)
     if (line) {
