@@ -231,3 +231,24 @@ t.test('a caller that goes away leases nothing more', async (t) => {
   t.equal(m!.value, 'kept')
   t.equal(m!.attempt, 1, 'not leased to the caller that went away')
 })
+
+t.test('filters and seek hold for pull groups', async (t) => {
+  await call('PUT', '/v1/topics/filtered', { partitions: 1 })
+  await call('PUT', '/v1/groups/filtered', { topic: 'filtered', delivery: 'pull', filter: { 'headers.kind': 'keep' } })
+  await produce('filtered', [
+    { value: 'drop', headers: { kind: 'other' } },
+    { value: 'keep', headers: { kind: 'keep' } },
+  ])
+  const [m] = await pullUntil('filtered', 1)
+  t.equal(m!.value, 'keep', 'the filter skipped the other message')
+  await call('POST', '/v1/groups/filtered/acks', { deliveryIds: [m!.deliveryId] })
+  // A seek back to 0: the kept message is leased again (attempt 1 of a new round), the old id is void.
+  const seek = await call('POST', '/v1/groups/filtered/seek', { offset: 0 })
+  t.equal(seek.status, 200, JSON.stringify(seek.json))
+  const [again] = await pullUntil('filtered', 1)
+  t.equal(again!.value, 'keep')
+  t.equal(again!.offset, m!.offset)
+  t.not(again!.deliveryId, m!.deliveryId)
+  const stale = await call('POST', '/v1/groups/filtered/acks', { deliveryIds: [m!.deliveryId] })
+  t.equal((stale.json as { results: { status: string }[] }).results[0]!.status, 'unknown', 'an id from before the seek no longer counts')
+})
