@@ -34,6 +34,8 @@ const PASSED_HEADERS = ['authorization', 'accept', 'user-agent']
 /** Headers of an owner's failed answer relayed to the caller. */
 const RELAYED_HEADERS = ['content-type', 'retry-after', 'www-authenticate']
 const FORWARD_TIMEOUT_MS = 15_000
+/** Pulls forwarded to one owner at once at most (each a waiting caller here); more wait for a connection. */
+const PULL_CONNECTIONS = 256
 
 export interface PartitionDirectory {
   /** No other process was seen at the last poll: every call is this process's own. */
@@ -76,8 +78,11 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
   if (!directory) return
   const owners = directory
   const agent = new Agent({ connections: 16, keepAliveTimeout: 10_000 })
+  // Long polls hold a connection for up to 20 s each: their own pool, so that they never queue the
+  // acks (or each other, up to this many waiting per owner) behind them.
+  const pullAgent = new Agent({ connections: PULL_CONNECTIONS, keepAliveTimeout: 10_000 })
   app.addHook('onClose', async () => {
-    await agent.close()
+    await Promise.all([agent.close(), pullAgent.close()])
   })
 
   // Hooks on these routes only: produce and the rest never pay for them.
@@ -293,7 +298,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
         waitMs: opts.waitMs,
         ...(opts.leaseMs === undefined ? {} : { leaseMs: opts.leaseMs }),
       }),
-      dispatcher: agent,
+      dispatcher: pullAgent,
       signal,
       headersTimeout: timeoutMs,
       bodyTimeout: timeoutMs,
