@@ -252,3 +252,23 @@ t.test('filters and seek hold for pull groups', async (t) => {
   const stale = await call('POST', '/v1/groups/filtered/acks', { deliveryIds: [m!.deliveryId] })
   t.equal((stale.json as { results: { status: string }[] }).results[0]!.status, 'unknown', 'an id from before the seek no longer counts')
 })
+
+t.test('ordering "key": one outstanding message per key across callers', async (t) => {
+  await call('PUT', '/v1/topics/keyed', { partitions: 1 })
+  await call('PUT', '/v1/groups/keyed', { topic: 'keyed', delivery: 'pull', ordering: 'key' })
+  await produce('keyed', [
+    { key: 'k1', value: 'k1-a' },
+    { key: 'k1', value: 'k1-b' },
+    { key: 'k2', value: 'k2-a' },
+  ])
+  const first = await pullUntil('keyed', 2, { maxMessages: 10 })
+  t.same(first.map((m) => m.value).sort(), ['k1-a', 'k2-a'], 'k1-b waits behind k1-a')
+  t.same(await pull('keyed', { maxMessages: 10 }), [], 'a second caller gets nothing of a busy key')
+  const waiting = pull('keyed', { maxMessages: 10, waitMs: 15_000 })
+  await call('POST', '/v1/groups/keyed/acks', { deliveryIds: [first.find((m) => m.value === 'k1-a')!.deliveryId] })
+  t.same(
+    (await waiting).map((m) => m.value),
+    ['k1-b'],
+    "the ack of k1-a frees k1's next message, for the caller waiting",
+  )
+})
