@@ -22,6 +22,8 @@ export const ERRORS = {
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   topic_conflict: { status: 409, title: 'Topic exists with a different configuration' },
   group_conflict: { status: 409, title: 'Group exists with a different topic' },
+  pull_group: { status: 409, title: 'The group is a pull group: it has no consumers' },
+  push_group: { status: 409, title: 'The group is a push group: its messages are pushed, not pulled' },
   message_too_large: { status: 413, title: 'Message too large' },
   body_too_large: { status: 413, title: 'Request body too large' },
   uri_too_long: { status: 414, title: 'URI too long' },

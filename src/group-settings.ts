@@ -284,6 +284,13 @@ export const Filter = Type.Record(Type.String(), Type.Unknown(), {
  * the descriptions.
  */
 export const GROUP_SETTINGS = {
+  delivery: value(Type.Union([Type.Literal('push'), Type.Literal('pull')]), {
+    default: 'push',
+    choices: {
+      push: "messages are pushed to the group's consumers",
+      pull: 'callers take messages with POST /v1/groups/{group}/pull; the group has no consumers',
+    },
+  }),
   ackMode: value(Type.Union([Type.Literal('explicit'), Type.Literal('auto')]), {
     default: 'explicit',
     choices: { explicit: 'a 2xx means received, ack over HTTP', auto: 'a 2xx is the ack' },

@@ -194,7 +194,7 @@ function bodyOf(topic: string, o: GroupOptions): GroupConfig {
 
 function printStatus(s: GroupStatus): void {
   const r = s.retry
-  printLine(`group ${s.name} on topic ${s.topic}${s.paused ? ' (PAUSED)' : ''}`)
+  printLine(`group ${s.name} on topic ${s.topic}${s.delivery === 'pull' ? ' (pull delivery)' : ''}${s.paused ? ' (PAUSED)' : ''}`)
   printLine(
     `  ack ${s.ackMode}, ack timeout ${duration(s.ackTimeoutMs)}, push timeout ${duration(s.pushTimeoutMs)}, push format ${s.pushFormat}`,
   )

@@ -18,6 +18,7 @@ import { registerSecrets } from './secrets.ts'
 import { registerSchedules } from './schedules.ts'
 import { registerSeek } from './seek.ts'
 import { registerServe } from './serve.ts'
+import { registerPull } from './pull.ts'
 import { registerTail } from './tail.ts'
 import { registerTopics } from './topics.ts'
 
@@ -32,7 +33,7 @@ const { version } = JSON.parse(readFileSync(new URL('../../package.json', import
 export function buildProgram(registerGroups?: (groups: Command) => void): Command {
   const program = new Command('hookq')
     .description(
-      'command line for the hookq broker: topics, produce, groups, consumers, tail, deliveries, seek, dead letters, schedules, API keys',
+      'command line for the hookq broker: topics, produce, groups, consumers, tail, pull, deliveries, seek, dead letters, schedules, API keys',
     )
     .version(version, '-V, --version')
     .addOption(new Option('--url <url>', `broker URL (default ${DEFAULT_URL})`).env('HOOKQ_URL'))
@@ -51,6 +52,7 @@ export function buildProgram(registerGroups?: (groups: Command) => void): Comman
   registerGroups?.(groups)
   registerConsumers(program)
   registerTail(program)
+  registerPull(program)
   registerDeliveries(program)
   registerSeek(program)
   registerDlq(program)

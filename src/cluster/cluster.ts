@@ -115,6 +115,21 @@ export class Cluster {
     return this.dispatcher.hasGroup(name)
   }
 
+  /** Callers of pull waiting on this process for the group. */
+  pullWaiters(name: string): number {
+    return this.dispatcher.pullWaiters(name)
+  }
+
+  deliveryOf(name: string): 'push' | 'pull' | undefined {
+    return this.dispatcher.deliveryOf(name)
+  }
+
+  /** Leases from the partitions this process owns (the HTTP layer gathers from the other owners: src/http/forward.ts). */
+  pull(group: string, opts: { maxMessages: number; waitMs: number; leaseMs: number | undefined }, signal?: AbortSignal): Promise<string[]> {
+    this.requireLoaded(group)
+    return this.dispatcher.pull(group, opts, signal)
+  }
+
   async ack(group: string, ids: string[]): Results {
     this.requireLoaded(group)
     await this.ownership.loaded(group, () => partitionsOf(ids), TAKING_WAIT_MS)

@@ -14,7 +14,7 @@
  *   storage?: TopicStorage }} TopicDetail
  * @typedef {{ partition: number, offset: number, key: string | null, value: unknown,
  *   headers: Record<string, string>, timestamp: string }} Message
- * @typedef {{ name: string, topic: string, ackMode: 'explicit' | 'auto', ackTimeoutMs: number, maxDeliveries: number,
+ * @typedef {{ name: string, topic: string, delivery: 'push' | 'pull', ackMode: 'explicit' | 'auto', ackTimeoutMs: number, maxDeliveries: number,
  *   retry: { initialDelayMs: number, multiplier: number, maxDelayMs: number, jitter: number },
  *   deadLetterTopic: string | null, startAt: string, maxInFlight: number, ordered: boolean,
  *   ordering: 'none' | 'partition' | 'key', pushTimeoutMs: number,

@@ -117,6 +117,7 @@ function limitsText(c) {
 function settings(g) {
   /** @type {[string, string][]} */
   const items = [
+    ['Delivery', g.delivery],
     ['Ack mode', g.ackMode],
     ['Ack timeout', fmtDuration(g.ackTimeoutMs)],
     ['Max deliveries', String(g.maxDeliveries)],

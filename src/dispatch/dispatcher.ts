@@ -49,6 +49,7 @@ import {
 } from './partition-state.ts'
 import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
+import { PullDesk, Taker } from './pull-desk.ts'
 import type { PushAgent } from './pusher.ts'
 import type { PushWindowOptions } from './push-window.ts'
 import { nodeTimers, Schedule, type Timers } from './schedule.ts'
@@ -109,6 +110,7 @@ export class Dispatcher {
   private readonly acks: AckHandler
   private readonly health: HealthRecorder
   private readonly disables = new PendingDisables()
+  private readonly pulls: PullDesk
   private stopped = false
 
   constructor(private readonly deps: DispatcherDeps) {
@@ -138,7 +140,15 @@ export class Dispatcher {
       log: deps.log,
       onReadable: (g, w) => this.flow.safely(() => this.flow.fill(g, w)),
     })
+    this.pulls = new PullDesk({
+      timers,
+      busy: (groupId) => {
+        for (const w of this.groupsById.get(groupId)?.parts.values() ?? []) if (w.reading || w.reserving || w.unsent.size > 0) return true
+        return false
+      },
+    })
     this.flow = new PushFlow({
+      pulls: this.pulls,
       db: deps.db,
       findTopic: (name) => findTopicByName(deps.db.prisma, name),
       attempts: deps.attempts,
@@ -206,6 +216,7 @@ export class Dispatcher {
   async stop(): Promise<void> {
     this.stopped = true
     this.schedule.stop()
+    this.pulls.closeAll()
     await this.progress.drain()
     // Before the session ends and the others take the partitions: what was not pushed is given back.
     const backs: HandBack[] = []
@@ -468,6 +479,33 @@ export class Dispatcher {
     return this.groupsById.get(groupId)?.parts.get(partition)?.outstanding.size ?? 0
   }
 
+  /** Callers of pull waiting here for the group (the status view, tests). */
+  pullWaiters(name: string): number {
+    const g = this.groups.get(name)
+    return g ? this.pulls.waiters(g.row.id) : 0
+  }
+
+  /** The group's delivery ('push' or 'pull'), undefined when it is not running here. */
+  deliveryOf(name: string): 'push' | 'pull' | undefined {
+    return this.groups.get(name)?.row.delivery
+  }
+
+  /**
+   * Leases up to maxMessages of a pull group's messages on the partitions owned here, waiting up
+   * to waitMs for the first (pull-desk.ts): their envelopes. `signal`: the caller went away.
+   */
+  pull(name: string, opts: { maxMessages: number; waitMs: number; leaseMs: number | undefined }, signal?: AbortSignal): Promise<string[]> {
+    const g = this.groups.get(name)
+    if (!g || this.stopped || signal?.aborted) return Promise.resolve([])
+    return new Promise((resolve) => {
+      const t = new Taker(g.row.id, opts.maxMessages, opts.leaseMs ?? g.row.ackTimeoutMs, opts.waitMs === 0, resolve)
+      this.pulls.add(t, opts.waitMs)
+      signal?.addEventListener('abort', () => this.pulls.gone(t), { once: true })
+      this.flow.safely(() => this.flow.pullerCame(g))
+      this.pulls.settled(g.row.id)
+    })
+  }
+
   /** Acks: completes each message; durable when this resolves. */
   ack(groupName: string, deliveryIds: string[]): Promise<AckResult[]> {
     return this.acks.ack(this.groups.get(groupName), deliveryIds)
@@ -504,7 +542,7 @@ function handBackOf(g: GroupRuntime, w: PartitionState): HandBack {
 /** Explicit-ack messages whose current push was answered and whose ack may still come: handed over in flight. */
 function awaitingAcks(g: GroupRuntime, w: PartitionState): Set<Outstanding> {
   const out = new Set<Outstanding>()
-  if (g.row.ackMode !== 'explicit') return out
+  if (g.row.ackMode !== 'explicit' && g.row.delivery !== 'pull') return out
   for (const o of w.outstanding.values()) if (o.state === 'in_flight' && o.current !== undefined && !o.current.pushing) out.add(o)
   return out
 }

@@ -49,6 +49,9 @@ import { Wait } from './waits.ts'
 import type { HealthRecorder } from './health.ts'
 import { deadLetterEntry, type CompletionRequest, type GroupRuntime, type Outstanding, type PartitionState } from './partition-state.ts'
 import type { Attempt } from './partition.ts'
+import { buildEnvelope } from './envelope.ts'
+import { attemptTraceparent, newSpanId } from './trace-context.ts'
+import type { PullDesk } from './pull-desk.ts'
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
 const MAX_DELAYED = 1000
@@ -78,6 +81,8 @@ export interface PushFlowDeps {
   moved(g: GroupRuntime, w: PartitionState): void
   /** Each consumer's successes and failures, for its health. */
   health?: HealthRecorder
+  /** The callers of pull groups waiting here (a lease goes to them instead of a push). */
+  pulls: PullDesk
 }
 
 export class PushFlow {
@@ -101,6 +106,11 @@ export class PushFlow {
 
   /** Admits what may go out now: messages that fell due while there was no room, then the buffer's. */
   fill(g: GroupRuntime, w: PartitionState): void {
+    if (g.row.delivery === 'pull') {
+      this.fillPull(g, w)
+      // Callers of pull with waitMs 0 answer once this pass (and any read or write it began) is over.
+      return this.deps.pulls.settled(g.row.id)
+    }
     if (this.deps.stopped() || g.dropped || w.dropped || w.releasing) return
     // Nothing to push to: read nothing (a consumer joining, or unpausing, calls fill again).
     const consumer = g.consumerOf[w.partition]
@@ -136,6 +146,48 @@ export class PushFlow {
       this.admit(g, w, msg, due, nowMs)
     }
     if (w.buffer.length < READ_AHEAD) this.deps.reader.read(g, w)
+  }
+
+  /**
+   * fill for a pull group: the same admission, with the callers waiting here in place of a
+   * consumer and its push window (nothing is read while nobody waits).
+   */
+  private fillPull(g: GroupRuntime, w: PartitionState): void {
+    if (this.deps.stopped() || g.dropped || w.dropped || w.releasing || g.row.paused) return
+    const pulls = this.deps.pulls
+    const id = g.row.id
+    const ordering = g.row.ordering
+    const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
+    while (w.ready.length > 0 && w.active() < limit) {
+      if (!pulls.taker(id)) return
+      this.start(g, w, w.ready[0]!)
+    }
+    const nowMs = this.deps.now()
+    const byKey = ordering === 'key'
+    while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
+      if (!pulls.taker(id)) return
+      const next = w.buffer[0]
+      if (!next) return this.deps.reader.read(g, w)
+      if (byKey && w.keyQueued() >= MAX_KEY_QUEUED && next.key !== null && w.keyBusy(next.key)) return
+      const msg = w.take()
+      if (!msg) continue
+      const due = msg.availableAtMs <= nowMs
+      if (due && g.filter && !w.pushedBefore(msg.offset) && !g.filter(msg)) {
+        this.filterOut(g, w, msg.offset)
+        continue
+      }
+      if (byKey && !w.takeKey(msg)) continue
+      this.admit(g, w, msg, due, nowMs)
+    }
+    if (w.buffer.length < READ_AHEAD) this.deps.reader.read(g, w)
+  }
+
+  /** A caller of pull came for the group: what waits for one (ready, parked) goes out, then new messages. */
+  pullerCame(g: GroupRuntime): void {
+    for (const w of g.parts.values()) {
+      if (!g.row.paused) for (const o of [...w.outstanding.values()]) if (o.state === 'parked') this.start(g, w, o)
+      this.fill(g, w)
+    }
   }
 
   /**
@@ -257,10 +309,12 @@ export class PushFlow {
         return this.fill(g, w)
       }
     }
+    const pull = g.row.delivery === 'pull'
     const consumer = g.consumerOf[w.partition]
-    if (g.row.paused || !consumer || this.deps.stopped() || w.releasing || w.dropped) return w.move(o, 'parked')
+    if (g.row.paused || (!consumer && !pull) || this.deps.stopped() || w.releasing || w.dropped) return w.move(o, 'parked')
     // Attempts made before a restart count: one that already had them all is dead-lettered now.
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
+    if (pull || !consumer) return this.lease(g, w, o)
     // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
     const win = this.deps.windows.of(consumer.id)
     const joining = this.sender.isOpen(w, consumer)
@@ -338,6 +392,94 @@ export class PushFlow {
           giveBack()
           if (!current()) return
           // Not pushed, and not on record: the attempt did not happen. Try again in a second.
+          this.deps.log.error(
+            { err, group: g.row.name, partition: w.partition, offset: o.msg.offset },
+            'recording a retry failed; retrying in 1 s',
+          )
+          this.dropDeadline(a)
+          w.undo(o, a)
+          this.wait(g, w, o, 'retry', this.deps.now() + 1000)
+        },
+      )
+      .catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'starting a retry failed'))
+  }
+
+  /**
+   * A pull group's attempt: the message is leased to the first caller waiting here with room
+   * (`ready` until one comes). The same attempt as a push's (delivery id, number, ack deadline on
+   * the schedule, attempt row, the reservation before a first one, the fence before a retry); its
+   * envelope goes into the caller's answer instead of a request, and the attempt is never
+   * `pushing`, so an ack, nack or extend acts on it at once.
+   */
+  private lease(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
+    const pulls = this.deps.pulls
+    const taker = pulls.taker(g.row.id)
+    if (!taker) return w.move(o, 'ready')
+    if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
+      w.move(o, 'reserving')
+      return this.reserve(g, w)
+    }
+    const attempt = o.attempts + 1
+    if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
+    const id = newDeliveryId({ groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt })
+    const nowMs = this.deps.now()
+    const deadlineMs = nowMs + taker.leaseMs
+    const a = w.begin(o, id)
+    w.setDeadline(o, a, this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs))
+    const row: AttemptStart = {
+      id,
+      groupId: g.row.id,
+      topicId: g.topic.id,
+      partition: w.partition,
+      offset: o.msg.offset,
+      attempt,
+      consumerId: null,
+      startedAtMs: nowMs,
+      ackDeadlineMs: deadlineMs,
+      outcome: undefined,
+      finishedAtMs: undefined,
+      statusCode: undefined,
+      durationMs: undefined,
+      error: undefined,
+    }
+    pulls.take(taker)
+    const hand = () => {
+      // A span id of its own per attempt, in the message's trace (no push span: nothing is sent from here).
+      const traceparent = attemptTraceparent(o.msg, newSpanId())
+      const target = {
+        groupName: g.row.name,
+        topicName: g.topic.name,
+        topicId: g.topic.id,
+        partition: w.partition,
+        pushFormat: 'envelope' as const,
+        consumerSecrets: [],
+      }
+      // Handed to a caller gone meanwhile: the lease expires at its deadline and is retried.
+      pulls.hand(taker, buildEnvelope(target, o.msg, a.id, a.number, deadlineMs, traceparent))
+    }
+    if (attempt === 1) {
+      this.deps.attempts.started(row)
+      return hand()
+    }
+    // A retry's row first, with the epoch checked, as for a push (see start).
+    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
+    const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
+    w.recording(a)
+    Promise.all([this.deps.attempts.durable(row), fence])
+      .then(
+        ([, held]) => {
+          if (!held) {
+            pulls.unhand(taker)
+            return this.deps.moved(g, w)
+          }
+          if (!w.releasing && !w.dropped && !this.deps.stopped()) w.recorded(a)
+          if (current() && !this.deps.stopped() && !w.releasing) this.safely(hand)
+          else pulls.unhand(taker)
+        },
+        (err: unknown) => {
+          w.recorded(a)
+          pulls.unhand(taker)
+          if (!current()) return
           this.deps.log.error(
             { err, group: g.row.name, partition: w.partition, offset: o.msg.offset },
             'recording a retry failed; retrying in 1 s',
@@ -583,18 +725,14 @@ export class PushFlow {
         return
       }
       w.settle(o, a, true)
-      this.deps.attempts.update({
-        id: a.id,
-        outcome: 'timed_out',
-        finishedAtMs: this.deps.now(),
-        error: `no ack within ${g.row.ackTimeoutMs} ms`,
-      })
+      const why = g.row.delivery === 'pull' ? 'the lease passed without an ack' : `no ack within ${g.row.ackTimeoutMs} ms`
+      this.deps.attempts.update({ id: a.id, outcome: 'timed_out', finishedAtMs: this.deps.now(), error: why })
       // Took the push but not the message in time: as much a sign of overload as a slow answer.
       if (o.pushedTo) {
         this.deps.windows.find(o.pushedTo)?.window.shrink()
         this.deps.health?.failure(o.pushedTo, `no ack within ${g.row.ackTimeoutMs} ms`)
       }
-      this.failed(g, w, o, `no ack within ${g.row.ackTimeoutMs} ms`)
+      this.failed(g, w, o, why)
     })
   }
 

@@ -6,6 +6,8 @@
  *   process answers for its own, the answers merged in request order. Acks are idempotent, so when
  *   an owner cannot be reached the whole call is 503 with Retry-After and the caller sends it again.
  * - The group status: each owner's in-flight counts for the partitions it owns.
+ * - Pull: every owner of a partition of the group is asked at once for its share of maxMessages
+ *   (src/service/acks.ts gather; docs/pull.md says why gathering beats routing to one owner).
  *
  * Owners are as the last cluster poll saw them (src/cluster/ownership.ts). When that view is stale
  * (the owner died or gave the partition up since), the ids go to the partition's holder found afresh
@@ -18,11 +20,13 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Agent, request as undiciRequest } from 'undici'
 import { HookqError } from '../errors.ts'
+import type { PullElsewhere, PullOptions } from '../service/acks.ts'
 import { parseDeliveryId } from '../store/delivery-id.ts'
 
 /** The routes whose delivery ids are split between owners, `METHOD path` as registered. */
 const ID_ROUTES = new Set(['POST /v1/groups/:group/acks', 'POST /v1/groups/:group/nacks', 'POST /v1/groups/:group/extend'])
 const STATUS_ROUTE = 'GET /v1/groups/:group'
+const PULL_ROUTE = 'POST /v1/groups/:group/pull'
 
 const FORWARDED_HEADER = 'hookq-forwarded'
 /** Headers passed on to an owner; everything else (hop-by-hop, host, lengths) is the client's business. */
@@ -30,6 +34,8 @@ const PASSED_HEADERS = ['authorization', 'accept', 'user-agent']
 /** Headers of an owner's failed answer relayed to the caller. */
 const RELAYED_HEADERS = ['content-type', 'retry-after', 'www-authenticate']
 const FORWARD_TIMEOUT_MS = 15_000
+/** Pulls forwarded to one owner at once at most (each a waiting caller here); more wait for a connection. */
+const PULL_CONNECTIONS = 256
 
 export interface PartitionDirectory {
   /** No other process was seen at the last poll: every call is this process's own. */
@@ -50,6 +56,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** In-flight counts of the group's partitions owned by other processes (the status route). */
     inFlightElsewhere: Map<number, number> | null
+    /** The other owners of a pull group's partitions, to pull from as well (the pull route). */
+    pullElsewhere: PullElsewhere | null
     /** Answers other owners gave for some of the ids, by their index in the request. */
     answeredElsewhere: { total: number; results: Map<number, Result>; local: number[] } | null
   }
@@ -66,11 +74,15 @@ interface Answer {
 export function installForwarding(app: FastifyInstance, directory: PartitionDirectory | undefined): void {
   app.decorateRequest('inFlightElsewhere', null)
   app.decorateRequest('answeredElsewhere', null)
+  app.decorateRequest('pullElsewhere', null)
   if (!directory) return
   const owners = directory
   const agent = new Agent({ connections: 16, keepAliveTimeout: 10_000 })
+  // Long polls hold a connection for up to 20 s each: their own pool, so that they never queue the
+  // acks (or each other, up to this many waiting per owner) behind them.
+  const pullAgent = new Agent({ connections: PULL_CONNECTIONS, keepAliveTimeout: 10_000 })
   app.addHook('onClose', async () => {
-    await agent.close()
+    await Promise.all([agent.close(), pullAgent.close()])
   })
 
   // Hooks on these routes only: produce and the rest never pay for them.
@@ -81,7 +93,9 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       ? { pre: splitIds, ser: mergeIds }
       : methods.some((m) => key(m) === STATUS_ROUTE)
         ? { pre: countsElsewhere, ser: undefined }
-        : undefined
+        : methods.some((m) => key(m) === PULL_ROUTE)
+          ? { pre: pullOwners, ser: undefined }
+          : undefined
     if (!hooks) return
     route.preHandler = [...asArray(route.preHandler), hooks.pre]
     if (hooks.ser) route.preSerialization = [...asArray(route.preSerialization), hooks.ser]
@@ -246,6 +260,52 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       }),
     )
     req.inFlightElsewhere = counts
+  }
+
+  /** The other owners of the group's partitions, each with how many it owns and a way to pull from it. */
+  async function pullOwners(req: FastifyRequest): Promise<void> {
+    if (owners.alone || req.headers[FORWARDED_HEADER] !== undefined) return
+    const group = (req.params as { group: string }).group
+    const partitions = owners.partitionsOf(group) ?? 0
+    const byOwner = new Map<string, number>()
+    let selfParts = 0
+    for (let p = 0; p < partitions; p++) {
+      const owner = owners.ownerOf(group, p)
+      if (owner === 'self') selfParts++
+      else if (owner !== null) byOwner.set(owner, (byOwner.get(owner) ?? 0) + 1)
+    }
+    if (byOwner.size === 0) return
+    req.pullElsewhere = {
+      selfParts,
+      owners: [...byOwner].map(([base, parts]) => ({ parts, pull: (opts, signal) => pullFrom(base, req, opts, signal) })),
+    }
+  }
+
+  /** One owner's leases: an owner that fails or cannot be reached gave none (the others' answer stands). */
+  async function pullFrom(base: string, req: FastifyRequest, opts: PullOptions, signal: AbortSignal): Promise<string[]> {
+    const headers: Record<string, string> = { [FORWARDED_HEADER]: '1', 'content-type': 'application/json' }
+    for (const name of PASSED_HEADERS) {
+      const value = req.headers[name]
+      if (typeof value === 'string') headers[name] = value
+    }
+    const { pathname } = new URL(req.url, 'http://path.invalid')
+    const timeoutMs = FORWARD_TIMEOUT_MS + opts.waitMs
+    const answer = await undiciRequest(new URL(pathname, base), {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({
+        maxMessages: opts.maxMessages,
+        waitMs: opts.waitMs,
+        ...(opts.leaseMs === undefined ? {} : { leaseMs: opts.leaseMs }),
+      }),
+      dispatcher: pullAgent,
+      signal,
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    })
+    const text = await answer.body.text()
+    if (answer.statusCode !== 200) return []
+    return (JSON.parse(text) as { messages: unknown[] }).messages.map((m) => JSON.stringify(m))
   }
 }
 

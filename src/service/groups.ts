@@ -403,6 +403,12 @@ export class GroupService {
 
   async addConsumer(groupName: string, input: ConsumerInput): Promise<ConsumerRow> {
     const group = await this.get(groupName)
+    if (group.delivery === 'pull') {
+      throw new HookqError(
+        'pull_group',
+        `group ${groupName} is a pull group (delivery "pull"): callers take its messages with POST /v1/groups/${groupName}/pull`,
+      )
+    }
     const url = this.consumerUrl(input.url)
     if (input.secret !== undefined) checkSecret(input.secret)
     const auth = input.auth === undefined ? null : checkAuth(input.auth, (u) => this.consumerUrl(u, 'auth.tokenUrl'))

@@ -293,6 +293,23 @@ const BODY_ROUTES: BodyRoute[] = [
   },
   {
     method: 'POST',
+    path: '/v1/groups/g/pull',
+    valid: { maxMessages: 1 },
+    wrongTypes: [
+      { maxMessages: 0 },
+      { maxMessages: 1001 },
+      { maxMessages: '1' },
+      { waitMs: 20_001 },
+      { waitMs: -1 },
+      { leaseMs: 999 },
+      { other: 1 },
+      [],
+      'x',
+      null,
+    ],
+  },
+  {
+    method: 'POST',
     path: '/v1/groups/g/seek',
     valid: { offset: 0 },
     wrongTypes: [
@@ -373,6 +390,7 @@ const PARAM_ROUTES: { method: 'GET' | 'PUT' | 'POST' | 'PATCH' | 'DELETE'; templ
   { method: 'POST', template: '/v1/groups/{group}/acks', body: { deliveryIds: ['x'] } },
   { method: 'POST', template: '/v1/groups/{group}/nacks', body: { deliveryIds: ['x'] } },
   { method: 'POST', template: '/v1/groups/{group}/extend', body: { deliveryIds: ['x'], extendMs: 1000 } },
+  { method: 'POST', template: '/v1/groups/{group}/pull', body: {} },
   { method: 'GET', template: '/v1/groups/{group}/deliveries' },
   { method: 'POST', template: '/v1/groups/{group}/seek', body: { offset: 0 } },
   { method: 'PUT', template: '/v1/schedules/{name}', body: { topic: 'sink', cron: '0 0 1 1 *', message: { value: 1 } } },

@@ -53,6 +53,7 @@ export {
   type PgPoolLike,
   type PgResultLike,
 } from './pg-idempotency.ts'
+export { createPullConsumer, type PullConsumer, type PullConsumerOptions, type PulledMessage } from './pull-consumer.ts'
 export { parsePush, parsePushes, PushParseError, type ParsedPush, type PushMessage, type RawPush } from './push.ts'
 export {
   SIGNED_HEADERS,

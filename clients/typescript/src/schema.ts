@@ -268,6 +268,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/groups/{group}/pull": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Lease a pull group's messages, waiting up to waitMs for the first */
+        post: operations["pull"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/groups/{group}/extend": {
         parameters: {
             query?: never;
@@ -617,6 +634,8 @@ export interface components {
         GroupConfig: {
             /** @description The topic consumed; fixed once created */
             topic: string;
+            /** @description push (default): messages are pushed to the group's consumers; pull: callers take messages with POST /v1/groups/{group}/pull; the group has no consumers */
+            delivery?: "push" | "pull";
             /** @description explicit (default): a 2xx means received, ack over HTTP; auto: a 2xx is the ack */
             ackMode?: "explicit" | "auto";
             /** @description Time to ack a push (explicit mode) before it is pushed again; default 30000 */
@@ -648,6 +667,7 @@ export interface components {
         Group: {
             name: string;
             topic: string;
+            delivery: "push" | "pull";
             ackMode: "explicit" | "auto";
             ackTimeoutMs: number;
             maxDeliveries: number;
@@ -789,6 +809,7 @@ export interface components {
         GroupStatus: {
             name: string;
             topic: string;
+            delivery: "push" | "pull";
             ackMode: "explicit" | "auto";
             ackTimeoutMs: number;
             maxDeliveries: number;
@@ -841,6 +862,47 @@ export interface components {
         };
         AckResponse: {
             results: components["schemas"]["AckResult"][];
+        };
+        PullRequest: {
+            /** @description Messages leased at most (default 100) */
+            maxMessages?: number;
+            /** @description Wait up to this long for a message that can be leased (default 0: answer at once) */
+            waitMs?: number;
+            /** @description Each message's ack deadline is now + leaseMs (default the group's ackTimeoutMs) */
+            leaseMs?: number;
+        };
+        PulledMessage: {
+            /** @description Ack, nack or extend with this id */
+            deliveryId: string;
+            topic: string;
+            group: string;
+            partition: number;
+            offset: number;
+            key: string | null;
+            /** @description The message as produced (any JSON value) */
+            value: unknown;
+            headers: {
+                [key: string]: string;
+            };
+            /** @description 1 for the first lease or push, then one more per attempt */
+            attempt: number;
+            /**
+             * Format: date-time
+             * @description When the message was produced
+             */
+            timestamp: string;
+            /**
+             * Format: date-time
+             * @description The lease ends then: without an ack it is a failed attempt
+             */
+            ackDeadline: string;
+            /** @description W3C traceparent: the message's trace, a span id of this attempt's own */
+            traceparent: string;
+            /** @description The producer's W3C tracestate ("" when none) */
+            tracestate: string;
+        };
+        PullResponse: {
+            messages: components["schemas"]["PulledMessage"][];
         };
         /** @description One push attempt */
         Delivery: {
@@ -2516,6 +2578,105 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests; retry after the Retry-After header */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Overloaded or unavailable; retry after the Retry-After header */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    pull: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Group name */
+                group: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PullRequest"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PullResponse"];
+                };
+            };
+            /** @description The request is not valid */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope this call needs */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the current state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

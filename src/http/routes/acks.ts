@@ -1,7 +1,7 @@
 /** Ack, nack and extend: the consumer's side of explicit acknowledgement. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problems, ref } from '../schemas/common.ts'
-import { AckRequest, AckResponse, ExtendRequest, NackRequest } from '../schemas/acks.ts'
+import { AckRequest, AckResponse, ExtendRequest, NackRequest, PullRequest, PullResponse } from '../schemas/acks.ts'
 import { GroupParams } from '../schemas/groups.ts'
 import { access } from '../scopes.ts'
 import type { Services } from '../../service/services.ts'
@@ -43,6 +43,32 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
       async (req) => ({
         results: await services.acks.nack(req.params.group, req.body.deliveryIds, req.body.delayMs, req.body.deadLetter ?? false),
       }),
+    )
+
+    app.post(
+      '/v1/groups/:group/pull',
+      {
+        ...access({ action: 'consume', on: 'group' }),
+        schema: {
+          operationId: 'pull',
+          tags,
+          summary: "Lease a pull group's messages, waiting up to waitMs for the first",
+          params: GroupParams,
+          body: ref(PullRequest),
+          response: { 200: ref(PullResponse), ...problems(400, 401, 404, 409, 415, 503) },
+        },
+      },
+      async (req, reply) => {
+        // The caller went away before its answer: nothing more is leased to it.
+        const gone = new AbortController()
+        reply.raw.once('close', () => {
+          if (!reply.raw.writableFinished) gone.abort()
+        })
+        const { maxMessages = 100, waitMs = 0, leaseMs } = req.body ?? {}
+        const envelopes = await services.acks.pull(req.params.group, { maxMessages, waitMs, leaseMs }, gone.signal, req.pullElsewhere)
+        // Envelopes are JSON texts already (as pushed): joined, not parsed and serialised again.
+        return reply.type('application/json').send(`{"messages":[${envelopes.join(',')}]}` as never)
+      },
     )
 
     app.post(
