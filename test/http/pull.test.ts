@@ -67,6 +67,29 @@ t.test('a push group refuses pull (409 push_group), a pull group refuses consume
   t.equal((await call('POST', '/v1/groups/nope/pull', {})).status, 404)
 })
 
+t.test('a pull with no body at all takes the defaults (every field is optional)', async (t) => {
+  await call('PUT', '/v1/topics/bare', { partitions: 1 })
+  await call('PUT', '/v1/groups/bare', { topic: 'bare', delivery: 'pull' })
+  await produce('bare', [{ value: 'b' }])
+  // Without waitMs a pull answers at once, maybe before the broker has read the new message: repeat.
+  const got: Pulled[] = []
+  await waitUntil(
+    async () => {
+      const res = await request(`${url}/v1/groups/bare/pull`, { method: 'POST' })
+      const body = (await res.body.json()) as { messages: Pulled[] }
+      t.equal(res.statusCode, 200, JSON.stringify(body))
+      got.push(...body.messages)
+      return got.length > 0
+    },
+    20_000,
+    'the message pulled with a bare POST',
+  )
+  t.same(
+    got.map((m) => [m.value, m.attempt]),
+    [['b', 1]],
+  )
+})
+
 t.test('bad input is 400 problem details and leases nothing', async (t) => {
   await call('PUT', '/v1/topics/bad', { partitions: 1 })
   await call('PUT', '/v1/groups/bad', { topic: 'bad', delivery: 'pull' })

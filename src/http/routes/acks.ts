@@ -49,6 +49,11 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
       '/v1/groups/:group/pull',
       {
         ...access({ action: 'consume', on: 'group' }),
+        // Every field is optional, so a bare `POST .../pull` (no body, as curl -X POST sends it)
+        // means all defaults rather than a 400 for the missing object.
+        preValidation: async (req) => {
+          if (req.body === undefined || req.body === null) req.body = {}
+        },
         schema: {
           operationId: 'pull',
           tags,
