@@ -50,6 +50,7 @@ import {
 import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import type { PushAgent } from './pusher.ts'
+import type { PushLease } from './push-send.ts'
 import type { PushWindowOptions } from './push-window.ts'
 import { nodeTimers, Schedule, type Timers } from './schedule.ts'
 import { timerDelayMs } from '../timer-delay.ts'
@@ -80,6 +81,8 @@ export interface DispatcherDeps {
   onMoved?(groupName: string, partition: number): void
   /** The broker processes sharing the partitions, this one included: a progress writer is busy from a Nth of the jobs. */
   processes?: () => number
+  /** Whether this process can still prove it owns its partitions, checked before each push (src/cluster/ownership.ts). */
+  lease?: PushLease
 }
 
 /** What a read of every group found for one group: its row and consumers (null: deleted) and its topic (null: none). */
@@ -153,6 +156,7 @@ export class Dispatcher {
       reader: this.reader,
       group: (id) => this.groupsById.get(id),
       stopped: () => this.stopped,
+      ...(deps.lease ? { lease: deps.lease } : {}),
       disableConsumer: (groupId, id, reason, at) => this.disables.disable(groupId, id, reason, at, () => deps.disableConsumer(id, reason)),
       moved: (g, w) => this.moved(g, w),
       health: this.health,

@@ -40,7 +40,7 @@ import type { ConsumerWindows } from './consumer-windows.ts'
 import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
 import type { ProgressWriter } from './progress.ts'
 import type { PushAgent, PushResult } from './pusher.ts'
-import { errorOf, PushSender } from './push-send.ts'
+import { errorOf, PushSender, type PushLease } from './push-send.ts'
 import { recordDeadLetter } from './tracing.ts'
 import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import type { Schedule, Timers } from './schedule.ts'
@@ -72,6 +72,8 @@ export interface PushFlowDeps {
   group(groupId: number): GroupRuntime | undefined
   /** True once the dispatcher is stopping: nothing new goes out. */
   stopped(): boolean
+  /** Whether this process still owns what it pushes (push-send.ts PushLease). */
+  lease?: PushLease
   /** Records a consumer of the group as disabled (410 Gone) at `at`. */
   disableConsumer(groupId: number, id: string, reason: string, at: Date): Promise<void>
   /** A write for the partition was refused for its owner epoch: it is not this process's any more. */
@@ -92,6 +94,7 @@ export class PushFlow {
       timers: deps.timers,
       windows: deps.windows,
       stopped: deps.stopped,
+      ...(deps.lease ? { lease: deps.lease } : {}),
       answered: (g, w, o, a, consumer, r) => this.settleAttempt(g, w, o, a, consumer, r),
       safely: (fn) => this.safely(fn),
     })

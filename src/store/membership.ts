@@ -94,6 +94,12 @@ export class MemberSession {
   pid = 0
   /** The last query asked for: the next one runs after it (see query). */
   private queue: Promise<void> = Promise.resolve()
+  /**
+   * When (performance.now(), a monotonic clock that runs on while the process is stopped) the last
+   * query answered on this session was sent: the server cannot have ended the session for being
+   * idle before this plus its idle_session_timeout (see Ownership's lease).
+   */
+  provenAtMs = performance.now()
   /** This session holds OUTBOX_WAIT_KEY (once: a session's advisory locks stack). */
   private outboxWaiting = false
 
@@ -223,7 +229,13 @@ export class MemberSession {
    * pg only queues overlapping queries with a deprecation warning (pg 9 will refuse them).
    */
   private query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
-    const run = this.queue.then(() => this.client.query<R>(text, values))
+    const run = this.queue.then(async () => {
+      const sentAtMs = performance.now()
+      const result = await this.client.query<R>(text, values)
+      // The server's idle clock restarted no earlier than this query was sent.
+      if (sentAtMs > this.provenAtMs) this.provenAtMs = sentAtMs
+      return result
+    })
     this.queue = run.then(
       () => undefined,
       () => undefined,
