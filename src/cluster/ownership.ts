@@ -35,8 +35,10 @@
 import type { Dispatcher } from '../dispatch/dispatcher.ts'
 import type { PushLease } from '../dispatch/push-send.ts'
 import type { Database } from '../store/db.ts'
+import { parseDeliveryId } from '../store/delivery-id.ts'
 import {
   ackUnowned,
+  settleUnowned,
   claimPartition,
   forgetDeadMembers,
   groupPartitions,
@@ -66,6 +68,8 @@ export interface OwnershipDeps {
   log: Log
   /** Told how many partitions this process owns whenever that changes (metrics). */
   onOwned?(count: number): void
+  /** The backoff before a nacked attempt goes again (undefined: the group is not loaded here). */
+  retryDelayMs?(groupName: string, attempt: number): number | undefined
   /** How often to reconcile, ms (tests shorten it). */
   reconcileEveryMs?: number
 }
@@ -226,6 +230,36 @@ export class Ownership {
     const group = this.index.groups.get(groupName)
     if (this.deps.connectionString === null || !group) return null
     return ackUnowned(this.deps.db, group.groupId, partition, ids)
+  }
+
+  /**
+   * Nacks and extends of a partition nobody holds right now, written durably here like acks
+   * (src/store/membership.ts settleUnowned): the status of each id written, or null when the
+   * partition turned out to be held, or the call needs its owner (a dead letter is produced by the
+   * owner; a nack without a delay needs the group's backoff, known only where the group is loaded).
+   */
+  async settleUnowned(
+    verb: 'nacks' | 'extend',
+    groupName: string,
+    partition: number,
+    ids: string[],
+    body: { delayMs?: number; deadLetter?: boolean; extendMs?: number },
+  ): Promise<Map<string, string> | null> {
+    const group = this.index.groups.get(groupName)
+    if (this.deps.connectionString === null || !group) return null
+    const now = Date.now()
+    if (verb === 'extend') {
+      const to = now + (body.extendMs ?? 0)
+      return settleUnowned(this.deps.db, group.groupId, partition, ids, { verb: 'extend', untilMs: () => to })
+    }
+    if (body.deadLetter) return null
+    const delays = new Map<string, number>()
+    for (const id of ids) {
+      const delay = body.delayMs ?? this.deps.retryDelayMs?.(groupName, parseDeliveryId(id)?.attempt ?? 1)
+      if (delay === undefined) return null
+      delays.set(id, delay)
+    }
+    return settleUnowned(this.deps.db, group.groupId, partition, ids, { verb: 'nack', untilMs: (id) => now + delays.get(id)! })
   }
 
   /** The URL of the process holding the partition now, read from the database (the last poll's view may be stale). */

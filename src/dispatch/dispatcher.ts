@@ -54,6 +54,7 @@ import type { PushLease } from './push-send.ts'
 import type { PushWindowOptions } from './push-window.ts'
 import { nodeTimers, Schedule, type Timers } from './schedule.ts'
 import { timerDelayMs } from '../timer-delay.ts'
+import { nextDelayMs } from './retry-policy.ts'
 
 export type { AckStatus } from './ack-handler.ts'
 export type { Timers } from './schedule.ts'
@@ -386,6 +387,12 @@ export class Dispatcher {
       // The reservation stays: the next owner may count a push never made (a skipped attempt number), never miss one.
       this.deps.log.warn({ err }, 'writing the attempt log or giving back unpushed reservations before a handover failed')
     }
+  }
+
+  /** The backoff after a failed `attempt` of a group loaded here (undefined: not loaded). */
+  retryDelayMs(name: string, attempt: number): number | undefined {
+    const g = this.groups.get(name)
+    return g ? nextDelayMs(attempt, g.policy) : undefined
   }
 
   /** Drops every partition at once (the session that owned them is gone). */
