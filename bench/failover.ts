@@ -4,6 +4,8 @@
  * one is SIGKILLed, and the bench measures how long after the kill every partition is pushed again
  * (the largest gap, over the partitions, from the kill to the partition's first push after it). A
  * replacement process then joins, the partitions balance again, and the next round kills the other.
+ * Also counted: the messages pushed more than once (auto acks: those in flight at the kill, and those
+ * answered whose completion was not written yet), per kill.
  *
  * Environment (all optional): BENCH_FAILOVER_ROUNDS=4  BENCH_DATABASE_URL=...  (HOOKQ_* reach the brokers)
  */
@@ -38,14 +40,17 @@ await runBench(async () => {
   const db = run.db
   // Every push's arrival time, by partition.
   const pushes: number[][] = Array.from({ length: PARTITIONS }, () => [])
+  // Pushes of each message ("partition:offset"), for the duplicates.
+  const times = new Map<string, number>()
   const receiver = http.createServer((req, res) => {
     let body = ''
     req.on('data', (d) => {
       body += d
     })
     req.on('end', () => {
-      const p = (JSON.parse(body) as { partition: number }).partition
+      const { partition: p, offset } = JSON.parse(body) as { partition: number; offset: number }
       pushes[p]!.push(Date.now())
+      times.set(`${p}:${offset}`, (times.get(`${p}:${offset}`) ?? 0) + 1)
       res.end('ok')
     })
   })
@@ -65,7 +70,7 @@ await runBench(async () => {
   }
   const live = [await start(), await start()]
   await brokerApi(live[0]!.url, 'PUT', '/v1/topics/fo', { partitions: PARTITIONS })
-  await brokerApi(live[0]!.url, 'PUT', '/v1/groups/fo-g', { topic: 'fo' })
+  await brokerApi(live[0]!.url, 'PUT', '/v1/groups/fo-g', { topic: 'fo', ackMode: 'auto' })
   await brokerApi(live[0]!.url, 'POST', '/v1/groups/fo-g/consumers', { url: receiverUrl })
 
   let producing = true
@@ -96,6 +101,10 @@ await runBench(async () => {
   }
   producing = false
   await producer
+  const duplicates = [...times.values()].filter((n) => n > 1).length
+  console.log(
+    `messages pushed more than once: ${duplicates} of ${times.size} (${(duplicates / ROUNDS).toFixed(1)} a kill, ${((100 * duplicates) / times.size).toFixed(2)}%)`,
+  )
   const sorted = [...results].sort((a, b) => a - b)
   console.log(
     `kill to resume over ${ROUNDS} rounds: median ${sorted[Math.floor(sorted.length / 2)]} ms, max ${sorted.at(-1)} ms (${results.join(', ')})`,

@@ -411,7 +411,7 @@ async function takeUnowned(
  * An attempt its last owner handed over in flight (HANDED_OVER) gets the nack or the new deadline
  * on its row, which the next owner reads when it takes the partition (it pushes the message again
  * no earlier). Any other attempt of the partition's life is settled or not current any more:
- * `already_completed`, as its owner would answer. Ids without a row are left out (503, asked again).
+ * `already_completed`, as its owner would answer. When an id has no row, nothing is written (503, asked again).
  */
 export async function settleUnowned(
   db: Database,
@@ -428,6 +428,9 @@ export async function settleUnowned(
     const live = [...found].filter(
       ([, a]) => a.partition === partition && a.topicId === row.topic_id && a.startedAtMs >= (row.seeked_ms ?? 0),
     )
+    // An id without a row here makes the call 503 (asked again): write none of it, so that the
+    // retry finds the same rows and answers the same.
+    if (live.length < ids.length) return new Map()
     const changed = await settleHandedOver(
       client,
       groupId,
