@@ -7,6 +7,7 @@
  *   peers       hookq beside graphile-worker, pg-boss, RabbitMQ and NATS JetStream (bench/peers.ts)
  *   schedules   1,000 schedules ticking every second (bench/schedules.ts)
  *   pull        pull + ack by 8 callers against auto-mode push; a long poll's answer (bench/pull.ts)
+ *   failover    two processes, one SIGKILLed a round: kill to resume, duplicates a kill (bench/failover.ts)
  *   retention   storage under steady traffic with retentions (bench/retention.ts)
  *   ab          this checkout's broker against BENCH_AB_BASE's, in alternating rounds (bench/ab.ts)
  *
@@ -29,6 +30,7 @@ const SCRIPTS: Record<string, { file: string; scenarios: string[]; benchDeps?: b
   peers: { file: 'bench/peers.ts', scenarios: ['peers'], benchDeps: true },
   schedules: { file: 'bench/schedules.ts', scenarios: ['schedules'] },
   pull: { file: 'bench/pull.ts', scenarios: ['pull'] },
+  failover: { file: 'bench/failover.ts', scenarios: ['failover'] },
   retention: { file: 'bench/retention.ts', scenarios: ['retention'] },
   ab: { file: 'bench/ab.ts', scenarios: ['ab'] },
 }

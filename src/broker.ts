@@ -180,6 +180,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
       onMoved: (name, partition) => onMoved?.(name, partition),
       processes: () => processes(),
+      // No push goes out unless this process can prove it still owns the partition (a stall past its session's end).
+      lease: { held: () => cluster.ownership.lease.held(), wait: (fn) => cluster.ownership.lease.wait(fn) },
     })
     // Every process on this database pushes the partitions it owns; see src/cluster/ownership.ts.
     const cluster = new Cluster({

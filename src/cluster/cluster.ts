@@ -51,6 +51,7 @@ export class Cluster {
       ...deps,
       dispatcher: deps.dispatcher,
       onOwned: deps.onOwned,
+      retryDelayMs: (name, attempt) => deps.dispatcher.retryDelayMs(name, attempt),
       onNotify: (channel, payload) => this.onNotify(channel, payload),
       onJoined: () => this.outboxWake?.(),
     })

@@ -19,14 +19,26 @@
  *   it, and completions, reservations and retries name the epoch they hold, so a process that lost a
  *   partition (paused past its session, say) has its writes refused by the database.
  * - Moves run beside the polls, never holding them up: a poll is also the session's heartbeat.
+ * - The lock is lost with the session, which the server ends only after it sat idle for
+ *   idle_session_timeout; a process stopped (SIGSTOP, a VM paused, a starved event loop) may wake
+ *   long after, with timers due to push. So a push goes out only while this process holds a lease
+ *   it can prove locally, without a round trip: the last query answered on the session was sent
+ *   less than `leaseMs` ago (a query timeout short of the server's idle limit). A push made while
+ *   the lease lapsed waits for the next poll: answered, the session (and its locks, which nobody
+ *   else could take meanwhile) is proven and it goes; failed, everything is dropped and it goes
+ *   nowhere. Everything the new owner counts (reservations, retries' rows) is written before its
+ *   push, so its attempt numbers start above anything pushed here.
  *
  * With the embedded database (one connection) there is one process by construction: it owns every
  * partition, with no session and no locks, and epochs all the same.
  */
 import type { Dispatcher } from '../dispatch/dispatcher.ts'
+import type { PushLease } from '../dispatch/push-send.ts'
 import type { Database } from '../store/db.ts'
+import { parseDeliveryId } from '../store/delivery-id.ts'
 import {
   ackUnowned,
+  settleUnowned,
   claimPartition,
   forgetDeadMembers,
   groupPartitions,
@@ -56,6 +68,8 @@ export interface OwnershipDeps {
   log: Log
   /** Told how many partitions this process owns whenever that changes (metrics). */
   onOwned?(count: number): void
+  /** The backoff before a nacked attempt goes again (undefined: the group is not loaded here). */
+  retryDelayMs?(groupName: string, attempt: number): number | undefined
   /** How often to reconcile, ms (tests shorten it). */
   reconcileEveryMs?: number
 }
@@ -83,8 +97,26 @@ const EMPTY_INDEX: ViewIndex = { groups: new Map(), holders: new Map(), urls: ne
 
 const ALONE: Locks = { tryLock: async () => true, unlock: async () => {}, isLost: false }
 
+/** A member session's timeouts, from the poll interval (see MemberSession.open and the lease above). */
+function sessionTimeouts(pollMs: number): { queryTimeoutMs: number; idleTimeoutMs: number; leaseMs: number } {
+  const queryTimeoutMs = Math.max(2000, 4 * pollMs)
+  // The server drops a silent member only after the member would have given up by itself.
+  const idleTimeoutMs = 2 * queryTimeoutMs + pollMs
+  return { queryTimeoutMs, idleTimeoutMs, leaseMs: idleTimeoutMs - queryTimeoutMs }
+}
+
 export class Ownership {
   private session: MemberSession | undefined
+  /** Pushes waiting for the lease to be proven again (or lost). */
+  private leaseWaiters: (() => void)[] = []
+  /** Checked before each push (see the lease above); the dispatcher holds it. */
+  readonly lease: PushLease = {
+    held: () => this.leaseHeld(),
+    wait: (fn) => {
+      if (this.leaseHeld()) fn()
+      else this.leaseWaiters.push(fn)
+    },
+  }
   private view: ClusterView | undefined
   /** The last view by name and key, for routing each call without a scan. */
   private index: ViewIndex = EMPTY_INDEX
@@ -102,7 +134,12 @@ export class Ownership {
   private reconciledAtMs = 0
   private reconciling = false
 
-  constructor(private readonly deps: OwnershipDeps) {}
+  /** How long a session's last answered query proves it (see the lease above), ms. */
+  private readonly leaseMs: number
+
+  constructor(private readonly deps: OwnershipDeps) {
+    this.leaseMs = sessionTimeouts(deps.pollMs).leaseMs
+  }
 
   /**
    * Joins (or, alone, takes everything) and starts taking the first share: resolves once joined and
@@ -136,6 +173,7 @@ export class Ownership {
     await this.session?.close()
     this.session = undefined
     this.held.clear()
+    this.wakeLeaseWaiters()
   }
 
   /** Polls again soon (a group or topic was created or deleted here). */
@@ -192,6 +230,36 @@ export class Ownership {
     const group = this.index.groups.get(groupName)
     if (this.deps.connectionString === null || !group) return null
     return ackUnowned(this.deps.db, group.groupId, partition, ids)
+  }
+
+  /**
+   * Nacks and extends of a partition nobody holds right now, written durably here like acks
+   * (src/store/membership.ts settleUnowned): the status of each id written, or null when the
+   * partition turned out to be held, or the call needs its owner (a dead letter is produced by the
+   * owner; a nack without a delay needs the group's backoff, known only where the group is loaded).
+   */
+  async settleUnowned(
+    verb: 'nacks' | 'extend',
+    groupName: string,
+    partition: number,
+    ids: string[],
+    body: { delayMs?: number; deadLetter?: boolean; extendMs?: number },
+  ): Promise<Map<string, string> | null> {
+    const group = this.index.groups.get(groupName)
+    if (this.deps.connectionString === null || !group) return null
+    const now = Date.now()
+    if (verb === 'extend') {
+      const to = now + (body.extendMs ?? 0)
+      return settleUnowned(this.deps.db, group.groupId, partition, ids, { verb: 'extend', untilMs: () => to })
+    }
+    if (body.deadLetter) return null
+    const delays = new Map<string, number>()
+    for (const id of ids) {
+      const delay = body.delayMs ?? this.deps.retryDelayMs?.(groupName, parseDeliveryId(id)?.attempt ?? 1)
+      if (delay === undefined) return null
+      delays.set(id, delay)
+    }
+    return settleUnowned(this.deps.db, group.groupId, partition, ids, { verb: 'nack', untilMs: (id) => now + delays.get(id)! })
   }
 
   /** The URL of the process holding the partition now, read from the database (the last poll's view may be stale). */
@@ -265,6 +333,7 @@ export class Ownership {
       const view = await session.view()
       if (session !== this.session || this.stopped) return
       this.setView(view)
+      this.wakeLeaseWaiters()
       this.balance(session, view)
     } catch (err) {
       this.deps.log.warn({ err }, 'the member session did not answer: this process stops pushing until it joins again')
@@ -278,12 +347,9 @@ export class Ownership {
   }
 
   private async join(): Promise<MemberSession> {
-    // The server drops a silent member only after the member would have given up by itself.
-    const queryTimeoutMs = Math.max(2000, 4 * this.deps.pollMs)
-    const session = await MemberSession.open(
-      this.deps.connectionString!,
-      { queryTimeoutMs, idleTimeoutMs: 2 * queryTimeoutMs + this.deps.pollMs },
-      (channel, payload) => this.deps.onNotify(channel, payload),
+    const { queryTimeoutMs, idleTimeoutMs } = sessionTimeouts(this.deps.pollMs)
+    const session = await MemberSession.open(this.deps.connectionString!, { queryTimeoutMs, idleTimeoutMs }, (channel, payload) =>
+      this.deps.onNotify(channel, payload),
     )
     session.onLost(() => this.lost(session))
     try {
@@ -308,6 +374,23 @@ export class Ownership {
     this.held.clear()
     this.deps.dispatcher.releaseAll()
     this.deps.onOwned?.(0)
+    // Dropped now: what waited for the lease goes nowhere.
+    this.wakeLeaseWaiters()
+  }
+
+  /** True while a push may go out (see the lease above): alone always, else while the session is proven recent enough. */
+  private leaseHeld(): boolean {
+    if (this.deps.connectionString === null) return true
+    const s = this.session
+    return s !== undefined && !s.isLost && performance.now() - s.provenAtMs < this.leaseMs
+  }
+
+  /** Runs the pushes that waited for the lease: each sends if it may now, or gives up (its partition dropped). */
+  private wakeLeaseWaiters(): void {
+    if (this.leaseWaiters.length === 0) return
+    const waiters = this.leaseWaiters
+    this.leaseWaiters = []
+    for (const fn of waiters) fn()
   }
 
   private setView(view: ClusterView | undefined): void {

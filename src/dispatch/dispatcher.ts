@@ -51,9 +51,11 @@ import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import { PullDesk, Taker } from './pull-desk.ts'
 import type { PushAgent } from './pusher.ts'
+import type { PushLease } from './push-send.ts'
 import type { PushWindowOptions } from './push-window.ts'
 import { nodeTimers, Schedule, type Timers } from './schedule.ts'
 import { timerDelayMs } from '../timer-delay.ts'
+import { nextDelayMs } from './retry-policy.ts'
 
 export type { AckStatus } from './ack-handler.ts'
 export type { Timers } from './schedule.ts'
@@ -81,6 +83,8 @@ export interface DispatcherDeps {
   onMoved?(groupName: string, partition: number): void
   /** The broker processes sharing the partitions, this one included: a progress writer is busy from a Nth of the jobs. */
   processes?: () => number
+  /** Whether this process can still prove it owns its partitions, checked before each push (src/cluster/ownership.ts). */
+  lease?: PushLease
 }
 
 /** What a read of every group found for one group: its row and consumers (null: deleted) and its topic (null: none). */
@@ -163,6 +167,7 @@ export class Dispatcher {
       reader: this.reader,
       group: (id) => this.groupsById.get(id),
       stopped: () => this.stopped,
+      ...(deps.lease ? { lease: deps.lease } : {}),
       disableConsumer: (groupId, id, reason, at) => this.disables.disable(groupId, id, reason, at, () => deps.disableConsumer(id, reason)),
       moved: (g, w) => this.moved(g, w),
       health: this.health,
@@ -393,6 +398,12 @@ export class Dispatcher {
       // The reservation stays: the next owner may count a push never made (a skipped attempt number), never miss one.
       this.deps.log.warn({ err }, 'writing the attempt log or giving back unpushed reservations before a handover failed')
     }
+  }
+
+  /** The backoff after a failed `attempt` of a group loaded here (undefined: not loaded). */
+  retryDelayMs(name: string, attempt: number): number | undefined {
+    const g = this.groups.get(name)
+    return g ? nextDelayMs(attempt, g.policy) : undefined
   }
 
   /** Drops every partition at once (the session that owned them is gone). */

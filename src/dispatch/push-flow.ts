@@ -40,7 +40,7 @@ import type { ConsumerWindows } from './consumer-windows.ts'
 import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
 import type { ProgressWriter } from './progress.ts'
 import type { PushAgent, PushResult } from './pusher.ts'
-import { errorOf, PushSender } from './push-send.ts'
+import { errorOf, PushSender, type PushLease } from './push-send.ts'
 import { recordDeadLetter } from './tracing.ts'
 import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import type { Schedule, Timers } from './schedule.ts'
@@ -75,6 +75,8 @@ export interface PushFlowDeps {
   group(groupId: number): GroupRuntime | undefined
   /** True once the dispatcher is stopping: nothing new goes out. */
   stopped(): boolean
+  /** Whether this process still owns what it pushes (push-send.ts PushLease). */
+  lease?: PushLease
   /** Records a consumer of the group as disabled (410 Gone) at `at`. */
   disableConsumer(groupId: number, id: string, reason: string, at: Date): Promise<void>
   /** A write for the partition was refused for its owner epoch: it is not this process's any more. */
@@ -97,6 +99,7 @@ export class PushFlow {
       timers: deps.timers,
       windows: deps.windows,
       stopped: deps.stopped,
+      ...(deps.lease ? { lease: deps.lease } : {}),
       answered: (g, w, o, a, consumer, r) => this.settleAttempt(g, w, o, a, consumer, r),
       safely: (fn) => this.safely(fn),
     })
@@ -457,9 +460,17 @@ export class PushFlow {
       // Handed to a caller gone meanwhile: the lease expires at its deadline and is retried.
       pulls.hand(taker, buildEnvelope(target, o.msg, a.id, a.number, deadlineMs, traceparent))
     }
+    // As a push waits (push-send.ts PushLease): a process stopped or starved past its ownership
+    // lease may have lost the partition, and a lease handed out now could undercut the new owner's
+    // attempt numbers. Handed once the lease is proven again; given up if the partition went.
+    const handHeld = () => {
+      const lease = this.deps.lease
+      if (!lease || lease.held()) return hand()
+      lease.wait(() => this.safely(() => (w.dropped || this.deps.stopped() ? pulls.unhand(taker) : hand())))
+    }
     if (attempt === 1) {
       this.deps.attempts.started(row)
-      return hand()
+      return handHeld()
     }
     // A retry's row first, with the epoch checked, as for a push (see start).
     const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
@@ -473,7 +484,7 @@ export class PushFlow {
             return this.deps.moved(g, w)
           }
           if (!w.releasing && !w.dropped && !this.deps.stopped()) w.recorded(a)
-          if (current() && !this.deps.stopped() && !w.releasing) this.safely(hand)
+          if (current() && !this.deps.stopped() && !w.releasing) this.safely(handHeld)
           else pulls.unhand(taker)
         },
         (err: unknown) => {

@@ -9,7 +9,7 @@
 import type { ConsumerRow } from '../store/groups.ts'
 import type { DispatchMetrics } from '../metrics.ts'
 import type { ConsumerWindows } from './consumer-windows.ts'
-import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type PushTarget } from './envelope.ts'
+import { buildBatchPush, buildEnvelope, buildPush, signingSecrets, type BuiltPush, type PushTarget } from './envelope.ts'
 import { Batches, type BatchEntry } from './batches.ts'
 import { authOf } from './push-auth.ts'
 import { attemptEnded, startAttempt } from './tracing.ts'
@@ -23,6 +23,21 @@ import type { Timers } from './schedule.ts'
 /** Bytes of a batch's answer read (a `failed` list of 1000 delivery ids is about 45 KB). */
 const BATCH_ANSWER_BYTES = 64 * 1024
 
+/**
+ * Whether this process can still prove it owns the partitions it pushes (src/cluster/ownership.ts
+ * keeps it). A process stopped or starved past its lease may have lost them to another process
+ * that numbers its attempts from what was recorded: a push it made now could repeat or undercut
+ * the new owner's attempt numbers, so none goes out until the lease is proven again.
+ */
+export interface PushLease {
+  held(): boolean
+  /** Runs `fn` once the lease is proven again, or once it is lost (the partitions dropped first). */
+  wait(fn: () => void): void
+}
+
+/** Alone on its database (or in a unit test): nothing can take a partition away. */
+const ALWAYS: PushLease = { held: () => true, wait: (fn) => fn() }
+
 export interface PushSenderDeps {
   agent: PushAgent
   metrics?: DispatchMetrics
@@ -32,6 +47,8 @@ export interface PushSenderDeps {
   health?: HealthRecorder
   /** True once the dispatcher is stopping: nothing new goes out. */
   stopped(): boolean
+  /** Checked before each request goes out (default: always held). */
+  lease?: PushLease
   /** An attempt's push was answered (its slot returned, its consumer's health recorded): settle the attempt. */
   answered(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, consumer: ConsumerRow, r: PushResult): void
   /** Runs a step outside any caller that could handle its error (the push flow's). */
@@ -40,8 +57,10 @@ export interface PushSenderDeps {
 
 export class PushSender {
   private readonly batches: Batches
+  private readonly lease: PushLease
 
   constructor(private readonly deps: PushSenderDeps) {
+    this.lease = deps.lease ?? ALWAYS
     this.batches = new Batches({
       timers: deps.timers,
       send: (g, w, consumer, entries) => deps.safely(() => this.sendBatch(g, w, consumer, entries)),
@@ -80,6 +99,32 @@ export class PushSender {
       throw err
     }
     w.sending(o, a, consumer.id)
+    this.post(g, w, consumer, request, undefined, {
+      answer: (result) => this.settle(g, w, o, a, consumer, result),
+      unsent: () => this.giveUp(w, { o, a }, consumer),
+    })
+  }
+
+  /**
+   * The request goes out, when this process can prove it still owns the partition (see PushLease):
+   * until then it waits, and when the partition was dropped meanwhile it goes nowhere (`unsent`).
+   */
+  private post(
+    g: GroupRuntime,
+    w: PartitionState,
+    consumer: ConsumerRow,
+    request: BuiltPush,
+    maxResponseBytes: number | undefined,
+    then: { answer(r: PushResult): void; unsent(): void },
+  ): void {
+    if (!this.lease.held()) {
+      this.lease.wait(() =>
+        this.deps.safely(() =>
+          w.dropped || this.deps.stopped() ? then.unsent() : this.post(g, w, consumer, request, maxResponseBytes, then),
+        ),
+      )
+      return
+    }
     sendPush(
       this.deps.agent,
       {
@@ -87,9 +132,10 @@ export class PushSender {
         body: request.body,
         headerLines: request.headerLines,
         timeoutMs: g.row.pushTimeoutMs,
+        ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
         auth: authOf(this.deps.agent, consumer, g.row.name),
       },
-      (result) => this.deps.safely(() => this.settle(g, w, o, a, consumer, result)),
+      (r) => this.deps.safely(() => then.answer(r)),
     )
   }
 
@@ -134,18 +180,13 @@ export class PushSender {
       throw err
     }
     this.deps.metrics?.batchSent(g.row.name, live.length)
-    sendPush(
-      this.deps.agent,
-      {
-        url: consumer.url,
-        body: request.body,
-        headerLines: request.headerLines,
-        timeoutMs: g.row.pushTimeoutMs,
-        maxResponseBytes: BATCH_ANSWER_BYTES,
-        auth: authOf(this.deps.agent, consumer, g.row.name),
+    this.post(g, w, consumer, request, BATCH_ANSWER_BYTES, {
+      answer: (r) => this.settleBatch(g, w, consumer, live, r),
+      unsent: () => {
+        this.deps.windows.batchAnswered(consumer.id)
+        for (const e of live) this.giveUp(w, e, consumer)
       },
-      (r) => this.deps.safely(() => this.settleBatch(g, w, consumer, live, r)),
-    )
+    })
     return true
   }
 
@@ -181,8 +222,8 @@ export class PushSender {
     }
   }
 
-  /** An attempt that went into a batch and will not be sent: its slot goes back, its ack deadline (if current) retries it. */
-  private giveUp(w: PartitionState, e: BatchEntry, consumer: ConsumerRow): void {
+  /** An attempt that will not be sent (a batch gave it up, or its partition was dropped while it waited for the lease): its slot goes back, its ack deadline (if current) retries it. */
+  private giveUp(w: PartitionState, e: Pick<BatchEntry, 'o' | 'a'>, consumer: ConsumerRow): void {
     attemptEnded(e.a.id, { kind: 'not_sent' })
     w.answered(e.a)
     this.deps.windows.find(consumer.id)?.window.release('neutral')

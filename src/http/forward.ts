@@ -11,8 +11,9 @@
  *
  * Owners are as the last cluster poll saw them (src/cluster/ownership.ts). When that view is stale
  * (the owner died or gave the partition up since), the ids go to the partition's holder found afresh
- * in the database; acks of a partition nobody holds are written here; a nack or an extend of one is
- * 503, and the caller's retry finds its next holder.
+ * in the database; acks, nacks and extends of a partition nobody holds are written here (a nack of
+ * an attempt handed over in flight, or an extend, on its row for the next owner to read); a
+ * dead-letter nack of one is 503, and the caller's retry finds its next holder.
  * The caller was already authenticated, rate limited and validated here; the owner checks the same
  * key again (the processes share their configuration and their database's stored keys). A
  * forwarded call carries `hookq-forwarded` and is never forwarded on: no loops.
@@ -46,6 +47,14 @@ export interface PartitionDirectory {
   partitionsOf(groupName: string): number | undefined
   /** Acks of a partition nobody holds, written durably: each written id's status, or null when it is held after all. */
   ackUnowned?(groupName: string, partition: number, ids: string[]): Promise<Map<string, string> | null>
+  /** Nacks or extends of a partition nobody holds, written durably, like ackUnowned (null: held after all, or it needs an owner). */
+  settleUnowned?(
+    verb: 'nacks' | 'extend',
+    groupName: string,
+    partition: number,
+    ids: string[],
+    body: { delayMs?: number; deadLetter?: boolean; extendMs?: number },
+  ): Promise<Map<string, string> | null>
   /** The URL of the process holding a partition right now (read afresh), or null. */
   holderNow?(groupName: string, partition: number): Promise<string | null>
 }
@@ -142,27 +151,29 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     const group = (req.params as { group: string }).group
     const local: number[] = []
     const remote = new Map<string, number[]>()
-    const acks = req.url.endsWith('/acks')
-    // Acks of a partition nobody holds (moving, its owner gone) are written durably here, by partition.
+    const verb = req.url.endsWith('/acks') ? 'acks' : req.url.endsWith('/nacks') ? 'nacks' : 'extend'
+    const writesHere = verb === 'acks' ? owners.ackUnowned !== undefined : owners.settleUnowned !== undefined
+    // Acks, nacks and extends of a partition nobody holds (moving, its owner gone) are written durably here, by partition.
     const unowned = new Map<number, number[]>()
     for (const [i, id] of body.deliveryIds.entries()) {
       const key = parseDeliveryId(id)
       // Not an id of ours: answered here (unknown), like any id of no partition.
       const owner = key ? owners.ownerOf(group, key.partition) : 'self'
       if (owner === null) {
-        if (!owners.holderNow && !(acks && owners.ackUnowned))
-          throw unavailable('a partition of these deliveries is moving between broker processes')
+        if (!owners.holderNow && !writesHere) throw unavailable('a partition of these deliveries is moving between broker processes')
         pushTo(unowned, key!.partition, i)
       } else if (owner === 'self') local.push(i)
       else pushTo(remote, owner, i)
     }
     if (remote.size === 0 && unowned.size === 0) return undefined
     const results = new Map<number, Result>()
-    /** Writes acks of a partition nobody holds; false when it is held after all (or an id has no attempt row). */
-    const ackHere = async (partition: number, indexes: number[]): Promise<boolean> => {
-      if (!acks || !owners.ackUnowned) return false
+    /** Writes acks, nacks or extends of a partition nobody holds; false when it is held after all (or an id has no attempt row). */
+    const writeHere = async (partition: number, indexes: number[]): Promise<boolean> => {
       const ids = indexes.map((i) => body.deliveryIds[i]!)
-      const written = await owners.ackUnowned!(group, partition, ids)
+      const written =
+        verb === 'acks'
+          ? await owners.ackUnowned?.(group, partition, ids)
+          : await owners.settleUnowned?.(verb, group, partition, ids, body as { delayMs?: number; deadLetter?: boolean; extendMs?: number })
       if (!written || ids.some((id) => !written.has(id))) return false
       for (const [k, i] of indexes.entries()) results.set(i, { deliveryId: ids[k]!, status: written.get(ids[k]!)! })
       return true
@@ -170,8 +181,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     /**
      * Acks, nacks or extends of a partition held after all, by a process the last poll did not see
      * holding it (it took it since): sent to that holder, found afresh; false when there is none or
-     * it did not take them. (Only acks can be written without a holder: a nack or an extend of a
-     * partition nobody holds is 503, and the caller's retry finds its next holder.)
+     * it did not take them.
      */
     const viaHolder = async (partition: number, indexes: number[]): Promise<boolean> => {
       const url = await owners.holderNow?.(group, partition)
@@ -185,7 +195,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       return true
     }
     const moving = () => unavailable('a partition of these deliveries is moving between broker processes')
-    const written = await Promise.all([...unowned].map(async ([p, indexes]) => (await ackHere(p, indexes)) || viaHolder(p, indexes)))
+    const written = await Promise.all([...unowned].map(async ([p, indexes]) => (await writeHere(p, indexes)) || viaHolder(p, indexes)))
     if (written.includes(false)) throw moving()
     const answers = await Promise.all(
       [...remote].map(async ([base, indexes]) => {
@@ -196,7 +206,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
           const byPartition = new Map<number, number[]>()
           for (const i of indexes) pushTo(byPartition, parseDeliveryId(body.deliveryIds[i]!)!.partition, i)
           const held = (
-            await Promise.all([...byPartition].map(async ([p, ix]) => ((await ackHere(p, ix)) || (await viaHolder(p, ix)) ? [] : ix)))
+            await Promise.all([...byPartition].map(async ([p, ix]) => ((await writeHere(p, ix)) || (await viaHolder(p, ix)) ? [] : ix)))
           ).flat()
           if (held.length === 0) return { a: undefined, indexes }
           const again = await call(base, req, { ...body, deliveryIds: held.map((i) => body.deliveryIds[i]!) })

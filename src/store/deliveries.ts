@@ -256,7 +256,61 @@ export async function abandonInFlight(q: Queryable, groupId: number, partition: 
  */
 export const HANDED_OVER = 'in flight when its partition was handed to another broker process'
 
-/** The ack deadlines (epoch ms, still to come) of the attempts a graceful handover left in flight on a partition, by offset. */
+/**
+ * The error of an attempt row handed over in flight and nacked while nobody held its partition
+ * (src/store/membership.ts settleUnowned): its ack_deadline then says when the next owner may push
+ * the message again (the nack's delay), as a handed-over attempt's says it for its ack deadline.
+ */
+export const NACKED_UNOWNED = 'nacked while its partition moved between broker processes'
+
+/** A nack or an extend of attempts handed over in flight: `untilMs(id)` is when the message may go again (nack) or its new ack deadline (extend). */
+export interface HandedOverChange {
+  verb: 'nack' | 'extend'
+  untilMs(id: string): number
+}
+
+/**
+ * A nack or an extend of attempts handed over in flight (HANDED_OVER), written to their rows while
+ * nobody holds the partition: the ids whose rows it changed. The next owner reads them (handedOverInFlight).
+ */
+export async function settleHandedOver(
+  q: Queryable,
+  groupId: number,
+  partition: number,
+  ids: string[],
+  change: HandedOverChange,
+): Promise<Set<string>> {
+  const keyed = ids.flatMap((id) => {
+    const k = parseDeliveryId(id)
+    return k && k.groupId === groupId && k.partition === partition ? [{ id, k }] : []
+  })
+  if (keyed.length === 0) return new Set()
+  const nack = change.verb === 'nack'
+  const { rows } = await q.query<{ id: string }>(
+    `UPDATE deliveries d SET ack_deadline = to_timestamp(u.until / 1000),
+       outcome = CASE WHEN $7 THEN 'nacked'::delivery_outcome ELSE d.outcome END,
+       error = CASE WHEN $7 THEN $8 ELSE d.error END,
+       finished_at = CASE WHEN $7 THEN clock_timestamp() ELSE d.finished_at END
+     FROM unnest($3::bigint[], $4::int[], $5::text[], $6::float8[]) AS u(o, a, id, until)
+     WHERE d.group_id = $1 AND d.partition = $2 AND d."offset" = u.o AND d.attempt = u.a AND d.id = u.id
+       AND d.outcome = 'in_flight' AND d.error = $9
+     RETURNING d.id`,
+    [
+      groupId,
+      partition,
+      numberArray(keyed.map(({ k }) => k.offset)),
+      numberArray(keyed.map(({ k }) => k.attempt)),
+      keyed.map(({ id }) => id),
+      keyed.map(({ id }) => change.untilMs(id)),
+      nack,
+      NACKED_UNOWNED,
+      HANDED_OVER,
+    ],
+  )
+  return new Set(rows.map((r) => r.id))
+}
+
+/** The ack deadlines (epoch ms, still to come) of the attempts a graceful handover left in flight on a partition (or nacked since, NACKED_UNOWNED: when they may go again), by offset. */
 export async function handedOverInFlight(
   q: Queryable,
   groupId: number,
@@ -265,9 +319,10 @@ export async function handedOverInFlight(
 ): Promise<Map<number, number>> {
   const { rows } = await q.query<{ offset: number; until: number }>(
     `SELECT "offset", (extract(epoch from max(ack_deadline)) * 1000)::float8 AS until FROM deliveries
-     WHERE group_id = $1 AND partition = $2 AND "offset" >= $3 AND outcome = 'in_flight' AND error = $4 AND ack_deadline > now()
+     WHERE group_id = $1 AND partition = $2 AND "offset" >= $3 AND ack_deadline > now()
+       AND ((outcome = 'in_flight' AND error = $4) OR (outcome = 'nacked' AND error = $5))
      GROUP BY "offset"`,
-    [groupId, partition, fromOffset, HANDED_OVER],
+    [groupId, partition, fromOffset, HANDED_OVER, NACKED_UNOWNED],
   )
   return new Map(rows.map((r) => [Number(r.offset), r.until]))
 }

@@ -14,7 +14,7 @@
  */
 import pg from 'pg'
 import { inTransaction, type Database, type Queryable } from './db.ts'
-import { findAttempts, updateAttempts } from './deliveries.ts'
+import { findAttempts, settleHandedOver, updateAttempts, type HandedOverChange } from './deliveries.ts'
 
 /** Advisory lock key of membership ("hkqB"), held in shared mode by every member. */
 export const MEMBERS_LOCK_KEY = 0x686b7142
@@ -94,6 +94,12 @@ export class MemberSession {
   pid = 0
   /** The last query asked for: the next one runs after it (see query). */
   private queue: Promise<void> = Promise.resolve()
+  /**
+   * When (performance.now(), a monotonic clock that runs on while the process is stopped) the last
+   * query answered on this session was sent: the server cannot have ended the session for being
+   * idle before this plus its idle_session_timeout (see Ownership's lease).
+   */
+  provenAtMs = performance.now()
   /** This session holds OUTBOX_WAIT_KEY (once: a session's advisory locks stack). */
   private outboxWaiting = false
 
@@ -223,7 +229,13 @@ export class MemberSession {
    * pg only queues overlapping queries with a deprecation warning (pg 9 will refuse them).
    */
   private query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
-    const run = this.queue.then(() => this.client.query<R>(text, values))
+    const run = this.queue.then(async () => {
+      const sentAtMs = performance.now()
+      const result = await this.client.query<R>(text, values)
+      // The server's idle clock restarted no earlier than this query was sent.
+      if (sentAtMs > this.provenAtMs) this.provenAtMs = sentAtMs
+      return result
+    })
     this.queue = run.then(
       () => undefined,
       () => undefined,
@@ -322,18 +334,7 @@ export async function ackUnowned(
   ids: string[],
 ): Promise<Map<string, 'acked' | 'already_completed'> | null> {
   return inTransaction(db, async (client) => {
-    const lock = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock($1::bigint) AS ok', [
-      partitionLockKey(groupId, partition),
-    ])
-    if (lock.rows[0]?.ok !== true) return null
-    const o = await client.query<{ topic_id: number; committed: string; seeked_ms: number | null }>(
-      `UPDATE group_offsets o SET owner_epoch = o.owner_epoch + 1
-       FROM consumer_groups g JOIN topics t ON t.name = g.topic
-       WHERE g.id = $1 AND o.group_id = g.id AND o.topic_id = t.id AND o.partition = $2
-       RETURNING o.topic_id, o.committed_offset::text AS committed, (extract(epoch from o.seeked_at) * 1000)::float8 AS seeked_ms`,
-      [groupId, partition],
-    )
-    const row = o.rows[0]
+    const row = await takeUnowned(client, groupId, partition)
     if (!row) return null
     const committed = Number(row.committed)
     const found = await findAttempts(client, groupId, ids)
@@ -379,6 +380,66 @@ export async function ackUnowned(
       [...out].filter(([, status]) => status === 'acked').map(([id]) => ({ id, outcome: 'acked' as const, finishedAtMs: now })),
     )
     return out
+  })
+}
+
+/**
+ * The partition's lock for this transaction and its owner epoch bumped (see ackUnowned): its
+ * offsets row, or null when a member holds the partition (or the group or its topic is gone).
+ */
+async function takeUnowned(
+  client: Queryable,
+  groupId: number,
+  partition: number,
+): Promise<{ topic_id: number; committed: string; seeked_ms: number | null } | null> {
+  const lock = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock($1::bigint) AS ok', [
+    partitionLockKey(groupId, partition),
+  ])
+  if (lock.rows[0]?.ok !== true) return null
+  const o = await client.query<{ topic_id: number; committed: string; seeked_ms: number | null }>(
+    `UPDATE group_offsets o SET owner_epoch = o.owner_epoch + 1
+     FROM consumer_groups g JOIN topics t ON t.name = g.topic
+     WHERE g.id = $1 AND o.group_id = g.id AND o.topic_id = t.id AND o.partition = $2
+     RETURNING o.topic_id, o.committed_offset::text AS committed, (extract(epoch from o.seeked_at) * 1000)::float8 AS seeked_ms`,
+    [groupId, partition],
+  )
+  return o.rows[0] ?? null
+}
+
+/**
+ * Nacks or extends (see HandedOverChange) of a partition nobody holds, written here as ackUnowned writes acks, instead of 503.
+ * An attempt its last owner handed over in flight (HANDED_OVER) gets the nack or the new deadline
+ * on its row, which the next owner reads when it takes the partition (it pushes the message again
+ * no earlier). Any other attempt of the partition's life is settled or not current any more:
+ * `already_completed`, as its owner would answer. When an id has no row, nothing is written (503, asked again).
+ */
+export async function settleUnowned(
+  db: Database,
+  groupId: number,
+  partition: number,
+  ids: string[],
+  change: HandedOverChange,
+): Promise<Map<string, 'nacked' | 'extended' | 'already_completed'> | null> {
+  return inTransaction(db, async (client) => {
+    const row = await takeUnowned(client, groupId, partition)
+    if (!row) return null
+    const committed = Number(row.committed)
+    const found = await findAttempts(client, groupId, ids)
+    const live = [...found].filter(
+      ([, a]) => a.partition === partition && a.topicId === row.topic_id && a.startedAtMs >= (row.seeked_ms ?? 0),
+    )
+    // An id without a row here makes the call 503 (asked again): write none of it, so that the
+    // retry finds the same rows and answers the same.
+    if (live.length < ids.length) return new Map()
+    const changed = await settleHandedOver(
+      client,
+      groupId,
+      partition,
+      live.filter(([, a]) => a.offset >= committed).map(([id]) => id),
+      change,
+    )
+    const done = change.verb === 'nack' ? 'nacked' : 'extended'
+    return new Map(live.map(([id]) => [id, changed.has(id) ? done : 'already_completed']))
   })
 }
 

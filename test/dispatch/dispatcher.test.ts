@@ -19,7 +19,8 @@ import { SteppedClock } from '../helpers/clock.ts'
 import { testDatabase } from '../helpers/db.ts'
 import type { Envelope } from '../helpers/push-group.ts'
 import { startReceiver } from '../helpers/receiver.ts'
-import { waitUntil } from '../helpers/wait.ts'
+import { absenceWindow, waitUntil } from '../helpers/wait.ts'
+import type { PushLease } from '../../src/dispatch/push-send.ts'
 
 const database = await testDatabase(t)
 const db = openDatabase(database.url, database.maxConnections)
@@ -34,7 +35,7 @@ async function setup(
   t: Test,
   name: string,
   group: Omit<GroupInput, 'topic'>,
-  opts: { disableConsumer?: (id: string, reason: string) => Promise<void> } = {},
+  opts: { disableConsumer?: (id: string, reason: string) => Promise<void>; lease?: PushLease } = {},
 ) {
   await topics.put(name, 1)
   await groups.put(name, { topic: name, ...group })
@@ -56,6 +57,7 @@ async function setup(
     },
     disableConsumer: opts.disableConsumer ?? ((id, reason) => groups.disableConsumer(id, reason)),
     log: { warn: () => {}, error: (o) => errors.push(o) },
+    ...(opts.lease ? { lease: opts.lease } : {}),
   })
   t.teardown(async () => {
     await dispatcher.stop()
@@ -381,4 +383,41 @@ t.test('410 Gone: a reload that read the consumers before the disable was writte
   t.match(first, { url: s.receiver.url, disabledReason: /410/ }, 'and disabled in the database once written')
   t.not(first.disabledAt, null)
   t.same(s.errors, [], 'no step failed')
+})
+
+t.test('no push goes out while the lease has lapsed: it waits, then goes, or goes nowhere once its partition is dropped', async (t) => {
+  let held = true
+  let waiting: (() => void)[] = []
+  const lease: PushLease = { held: () => held, wait: (fn) => void waiting.push(fn) }
+  const wake = () => {
+    const w = waiting
+    waiting = []
+    for (const fn of w) fn()
+  }
+  const s = await setup(t, 'lease', { ackMode: 'auto' }, { lease })
+  held = false
+  await s.produce(['a', 'b'])
+  await waitUntil(() => waiting.length === 2, 10_000, 'both pushes wait for the lease')
+  await absenceWindow(300)
+  t.equal(s.pushes().length, 0, 'nothing pushed while the lease has lapsed')
+  held = true
+  wake()
+  await s.pushed(2)
+  t.same(
+    s.pushes().map((p) => `${p.offset}:${p.attempt}`),
+    ['0:1', '1:1'],
+    'both pushed once it is proven again, as attempt 1',
+  )
+  await s.answered()
+  held = false
+  await s.produce(['c'])
+  await waitUntil(() => waiting.length === 1, 10_000, 'the next push waits')
+  s.dispatcher.releaseAll() // the session was lost
+  wake()
+  await absenceWindow(300)
+  t.equal(s.pushes().length, 2, 'the waiting push went nowhere once its partition was dropped')
+  t.ok(
+    s.dispatcher.pushWindows().every((w) => w.inFlight === 0),
+    "its slot in the consumer's window went back",
+  )
 })
