@@ -8,7 +8,12 @@
  * (the newest attempt of a message still in progress) is carried forward, so its next push has
  * the next number and maxDeliveries still holds. Consumer health buckets past their window go too
  * (the writes that add to a consumer's buckets delete its old ones, but a consumer no longer
- * pushed to writes nothing).
+ * pushed to writes nothing), idempotency keys past their topic's retention (they no longer
+ * deduplicate), and outbox rows set aside longer ago than the attempt retention.
+ *
+ * Every other table that grows with traffic bounds itself: group_completions lose their rows as the
+ * committed offset passes them, produce_outbox its rows as they move, schedule_runners its old spans
+ * at each ticker start (docs/performance.md, "What bounds each table").
  *
  * Where autovacuum does not run, the sweeper vacuums messages itself once enough are deleted.
  *
@@ -22,7 +27,8 @@
 import type { Database } from '../store/db.ts'
 import { deleteExpiredHealth } from '../store/consumer-health.ts'
 import { maintainAttemptPartitions, type MaintenanceResult, type PartitionPlan } from '../store/attempt-partitions.ts'
-import { deleteExpired, vacuumMessagesIfDue } from '../store/messages.ts'
+import { deleteExpired, deleteExpiredKeys, vacuumMessagesIfDue } from '../store/messages.ts'
+import { deleteExpiredSetAside } from '../store/outbox.ts'
 import { listTopics } from '../store/topics.ts'
 import { timerDelayMs } from '../timer-delay.ts'
 
@@ -51,6 +57,10 @@ export interface SweepResult {
   attempts: number
   /** Partitions of the attempt log dropped. */
   attemptPartitions: number
+  /** Idempotency keys past their topic's retention. */
+  idempotencyKeys: number
+  /** Outbox rows set aside longer ago than the attempt retention. */
+  setAside: number
 }
 
 export class RetentionSweeper {
@@ -75,13 +85,19 @@ export class RetentionSweeper {
    * are judged by the database's clock.
    */
   async sweep(nowMs = Date.now()): Promise<SweepResult> {
-    const done: SweepResult = { messages: 0, attempts: 0, attemptPartitions: 0 }
+    const done: SweepResult = { messages: 0, attempts: 0, attemptPartitions: 0, idempotencyKeys: 0, setAside: 0 }
     for (const topic of await listTopics(this.db.prisma)) {
       for (;;) {
         if (this.stopped) return done
         const n = await deleteExpired(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
         done.messages += n
         if (n > 0) this.opts.onDeleted?.(topic.name, n)
+        if (n < this.opts.sliceRows) break
+      }
+      for (;;) {
+        if (this.stopped) return done
+        const n = await deleteExpiredKeys(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
+        done.idempotencyKeys += n
         if (n < this.opts.sliceRows) break
       }
     }
@@ -100,6 +116,7 @@ export class RetentionSweeper {
     done.attemptPartitions = kept.dropped.length
     if (kept.created.length > 0 || kept.dropped.length > 0) this.opts.onAttemptPartitions?.(kept)
     if (!this.stopped) await deleteExpiredHealth(this.db.pool)
+    if (!this.stopped) done.setAside = await deleteExpiredSetAside(this.db.pool, this.opts.attemptRetentionMs)
     return done
   }
 

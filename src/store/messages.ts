@@ -92,11 +92,16 @@ WITH input AS (
   -- count(*) drains "allocated", so every partition lock is held before the clock is read
   SELECT clock_timestamp() AS at FROM (SELECT count(*) AS n FROM allocated) a WHERE a.n > 0
 ), inserted AS (
-  INSERT INTO messages (topic_id, partition, "offset", key, value, headers, produced_at, available_at, idempotency_key,
+  INSERT INTO messages (topic_id, partition, "offset", key, value, headers, produced_at, available_at,
                         trace_id, traceparent, tracestate)
   SELECT n.topic_id, n.partition, n."offset", n.key, n.value::text, n.headers::text, s.at,
-         s.at + n.delay_ms * interval '1 millisecond', n.idempotency_key, n.trace_id, n.traceparent, n.tracestate
+         s.at + n.delay_ms * interval '1 millisecond', n.trace_id, n.traceparent, n.tracestate
   FROM numbered n CROSS JOIN stamped s
+), keyed AS (
+  -- a key stored meanwhile by another writer fails this on the primary key: the caller retries
+  INSERT INTO idempotency_keys (topic_id, key, partition, "offset", produced_at)
+  SELECT n.topic_id, n.idempotency_key, n.partition, n."offset", s.at
+  FROM numbered n CROSS JOIN stamped s WHERE n.idempotency_key IS NOT NULL
 )
 -- One row per partition, not per message (appendRows numbers the entries from first_offset in
 -- input order, as "numbered" did): parsing a row per message was 5% of the broker's produce.
@@ -106,17 +111,19 @@ SELECT topic_id, partition, first_offset,
 FROM allocated`
 
 const FIND_IDEMPOTENCY_KEYS = `
-SELECT m.topic_id, m.idempotency_key, m.partition, m."offset",
-       m.produced_at < clock_timestamp() - t.retention_ms * interval '1 millisecond' AS expired
+SELECT i.topic_id, i.key AS idempotency_key, i.partition, i."offset",
+       i.produced_at < clock_timestamp() - t.retention_ms * interval '1 millisecond' AS expired
 FROM unnest($1::int[], $2::text[]) AS k(topic_id, key)
-JOIN messages m ON m.topic_id = k.topic_id AND m.idempotency_key = k.key
-JOIN topics t ON t.id = m.topic_id`
+JOIN idempotency_keys i ON i.topic_id = k.topic_id AND i.key = k.key
+JOIN topics t ON t.id = i.topic_id`
 
-// A key whose message outlived the topic's retention no longer deduplicates; free it for reuse.
+// A key whose message outlived the topic's retention no longer deduplicates; free it for reuse
+// (the sweep would delete it soon; a produce that reuses it cannot wait for that). Only if still
+// expired: a concurrent writer may have freed and stored it anew in between.
 const RELEASE_IDEMPOTENCY_KEYS = `
-UPDATE messages m SET idempotency_key = NULL
-FROM unnest($1::int[], $2::text[]) AS k(topic_id, key)
-WHERE m.topic_id = k.topic_id AND m.idempotency_key = k.key`
+DELETE FROM idempotency_keys i USING unnest($1::int[], $2::text[]) AS k(topic_id, key), topics t
+WHERE i.topic_id = k.topic_id AND i.key = k.key AND t.id = i.topic_id
+  AND i.produced_at < clock_timestamp() - t.retention_ms * interval '1 millisecond'`
 
 /** Postgres errors after which re-running the whole append is correct and likely to succeed. */
 const RETRYABLE = new Set([
@@ -277,7 +284,7 @@ export async function appendDeduplicated(
 ): Promise<(Coordinates | null)[]> {
   const result: (Coordinates | null)[] = new Array(entries.length).fill(null)
   // Idempotency keys are looked up before the append, without locks. A concurrent writer that
-  // stores the same key in between makes the append fail on the unique index; the retry then
+  // stores the same key in between makes the append fail on idempotency_keys' primary key; the retry then
   // finds the key here.
   const known = entries.some((e) => e.idempotencyKey !== null) ? await find(entries) : new Map<string, Omit<Coordinates, 'duplicate'>>()
   const duplicateOf = new Map<number, number>() // a repeat within this batch → the first
@@ -380,6 +387,24 @@ WHERE m.topic_id = doomed.topic_id AND m.partition = doomed.partition AND m."off
 /** Deletes up to `limit` messages of the topic older than `retentionMs`; returns how many. */
 export async function deleteExpired(q: Queryable, topicId: number, retentionMs: number, limit: number): Promise<number> {
   const res = await q.query(DELETE_EXPIRED, [topicId, retentionMs, limit])
+  return res.rowCount ?? 0
+}
+
+// One bounded slice of a topic's idempotency keys past its retention, through (topic_id, produced_at).
+const DELETE_EXPIRED_KEYS = `
+DELETE FROM idempotency_keys i USING (
+  SELECT topic_id, key FROM idempotency_keys
+  WHERE topic_id = $1 AND produced_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
+  LIMIT $3
+) doomed
+WHERE i.topic_id = doomed.topic_id AND i.key = doomed.key`
+
+/**
+ * Deletes up to `limit` idempotency keys of the topic older than `retentionMs` (they no longer
+ * deduplicate); returns how many. Rows deleted one by one, but only keyed messages have one.
+ */
+export async function deleteExpiredKeys(q: Queryable, topicId: number, retentionMs: number, limit: number): Promise<number> {
+  const res = await q.query(DELETE_EXPIRED_KEYS, [topicId, retentionMs, limit])
   return res.rowCount ?? 0
 }
 

@@ -14,6 +14,7 @@ import type { Queryable } from './db.ts'
 /** The tables that grow with traffic (the others grow with topics, groups and consumers). */
 export const HOT_TABLES = [
   'messages',
+  'idempotency_keys',
   'deliveries',
   'group_offsets',
   'group_completions',
