@@ -27,7 +27,9 @@ import { readAllLags } from './store/groups.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
 import { readStorageStats } from './store/storage.ts'
+import { listTopics } from './store/topics.ts'
 import { attemptPartitionPlan, maintainAttemptPartitions } from './store/attempt-partitions.ts'
+import { maintainMessageChunks } from './store/message-chunks.ts'
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
 import { SecretBox } from './security/secrets.ts'
@@ -231,7 +233,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       attemptRetentionMs: config.attemptRetentionMs,
       sliceRows: 10_000,
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),
-      onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
+      onDeleted: (rows) => opts.logger?.info({ rows }, 'deleted messages past retention'),
       attemptPartitions,
       vacuumMessages: noAutovacuum,
       onAttemptPartitions: (r) =>
@@ -282,6 +284,13 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       wait: true,
       lockTimeoutMs: 10_000,
     }).catch((err: unknown) => opts.logger?.warn({ err }, 'making the attempt log partitions failed; the next sweep tries again'))
+    // The message chunks of every topic likewise (a topic made later has them at the next sweep).
+    await maintainMessageChunks(database.pool, {
+      topics: await listTopics(db.prisma),
+      sweepIntervalMs: config.retentionIntervalMs,
+      wait: true,
+      lockTimeoutMs: 10_000,
+    }).catch((err: unknown) => opts.logger?.warn({ err }, 'making the message chunks failed; the next sweep tries again'))
     await cluster.start(config.advertiseUrl ?? null, opts.loadInBackground)
     retention.start()
     outbox.start()
