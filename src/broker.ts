@@ -187,6 +187,19 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     topics.onChange(async ({ created, deleted }) => {
       if (deleted) await cluster.topicDeleted(deleted.id)
       if (created) await cluster.topicCreated(created.name)
+      // A new topic's message chunks before it is answered, so its messages never wait in the
+      // default partition to be moved (failing that, they do until the next sweep).
+      if (created) {
+        try {
+          await maintainMessageChunks(database.pool, {
+            topics: await listTopics(database.prisma),
+            sweepIntervalMs: config.retentionIntervalMs,
+            wait: true,
+          })
+        } catch (err) {
+          opts.logger?.warn({ err, topic: created.name }, 'making a new topic’s message chunks failed; the next sweep tries again')
+        }
+      }
     })
     const keys = new KeyService(database, { log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) } })
     // Stored keys count only when HOOKQ_API_KEYS turns authentication on; said at start-up when some would be ignored.

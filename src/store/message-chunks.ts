@@ -8,8 +8,9 @@
  *
  * A chunk is named messages_<topic>_<from>_<to>, its bounds in ms since the epoch (0: from the
  * start). Spans are the attempt log's (attemptPartitionPlan: a quarter of the retention, 30 s to a
- * day), aligned on multiples of the span, covering from a span ago to `aheadMs` ahead. A row that
- * finds no chunk (a topic made since the last sweep; a row a test aged) goes to messages_default;
+ * day), aligned on multiples of the span, covering from a span ago to `aheadMs` ahead: made at
+ * start-up, for a new topic when it is created, and by every sweep. A row that finds no chunk (its
+ * topic's creation failed to make them; a row a test aged) goes to messages_default;
  * each maintenance deletes its rows past their topic's retention and files the others into the
  * chunks made for them (those older than every chunk stay in the default until they expire).
  *

@@ -1,9 +1,9 @@
 // The messages table's chunks (src/store/message-chunks.ts): each topic's messages go to chunks of
-// its own, made ahead; a chunk goes whole once its end is past its topic's retention, whatever other
-// topics keep; across a chunk boundary only the older chunk goes and reads start at the oldest
-// message kept; a topic's first rows (before its chunks exist) wait in the default partition and
-// are filed at the next maintenance; a deleted topic's chunks go; maintenances at once drop each
-// chunk once. A later clock (`nowMs`) stands for the time passing.
+// its own, made when the topic is and ahead; a chunk goes whole once its end is past its topic's
+// retention, whatever other topics keep; across a chunk boundary only the older chunk goes and reads
+// start at the oldest message kept; a row no chunk covers waits in the default partition; a deleted
+// topic's chunks go; maintenances at once drop each chunk once. A later clock (`nowMs`) stands for
+// the time passing.
 import t from 'tap'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
@@ -41,20 +41,30 @@ const topicId = async (name: string) => (await sql('SELECT id FROM topics WHERE 
 const offsetsFrom0 = async (topic: string) =>
   (await call('GET', `/v1/topics/${topic}/partitions/0/messages?fromOffset=0`)).json.messages.map((m: { offset: number }) => m.offset)
 
-t.test('a topic made after the chunks waits in the default partition, then is filed into chunks of its own', async (t) => {
+t.test('a topic gets chunks of its own when made; a row no chunk covers waits in the default partition', async (t) => {
   await call('PUT', '/v1/topics/short', { partitions: 1, retentionMs: SHORT_MS })
   await call('PUT', '/v1/topics/long', { partitions: 1, retentionMs: 86_400_000 })
   await produce('short', [{ value: 0 }, { value: 1 }])
   await produce('long', [{ value: 0 }])
-  t.same(await placed('short'), ['messages_default', 'messages_default'], 'no chunk for a new topic yet')
-  const first = await maintain()
-  t.equal(first.strayRows, 0, 'filed, not deleted')
   const shortId = await topicId('short')
   const longId = await topicId('long')
   t.match(await placed('short'), [new RegExp(`^messages_${shortId}_\\d+_\\d+$`), new RegExp(`^messages_${shortId}_\\d+_\\d+$`)])
   t.match(await placed('long'), [new RegExp(`^messages_${longId}_\\d+_\\d+$`)])
+
+  // Moved an hour before the long topic's oldest chunk (6 h spans for its day of retention): within
+  // its retention, but no chunk covers it. It waits in the default partition, kept by maintenance.
+  const oldest = (await listMessageChunks(broker.db.pool)).filter((c) => c.topicId === longId).sort((a, b) => a.fromMs - b.fromMs)[0]!
+  await sql(`UPDATE messages SET produced_at = to_timestamp($2 / 1000.0) WHERE topic_id = $1`, [longId, oldest.fromMs - 3_600_000])
+  t.same(await placed('long'), ['messages_default'])
+  const kept = await maintain()
+  t.equal(kept.strayRows, 0, 'within its retention: kept')
+  t.same(await placed('long'), ['messages_default'])
+  t.same(await offsetsFrom0('long'), [0], 'and read as any other')
+  // Put back where a chunk covers it, for the tests below.
+  await sql('UPDATE messages SET produced_at = now() WHERE topic_id = $1', [longId])
+  t.match(await placed('long'), [new RegExp(`^messages_${longId}_`)])
   await produce('short', [{ value: 2 }])
-  t.match(await placed('short'), [/^messages_\d/, /^messages_\d/, new RegExp(`^messages_${shortId}_`)], 'new rows go straight to a chunk')
+  t.equal((await placed('short')).length, 3)
 })
 
 t.test('across a chunk boundary only the older chunk goes; reads start at the oldest kept; other topics keep theirs', async (t) => {
