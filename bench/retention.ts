@@ -13,7 +13,9 @@
  * serving the bench database (read from /proc; backends that ended meanwhile are not counted).
  * BENCH_VACUUM_MS=<ms>: the bench itself runs VACUUM on messages and deliveries that often, standing
  * in for autovacuum on a server where it is off (SHOW autovacuum). BENCH_ROOT=<dir>: run the broker of
- * another checkout (with its node_modules), for a before/after in one sitting. Bounded in count and time;
+ * another checkout (with its node_modules), for a before/after in one sitting. BENCH_KEYED=1: every
+ * message has an idempotency key of its own (idempotency_keys then grows and sheds with the traffic,
+ * a row per message). The lines also show idempotency_keys and group_completions. Bounded in count and time;
  * everything on loopback.
  *
  *   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres npm run bench:retention
@@ -33,6 +35,7 @@ const sweepMs = Number(process.env.BENCH_SWEEP_MS ?? 5000)
 const vacuumMs = Number(process.env.BENCH_VACUUM_MS ?? 0)
 const tickMs = 50
 const perTick = Math.max(1, Math.round((rate * tickMs) / 1000))
+const keyed = process.env.BENCH_KEYED === '1'
 
 let pushes = 0
 let vacuuming: Promise<unknown> | undefined
@@ -64,7 +67,8 @@ SELECT c.relname AS table, sum(pg_total_relation_size(r.oid)) AS bytes, sum(s.n_
 FROM pg_class c
 CROSS JOIN LATERAL (SELECT c.oid UNION SELECT p.relid FROM pg_partition_tree(c.oid) p) r(oid)
 LEFT JOIN pg_stat_user_tables s ON s.relid = r.oid
-WHERE c.relname IN ('messages', 'deliveries') GROUP BY c.relname ORDER BY c.relname`
+WHERE c.relname IN ('messages', 'deliveries', 'idempotency_keys', 'group_completions') AND c.relkind IN ('r', 'p')
+GROUP BY c.relname ORDER BY c.relname`
 
 /** CPU seconds (user + system) of a process from /proc, or 0 once it is gone. */
 async function cpuSeconds(pid: number): Promise<number> {
@@ -114,14 +118,18 @@ try {
   await brokerApi(broker.url, 'PUT', '/v1/groups/bench', { topic: 'bench', ackMode: 'auto', maxInFlight: 1000 })
   await brokerApi(broker.url, 'POST', '/v1/groups/bench/consumers', { url: `http://127.0.0.1:${receiverPort}/hook` })
   const body = JSON.stringify({ messages: Array.from({ length: perTick }, (_, i) => ({ value: { i, pad: 'x'.repeat(200) } })) })
+  const keyedBody = (tick: number) =>
+    JSON.stringify({
+      messages: Array.from({ length: perTick }, (_, i) => ({ value: { i, pad: 'x'.repeat(200) }, idempotencyKey: `bench-${tick}-${i}` })),
+    })
   const MAX_OUTSTANDING = 8
   const outstanding = new Set<Promise<void>>()
   let skipped = 0
-  const produceOnce = async () => {
+  const produceOnce = async (tick: number) => {
     const res = await fetch(`${broker.url}/v1/topics/bench/messages`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body,
+      body: keyed ? keyedBody(tick) : body,
       signal: AbortSignal.timeout(30_000),
     })
     await res.arrayBuffer()
@@ -139,7 +147,7 @@ try {
     // MAX_OUTSTANDING at once; past that the tick's messages are not sent, and counted as skipped),
     // and a slow spell is not made up for by a burst that would inflate the live rows.
     if (outstanding.size < MAX_OUTSTANDING) {
-      const call = produceOnce().finally(() => outstanding.delete(call))
+      const call = produceOnce(tick).finally(() => outstanding.delete(call))
       outstanding.add(call)
     } else {
       skipped += perTick

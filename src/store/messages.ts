@@ -92,11 +92,16 @@ WITH input AS (
   -- count(*) drains "allocated", so every partition lock is held before the clock is read
   SELECT clock_timestamp() AS at FROM (SELECT count(*) AS n FROM allocated) a WHERE a.n > 0
 ), inserted AS (
-  INSERT INTO messages (topic_id, partition, "offset", key, value, headers, produced_at, available_at, idempotency_key,
+  INSERT INTO messages (topic_id, partition, "offset", key, value, headers, produced_at, available_at,
                         trace_id, traceparent, tracestate)
   SELECT n.topic_id, n.partition, n."offset", n.key, n.value::text, n.headers::text, s.at,
-         s.at + n.delay_ms * interval '1 millisecond', n.idempotency_key, n.trace_id, n.traceparent, n.tracestate
+         s.at + n.delay_ms * interval '1 millisecond', n.trace_id, n.traceparent, n.tracestate
   FROM numbered n CROSS JOIN stamped s
+), keyed AS (
+  -- a key stored meanwhile by another writer fails this on the primary key: the caller retries
+  INSERT INTO idempotency_keys (topic_id, key, partition, "offset", produced_at)
+  SELECT n.topic_id, n.idempotency_key, n.partition, n."offset", s.at
+  FROM numbered n CROSS JOIN stamped s WHERE n.idempotency_key IS NOT NULL
 )
 -- One row per partition, not per message (appendRows numbers the entries from first_offset in
 -- input order, as "numbered" did): parsing a row per message was 5% of the broker's produce.
@@ -106,17 +111,19 @@ SELECT topic_id, partition, first_offset,
 FROM allocated`
 
 const FIND_IDEMPOTENCY_KEYS = `
-SELECT m.topic_id, m.idempotency_key, m.partition, m."offset",
-       m.produced_at < clock_timestamp() - t.retention_ms * interval '1 millisecond' AS expired
+SELECT i.topic_id, i.key AS idempotency_key, i.partition, i."offset",
+       i.produced_at < clock_timestamp() - t.retention_ms * interval '1 millisecond' AS expired
 FROM unnest($1::int[], $2::text[]) AS k(topic_id, key)
-JOIN messages m ON m.topic_id = k.topic_id AND m.idempotency_key = k.key
-JOIN topics t ON t.id = m.topic_id`
+JOIN idempotency_keys i ON i.topic_id = k.topic_id AND i.key = k.key
+JOIN topics t ON t.id = i.topic_id`
 
-// A key whose message outlived the topic's retention no longer deduplicates; free it for reuse.
+// A key whose message outlived the topic's retention no longer deduplicates; free it for reuse
+// (the sweep would delete it soon; a produce that reuses it cannot wait for that). Only if still
+// expired: a concurrent writer may have freed and stored it anew in between.
 const RELEASE_IDEMPOTENCY_KEYS = `
-UPDATE messages m SET idempotency_key = NULL
-FROM unnest($1::int[], $2::text[]) AS k(topic_id, key)
-WHERE m.topic_id = k.topic_id AND m.idempotency_key = k.key`
+DELETE FROM idempotency_keys i USING unnest($1::int[], $2::text[]) AS k(topic_id, key), topics t
+WHERE i.topic_id = k.topic_id AND i.key = k.key AND t.id = i.topic_id
+  AND i.produced_at < clock_timestamp() - t.retention_ms * interval '1 millisecond'`
 
 /** Postgres errors after which re-running the whole append is correct and likely to succeed. */
 const RETRYABLE = new Set([
@@ -277,7 +284,7 @@ export async function appendDeduplicated(
 ): Promise<(Coordinates | null)[]> {
   const result: (Coordinates | null)[] = new Array(entries.length).fill(null)
   // Idempotency keys are looked up before the append, without locks. A concurrent writer that
-  // stores the same key in between makes the append fail on the unique index; the retry then
+  // stores the same key in between makes the append fail on idempotency_keys' primary key; the retry then
   // finds the key here.
   const known = entries.some((e) => e.idempotencyKey !== null) ? await find(entries) : new Map<string, Omit<Coordinates, 'duplicate'>>()
   const duplicateOf = new Map<number, number>() // a repeat within this batch → the first
@@ -366,39 +373,45 @@ export async function storedIdempotencyKeys(
   return found
 }
 
-// Deletes one bounded slice of the expired messages of a topic, so a large backlog is removed in
-// short transactions instead of one long one that holds locks and bloats WAL at once.
-const DELETE_EXPIRED = `
-DELETE FROM messages m USING (
-  SELECT topic_id, partition, "offset" FROM messages
+// One bounded slice of a topic's idempotency keys past its retention, through (topic_id, produced_at).
+const DELETE_EXPIRED_KEYS = `
+DELETE FROM idempotency_keys i USING (
+  SELECT topic_id, key FROM idempotency_keys
   WHERE topic_id = $1 AND produced_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
-  ORDER BY partition, "offset" -- from the front of each partition, so no slice leaves a hole mid-log
   LIMIT $3
 ) doomed
-WHERE m.topic_id = doomed.topic_id AND m.partition = doomed.partition AND m."offset" = doomed."offset"`
+WHERE i.topic_id = doomed.topic_id AND i.key = doomed.key`
 
-/** Deletes up to `limit` messages of the topic older than `retentionMs`; returns how many. */
-export async function deleteExpired(q: Queryable, topicId: number, retentionMs: number, limit: number): Promise<number> {
-  const res = await q.query(DELETE_EXPIRED, [topicId, retentionMs, limit])
+/**
+ * Deletes up to `limit` idempotency keys of the topic older than `retentionMs` (they no longer
+ * deduplicate); returns how many. Rows deleted one by one, but only keyed messages have one.
+ */
+export async function deleteExpiredKeys(q: Queryable, topicId: number, retentionMs: number, limit: number): Promise<number> {
+  const res = await q.query(DELETE_EXPIRED_KEYS, [topicId, retentionMs, limit])
   return res.rowCount ?? 0
 }
 
+/** The tables the retention sweep deletes rows from (the rest of what it sheds goes in whole partitions). */
+export type SweptTable = 'messages_default' | 'idempotency_keys'
+
 /**
- * Vacuums the messages table when the rows deleted since its last vacuum pass what autovacuum waits
- * for (50 + 20% of the rows it holds, PostgreSQL's defaults); returns whether it did. For servers
- * where autovacuum does not run: without it, the deleted rows' space is never reused and the table
- * grows with traffic. SKIP_LOCKED: a vacuum already running (another process's) is not waited for.
+ * Vacuums a table the sweep deletes rows from when the rows deleted since its last vacuum pass what
+ * autovacuum waits for (50 + 20% of the rows it holds, PostgreSQL's defaults); returns whether it
+ * did. For servers where autovacuum does not run: without it a deleted row's space is never reused
+ * and the table grows with traffic. The messages' chunks go whole and need no vacuum, but the strays
+ * deleted from their default partition and the expired idempotency keys do. SKIP_LOCKED: a vacuum
+ * already running (another process's) is not waited for.
  */
-export async function vacuumMessagesIfDue(q: Queryable, deletedSinceVacuum: number): Promise<boolean> {
-  const res = await q.query<{ rows: number }>(
-    `SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = 'messages'::regclass`,
-  )
+export async function vacuumIfDue(q: Queryable, table: SweptTable, deletedSinceVacuum: number): Promise<boolean> {
+  const res = await q.query<{ rows: number }>(`SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = $1::regclass`, [
+    table,
+  ])
   if (deletedSinceVacuum < 50 + 0.2 * (res.rows[0]?.rows ?? 0)) return false
-  await q.query('VACUUM (SKIP_LOCKED) messages')
+  await q.query(`VACUUM (SKIP_LOCKED) ${table}`)
   return true
 }
 
-/** The oldest offset kept per partition (retention deletes from the front), or null when empty. */
+/** The oldest offset kept per partition (retention takes the front), or null when empty. */
 export async function firstOffsets(q: Queryable, topicId: number): Promise<Map<number, number>> {
   const res = await q.query<{ partition: number; first: number }>(
     `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 GROUP BY partition`,

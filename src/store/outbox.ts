@@ -68,6 +68,19 @@ INSERT INTO produce_outbox_set_aside (id, topic_id, key, value, headers, delay_m
 SELECT id, topic_id, key, value, headers, delay_ms, idempotency_key, created_at, $2 FROM gone
 ON CONFLICT (id) DO NOTHING`
 
+/**
+ * Deletes set-aside rows set aside more than `keepMs` ago (the attempt log's retention: both are a
+ * record of what went wrong, kept for an operator to look at); returns how many. A row per refused
+ * message, so plain deletes: bounded by what is refused, not by traffic.
+ */
+export async function deleteExpiredSetAside(q: Queryable, keepMs: number): Promise<number> {
+  const res = await q.query(
+    `DELETE FROM produce_outbox_set_aside WHERE set_aside_at < clock_timestamp() - $1::bigint * interval '1 millisecond'`,
+    [keepMs],
+  )
+  return res.rowCount ?? 0
+}
+
 /** Whether a committed row waits to be moved. */
 export async function outboxWaiting(q: Queryable): Promise<boolean> {
   return (await oldestWaitingId(q)) !== null
@@ -133,7 +146,7 @@ export async function oldestWaitingSeconds(q: Queryable): Promise<number> {
  * moving rows at the moment. Fails with MoveFailed, naming the rows it had taken.
  */
 export function moveOutbox(db: Database, limit: MoveLimits, place: (row: OutboxRow) => AppendEntry | null): Promise<Moved | null> {
-  // A concurrent HTTP produce of the same idempotency key fails the append on the unique index:
+  // A concurrent HTTP produce of the same idempotency key fails the append on idempotency_keys' primary key:
   // the move rolls back whole and runs again, and then finds the key.
   const taken = { ids: [] as number[] }
   return withAppendRetries(() => moveOnce(db, limit, place, taken)).catch((err: unknown) => {

@@ -169,11 +169,18 @@ t.test('idempotency keys: a repeat returns the original coordinates and stores n
   t.equal(results.filter((r) => !r.duplicate).length, 1, 'one original')
   t.equal(new Set(results.map((r) => `${r.partition}:${r.offset}`)).size, 1, 'all point at it')
 
+  // One message stored per key, and each key points at its message.
   const { rows } = await broker.db.pool.query(
-    `SELECT idempotency_key, count(*)::int AS n FROM messages m JOIN topics t ON t.id = m.topic_id WHERE t.name = 'idem' GROUP BY 1`,
+    `SELECT count(*)::int AS n FROM messages m JOIN topics t ON t.id = m.topic_id WHERE t.name = 'idem'`,
   )
-  const counts = Object.fromEntries(rows.map((r) => [r.idempotency_key, r.n]))
-  t.same(counts, { 'order-1': 1, 'order-2': 1, 'order-3': 1, 'k-batch': 1, raced: 1 })
+  t.equal(rows[0].n, 5, 'order-1, order-2, order-3, k-batch and raced: one message each')
+  const keyed = await broker.db.pool.query(
+    `SELECT i.key, m.value FROM idempotency_keys i JOIN topics t ON t.id = i.topic_id
+     JOIN messages m ON m.topic_id = i.topic_id AND m.partition = i.partition AND m."offset" = i."offset" WHERE t.name = 'idem'`,
+  )
+  const values = Object.fromEntries(keyed.rows.map((r) => [r.key, JSON.parse(r.value)]))
+  t.same(Object.keys(values).sort(), ['k-batch', 'order-1', 'order-2', 'order-3', 'raced'])
+  t.same([values['order-1'], values['order-2'], values['order-3'], values['k-batch']], ['a', 'b', 'c', 'x'])
   const stored = await fetchAll('idem', a.partition)
   t.equal(stored.messages.find((m) => m.offset === a.offset)?.value, 'a', 'the original value is kept')
 
@@ -186,8 +193,8 @@ t.test('idempotency keys: a repeat returns the original coordinates and stores n
 t.test('an idempotency key outlives its message only within retention', async (t) => {
   await app.inject({ method: 'PUT', url: '/v1/topics/short', payload: { partitions: 1, retentionMs: 60_000 } })
   const first = (await produce('short', [{ value: 1, idempotencyKey: 'once' }])).json().results[0]
-  // Age the message past the retention directly in the database.
-  await broker.db.pool.query(`UPDATE messages SET produced_at = produced_at - interval '2 minutes' WHERE idempotency_key = 'once'`)
+  // Age the key past the retention directly in the database.
+  await broker.db.pool.query(`UPDATE idempotency_keys SET produced_at = produced_at - interval '2 minutes' WHERE key = 'once'`)
   const later = (await produce('short', [{ value: 2, idempotencyKey: 'once' }])).json().results[0]
   t.notOk(later.duplicate, 'expired key no longer deduplicates')
   t.equal(later.offset, first.offset + 1)

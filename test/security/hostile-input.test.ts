@@ -55,6 +55,7 @@ const TABLES = [
   'topics',
   'topic_partitions',
   'messages',
+  'idempotency_keys',
   'consumer_groups',
   'consumers',
   'group_offsets',

@@ -99,6 +99,37 @@ t.test('partitioning the attempt log keeps its rows: the old table is its first 
   )
 })
 
+t.test('moving idempotency keys to their own table keeps every message and every key', async (t) => {
+  const db = await testDatabase(t, { empty: true })
+  const singleConnection = db.maxConnections === 1
+  const dir = await tempDir(t)
+  const moving = names.find((n) => n.endsWith('_idempotency_keys_table'))!
+  await cp(MIGRATIONS_DIR, dir, { recursive: true })
+  for (const n of names.filter((n) => n >= moving)) await rm(path.join(dir, n), { recursive: true })
+  await applyMigrations(db.url, { singleConnection, migrationsDir: dir })
+  await withClient(db.url, (c) =>
+    c.query(`INSERT INTO messages (topic_id, partition, "offset", value, produced_at, idempotency_key)
+             VALUES (1, 0, 0, '"a"', '2026-12-01T00:00:00Z', 'k-a'), (1, 0, 1, '"b"', now(), NULL), (1, 2, 5, '"c"', now(), 'k-c')`),
+  )
+  await applyMigrations(db.url, { singleConnection })
+  const after = await withClient(db.url, async (c) => ({
+    messages: (await c.query(`SELECT partition, "offset", value FROM messages ORDER BY partition, "offset"`)).rows,
+    keys: (await c.query(`SELECT key, partition, "offset"::int, produced_at FROM idempotency_keys ORDER BY key`)).rows,
+    column: (await c.query(`SELECT 1 FROM information_schema.columns WHERE table_name = 'messages' AND column_name = 'idempotency_key'`))
+      .rows,
+  }))
+  t.same(after.messages, [
+    { partition: 0, offset: '0', value: '"a"' },
+    { partition: 0, offset: '1', value: '"b"' },
+    { partition: 2, offset: '5', value: '"c"' },
+  ])
+  t.match(after.keys, [
+    { key: 'k-a', partition: 0, offset: 0, produced_at: new Date('2026-12-01T00:00:00Z') },
+    { key: 'k-c', partition: 2, offset: 5 },
+  ])
+  t.same(after.column, [], 'messages no longer has the column')
+})
+
 t.test('concurrent starts on one fresh database apply each migration once', { skip: needsServer }, async (t) => {
   const db = await testDatabase(t, { empty: true })
   const results = await Promise.all([1, 2, 3].map(() => applyMigrations(db.url)))
