@@ -27,9 +27,7 @@ import { readAllLags } from './store/groups.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
 import { readStorageStats } from './store/storage.ts'
-import { listTopics } from './store/topics.ts'
 import { attemptPartitionPlan, maintainAttemptPartitions } from './store/attempt-partitions.ts'
-import { maintainMessageChunks } from './store/message-chunks.ts'
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
 import { SecretBox } from './security/secrets.ts'
@@ -205,19 +203,6 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     topics.onChange(async ({ created, deleted }) => {
       if (deleted) await cluster.topicDeleted(deleted.id)
       if (created) await cluster.topicCreated(created.name)
-      // A new topic's message chunks before it is answered, so its messages never wait in the
-      // default partition to be moved (failing that, they do until the next sweep).
-      if (created) {
-        try {
-          await maintainMessageChunks(database.pool, {
-            topics: await listTopics(database.prisma),
-            sweepIntervalMs: config.retentionIntervalMs,
-            wait: true,
-          })
-        } catch (err) {
-          opts.logger?.warn({ err, topic: created.name }, 'making a new topic’s message chunks failed; the next sweep tries again')
-        }
-      }
     })
     const keys = new KeyService(database, { log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) } })
     // Stored keys count only when HOOKQ_API_KEYS turns authentication on; said at start-up when some would be ignored.
@@ -264,7 +249,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       attemptRetentionMs: config.attemptRetentionMs,
       sliceRows: 10_000,
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),
-      onDeleted: (rows) => opts.logger?.info({ rows }, 'deleted messages past retention'),
+      onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
       attemptPartitions,
       vacuumMessages: noAutovacuum,
       onAttemptPartitions: (r) =>
@@ -315,13 +300,6 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       wait: true,
       lockTimeoutMs: 10_000,
     }).catch((err: unknown) => opts.logger?.warn({ err }, 'making the attempt log partitions failed; the next sweep tries again'))
-    // The message chunks of every topic likewise (a topic made later has them at the next sweep).
-    await maintainMessageChunks(database.pool, {
-      topics: await listTopics(db.prisma),
-      sweepIntervalMs: config.retentionIntervalMs,
-      wait: true,
-      lockTimeoutMs: 10_000,
-    }).catch((err: unknown) => opts.logger?.warn({ err }, 'making the message chunks failed; the next sweep tries again'))
     await cluster.start(config.advertiseUrl ?? null, opts.loadInBackground)
     retention.start()
     outbox.start()

@@ -1,10 +1,9 @@
 /**
- * Retention, by a loop that wakes every `intervalMs`: messages go whole chunks at a time, a chunk
- * being one topic's messages of a span of time, once its end is older than the topic's retentionMs
- * (src/store/message-chunks.ts, which also makes the chunks ahead). Offsets are never reused: a
- * partition's end offset stays where it is, and a read from an offset that has gone starts at the
- * oldest one kept (like Kafka's log start offset). Push attempts go whole partitions at a time once
- * everything in a partition is older than `attemptRetentionMs` (src/store/attempt-partitions.ts, which also makes
+ * Retention, by a loop that wakes every `intervalMs`: messages older than their topic's
+ * retentionMs are deleted, in slices. Offsets are never reused: a partition's end offset stays
+ * where it is, and a read from an offset that has been deleted starts at the oldest one kept (like
+ * Kafka's log start offset). Push attempts go whole partitions at a time once everything in a
+ * partition is older than `attemptRetentionMs` (src/store/attempt-partitions.ts, which also makes
  * the partitions ahead): no row is deleted, so none waits for vacuum. What attempt counts need
  * (the newest attempt of a message still in progress) is carried forward, so its next push has
  * the next number and maxDeliveries still holds. Consumer health buckets past their window go too
@@ -16,12 +15,11 @@
  * committed offset passes them, produce_outbox its rows as they move, schedule_runners its old spans
  * at each ticker start (docs/performance.md, "What bounds each table").
  *
- * Where autovacuum does not run, the sweeper vacuums the messages' default partition itself once
- * enough strays are deleted from it (chunks go whole and need no vacuum).
+ * Where autovacuum does not run, the sweeper vacuums messages itself once enough are deleted.
  *
- * Every broker process sweeps: one process at a time maintains the message chunks and the attempt
- * log's partitions, the others wait their turn and find nothing left to do; two sweeps at once
- * delete each idempotency key once (the slices wait on each other's row locks, then find the rows gone).
+ * Every broker process sweeps: two sweeps at once delete each message once (the slices wait on
+ * each other's row locks and then find the rows gone); one process at a time maintains the
+ * attempt log's partitions, the others wait their turn and find nothing left to do.
  *
  * States: idle (sleeping) → sweeping → idle …; stop() ends the loop after the current slice.
  * One failed sweep (database away) is logged and retried at the next interval: the loop never dies.
@@ -29,8 +27,7 @@
 import type { Database } from '../store/db.ts'
 import { deleteExpiredHealth } from '../store/consumer-health.ts'
 import { maintainAttemptPartitions, type MaintenanceResult, type PartitionPlan } from '../store/attempt-partitions.ts'
-import { maintainMessageChunks } from '../store/message-chunks.ts'
-import { deleteExpiredKeys, type SweptTable, vacuumIfDue } from '../store/messages.ts'
+import { deleteExpired, deleteExpiredKeys, vacuumMessagesIfDue } from '../store/messages.ts'
 import { deleteExpiredSetAside } from '../store/outbox.ts'
 import { listTopics } from '../store/topics.ts'
 import { timerDelayMs } from '../timer-delay.ts'
@@ -41,25 +38,21 @@ export interface RetentionOptions {
   attemptRetentionMs: number
   /** How the attempt log is partitioned (attemptPartitionPlan). */
   attemptPartitions: PartitionPlan
-  /** Idempotency keys deleted per statement. */
+  /** Messages deleted per statement. */
   sliceRows: number
   /**
-   * Vacuum the tables the sweep deletes rows from (the messages' default partition, the
-   * idempotency keys) after sweeps, as autovacuum would (the server's does not run): the chunks and
-   * the attempt log's partitions go whole and need none.
+   * Vacuum the messages table after sweeps, as autovacuum would (the server's does not run): the
+   * attempt log needs no vacuum, but the messages retention deletes do.
    */
   vacuumMessages?: boolean
   onError(err: unknown): void
-  onDeleted?(rows: number): void
+  onDeleted?(topic: string, rows: number): void
   onAttemptPartitions?(result: MaintenanceResult): void
 }
 
 /** What one sweep deleted. */
 export interface SweepResult {
-  /** Messages gone: with their chunks, or from the default partition. */
   messages: number
-  /** Chunks of messages dropped. */
-  messageChunks: number
   /** Attempts dropped with their partitions (not those carried forward). */
   attempts: number
   /** Partitions of the attempt log dropped. */
@@ -74,8 +67,8 @@ export class RetentionSweeper {
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
   private stopped = false
-  /** Rows this process deleted from each table since it last vacuumed it. */
-  private readonly deletedSinceVacuum = new Map<SweptTable, number>()
+  /** Messages this process deleted since it last vacuumed them. */
+  private deletedSinceVacuum = 0
 
   constructor(
     private readonly db: Database,
@@ -92,18 +85,15 @@ export class RetentionSweeper {
    * are judged by the database's clock.
    */
   async sweep(nowMs = Date.now()): Promise<SweepResult> {
-    const done: SweepResult = { messages: 0, messageChunks: 0, attempts: 0, attemptPartitions: 0, idempotencyKeys: 0, setAside: 0 }
-    const topics = await listTopics(this.db.prisma)
-    const chunks = await maintainMessageChunks(this.db.pool, {
-      topics,
-      sweepIntervalMs: this.opts.intervalMs,
-      // Another process maintaining is waited for (a moment), then this one finds nothing left to do.
-      wait: true,
-    })
-    done.messages = chunks.droppedRows + chunks.strayRows
-    done.messageChunks = chunks.dropped.length
-    if (done.messages > 0) this.opts.onDeleted?.(done.messages)
-    for (const topic of topics) {
+    const done: SweepResult = { messages: 0, attempts: 0, attemptPartitions: 0, idempotencyKeys: 0, setAside: 0 }
+    for (const topic of await listTopics(this.db.prisma)) {
+      for (;;) {
+        if (this.stopped) return done
+        const n = await deleteExpired(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
+        done.messages += n
+        if (n > 0) this.opts.onDeleted?.(topic.name, n)
+        if (n < this.opts.sliceRows) break
+      }
       for (;;) {
         if (this.stopped) return done
         const n = await deleteExpiredKeys(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
@@ -111,8 +101,10 @@ export class RetentionSweeper {
         if (n < this.opts.sliceRows) break
       }
     }
-    await this.vacuumIfDue('messages_default', chunks.strayRows)
-    await this.vacuumIfDue('idempotency_keys', done.idempotencyKeys)
+    this.deletedSinceVacuum += done.messages
+    if (this.opts.vacuumMessages && !this.stopped && (await vacuumMessagesIfDue(this.db.pool, this.deletedSinceVacuum))) {
+      this.deletedSinceVacuum = 0
+    }
     const kept = await maintainAttemptPartitions(this.db.pool, {
       nowMs: Date.now(),
       cutoffMs: nowMs - this.opts.attemptRetentionMs,
@@ -126,13 +118,6 @@ export class RetentionSweeper {
     if (!this.stopped) await deleteExpiredHealth(this.db.pool)
     if (!this.stopped) done.setAside = await deleteExpiredSetAside(this.db.pool, this.opts.attemptRetentionMs)
     return done
-  }
-
-  /** Vacuums `table` after `deleted` more rows, when enough are deleted and autovacuum does not run. */
-  private async vacuumIfDue(table: SweptTable, deleted: number): Promise<void> {
-    const since = (this.deletedSinceVacuum.get(table) ?? 0) + deleted
-    this.deletedSinceVacuum.set(table, since)
-    if (this.opts.vacuumMessages && !this.stopped && (await vacuumIfDue(this.db.pool, table, since))) this.deletedSinceVacuum.set(table, 0)
   }
 
   async stop(): Promise<void> {

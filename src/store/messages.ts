@@ -373,6 +373,23 @@ export async function storedIdempotencyKeys(
   return found
 }
 
+// Deletes one bounded slice of the expired messages of a topic, so a large backlog is removed in
+// short transactions instead of one long one that holds locks and bloats WAL at once.
+const DELETE_EXPIRED = `
+DELETE FROM messages m USING (
+  SELECT topic_id, partition, "offset" FROM messages
+  WHERE topic_id = $1 AND produced_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
+  ORDER BY partition, "offset" -- from the front of each partition, so no slice leaves a hole mid-log
+  LIMIT $3
+) doomed
+WHERE m.topic_id = doomed.topic_id AND m.partition = doomed.partition AND m."offset" = doomed."offset"`
+
+/** Deletes up to `limit` messages of the topic older than `retentionMs`; returns how many. */
+export async function deleteExpired(q: Queryable, topicId: number, retentionMs: number, limit: number): Promise<number> {
+  const res = await q.query(DELETE_EXPIRED, [topicId, retentionMs, limit])
+  return res.rowCount ?? 0
+}
+
 // One bounded slice of a topic's idempotency keys past its retention, through (topic_id, produced_at).
 const DELETE_EXPIRED_KEYS = `
 DELETE FROM idempotency_keys i USING (
@@ -391,27 +408,22 @@ export async function deleteExpiredKeys(q: Queryable, topicId: number, retention
   return res.rowCount ?? 0
 }
 
-/** The tables the retention sweep deletes rows from (the rest of what it sheds goes in whole partitions). */
-export type SweptTable = 'messages_default' | 'idempotency_keys'
-
 /**
- * Vacuums a table the sweep deletes rows from when the rows deleted since its last vacuum pass what
- * autovacuum waits for (50 + 20% of the rows it holds, PostgreSQL's defaults); returns whether it
- * did. For servers where autovacuum does not run: without it a deleted row's space is never reused
- * and the table grows with traffic. The messages' chunks go whole and need no vacuum, but the strays
- * deleted from their default partition and the expired idempotency keys do. SKIP_LOCKED: a vacuum
- * already running (another process's) is not waited for.
+ * Vacuums the messages table when the rows deleted since its last vacuum pass what autovacuum waits
+ * for (50 + 20% of the rows it holds, PostgreSQL's defaults); returns whether it did. For servers
+ * where autovacuum does not run: without it, the deleted rows' space is never reused and the table
+ * grows with traffic. SKIP_LOCKED: a vacuum already running (another process's) is not waited for.
  */
-export async function vacuumIfDue(q: Queryable, table: SweptTable, deletedSinceVacuum: number): Promise<boolean> {
-  const res = await q.query<{ rows: number }>(`SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = $1::regclass`, [
-    table,
-  ])
+export async function vacuumMessagesIfDue(q: Queryable, deletedSinceVacuum: number): Promise<boolean> {
+  const res = await q.query<{ rows: number }>(
+    `SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = 'messages'::regclass`,
+  )
   if (deletedSinceVacuum < 50 + 0.2 * (res.rows[0]?.rows ?? 0)) return false
-  await q.query(`VACUUM (SKIP_LOCKED) ${table}`)
+  await q.query('VACUUM (SKIP_LOCKED) messages')
   return true
 }
 
-/** The oldest offset kept per partition (retention takes the front), or null when empty. */
+/** The oldest offset kept per partition (retention deletes from the front), or null when empty. */
 export async function firstOffsets(q: Queryable, topicId: number): Promise<Map<number, number>> {
   const res = await q.query<{ partition: number; first: number }>(
     `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 GROUP BY partition`,

@@ -5,7 +5,7 @@
  * Every statement here is cheap whatever the tables hold: sizes come from the catalog
  * (pg_total_relation_size reads file sizes, not rows; a partitioned table is summed over its
  * partitions), dead rows from the statistics collector, and the oldest rows through indexes: a
- * partition's first offset by the primary key (retention takes the front, and produce times
+ * partition's first offset by the primary key (retention deletes from the front, and produce times
  * never go backwards along a partition's offsets), a group's oldest attempt by (group_id, started_at).
  */
 import type pg from 'pg'
@@ -91,8 +91,7 @@ CROSS JOIN LATERAL (SELECT d.started_at FROM deliveries d WHERE d.group_id = g.i
 /**
  * The sizes of the hot tables (those that exist), with their indexes. The sizes lock each partition
  * as they read it; the parents are locked first, so a read never holds one partition while the
- * attempt log's or the message chunks' maintenance, holding the parent, waits for it (a deadlock):
- * it waits its turn whole.
+ * attempt log's maintenance, holding the parent, waits for it (a deadlock): it waits its turn whole.
  */
 export async function tableSizes(pool: pg.Pool): Promise<TableSize[]> {
   const client = await pool.connect()
