@@ -15,7 +15,8 @@
  * committed offset passes them, produce_outbox its rows as they move, schedule_runners its old spans
  * at each ticker start (docs/performance.md, "What bounds each table").
  *
- * Where autovacuum does not run, the sweeper vacuums messages itself once enough are deleted.
+ * Where autovacuum does not run, the sweeper vacuums messages and idempotency keys itself once
+ * enough of them are deleted.
  *
  * Every broker process sweeps: two sweeps at once delete each message once (the slices wait on
  * each other's row locks and then find the rows gone); one process at a time maintains the
@@ -27,7 +28,7 @@
 import type { Database } from '../store/db.ts'
 import { deleteExpiredHealth } from '../store/consumer-health.ts'
 import { maintainAttemptPartitions, type MaintenanceResult, type PartitionPlan } from '../store/attempt-partitions.ts'
-import { deleteExpired, deleteExpiredKeys, vacuumMessagesIfDue } from '../store/messages.ts'
+import { deleteExpired, deleteExpiredKeys, type SweptTable, vacuumIfDue } from '../store/messages.ts'
 import { deleteExpiredSetAside } from '../store/outbox.ts'
 import { listTopics } from '../store/topics.ts'
 import { timerDelayMs } from '../timer-delay.ts'
@@ -41,8 +42,8 @@ export interface RetentionOptions {
   /** Messages deleted per statement. */
   sliceRows: number
   /**
-   * Vacuum the messages table after sweeps, as autovacuum would (the server's does not run): the
-   * attempt log needs no vacuum, but the messages retention deletes do.
+   * Vacuum the tables the sweep deletes rows from (messages, idempotency keys) after sweeps, as
+   * autovacuum would (the server's does not run): the attempt log goes whole and needs none.
    */
   vacuumMessages?: boolean
   onError(err: unknown): void
@@ -67,8 +68,8 @@ export class RetentionSweeper {
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
   private stopped = false
-  /** Messages this process deleted since it last vacuumed them. */
-  private deletedSinceVacuum = 0
+  /** Rows this process deleted from each table since it last vacuumed it. */
+  private readonly deletedSinceVacuum = new Map<SweptTable, number>()
 
   constructor(
     private readonly db: Database,
@@ -101,10 +102,8 @@ export class RetentionSweeper {
         if (n < this.opts.sliceRows) break
       }
     }
-    this.deletedSinceVacuum += done.messages
-    if (this.opts.vacuumMessages && !this.stopped && (await vacuumMessagesIfDue(this.db.pool, this.deletedSinceVacuum))) {
-      this.deletedSinceVacuum = 0
-    }
+    await this.vacuumIfDue('messages', done.messages)
+    await this.vacuumIfDue('idempotency_keys', done.idempotencyKeys)
     const kept = await maintainAttemptPartitions(this.db.pool, {
       nowMs: Date.now(),
       cutoffMs: nowMs - this.opts.attemptRetentionMs,
@@ -118,6 +117,13 @@ export class RetentionSweeper {
     if (!this.stopped) await deleteExpiredHealth(this.db.pool)
     if (!this.stopped) done.setAside = await deleteExpiredSetAside(this.db.pool, this.opts.attemptRetentionMs)
     return done
+  }
+
+  /** Vacuums `table` after `deleted` more rows, when enough are deleted and autovacuum does not run. */
+  private async vacuumIfDue(table: SweptTable, deleted: number): Promise<void> {
+    const since = (this.deletedSinceVacuum.get(table) ?? 0) + deleted
+    this.deletedSinceVacuum.set(table, since)
+    if (this.opts.vacuumMessages && !this.stopped && (await vacuumIfDue(this.db.pool, table, since))) this.deletedSinceVacuum.set(table, 0)
   }
 
   async stop(): Promise<void> {

@@ -408,18 +408,22 @@ export async function deleteExpiredKeys(q: Queryable, topicId: number, retention
   return res.rowCount ?? 0
 }
 
+/** The tables the retention sweep deletes rows from (the attempt log goes in whole partitions). */
+export type SweptTable = 'messages' | 'idempotency_keys'
+
 /**
- * Vacuums the messages table when the rows deleted since its last vacuum pass what autovacuum waits
- * for (50 + 20% of the rows it holds, PostgreSQL's defaults); returns whether it did. For servers
- * where autovacuum does not run: without it, the deleted rows' space is never reused and the table
- * grows with traffic. SKIP_LOCKED: a vacuum already running (another process's) is not waited for.
+ * Vacuums a table the sweep deletes rows from when the rows deleted since its last vacuum pass what
+ * autovacuum waits for (50 + 20% of the rows it holds, PostgreSQL's defaults); returns whether it
+ * did. For servers where autovacuum does not run: without it a deleted row's space is never reused
+ * and the table grows with traffic. SKIP_LOCKED: a vacuum already running (another process's) is
+ * not waited for.
  */
-export async function vacuumMessagesIfDue(q: Queryable, deletedSinceVacuum: number): Promise<boolean> {
-  const res = await q.query<{ rows: number }>(
-    `SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = 'messages'::regclass`,
-  )
+export async function vacuumIfDue(q: Queryable, table: SweptTable, deletedSinceVacuum: number): Promise<boolean> {
+  const res = await q.query<{ rows: number }>(`SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = $1::regclass`, [
+    table,
+  ])
   if (deletedSinceVacuum < 50 + 0.2 * (res.rows[0]?.rows ?? 0)) return false
-  await q.query('VACUUM (SKIP_LOCKED) messages')
+  await q.query(`VACUUM (SKIP_LOCKED) ${table}`)
   return true
 }
 

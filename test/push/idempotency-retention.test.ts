@@ -161,3 +161,28 @@ t.test('outbox rows set aside go after the attempt retention', async (t) => {
     ['fresh'],
   )
 })
+t.test('where autovacuum does not run, the sweep vacuums the keys it deleted once there are enough', async (t) => {
+  await call('PUT', '/v1/topics/idem-vac', { partitions: 1, retentionMs: RETENTION_MS })
+  await produce(
+    'idem-vac',
+    Array.from({ length: 300 }, (_, i) => ({ value: i, idempotencyKey: `v-${i}` })),
+  )
+  await age('idem-vac', RETENTION_MS + 1000)
+  const vacuums = async () =>
+    Number(
+      (await broker.db.pool.query(`SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'`)).rows[0].vacuum_count,
+    )
+  const before = await vacuums()
+  const errors: unknown[] = []
+  const sweeper = new RetentionSweeper(broker.db, {
+    intervalMs: 60_000,
+    attemptRetentionMs: RETENTION_MS,
+    attemptPartitions: attemptPartitionPlan(RETENTION_MS, 60_000),
+    sliceRows: 1000,
+    vacuumMessages: true,
+    onError: (err) => errors.push(err),
+  })
+  t.equal((await sweeper.sweep()).idempotencyKeys, 300)
+  t.same(errors, [])
+  await waitUntil(async () => (await vacuums()) > before, 10_000, 'idempotency_keys vacuumed')
+})
