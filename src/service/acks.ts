@@ -82,10 +82,13 @@ export class AckService {
 
 /**
  * One pull over several owners: maxMessages split by the partitions each owns (so the answer never
- * holds more), all asked at once. Without waitMs each answers at once, and all answers are
- * merged. With waitMs, the first answer with messages ends the others' waits: this process's own
- * answers with what it has; a remote one whose answer was already under way is cut off, and what
- * it leased expires and is retried (docs/pull.md says why this beats routing to one owner).
+ * holds more), all asked at once and without waiting first, their answers merged. Only when that
+ * finds nothing and the caller would wait does a long poll go to every owner, the first answer
+ * with messages ending the others' waits: a remote answer already under way is then cut off, and
+ * what it leased expires and is retried as a failed attempt. Asking without waiting first keeps
+ * those cut-offs to the moments when messages come to two owners at once during a wait; a long
+ * poll of every owner from the start would cut off the others' leases at every pull with a backlog
+ * (docs/walkthroughs.md, "A walk through pull delivery", says why this beats routing to one owner).
  */
 async function gather(opts: PullOptions, signal: AbortSignal, sources: PullSource[]): Promise<string[]> {
   const total = sources.reduce((n, s) => n + s.parts, 0)
@@ -96,11 +99,26 @@ async function gather(opts: PullOptions, signal: AbortSignal, sources: PullSourc
     return share
   })
   shares[0]! += left // what the split rounded off: this process's
+  const startedMs = performance.now()
+  const now = await ask(sources, shares, { ...opts, waitMs: 0 }, signal, false)
+  const waitMs = Math.max(0, opts.waitMs - Math.round(performance.now() - startedMs))
+  if (now.length > 0 || waitMs === 0 || signal.aborted) return now
   // A long poll waits on every owner, at least one message each: the produce that wakes it may
-  // come to any of them. Only when maxMessages is below the number of owners, and two owners
-  // answer at once, can that lease more than the caller takes: the extra ones are cut (below) and
-  // expire like the lease of a caller gone.
-  if (opts.waitMs > 0) for (const i of shares.keys()) shares[i] = Math.max(1, shares[i]!)
+  // come to any of them. Only when two owners answer at once can that lease more than the caller
+  // takes: the extra ones are cut (below) and expire like the lease of a caller gone.
+  return (
+    await ask(
+      sources,
+      shares.map((n) => Math.max(1, n)),
+      { ...opts, waitMs },
+      signal,
+      true,
+    )
+  ).slice(0, opts.maxMessages)
+}
+
+/** Each source asked for its share at once; `firstEnds`: the first answer with messages ends the others. */
+async function ask(sources: PullSource[], shares: number[], opts: PullOptions, signal: AbortSignal, firstEnds: boolean): Promise<string[]> {
   const aborts = sources.map(() => new AbortController())
   const stopAll = () => {
     for (const a of aborts) a.abort()
@@ -111,13 +129,13 @@ async function gather(opts: PullOptions, signal: AbortSignal, sources: PullSourc
       sources.map(async (s, i) => {
         if (shares[i]! === 0) return []
         const got = await s.pull({ ...opts, maxMessages: shares[i]! }, aborts[i]!.signal).catch(() => [] as string[])
-        if (got.length > 0 && opts.waitMs > 0) {
+        if (got.length > 0 && firstEnds) {
           for (const [k, a] of aborts.entries()) if (k !== i) a.abort()
         }
         return got
       }),
     )
-    return answers.flat().slice(0, opts.maxMessages)
+    return answers.flat()
   } finally {
     signal.removeEventListener('abort', stopAll)
   }
