@@ -317,6 +317,8 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       advertise: (url) => cluster.advertise(config.advertiseUrl ?? url),
       close() {
         closing ??= (async () => {
+          // Long polls answered first: the server's close waits for every open request.
+          dispatcher.answerPulls()
           await app.close()
           keys.stop()
           metrics.close()

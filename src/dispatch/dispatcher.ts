@@ -115,6 +115,8 @@ export class Dispatcher {
   private readonly health: HealthRecorder
   private readonly disables = new PendingDisables()
   private readonly pulls: PullDesk
+  /** Set by answerPulls: no pull waits any more. */
+  private closingPulls = false
   private stopped = false
 
   constructor(private readonly deps: DispatcherDeps) {
@@ -215,6 +217,16 @@ export class Dispatcher {
     }
     // Deleted groups this read saw gone need no number kept.
     for (const [name, n] of this.appliedLoads) if (n <= load && !byName.has(name) && !this.groups.has(name)) this.appliedLoads.delete(name)
+  }
+
+  /**
+   * The broker is shutting down: the callers waiting here are answered now with what they hold, and
+   * later pulls at once, so the HTTP server's close does not wait out their long polls (a SIGTERM
+   * that took waitMs, up to 20 s, could outlast a container's grace period).
+   */
+  answerPulls(): void {
+    this.closingPulls = true
+    this.pulls.closeAll()
   }
 
   /** Stops pushing; waits for queued completions to be written. In-flight pushes are abandoned (they will be redelivered). */
@@ -507,7 +519,7 @@ export class Dispatcher {
    */
   pull(name: string, opts: { maxMessages: number; waitMs: number; leaseMs: number | undefined }, signal?: AbortSignal): Promise<string[]> {
     const g = this.groups.get(name)
-    if (!g || this.stopped || signal?.aborted) return Promise.resolve([])
+    if (!g || this.stopped || this.closingPulls || signal?.aborted) return Promise.resolve([])
     return new Promise((resolve) => {
       const t = new Taker(g.row.id, opts.maxMessages, opts.leaseMs ?? g.row.ackTimeoutMs, opts.waitMs === 0, resolve)
       this.pulls.add(t, opts.waitMs)
