@@ -89,6 +89,8 @@ export interface PushFlowDeps {
 
 export class PushFlow {
   private readonly sender: PushSender
+  /** Per pull group, the partition the next caller starts at (pullerCame). */
+  private readonly pullTurns = new Map<number, number>()
 
   constructor(private readonly deps: PushFlowDeps) {
     this.sender = new PushSender({
@@ -187,7 +189,13 @@ export class PushFlow {
 
   /** A caller of pull came for the group: what waits for one (ready, parked) goes out, then new messages. */
   pullerCame(g: GroupRuntime): void {
-    for (const w of g.parts.values()) {
+    // Each caller starts at the next partition: in one fixed order, a backlog on the first
+    // partitions would fill every answer and the others wait until it drained.
+    const parts = [...g.parts.values()]
+    const turn = this.pullTurns.get(g.row.id) ?? 0
+    this.pullTurns.set(g.row.id, (turn + 1) % Math.max(1, parts.length))
+    for (let k = 0; k < parts.length; k++) {
+      const w = parts[(turn + k) % parts.length]!
       if (!g.row.paused) for (const o of [...w.outstanding.values()]) if (o.state === 'parked') this.start(g, w, o)
       this.fill(g, w)
     }
