@@ -50,9 +50,9 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
       {
         ...access({ action: 'consume', on: 'group' }),
         // Every field is optional, so a bare `POST .../pull` (no body, as curl -X POST sends it)
-        // means all defaults rather than a 400 for the missing object.
+        // means all defaults rather than a 400 for the missing object; a JSON null stays a 400.
         preValidation: async (req) => {
-          if (req.body === undefined || req.body === null) req.body = {}
+          if (req.body === undefined) req.body = {}
         },
         schema: {
           operationId: 'pull',
@@ -66,9 +66,13 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
       async (req, reply) => {
         // The caller went away before its answer: nothing more is leased to it.
         const gone = new AbortController()
-        reply.raw.once('close', () => {
-          if (!reply.raw.writableFinished) gone.abort()
-        })
+        // Gone already (during the key check, say): 'close' has fired and would not again. (The
+        // socket, not the request: a request whose body was read is destroyed by then.)
+        if (req.raw.socket?.destroyed === true) gone.abort()
+        else
+          reply.raw.once('close', () => {
+            if (!reply.raw.writableFinished) gone.abort()
+          })
         const { maxMessages = 100, waitMs = 0, leaseMs } = req.body ?? {}
         const envelopes = await services.acks.pull(req.params.group, { maxMessages, waitMs, leaseMs }, gone.signal, req.pullElsewhere)
         // Envelopes are JSON texts already (as pushed): joined, not parsed and serialised again.
