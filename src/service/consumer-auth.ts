@@ -106,7 +106,8 @@ const signingPlace = (id: string): SecretPlace => ({ table: 'consumers', field: 
 
 /**
  * Where a consumer's auth values are sealed: the row, and where the values are sent (the push URL
- * for headers; tokenUrl and clientId for OAuth), so that someone who can write the database but
+ * for headers; for OAuth the push URL, which receives the token, and tokenUrl and clientId, which
+ * receive the secret), so that someone who can write the database but
  * lacks the key cannot point a consumer's credentials at another endpoint: they no longer open.
  */
 export function authPlace(id: string, url: string, publicAuth: string | null): SecretPlace {
@@ -115,7 +116,7 @@ export function authPlace(id: string, url: string, publicAuth: string | null): S
     a?.type === 'headers'
       ? JSON.stringify(['headers', url])
       : a?.type === 'oauth2'
-        ? JSON.stringify(['oauth2', a.tokenUrl, a.clientId])
+        ? JSON.stringify(['oauth2', url, a.tokenUrl, a.clientId])
         : JSON.stringify([a?.type ?? null])
   return { table: 'consumers', field: 'auth_secret', rowId: id, context }
 }

@@ -55,10 +55,11 @@ t.test('the envelope: round trip, bound to its row, tamper-evident, names a miss
   )
   const oauth = { type: 'oauth2', tokenUrl: 'https://auth.example/token', clientId: 'c' }
   const client = box.seal('s', authPlace('a', 'https://a.example/hook', JSON.stringify(oauth)))
-  t.equal(
-    box.open(client, authPlace('a', 'https://b.example/other', JSON.stringify(oauth))),
-    's',
-    'a client secret is not bound to the push URL',
+  t.equal(box.open(client, authPlace('a', 'https://a.example/hook', JSON.stringify(oauth))), 's')
+  t.throws(
+    () => box.open(client, authPlace('a', 'https://b.example/other', JSON.stringify(oauth))),
+    SecretsKeyError,
+    'a client secret is bound to the push URL too (the token it gets is sent there)',
   )
   for (const moved of [
     { ...oauth, tokenUrl: 'https://evil.example/token' },
