@@ -3,7 +3,9 @@
  * answering 500, a dry run, a replay back to the original topic, a second replay that duplicates
  * nothing), and the SDK functions behind it (skips, limits, 429 and body-size handling).
  */
+import { randomUUID } from 'node:crypto'
 import t from 'tap'
+import { appendRows } from '../../src/store/messages.ts'
 import {
   BatchProduceError,
   createClient,
@@ -133,8 +135,8 @@ t.test('replayDeadLetters: skips what it cannot replay, honours fromOffset and l
     'hookq-dlq-offset': String(offset),
     'hookq-dlq-group': 'g',
   })
-  // Dead letters made by hand: produce refuses hookq-dlq-* headers (only the broker writes them),
-  // so they are written the way only the database's own users can, through hookq_produce().
+  // Dead letters made by hand: produce (HTTP and hookq_produce alike) refuses hookq-dlq-* headers,
+  // so they are appended the way the broker's dead-lettering appends them, below every produce path.
   const made: { value: string; headers?: Record<string, string> }[] = [
     { value: 'plain, not a dead letter' },
     { value: 'its topic is gone', headers: dlq('deleted-topic', 0) },
@@ -142,13 +144,22 @@ t.test('replayDeadLetters: skips what it cannot replay, honours fromOffset and l
     { value: 'r2', headers: dlq('target', 1) },
     { value: 'r3', headers: dlq('target', 2) },
   ]
-  for (const m of made) {
-    await broker.db.pool.query('SELECT hookq_produce($1, $2, NULL, $3)', [
-      'mixed.dlq',
-      JSON.stringify(m.value),
-      JSON.stringify(m.headers ?? {}),
-    ])
-  }
+  const topicId = Number((await broker.db.pool.query(`SELECT id FROM topics WHERE name = 'mixed.dlq'`)).rows[0].id)
+  await appendRows(
+    broker.db.pool,
+    made.map((m) => ({
+      topicId,
+      partition: 0,
+      key: null,
+      value: JSON.stringify(m.value),
+      headers: JSON.stringify(m.headers ?? {}),
+      delayMs: 0,
+      idempotencyKey: null,
+      traceId: randomUUID().replaceAll('-', ''),
+      traceparent: null,
+      tracestate: null,
+    })),
+  )
   await waitUntil(async () => (await endOffsets(hookq, 'mixed.dlq'))[0] === made.length, 10_000, 'the outbox moved the dead letters')
 
   const progress: number[] = []

@@ -1,8 +1,9 @@
 -- hookq_produce() refuses `hookq-dlq-*` headers (any case), as HTTP produce does
 -- (src/service/produce.ts refuseBrokerHeadersOf): only the broker writes them, when it
 -- dead-letters, and `hookq dlq replay` trusts them to say where a dead letter came from. Checked on
--- the outbox row itself (BEFORE INSERT), so any way into produce_outbox is checked, not only the
--- function, and hookq_produce's body stays as its own migrations wrote it.
+-- the outbox row itself (BEFORE INSERT, and UPDATE of its headers: an application could otherwise
+-- rewrite a row in the transaction that wrote it), so any way into produce_outbox is checked, not
+-- only the function, and hookq_produce's body stays as its own migrations wrote it.
 -- Cheap for ordinary headers: the JSON is parsed only when its text holds `hookq-dlq-` in any case
 -- or a backslash (an escaped name such as "\u0068ookq-dlq-x" decodes to one).
 CREATE OR REPLACE FUNCTION hookq_outbox_refuse_broker_headers() RETURNS trigger
@@ -22,5 +23,5 @@ BEGIN
 END
 $fn$;
 
-CREATE TRIGGER produce_outbox_refuse_broker_headers BEFORE INSERT ON produce_outbox
+CREATE TRIGGER produce_outbox_refuse_broker_headers BEFORE INSERT OR UPDATE OF headers ON produce_outbox
 FOR EACH ROW EXECUTE FUNCTION hookq_outbox_refuse_broker_headers();
