@@ -9,6 +9,10 @@ import { createClient, unwrap } from '@hookq/client'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { runCli } from './run.ts'
 
+// About thirty CLI processes, each a Node start: 150 s here alone, past tap's 180 s per file when
+// the machine is busy (CI runs six test files at once), where nothing was wrong but the clock.
+t.setTimeout(600_000)
+
 const { url } = await startListeningBroker(t)
 const hookq = createClient({ baseUrl: url, apiKey: '' })
 const cli = (...args: string[]) => runCli(args, { url })
