@@ -221,7 +221,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       produce: new ProduceService(topics, committer, config.maxMessageBytes),
       read: new ReadService(topics, db),
       groups,
-      acks: new AckService(groups, cluster, metrics),
+      acks: new AckService(groups, cluster, metrics, config.maxWaitingPulls),
       operations: new OperationsService(db, groups, cluster, attempts, config.attemptRetentionMs),
       schedules: new ScheduleService(db, topics, config.maxMessageBytes),
       metrics,

@@ -38,6 +38,8 @@ export interface Config {
   apiKeys: ApiKey[]
   /** Requests a second per API key (per client IP without keys); 0 means no limit. */
   rateLimitPerKey: number
+  /** Long polls (pull calls with waitMs) waiting on one process at most (HOOKQ_MAX_WAITING_PULLS); more are answered 429. */
+  maxWaitingPulls: number
   /** GET /metrics needs no key even when API keys are configured (HOOKQ_METRICS_OPEN); else a key with the metrics scope. */
   metricsOpen: boolean
   /** How long SIGTERM waits for in-progress work before giving up. */
@@ -242,6 +244,7 @@ export function loadConfig(env: Env = process.env): Config {
     attemptRetentionMs: int(env, 'HOOKQ_ATTEMPT_RETENTION_MS', 7 * 86_400_000, 60_000, 3650 * 86_400_000),
     apiKeys: apiKeys(env),
     rateLimitPerKey: int(env, 'HOOKQ_RATE_LIMIT_PER_KEY', 0, 0, 1_000_000),
+    maxWaitingPulls: int(env, 'HOOKQ_MAX_WAITING_PULLS', 10_000, 1, 1_000_000),
     metricsOpen: bool(env, 'HOOKQ_METRICS_OPEN', false),
     shutdownGraceMs: int(env, 'HOOKQ_SHUTDOWN_GRACE_MS', 25_000, 0, 3_600_000),
     pushPolicy: parsePolicy(env),

@@ -131,6 +131,12 @@ export class Cluster {
     return this.dispatcher.pull(group, opts, signal)
   }
 
+  /** Waits until a message could be leased from the partitions this process owns, leasing none (dispatcher.ts probe). */
+  probe(group: string, waitMs: number, signal?: AbortSignal): Promise<boolean> {
+    this.requireLoaded(group)
+    return this.dispatcher.probe(group, waitMs, signal)
+  }
+
   async ack(group: string, ids: string[]): Results {
     this.requireLoaded(group)
     await this.ownership.loaded(group, () => partitionsOf(ids), TAKING_WAIT_MS)

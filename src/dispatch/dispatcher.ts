@@ -287,7 +287,10 @@ export class Dispatcher {
     if (existing) {
       const filterChanged = existing.row.filter !== loaded.row.filter
       const previousOrdering = existing.row.ordering
+      const previousDelivery = existing.row.delivery
       existing.row = loaded.row
+      // Switched to push: its waiting callers are answered now (the service says 409 push_group), not at waitMs.
+      if (previousDelivery !== loaded.row.delivery) this.pulls.closeGroup(existing.row.id)
       existing.policy = policyOf(loaded.row)
       if (filterChanged) this.flow.filterChanged(existing, filterOf(loaded.row))
       if (previousOrdering !== loaded.row.ordering) this.flow.orderingChanged(existing, previousOrdering)
@@ -314,6 +317,8 @@ export class Dispatcher {
 
   private drop(g: GroupRuntime): void {
     g.dropped = true
+    // Deleted, or its topic gone: callers waiting for it are answered now (a deleted group's with 404 by the service).
+    this.pulls.closeGroup(g.row.id)
     for (const c of g.consumers) this.windows.forget(c.id)
     for (const w of [...g.parts.values()]) this.dropPartition(g, w, 'abandoned: the group or its topic changed')
     this.groups.delete(g.row.name)
@@ -526,6 +531,22 @@ export class Dispatcher {
       signal?.addEventListener('abort', () => this.pulls.gone(t), { once: true })
       this.flow.safely(() => this.flow.pullerCame(g))
       this.pulls.settled(g.row.id)
+    })
+  }
+
+  /**
+   * Waits up to waitMs until a message of the pull group could be leased on the partitions owned
+   * here, leasing none (pull-desk.ts, probes): true if one could. A gather over several processes
+   * asks this first, then leases only what its caller takes.
+   */
+  probe(name: string, waitMs: number, signal?: AbortSignal): Promise<boolean> {
+    const g = this.groups.get(name)
+    if (!g || this.stopped || this.closingPulls || signal?.aborted || waitMs <= 0) return Promise.resolve(false)
+    return new Promise((resolve) => {
+      const t: Taker = new Taker(g.row.id, 0, g.row.ackTimeoutMs, false, () => resolve(t.ready), true)
+      this.pulls.add(t, waitMs)
+      signal?.addEventListener('abort', () => this.pulls.gone(t), { once: true })
+      this.flow.safely(() => this.flow.pullerCame(g))
     })
   }
 

@@ -13,6 +13,12 @@
  *   waiting   → (waitMs passes) answered with what it has (nothing)
  *   waiting   → (the client went away) answered; nothing more is handed to it. A retry's lease
  *               being written when it went is leased to nobody: it expires and is retried.
+ *   waiting   → (its group deleted, switched to push, or its topic gone: closeGroup) answered at once
+ *               with what it has; the service then answers 404 or 409 for an empty answer.
+ *
+ * A probe (room 0) is a taker that leases nothing: it waits until a message of the group could be
+ * leased here (`leasable`) and is answered `ready`. A gather over several broker processes long-polls
+ * with probes first, so that no owner leases what the caller will not take (src/service/acks.ts).
  */
 import type { Timers } from './schedule.ts'
 
@@ -32,6 +38,8 @@ export class Taker {
   /** Answering on the next turn: it has at least one message. */
   answering = false
   timer: ReturnType<Timers['setTimeout']> | undefined = undefined
+  /** A probe only: a message could be leased here when it was answered. */
+  ready = false
 
   constructor(
     readonly groupId: number,
@@ -41,6 +49,8 @@ export class Taker {
     /** waitMs 0: answers once nothing more can be leased at once (idle), not on a timer. */
     readonly immediate: boolean,
     readonly resolve: (envelopes: string[]) => void,
+    /** Leases nothing; answered `ready` once something could be leased (see above). */
+    readonly probe = false,
   ) {}
 }
 
@@ -60,6 +70,30 @@ export class PullDesk {
   /** Callers waiting for the group here. */
   waiters(groupId: number): number {
     return this.waiting.get(groupId)?.length ?? 0
+  }
+
+  /** Whether anyone waits for the group here, probes included: then its partitions read ahead. */
+  wanted(groupId: number): boolean {
+    return this.waiting.has(groupId)
+  }
+
+  /**
+   * A message of the group could be leased now and no taker has room for it: the probes waiting
+   * for the group are answered `ready` (the takers with room would have got it).
+   */
+  leasable(groupId: number): void {
+    const line = this.waiting.get(groupId)
+    if (!line) return
+    for (const t of [...line]) {
+      if (!t.probe) continue
+      t.ready = true
+      this.answer(t)
+    }
+  }
+
+  /** The group is gone from here (deleted, switched to push, its topic deleted): its takers are answered now. */
+  closeGroup(groupId: number): void {
+    for (const t of [...(this.waiting.get(groupId) ?? [])]) this.answer(t)
   }
 
   /** A new taker, in line after those already waiting; `resolve` gets its answer once. */

@@ -164,16 +164,18 @@ export class PushFlow {
     const ordering = g.row.ordering
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
     while (w.ready.length > 0 && w.active() < limit) {
-      if (!pulls.taker(id)) return
+      // Nobody with room: a probe waiting is told that this one could go.
+      if (!pulls.taker(id)) return pulls.leasable(id)
       this.start(g, w, w.ready[0]!)
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
     while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
-      if (!pulls.taker(id)) return
       const next = w.buffer[0]
-      if (!next) return this.deps.reader.read(g, w)
+      if (!next) return pulls.wanted(id) ? this.deps.reader.read(g, w) : undefined
       if (byKey && w.keyQueued() >= MAX_KEY_QUEUED && next.key !== null && w.keyBusy(next.key)) return
+      // (The message may turn out delayed or filtered out: a probe told so is asked again.)
+      if (!pulls.taker(id)) return pulls.leasable(id)
       const msg = w.take()
       if (!msg) continue
       const due = msg.availableAtMs <= nowMs
@@ -425,7 +427,10 @@ export class PushFlow {
   private lease(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
     const pulls = this.deps.pulls
     const taker = pulls.taker(g.row.id)
-    if (!taker) return w.move(o, 'ready')
+    if (!taker) {
+      w.move(o, 'ready')
+      return pulls.leasable(g.row.id)
+    }
     if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
       w.move(o, 'reserving')
       return this.reserve(g, w)

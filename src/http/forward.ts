@@ -30,6 +30,8 @@ const STATUS_ROUTE = 'GET /v1/groups/:group'
 const PULL_ROUTE = 'POST /v1/groups/:group/pull'
 
 const FORWARDED_HEADER = 'hookq-forwarded'
+/** On a forwarded pull: lease nothing, answer `{"messages":[],"ready":true}` once something could be leased (src/service/acks.ts gather). */
+const PROBE_HEADER = 'hookq-pull-probe'
 /** Headers passed on to an owner; everything else (hop-by-hop, host, lengths) is the client's business. */
 const PASSED_HEADERS = ['authorization', 'accept', 'user-agent']
 /** Headers of an owner's failed answer relayed to the caller. */
@@ -67,6 +69,8 @@ declare module 'fastify' {
     inFlightElsewhere: Map<number, number> | null
     /** The other owners of a pull group's partitions, to pull from as well (the pull route). */
     pullElsewhere: PullElsewhere | null
+    /** A forwarded probe of another process's gather: wait for a leasable message, lease none (the pull route). */
+    pullProbe: boolean
     /** Answers other owners gave for some of the ids, by their index in the request. */
     answeredElsewhere: { total: number; results: Map<number, Result>; local: number[] } | null
   }
@@ -84,6 +88,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
   app.decorateRequest('inFlightElsewhere', null)
   app.decorateRequest('answeredElsewhere', null)
   app.decorateRequest('pullElsewhere', null)
+  app.decorateRequest('pullProbe', false)
   if (!directory) return
   const owners = directory
   const agent = new Agent({ connections: 16, keepAliveTimeout: 10_000 })
@@ -274,7 +279,11 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
 
   /** The other owners of the group's partitions, each with how many it owns and a way to pull from it. */
   async function pullOwners(req: FastifyRequest): Promise<void> {
-    if (owners.alone || req.headers[FORWARDED_HEADER] !== undefined) return
+    if (req.headers[FORWARDED_HEADER] !== undefined) {
+      req.pullProbe = req.headers[PROBE_HEADER] === '1'
+      return
+    }
+    if (owners.alone) return
     const group = (req.params as { group: string }).group
     const partitions = owners.partitionsOf(group) ?? 0
     const byOwner = new Map<string, number>()
@@ -287,13 +296,34 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     if (byOwner.size === 0) return
     req.pullElsewhere = {
       selfParts,
-      owners: [...byOwner].map(([base, parts]) => ({ parts, pull: (opts, signal) => pullFrom(base, req, opts, signal) })),
+      owners: [...byOwner].map(([base, parts]) => ({
+        parts,
+        pull: async (opts, signal) => {
+          const a = await pullFrom(base, req, opts, signal, false)
+          return a ? (JSON.parse(a) as { messages: unknown[] }).messages.map((m) => JSON.stringify(m)) : []
+        },
+        probe: async (waitMs, signal) => {
+          const a = await pullFrom(base, req, { maxMessages: 1, waitMs, leaseMs: undefined }, signal, true)
+          return a ? (JSON.parse(a) as { ready?: boolean }).ready === true : false
+        },
+      })),
     }
   }
 
-  /** One owner's leases: an owner that fails or cannot be reached gave none (the others' answer stands). */
-  async function pullFrom(base: string, req: FastifyRequest, opts: PullOptions, signal: AbortSignal): Promise<string[]> {
+  /**
+   * One owner's answer text (null: it failed or could not be reached; the others' answers stand).
+   * `opts.waitMs` is what is left of the caller's wait when this is sent: the owner's own timer
+   * runs from there, so every hop ends within the caller's one deadline.
+   */
+  async function pullFrom(
+    base: string,
+    req: FastifyRequest,
+    opts: PullOptions,
+    signal: AbortSignal,
+    probe: boolean,
+  ): Promise<string | null> {
     const headers: Record<string, string> = { [FORWARDED_HEADER]: '1', 'content-type': 'application/json' }
+    if (probe) headers[PROBE_HEADER] = '1'
     for (const name of PASSED_HEADERS) {
       const value = req.headers[name]
       if (typeof value === 'string') headers[name] = value
@@ -314,8 +344,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       bodyTimeout: timeoutMs,
     })
     const text = await answer.body.text()
-    if (answer.statusCode !== 200) return []
-    return (JSON.parse(text) as { messages: unknown[] }).messages.map((m) => JSON.stringify(m))
+    return answer.statusCode === 200 ? text : null
   }
 }
 

@@ -85,7 +85,8 @@ export function installProblemHandlers(app: FastifyInstance): void {
     const { problem, retryAfterS } = classify(err)
     // Shedding must stay cheap when the broker is overloaded: no log line per refused call at the
     // default level (the metrics and the caller's Retry-After tell the story).
-    if (problem.code === 'overloaded' || problem.code === 'rate_limited') request.log.debug({ code: problem.code }, 'request shed')
+    if (problem.code === 'overloaded' || problem.code === 'rate_limited' || problem.code === 'too_many_pulls')
+      request.log.debug({ code: problem.code }, 'request shed')
     else if (problem.code === 'unavailable')
       request.log.warn({ code: problem.code, detail: problem.detail, err: String(err) }, 'request refused: 503 unavailable')
     else if (problem.status >= 500) request.log.error({ err }, 'request failed')

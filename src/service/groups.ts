@@ -293,6 +293,17 @@ export class GroupService {
         }
         const { topic: _topic, ...current } = existing
         const settings = validated(settingsFrom(input, current))
+        // A pull group has no consumers (contract "Pull delivery"): they are removed first, by the
+        // caller, rather than dropped here unasked. (One registered in a race with this switch is
+        // kept but unused: a pull group's dispatcher never pushes.)
+        if (existing.delivery === 'push' && settings.delivery === 'pull') {
+          const consumers = await listConsumers(this.db.prisma, existing.id)
+          if (consumers.length > 0)
+            throw new HookqError(
+              'group_has_consumers',
+              `group ${name} has ${consumers.length} consumer(s); remove them (DELETE /v1/groups/${name}/consumers/{id}) before switching it to delivery "pull"`,
+            )
+        }
         return { group: await updateGroup(this.db.prisma, existing.id, settings), created: false }
       }
       const topic = await this.requireTopic(input.topic, 'topic')

@@ -74,6 +74,12 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
             if (!reply.raw.writableFinished) gone.abort()
           })
         const { maxMessages = 100, waitMs = 0, leaseMs } = req.body ?? {}
+        // Another broker process's gather asking whether anything could be leased here (src/http/forward.ts).
+        // (Sent as text: `ready` is not in the public schema.)
+        if (req.pullProbe) {
+          const ready = await services.acks.probe(req.params.group, waitMs, gone.signal)
+          return reply.type('application/json').send(`{"messages":[],"ready":${ready}}` as never)
+        }
         const envelopes = await services.acks.pull(req.params.group, { maxMessages, waitMs, leaseMs }, gone.signal, req.pullElsewhere)
         // Envelopes are JSON texts already (as pushed): joined, not parsed and serialised again.
         return reply.type('application/json').send(`{"messages":[${envelopes.join(',')}]}` as never)
