@@ -6,8 +6,9 @@
  *   process answers for its own, the answers merged in request order. Acks are idempotent, so when
  *   an owner cannot be reached the whole call is 503 with Retry-After and the caller sends it again.
  * - The group status: each owner's in-flight counts for the partitions it owns.
- * - Pull: every owner of a partition of the group is asked at once for its share of maxMessages
- *   (src/service/acks.ts gather; docs/walkthroughs.md, "A walk through pull delivery", says why gathering beats routing to one owner).
+ * - Pull: every owner of a partition of the group is asked at once for its share of maxMessages,
+ *   then probed (leasing nothing) while the caller waits (src/service/acks.ts gather;
+ *   docs/walkthroughs.md, "A walk through pull delivery", says why gathering beats routing to one owner).
  *
  * Owners are as the last cluster poll saw them (src/cluster/ownership.ts). When that view is stale
  * (the owner died or gave the partition up since), the ids go to the partition's holder found afresh

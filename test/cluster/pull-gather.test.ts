@@ -1,0 +1,130 @@
+/**
+ * A pull gathered over two broker processes (in this test process, on one database): it never
+ * leases more than maxMessages in all, an owner whose share of maxMessages rounds to 0 is asked in
+ * its turn, and a long poll woken on both owners at once leases only what its caller takes (the
+ * probes of the two-phase gather lease nothing), so no attempt is lost.
+ */
+import t from 'tap'
+import { createBroker, type Broker } from '../../src/broker.ts'
+import { loadConfig } from '../../src/config.ts'
+import { needsServer, testDatabase } from '../helpers/db.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+interface Pulled {
+  deliveryId: string
+  partition: number
+  value: unknown
+  attempt: number
+}
+
+t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
+  const db = await testDatabase(t)
+  const start = async (): Promise<Broker> => {
+    const broker = await createBroker(
+      loadConfig({
+        DATABASE_URL: db.url,
+        HOOKQ_DB_POOL_SIZE: String(Math.max(2, Math.min(4, Math.floor(db.maxConnections / 2)))),
+        HOOKQ_CLUSTER_POLL_MS: '200',
+        LOG_LEVEL: 'silent',
+      }),
+    )
+    t.teardown(() => broker.close())
+    await broker.advertise(await broker.app.listen({ host: '127.0.0.1', port: 0 }))
+    return broker
+  }
+  const a = await start()
+  const b = await start()
+  const call = async (via: Broker, method: string, url: string, payload?: object) => {
+    const res = await via.app.inject({ method: method as 'GET', url, ...(payload ? { payload } : {}) })
+    return { status: res.statusCode, json: res.body === '' ? undefined : res.json() }
+  }
+  const pull = async (via: Broker, body: object, group = 'g'): Promise<Pulled[]> => {
+    const res = await call(via, 'POST', `/v1/groups/${group}/pull`, body)
+    if (res.status !== 200) throw new Error(`pull ${res.status}: ${JSON.stringify(res.json)}`)
+    return res.json.messages as Pulled[]
+  }
+  // A group of its own for each subtest: what one leaves unacked cannot reach the other.
+  for (const n of ['', '2']) {
+    t.equal((await call(a, 'PUT', `/v1/topics/gt${n}`, { partitions: 4 })).status, 201)
+    t.equal((await call(a, 'PUT', `/v1/groups/g${n}`, { topic: `gt${n}`, delivery: 'pull', ackTimeoutMs: 120_000 })).status, 201)
+  }
+  const mine = (x: Broker, g: string) => [0, 1, 2, 3].filter((p) => x.cluster.ownership.ownerOf(g, p) === 'self')
+  await waitUntil(
+    () =>
+      ['g', 'g2'].every(
+        (g) => mine(a, g).length === 2 && mine(b, g).length === 2 && [0, 1, 2, 3].every((p) => a.cluster.ownership.ownerOf(g, p) !== null),
+      ),
+    60_000,
+    'the four partitions of each group shared two and two, as a sees them',
+  )
+  const ofB = mine(b, 'g')
+
+  t.test('an owner whose share rounds to 0 is asked in its turn; never more than maxMessages', async (t) => {
+    // maxMessages 1 over two owners of two partitions each: each share rounds to 0. Without waiting,
+    // pulls through a must reach b's partitions too (in turn), and never take more than one.
+    await call(a, 'POST', '/v1/topics/gt/messages', { messages: [0, 1, 2, 3].map((p) => ({ value: `t${p}`, partition: p })) })
+    const turned: Pulled[] = []
+    let most = 0
+    await waitUntil(
+      async () => {
+        const got = await pull(a, { maxMessages: 1 })
+        most = Math.max(most, got.length)
+        turned.push(...got)
+        return turned.length === 4
+      },
+      30_000,
+      "all four messages through a, b's partitions included",
+    )
+    t.same(
+      turned.map((m) => m.attempt),
+      [1, 1, 1, 1],
+    )
+    t.ok(
+      turned.some((m) => ofB.includes(m.partition)),
+      "b's partitions were asked",
+    )
+    t.equal((await call(a, 'POST', '/v1/groups/g/acks', { deliveryIds: turned.map((m) => m.deliveryId) })).status, 200)
+  })
+
+  t.test('a long poll woken on both owners at once leases only what its caller takes', async (t) => {
+    // A long poll through a for one message, waiting on both owners; then a message on each
+    // owner's partitions, produced through that owner at the same time, so both have one to give
+    // at once. It takes one; the others are still leasable at once (attempt 1), none leased to
+    // nobody (it would come back only when its 120 s lease passed). Five rounds, acked as they go.
+    const ofA2 = mine(a, 'g2')
+    const ofB2 = mine(b, 'g2')
+    for (let round = 0; round < 5; round++) {
+      const waiting = pull(a, { maxMessages: 1, waitMs: 20_000 }, 'g2')
+      await waitUntil(
+        () => a.cluster.pullWaiters('g2') >= 1 && b.cluster.pullWaiters('g2') >= 1,
+        30_000,
+        'the long poll waiting on both owners',
+      )
+      const produceOn = (via: Broker, ps: number[]) =>
+        call(via, 'POST', '/v1/topics/gt2/messages', { messages: ps.map((p) => ({ value: `r${round}p${p}`, partition: p })) })
+      await Promise.all([produceOn(a, ofA2), produceOn(b, ofB2)])
+      const woke = await waiting
+      t.equal(woke.length, 1, 'one message for maxMessages 1')
+      const rest: Pulled[] = []
+      await waitUntil(
+        async () => {
+          rest.push(...(await pull(a, { maxMessages: 10 }, 'g2')))
+          return rest.length >= 3
+        },
+        30_000,
+        'the three other messages leasable at once',
+      )
+      const all = [...woke, ...rest]
+      t.same(
+        all.map((m) => m.attempt),
+        [1, 1, 1, 1],
+        'every message leased once: no attempt lost to the gather',
+      )
+      t.same(
+        all.map((m) => m.value).sort(),
+        [0, 1, 2, 3].map((p) => `r${round}p${p}`),
+      )
+      t.equal((await call(a, 'POST', '/v1/groups/g2/acks', { deliveryIds: all.map((m) => m.deliveryId) })).status, 200)
+    }
+  })
+})
