@@ -55,3 +55,45 @@ t.test('ack, nack on a throw, extend while the handler runs', async (t) => {
   )
   t.same(errors, ['handler: Error: first time fails'])
 })
+
+t.test("stop() while a pull's answer is on its way: the messages in it are handled and acked, not left to expire", async (t) => {
+  await put('/v1/topics/stopping', { partitions: 1 })
+  await put('/v1/groups/stopping', { topic: 'stopping', delivery: 'pull', ackTimeoutMs: 120_000 })
+  const handled: string[] = []
+  let consumer: ReturnType<typeof createPullConsumer> | undefined
+  let stopped: Promise<void> | undefined
+  // stop() is called the moment the pull's answer (its headers) arrives, before its body is read.
+  const stopOnAnswer = createClient({ baseUrl: url, apiKey: '' })
+  stopOnAnswer.use({
+    onResponse({ request, response }) {
+      if (request.url.endsWith('/pull') && response.ok && consumer) stopped ??= consumer.stop()
+    },
+  })
+  consumer = createPullConsumer<string>({
+    client: stopOnAnswer,
+    group: 'stopping',
+    maxMessages: 10,
+    waitMs: 20_000,
+    onError: (err, stage) => t.fail(`${stage}: ${String(err)}`),
+    handler(m) {
+      handled.push(m.value)
+    },
+  })
+  await fetch(`${url}/v1/topics/stopping/messages`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ value: 'last' }] }),
+  })
+  await waitUntil(() => stopped !== undefined, 30_000, 'a pull answered')
+  await stopped
+  t.equal(consumer.state, 'stopped')
+  t.same(handled, ['last'], 'the leased message was handled on stop')
+  const status = (await (await fetch(`${url}/v1/groups/stopping`)).json()) as {
+    partitions: { committedOffset: number; inFlight: number }[]
+  }
+  t.same(
+    status.partitions.map((p) => [p.committedOffset, p.inFlight]),
+    [[1, 0]],
+    'acked: not waiting out its lease',
+  )
+})

@@ -3,7 +3,10 @@
  * long poll), runs the handler on each, and settles it: an ack when the handler returns, a nack
  * (with `nackDelayMs`) when it throws. While a handler runs, its lease is extended every
  * leaseMs / 2, so a slow handler keeps its message. Stopped by stop() (or its AbortSignal): no new
- * pull is made, the handlers running are waited for.
+ * pull is made, the handlers running are waited for. A pull under way is cut only while the broker
+ * has not begun to answer it (then it has leased nothing to this caller); once its answer has
+ * begun, the messages in it are leased to this caller, so they are handled and settled like the
+ * others rather than dropped to wait out their leases (an attempt each).
  *
  * A small loop class with explicit states (running → stopping → stopped), a try/catch per pass so
  * the loop never dies, and an abortable backoff after an error (pg-boss's worker is the model).
@@ -52,9 +55,12 @@ export function createPullConsumer<T = unknown>(options: PullConsumerOptions<T>)
   const onError = options.onError ?? ((err, stage) => console.error(`hookq pull consumer (${stage}):`, err))
   const stopping = new AbortController()
   let state: PullConsumer['state'] = 'running'
+  /** The pull under way: cut by stop() until its answer begins (`answered`). */
+  let pulling: { cut: AbortController; answered: boolean } | undefined
   const stop = () => {
     if (state === 'running') state = 'stopping'
     stopping.abort()
+    if (pulling && !pulling.answered) pulling.cut.abort()
   }
   options.signal?.addEventListener('abort', stop, { once: true })
   const params = { params: { path: { group } } }
@@ -98,9 +104,17 @@ export function createPullConsumer<T = unknown>(options: PullConsumerOptions<T>)
     while (!stopping.signal.aborted) {
       try {
         const body = { maxMessages, waitMs, ...(options.leaseMs === undefined ? {} : { leaseMs: options.leaseMs }) }
-        const { messages } = await unwrap(client.POST('/v1/groups/{group}/pull', { ...params, body, signal: stopping.signal }))
+        const call = { cut: new AbortController(), answered: false }
+        pulling = call
+        const answered = { onResponse: () => void (call.answered = true) }
+        const { messages } = await unwrap(
+          client.POST('/v1/groups/{group}/pull', { ...params, body, signal: call.cut.signal, middleware: [answered] }),
+        ).finally(() => {
+          pulling = undefined
+        })
         backoffMs = 0
-        // One pull's messages at once: a partition's order is kept by the broker (ordering), not here.
+        // One pull's messages at once: a partition's order is kept by the broker (ordering), not
+        // here. Handled even when stop() came meanwhile: they are leased to this caller.
         await Promise.all(messages.map((m) => settle(m)))
       } catch (err) {
         if (stopping.signal.aborted) break
