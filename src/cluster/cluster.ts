@@ -131,6 +131,11 @@ export class Cluster {
     return this.dispatcher.pull(group, opts, signal)
   }
 
+  /** Leases whose caller went away before they reached it: leasable again at once (those of partitions owned here). */
+  giveBack(group: string, deliveryIds: string[]): void {
+    this.dispatcher.giveBack(group, deliveryIds)
+  }
+
   /** Waits until a message could be leased from the partitions this process owns, leasing none (dispatcher.ts probe). */
   probe(group: string, waitMs: number, signal?: AbortSignal): Promise<boolean> {
     this.requireLoaded(group)

@@ -124,6 +124,17 @@ export class AttemptLog {
     return false
   }
 
+  /**
+   * Forgets an attempt whose row is not written yet and will not be (a lease its caller never
+   * received: the attempt did not happen). False when it is written or being written.
+   */
+  forget(id: string): boolean {
+    if (this.held.delete(id)) return true
+    if (this.durables.has(id) || !this.ready.delete(id)) return false
+    this.updates.delete(id)
+    return true
+  }
+
   /** Records a change to an attempt; later changes to one id merge over earlier ones. */
   update(change: AttemptUpdate): void {
     const held = this.held.get(change.id)

@@ -50,6 +50,7 @@ import {
 import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import { PullDesk, Taker } from './pull-desk.ts'
+import { parseDeliveryId } from '../store/delivery-id.ts'
 import type { PushAgent } from './pusher.ts'
 import type { PushLease } from './push-send.ts'
 import type { PushWindowOptions } from './push-window.ts'
@@ -548,6 +549,23 @@ export class Dispatcher {
       signal?.addEventListener('abort', () => this.pulls.gone(t), { once: true })
       this.flow.safely(() => this.flow.pullerCame(g))
     })
+  }
+
+  /**
+   * Leases of a pull whose caller went away before they reached it (their delivery ids): each
+   * still current is leasable again at once (PushFlow.unlease). Ids of partitions not owned here are skipped.
+   */
+  giveBack(name: string, deliveryIds: string[]): void {
+    const g = this.groups.get(name)
+    if (!g) return
+    for (const id of deliveryIds) {
+      const key = parseDeliveryId(id)
+      const w = key && key.groupId === g.row.id ? g.parts.get(key.partition) : undefined
+      const o = w?.outstanding.get(key!.offset)
+      const a = o?.current
+      if (!w || !o || !a || a.id !== id || o.state !== 'in_flight') continue
+      this.flow.safely(() => this.flow.unlease(g, w, o, a))
+    }
   }
 
   /** Acks: completes each message; durable when this resolves. */

@@ -550,6 +550,24 @@ export class PushFlow {
     )
   }
 
+  /**
+   * A lease whose caller went away before its answer reached it: the message is leasable again at
+   * once. Not counted when its row is not written yet (a first lease, the common case: the attempt
+   * did not happen); a retry's row is written before it is handed, so that one ends as a failed
+   * attempt, leased again without the backoff.
+   */
+  unlease(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt): void {
+    this.dropDeadline(a)
+    const why = 'the caller of pull went away before its answer'
+    if (this.deps.attempts.forget(a.id)) {
+      w.undo(o, a)
+      return this.wait(g, w, o, 'retry', this.deps.now())
+    }
+    this.deps.attempts.update({ id: a.id, outcome: 'failed', finishedAtMs: this.deps.now(), error: why })
+    w.settle(o, a, true)
+    this.failed(g, w, o, why, undefined, 0)
+  }
+
   /** A push's answer, as it bears on its attempt: the row's details, then the attempt settled (or nothing, if it was already). */
   private settleAttempt(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, consumer: ConsumerRow, r: PushResult): void {
     const id = a.id

@@ -49,7 +49,7 @@ export class AckService {
 
   constructor(
     private readonly groups: GroupService,
-    private readonly cluster: Pick<Cluster, 'hasGroup' | 'ack' | 'nack' | 'extend' | 'deliveryOf' | 'pull' | 'probe'>,
+    private readonly cluster: Pick<Cluster, 'hasGroup' | 'ack' | 'nack' | 'extend' | 'deliveryOf' | 'pull' | 'probe' | 'giveBack'>,
     private readonly metrics?: Pick<Metrics, 'acked'>,
     /** Long polls (waitMs > 0, probes included) that may wait here at once; more are refused with 429. */
     private readonly maxWaitingPulls = 10_000,
@@ -79,6 +79,13 @@ export class AckService {
               },
               ...elsewhere.owners,
             ])
+      // The caller went away while its answer was made: what was leased for it is not spent on
+      // nobody but leasable again at once (those of partitions owned here; a remote owner's
+      // expire). Nobody reads this answer.
+      if (signal.aborted && got.length > 0) {
+        this.cluster.giveBack(group, got.map((e) => (JSON.parse(e) as { deliveryId: string }).deliveryId))
+        return []
+      }
       // A long poll answered empty may have been ended by its group's deletion or switch to push.
       if (got.length === 0 && opts.waitMs > 0 && !signal.aborted) await this.requirePull(group)
       return got

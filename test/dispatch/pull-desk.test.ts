@@ -80,3 +80,27 @@ t.test('without waitMs: answers once nothing is under way', async (t) => {
   await turn()
   t.same(got, [[]])
 })
+
+t.test(
+  'a probe takes nothing: told `ready` when a message could be leased and no taker has room; closeGroup answers everyone',
+  async (t) => {
+    const { timers } = fakeTimers()
+    const desk = new PullDesk({ timers, busy: () => false })
+    const answers: string[] = []
+    const probe: Taker = new Taker(1, 0, 1000, false, () => answers.push(`probe ready=${probe.ready}`), true)
+    desk.add(probe, 20_000)
+    t.ok(desk.wanted(1), 'a probe waiting: the group reads ahead')
+    t.equal(desk.taker(1), undefined, 'a probe has no room: nothing is leased to it')
+    desk.leasable(1)
+    t.same(answers, ['probe ready=true'])
+    t.notOk(desk.wanted(1))
+
+    const other: Taker = new Taker(2, 0, 1000, false, () => answers.push(`other ready=${other.ready}`), true)
+    const taker = new Taker(2, 5, 1000, false, (e) => answers.push(`taker ${e.length}`))
+    desk.add(other, 20_000)
+    desk.add(taker, 20_000)
+    desk.closeGroup(2)
+    t.same(answers.slice(1), ['other ready=false', 'taker 0'], 'the group gone: every caller answered at once')
+    t.equal(desk.waiters(2), 0)
+  },
+)

@@ -255,6 +255,61 @@ t.test('a caller that goes away leases nothing more', async (t) => {
   t.equal(m!.attempt, 1, 'not leased to the caller that went away')
 })
 
+t.test('a caller gone while its answer was made: its leases are not spent, the next caller gets them at once as attempt 1', async (t) => {
+  await call('PUT', '/v1/topics/left', { partitions: 1 })
+  await call('PUT', '/v1/groups/left', { topic: 'left', delivery: 'pull', ackTimeoutMs: 120_000 })
+  await produce('left', [{ value: 'x' }, { value: 'y' }])
+  // The caller goes away just after this process leased for it and before its answer was sent
+  // (the connection closing at that moment): seen by the service as its signal aborted then.
+  const cluster = broker.cluster
+  const pullHere = cluster.pull.bind(cluster)
+  const gone = new AbortController()
+  let leased = 0
+  cluster.pull = async (group, opts, signal) => {
+    const got = await pullHere(group, opts, signal)
+    leased += got.length
+    if (got.length > 0) gone.abort()
+    return got
+  }
+  t.teardown(() => {
+    cluster.pull = pullHere
+  })
+  await waitUntil(
+    async () =>
+      (await broker.services.acks.pull('left', { maxMessages: 10, waitMs: 1000, leaseMs: undefined }, gone.signal)).length === 0 &&
+      leased > 0,
+    30_000,
+    'a pull that leased for a caller gone',
+  )
+  cluster.pull = pullHere
+  // Not waiting out a 120 s lease: leasable again at once, and with the same attempt number.
+  const again = await pullUntil('left', leased, { maxMessages: 10 })
+  t.same(
+    again.map((m) => [m.value, m.attempt]).slice(0, leased),
+    [
+      ['x', 1],
+      ['y', 1],
+    ].slice(0, leased),
+  )
+  // Acked, the attempts are written: only the leases received are on record.
+  await call('POST', '/v1/groups/left/acks', { deliveryIds: again.map((m) => m.deliveryId) })
+  let outcomes: string[] = []
+  await waitUntil(
+    async () => {
+      const log = await call('GET', '/v1/groups/left/deliveries')
+      outcomes = (log.json as { deliveries: { outcome: string }[] }).deliveries.map((d) => d.outcome)
+      return outcomes.length >= again.length && outcomes.every((o) => o === 'acked')
+    },
+    30_000,
+    'the attempts written',
+  )
+  t.same(
+    outcomes,
+    again.map(() => 'acked'),
+    'no attempt recorded for the leases never received',
+  )
+})
+
 t.test('filters and seek hold for pull groups', async (t) => {
   await call('PUT', '/v1/topics/filtered', { partitions: 1 })
   await call('PUT', '/v1/groups/filtered', { topic: 'filtered', delivery: 'pull', filter: { 'headers.kind': 'keep' } })
