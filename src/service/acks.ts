@@ -83,7 +83,10 @@ export class AckService {
       // nobody but leasable again at once (those of partitions owned here; a remote owner's
       // expire). Nobody reads this answer.
       if (signal.aborted && got.length > 0) {
-        this.cluster.giveBack(group, got.map((e) => (JSON.parse(e) as { deliveryId: string }).deliveryId))
+        this.cluster.giveBack(
+          group,
+          got.map((e) => (JSON.parse(e) as { deliveryId: string }).deliveryId),
+        )
         return []
       }
       // A long poll answered empty may have been ended by its group's deletion or switch to push.
