@@ -241,6 +241,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       (groupId, partition) => cluster.inFlight(groupId, partition),
     )
     metrics.trackPushWindows(() => cluster.pushWindows())
+    metrics.trackPullsWaiting(() => services.acks.pullsWaiting)
     metrics.trackOutbox(() => oldestWaitingSeconds(database.pool))
     metrics.trackStorage(() => readStorageStats(database.pool))
     const attemptPartitions = attemptPartitionPlan(config.attemptRetentionMs, config.retentionIntervalMs)

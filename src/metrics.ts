@@ -117,6 +117,7 @@ export class Metrics implements DispatchMetrics {
   private storage: Snapshot<StorageStats>
   private inFlightOf: (groupId: number, partition: number) => number = () => 0
   private windowSource: () => PushWindowStat[] = () => []
+  private pullsWaitingSource: () => number = () => 0
   private outboxSource: () => Promise<number> = async () => 0
   private snapshot: Promise<PartitionStat[]> | undefined
 
@@ -181,6 +182,15 @@ export class Metrics implements DispatchMetrics {
         this.reset()
         const seconds = await outbox()
         if (seconds !== undefined) this.set(seconds) // a failed read: left out
+      },
+    })
+    const pullsWaiting = () => this.pullsWaitingSource()
+    new Gauge({
+      name: 'hookq_pulls_waiting',
+      help: 'Pull calls with waitMs (forwarded probes included) waiting on this process; past HOOKQ_MAX_WAITING_PULLS more are answered 429',
+      registers: [this.registry],
+      collect() {
+        this.set(pullsWaiting())
       },
     })
     this.storageGauges()
@@ -279,6 +289,11 @@ export class Metrics implements DispatchMetrics {
   /** Sets where the push-window gauges come from (the dispatcher's windows, read at scrape time). */
   trackPushWindows(source: () => PushWindowStat[]): void {
     this.windowSource = source
+  }
+
+  /** Sets where the waiting-pulls gauge comes from (the long polls under way on this process, read at scrape time). */
+  trackPullsWaiting(source: () => number): void {
+    this.pullsWaitingSource = source
   }
 
   /** Sets where the outbox gauge comes from: the oldest waiting row's age, s (read once per scrape). */

@@ -108,6 +108,11 @@ export class AckService {
     })
   }
 
+  /** Long polls under way on this process (the hookq_pulls_waiting gauge). */
+  get pullsWaiting(): number {
+    return this.waitingPulls
+  }
+
   /** 404 for no such group, 409 push_group for a push group. */
   private async requirePull(group: string): Promise<void> {
     const delivery = this.cluster.deliveryOf(group) ?? (await this.groups.get(group)).delivery

@@ -310,6 +310,30 @@ t.test('a caller gone while its answer was made: its leases are not spent, the n
   )
 })
 
+t.test('callers take turns over the partitions: a backlog on one does not starve the others', async (t) => {
+  await call('PUT', '/v1/topics/turns', { partitions: 2 })
+  await call('PUT', '/v1/groups/turns', { topic: 'turns', delivery: 'pull', ackTimeoutMs: 120_000 })
+  // A backlog on partition 0 and on partition 1; each caller takes one message.
+  await produce(
+    'turns',
+    [0, 1, 2, 3].flatMap((i) => [0, 1].map((partition) => ({ value: `p${partition}-${i}`, partition }))),
+  )
+  const answers: number[] = []
+  await waitUntil(
+    async () => {
+      const got = await pull('turns', { maxMessages: 1 })
+      if (got.length > 0) answers.push(got[0]!.partition)
+      return answers.length >= 6
+    },
+    30_000,
+    'six one-message answers',
+  )
+  // The first two may come as the partitions' reads end; after them the partitions take turns
+  // (each caller starts at the next one: PushFlow.pullerCame; reads ahead alternate them as well).
+  const of = (p: number) => answers.slice(2).filter((x) => x === p).length
+  t.same([of(0), of(1)], [2, 2], `the partitions served in turn (${answers.join(',')})`)
+})
+
 t.test('filters and seek hold for pull groups', async (t) => {
   await call('PUT', '/v1/topics/filtered', { partitions: 1 })
   await call('PUT', '/v1/groups/filtered', { topic: 'filtered', delivery: 'pull', filter: { 'headers.kind': 'keep' } })
