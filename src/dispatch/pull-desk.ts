@@ -1,8 +1,9 @@
 /**
  * The callers of `POST /v1/groups/{group}/pull` waiting on this process, per group: a queue of
- * Takers. A lease is an attempt like a push's (push-flow.ts `lease`: the same Attempt, ack
- * deadline on the one tracker, attempt row, backoff, maxDeliveries and dead letters); where a push
- * hands its envelope to a consumer's URL, a lease hands it to the first taker with room.
+ * Takers. A lease is an attempt like a push's (push-flow.ts `start`, a lease its transport: the
+ * same Attempt, ack deadline on the one tracker, attempt row, backoff, maxDeliveries and dead
+ * letters); where a push hands its envelope to a consumer's URL, a lease hands it to the first
+ * taker with room.
  *
  * No polling: a taker is woken by the push flow handing it a message (a produce's append, a retry
  * falling due, a lease freed by an ack reach `fill` as for push), or by its own timer when waitMs

@@ -87,8 +87,23 @@ export interface PushFlowDeps {
   pulls: PullDesk
 }
 
+/**
+ * How an attempt goes out: a push to a consumer or a lease to a caller of pull (PushFlow.start).
+ * `take` claims its slot when the attempt begins; `send` hands it over; `giveBack` returns the slot
+ * of an attempt that will not go (a retry whose record or fence failed).
+ */
+interface Transport {
+  /** How long the attempt's ack deadline runs: the group's ackTimeoutMs, or the caller's leaseMs. */
+  leaseMs: number
+  take(): void
+  send(o: Outstanding, a: Attempt, deadlineMs: number, nowMs: number): void
+  giveBack(): void
+}
+
 export class PushFlow {
   private readonly sender: PushSender
+  /** Partitions waiting for the ownership lease to be proven again (leaseHeld): filled then. */
+  private readonly leaseWaits = new Set<PartitionState>()
   /** Per pull group, the partition the next caller starts at (pullerCame). */
   private readonly pullTurns = new Map<number, number>()
 
@@ -124,7 +139,9 @@ export class PushFlow {
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
     const windows = this.deps.windows
     const win = windows.of(consumer.id)
+    // (Each message checks the ownership lease first: start would leave it ready, and the loops spin.)
     while (w.ready.length > 0 && w.active() < limit) {
+      if (!this.leaseHeld(g, w)) return
       const joining = this.sender.isOpen(w, consumer)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
       this.start(g, w, w.ready[0]!)
@@ -132,6 +149,7 @@ export class PushFlow {
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
     while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
+      if (!this.leaseHeld(g, w)) return
       const joining = this.sender.isOpen(w, consumer)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
       const next = w.buffer[0]
@@ -164,6 +182,7 @@ export class PushFlow {
     const ordering = g.row.ordering
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
     while (w.ready.length > 0 && w.active() < limit) {
+      if (!this.leaseHeld(g, w)) return
       // Nobody with room: a probe waiting is told that this one could go.
       if (!pulls.taker(id)) return pulls.leasable(id)
       this.start(g, w, w.ready[0]!)
@@ -171,6 +190,7 @@ export class PushFlow {
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
     while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
+      if (!this.leaseHeld(g, w)) return
       const next = w.buffer[0]
       if (!next) return pulls.wanted(id) ? this.deps.reader.read(g, w) : undefined
       if (byKey && w.keyQueued() >= MAX_KEY_QUEUED && next.key !== null && w.keyBusy(next.key)) return
@@ -311,6 +331,14 @@ export class PushFlow {
 
   // ---- a push ----
 
+  /**
+   * Starts an attempt of the message: a push to the partition's consumer, or (a pull group) a
+   * lease to the first caller waiting here with room. One path for both: the attempt, its ack
+   * deadline on the one tracker, its row, the reservation before a first attempt and the fence
+   * before a retry are the same; only the transport (Transport below) differs. A lease's envelope
+   * goes into the caller's answer and the attempt is never `pushing`, so an ack, nack or extend
+   * acts on it at once.
+   */
   private start(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
     if (!o.matched && o.attempts === 0 && o.state !== 'reserving') {
       w.matched(o)
@@ -323,30 +351,29 @@ export class PushFlow {
       }
     }
     const pull = g.row.delivery === 'pull'
-    const consumer = g.consumerOf[w.partition]
+    const consumer = pull ? null : g.consumerOf[w.partition]
     if (g.row.paused || (!consumer && !pull) || this.deps.stopped() || w.releasing || w.dropped) return w.move(o, 'parked')
     // Attempts made before a restart count: one that already had them all is dead-lettered now.
     if (o.attempts >= g.row.maxDeliveries) return this.deadLetter(g, w, o, o.lastError ?? `${o.attempts} attempts before a restart`)
-    if (pull || !consumer) return this.lease(g, w, o)
-    // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
-    const win = this.deps.windows.of(consumer.id)
-    const joining = this.sender.isOpen(w, consumer)
-    if (!this.deps.windows.hasRoom(win, joining)) {
-      w.move(o, 'ready')
-      return this.deps.windows.wait(win, consumer.id, g, w, joining)
-    }
+    // No room (the consumer's window full, or no caller waiting with room): it waits, ready.
+    const transport = consumer ? this.pushTo(g, w, o, consumer) : this.leaseTo(g, w, o)
+    if (!transport) return
     if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
       w.move(o, 'reserving')
       return this.reserve(g, w)
     }
+    // Ownership proven before an attempt begins (push-send.ts PushLease): a process stopped or
+    // starved past its lease may have lost the partition, and an attempt begun now could undercut
+    // the new owner's attempt numbers. Until it is proven again the message waits, ready.
+    if (!this.leaseHeld(g, w)) return w.move(o, 'ready')
     const attempt = o.attempts + 1
     if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
     const id = newDeliveryId({ groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt })
     const nowMs = this.deps.now()
-    const deadlineMs = nowMs + g.row.ackTimeoutMs
+    const deadlineMs = nowMs + transport.leaseMs
     const a = w.begin(o, id)
-    // In auto mode the answer settles the attempt; a deadline is needed only if it can pass before the push's timeout.
-    if (g.row.ackMode === 'explicit' || g.row.ackTimeoutMs < g.row.pushTimeoutMs) {
+    // In auto mode the answer settles a push; a deadline is needed only if it can pass before the push's timeout.
+    if (pull || g.row.ackMode === 'explicit' || g.row.ackTimeoutMs < g.row.pushTimeoutMs) {
       w.setDeadline(o, a, this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs))
     }
     // Every field from the start, the ones the outcome fills in too: a field added to an object
@@ -358,7 +385,7 @@ export class PushFlow {
       partition: w.partition,
       offset: o.msg.offset,
       attempt,
-      consumerId: consumer.id,
+      consumerId: consumer ? consumer.id : null,
       startedAtMs: nowMs,
       ackDeadlineMs: deadlineMs,
       outcome: undefined,
@@ -367,44 +394,40 @@ export class PushFlow {
       durationMs: undefined,
       error: undefined,
     }
-    // The window's slot is taken now, while it is known to be free; settle (or giveBack) returns it.
-    this.deps.windows.started(win)
+    // The slot (a window's, a caller's) is taken now, while it is known to be free; the send, or giveBack, returns it.
+    transport.take()
     if (attempt === 1) {
       this.deps.attempts.started(row)
-      return this.sender.send(g, w, o, a, consumer, deadlineMs, nowMs)
+      return transport.send(o, a, deadlineMs, nowMs)
     }
-    // A retry's row is written before its push: a crash then leaves the attempt on record, and the
-    // next process counts it (retries are few, so waiting for the write costs little). With it, a
-    // check that this process still holds the partition's epoch: one that lost it (paused past its
-    // session, say) must not push for it again.
+    // A retry's row is written before it goes out: a crash then leaves the attempt on record, and
+    // the next process counts it (retries are few, so waiting for the write costs little). With it,
+    // a check that this process still holds the partition's epoch: one that lost it (paused past
+    // its session, say) must not push or lease for it again.
     const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
-    const giveBack = () => {
-      win.window.release('neutral')
-      this.deps.windows.wake(consumer.id)
-    }
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
-    // Until sent, a handover deletes its row: the next owner must not count a push never made.
+    // Until sent, a handover deletes its row: the next owner must not count an attempt never made.
     w.recording(a)
     Promise.all([this.deps.attempts.durable(row), fence])
       .then(
         ([, held]) => {
           if (!held) {
-            giveBack()
+            transport.giveBack()
             return this.deps.moved(g, w)
           }
           if (current() && !this.deps.stopped() && !w.releasing) {
             w.recorded(a)
-            this.sender.send(g, w, o, a, consumer, deadlineMs, this.deps.now())
+            transport.send(o, a, deadlineMs, this.deps.now())
           } else {
             if (!w.releasing && !w.dropped && !this.deps.stopped()) w.recorded(a)
-            giveBack()
+            transport.giveBack()
           }
         },
         (err: unknown) => {
           w.recorded(a)
-          giveBack()
+          transport.giveBack()
           if (!current()) return
-          // Not pushed, and not on record: the attempt did not happen. Try again in a second.
+          // Not sent, and not on record: the attempt did not happen. Try again in a second.
           this.deps.log.error(
             { err, group: g.row.name, partition: w.partition, offset: o.msg.offset },
             'recording a retry failed; retrying in 1 s',
@@ -417,103 +440,74 @@ export class PushFlow {
       .catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'starting a retry failed'))
   }
 
-  /**
-   * A pull group's attempt: the message is leased to the first caller waiting here with room
-   * (`ready` until one comes). The same attempt as a push's (delivery id, number, ack deadline on
-   * the schedule, attempt row, the reservation before a first one, the fence before a retry); its
-   * envelope goes into the caller's answer instead of a request, and the attempt is never
-   * `pushing`, so an ack, nack or extend acts on it at once.
-   */
-  private lease(g: GroupRuntime, w: PartitionState, o: Outstanding): void {
+  /** A push to the partition's consumer, or undefined (the message waits, ready) while its push window is full. */
+  private pushTo(g: GroupRuntime, w: PartitionState, o: Outstanding, consumer: ConsumerRow): Transport | undefined {
+    const windows = this.deps.windows
+    const win = windows.of(consumer.id)
+    const joining = this.sender.isOpen(w, consumer)
+    // The consumer has as many pushes under way as it has shown it can take: wait for one to end.
+    if (!windows.hasRoom(win, joining)) {
+      w.move(o, 'ready')
+      return void windows.wait(win, consumer.id, g, w, joining)
+    }
+    return {
+      leaseMs: g.row.ackTimeoutMs,
+      take: () => windows.started(win),
+      send: (o, a, deadlineMs, nowMs) => this.sender.send(g, w, o, a, consumer, deadlineMs, nowMs),
+      giveBack: () => {
+        win.window.release('neutral')
+        windows.wake(consumer.id)
+      },
+    }
+  }
+
+  /** A lease to the first caller of pull waiting here with room, or undefined (the message waits, ready, and a probe hears of it). */
+  private leaseTo(g: GroupRuntime, w: PartitionState, o: Outstanding): Transport | undefined {
     const pulls = this.deps.pulls
     const taker = pulls.taker(g.row.id)
     if (!taker) {
       w.move(o, 'ready')
-      return pulls.leasable(g.row.id)
+      return void pulls.leasable(g.row.id)
     }
-    if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
-      w.move(o, 'reserving')
-      return this.reserve(g, w)
+    return {
+      leaseMs: taker.leaseMs,
+      take: () => pulls.take(taker),
+      send: (o, a, deadlineMs) => {
+        // A span id of its own per attempt, in the message's trace (no push span: nothing is sent from here).
+        const traceparent = attemptTraceparent(o.msg, newSpanId())
+        const target = {
+          groupName: g.row.name,
+          topicName: g.topic.name,
+          topicId: g.topic.id,
+          partition: w.partition,
+          pushFormat: 'envelope' as const,
+          consumerSecrets: [],
+        }
+        // Handed to a caller gone meanwhile: the lease expires at its deadline and is retried.
+        pulls.hand(taker, buildEnvelope(target, o.msg, a.id, a.number, deadlineMs, traceparent))
+      },
+      giveBack: () => pulls.unhand(taker),
     }
-    const attempt = o.attempts + 1
-    if (attempt > 1) this.deps.metrics?.redelivered(g.row.name)
-    const id = newDeliveryId({ groupId: g.row.id, partition: w.partition, offset: o.msg.offset, attempt })
-    const nowMs = this.deps.now()
-    const deadlineMs = nowMs + taker.leaseMs
-    const a = w.begin(o, id)
-    w.setDeadline(o, a, this.deps.schedule.ackDeadline(id, g.row.id, w.partition, o.msg.offset, attempt, deadlineMs))
-    const row: AttemptStart = {
-      id,
-      groupId: g.row.id,
-      topicId: g.topic.id,
-      partition: w.partition,
-      offset: o.msg.offset,
-      attempt,
-      consumerId: null,
-      startedAtMs: nowMs,
-      ackDeadlineMs: deadlineMs,
-      outcome: undefined,
-      finishedAtMs: undefined,
-      statusCode: undefined,
-      durationMs: undefined,
-      error: undefined,
-    }
-    pulls.take(taker)
-    const hand = () => {
-      // A span id of its own per attempt, in the message's trace (no push span: nothing is sent from here).
-      const traceparent = attemptTraceparent(o.msg, newSpanId())
-      const target = {
-        groupName: g.row.name,
-        topicName: g.topic.name,
-        topicId: g.topic.id,
-        partition: w.partition,
-        pushFormat: 'envelope' as const,
-        consumerSecrets: [],
-      }
-      // Handed to a caller gone meanwhile: the lease expires at its deadline and is retried.
-      pulls.hand(taker, buildEnvelope(target, o.msg, a.id, a.number, deadlineMs, traceparent))
-    }
-    // As a push waits (push-send.ts PushLease): a process stopped or starved past its ownership
-    // lease may have lost the partition, and a lease handed out now could undercut the new owner's
-    // attempt numbers. Handed once the lease is proven again; given up if the partition went.
-    const handHeld = () => {
-      const lease = this.deps.lease
-      if (!lease || lease.held()) return hand()
-      lease.wait(() => this.safely(() => (w.dropped || this.deps.stopped() ? pulls.unhand(taker) : hand())))
-    }
-    if (attempt === 1) {
-      this.deps.attempts.started(row)
-      return handHeld()
-    }
-    // A retry's row first, with the epoch checked, as for a push (see start).
-    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
-    const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
-    w.recording(a)
-    Promise.all([this.deps.attempts.durable(row), fence])
-      .then(
-        ([, held]) => {
-          if (!held) {
-            pulls.unhand(taker)
-            return this.deps.moved(g, w)
-          }
-          if (!w.releasing && !w.dropped && !this.deps.stopped()) w.recorded(a)
-          if (current() && !this.deps.stopped() && !w.releasing) this.safely(handHeld)
-          else pulls.unhand(taker)
-        },
-        (err: unknown) => {
-          w.recorded(a)
-          pulls.unhand(taker)
-          if (!current()) return
-          this.deps.log.error(
-            { err, group: g.row.name, partition: w.partition, offset: o.msg.offset },
-            'recording a retry failed; retrying in 1 s',
-          )
-          this.dropDeadline(a)
-          w.undo(o, a)
-          this.wait(g, w, o, 'retry', this.deps.now() + 1000)
-        },
+  }
+
+  /**
+   * Whether this process can prove it still owns its partitions (push-send.ts PushLease). When it
+   * cannot, the partition is filled again once it can (one wait per partition, however many
+   * messages wait).
+   */
+  private leaseHeld(g: GroupRuntime, w: PartitionState): boolean {
+    const lease = this.deps.lease
+    if (!lease || lease.held()) return true
+    if (!this.leaseWaits.has(w)) {
+      this.leaseWaits.add(w)
+      lease.wait(() =>
+        this.safely(() => {
+          this.leaseWaits.delete(w)
+          if (!w.dropped && !g.dropped) this.fill(g, w)
+        }),
       )
-      .catch((err: unknown) => this.deps.log.error({ err, group: g.row.name }, 'starting a retry failed'))
+    }
+    return false
   }
 
   /**

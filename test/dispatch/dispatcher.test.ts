@@ -397,7 +397,8 @@ t.test('no push goes out while the lease has lapsed: it waits, then goes, or goe
   const s = await setup(t, 'lease', { ackMode: 'auto' }, { lease })
   held = false
   await s.produce(['a', 'b'])
-  await waitUntil(() => waiting.length === 2, 10_000, 'both pushes wait for the lease')
+  // (One wait for the partition, not one per message: PushFlow.start checks the lease before an attempt begins.)
+  await waitUntil(() => waiting.length >= 1, 10_000, 'the pushes wait for the lease')
   await absenceWindow(300)
   t.equal(s.pushes().length, 0, 'nothing pushed while the lease has lapsed')
   held = true
@@ -411,7 +412,7 @@ t.test('no push goes out while the lease has lapsed: it waits, then goes, or goe
   await s.answered()
   held = false
   await s.produce(['c'])
-  await waitUntil(() => waiting.length === 1, 10_000, 'the next push waits')
+  await waitUntil(() => waiting.length >= 1, 10_000, 'the next push waits')
   s.dispatcher.releaseAll() // the session was lost
   wake()
   await absenceWindow(300)
