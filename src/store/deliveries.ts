@@ -105,39 +105,62 @@ FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[]
        outcome, finished_at, status_code, duration_ms, error)
 WHERE u.group_id IN (SELECT id FROM consumer_groups) AND u.topic_id IN (SELECT id FROM topics)`
 
-/** Applies attempt updates in one statement (each id at most once: merge before calling). */
-export async function updateAttempts(q: Queryable, rows: AttemptUpdate[]): Promise<void> {
+/**
+ * Applies attempt updates in one statement (each id at most once: merge before calling).
+ *
+ * `filedFromMs`, when the caller knows it: no row of these ids was filed (filed_at, the partition
+ * key) before it, nor later than now. PostgreSQL then leaves out, when it plans the statement with
+ * the values, every partition but the one or two of the rows, which would otherwise cost an index
+ * probe each per row (a retention of days keeps ten or so, and two are always made ahead). Filing
+ * can move a row later (a copy forward, a stray filed by maintenance, on another process's clock)
+ * or earlier (a process whose clock is behind); so when the bounded statement finds fewer rows
+ * than it was given, the unbounded one runs too (an update sets the same values again, so running
+ * both changes nothing more).
+ */
+export async function updateAttempts(q: Queryable, rows: AttemptUpdate[], filedFromMs?: number): Promise<void> {
   const keyed = rows.flatMap((r) => {
     const k = parseDeliveryId(r.id)
     return k ? [{ k, r }] : []
   })
   if (keyed.length === 0) return
-  await q.query(
-    `UPDATE deliveries d SET
-       outcome = coalesce(u.outcome::delivery_outcome, d.outcome),
-       finished_at = coalesce(to_timestamp(u.finished_at / 1000), d.finished_at),
-       status_code = coalesce(u.status_code, d.status_code),
-       duration_ms = coalesce(u.duration_ms, d.duration_ms),
-       error = coalesce(u.error, d.error),
-       ack_deadline = coalesce(to_timestamp(u.ack_deadline / 1000), d.ack_deadline)
-     FROM unnest($1::int[], $2::int[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::float8[], $8::int[], $9::int[], $10::text[], $11::float8[])
-       AS u(group_id, partition, "offset", attempt, id, outcome, finished_at, status_code, duration_ms, error, ack_deadline)
-     WHERE d.group_id = u.group_id AND d.partition = u.partition AND d."offset" = u."offset" AND d.attempt = u.attempt AND d.id = u.id`,
-    [
-      numberArray(keyed.map(({ k }) => k.groupId)),
-      numberArray(keyed.map(({ k }) => k.partition)),
-      numberArray(keyed.map(({ k }) => k.offset)),
-      numberArray(keyed.map(({ k }) => k.attempt)),
-      keyed.map(({ r }) => r.id),
-      keyed.map(({ r }) => r.outcome ?? null),
-      numberArray(keyed.map(({ r }) => r.finishedAtMs)),
-      numberArray(keyed.map(({ r }) => r.statusCode)),
-      numberArray(keyed.map(({ r }) => r.durationMs)),
-      keyed.map(({ r }) => storableText(r.error)),
-      numberArray(keyed.map(({ r }) => r.ackDeadlineMs)),
-    ],
-  )
+  const values = [
+    numberArray(keyed.map(({ k }) => k.groupId)),
+    numberArray(keyed.map(({ k }) => k.partition)),
+    numberArray(keyed.map(({ k }) => k.offset)),
+    numberArray(keyed.map(({ k }) => k.attempt)),
+    keyed.map(({ r }) => r.id),
+    keyed.map(({ r }) => r.outcome ?? null),
+    numberArray(keyed.map(({ r }) => r.finishedAtMs)),
+    numberArray(keyed.map(({ r }) => r.statusCode)),
+    numberArray(keyed.map(({ r }) => r.durationMs)),
+    keyed.map(({ r }) => storableText(r.error)),
+    numberArray(keyed.map(({ r }) => r.ackDeadlineMs)),
+  ]
+  if (filedFromMs !== undefined && Number.isFinite(filedFromMs)) {
+    // From a millisecond below (filed_at keeps milliseconds, rounded) to a minute past now (rows
+    // filed by another process, whose clock may be ahead): the partitions ahead and the default
+    // one are left out too.
+    const bounded = await q.query(
+      `${UPDATE_ATTEMPTS} AND d.filed_at >= to_timestamp($12 / 1000.0) AND d.filed_at <= to_timestamp($13 / 1000.0)`,
+      [...values, filedFromMs - 1, Date.now() + 60_000],
+    )
+    if ((bounded.rowCount ?? 0) >= keyed.length) return
+  }
+  await q.query(UPDATE_ATTEMPTS, values)
 }
+
+// Unnamed (planned with its values each time), so that the bound above prunes at plan time.
+const UPDATE_ATTEMPTS = `
+UPDATE deliveries d SET
+  outcome = coalesce(u.outcome::delivery_outcome, d.outcome),
+  finished_at = coalesce(to_timestamp(u.finished_at / 1000), d.finished_at),
+  status_code = coalesce(u.status_code, d.status_code),
+  duration_ms = coalesce(u.duration_ms, d.duration_ms),
+  error = coalesce(u.error, d.error),
+  ack_deadline = coalesce(to_timestamp(u.ack_deadline / 1000), d.ack_deadline)
+FROM unnest($1::int[], $2::int[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::float8[], $8::int[], $9::int[], $10::text[], $11::float8[])
+  AS u(group_id, partition, "offset", attempt, id, outcome, finished_at, status_code, duration_ms, error, ack_deadline)
+WHERE d.group_id = u.group_id AND d.partition = u.partition AND d."offset" = u."offset" AND d.attempt = u.attempt AND d.id = u.id`
 
 /** An attempt found by its delivery id. */
 export type FoundAttempt = AttemptKey & { topicId: number; startedAtMs: number }
