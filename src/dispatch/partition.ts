@@ -308,9 +308,10 @@ export class Partition extends PartitionLog {
   /**
    * Takes on the attempt the previous owner handed over in flight (→ in_flight): its push was
    * answered and its ack may still come, so it is this partition's current attempt, as if begun
-   * here (its ack, nack, extend and deadline are handled here). Its number is the last one counted.
+   * here (its ack, nack, extend and deadline are handled here). Its number is the last one counted;
+   * `consumerId`, the consumer it went to (whose window and health a passed deadline counts against).
    */
-  adopt(o: Outstanding, id: string, number: number): Attempt {
+  adopt(o: Outstanding, id: string, number: number, consumerId: string | null): Attempt {
     if (o.current) illegal(`offset ${o.msg.offset}: attempt ${number} adopted before ${o.current.number} was settled`)
     if (number !== o.attempts) illegal(`offset ${o.msg.offset}: attempt ${number} adopted after ${o.attempts} counted`)
     this.step(o, 'in_flight')
@@ -318,6 +319,7 @@ export class Partition extends PartitionLog {
     const m = mut(o)
     m.current = a
     m.tries = o.tries === NONE ? [a] : [...o.tries, a]
+    if (consumerId !== null) m.pushedTo = consumerId
     return a
   }
 

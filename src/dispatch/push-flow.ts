@@ -227,7 +227,7 @@ export class PushFlow {
       // The previous owner's push, answered and awaiting its ack (a graceful handover): this
       // process's attempt in flight now, with its deadline, so the consumer's ack, nack or extend
       // of it is applied here and its deadline passing is a timeout like any other.
-      const a = w.adopt(o, adopted.id, adopted.attempt)
+      const a = w.adopt(o, adopted.id, adopted.attempt, adopted.consumerId)
       w.setDeadline(o, a, this.deps.schedule.ackDeadline(a.id, g.row.id, w.partition, msg.offset, a.number, handed!.untilMs))
     }
     // Nacked while nobody held the partition (or an older attempt handed over): not again before then.

@@ -322,7 +322,7 @@ export interface HandedOver {
    * The attempt still in flight (HANDED_OVER): its push was answered and its ack may still come, so
    * the next owner takes it on as its own attempt in flight, with this deadline. Undefined when nacked.
    */
-  inFlight: { id: string; attempt: number } | undefined
+  inFlight: { id: string; attempt: number; consumerId: string | null } | undefined
 }
 
 /**
@@ -337,8 +337,15 @@ export async function handedOverInFlight(
   fromOffset: number,
   seekedAtMs = 0,
 ): Promise<Map<number, HandedOver>> {
-  const { rows } = await q.query<{ offset: number; id: string; attempt: number; outcome: string; until: number }>(
-    `SELECT DISTINCT ON ("offset") "offset", id, attempt, outcome::text AS outcome,
+  const { rows } = await q.query<{
+    offset: number
+    id: string
+    attempt: number
+    consumer_id: string | null
+    outcome: string
+    until: number
+  }>(
+    `SELECT DISTINCT ON ("offset") "offset", id, attempt, consumer_id, outcome::text AS outcome,
             (extract(epoch from ack_deadline) * 1000)::float8 AS until
      FROM deliveries
      WHERE group_id = $1 AND partition = $2 AND "offset" >= $3 AND ack_deadline > now() AND started_at >= to_timestamp($6 / 1000.0)
@@ -349,7 +356,10 @@ export async function handedOverInFlight(
   return new Map(
     rows.map((r) => [
       Number(r.offset),
-      { untilMs: r.until, inFlight: r.outcome === 'in_flight' ? { id: r.id, attempt: Number(r.attempt) } : undefined },
+      {
+        untilMs: r.until,
+        inFlight: r.outcome === 'in_flight' ? { id: r.id, attempt: Number(r.attempt), consumerId: r.consumer_id } : undefined,
+      },
     ]),
   )
 }
