@@ -262,13 +262,17 @@ export async function listAttempts(
   }))
 }
 
-/** Marks attempts left in flight by a previous process as failed (run when a group's runtime starts). */
-export async function abandonInFlight(q: Queryable, groupId: number, partition: number): Promise<void> {
+/**
+ * Marks attempts left in flight by a previous process as failed (run when a partition is acquired),
+ * but for `keep`: attempts handed over in flight that the new owner takes on as its own (see
+ * handedOverInFlight), whose consumer may still ack, nack or extend them.
+ */
+export async function abandonInFlight(q: Queryable, groupId: number, partition: number, keep: readonly string[] = []): Promise<void> {
   await q.query(
     `UPDATE deliveries SET outcome = 'failed', finished_at = coalesce(finished_at, clock_timestamp()),
        error = coalesce(error, 'the broker stopped before the outcome was known')
-     WHERE group_id = $1 AND partition = $2 AND outcome = 'in_flight'`,
-    [groupId, partition],
+     WHERE group_id = $1 AND partition = $2 AND outcome = 'in_flight' AND NOT (id = ANY($3::text[]))`,
+    [groupId, partition, [...keep]],
   )
 }
 
@@ -333,19 +337,52 @@ export async function settleHandedOver(
   return new Set(rows.map((r) => r.id))
 }
 
-/** The ack deadlines (epoch ms, still to come) of the attempts a graceful handover left in flight on a partition (or nacked since, NACKED_UNOWNED: when they may go again), by offset. */
+/** What the next owner of a partition finds of a message's last attempt handed over (handedOverInFlight). */
+export interface HandedOver {
+  /** The attempt's ack deadline, or (nacked while nobody held the partition) when the message may go again, epoch ms; still to come. */
+  untilMs: number
+  /**
+   * The attempt still in flight (HANDED_OVER): its push was answered and its ack may still come, so
+   * the next owner takes it on as its own attempt in flight, with this deadline. Undefined when nacked.
+   */
+  inFlight: { id: string; attempt: number; consumerId: string | null } | undefined
+}
+
+/**
+ * The last attempt of each message that a graceful handover left in flight on a partition (or that
+ * was nacked since, NACKED_UNOWNED), by offset: those whose deadline (or whose nack's delay) is
+ * still to come, from `fromOffset` on, and not from before the partition's last seek.
+ */
 export async function handedOverInFlight(
   q: Queryable,
   groupId: number,
   partition: number,
   fromOffset: number,
-): Promise<Map<number, number>> {
-  const { rows } = await q.query<{ offset: number; until: number }>(
-    `SELECT "offset", (extract(epoch from max(ack_deadline)) * 1000)::float8 AS until FROM deliveries
-     WHERE group_id = $1 AND partition = $2 AND "offset" >= $3 AND ack_deadline > now()
+  seekedAtMs = 0,
+): Promise<Map<number, HandedOver>> {
+  const { rows } = await q.query<{
+    offset: number
+    id: string
+    attempt: number
+    consumer_id: string | null
+    outcome: string
+    until: number
+  }>(
+    `SELECT DISTINCT ON ("offset") "offset", id, attempt, consumer_id, outcome::text AS outcome,
+            (extract(epoch from ack_deadline) * 1000)::float8 AS until
+     FROM deliveries
+     WHERE group_id = $1 AND partition = $2 AND "offset" >= $3 AND ack_deadline > now() AND started_at >= to_timestamp($6 / 1000.0)
        AND ((outcome = 'in_flight' AND error = $4) OR (outcome = 'nacked' AND error = $5))
-     GROUP BY "offset"`,
-    [groupId, partition, fromOffset, HANDED_OVER, NACKED_UNOWNED],
+     ORDER BY "offset", attempt DESC, ack_deadline DESC`,
+    [groupId, partition, fromOffset, HANDED_OVER, NACKED_UNOWNED, seekedAtMs],
   )
-  return new Map(rows.map((r) => [Number(r.offset), r.until]))
+  return new Map(
+    rows.map((r) => [
+      Number(r.offset),
+      {
+        untilMs: r.until,
+        inFlight: r.outcome === 'in_flight' ? { id: r.id, attempt: Number(r.attempt), consumerId: r.consumer_id } : undefined,
+      },
+    ]),
+  )
 }

@@ -52,7 +52,7 @@ t.test('pushes wait while the lease has lapsed: for the next poll, or for the se
   t.notOk(ownership.lease.held(), 'lapsed')
   ownership.lease.wait(() => events.push(`push (held: ${ownership.lease.held()})`))
   t.same(events, [], 'the push waits')
-  await waitUntil(() => events.length > 0, 20_000, 'the next poll proves the session')
+  await waitUntil(() => events.length > 0, 30_000, 'the next poll proves the session')
   t.same(events, ['push (held: true)'], 'it goes once a poll is answered, on the same session')
   t.equal(ownership.liveSession, session, 'nothing was dropped')
 
@@ -71,6 +71,6 @@ t.test('pushes wait while the lease has lapsed: for the next poll, or for the se
   proxy.silence()
   session.provenAtMs = performance.now() - 10_000
   ownership.lease.wait(() => events.push(`push (held: ${ownership.lease.held()})`))
-  await waitUntil(() => events.length >= 2, 20_000, 'the poll fails')
+  await waitUntil(() => events.length >= 2, 30_000, 'the poll fails')
   t.same(events, ['dropped', 'push (held: false)'], 'dropped first, then the push goes nowhere')
 })
