@@ -119,14 +119,24 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       else log(`ERROR: ${message}`)
     }
     // One `iss` per database (docs/security.md "Push authentication"): HOOKQ_PUBLIC_URL, recorded for
-    // the processes started without it; without it, the recorded one (the first process's URL).
-    const issuer = await recordJwtIssuer(db.pool, config.publicUrl ?? config.publicUrlFallback, config.publicUrl !== undefined)
+    // the processes started without it; without it, the recorded one (the first process's URL). A
+    // process with HOOKQ_PUBLIC_URL signs with its own and never rereads it: one whose value differs
+    // from the recorded one (another process's) says so, as the two now sign with different iss.
+    const { issuer, previous } = await recordJwtIssuer(
+      db.pool,
+      config.publicUrl ?? config.publicUrlFallback,
+      config.publicUrl !== undefined,
+    )
+    const replaced = config.publicUrl !== undefined && previous !== null && previous !== issuer
     const issuerMessage =
-      config.publicUrl !== undefined
-        ? `push JWTs carry iss ${issuer} (HOOKQ_PUBLIC_URL; recorded for the processes of this database started without it)`
-        : `HOOKQ_PUBLIC_URL is not set: push JWTs carry iss ${issuer}, recorded in the database by the first broker process (every process of this database signs with it); set HOOKQ_PUBLIC_URL to the URL your consumers verify`
-    if (opts.logger) opts.logger[config.publicUrl !== undefined ? 'info' : 'warn']({ issuer }, issuerMessage)
-    else log(`${config.publicUrl !== undefined ? '' : 'WARNING: '}${issuerMessage}`)
+      config.publicUrl === undefined
+        ? `HOOKQ_PUBLIC_URL is not set: push JWTs carry iss ${issuer}, recorded in the database by the first broker process (every process of this database signs with it); set HOOKQ_PUBLIC_URL to the URL your consumers verify`
+        : replaced
+          ? `HOOKQ_PUBLIC_URL ${issuer} replaces the recorded iss ${previous}: push JWTs carry ${issuer} from this process, and from the processes started without HOOKQ_PUBLIC_URL within HOOKQ_JWT_KEYS_REFRESH_MS; a process started with HOOKQ_PUBLIC_URL=${previous}, if any, keeps signing with that until it is restarted (give every process the same HOOKQ_PUBLIC_URL), and consumers that check iss must accept ${issuer}`
+          : `push JWTs carry iss ${issuer} (HOOKQ_PUBLIC_URL; recorded for the processes of this database started without it)`
+    const level = config.publicUrl !== undefined && !replaced ? 'info' : 'warn'
+    if (opts.logger) opts.logger[level]({ issuer, ...(replaced ? { previousIssuer: previous } : {}) }, issuerMessage)
+    else log(`${level === 'info' ? '' : 'WARNING: '}${issuerMessage}`)
     signer = new JwtSigner({
       db: db.pool,
       box,
