@@ -31,7 +31,7 @@ import { attemptPartitionPlan, maintainAttemptPartitions } from './store/attempt
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
 import { SecretBox } from './security/secrets.ts'
-import { requireReadableSecrets, resealSecrets } from './service/secrets-at-rest.ts'
+import { requireReadableSecrets, sealingLeft } from './service/secrets-at-rest.ts'
 import { JwksService } from './service/jwks.ts'
 import { JwtSigner } from './dispatch/jwt-keys.ts'
 import { readJwtIssuer, recordJwtIssuer } from './store/jwt-keys.ts'
@@ -105,13 +105,17 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     }
 
     // Secrets at rest (docs/security.md): refuse to start rather than push with secrets this
-    // process cannot open; with a key, seal what is still in the clear or under a previous key.
+    // process cannot open. Nothing stored is sealed again here: a re-seal (to the current key, to
+    // the current envelope) is `hookq secrets rotate`, run once every process can open what it
+    // writes. Done at start-up, the first process of a rolling upgrade, key adoption or key
+    // rotation sealed values that the processes not restarted yet cannot open (docs/operations.md).
     const box = new SecretBox(config.secretsKey, config.secretsKeysPrevious)
     await requireReadableSecrets(db.pool, box)
-    const { sealed: resealed, left } = await resealSecrets(db.pool, box)
-    if (resealed > 0) {
-      if (opts.logger) opts.logger.info({ resealed, kid: box.currentKid }, 'sealed stored secrets with HOOKQ_SECRETS_KEY')
-      else log(`sealed ${resealed} stored secrets with HOOKQ_SECRETS_KEY`)
+    const left = await sealingLeft(db.pool, box)
+    if (left.pending > 0) {
+      const message = `${left.pending} stored secret value(s) are in the clear, under a previous key or in an older envelope (hqenc:1): once every broker process runs this version with HOOKQ_SECRETS_KEY key ${box.currentKid}, run \`hookq secrets rotate\` to seal them with it (docs/security.md "Secrets at rest")`
+      if (opts.logger) opts.logger.warn({ unsealed: left.pending, kid: box.currentKid }, message)
+      else log(`WARNING: ${message}`)
     }
     if (left.unopenable > 0) {
       const message = `${left.unopenable} stored secret value(s) do not authenticate (altered, moved to another row, or their consumer's endpoint changed in the database): those consumers' pushes fail unsent until their secrets are set again`
