@@ -4,7 +4,9 @@
  * answered 503 (issue 29 item 3): on the rows of the attempts handed over in flight, which the next
  * owner reads. A nacked message goes again once its delay is over (0 here: at once); an extended
  * one keeps its new deadline. A dead-letter nack needs the owner (it produces the dead letter): 503.
- * The second process polls every 30 s, so the partition it is to take stays free meanwhile.
+ * The second process polls every 60 s (the longest allowed), so the partition it is to take stays
+ * free meanwhile: its first poll comes early in its start, before it listens, and under load the
+ * start alone took 30 s and more (a 30 s poll could come in the middle of the test).
  */
 import t from 'tap'
 import pg from 'pg'
@@ -51,8 +53,8 @@ t.test(
     t.equal((await call(a.url, 'POST', '/v1/topics/nx/messages', { messages })).status, 201)
     await receiver.waitFor(10, 30_000)
 
-    // b joins: a hands b's share over at its next poll, b takes it only at its own, 30 s on.
-    const b = await spawn(30_000)
+    // b joins: a hands b's share over at its next poll, b takes it only at its own, 60 s on.
+    const b = await spawn(60_000)
     await waitUntil(async () => (await held()) === 1, 30_000, 'one partition held by a, the other by nobody')
 
     const lockOf = await c.query(

@@ -2,7 +2,9 @@
  * An ack of a partition that no process holds (handed over by one process, not yet taken by the
  * next) is written durably by the process it reaches, not answered 503 (issue 29: 2.6% of ack
  * calls were 503 while partitions moved), and the next owner does not push the acked message again.
- * The second process polls every 30 s, so the partition it is to take stays free meanwhile.
+ * The second process polls every 60 s (the longest allowed), so the partition it is to take stays
+ * free meanwhile: its first poll comes early in its start, before it listens, and under load the
+ * start alone took 30 s and more (a 30 s poll could come in the middle of the test).
  */
 import t from 'tap'
 import pg from 'pg'
@@ -48,8 +50,8 @@ t.test(
     t.equal((await call(a.url, 'POST', '/v1/topics/un/messages', { messages })).status, 201)
     await receiver.waitFor(10, 30_000)
 
-    // b joins: a hands b's share over at its next poll, b takes it only at its own, 30 s on.
-    const b = await spawn(30_000)
+    // b joins: a hands b's share over at its next poll, b takes it only at its own, 60 s on.
+    const b = await spawn(60_000)
     await waitUntil(async () => (await held()) === 1, 30_000, 'one partition held by a, the other by nobody')
 
     const ids = receiver.requests.map((r) => (r.json as { deliveryId: string }).deliveryId)
