@@ -1,12 +1,18 @@
-// `node --import=./scripts/test-process.mjs`: preloaded into every test process (tap's node-arg in
-// package.json), after tap's own preloads. tap loads its recorder, @tapjs/processinfo, into each
-// test process whatever its configuration, and the recorder hooks child_process so that every
-// process a test starts loads it too: there it records each of the ~500 modules a broker or the CLI
-// loads and writes them out at exit, for coverage and `tap --changed`, which this project does not
-// use (coverage is disabled). That cost ~0.8 s of CPU per broker started and stopped (2.9-3.3 s
-// against 2.2 s), more in a longer-lived one. Emptying the hook's listeners (the singleton of
-// process-on-spawn, through which the recorder adds itself to a child's NODE_OPTIONS) starts those
-// processes as a user starts them. (The test process's own recording stays: tap's runner sets its
-// exclusion pattern for every test process, and it costs ~0.5 s of CPU in a file that builds a broker.)
-const spawnHooks = globalThis[Symbol.for('process-on-spawn@*:singletonId')]
-if (spawnHooks) spawnHooks.listeners = []
+// Preloaded into every test process, before anything else (package.json's tap `test-env` puts it in
+// NODE_OPTIONS, whose imports run before tap's own). tap loads its recorder, @tapjs/processinfo,
+// into each test process whatever its configuration. The recorder reads every module a process
+// loads a second time and measures its lines, for coverage and `tap --changed`, which this project
+// does not use (coverage is disabled), and it hooks child_process so that every process a test
+// starts loads it too. Here, before it loads:
+// - its exclusion pattern matches every file, so the test process records nothing (~0.5 s of CPU in
+//   a file that builds a broker: 4.1-4.3 s against 3.6-3.8 s);
+// - the hook it spawns through (process-on-spawn's singleton) is made in advance, as one that never
+//   wraps child_process, so the brokers, CLI runs and consumers a test starts run as a user runs
+//   them (with the recorder, a broker's start and stop took ~0.8 s more CPU: 2.9-3.3 s against 2.2 s);
+// - NODE_OPTIONS is cleared, so that the processes a test starts with its environment do not load this.
+process.env._TAPJS_PROCESSINFO_EXCLUDE_ = '/./'
+Object.defineProperty(globalThis, Symbol.for('process-on-spawn@*:singletonId'), {
+  writable: true,
+  value: { version: 1, listeners: [], unwrap: () => {} },
+})
+delete process.env.NODE_OPTIONS
