@@ -18,11 +18,19 @@
  *   latency   single-message produce calls paced at each of BENCH_RATES for 10 s (after 2 s not
  *             counted), auto mode: p50/p99 from the send time in the message to the push's arrival
  *
+ * BENCH_AUTH (none, headers, jwt, oauth; default none) gives every consumer the bench makes that
+ * push authentication (contract "Push authentication"): a static header, a broker-signed JWT, or an
+ * OAuth 2.0 client-credentials token from an endpoint this process serves on 127.0.0.1 (one token an
+ * hour: fetched once a consumer, as the broker caches it). Its CPU per message, as a ratio to a run
+ * with none, is the cost of push authentication (docs/performance.md, "Push authentication").
+ *
  * Before them, BENCH_WARMUP_MESSAGES (20,000; 0 for none) go through the broker unmeasured: a fresh
  * broker spends ~2 s in V8's optimising compiler under its first load, a cost per process, not per
  * message. Every load loop is bounded in count and time; a scenario that does not finish within
  * BENCH_MAX_SECONDS reports what completed. Exits non-zero only when the run itself fails.
  */
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { ReceiverStats } from './e2e-receiver.ts'
@@ -51,6 +59,9 @@ const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.
 const BATCH = Math.min(1000, envInt('BENCH_BATCH', 100))
 const PRODUCERS = envInt('BENCH_PRODUCERS', 4)
 const ACK = { ackBatch: 500, ackFlushMs: 5, ackConcurrency: 4 }
+const AUTH_TYPES = ['none', 'headers', 'jwt', 'oauth'] as const
+const AUTH = (process.env.BENCH_AUTH || 'none') as (typeof AUTH_TYPES)[number]
+if (!AUTH_TYPES.includes(AUTH)) throw new Error(`BENCH_AUTH must be one of ${AUTH_TYPES.join(', ')}, got ${JSON.stringify(AUTH)}`)
 
 const wallNow = () => performance.timeOrigin + performance.now()
 const int = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '-')
@@ -93,6 +104,8 @@ class Bench {
     readonly receiver: IpcWorker,
     readonly load: IpcWorker,
     readonly receiverUrl: string,
+    /** The consumers' push authentication (BENCH_AUTH), as POST .../consumers takes it; undefined for none. */
+    readonly auth: object | undefined,
   ) {}
   api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
     return brokerApi<T>(run.broker!.url, method, path, body)
@@ -108,7 +121,10 @@ class Bench {
   async createGroup(name: string, ackMode: 'auto' | 'explicit', extra: object = {}): Promise<void> {
     await this.api('PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
     await this.api('PUT', `/v1/groups/${name}`, this.group(name, ackMode, extra))
-    await this.api('POST', `/v1/groups/${name}/consumers`, { url: `${this.receiverUrl}/p/${name}` })
+    await this.api('POST', `/v1/groups/${name}/consumers`, {
+      url: `${this.receiverUrl}/p/${name}`,
+      ...(this.auth ? { auth: this.auth } : {}),
+    })
   }
   produce(topic: string, total: number): Promise<BulkResult> {
     const args = {
@@ -339,6 +355,33 @@ function table(rows: Row[]): string {
   return [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n')
 }
 
+/**
+ * The consumers' auth for BENCH_AUTH; for oauth, a token endpoint on 127.0.0.1 (client credentials,
+ * a token valid an hour) that counts the tokens it gave.
+ */
+async function consumerAuth(): Promise<{ auth: object | undefined; tokens: () => number; close: () => void }> {
+  const none = { tokens: () => 0, close: () => {} }
+  if (AUTH === 'none') return { auth: undefined, ...none }
+  if (AUTH === 'headers') return { auth: { type: 'headers', headers: { 'x-api-key': 'bench-api-key-value' } }, ...none }
+  if (AUTH === 'jwt') return { auth: { type: 'jwt' }, ...none }
+  let tokens = 0
+  const server = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      tokens++
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ access_token: `bench-token-${tokens}`, token_type: 'Bearer', expires_in: 3600 }))
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const tokenUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/token`
+  return {
+    auth: { type: 'oauth2', tokenUrl, clientId: 'bench', clientSecret: 'bench-client-secret' },
+    tokens: () => tokens,
+    close: () => server.close(),
+  }
+}
+
 /** The ratios to the baselines of this run: the ceiling for pushes, produce alone for the push's share, single pushes for batches. */
 function ratios(rows: Map<string, Row>): string[] {
   const [ceil, prod, auto, explicit, drained, batched] = ['ceiling', 'produce', 'auto', 'explicit', 'drain', 'batch'].map((k) =>
@@ -365,11 +408,12 @@ async function main(): Promise<void> {
   const broker = (run.broker = await startBroker(db.url, { timeoutMs: 90_000 }))
   const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: broker.url }, 30_000)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
-  const b = new Bench(receiver, load, `http://127.0.0.1:${receiver.ready.port as number}`)
+  const auth = await consumerAuth()
+  const b = new Bench(receiver, load, `http://127.0.0.1:${receiver.ready.port as number}`, auth.auth)
   const hookq = Object.entries(process.env).filter(([k]) => k.startsWith('HOOKQ_'))
   console.log(
     `hookq end to end: ${int(MESSAGES)} messages a scenario, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}; ` +
-      `${hookq.length ? hookq.map(([k, v]) => `${k}=${v}`).join(' ') : 'broker defaults'}; ${cpus().length} cores; ` +
+      `${hookq.length ? hookq.map(([k, v]) => `${k}=${v}`).join(' ') : 'broker defaults'}; consumer auth ${AUTH} (BENCH_AUTH); ${cpus().length} cores; ` +
       `PostgreSQL ${settings.server_version} fsync=${settings.fsync} synchronous_commit=${settings.synchronous_commit}\n`,
   )
   const say = (r: Row) =>
@@ -403,6 +447,8 @@ async function main(): Promise<void> {
       "server's processes); CPU% of one core; other: the rest of the host (the load, the receiver, other tenants).\n",
   )
   for (const line of ratios(rows)) console.log(line)
+  if (AUTH === 'oauth') console.log(`oauth: ${auth.tokens()} token(s) fetched from the bench's token endpoint`)
+  auth.close()
   await Promise.all([receiver.stop(), load.stop()])
   await stopBroker(broker)
   console.log(`\nwhole run ${((Date.now() - started) / 1000).toFixed(0)} s`)

@@ -31,7 +31,7 @@ import { attemptPartitionPlan, maintainAttemptPartitions } from './store/attempt
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
 import { SecretBox } from './security/secrets.ts'
-import { requireReadableSecrets, resealSecrets } from './service/secrets-at-rest.ts'
+import { requireReadableSecrets, sealingLeft } from './service/secrets-at-rest.ts'
 import { JwksService } from './service/jwks.ts'
 import { JwtSigner } from './dispatch/jwt-keys.ts'
 import { readJwtIssuer, recordJwtIssuer } from './store/jwt-keys.ts'
@@ -105,13 +105,17 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     }
 
     // Secrets at rest (docs/security.md): refuse to start rather than push with secrets this
-    // process cannot open; with a key, seal what is still in the clear or under a previous key.
+    // process cannot open. Nothing stored is sealed again here: a re-seal (to the current key, to
+    // the current envelope) is `hookq secrets rotate`, run once every process can open what it
+    // writes. Done at start-up, the first process of a rolling upgrade, key adoption or key
+    // rotation sealed values that the processes not restarted yet cannot open (docs/operations.md).
     const box = new SecretBox(config.secretsKey, config.secretsKeysPrevious)
     await requireReadableSecrets(db.pool, box)
-    const { sealed: resealed, left } = await resealSecrets(db.pool, box)
-    if (resealed > 0) {
-      if (opts.logger) opts.logger.info({ resealed, kid: box.currentKid }, 'sealed stored secrets with HOOKQ_SECRETS_KEY')
-      else log(`sealed ${resealed} stored secrets with HOOKQ_SECRETS_KEY`)
+    const left = await sealingLeft(db.pool, box)
+    if (left.pending > 0) {
+      const message = `${left.pending} stored secret value(s) are in the clear, under a previous key or in an older envelope (hqenc:1): once every broker process runs this version with HOOKQ_SECRETS_KEY key ${box.currentKid}, run \`hookq secrets rotate\` to seal them with it (docs/security.md "Secrets at rest")`
+      if (opts.logger) opts.logger.warn({ unsealed: left.pending, kid: box.currentKid }, message)
+      else log(`WARNING: ${message}`)
     }
     if (left.unopenable > 0) {
       const message = `${left.unopenable} stored secret value(s) do not authenticate (altered, moved to another row, or their consumer's endpoint changed in the database): those consumers' pushes fail unsent until their secrets are set again`
@@ -119,14 +123,24 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       else log(`ERROR: ${message}`)
     }
     // One `iss` per database (docs/security.md "Push authentication"): HOOKQ_PUBLIC_URL, recorded for
-    // the processes started without it; without it, the recorded one (the first process's URL).
-    const issuer = await recordJwtIssuer(db.pool, config.publicUrl ?? config.publicUrlFallback, config.publicUrl !== undefined)
+    // the processes started without it; without it, the recorded one (the first process's URL). A
+    // process with HOOKQ_PUBLIC_URL signs with its own and never rereads it: one whose value differs
+    // from the recorded one (another process's) says so, as the two now sign with different iss.
+    const { issuer, previous } = await recordJwtIssuer(
+      db.pool,
+      config.publicUrl ?? config.publicUrlFallback,
+      config.publicUrl !== undefined,
+    )
+    const replaced = config.publicUrl !== undefined && previous !== null && previous !== issuer
     const issuerMessage =
-      config.publicUrl !== undefined
-        ? `push JWTs carry iss ${issuer} (HOOKQ_PUBLIC_URL; recorded for the processes of this database started without it)`
-        : `HOOKQ_PUBLIC_URL is not set: push JWTs carry iss ${issuer}, recorded in the database by the first broker process (every process of this database signs with it); set HOOKQ_PUBLIC_URL to the URL your consumers verify`
-    if (opts.logger) opts.logger[config.publicUrl !== undefined ? 'info' : 'warn']({ issuer }, issuerMessage)
-    else log(`${config.publicUrl !== undefined ? '' : 'WARNING: '}${issuerMessage}`)
+      config.publicUrl === undefined
+        ? `HOOKQ_PUBLIC_URL is not set: push JWTs carry iss ${issuer}, recorded in the database by the first broker process (every process of this database signs with it); set HOOKQ_PUBLIC_URL to the URL your consumers verify`
+        : replaced
+          ? `HOOKQ_PUBLIC_URL ${issuer} replaces the recorded iss ${previous}: push JWTs carry ${issuer} from this process, and from the processes started without HOOKQ_PUBLIC_URL within HOOKQ_JWT_KEYS_REFRESH_MS; a process started with HOOKQ_PUBLIC_URL=${previous}, if any, keeps signing with that until it is restarted (give every process the same HOOKQ_PUBLIC_URL), and consumers that check iss must accept ${issuer}`
+          : `push JWTs carry iss ${issuer} (HOOKQ_PUBLIC_URL; recorded for the processes of this database started without it)`
+    const level = config.publicUrl !== undefined && !replaced ? 'info' : 'warn'
+    if (opts.logger) opts.logger[level]({ issuer, ...(replaced ? { previousIssuer: previous } : {}) }, issuerMessage)
+    else log(`${level === 'info' ? '' : 'WARNING: '}${issuerMessage}`)
     signer = new JwtSigner({
       db: db.pool,
       box,

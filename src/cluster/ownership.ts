@@ -23,7 +23,8 @@
  *   idle_session_timeout; a process stopped (SIGSTOP, a VM paused, a starved event loop) may wake
  *   long after, with timers due to push. So a push goes out only while this process holds a lease
  *   it can prove locally, without a round trip: the last query answered on the session was sent
- *   less than `leaseMs` ago (a query timeout short of the server's idle limit). A push made while
+ *   less than `leaseMs` ago (a query timeout short of the server's idle limit), by the monotonic
+ *   clock and by the wall clock both (the monotonic one stops while the machine is suspended). A push made while
  *   the lease lapsed waits for the next poll: answered, the session (and its locks, which nobody
  *   else could take meanwhile) is proven and it goes; failed, everything is dropped and it goes
  *   nowhere. Everything the new owner counts (reservations, retries' rows) is written before its
@@ -382,7 +383,11 @@ export class Ownership {
   private leaseHeld(): boolean {
     if (this.deps.connectionString === null) return true
     const s = this.session
-    return s !== undefined && !s.isLost && performance.now() - s.provenAtMs < this.leaseMs
+    if (s === undefined || s.isLost || performance.now() - s.provenAtMs >= this.leaseMs) return false
+    // The wall clock too: the monotonic one stops while the machine sleeps. A wall clock stepped
+    // forward only makes a push wait for the next poll; stepped back, the monotonic check still holds.
+    const wallAgeMs = Date.now() - s.provenAtWallMs
+    return wallAgeMs < this.leaseMs
   }
 
   /** Runs the pushes that waited for the lease: each sends if it may now, or gives up (its partition dropped). */

@@ -67,6 +67,13 @@ export class AttemptLog {
   /** Ids of durable() rows not yet settled, and those of them dropped instead of written. */
   private durables = new Set<string>()
   private lostDurables = new Set<string>()
+  /**
+   * When the rows written in flight started, by id, until their outcome is written: an update's
+   * bound on where its rows are filed (filed_at is the start; see updateAttempts). Bounded: an id
+   * whose outcome this log never writes (its partition handed over) leaves as the oldest; without
+   * its entry, an update is only unbounded, not wrong.
+   */
+  private startedInFlight = new Map<string, number>()
   private closed = false
   private readonly now: () => number
   private readonly timers: Timers
@@ -168,15 +175,22 @@ export class AttemptLog {
           [...inserts.values()],
           async (rows) => {
             await insertAttempts(this.db.pool, rows)
-            for (const r of rows) inserts.delete(r.id)
+            for (const r of rows) {
+              inserts.delete(r.id)
+              if (!r.outcome || r.outcome === 'in_flight') this.startedInFlight.set(r.id, r.startedAtMs)
+            }
+            this.forgetOldestStarts()
           },
           withoutDetails,
         )
         await this.writeApart(
           [...updates.values()],
           async (rows) => {
-            await updateAttempts(this.db.pool, rows)
-            for (const r of rows) updates.delete(r.id)
+            await updateAttempts(this.db.pool, rows, this.filedFrom(rows))
+            for (const r of rows) {
+              updates.delete(r.id)
+              if (r.outcome && r.outcome !== 'in_flight') this.startedInFlight.delete(r.id)
+            }
           },
           (u, err) => ({ id: u.id, outcome: u.outcome, finishedAtMs: u.finishedAtMs, error: notStorable(err) }),
         )
@@ -278,6 +292,24 @@ export class AttemptLog {
         this.dropped(rows[0]!.id)
         this.opts.onError(again, 1)
       }
+    }
+  }
+
+  /** The earliest start of these rows, if this log wrote each of them (else no bound: undefined). */
+  private filedFrom(rows: AttemptUpdate[]): number | undefined {
+    let from = Infinity
+    for (const r of rows) {
+      const started = this.startedInFlight.get(r.id)
+      if (started === undefined) return undefined
+      if (started < from) from = started
+    }
+    return from
+  }
+
+  private forgetOldestStarts(): void {
+    for (const id of this.startedInFlight.keys()) {
+      if (this.startedInFlight.size <= this.opts.maxBuffered) break
+      this.startedInFlight.delete(id)
     }
   }
 

@@ -348,16 +348,24 @@ export class Dispatcher {
       pushed: 0,
       seekedAtMs: 0,
     }
-    // Attempts its previous owner left in flight ended with that ownership; their messages go
-    // again, those it handed over once their ack deadlines pass (the consumer may ack them meanwhile).
-    const heldUntil = await handedOverInFlight(db.pool, g.row.id, partition, pr.committed)
-    await abandonInFlight(db.pool, g.row.id, partition)
+    // Attempts its previous owner left in flight ended with that ownership and their messages go
+    // again, but for those it handed over (a graceful move): each is this process's attempt in flight
+    // now, until its ack deadline, and the consumer may ack, nack or extend it meanwhile. (One that
+    // is not its message's last counted attempt, or of a message completed since, ends like the others.)
+    const handedOver = await handedOverInFlight(db.pool, g.row.id, partition, pr.committed, pr.seekedAtMs)
     const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr)
+    const keep: string[] = []
+    for (const [offset, h] of handedOver) {
+      if (pr.completed.has(offset)) handedOver.delete(offset)
+      else if (h.inFlight && priorAttempts.get(offset) === h.inFlight.attempt) keep.push(h.inFlight.id)
+      else if (h.inFlight) h.inFlight = undefined
+    }
+    await abandonInFlight(db.pool, g.row.id, partition, keep)
     const end = (await readEndOffsets(this.deps.db.prisma, g.topic.id)).find((e) => e.partition === partition)?.endOffset ?? 0
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
     const endHint = Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0)
-    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch, heldUntil)
+    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch, handedOver)
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)
     this.flow.fill(g, w)

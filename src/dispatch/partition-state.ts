@@ -8,6 +8,7 @@ import type { TopicRow } from '../store/topics.ts'
 import { storableText } from '../store/storable.ts'
 import type { AppendEntry } from '../store/messages.ts'
 import type { PartitionProgress } from '../store/consumption.ts'
+import type { HandedOver } from '../store/deliveries.ts'
 import { partitionForKey } from '../partitioner.ts'
 import type { RetryPolicy } from './retry-policy.ts'
 import { compileFilter, type MessageFilter } from './filter.ts'
@@ -42,9 +43,9 @@ export function newPartitionState(
   priorAttempts: Map<number, number>,
   endHint: number,
   ownerEpoch: number,
-  heldUntil?: Map<number, number>,
+  handedOver?: Map<number, HandedOver>,
 ): Partition {
-  return new Partition(partition, progress, priorAttempts, endHint, ownerEpoch, heldUntil)
+  return new Partition(partition, progress, priorAttempts, endHint, ownerEpoch, handedOver)
 }
 
 export interface CompletionRequest {

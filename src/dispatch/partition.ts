@@ -17,13 +17,15 @@
  *
  * A message is admitted `parked` and leaves `completing` (forget → gone); dropping the partition
  * ends every message whatever its state. `in_flight` is entered only by begin (an attempt starts)
- * and is the only state with a current attempt; `nacked` only by nackDuringPush (nacked while its
+ * or adopt (the attempt the previous owner handed over in flight becomes this one's) and is the
+ * only state with a current attempt; `nacked` only by nackDuringPush (nacked while its
  * push was under way: the answer says what follows); move() refuses both. An attempt (Attempt
  * below) is settled once: by its answer, its ack deadline, an ack, a nack, or an undo when its row
  * could not be written; leaving in_flight before that, or a second begin, throws. A refused move
  * throws IllegalMove: a bug, which the push flow logs (PushFlow.safely) instead of crashing.
  */
 import type { DispatchMessage, PartitionProgress } from '../store/consumption.ts'
+import type { HandedOver } from '../store/deliveries.ts'
 import { KeyOrder } from './key-order.ts'
 import { illegal, PartitionLog } from './partition-log.ts'
 import type { TrackerEntry } from './tracker.ts'
@@ -122,8 +124,8 @@ export class Partition extends PartitionLog {
     endHint: number,
     /** The owner epoch this process holds (group_offsets.owner_epoch): every write names it. */
     readonly ownerEpoch: number,
-    /** Ack deadlines of pushes the previous owner handed over in flight, by offset: no push again before them. */
-    private readonly heldUntil: Map<number, number> = new Map(),
+    /** Pushes the previous owner handed over in flight (or nacked since), by offset: no push again before their deadlines. */
+    private readonly handedOver: Map<number, HandedOver> = new Map(),
   ) {
     super(partition, progress, endHint)
   }
@@ -209,15 +211,15 @@ export class Partition extends PartitionLog {
   }
 
   /**
-   * Makes a message outstanding, `parked`, with the attempts made before this ownership; `heldUntil`
-   * is the ack deadline of a push the previous owner handed over in flight, if any.
+   * Makes a message outstanding, `parked`, with the attempts made before this ownership; `handed`
+   * is what the previous owner handed over of its last push in flight, if anything.
    */
-  admit(msg: DispatchMessage, matched: boolean): { o: Outstanding; heldUntil: number | undefined } {
+  admit(msg: DispatchMessage, matched: boolean): { o: Outstanding; handed: HandedOver | undefined } {
     if (this._outstanding.has(msg.offset)) illegal(`partition ${this.partition}: offset ${msg.offset} admitted twice`)
     const attempts = this.priorAttempts.get(msg.offset) ?? 0
     if (this.priorAttempts.size > 0) this.priorAttempts.delete(msg.offset)
-    const heldUntil = this.heldUntil.size > 0 ? this.heldUntil.get(msg.offset) : undefined
-    if (heldUntil !== undefined) this.heldUntil.delete(msg.offset)
+    const handed = this.handedOver.size > 0 ? this.handedOver.get(msg.offset) : undefined
+    if (handed !== undefined) this.handedOver.delete(msg.offset)
     const o: Outstanding = {
       msg,
       attempts,
@@ -230,7 +232,7 @@ export class Partition extends PartitionLog {
       matched,
     }
     this._outstanding.set(msg.offset, o)
-    return { o, heldUntil }
+    return { o, handed }
   }
 
   /**
@@ -300,6 +302,24 @@ export class Partition extends PartitionLog {
     m.attempts = a.number
     m.current = a
     m.tries = o.tries === NONE ? [a] : [...o.tries, a]
+    return a
+  }
+
+  /**
+   * Takes on the attempt the previous owner handed over in flight (→ in_flight): its push was
+   * answered and its ack may still come, so it is this partition's current attempt, as if begun
+   * here (its ack, nack, extend and deadline are handled here). Its number is the last one counted;
+   * `consumerId`, the consumer it went to (whose window and health a passed deadline counts against).
+   */
+  adopt(o: Outstanding, id: string, number: number, consumerId: string | null): Attempt {
+    if (o.current) illegal(`offset ${o.msg.offset}: attempt ${number} adopted before ${o.current.number} was settled`)
+    if (number !== o.attempts) illegal(`offset ${o.msg.offset}: attempt ${number} adopted after ${o.attempts} counted`)
+    this.step(o, 'in_flight')
+    const a = new Attempt(id, number)
+    const m = mut(o)
+    m.current = a
+    m.tries = o.tries === NONE ? [a] : [...o.tries, a]
+    if (consumerId !== null) m.pushedTo = consumerId
     return a
   }
 

@@ -3,7 +3,8 @@
  * HTTP side: push-send.ts), the writes and the schedule. Which moves a message may make is src/dispatch/partition.ts's (its
  * table is enforced there: this file only asks); what makes each one is here:
  *
- *   fill, admit   (new) → parked, then delayed (its delay) / retry_wait (a push handed over in flight) / ready / start
+ *   fill, admit   (new) → parked, then delayed (its delay) / in_flight (a push handed over in flight, adopted)
+ *                 / retry_wait (one nacked while handed over) / ready / start
  *   start         → parked (no consumer, paused) / ready (window full) / reserving (past the reservation)
  *                   / in_flight (an attempt begins) / completing (filtered out; dead after a restart)
  *   settle        in_flight → completing (2xx, auto mode) / retry_wait (failed: the backoff) / completing (dead letter)
@@ -220,9 +221,17 @@ export class PushFlow {
    * like a message that fell due). `matched`: the filter was checked.
    */
   private admit(g: GroupRuntime, w: PartitionState, msg: DispatchMessage, matched: boolean, nowMs: number, ready = false): void {
-    const { o, heldUntil } = w.admit(msg, matched)
-    // The previous owner's push is the consumer's until its ack deadline (a graceful handover): no duplicate before then.
-    if (heldUntil !== undefined && o.attempts > 0 && heldUntil > nowMs) this.wait(g, w, o, 'retry', heldUntil)
+    const { o, handed } = w.admit(msg, matched)
+    const adopted = handed?.inFlight
+    if (adopted !== undefined && adopted.attempt === o.attempts && o.attempts > 0) {
+      // The previous owner's push, answered and awaiting its ack (a graceful handover): this
+      // process's attempt in flight now, with its deadline, so the consumer's ack, nack or extend
+      // of it is applied here and its deadline passing is a timeout like any other.
+      const a = w.adopt(o, adopted.id, adopted.attempt, adopted.consumerId)
+      w.setDeadline(o, a, this.deps.schedule.ackDeadline(a.id, g.row.id, w.partition, msg.offset, a.number, handed!.untilMs))
+    }
+    // Nacked while nobody held the partition (or an older attempt handed over): not again before then.
+    else if (handed !== undefined && o.attempts > 0 && handed.untilMs > nowMs) this.wait(g, w, o, 'retry', handed.untilMs)
     else if (msg.availableAtMs > nowMs) this.wait(g, w, o, 'delay', msg.availableAtMs)
     else if (ready) w.move(o, 'ready')
     else this.start(g, w, o)

@@ -88,14 +88,48 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** What the caller's key may do (everything when authentication is off). */
     access: RequestAccess
+    /**
+     * Checks the caller's key again now, throwing what the key would get now (401 deleted or
+     * expired, 503 when the keys cannot be read): for a request that waits (a long poll) and must
+     * not answer for a key revoked meanwhile. A no-op for HOOKQ_API_KEYS keys and without keys.
+     */
+    recheckKey: () => Promise<void>
+  }
+}
+
+const noRecheck = async (): Promise<void> => {}
+
+/** How often a waiting request's stored key is looked up again (in memory): well inside the contract's 2 s. */
+const KEY_WATCH_MS = 250
+
+/**
+ * Watches the request's key while it waits: calls `lost` once the key is deleted, expired or cannot
+ * be checked (the caller then answers with req.recheckKey()'s error). Returns the stop function.
+ * Every lookup is in memory; only a stale view of the keys waits for a read (KeyService.lookupFresh).
+ */
+export function watchKey(req: FastifyRequest, lost: () => void, everyMs = KEY_WATCH_MS): () => void {
+  if (req.recheckKey === noRecheck) return () => {}
+  let timer: NodeJS.Timeout | undefined
+  let stopped = false
+  const tick = () => {
+    req.recheckKey().then(
+      () => {
+        if (!stopped) timer = setTimeout(tick, everyMs)
+      },
+      () => {
+        if (!stopped) lost()
+      },
+    )
+  }
+  timer = setTimeout(tick, everyMs)
+  return () => {
+    stopped = true
+    clearTimeout(timer)
   }
 }
 
 // Past this many buckets (one per client IP without keys), full ones are forgotten.
 const MAX_IDLE_BUCKETS = 10_000
-/** How long a group's topics are remembered for the checks (a group's topic never changes; it may be deleted and made again). */
-const GROUP_TOPICS_TTL_MS = 1000
-const MAX_GROUP_TOPICS = 10_000
 
 /** Buckets by an identity (key id or client IP), created full on first use. */
 class RateLimiter {
@@ -160,6 +194,7 @@ export function routeTable(app: FastifyInstance): readonly RouteEntry[] {
 /** Installs authentication, scope checks, rate limits and the admin audit (each when configured). */
 export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
   app.decorateRequest('access', null as unknown as RequestAccess)
+  app.decorateRequest('recheckKey', noRecheck)
   // A /v1 route that declares no access rule is refused at start-up, not left to a default.
   const table: RouteEntry[] = []
   routeTables.set(app, table)
@@ -182,7 +217,6 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
       ),
   )
   const limiter = opts.rateLimitPerS ? new RateLimiter(opts.rateLimitPerS, opts.now ?? Date.now) : undefined
-  const now = opts.now ?? Date.now
   const authOn = keys.length > 0
 
   /** The configured key's index, -1 for none of them. Constant time over the configured keys. */
@@ -194,20 +228,26 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     return found
   }
 
-  const groupTopics = new Map<string, { topics: string[] | null; atMs: number }>()
-  const topicsOfGroup = async (group: string): Promise<string[] | null> => {
-    const seen = groupTopics.get(group)
-    if (seen && now() - seen.atMs < GROUP_TOPICS_TTL_MS) return seen.topics
-    const topics = (await opts.groupTopics?.(group)) ?? null
-    // "No such group" is not remembered: the group may be made by the very next call.
-    if (topics === null) return null
-    if (groupTopics.size >= MAX_GROUP_TOPICS) groupTopics.clear()
-    groupTopics.set(group, { topics, atMs: now() })
-    return topics
+  // Read for each call, not remembered: a group deleted and made again on another topic (by any
+  // process) must not be checked against the topic it had. One indexed read, and only for scopes
+  // that name topics (an unrestricted admin, or scopes of groups alone, need none).
+  const topicsOfGroup = async (group: string): Promise<string[] | null> => (await opts.groupTopics?.(group)) ?? null
+
+  /** The stored key's record now, or the error it gets now. */
+  const storedRecord = async (reply: FastifyReply, key: string): Promise<KeyRecord> => {
+    const found = opts.stored?.lookup(key)
+    const stored = found instanceof Promise ? await found : found
+    if (stored === 'stale') {
+      throw new HookqError('unavailable', 'the broker cannot read its API keys from the database now; retry', { retryAfterS: 1 })
+    }
+    if (stored === undefined) throw unauthorized(reply, 'the API key is not valid', true)
+    if (stored === 'expired') throw unauthorized(reply, 'the API key has expired', true)
+    return stored
   }
 
   app.addHook('onRequest', async (req, reply) => {
     req.access = OPEN
+    req.recheckKey = noRecheck
     const rule = ruleOf(req)
     if (rule === undefined || rule.on === 'open') return
     if (rule.on === 'metrics' && (opts.metricsOpen || !authOn)) return
@@ -221,14 +261,13 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
       if (index >= 0) {
         req.access = envAccess[index]!
       } else {
-        const found = opts.stored?.lookup(match[1]!)
-        const stored = found instanceof Promise ? await found : found
-        if (stored === 'stale') {
-          throw new HookqError('unavailable', 'the broker cannot read its API keys from the database now; retry', { retryAfterS: 1 })
-        }
-        if (stored === undefined) throw unauthorized(reply, 'the API key is not valid', true)
-        if (stored === 'expired') throw unauthorized(reply, 'the API key has expired', true)
+        const key = match[1]!
+        const stored = await storedRecord(reply, key)
         req.access = new RequestAccess(stored.id, stored.scopes)
+        // A stored key's record never changes but by deletion or expiry: the same id still there is the same key.
+        req.recheckKey = async () => {
+          await storedRecord(reply, key)
+        }
       }
       identity = `key:${req.access.keyId}`
     } else {

@@ -11,7 +11,7 @@
  *              are bound to where they are sent (its URL for headers, tokenUrl and clientId for
  *              OAuth), so pointing a row at another endpoint in the database leaves them sealed.
  *              Version 1 (`hookq:<table>.<field>:<row id>`, no context) is still opened, and sealed
- *              again as version 2 by the re-encryption (at start-up, and `hookq secrets rotate`).
+ *              again as version 2 by the re-encryption (`hookq secrets rotate`; not at start-up, docs/operations.md).
  *
  * A stored value without the `hqenc:` prefix is clear text (written before a key was configured, or
  * with none): it is read as it is and sealed again by the re-encryption (see docs/security.md).

@@ -29,6 +29,7 @@ import {
   rotateConsumerSecret,
   updateConsumer,
   updateGroup,
+  type ConsumerChanges,
   type ConsumerRow,
   type GroupRow,
   type GroupSettings,
@@ -433,24 +434,28 @@ export class GroupService {
    */
   async updateConsumer(groupName: string, id: string, patch: ConsumerPatch): Promise<ConsumerRow> {
     const group = await this.get(groupName)
-    const changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency' | 'auth' | 'authSecret'>> = {}
-    if (patch.url !== undefined) changes.url = this.consumerUrl(patch.url)
-    // Auth values are sealed for the URL they go to (consumer-auth.ts authPlace): a new URL seals them anew.
-    const current = patch.url !== undefined || patch.auth !== undefined ? await findConsumer(this.db.prisma, group.id, id) : null
-    if (patch.auth !== undefined) {
-      const auth = patch.auth === null ? null : checkAuth(patch.auth, (u) => this.consumerUrl(u, 'auth.tokenUrl'))
-      Object.assign(changes, authColumns(auth, id, changes.url ?? current?.url ?? '', this.secrets))
-    } else if (changes.url !== undefined && current) {
-      try {
-        changes.authSecret = resealAuthForUrl(current, changes.url, this.secrets)
-      } catch (err) {
-        if (!(err instanceof SecretsKeyError)) throw err
-        // A value this process cannot open stays as it is: its pushes already fail with the reason.
+    // Checked before the transaction (a 400 changes nothing and holds no lock).
+    const url = patch.url === undefined ? undefined : this.consumerUrl(patch.url)
+    const auth = patch.auth == null ? patch.auth : checkAuth(patch.auth, (u) => this.consumerUrl(u, 'auth.tokenUrl'))
+    // Computed from the row under its lock (store updateConsumer): auth values are sealed for the
+    // URL they go to (consumer-auth.ts authPlace), the one this update leaves, read in the same transaction.
+    const consumer = await updateConsumer(this.db.prisma, group.id, id, (current) => {
+      const changes: ConsumerChanges = {}
+      if (url !== undefined) changes.url = url
+      if (auth !== undefined) {
+        Object.assign(changes, authColumns(auth, id, url ?? current.url, this.secrets))
+      } else if (url !== undefined) {
+        try {
+          changes.authSecret = resealAuthForUrl(current, url, this.secrets)
+        } catch (err) {
+          if (!(err instanceof SecretsKeyError)) throw err
+          // A value this process cannot open stays as it is: its pushes already fail with the reason.
+        }
       }
-    }
-    if (patch.rateLimitPerSecond !== undefined) changes.rateLimitPerSecond = patch.rateLimitPerSecond
-    if (patch.maxConcurrency !== undefined) changes.maxConcurrency = patch.maxConcurrency
-    const consumer = await updateConsumer(this.db.prisma, group.id, id, changes)
+      if (patch.rateLimitPerSecond !== undefined) changes.rateLimitPerSecond = patch.rateLimitPerSecond
+      if (patch.maxConcurrency !== undefined) changes.maxConcurrency = patch.maxConcurrency
+      return changes
+    })
     if (!consumer) throw new HookqError('consumer_not_found', `group ${groupName} has no consumer ${id}`)
     await this.changed(groupName)
     return consumer

@@ -80,25 +80,32 @@ function normalScope(s: KeyScope): KeyScope {
 
 export interface KeyServiceOptions {
   log?: { warn(o: object, m: string): void; error(o: object, m: string): void }
+  /** The wall clock (ms since the epoch), for expiry: expiresAt is a wall time. */
   now?: () => number
+  /** A monotonic clock (ms), for the view's age: the wall clock jumps (NTP steps, an operator), this one does not. */
+  monotonicNow?: () => number
   refreshMs?: number
 }
 
 export class KeyService {
   private byDigest = new Map<string, KeyRecord>()
   private version: bigint | undefined
-  /** When the read behind the current view started (its snapshot is at least this recent). */
+  /** When the read behind the current view started (its snapshot is at least this recent), on the monotonic clock. */
   private viewAtMs = -Infinity
   private timer: NodeJS.Timeout | undefined
   private reading: Promise<void> | undefined
   private stopped = false
   private readonly now: () => number
+  private readonly monotonicNow: () => number
 
   constructor(
     private readonly db: Database,
     private readonly opts: KeyServiceOptions = {},
   ) {
     this.now = opts.now ?? Date.now
+    // Not Date.now: a wall clock set back would make an old view look young (a deleted key trusted
+    // for as long as the jump), and one set forward would refuse every stored key for no reason.
+    this.monotonicNow = opts.monotonicNow ?? (() => performance.now())
   }
 
   /** Loads the keys and starts looking for changes. */
@@ -119,9 +126,8 @@ export class KeyService {
   lookup(key: string): KeyRecord | 'expired' | 'stale' | undefined {
     const record = this.byDigest.get(keyDigest(key).toString('hex'))
     if (!record) return undefined
-    const now = this.now()
-    if (now - this.viewAtMs > MAX_VIEW_AGE_MS) return 'stale'
-    if (record.expiresAt !== null && record.expiresAt.getTime() <= now) return 'expired'
+    if (this.monotonicNow() - this.viewAtMs > MAX_VIEW_AGE_MS) return 'stale'
+    if (record.expiresAt !== null && record.expiresAt.getTime() <= this.now()) return 'expired'
     return record
   }
 
@@ -201,7 +207,7 @@ export class KeyService {
   }
 
   private async read(): Promise<void> {
-    const startedMs = this.now()
+    const startedMs = this.monotonicNow()
     try {
       const version = await readApiKeyVersion(this.db.prisma)
       if (version !== this.version) {

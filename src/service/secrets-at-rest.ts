@@ -2,7 +2,8 @@
  * The secret values at rest as a whole (src/security/secrets.ts seals each one): at start-up, every
  * value must open with a configured key, or the broker refuses to start (it would push unsigned or
  * with garbage); with HOOKQ_SECRETS_KEY set, values in the clear, sealed with a previous key or in
- * the older envelope are sealed again with it (at every start-up, and by `hookq secrets rotate`).
+ * the older envelope are sealed again with it by `hookq secrets rotate`, never at start-up (a
+ * process not restarted yet, of an older version or without the key, could not open them).
  *
  * The re-seal is online, idempotent and resumable: each value is replaced by a compare-and-set
  * (value and row unchanged since read), so brokers writing meanwhile win and the value is read

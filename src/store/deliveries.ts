@@ -105,39 +105,62 @@ FROM unnest($1::text[], $2::int[], $3::int[], $4::int[], $5::bigint[], $6::int[]
        outcome, finished_at, status_code, duration_ms, error)
 WHERE u.group_id IN (SELECT id FROM consumer_groups) AND u.topic_id IN (SELECT id FROM topics)`
 
-/** Applies attempt updates in one statement (each id at most once: merge before calling). */
-export async function updateAttempts(q: Queryable, rows: AttemptUpdate[]): Promise<void> {
+/**
+ * Applies attempt updates in one statement (each id at most once: merge before calling).
+ *
+ * `filedFromMs`, when the caller knows it: no row of these ids was filed (filed_at, the partition
+ * key) before it, nor later than now. PostgreSQL then leaves out, when it plans the statement with
+ * the values, every partition but the one or two of the rows, which would otherwise cost an index
+ * probe each per row (a retention of days keeps ten or so, and two are always made ahead). Filing
+ * can move a row later (a copy forward, a stray filed by maintenance, on another process's clock)
+ * or earlier (a process whose clock is behind); so when the bounded statement finds fewer rows
+ * than it was given, the unbounded one runs too (an update sets the same values again, so running
+ * both changes nothing more).
+ */
+export async function updateAttempts(q: Queryable, rows: AttemptUpdate[], filedFromMs?: number): Promise<void> {
   const keyed = rows.flatMap((r) => {
     const k = parseDeliveryId(r.id)
     return k ? [{ k, r }] : []
   })
   if (keyed.length === 0) return
-  await q.query(
-    `UPDATE deliveries d SET
-       outcome = coalesce(u.outcome::delivery_outcome, d.outcome),
-       finished_at = coalesce(to_timestamp(u.finished_at / 1000), d.finished_at),
-       status_code = coalesce(u.status_code, d.status_code),
-       duration_ms = coalesce(u.duration_ms, d.duration_ms),
-       error = coalesce(u.error, d.error),
-       ack_deadline = coalesce(to_timestamp(u.ack_deadline / 1000), d.ack_deadline)
-     FROM unnest($1::int[], $2::int[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::float8[], $8::int[], $9::int[], $10::text[], $11::float8[])
-       AS u(group_id, partition, "offset", attempt, id, outcome, finished_at, status_code, duration_ms, error, ack_deadline)
-     WHERE d.group_id = u.group_id AND d.partition = u.partition AND d."offset" = u."offset" AND d.attempt = u.attempt AND d.id = u.id`,
-    [
-      numberArray(keyed.map(({ k }) => k.groupId)),
-      numberArray(keyed.map(({ k }) => k.partition)),
-      numberArray(keyed.map(({ k }) => k.offset)),
-      numberArray(keyed.map(({ k }) => k.attempt)),
-      keyed.map(({ r }) => r.id),
-      keyed.map(({ r }) => r.outcome ?? null),
-      numberArray(keyed.map(({ r }) => r.finishedAtMs)),
-      numberArray(keyed.map(({ r }) => r.statusCode)),
-      numberArray(keyed.map(({ r }) => r.durationMs)),
-      keyed.map(({ r }) => storableText(r.error)),
-      numberArray(keyed.map(({ r }) => r.ackDeadlineMs)),
-    ],
-  )
+  const values = [
+    numberArray(keyed.map(({ k }) => k.groupId)),
+    numberArray(keyed.map(({ k }) => k.partition)),
+    numberArray(keyed.map(({ k }) => k.offset)),
+    numberArray(keyed.map(({ k }) => k.attempt)),
+    keyed.map(({ r }) => r.id),
+    keyed.map(({ r }) => r.outcome ?? null),
+    numberArray(keyed.map(({ r }) => r.finishedAtMs)),
+    numberArray(keyed.map(({ r }) => r.statusCode)),
+    numberArray(keyed.map(({ r }) => r.durationMs)),
+    keyed.map(({ r }) => storableText(r.error)),
+    numberArray(keyed.map(({ r }) => r.ackDeadlineMs)),
+  ]
+  if (filedFromMs !== undefined && Number.isFinite(filedFromMs)) {
+    // From a millisecond below (filed_at keeps milliseconds, rounded) to a minute past now (rows
+    // filed by another process, whose clock may be ahead): the partitions ahead and the default
+    // one are left out too.
+    const bounded = await q.query(
+      `${UPDATE_ATTEMPTS} AND d.filed_at >= to_timestamp($12 / 1000.0) AND d.filed_at <= to_timestamp($13 / 1000.0)`,
+      [...values, filedFromMs - 1, Date.now() + 60_000],
+    )
+    if ((bounded.rowCount ?? 0) >= keyed.length) return
+  }
+  await q.query(UPDATE_ATTEMPTS, values)
 }
+
+// Unnamed (planned with its values each time), so that the bound above prunes at plan time.
+const UPDATE_ATTEMPTS = `
+UPDATE deliveries d SET
+  outcome = coalesce(u.outcome::delivery_outcome, d.outcome),
+  finished_at = coalesce(to_timestamp(u.finished_at / 1000), d.finished_at),
+  status_code = coalesce(u.status_code, d.status_code),
+  duration_ms = coalesce(u.duration_ms, d.duration_ms),
+  error = coalesce(u.error, d.error),
+  ack_deadline = coalesce(to_timestamp(u.ack_deadline / 1000), d.ack_deadline)
+FROM unnest($1::int[], $2::int[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::float8[], $8::int[], $9::int[], $10::text[], $11::float8[])
+  AS u(group_id, partition, "offset", attempt, id, outcome, finished_at, status_code, duration_ms, error, ack_deadline)
+WHERE d.group_id = u.group_id AND d.partition = u.partition AND d."offset" = u."offset" AND d.attempt = u.attempt AND d.id = u.id`
 
 /** An attempt found by its delivery id. */
 export type FoundAttempt = AttemptKey & { topicId: number; startedAtMs: number }
@@ -239,13 +262,17 @@ export async function listAttempts(
   }))
 }
 
-/** Marks attempts left in flight by a previous process as failed (run when a group's runtime starts). */
-export async function abandonInFlight(q: Queryable, groupId: number, partition: number): Promise<void> {
+/**
+ * Marks attempts left in flight by a previous process as failed (run when a partition is acquired),
+ * but for `keep`: attempts handed over in flight that the new owner takes on as its own (see
+ * handedOverInFlight), whose consumer may still ack, nack or extend them.
+ */
+export async function abandonInFlight(q: Queryable, groupId: number, partition: number, keep: readonly string[] = []): Promise<void> {
   await q.query(
     `UPDATE deliveries SET outcome = 'failed', finished_at = coalesce(finished_at, clock_timestamp()),
        error = coalesce(error, 'the broker stopped before the outcome was known')
-     WHERE group_id = $1 AND partition = $2 AND outcome = 'in_flight'`,
-    [groupId, partition],
+     WHERE group_id = $1 AND partition = $2 AND outcome = 'in_flight' AND NOT (id = ANY($3::text[]))`,
+    [groupId, partition, [...keep]],
   )
 }
 
@@ -310,19 +337,52 @@ export async function settleHandedOver(
   return new Set(rows.map((r) => r.id))
 }
 
-/** The ack deadlines (epoch ms, still to come) of the attempts a graceful handover left in flight on a partition (or nacked since, NACKED_UNOWNED: when they may go again), by offset. */
+/** What the next owner of a partition finds of a message's last attempt handed over (handedOverInFlight). */
+export interface HandedOver {
+  /** The attempt's ack deadline, or (nacked while nobody held the partition) when the message may go again, epoch ms; still to come. */
+  untilMs: number
+  /**
+   * The attempt still in flight (HANDED_OVER): its push was answered and its ack may still come, so
+   * the next owner takes it on as its own attempt in flight, with this deadline. Undefined when nacked.
+   */
+  inFlight: { id: string; attempt: number; consumerId: string | null } | undefined
+}
+
+/**
+ * The last attempt of each message that a graceful handover left in flight on a partition (or that
+ * was nacked since, NACKED_UNOWNED), by offset: those whose deadline (or whose nack's delay) is
+ * still to come, from `fromOffset` on, and not from before the partition's last seek.
+ */
 export async function handedOverInFlight(
   q: Queryable,
   groupId: number,
   partition: number,
   fromOffset: number,
-): Promise<Map<number, number>> {
-  const { rows } = await q.query<{ offset: number; until: number }>(
-    `SELECT "offset", (extract(epoch from max(ack_deadline)) * 1000)::float8 AS until FROM deliveries
-     WHERE group_id = $1 AND partition = $2 AND "offset" >= $3 AND ack_deadline > now()
+  seekedAtMs = 0,
+): Promise<Map<number, HandedOver>> {
+  const { rows } = await q.query<{
+    offset: number
+    id: string
+    attempt: number
+    consumer_id: string | null
+    outcome: string
+    until: number
+  }>(
+    `SELECT DISTINCT ON ("offset") "offset", id, attempt, consumer_id, outcome::text AS outcome,
+            (extract(epoch from ack_deadline) * 1000)::float8 AS until
+     FROM deliveries
+     WHERE group_id = $1 AND partition = $2 AND "offset" >= $3 AND ack_deadline > now() AND started_at >= to_timestamp($6 / 1000.0)
        AND ((outcome = 'in_flight' AND error = $4) OR (outcome = 'nacked' AND error = $5))
-     GROUP BY "offset"`,
-    [groupId, partition, fromOffset, HANDED_OVER, NACKED_UNOWNED],
+     ORDER BY "offset", attempt DESC, ack_deadline DESC`,
+    [groupId, partition, fromOffset, HANDED_OVER, NACKED_UNOWNED, seekedAtMs],
   )
-  return new Map(rows.map((r) => [Number(r.offset), r.until]))
+  return new Map(
+    rows.map((r) => [
+      Number(r.offset),
+      {
+        untilMs: r.until,
+        inFlight: r.outcome === 'in_flight' ? { id: r.id, attempt: Number(r.attempt), consumerId: r.consumer_id } : undefined,
+      },
+    ]),
+  )
 }

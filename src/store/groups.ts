@@ -111,18 +111,29 @@ export async function findConsumer(p: PrismaExecutor, groupId: number, id: strin
   return p.consumer.findFirst({ where: { groupId, id } })
 }
 
+/** What a consumer's update may change. */
+export type ConsumerChanges = Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency' | 'auth' | 'authSecret'>>
+
 /**
- * Changes a consumer's url, limits or auth; null when the group has no such consumer. Two statements
- * (the change, then the read of the row changed): run it on a transaction's client to see them as one.
+ * Changes a consumer's url, limits or auth; null when the group has no such consumer. The changes
+ * are computed from the row as it is (`changes(current)`: auth values are sealed for the url they
+ * go to) under its row lock, in one transaction: two updates, or an update and a delete, one after
+ * the other, never one computed from a row the other has changed meanwhile (that mixed one's url
+ * with the other's sealed values, or one's auth names with the other's values).
  */
 export async function updateConsumer(
-  p: PrismaExecutor,
+  prisma: Prisma,
   groupId: number,
   id: string,
-  changes: Partial<Pick<ConsumerRow, 'url' | 'rateLimitPerSecond' | 'maxConcurrency' | 'auth' | 'authSecret'>>,
+  changes: (current: ConsumerRow) => ConsumerChanges,
 ): Promise<ConsumerRow | null> {
-  const { count } = await p.consumer.updateMany({ where: { groupId, id }, data: changes })
-  return count === 0 ? null : p.consumer.findFirst({ where: { groupId, id } })
+  return prisma.$transaction(async (tx) => {
+    const locked = await tx.$queryRaw<{ id: string }[]>`SELECT id FROM consumers WHERE group_id = ${groupId} AND id = ${id} FOR UPDATE`
+    if (locked.length === 0) return null
+    const current = await tx.consumer.findFirst({ where: { groupId, id } })
+    if (!current) return null
+    return tx.consumer.update({ where: { id }, data: changes(current) })
+  })
 }
 
 /**

@@ -61,17 +61,23 @@ export async function rotateJwtKeys(q: Queryable, key: JwtKeyRow, oldExpireAt: D
 /**
  * The `iss` of this database's push JWTs. With `replace` (HOOKQ_PUBLIC_URL is set) it becomes
  * `issuer`; otherwise the recorded one stays, and `issuer` is recorded only when there is none.
- * Returns what is recorded now.
+ * Returns what is recorded now, and what was recorded before (null: nothing).
  */
-export async function recordJwtIssuer(q: Queryable, issuer: string, replace: boolean): Promise<string> {
-  const { rows } = await q.query<{ issuer: string }>(
-    `INSERT INTO jwt_issuer (id, issuer) VALUES (1, $1)
+export async function recordJwtIssuer(
+  q: Queryable,
+  issuer: string,
+  replace: boolean,
+): Promise<{ issuer: string; previous: string | null }> {
+  // The CTE reads the row as it was before this statement's write.
+  const { rows } = await q.query<{ issuer: string; previous: string | null }>(
+    `WITH before AS (SELECT issuer FROM jwt_issuer WHERE id = 1)
+     INSERT INTO jwt_issuer (id, issuer) VALUES (1, $1)
      ON CONFLICT (id) DO UPDATE SET issuer = CASE WHEN $2 THEN EXCLUDED.issuer ELSE jwt_issuer.issuer END,
        recorded_at = CASE WHEN $2 AND jwt_issuer.issuer <> EXCLUDED.issuer THEN now() ELSE jwt_issuer.recorded_at END
-     RETURNING issuer`,
+     RETURNING issuer, (SELECT issuer FROM before) AS previous`,
     [issuer, replace],
   )
-  return rows[0]!.issuer
+  return rows[0]!
 }
 
 /** The recorded `iss`, or null before any broker recorded one. */

@@ -100,6 +100,11 @@ export class MemberSession {
    * idle before this plus its idle_session_timeout (see Ownership's lease).
    */
   provenAtMs = performance.now()
+  /**
+   * The same instant on the wall clock. Linux's monotonic clock stops while the machine sleeps (a
+   * suspended laptop or VM), the server's does not: the lease needs both to say it is recent.
+   */
+  provenAtWallMs = Date.now()
   /** This session holds OUTBOX_WAIT_KEY (once: a session's advisory locks stack). */
   private outboxWaiting = false
 
@@ -231,9 +236,13 @@ export class MemberSession {
   private query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
     const run = this.queue.then(async () => {
       const sentAtMs = performance.now()
+      const sentAtWallMs = Date.now()
       const result = await this.client.query<R>(text, values)
       // The server's idle clock restarted no earlier than this query was sent.
-      if (sentAtMs > this.provenAtMs) this.provenAtMs = sentAtMs
+      if (sentAtMs > this.provenAtMs) {
+        this.provenAtMs = sentAtMs
+        this.provenAtWallMs = sentAtWallMs
+      }
       return result
     })
     this.queue = run.then(

@@ -4,6 +4,7 @@
  * - the push lease: held while the session's last answered query is recent, lapsed when it is not
  *   (a process stopped or starved), and then pushes wait: for the next poll answered (the session
  *   proven, they go) or for the session lost (the partitions dropped first, they go nowhere).
+ *   Either clock lapses it: the monotonic one stops while the machine sleeps.
  *   test/process/move-stall.test.ts stops a real process; this one steps the proof back.
  * - the polls (the session's heartbeat) go on while a reconciliation hangs. A silent cut hangs the
  *   pool's queries for as long as TCP takes to give up, and a reconciliation is pool queries: if the
@@ -78,16 +79,26 @@ t.test('pushes wait while the lease has lapsed: for the next poll, or for the se
   t.notOk(ownership.lease.held(), 'lapsed')
   ownership.lease.wait(() => events.push(`push (held: ${ownership.lease.held()})`))
   t.same(events, [], 'the push waits')
-  await waitUntil(() => events.length > 0, 20_000, 'the next poll proves the session')
+  await waitUntil(() => events.length > 0, 30_000, 'the next poll proves the session')
   t.same(events, ['push (held: true)'], 'it goes once a poll is answered, on the same session')
   t.equal(ownership.liveSession, session, 'nothing was dropped')
+
+  // As if the machine had been suspended for 10 s: the monotonic clock stood still, the wall clock
+  // (and the server's idle timer) did not.
+  events.length = 0
+  session.provenAtWallMs = Date.now() - 10_000
+  t.ok(performance.now() - session.provenAtMs < 10_000, 'the monotonic clock says recent')
+  t.notOk(ownership.lease.held(), 'lapsed by the wall clock')
+  ownership.lease.wait(() => events.push(`push (held: ${ownership.lease.held()})`))
+  await waitUntil(() => events.length > 0, 20_000, 'the next poll proves the session again')
+  t.same(events, ['push (held: true)'], 'it goes once a poll is answered')
 
   // Lapsed again, and the session stops answering: the partitions are dropped, then the push is let go.
   events.length = 0
   silence()
   session.provenAtMs = performance.now() - 10_000
   ownership.lease.wait(() => events.push(`push (held: ${ownership.lease.held()})`))
-  await waitUntil(() => events.length >= 2, 20_000, 'the poll fails')
+  await waitUntil(() => events.length >= 2, 30_000, 'the poll fails')
   t.same(events, ['dropped', 'push (held: false)'], 'dropped first, then the push goes nowhere')
 })
 
@@ -117,11 +128,11 @@ t.test('a hung reconciliation does not stop the polls that notice a silent cut',
     (await c.query(`SELECT count(*)::int AS n FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND mode = 'ShareLock'`, [pid]))
       .rows[0].n === 1
   t.ok(await live(), "the session holds the members' lock")
-  await waitUntil(() => reconciles > 0, 20_000, 'a reconciliation started (and hangs)')
+  await waitUntil(() => reconciles > 0, 30_000, 'a reconciliation started (and hangs)')
 
   silence()
   // The poll times out after max(2 s, 4 polls); it gives up then, long before TCP would.
-  await waitUntil(() => dropped > 0, 20_000, 'it drops its partitions')
+  await waitUntil(() => dropped > 0, 30_000, 'it drops its partitions')
   t.pass('it stopped pushing when its poll went unanswered')
   t.equal(reconciles, 1, 'one reconciliation at a time')
   t.equal(ownership.liveSession, undefined, 'it has no session')

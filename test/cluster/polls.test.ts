@@ -24,8 +24,8 @@ t.test('a group created or deleted polls at once; consumers and settings do not'
   t.equal(await call('PUT', '/v1/topics/p', { partitions: 2 }), 201)
   t.equal(polls, 0, 'a topic nobody consumes yet: nothing to own, no poll')
   t.equal(await call('PUT', '/v1/groups/pg', { topic: 'p' }), 201)
-  await waitUntil(() => polls >= 1, 10_000, 'the new group polled')
-  await waitUntil(() => broker.cluster.ownership.partitionsOf('pg') === 2, 10_000, 'its partitions seen')
+  await waitUntil(() => polls >= 1, 30_000, 'the new group polled')
+  await waitUntil(() => broker.cluster.ownership.partitionsOf('pg') === 2, 30_000, 'its partitions seen')
   const afterCreate = polls
 
   for (let i = 0; i < 5; i++) t.equal(await call('POST', '/v1/groups/pg/consumers', { url: `https://example.com/hook/${i}` }), 201)
@@ -33,5 +33,5 @@ t.test('a group created or deleted polls at once; consumers and settings do not'
   t.equal(polls, afterCreate, 'consumers added and a setting changed: no poll')
 
   t.equal(await call('DELETE', '/v1/groups/pg'), 204)
-  await waitUntil(() => polls > afterCreate, 10_000, 'the deleted group polled')
+  await waitUntil(() => polls > afterCreate, 30_000, 'the deleted group polled')
 })

@@ -421,3 +421,72 @@ t.test('no push goes out while the lease has lapsed: it waits, then goes, or goe
     "its slot in the consumer's window went back",
   )
 })
+
+t.test(
+  'pushes handed over in flight are the next owner’s attempts in flight: extended, nacked, timed out there, their rows in flight meanwhile',
+  async (t) => {
+    // A CI run of test/process/ack-stale-view.test.ts: the next owner held such messages for their
+    // deadlines but answered `already_completed` to their extends and nacks (and its load had marked
+    // their rows failed), so the consumer's extend was lost and its nack waited out the deadline.
+    const s = await setup(t, 'handed', { ackTimeoutMs: 10_000, retry: { initialDelayMs: 500, multiplier: 1, maxDelayMs: 500, jitter: 0 } })
+    await s.produce(['a', 'b', 'c'])
+    await s.pushed(3)
+    await s.answered()
+    const first = new Map(s.pushes().map((p) => [p.offset, p]))
+    // Handed over (a graceful release, as for a partition beyond this process's share), then claimed
+    // with a new epoch: what the next owner loads from PostgreSQL.
+    await s.dispatcher.release('handed', 0, true)
+    await s.own()
+    await waitUntil(() => s.dispatcher.inFlight(s.groupId, 0) === 3, 10_000, 'all three held by the next owner')
+    const outcomes = async () =>
+      (await db.pool.query(`SELECT "offset"::int AS o, attempt, outcome FROM deliveries WHERE group_id = $1 ORDER BY 1, 2`, [s.groupId]))
+        .rows
+    t.same(
+      (await outcomes()).map((r) => r.outcome),
+      ['in_flight', 'in_flight', 'in_flight'],
+      'their rows stay in flight: the consumer may still ack them',
+    )
+    t.same(
+      (await s.dispatcher.extend('handed', [first.get(0)!.deliveryId], 30_000)).map((r) => r.status),
+      ['extended'],
+      'an extend of a push handed over moves its deadline at the next owner',
+    )
+    t.same(
+      (await s.dispatcher.nack('handed', [first.get(1)!.deliveryId], 0, false)).map((r) => r.status),
+      ['nacked'],
+      'a nack of a push handed over is applied by the next owner',
+    )
+    s.clock.advance(0) // its retry, due now
+    const again = await s.pushed(4)
+    t.match(again, { offset: 1, attempt: 2 }, 'the nacked message goes again at once, as attempt 2')
+    await s.answered()
+    t.same(
+      (await s.dispatcher.ack('handed', [again.deliveryId])).map((r) => r.status),
+      ['acked'],
+    )
+    t.same(
+      (await s.dispatcher.ack('handed', [first.get(2)!.deliveryId])).map((r) => r.status),
+      ['acked'],
+      'an ack of a push handed over completes its message',
+    )
+    s.clock.advance(10_000 + 500)
+    t.equal(s.pushes().length, 4, 'the extended message is not pushed at its old deadline')
+    s.clock.advance(20_000) // the extended deadline: timed out, then the 500 ms backoff
+    t.equal(s.pushes().length, 4, 'not during the backoff')
+    s.clock.advance(500)
+    t.match(await s.pushed(5), { offset: 0, attempt: 2 }, 'the extended message goes again once its new deadline passed')
+    await s.attempts.flush(true)
+    t.same(
+      await outcomes(),
+      [
+        { o: 0, attempt: 1, outcome: 'timed_out' },
+        { o: 0, attempt: 2, outcome: 'in_flight' },
+        { o: 1, attempt: 1, outcome: 'nacked' },
+        { o: 1, attempt: 2, outcome: 'acked' },
+        { o: 2, attempt: 1, outcome: 'acked' },
+      ],
+      'each handed-over attempt ends with the outcome the next owner gave it',
+    )
+    t.same(s.errors, [], 'no step failed')
+  },
+)

@@ -8,7 +8,10 @@
  *   new deadline; a dead-letter nack needs the owner (it produces the dead letter): 503.
  * Two groups, one for the acks and one for the nacks and extends, each of two partitions, on the
  * same two processes: each group is spread on its own (src/cluster/assignment.ts), so each has one
- * partition free while the second process, which polls every 30 s, has not yet taken its share.
+ * partition free while the second process has not yet taken its share. It polls every 60 s (the
+ * longest allowed), so the partitions it is to take stay free meanwhile: its first poll comes early
+ * in its start, before it listens, and under load the start alone took 30 s and more (a 30 s poll
+ * could come in the middle of the test).
  */
 import t from 'tap'
 import pg from 'pg'
@@ -66,8 +69,8 @@ t.test(
     await acks.waitFor(10, 30_000)
     await nacks.waitFor(10, 30_000)
 
-    // b joins: a hands b's share over at its next poll, b takes it only at its own, 30 s on.
-    const b = await spawn(30_000)
+    // b joins: a hands b's share over at its next poll, b takes it only at its own, 60 s on.
+    const b = await spawn(60_000)
     await waitUntil(
       async () => (await held('un-g')) === 1 && (await held('nx-g')) === 1,
       30_000,

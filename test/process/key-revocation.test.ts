@@ -32,7 +32,7 @@ t.test('a deleted key is refused by every broker process within 2 s', { skip: ne
   /** Waits until the other process answers `status` for the key; the time it took, ms. */
   const until = async (key: string, status: number, what: string) => {
     const started = performance.now()
-    await waitUntil(async () => (await statusThere(key)) === status, 10_000, what)
+    await waitUntil(async () => (await statusThere(key)) === status, 30_000, what)
     return performance.now() - started
   }
 
@@ -84,7 +84,7 @@ t.test('a deleted key is refused by every broker process within 2 s', { skip: ne
         answers.push({ sentMs, status: await statusThere(third.key) })
         return answers.at(-1)!.status === 503
       },
-      20_000,
+      30_000,
       'the other process to stop trusting its view of the keys',
     )
     const late = answers.filter((a) => a.status === 200 && a.sentMs >= 2000)

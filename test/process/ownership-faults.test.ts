@@ -50,7 +50,7 @@ t.test('a process cut off from the database without a reset loses its partitions
   t.equal((await call(b.url, 'PUT', '/v1/topics/cut', { partitions: 2 })).status, 201)
   t.equal((await call(b.url, 'PUT', '/v1/groups/cut-g', { topic: 'cut' })).status, 201)
   t.equal((await call(b.url, 'POST', '/v1/groups/cut-g/consumers', { url: receiver.url })).status, 201)
-  await waitUntil(async () => (await owned(a)) === 1 && (await owned(b)) === 1, 20_000, 'one partition each')
+  await waitUntil(async () => (await owned(a)) === 1 && (await owned(b)) === 1, 60_000, 'one partition each')
   t.equal(
     (
       await call(b.url, 'POST', '/v1/topics/cut/messages', {
@@ -62,7 +62,7 @@ t.test('a process cut off from the database without a reset loses its partitions
     ).status,
     201,
   )
-  await receiver.waitFor(2, 20_000)
+  await receiver.waitFor(2, 30_000)
 
   p.silence() // A's packets go nowhere; its sessions stay open on the server
   t.equal(
@@ -81,7 +81,7 @@ t.test('a process cut off from the database without a reset loses its partitions
   t.equal(await owned(a), 0, 'A, cut off, owns nothing')
   await waitUntil(
     () => [2, 3].every((v) => receiver.requests.some((r) => (r.json as { value: number }).value === v)),
-    20_000,
+    30_000,
     'both messages produced after the cut pushed',
   )
   t.pass('the messages produced after the cut are pushed, on both partitions')
@@ -124,7 +124,7 @@ t.test('what is forwarded to an owner, and what of its answer is relayed', { ski
   t.equal(groupId, 1, 'the group the stand-in owns partition 0 of')
   await waitUntil(
     async () => Number(/^hookq_partitions_owned (\d+)$/m.exec(String((await call(b.url, 'GET', '/metrics')).json))?.[1]) === 1,
-    20_000,
+    30_000,
     'the broker owns partition 1 only',
   )
   const remoteId = newDeliveryId({ groupId, partition: 0, offset: 0, attempt: 1 })
@@ -229,7 +229,7 @@ t.test(
       201,
     )
     t.equal((await call(a.url, 'POST', '/v1/groups/fence-g/consumers', { url: receiver.url })).status, 201)
-    await waitUntil(async () => (await owned(a)) === 1 && (await owned(b)) === 1, 20_000, 'one partition each')
+    await waitUntil(async () => (await owned(a)) === 1 && (await owned(b)) === 1, 60_000, 'one partition each')
     const c = await client(db.url)
     t.teardown(() => c.end())
     const mine = (
@@ -240,7 +240,7 @@ t.test(
       )
     ).rows[0].p as number
     t.equal((await call(a.url, 'POST', '/v1/topics/fence/messages', { messages: [{ value: 'x', partition: mine }] })).status, 201)
-    await receiver.waitFor(1, 20_000)
+    await receiver.waitFor(1, 30_000)
 
     // A owns the message's partition and is frozen with it out; the server ends its silent session
     // (idle_session_timeout about 4 s here) and B takes the partition, pushing the message again.
@@ -258,7 +258,7 @@ t.test(
     t.equal(ack.status, 503, 'an ack A can no longer commit is 503, not acked')
     await waitUntil(
       async () => /^hookq_partitions_owned 0$/m.test(String((await call(a.url, 'GET', '/metrics')).json)),
-      20_000,
+      30_000,
       'A knows it owns nothing',
     )
     // Every push since the freeze is by the partition's owner of the moment (B, or A once given it
@@ -275,7 +275,7 @@ t.test(
         const r = await call(b.url, 'POST', '/v1/groups/fence-g/acks', { deliveryIds: [lastId] })
         return r.status === 503 ? undefined : r
       },
-      20_000,
+      30_000,
       'the ack taken once no move is under way',
       250,
     )

@@ -128,7 +128,7 @@ t.test("every process pushes its share; a killed one's partitions move", { skip:
     )
   const values = () => new Set(receiver.requests.map((r) => (r.json as { value: number }).value))
   await produce(b, 0, 60)
-  await waitUntil(() => values().size === 60, 20_000, 'all 60 pushed')
+  await waitUntil(() => values().size === 60, 60_000, 'all 60 pushed')
   const shares = await Promise.all([a, b, d].map(pushesOf))
   t.ok(
     shares.every((n) => n > 0),
@@ -150,15 +150,25 @@ t.test("every process pushes its share; a killed one's partitions move", { skip:
       if (r.status === 'acked' || r.status === 'already_completed') acked.add((pending[i]!.json as { value: number }).value)
     })
   }
-  await ackAll(d)
-  t.equal(acked.size, 60, 'every ack sent through one process reached the owners')
+  // Asked again after a 503, as a client does: under load a member session whose poll went
+  // unanswered for 2 s drops its partitions and takes them again, a move in the middle of the call.
+  await waitUntil(
+    async () => {
+      await ackAll(d)
+      return acked.size === 60
+    },
+    30_000,
+    'every ack sent through one process reached the owners',
+    300,
+  )
+  t.pass('every ack sent through one process reached the owners')
   const status = await call(d.url, 'GET', '/v1/groups/own-g')
   t.equal(status.status, 200)
   t.equal(status.json.partitions.length, PARTITIONS)
 
   // Messages in flight, then a process dies without warning: its partitions move to the others.
   await produce(b, 60, 60)
-  await waitUntil(() => values().size === 120, 20_000, 'all 120 pushed')
+  await waitUntil(() => values().size === 120, 60_000, 'all 120 pushed')
   const ackedBeforeKill = new Set(acked)
   a.child.kill('SIGKILL')
   await a.exited
@@ -209,7 +219,7 @@ t.test("every process pushes its share; a killed one's partitions move", { skip:
   t.equal(await b.exited, 0, 'a stopped process exits 0')
   await waitUntil(() => spread([d]), 60_000, 'the last process holds everything')
   await produce(d, 150, 5)
-  await waitUntil(() => values().size === 155, 20_000, 'pushed by the last process')
+  await waitUntil(() => values().size === 155, 60_000, 'pushed by the last process')
   t.pass('the last process pushes every partition')
 })
 

@@ -82,12 +82,14 @@ t.test('pull across two broker processes', { skip: needsServer }, async (t) => {
     ['acked', 'acked', 'acked', 'acked'],
   )
 
-  // One message per partition, leased through b for 3 s and not acked; then b is killed.
+  // One message per partition, leased through b for 15 s and not acked; then b is killed. (A lease
+  // that passed before the last of the four was taken would come back as attempt 2 in `leased`: at
+  // 3 s, a loaded machine's few pulls could outlast it.)
   await call(a.url, 'POST', '/v1/topics/pt/messages', { messages: [0, 1, 2, 3].map((p) => ({ value: `k${p}`, partition: p })) })
   const leased: Pulled[] = []
   await waitUntil(
     async () => {
-      leased.push(...(await pull(b, { leaseMs: 3000 })))
+      leased.push(...(await pull(b, { leaseMs: 15_000 })))
       return leased.length >= 4
     },
     60_000,

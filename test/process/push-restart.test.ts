@@ -112,9 +112,9 @@ t.test('a restart counts no attempt for a message never pushed (maxDeliveries 1)
   )
   t.equal((await call(broker.url, 'POST', '/v1/groups/once-g/consumers', { url: receiver.url })).status, 201)
   t.equal((await call(broker.url, 'POST', '/v1/topics/once/messages', { messages: [{ value: 0 }] })).status, 201)
-  await receiver.waitFor(1, 20_000)
+  await receiver.waitFor(1, 30_000)
   const lagZero = async () => (await call(broker.url, 'GET', '/v1/groups/once-g')).json.partitions?.[0]?.lag === 0
-  await waitUntil(lagZero, 20_000, 'offset 0 completed')
+  await waitUntil(lagZero, 30_000, 'offset 0 completed')
 
   broker.child.kill('SIGTERM')
   t.equal(await broker.exited, 0, 'stopped cleanly')
@@ -123,8 +123,8 @@ t.test('a restart counts no attempt for a message never pushed (maxDeliveries 1)
     (await call(broker.url, 'POST', '/v1/topics/once/messages', { messages: [1, 2, 3, 4, 5].map((value) => ({ value })) })).status,
     201,
   )
-  await waitUntil(lagZero, 20_000, 'offsets 1-5 completed')
-  await receiver.waitFor(6, 20_000)
+  await waitUntil(lagZero, 30_000, 'offsets 1-5 completed')
+  await receiver.waitFor(6, 30_000)
   const offsets = receiver.requests.map((r) => r.json as { offset: number; attempt: number })
   t.same(
     offsets.map((p) => p.offset).sort((a, b) => a - b),

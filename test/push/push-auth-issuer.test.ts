@@ -1,7 +1,8 @@
 /**
  * The `iss` of push JWTs is one per database: processes started without HOOKQ_PUBLIC_URL, each with
  * a URL of its own, sign with the one the first process recorded (and say so at start-up); one
- * started with HOOKQ_PUBLIC_URL sets it for all, and the others follow at their next key refresh.
+ * started with HOOKQ_PUBLIC_URL sets it for all, and the others follow at their next key refresh. A
+ * process with HOOKQ_PUBLIC_URL never rereads it: one that replaces another value says so (a warning).
  */
 import { Writable } from 'node:stream'
 import t from 'tap'
@@ -70,7 +71,11 @@ t.test('every process of one database signs with the same iss', async (t) => {
 
   const c = await start({ HOOKQ_PUBLIC_URL: 'https://hookq.example/' })
   t.equal(c.said.issuer, 'https://hookq.example', 'HOOKQ_PUBLIC_URL, as given but its trailing slash')
-  t.equal(c.said.level, 30)
+  t.equal(c.said.level, 40, 'a warning: the iss consumers see changes')
+  t.match(c.said.msg, /HOOKQ_PUBLIC_URL https:\/\/hookq\.example replaces the recorded iss http:\/\/127\.0\.0\.1:1111/)
+  const again = await start({ HOOKQ_PUBLIC_URL: 'https://hookq.example' })
+  t.equal(again.said.level, 30, 'the same HOOKQ_PUBLIC_URL again: no warning')
+  await again.broker.close()
   await c.broker.close()
   // The processes without HOOKQ_PUBLIC_URL reread the recorded iss with their keys (every 100 ms here).
   await waitUntil(async () => {
@@ -78,4 +83,18 @@ t.test('every process of one database signs with the same iss', async (t) => {
     return seen.length === 1 && seen[0] === 'https://hookq.example'
   })
   t.same(await issuers(['c1', 'c2', 'c3', 'c4', 'c5', 'c6']), ['https://hookq.example'], 'all follow HOOKQ_PUBLIC_URL')
+})
+
+t.test('two processes with different HOOKQ_PUBLIC_URL: the second says that the first keeps its own', async (t) => {
+  const first = await start({ HOOKQ_PUBLIC_URL: 'https://one.example' })
+  t.equal(first.said.issuer, 'https://one.example')
+  const second = await start({ HOOKQ_PUBLIC_URL: 'https://two.example' })
+  t.equal(second.said.issuer, 'https://two.example')
+  t.equal(second.said.level, 40)
+  t.match(
+    second.said.msg,
+    /replaces the recorded iss https:\/\/one\.example.*HOOKQ_PUBLIC_URL=https:\/\/one\.example, if any, keeps signing with that until it is restarted/,
+  )
+  await second.broker.close()
+  await first.broker.close()
 })

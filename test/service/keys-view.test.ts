@@ -2,7 +2,8 @@
  * The key service's view of the stored keys, on a clock the test moves: a view older than the
  * bound (1.8 s, inside the contract's 2 s) is not trusted; a request that meets one reads the keys
  * itself before answering, and sees a deletion it had not heard of; when the keys cannot be read,
- * a stored key is 'stale' (the HTTP layer's 503), never let through.
+ * a stored key is 'stale' (the HTTP layer's 503), never let through. The view's age is on a
+ * monotonic clock: the wall clock set back does not make an old view look young.
  */
 import t from 'tap'
 import { KeyService, MAX_VIEW_AGE_MS } from '../../src/service/keys.ts'
@@ -12,9 +13,15 @@ import { testDatabase } from '../helpers/db.ts'
 t.test('a stale view is read again before a key is trusted, and refused when it cannot be', async (t) => {
   const db = openDatabase((await testDatabase(t)).url, 2)
   t.teardown(() => db.close())
-  let nowMs = Date.now()
+  // Both clocks move together here (no jump).
+  let wallMs = Date.now()
+  let monoMs = 1000
+  const advance = (ms: number) => {
+    wallMs += ms
+    monoMs += ms
+  }
   // A refresh interval far beyond the test: only lookups read the keys here.
-  const keys = new KeyService(db, { now: () => nowMs, refreshMs: 3_600_000 })
+  const keys = new KeyService(db, { now: () => wallMs, monotonicNow: () => monoMs, refreshMs: 3_600_000 })
   await keys.start()
   t.teardown(() => keys.stop())
   const { key, view } = await keys.create({ name: 'k', scopes: [{ action: 'produce' }] })
@@ -22,9 +29,9 @@ t.test('a stale view is read again before a key is trusted, and refused when it 
 
   // Deleted behind this process's back (another process, or psql): its view does not know yet.
   await db.pool.query('DELETE FROM api_keys WHERE id = $1', [view.id])
-  nowMs += MAX_VIEW_AGE_MS - 1
+  advance(MAX_VIEW_AGE_MS - 1)
   t.match(keys.lookup(key), { id: view.id }, 'a view younger than the bound is trusted')
-  nowMs += 2
+  advance(2)
   t.equal(keys.lookup(key), 'stale', 'one older than the bound is not')
   t.equal(await keys.lookupFresh(key), undefined, 'a request reads the keys first, and the deleted key is unknown')
 
@@ -33,8 +40,31 @@ t.test('a stale view is read again before a key is trusted, and refused when it 
   const locker = await db.pool.connect()
   await locker.query('BEGIN')
   await locker.query('LOCK TABLE api_key_version IN ACCESS EXCLUSIVE MODE')
-  nowMs += MAX_VIEW_AGE_MS + 1
+  advance(MAX_VIEW_AGE_MS + 1)
   t.equal(await keys.lookupFresh(other.key), 'stale', 'no read: stale (503), not the old answer')
   await locker.query('ROLLBACK')
   locker.release()
+})
+
+t.test("the view's age does not follow the wall clock: set back, it does not make an old view trusted", async (t) => {
+  const db = openDatabase((await testDatabase(t)).url, 2)
+  t.teardown(() => db.close())
+  let wallMs = Date.now()
+  let monoMs = 1000
+  const keys = new KeyService(db, { now: () => wallMs, monotonicNow: () => monoMs, refreshMs: 3_600_000 })
+  await keys.start()
+  t.teardown(() => keys.stop())
+  const { key, view } = await keys.create({ name: 'k', scopes: [{ action: 'produce' }] })
+  await db.pool.query('DELETE FROM api_keys WHERE id = $1', [view.id])
+
+  // The view grows old while the wall clock is set back an hour (an NTP step, an operator).
+  monoMs += MAX_VIEW_AGE_MS + 1
+  wallMs += MAX_VIEW_AGE_MS + 1 - 3_600_000
+  t.equal(keys.lookup(key), 'stale', 'an old view is not trusted, whatever the wall clock says')
+  t.equal(await keys.lookupFresh(key), undefined, 'read again: the deleted key is unknown')
+
+  // The wall clock set forward an hour: a fresh view stays trusted (no 503 for every stored key).
+  const other = await keys.create({ name: 'k2', scopes: [{ action: 'produce' }] })
+  wallMs += 3_600_000
+  t.match(keys.lookup(other.key), { id: other.view.id }, 'a young view is trusted, whatever the wall clock says')
 })

@@ -279,7 +279,8 @@ t.test(
     await updateAttempts(db.pool, [{ id: sent[0]!.id, error: HANDED_OVER }])
     const held = await handedOverInFlight(db.pool, s.row.id, 0, 0)
     t.same([...held.keys()], [0], 'only the attempt handed over in flight')
-    t.ok(Math.abs(held.get(0)! - sent[0]!.ackDeadlineMs) < 5, 'with its ack deadline')
+    t.ok(Math.abs(held.get(0)!.untilMs - sent[0]!.ackDeadlineMs) < 5, 'with its ack deadline')
+    t.match(held.get(0)!.inFlight, { id: sent[0]!.id, attempt: sent[0]!.attempt }, 'and the attempt, for the next owner to take on')
   },
 )
 

@@ -325,3 +325,39 @@ t.test('a flush that fails part-way keeps the outcomes that arrive afterwards', 
   t.match(listed.get(a.id), { outcome: 'acked', statusCode: 200 }, 'the failed update is written at the retry')
   t.match(listed.get(b.id), { outcome: 'failed', statusCode: 503, error: 'busy' }, 'the outcome that came after the failure is written too')
 })
+
+t.test('outcomes of rows written in flight land wherever their rows are filed, bounded by their start or not', async (t) => {
+  const { broker, groupId, row } = await groupSetup(t, 'filed')
+  const { sql } = api(broker)
+  const log = new AttemptLog(broker.db, { flushDelayMs: 60_000, holdMs: 60_000, maxBuffered: 10_000, onError: (err) => t.error(err) })
+  const rows = [row(0), row(1), row(2)]
+  for (const r of rows) log.started(r)
+  await log.flush(true) // all three written as in_flight, their starts known to the log
+  // Row 1 filed later (as a copy forward by a process whose clock is ahead files it), row 2
+  // earlier (a process whose clock is behind): the bounded update misses both, and must not leave
+  // them unwritten.
+  await sql(`UPDATE deliveries SET filed_at = filed_at + interval '2 minutes' WHERE id = $1`, [rows[1]!.id])
+  await sql(`UPDATE deliveries SET filed_at = filed_at - interval '1 hour' WHERE id = $1`, [rows[2]!.id])
+  const finished = Date.now()
+  for (const r of rows) log.update({ id: r.id, outcome: 'acked', finishedAtMs: finished, statusCode: 200 })
+  await log.flush(true)
+  // Statements as they go: one when the bound holds, the unbounded one after it when it does not.
+  const statements: string[] = []
+  const counting = {
+    query: (text: string, values?: unknown[]) => {
+      statements.push(text)
+      return broker.db.pool.query(text, values)
+    },
+  } as unknown as Parameters<typeof updateAttempts>[0]
+  await updateAttempts(counting, [{ id: rows[0]!.id, durationMs: 7 }], row(0).startedAtMs - 60_000)
+  t.equal(statements.length, 1, 'a bound that holds: one statement')
+  t.match(statements[0], /filed_at >=/, 'and it is the bounded one')
+  // A bound past every row (as a caller with a wrong start would give): the rows are still found.
+  statements.length = 0
+  await updateAttempts(counting, [{ id: rows[0]!.id, error: 'late note' }], Date.now() + 3_600_000)
+  t.equal(statements.length, 2, 'a bound that misses: the unbounded statement follows')
+  await log.close()
+  const listed = new Map((await listAttempts(broker.db.pool, groupId, { limit: 10 })).map((r) => [r.deliveryId, r]))
+  for (const [i, r] of rows.entries()) t.match(listed.get(r.id), { outcome: 'acked', statusCode: 200 }, `row ${i}'s outcome written`)
+  t.match(listed.get(rows[0]!.id), { error: 'late note', durationMs: 7 }, 'updates bounded around and past their row land')
+})

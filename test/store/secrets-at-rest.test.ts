@@ -142,14 +142,20 @@ t.test('a database through a key life', async (t) => {
   })
 
   await withBroker({ HOOKQ_SECRETS_KEY: b64(K1) }, async (b) => {
+    // Start-up re-seals nothing (a process not restarted yet could not open what it sealed): the
+    // values stay as they are until `hookq secrets rotate`, and the broker goes on pushing with them.
+    const before = (await stored(b)).filter((v) => v !== null)
+    t.ok(before.length >= 3)
+    t.ok(before.includes(SECRET), 'start-up left the clear values as they were')
+    await pushesAuthenticated(t, b, 2)
+    const cli = await runCli(['secrets', 'rotate'], { env: { DATABASE_URL: db.url, HOOKQ_SECRETS_KEY: b64(K1) } })
+    t.equal(cli.code, 0, cli.stderr)
     const values = (await stored(b)).filter((v) => v !== null)
-    t.ok(values.length >= 3)
     t.ok(
       values.every((v) => sealedKid(v) === keyId(K1)),
-      'sealed with the key at start-up',
+      'sealed with the key by `hookq secrets rotate`',
     )
     t.notOk(values.join().includes(SECRET) || values.join().includes(HEADER_VALUE), 'no clear value left')
-    await pushesAuthenticated(t, b, 2)
   })
 
   for (const keys of [{}, { HOOKQ_SECRETS_KEY: b64(K2) }] as Record<string, string>[]) {
@@ -165,12 +171,18 @@ t.test('a database through a key life', async (t) => {
   t.notOk(run.output.includes(SECRET))
 
   await withBroker({ HOOKQ_SECRETS_KEY: b64(K2), HOOKQ_SECRETS_KEY_PREVIOUS: b64(K1) }, async (b) => {
-    const values = (await stored(b)).filter((v) => v !== null)
     t.ok(
-      values.every((v) => sealedKid(v) === keyId(K2)),
-      'a new key with the old one as previous: everything sealed with the new one',
+      (await stored(b)).every((v) => v === null || sealedKid(v) === keyId(K1)),
+      'a new key with the old one as previous: start-up leaves the values under the old one',
     )
     await pushesAuthenticated(t, b, 3)
+    const rotateEnv = { DATABASE_URL: db.url, HOOKQ_SECRETS_KEY: b64(K2), HOOKQ_SECRETS_KEY_PREVIOUS: b64(K1) }
+    const rotated = await runCli(['secrets', 'rotate'], { env: rotateEnv })
+    t.equal(rotated.code, 0, rotated.stderr)
+    t.ok(
+      (await stored(b)).every((v) => v === null || sealedKid(v) === keyId(K2)),
+      '`hookq secrets rotate`: everything sealed with the new one',
+    )
     // Values sealed with K1 in the version 1 envelope, as a process of an older hookq wrote them:
     // the CLI re-seals them online, counts again, and a second run finds nothing to do.
     const { id: cid } = (await api(b).sql('SELECT id FROM consumers'))[0]
@@ -178,7 +190,6 @@ t.test('a database through a key life', async (t) => {
       sealV1(K1, JSON.stringify({ 'x-key': HEADER_VALUE }), { table: 'consumers', field: 'auth_secret', rowId: cid }),
       sealV1(K1, SECRET, { table: 'consumers', field: 'secret', rowId: cid }),
     ])
-    const rotateEnv = { DATABASE_URL: db.url, HOOKQ_SECRETS_KEY: b64(K2), HOOKQ_SECRETS_KEY_PREVIOUS: b64(K1) }
     const cli = await runCli(['secrets', 'rotate'], { env: rotateEnv })
     t.equal(cli.code, 0, cli.stderr)
     t.match(cli.stdout, new RegExp(`sealed 2 stored secret value\\(s\\) with key ${keyId(K2)}; 0 remain`))

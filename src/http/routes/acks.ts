@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problems, ref } from '../schemas/common.ts'
 import { AckRequest, AckResponse, ExtendRequest, NackRequest, PullRequest, PullResponse } from '../schemas/acks.ts'
 import { GroupParams } from '../schemas/groups.ts'
+import { watchKey } from '../auth.ts'
 import { access } from '../scopes.ts'
 import type { Services } from '../../service/services.ts'
 
@@ -74,7 +75,18 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
             if (!reply.raw.writableFinished) gone.abort()
           })
         const { maxMessages = 100, waitMs = 0, leaseMs } = req.body ?? {}
-        const envelopes = await services.acks.pull(req.params.group, { maxMessages, waitMs, leaseMs }, gone.signal, req.pullElsewhere)
+        // A wait (up to 20 s) must not outlive the caller's key: once the key is deleted or expires,
+        // nothing more is leased to it (as for a caller gone), and the answer below is its 401.
+        const unwatch = watchKey(req, () => gone.abort())
+        let envelopes: string[]
+        try {
+          envelopes = await services.acks.pull(req.params.group, { maxMessages, waitMs, leaseMs }, gone.signal, req.pullElsewhere)
+        } finally {
+          unwatch()
+        }
+        // Checked again at the answer (a lease may have been handed just before the key went):
+        // leases made for a key no longer valid go to nobody; they expire and are retried, as a gone caller's do.
+        await req.recheckKey()
         // Envelopes are JSON texts already (as pushed): joined, not parsed and serialised again.
         return reply.type('application/json').send(`{"messages":[${envelopes.join(',')}]}` as never)
       },
