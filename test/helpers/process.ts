@@ -1,6 +1,6 @@
 /**
  * The real broker as a child process, for tests about processes, started as `npm start` starts it:
- * node with package.json's start flags running scripts/start.mjs, which runs the bundle of src/
+ * node with package.json's start flags (and TEST_ONLY_ARGS) running scripts/start.mjs, which runs the bundle of src/
  * (scripts/server-bundle.mjs says why) with source maps, so stacks name the source files.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -18,10 +18,19 @@ const START_ARGS = (() => {
   return args
 })()
 
+/**
+ * V8's flag for a broker a test starts, before `npm start`'s: WebAssembly (Prisma's query compiler)
+ * on the baseline compiler only. Tiering it up to TurboFan is for a broker that runs for days; a
+ * test's runs for seconds, and paid more CPU for the tier-up than it won back (test/process/restart:
+ * 18 -> 11.5 s of CPU for its four brokers and the test). The test processes run so too
+ * (package.json's tap node-arg).
+ */
+const TEST_ONLY_ARGS = ['--liftoff-only']
+
 /** The arguments of a broker process: the bundle is built here first, once, not by each process at once. */
 async function brokerArgs(): Promise<string[]> {
   await serverBundle()
-  return [...EXIT_WITH_PARENT, ...START_ARGS]
+  return [...EXIT_WITH_PARENT, ...TEST_ONLY_ARGS, ...START_ARGS]
 }
 
 /** node's flags for a process a test starts: it ends itself once the test's process is gone (exit-with-parent.mjs). */
