@@ -42,7 +42,7 @@ import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
 import type { ProgressWriter } from './progress.ts'
 import type { PushAgent, PushResult } from './pusher.ts'
 import { errorOf, PushSender, type PushLease } from './push-send.ts'
-import { recordDeadLetter } from './tracing.ts'
+import { leaseAttempt, recordDeadLetter } from './tracing.ts'
 import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
 import type { Schedule, Timers } from './schedule.ts'
 import type { TrackerEntry } from './tracker.ts'
@@ -51,7 +51,6 @@ import type { HealthRecorder } from './health.ts'
 import { deadLetterEntry, type CompletionRequest, type GroupRuntime, type Outstanding, type PartitionState } from './partition-state.ts'
 import type { Attempt } from './partition.ts'
 import { buildEnvelope } from './envelope.ts'
-import { attemptTraceparent, newSpanId } from './trace-context.ts'
 import type { PullDesk } from './pull-desk.ts'
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
@@ -482,8 +481,8 @@ export class PushFlow {
       leaseMs: taker.leaseMs,
       take: () => pulls.take(taker),
       send: (o, a, deadlineMs) => {
-        // A span id of its own per attempt, in the message's trace (no push span: nothing is sent from here).
-        const traceparent = attemptTraceparent(o.msg, newSpanId())
+        // A span id of its own per attempt, in the message's trace (a `pull` span's, with tracing on).
+        const traceparent = leaseAttempt(o.msg, a.number, g.topic, g.row.name, w.partition)
         const target = {
           groupName: g.row.name,
           topicName: g.topic.name,

@@ -194,6 +194,43 @@ function serverOf(url: string): Record<string, string | number> {
   }
 }
 
+/**
+ * The `traceparent` of a pull lease (an attempt handed to a caller of pull): the message's trace id
+ * and a span id of the attempt's own. With tracing on, that span id is a `pull` span's (operation
+ * type `receive`), ended at once: the lease is handed over in this call, and what follows (the
+ * ack, nack or the deadline) is recorded as for a push.
+ */
+export function leaseAttempt(
+  msg: MessageTrace & { offset: number },
+  attempt: number,
+  topic: { id: number; name: string },
+  groupName: string,
+  partition: number,
+): string {
+  const tracer = activeTracer()
+  if (!tracer) return attemptTraceparent(msg, newSpanId())
+  const span = tracer.startSpan(
+    `pull ${topic.name}`,
+    {
+      kind: SpanKind.CLIENT,
+      attributes: {
+        [SYSTEM]: 'hookq',
+        [OPERATION_TYPE]: 'receive',
+        [OPERATION_NAME]: 'pull',
+        [DESTINATION]: topic.name,
+        [GROUP]: groupName,
+        [PARTITION]: String(partition),
+        [MESSAGE_ID]: webhookId(topic.id, partition, msg.offset),
+        [ATTEMPT]: attempt,
+      },
+    },
+    childOf(parentOf(msg)),
+  )
+  span.end()
+  const sc = span.spanContext()
+  return `00-${sc.traceId}-${sc.spanId}-${(sc.traceFlags & TraceFlags.SAMPLED) === 1 ? '01' : '00'}`
+}
+
 /** How a push attempt ended, as the span records it (PushResult's shape, without importing the pusher). */
 export type AttemptEnd =
   | { kind: 'delivered'; status: number }

@@ -289,3 +289,28 @@ t.test('with an OpenTelemetry SDK: produce, push attempts (outcome, status), ack
   t.match(named('nack tc6'), [{ kind: SpanKind.CLIENT, attributes: { 'messaging.operation.type': 'settle' } }])
   t.match(named('dead_letter tc6'), [{ kind: SpanKind.PRODUCER, attributes: { 'messaging.destination.name': 'tc6.dlq' } }])
 })
+
+t.test('with an OpenTelemetry SDK: a pull lease is a `pull` span in the message trace, named by the envelope', async (t) => {
+  const exporter = new InMemorySpanExporter()
+  const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] })
+  t.ok(trace.setGlobalTracerProvider(provider), 'registered')
+  t.teardown(() => trace.disable())
+  t.equal((await call('PUT', '/v1/topics/tc8', { partitions: 1 })).status, 201)
+  t.equal((await call('PUT', '/v1/groups/tc8-g', { topic: 'tc8', delivery: 'pull' })).status, 201)
+  await produce('tc8', [{ value: 'pull me' }], { traceparent: CALL })
+  const pulled = await call('POST', '/v1/groups/tc8-g/pull', { maxMessages: 10, waitMs: 10_000 })
+  t.equal(pulled.status, 200)
+  const [m] = pulled.json.messages as (Envelope & { traceparent?: string })[]
+  const tp = parts(m!.traceparent)
+  t.equal(tp.traceId, CALL_TRACE, "the lease is in the message's trace")
+  const leases = exporter.getFinishedSpans().filter((s) => s.name === 'pull tc8')
+  t.equal(leases.length, 1, 'one span for the lease')
+  t.equal(leases[0]!.spanContext().spanId, tp.spanId, "the envelope's traceparent names it")
+  t.equal(leases[0]!.parentSpanContext?.spanId, '00f067aa0ba902b7', "a child of the message's creation context")
+  t.match(leases[0]!.attributes, {
+    'messaging.operation.type': 'receive',
+    'messaging.operation.name': 'pull',
+    'messaging.consumer.group.name': 'tc8-g',
+    'hookq.attempt': 1,
+  })
+})
