@@ -5,7 +5,8 @@
  * attempt each). --wait long-polls for the first message; --follow keeps pulling until Ctrl-C.
  */
 import type { Command } from 'commander'
-import { unwrap, type components } from '@hookq/client'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { HookqError, unwrap, type components } from '@hookq/client'
 import { wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
 import { note, printLine, visible, visibleJson } from './output.ts'
@@ -51,7 +52,19 @@ async function pull(ctx: CliContext, group: string, opts: PullOptions): Promise<
   const waitMs = opts.follow && opts.wait === 0 ? 20_000 : opts.wait
   do {
     const body = { maxMessages: opts.max, waitMs, ...(opts.lease === undefined ? {} : { leaseMs: opts.lease }) }
-    const { messages } = await unwrap(ctx.client.POST('/v1/groups/{group}/pull', { params, body, signal: ctx.signal }))
+    let messages: Pulled[]
+    try {
+      ;({ messages } = await unwrap(ctx.client.POST('/v1/groups/{group}/pull', { params, body, signal: ctx.signal })))
+    } catch (err) {
+      // A follow outlasts the broker shedding load (429 too many waiting pulls, 503): it asks
+      // again when the answer says, as a consumer loop does; a single pull reports it.
+      const shed = err instanceof HookqError && (err.status === 429 || err.status === 503)
+      if (!opts.follow || !shed) throw err
+      const seconds = Math.min(30, Math.max(1, err.retryAfterSeconds ?? 1))
+      if (!ctx.json) note(`${err.message}; asking again in ${seconds} s`)
+      await sleep(seconds * 1000, undefined, { signal: ctx.signal }).catch(() => {})
+      continue
+    }
     for (const m of messages) printLine(ctx.json ? visibleJson(JSON.stringify(m)) : lineOf(m))
     if (opts.ack && messages.length > 0) {
       await unwrap(ctx.client.POST('/v1/groups/{group}/acks', { params, body: { deliveryIds: messages.map((m) => m.deliveryId) } }))

@@ -5,7 +5,8 @@
 import t from 'tap'
 import { createClient, unwrap } from '@hookq/client'
 import { startListeningBroker } from '../helpers/broker.ts'
-import { runCli } from './run.ts'
+import { waitUntil } from '../helpers/wait.ts'
+import { runCli, startCli } from './run.ts'
 
 const { url } = await startListeningBroker(t)
 const hookq = createClient({ baseUrl: url, apiKey: '' })
@@ -43,4 +44,34 @@ t.test('a push group is refused with exit code 1', async (t) => {
   const r = await runCli(['pull', 'cli-push'], { url })
   t.equal(r.code, 1)
   t.match(r.stderr, /push_group/)
+})
+
+t.test('--follow asks again when the broker sheds pulls (429) and goes on once it has room', async (t) => {
+  const { url: small } = await startListeningBroker(t, { HOOKQ_MAX_WAITING_PULLS: '1' })
+  const c = createClient({ baseUrl: small, apiKey: '' })
+  await unwrap(c.PUT('/v1/topics/{topic}', { params: { path: { topic: 'cli-shed' } }, body: { partitions: 1 } }))
+  await unwrap(c.PUT('/v1/groups/{group}', { params: { path: { group: 'cli-shed-g' } }, body: { topic: 'cli-shed', delivery: 'pull' } }))
+  // Another caller's long poll takes the one place.
+  const other = new AbortController()
+  const waiting = fetch(`${small}/v1/groups/cli-shed-g/pull`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ waitMs: 20_000 }),
+    signal: other.signal,
+  }).catch(() => undefined)
+  await waitUntil(
+    async () => (await (await fetch(`${small}/metrics`)).text()).includes('hookq_pulls_waiting 1'),
+    30_000,
+    'the long poll waits',
+  )
+  const cli = startCli(t, ['pull', 'cli-shed-g', '--follow', '--ack'], { url: small })
+  await waitUntil(() => cli.stderr().includes('asking again'), 60_000, 'the CLI told 429')
+  other.abort()
+  await waiting
+  await unwrap(
+    c.POST('/v1/topics/{topic}/messages', { params: { path: { topic: 'cli-shed' } }, body: { messages: [{ value: 'after the shed' }] } }),
+  )
+  await cli.waitForOutput('after the shed')
+  t.match(cli.stderr(), /too_many_pulls/, 'it said why it waited')
+  t.equal(await cli.stop('SIGINT'), 0, 'Ctrl-C ends the follow')
 })
