@@ -93,13 +93,16 @@ export class RetentionSweeper {
         const n = await deleteExpired(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
         done.messages += n
         if (n > 0) this.opts.onDeleted?.(topic.name, n)
-        if (n < this.opts.sliceRows) break
+        // A short slice is not the end when another process sweeps at once: its slice took some of
+        // the rows this one had chosen (gone once their locks were let go). Only an empty slice is
+        // (one index probe more per topic and sweep).
+        if (n === 0) break
       }
       for (;;) {
         if (this.stopped) return done
         const n = await deleteExpiredKeys(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
         done.idempotencyKeys += n
-        if (n < this.opts.sliceRows) break
+        if (n === 0) break // as above
       }
     }
     await this.vacuumIfDue('messages', done.messages)
