@@ -56,8 +56,6 @@ export type HttpOutcome =
   | { kind: 'answer'; status: number; retryAfter: string | undefined; body: string }
   | { kind: 'timeout' }
   | { kind: 'network'; error: unknown }
-  /** `mayStart` said no when a connection was free for the request: nothing was written. */
-  | { kind: 'unsent' }
 
 /** One request: written whole (the client then drops body and headerLines), answered through `done` exactly once. */
 export interface HttpRequest {
@@ -70,11 +68,6 @@ export interface HttpRequest {
   timeoutMs: number
   /** Body bytes kept; the rest is read and dropped, or past DISCARD_BYTES the connection closed. */
   maxBodyBytes: number
-  /**
-   * Asked when a queued request gets its connection (it may have waited behind the origin's
-   * others): false ends it `unsent`, with nothing written. Requests sent at once are not asked.
-   */
-  mayStart?: () => boolean
   done(outcome: HttpOutcome): void
 }
 
@@ -217,7 +210,7 @@ class OriginPool {
     for (const c of [...this.conns]) c.destroy(new ClientClosedError('the push client was closed'))
   }
 
-  /** The oldest queued request still waiting and allowed to start (those whose deadline passed are skipped, those refused end unsent). */
+  /** The oldest queued request still waiting (those whose deadline passed are skipped). */
   private nextQueued(): Pending | undefined {
     while (this.head < this.queue.length) {
       const p = this.queue[this.head]!
@@ -226,12 +219,7 @@ class OriginPool {
         this.queue = this.queue.slice(this.head)
         this.head = 0
       }
-      if (p.settled) continue
-      if (p.req.mayStart && !p.req.mayStart()) {
-        settle(p, { kind: 'unsent' })
-        continue
-      }
-      return p
+      if (!p.settled) return p
     }
     return undefined
   }

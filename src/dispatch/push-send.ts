@@ -108,8 +108,6 @@ export class PushSender {
   /**
    * The request goes out, when this process can prove it still owns the partition (see PushLease):
    * until then it waits, and when the partition was dropped meanwhile it goes nowhere (`unsent`).
-   * Proven twice: here, and again if it queued behind the origin's other requests (more than its
-   * connections at once) when it gets a connection, since a lease can lapse while it queues.
    */
   private post(
     g: GroupRuntime,
@@ -119,12 +117,12 @@ export class PushSender {
     maxResponseBytes: number | undefined,
     then: { answer(r: PushResult): void; unsent(): void },
   ): void {
-    const again = () =>
-      this.deps.safely(() =>
-        w.dropped || this.deps.stopped() ? then.unsent() : this.post(g, w, consumer, request, maxResponseBytes, then),
-      )
     if (!this.lease.held()) {
-      this.lease.wait(again)
+      this.lease.wait(() =>
+        this.deps.safely(() =>
+          w.dropped || this.deps.stopped() ? then.unsent() : this.post(g, w, consumer, request, maxResponseBytes, then),
+        ),
+      )
       return
     }
     sendPush(
@@ -136,7 +134,6 @@ export class PushSender {
         timeoutMs: g.row.pushTimeoutMs,
         ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
         auth: authOf(this.deps.agent, consumer, g.row.name),
-        gate: { mayStart: () => this.lease.held(), unsent: again },
       },
       (r) => this.deps.safely(() => then.answer(r)),
     )

@@ -33,11 +33,6 @@ export interface PushRequest {
   maxResponseBytes?: number
   /** The consumer's push authentication (push-auth.ts), if it has one. */
   auth?: PushRequestAuth
-  /**
-   * Asked when the push, queued behind others to its origin, gets a connection (HttpRequest.mayStart):
-   * `mayStart` false ends it with `unsent` called instead of a result (nothing reached the consumer).
-   */
-  gate?: { mayStart(): boolean; unsent(): void }
 }
 
 /** Push authentication a request carries: its header lines, now or once a token is ready. */
@@ -236,8 +231,7 @@ export function send(
     body: req.body,
     timeoutMs,
     maxBodyBytes: req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
-    ...(req.gate ? { mayStart: req.gate.mayStart } : {}),
-    done: (o) => (o.kind === 'unsent' ? req.gate?.unsent() : onResult(classify(o, elapsedMs()))),
+    done: (o) => onResult(classify(o, elapsedMs())),
   })
 }
 
@@ -293,7 +287,7 @@ export function push(agent: PushAgent, req: PushRequest, nowMs?: () => number): 
   return new Promise((resolve) => send(agent, req, resolve, nowMs))
 }
 
-function classify(o: Exclude<HttpOutcome, { kind: 'unsent' }>, durationMs: number): PushResult {
+function classify(o: HttpOutcome, durationMs: number): PushResult {
   if (o.kind === 'timeout') return { kind: 'timeout', durationMs }
   if (o.kind === 'network') return { kind: 'network', durationMs, error: describeError(o.error) }
   if (o.status >= 200 && o.status < 300) return { kind: 'delivered', status: o.status, durationMs, body: o.body }
