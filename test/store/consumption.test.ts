@@ -118,7 +118,7 @@ t.test('writeProgress: dead letters land in their topic with the completion, or 
   const deadLetter = { from: s.key, entry: entry(dlq.id, 'poison', { headers: '{"hookq-dlq-offset":"0"}' }) }
   const result = await s.write({ committedOffset: 1 }, { deadLetters: [deadLetter] })
   t.same(result, { refused: [], deadLettered: [{ topicId: dlq.id, partition: 0, offset: 0 }] })
-  const stored = await readMessages(db.prisma, dlq.id, 0, 0, 10)
+  const stored = await readMessages(db.pool, dlq.id, 0, 0, 10)
   t.same(
     stored.map((m) => [m.offset, m.value, m.headers]),
     [[0, '"poison"', '{"hookq-dlq-offset":"0"}']],
@@ -128,7 +128,7 @@ t.test('writeProgress: dead letters land in their topic with the completion, or 
   await claimPartition(db.pool, s.row.id, 0)
   const refused = await s.write({ committedOffset: 2 }, { deadLetters: [deadLetter] })
   t.same(refused, { refused: [s.key], deadLettered: [] })
-  t.equal((await readMessages(db.prisma, dlq.id, 0, 0, 10)).length, 1, 'still one dead letter')
+  t.equal((await readMessages(db.pool, dlq.id, 0, 0, 10)).length, 1, 'still one dead letter')
 
   // The dead-letter topic deleted meanwhile: the write fails whole (the caller retries it later).
   const s2 = await setup('dl2', { dlq: 'dl2.dlq' })

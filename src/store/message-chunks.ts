@@ -1,0 +1,336 @@
+/**
+ * The messages table's chunks (see the migration 20261206230000_message_chunks): messages is
+ * partitioned by list of topic_id, one tree per topic (messages_t<id>), and each tree by range of
+ * produced_at into chunks (messages_t<id>_<from>_<to>, bounds in ms since the epoch, 0: from the
+ * start) and a default (messages_t<id>_default). Retention drops a chunk whole once its end is
+ * older than the topic's retention: no row is deleted, so none waits for vacuum.
+ *
+ * Spans are the attempt log's (attemptPartitionPlan: a quarter of the retention, 30 s to a day),
+ * shifted by a phase of the topic's own, so that topics do not all roll over at the same moment.
+ * Chunks cover from the current span to `aheadMs` ahead: made when the topic is created (before it
+ * is answered), at start-up, and by every sweep.
+ *
+ * Rows no chunk covers (the sweep stopped for longer than the chunks ahead last; a test that ages
+ * rows) go to the topic's default partition; a topic without a tree (its creation failed to make
+ * one) to messages_default. Each maintenance deletes those past the retention and makes the chunks
+ * that cover the others, moving them there once: a row is never filed twice.
+ *
+ * Locking. One transaction per topic, serialized per topic by a transaction-scoped advisory lock
+ * (class MAINTENANCE_LOCK, the topic id): several processes sweeping at once wait for each other
+ * topic by topic and find nothing left to do. Whether a topic is deleted is read inside that lock,
+ * after the tree was listed: a tree is only ever made for a topic whose row was committed, and ids
+ * are never reused, so a tree whose topic row is absent is a deleted topic's (a topic created
+ * during a sweep is either absent from it altogether or maintained as it is).
+ * - A chunk is made by CREATE TABLE then ALTER TABLE tree ATTACH PARTITION: SHARE UPDATE EXCLUSIVE
+ *   on the topic's tree (produce and reads go on), ACCESS EXCLUSIVE on the new chunk and on the
+ *   topic's default partition (scanned, it is empty but for strays) for a moment.
+ * - A chunk is dropped by DETACH PARTITION then DROP, in a transaction of its own: ACCESS EXCLUSIVE
+ *   on the topic's tree for a moment, that topic's produce and reads wait for it, no other topic's.
+ *   DETACH ... CONCURRENTLY would not need it, but PostgreSQL refuses it where a default partition
+ *   exists, and the default is what keeps produce from failing when no chunk covers a row.
+ *   lock_timeout bounds the wait (a drop that times out is tried at the next sweep).
+ * - A new tree is attached to messages (SHARE UPDATE EXCLUSIVE: other topics go on); a deleted
+ *   topic's tree is detached from it, which takes ACCESS EXCLUSIVE on messages for a moment, under a
+ *   short lock_timeout: rare (a topic deleted), and tried again at the next sweep if it times out.
+ */
+import type pg from 'pg'
+import { attemptPartitionPlan } from './attempt-partitions.ts'
+
+/** "hkqC": the advisory lock class of a topic's chunk maintenance (the topic id is the other key). */
+const MAINTENANCE_LOCK = 0x686b7143
+const CHUNK = /^messages_t(\d+)_(\d+)_(\d+)$/
+const TREE = /^messages_t(\d+)$/
+const TOP_DEFAULT = 'messages_default'
+const tree = (topicId: number) => `messages_t${topicId}`
+const topicDefault = (topicId: number) => `messages_t${topicId}_default`
+const chunkName = (topicId: number, fromMs: number, toMs: number) => `messages_t${topicId}_${fromMs}_${toMs}`
+
+export interface MessageChunk {
+  name: string
+  topicId: number
+  fromMs: number
+  toMs: number
+}
+
+export interface ChunkPlan {
+  spanMs: number
+  aheadMs: number
+  /** Where this topic's spans begin, 0 ≤ phaseMs < spanMs. */
+  phaseMs: number
+}
+
+/** A topic's chunk spans: the attempt log's for its retention, shifted by a phase of its own. */
+export function chunkPlan(topicId: number, retentionMs: number, sweepIntervalMs: number): ChunkPlan {
+  const { spanMs, aheadMs } = attemptPartitionPlan(retentionMs, sweepIntervalMs)
+  // The golden ratio's fraction spreads consecutive ids evenly over the span.
+  const phaseMs = Math.floor(((topicId * 0.6180339887498949) % 1) * spanMs)
+  return { spanMs, aheadMs, phaseMs }
+}
+
+/** The start of the span holding `ms`. */
+export const spanStart = (ms: number, plan: ChunkPlan) => Math.floor((ms - plan.phaseMs) / plan.spanMs) * plan.spanMs + plan.phaseMs
+
+/**
+ * The chunks to make: each wanted span start's span, minus what existing chunks cover (they may be
+ * aligned otherwise: the migration's first chunk, a retention changed since).
+ */
+export function chunksToCreate(topicId: number, existing: MessageChunk[], spanStarts: Iterable<number>, plan: ChunkPlan): MessageChunk[] {
+  const made: MessageChunk[] = []
+  const covered = [...existing]
+  for (const a of [...new Set(spanStarts)].sort((x, y) => x - y)) {
+    const b = a + plan.spanMs
+    let from = a
+    while (from < b) {
+      const covering = covered.find((c) => c.fromMs <= from && from < c.toMs)
+      if (covering) {
+        from = covering.toMs
+        continue
+      }
+      const to = Math.min(b, ...covered.filter((c) => c.fromMs > from).map((c) => c.fromMs))
+      const c = { name: chunkName(topicId, from, to), topicId, fromMs: from, toMs: to }
+      made.push(c)
+      covered.push(c)
+      from = to
+    }
+  }
+  return made
+}
+
+export interface TopicChunkResult {
+  /** False: another process held this topic's maintenance and `wait` was off; nothing was done. */
+  ran: boolean
+  created: string[]
+  dropped: string[]
+  /** Messages of the dropped chunks (and of a deleted topic's tree). */
+  droppedRows: number
+  /** Rows out of a default partition deleted (past the retention, or of a deleted topic). */
+  strayRows: number
+  /** Rows out of a default partition filed into the chunks made for them. */
+  filedRows: number
+}
+
+export interface ChunkMaintenanceOptions {
+  /** How often the sweep runs, ms (chunks are made far enough ahead to outlast a few missed sweeps). */
+  sweepIntervalMs: number
+  /** Wait for another process's maintenance of the topic instead of skipping it. */
+  wait?: boolean
+  /** How long to wait for a table lock, ms. */
+  lockTimeoutMs?: number
+}
+
+type Client = pg.PoolClient
+
+const children = async (q: Client, parent: string) =>
+  (
+    await q.query<{ name: string }>(
+      `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass($1)`,
+      [parent],
+    )
+  ).rows.map((r) => r.name)
+
+/** The chunks of a topic's tree, oldest first. */
+async function listChunks(q: Client, topicId: number): Promise<MessageChunk[]> {
+  return (await children(q, tree(topicId)))
+    .flatMap((name) => {
+      const m = CHUNK.exec(name)
+      return m && Number(m[1]) === topicId ? [{ name, topicId, fromMs: Number(m[2]), toMs: Number(m[3]) }] : []
+    })
+    .sort((a, b) => a.fromMs - b.fromMs)
+}
+
+/** Topic ids that have a tree under messages, or rows in messages_default. */
+async function idsWithRows(q: Pick<pg.Pool, 'query'>): Promise<number[]> {
+  const { rows } = await q.query<{ name: string }>(
+    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'messages'::regclass`,
+  )
+  const ids = rows.flatMap((r) => {
+    const m = TREE.exec(r.name)
+    return m ? [Number(m[1])] : []
+  })
+  const strays = await q.query<{ id: number }>(`SELECT DISTINCT topic_id AS id FROM ${TOP_DEFAULT}`)
+  return [...ids, ...strays.rows.map((r) => r.id)]
+}
+
+const bound = (ms: number) => (ms === 0 ? 'MINVALUE' : `'${new Date(ms).toISOString()}'`)
+const msOf = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8`
+
+// Span starts ($2 phase, $3 span) of a default partition's rows within the retention ($1 cutoff, ms).
+const straySpans = (table: string, where: string) => `
+SELECT DISTINCT (floor((${msOf('produced_at')} - $2) / $3) * $3 + $2)::float8 AS start
+FROM ${table} WHERE ${where} produced_at >= to_timestamp($1 / 1000.0)`
+
+/**
+ * Maintains one topic's chunks: makes its tree if it has none, the chunks due and those that cover
+ * its strays (filing them), then drops the chunks past its retention; a deleted topic's tree goes
+ * whole. Two transactions on a client of its own, each under the topic's advisory lock.
+ */
+export async function maintainTopicChunks(pool: pg.Pool, topicId: number, opts: ChunkMaintenanceOptions): Promise<TopicChunkResult> {
+  const result: TopicChunkResult = { ran: false, created: [], dropped: [], droppedRows: 0, strayRows: 0, filedRows: 0 }
+  const client = await pool.connect()
+  try {
+    const doomed = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, result))
+    if (doomed === undefined) return result
+    result.ran = true
+    if (doomed.length > 0) {
+      // A transaction of its own: the drop's exclusive lock on the tree is held only for it, and a
+      // drop that times out leaves the chunks made above in place.
+      await inTopicLock(client, topicId, opts, async () => {
+        // Listed again under the lock: another process may have dropped them meanwhile.
+        const still = new Set((await listChunks(client, topicId)).map((c) => c.name))
+        for (const c of doomed.filter((d) => still.has(d.name))) {
+          // Counted before the exclusive lock (the chunk's rows are all in the past).
+          result.droppedRows += (await client.query<{ n: number }>(`SELECT count(*)::float8 AS n FROM "${c.name}"`)).rows[0]!.n
+          await client.query(`ALTER TABLE "${tree(topicId)}" DETACH PARTITION "${c.name}"`)
+          await client.query(`DROP TABLE "${c.name}"`)
+          result.dropped.push(c.name)
+        }
+      })
+    }
+    return result
+  } finally {
+    client.release()
+  }
+}
+
+/** Runs `fn` in a transaction holding the topic's advisory lock; undefined when not taken (no wait). */
+async function inTopicLock<T>(
+  client: Client,
+  topicId: number,
+  opts: ChunkMaintenanceOptions,
+  fn: () => Promise<T>,
+): Promise<T | undefined> {
+  await client.query('BEGIN')
+  try {
+    if (opts.wait) {
+      await client.query('SELECT pg_advisory_xact_lock($1, $2)', [MAINTENANCE_LOCK, topicId])
+    } else {
+      const locked = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock($1, $2) AS ok', [MAINTENANCE_LOCK, topicId])
+      if (!locked.rows[0]!.ok) {
+        await client.query('ROLLBACK')
+        return undefined
+      }
+    }
+    await client.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.round(opts.lockTimeoutMs ?? 2000))}`)
+    const out = await fn()
+    await client.query('COMMIT')
+    return out
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {})
+    throw err
+  }
+}
+
+/** The first transaction: tree, chunks due, strays filed; returns the chunks past the retention. */
+async function fileAndMake(
+  client: Client,
+  topicId: number,
+  opts: ChunkMaintenanceOptions,
+  result: TopicChunkResult,
+): Promise<MessageChunk[]> {
+  // Read under the lock, after the lock: see the header for why this tells a deleted topic apart.
+  const topic = await client.query<{ retention_ms: number; now_ms: number }>(
+    `SELECT retention_ms::float8 AS retention_ms, ${msOf('clock_timestamp()')} AS now_ms FROM topics WHERE id = $1`,
+    [topicId],
+  )
+  const hasTree = (await client.query(`SELECT to_regclass($1) AS oid`, [tree(topicId)])).rows[0]!.oid !== null
+  if (topic.rows.length === 0) {
+    await dropDeletedTopic(client, topicId, hasTree, result)
+    return []
+  }
+  const { retention_ms: retentionMs, now_ms: nowMs } = topic.rows[0]!
+  const plan = chunkPlan(topicId, retentionMs, opts.sweepIntervalMs)
+  const cutoffMs = nowMs - retentionMs
+  const existing = hasTree ? await listChunks(client, topicId) : []
+  // Strays: a topic without a tree has them in messages_default, one with a tree in its own default.
+  const source = hasTree ? `"${topicDefault(topicId)}"` : TOP_DEFAULT
+  const where = hasTree ? '' : `topic_id = ${topicId} AND`
+  const gone = await client.query(`DELETE FROM ${source} WHERE ${where} produced_at < to_timestamp($1 / 1000.0)`, [cutoffMs])
+  result.strayRows += gone.rowCount ?? 0
+  const strays = await client.query<{ start: number }>(straySpans(source, where), [cutoffMs, plan.phaseMs, plan.spanMs])
+  const starts = strays.rows.map((r) => r.start)
+  for (let s = spanStart(nowMs, plan); s < nowMs + plan.aheadMs; s += plan.spanMs) starts.push(s)
+  const made = chunksToCreate(topicId, existing, starts, plan)
+
+  if (!hasTree) {
+    // Made whole before it is attached: nothing reads or writes it until then.
+    await client.query(`CREATE TABLE "${tree(topicId)}" (LIKE messages INCLUDING DEFAULTS) PARTITION BY RANGE (produced_at)`)
+    await client.query(`CREATE TABLE "${topicDefault(topicId)}" (LIKE messages INCLUDING DEFAULTS)`)
+    await client.query(`ALTER TABLE "${tree(topicId)}" ATTACH PARTITION "${topicDefault(topicId)}" DEFAULT`)
+  }
+  for (const c of made) {
+    await client.query(`CREATE TABLE "${c.name}" (LIKE messages INCLUDING DEFAULTS)`)
+    if (hasTree) {
+      // This chunk's strays move in before it is attached (attaching checks the default holds none).
+      const moved = await client.query(
+        `WITH moved AS (DELETE FROM "${topicDefault(topicId)}"
+                        WHERE produced_at >= to_timestamp($1 / 1000.0) AND produced_at < to_timestamp($2 / 1000.0) RETURNING *)
+         INSERT INTO "${c.name}" SELECT * FROM moved`,
+        [c.fromMs, c.toMs],
+      )
+      result.filedRows += moved.rowCount ?? 0
+    }
+    await client.query(
+      `ALTER TABLE "${tree(topicId)}" ATTACH PARTITION "${c.name}" FOR VALUES FROM (${bound(c.fromMs)}) TO (${bound(c.toMs)})`,
+    )
+    result.created.push(c.name)
+  }
+  if (!hasTree) {
+    const moved = await client.query(
+      `WITH moved AS (DELETE FROM ${TOP_DEFAULT} WHERE topic_id = $1 RETURNING *) INSERT INTO "${tree(topicId)}" SELECT * FROM moved`,
+      [topicId],
+    )
+    result.filedRows += moved.rowCount ?? 0
+    await client.query(`ALTER TABLE messages ATTACH PARTITION "${tree(topicId)}" FOR VALUES IN (${topicId})`)
+  }
+  return existing.filter((c) => c.toMs <= cutoffMs)
+}
+
+/** A deleted topic: its tree detached and dropped, its strays deleted. */
+async function dropDeletedTopic(client: Client, topicId: number, hasTree: boolean, result: TopicChunkResult): Promise<void> {
+  const gone = await client.query(`DELETE FROM ${TOP_DEFAULT} WHERE topic_id = $1`, [topicId])
+  result.strayRows += gone.rowCount ?? 0
+  if (!hasTree) return
+  result.droppedRows += (await client.query<{ n: number }>(`SELECT count(*)::float8 AS n FROM "${tree(topicId)}"`)).rows[0]!.n
+  // Every produce waits behind this lock while it waits: a short wait, tried again at the next sweep.
+  await client.query(`SET LOCAL lock_timeout = 500`)
+  await client.query(`ALTER TABLE messages DETACH PARTITION "${tree(topicId)}"`)
+  await client.query(`DROP TABLE "${tree(topicId)}"`)
+  result.dropped.push(tree(topicId))
+}
+
+export interface ChunkMaintenanceResult {
+  created: string[]
+  dropped: string[]
+  droppedRows: number
+  strayRows: number
+  filedRows: number
+  /** Topics whose maintenance failed (a lock timeout): tried again at the next sweep. */
+  failed: { topicId: number; err: unknown }[]
+}
+
+/**
+ * Maintains every topic's chunks, one topic at a time: the topics and the trees and strays of
+ * topics that are gone. A topic that fails (a lock not had in time) does not stop the others.
+ */
+export async function maintainMessageChunks(
+  pool: pg.Pool,
+  opts: ChunkMaintenanceOptions & { stopped?: () => boolean },
+): Promise<ChunkMaintenanceResult> {
+  const done: ChunkMaintenanceResult = { created: [], dropped: [], droppedRows: 0, strayRows: 0, filedRows: 0, failed: [] }
+  const topics = await pool.query<{ id: number }>('SELECT id FROM topics')
+  const ids = new Set([...topics.rows.map((r) => r.id), ...(await idsWithRows(pool))])
+  for (const id of [...ids].sort((a, b) => a - b)) {
+    if (opts.stopped?.()) break
+    try {
+      const r = await maintainTopicChunks(pool, id, opts)
+      done.created.push(...r.created)
+      done.dropped.push(...r.dropped)
+      done.droppedRows += r.droppedRows
+      done.strayRows += r.strayRows
+      done.filedRows += r.filedRows
+    } catch (err) {
+      done.failed.push({ topicId: id, err })
+    }
+  }
+  return done
+}
