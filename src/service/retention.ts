@@ -120,7 +120,10 @@ export class RetentionSweeper {
         if (this.stopped) return done
         const n = await deleteExpiredKeys(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
         done.idempotencyKeys += n
-        if (n < this.opts.sliceRows) break
+        // A short slice is not the end when another process sweeps at once: its slice took some of
+        // the rows this one had chosen (they were gone once their locks were let go). Only an
+        // empty slice is (one index probe more per topic and sweep).
+        if (n === 0) break
       }
     }
     await this.vacuumIfDue('messages', chunks.strayRows + chunks.filedRows)

@@ -130,6 +130,39 @@ t.test('moving idempotency keys to their own table keeps every message and every
   t.same(after.column, [], 'messages no longer has the column')
 })
 
+t.test('partitioning messages into chunks keeps every message: a tree per topic, rows in its first chunk', async (t) => {
+  const db = await testDatabase(t, { empty: true })
+  const singleConnection = db.maxConnections === 1
+  const dir = await tempDir(t)
+  const chunking = names.find((n) => n.endsWith('_message_chunks'))!
+  await cp(MIGRATIONS_DIR, dir, { recursive: true })
+  for (const n of names.filter((n) => n >= chunking)) await rm(path.join(dir, n), { recursive: true })
+  await applyMigrations(db.url, { singleConnection, migrationsDir: dir })
+  await withClient(db.url, async (c) => {
+    await c.query(`INSERT INTO topics (id, name, partitions, retention_ms) VALUES (1, 'a', 1, 60000), (2, 'b', 3, 60000)`)
+    // A row of a topic whose row is gone (its messages left behind) moves too: the sweep drops them.
+    await c.query(`INSERT INTO messages (topic_id, partition, "offset", value, produced_at)
+                   VALUES (1, 0, 0, '"a"', '2026-12-01T00:00:00Z'), (1, 0, 1, '"b"', now()), (2, 2, 5, '"c"', now()), (9, 0, 0, '"x"', now())`)
+  })
+  await applyMigrations(db.url, { singleConnection })
+  const after = await withClient(db.url, async (c) => ({
+    messages: (await c.query(`SELECT topic_id, partition, "offset"::int, value, tableoid::regclass::text AS home FROM messages ORDER BY 1, 2, 3`))
+      .rows,
+    trees: (
+      await c.query(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                     WHERE i.inhparent = 'messages'::regclass ORDER BY 1`)
+    ).rows.map((r) => r.name),
+  }))
+  t.match(after.messages, [
+    { topic_id: 1, partition: 0, offset: 0, value: '"a"', home: /^messages_t1_0_\d+$/ },
+    { topic_id: 1, partition: 0, offset: 1, value: '"b"', home: /^messages_t1_0_\d+$/ },
+    { topic_id: 2, partition: 2, offset: 5, value: '"c"', home: /^messages_t2_0_\d+$/ },
+    { topic_id: 9, partition: 0, offset: 0, value: '"x"', home: /^messages_t9_0_\d+$/ },
+  ])
+  t.equal(after.messages.length, 4)
+  t.same(after.trees, ['messages_default', 'messages_t1', 'messages_t2', 'messages_t9'])
+})
+
 t.test('concurrent starts on one fresh database apply each migration once', { skip: needsServer }, async (t) => {
   const db = await testDatabase(t, { empty: true })
   const results = await Promise.all([1, 2, 3].map(() => applyMigrations(db.url)))
