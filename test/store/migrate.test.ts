@@ -146,8 +146,9 @@ t.test('partitioning messages into chunks keeps every message: a tree per topic,
   })
   await applyMigrations(db.url, { singleConnection })
   const after = await withClient(db.url, async (c) => ({
-    messages: (await c.query(`SELECT topic_id, partition, "offset"::int, value, tableoid::regclass::text AS home FROM messages ORDER BY 1, 2, 3`))
-      .rows,
+    messages: (
+      await c.query(`SELECT topic_id, partition, "offset"::int, value, tableoid::regclass::text AS home FROM messages ORDER BY 1, 2, 3`)
+    ).rows,
     trees: (
       await c.query(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                      WHERE i.inhparent = 'messages'::regclass ORDER BY 1`)
