@@ -212,6 +212,16 @@ t.test('a read plans and locks its own topic’s chunks only, however many topic
   t.equal(among.n - among.mine, alone.n - alone.mine, `as many other locks among 41 topics as alone (${alone.n - alone.mine})`)
   t.ok(among.mine <= alone.mine + 6, `its own tree's (${alone.mine}, then ${among.mine})`)
 
+  // What a statement planned without the topic id's value holds (a generic plan: a named statement
+  // reused, or Prisma's): every topic's chunks, which is what the reads above must never be.
+  const generic = await relationLocks(async (q) => {
+    await q.query('SET LOCAL plan_cache_mode = force_generic_plan')
+    await q.query(`PREPARE generic_read(int) AS SELECT * FROM messages WHERE topic_id = $1 AND partition = 0 ORDER BY "offset" LIMIT 10`)
+    await q.query(`EXECUTE generic_read(${await topicId('lock-0')})`)
+  })
+  t.ok(generic.others > 40 * 2, `a generic plan locks the other topics' too (${generic.others})`)
+  t.comment(`relation locks: alone ${alone.n}, among 41 topics ${among.n}, a generic plan among them ${generic.n}`)
+
   // The plan names the topic's chunks only: pruned when planned, not at run time.
   const id = await topicId('lock-7')
   const plan = (
