@@ -172,6 +172,33 @@ t.test('a topic created while a sweep runs keeps its messages', async (t) => {
   }
 })
 
+t.test('a deleted topic’s tree goes whole at the next sweep; the other topics keep theirs', async (t) => {
+  await call('PUT', '/v1/topics/doomed', { partitions: 2, retentionMs: 600_000 })
+  await call('PUT', '/v1/topics/bystander', { partitions: 1, retentionMs: 600_000 })
+  await produce(
+    'doomed',
+    Array.from({ length: 6 }, (_, i) => ({ value: i, partition: i % 2 })),
+  )
+  await produce('bystander', [{ value: 'kept' }])
+  const id = await topicId('doomed')
+  const bystander = await topicId('bystander')
+  t.equal((await call('DELETE', '/v1/topics/doomed')).status, 204)
+  const trees = async () =>
+    (
+      await sql(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                 WHERE i.inhparent = 'messages'::regclass`)
+    ).map((r) => r.name as string)
+  t.ok((await trees()).includes(`messages_t${id}`), 'its tree stays until the sweep')
+  await broker.retention.sweep()
+  t.notOk((await trees()).includes(`messages_t${id}`), 'gone')
+  t.notOk((await sql(`SELECT 1 FROM pg_class WHERE relname LIKE $1`, [`messages_t${id}\\_%`])).length, 'with its chunks')
+  t.ok((await trees()).includes(`messages_t${bystander}`))
+  t.same(
+    (await call('GET', '/v1/topics/bystander/partitions/0/messages?fromOffset=0')).json.messages.map((m: { value: unknown }) => m.value),
+    ['kept'],
+  )
+})
+
 t.test('a read plans and locks its own topic’s chunks only, however many topics there are', async (t) => {
   const relationLocks = async (read: (q: import('pg').PoolClient) => Promise<unknown>) => {
     const client = await broker.db.pool.connect()
