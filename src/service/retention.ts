@@ -16,8 +16,8 @@
  * committed offset passes them, produce_outbox its rows as they move, schedule_runners its old spans
  * at each ticker start (docs/performance.md, "What bounds each table").
  *
- * Where autovacuum does not run, the sweeper vacuums messages (only strays are deleted there, out
- * of the default partitions) and idempotency keys itself once enough of them are deleted.
+ * Where autovacuum does not run, the sweeper vacuums messages (rows are deleted there only out of
+ * the default partitions and messages_legacy) and idempotency keys itself once enough of them are deleted.
  *
  * Every broker process sweeps: one process at a time maintains a topic's chunks (the others wait
  * for that topic and find nothing left to do), likewise the attempt log's partitions; two sweeps
@@ -57,7 +57,7 @@ export interface RetentionOptions {
 
 /** What one sweep deleted. */
 export interface SweepResult {
-  /** Messages gone: with their chunks, or deleted out of a default partition. */
+  /** Messages gone: with their chunks, or deleted out of a default partition or messages_legacy. */
   messages: number
   /** Chunks of messages dropped. */
   messageChunks: number
@@ -111,7 +111,7 @@ export class RetentionSweeper {
       stopped: () => this.stopped,
     })
     for (const f of chunks.failed) this.opts.onChunkError?.(f.topicId, f.err)
-    done.messages = chunks.droppedRows + chunks.strayRows
+    done.messages = chunks.droppedRows + chunks.strayRows + chunks.legacyRows
     done.messageChunks = chunks.dropped.length
     done.filedMessages = chunks.filedRows
     if (done.messages > 0) this.opts.onDeleted?.(done.messages)
@@ -126,7 +126,7 @@ export class RetentionSweeper {
         if (n === 0) break
       }
     }
-    await this.vacuumIfDue('messages', chunks.strayRows + chunks.filedRows)
+    await this.vacuumIfDue('messages', chunks.strayRows + chunks.filedRows + chunks.legacyRows)
     await this.vacuumIfDue('idempotency_keys', done.idempotencyKeys)
     const kept = await maintainAttemptPartitions(this.db.pool, {
       nowMs: Date.now(),

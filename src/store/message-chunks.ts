@@ -42,6 +42,8 @@ const CHUNK = /^messages_t(\d+)_(\d+)_(\d+)$/
 const TREE = /^messages_t(\d+)$/
 const TOP_DEFAULT = 'messages_default'
 const tree = (topicId: number) => `messages_t${topicId}`
+/** A deleted topic's empty tree, left attached (see dropDeletedTopic). */
+const goneTree = (topicId: number) => `messages_gone_t${topicId}`
 const topicDefault = (topicId: number) => `messages_t${topicId}_default`
 const chunkName = (topicId: number, fromMs: number, toMs: number) => `messages_t${topicId}_${fromMs}_${toMs}`
 
@@ -107,6 +109,8 @@ export interface TopicChunkResult {
   strayRows: number
   /** Rows out of a default partition filed into the chunks made for them. */
   filedRows: number
+  /** Rows of messages_legacy deleted (past the retention, or of a deleted topic). */
+  legacyRows: number
 }
 
 export interface ChunkMaintenanceOptions {
@@ -116,6 +120,11 @@ export interface ChunkMaintenanceOptions {
   wait?: boolean
   /** How long to wait for a table lock, ms. */
   lockTimeoutMs?: number
+  /** How long a chunk's drop waits for its tree's lock, ms, each of `dropAttempts` tries (100, 4). */
+  dropLockTimeoutMs?: number
+  dropAttempts?: number
+  /** messages_legacy rows deleted per statement (10,000). */
+  legacySliceRows?: number
 }
 
 type Client = pg.PoolClient
@@ -159,36 +168,79 @@ const straySpans = (table: string, where: string) => `
 SELECT DISTINCT (floor((${msOf('produced_at')} - $2) / $3) * $3 + $2)::float8 AS start
 FROM ${table} WHERE ${where} produced_at >= to_timestamp($1 / 1000.0)`
 
+/** Thrown inside the first transaction when strays turn up under the light lock: run again under the heavy one. */
+class NeedsTreeLock extends Error {}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
 /**
  * Maintains one topic's chunks: makes its tree if it has none, the chunks due and those that cover
- * its strays (filing them), then drops the chunks past its retention; a deleted topic's tree goes
- * whole. Two transactions on a client of its own, each under the topic's advisory lock.
+ * its strays (filing them), then drops the chunks past its retention; a deleted topic's chunks go
+ * and its tree is left an empty shell. Two transactions on a client of its own, each under the
+ * topic's advisory lock; the drops run even when the first failed (else a topic whose chunk could
+ * not be made, a lock not had, would keep every chunk past its retention). A topic whose rows are
+ * in messages_legacy has no tree: maintainLegacy deletes its rows.
  */
 export async function maintainTopicChunks(pool: pg.Pool, topicId: number, opts: ChunkMaintenanceOptions): Promise<TopicChunkResult> {
-  const result: TopicChunkResult = { ran: false, created: [], dropped: [], droppedRows: 0, strayRows: 0, filedRows: 0 }
+  const result: TopicChunkResult = { ran: false, created: [], dropped: [], droppedRows: 0, strayRows: 0, filedRows: 0, legacyRows: 0 }
+  if ((await legacyIds(pool)).has(topicId)) return { ...result, ran: true }
   const client = await pool.connect()
   try {
-    const doomed = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, result))
-    if (doomed === undefined) return result
-    result.ran = true
-    if (doomed.length > 0) {
-      // A transaction of its own: the drop's exclusive lock on the tree is held only for it, and a
-      // drop that times out leaves the chunks made above in place.
-      await inTopicLock(client, topicId, opts, async () => {
-        // Listed again under the lock: another process may have dropped them meanwhile.
-        const still = new Set((await listChunks(client, topicId)).map((c) => c.name))
-        for (const c of doomed.filter((d) => still.has(d.name))) {
-          // Counted before the exclusive lock (the chunk's rows are all in the past).
-          result.droppedRows += (await client.query<{ n: number }>(`SELECT count(*)::float8 AS n FROM "${c.name}"`)).rows[0]!.n
-          await client.query(`ALTER TABLE "${tree(topicId)}" DETACH PARTITION "${c.name}"`)
-          await client.query(`DROP TABLE "${c.name}"`)
-          result.dropped.push(c.name)
-        }
+    let failed: { err: unknown } | undefined
+    try {
+      let done = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, result, false)).catch((err: unknown) => {
+        if (err instanceof NeedsTreeLock) return 'heavy' as const
+        throw err
       })
+      if (done === 'heavy') done = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, result, true))
+      if (done === undefined) return result
+    } catch (err) {
+      failed = { err }
     }
+    result.ran = true
+    await dropPastRetention(client, topicId, opts, result)
+    if (failed) throw failed.err
     return result
   } finally {
     client.release()
+  }
+}
+
+/**
+ * The chunks past the topic's retention, dropped in a transaction of their own: the exclusive lock
+ * on the tree is held only for it. The retention is read under the lock (it may have changed since
+ * the first transaction). Group commit and reads of the topic wait behind that lock, so it is
+ * waited for briefly (dropLockTimeoutMs) and tried again a few times after a jittered pause; a drop
+ * that never gets it is tried at the next sweep.
+ */
+async function dropPastRetention(client: Client, topicId: number, opts: ChunkMaintenanceOptions, result: TopicChunkResult): Promise<void> {
+  const dropOpts = { ...opts, wait: true, lockTimeoutMs: opts.dropLockTimeoutMs ?? 100 }
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await inTopicLock(client, topicId, dropOpts, async () => {
+        const topic = await client.query<{ cutoff_ms: number }>(
+          `SELECT ${msOf('clock_timestamp()')} - retention_ms::float8 AS cutoff_ms FROM topics WHERE id = $1`,
+          [topicId],
+        )
+        if (topic.rows.length === 0) return
+        const cutoffMs = topic.rows[0]!.cutoff_ms
+        for (const c of (await listChunks(client, topicId)).filter((c) => c.toMs <= cutoffMs)) {
+          // The planner's estimate (kept by vacuum and analyze): counting would read the whole chunk.
+          const n = await client.query<{ n: number }>(`SELECT greatest(reltuples, 0)::float8 AS n FROM pg_class WHERE oid = $1::regclass`, [
+            `"${c.name}"`,
+          ])
+          await client.query(`ALTER TABLE "${tree(topicId)}" DETACH PARTITION "${c.name}"`)
+          await client.query(`DROP TABLE "${c.name}"`)
+          result.droppedRows += n.rows[0]?.n ?? 0
+          result.dropped.push(c.name)
+        }
+      })
+      return
+    } catch (err) {
+      // 55P03: lock_not_available (the lock_timeout).
+      if ((err as { code?: string }).code !== '55P03' || attempt >= (opts.dropAttempts ?? 4)) throw err
+      await sleep(20 + Math.random() * 80)
+    }
   }
 }
 
@@ -220,13 +272,18 @@ async function inTopicLock<T>(
   }
 }
 
-/** The first transaction: tree, chunks due, strays filed; returns the chunks past the retention. */
-async function fileAndMake(
-  client: Client,
-  topicId: number,
-  opts: ChunkMaintenanceOptions,
-  result: TopicChunkResult,
-): Promise<MessageChunk[]> {
+/**
+ * The first transaction: tree, chunks due, strays filed. Locks, for a topic with a tree:
+ * - no strays (the common case): SHARE ROW EXCLUSIVE on its default before anything is read, so
+ *   no produce commits a row into it that the chunk being attached should hold (ATTACH would fail
+ *   on it, and the whole transaction with it); produce into the chunks goes on;
+ * - strays (`heavy`, rare): ACCESS EXCLUSIVE on the topic's tree while they move, so that no read
+ *   of the topic runs between the move and the attach (it could miss the moved rows and take
+ *   itself for caught up), nor any produce into the default.
+ * Strays found under the light lock (produced between the look and the lock) throw NeedsTreeLock.
+ * A topic without a tree: ACCESS EXCLUSIVE on messages_default (attaching the tree takes it anyway).
+ */
+async function fileAndMake(client: Client, topicId: number, opts: ChunkMaintenanceOptions, result: TopicChunkResult, heavy: boolean) {
   // Read under the lock, after the lock: see the header for why this tells a deleted topic apart.
   const topic = await client.query<{ retention_ms: number; now_ms: number }>(
     `SELECT retention_ms::float8 AS retention_ms, ${msOf('clock_timestamp()')} AS now_ms FROM topics WHERE id = $1`,
@@ -235,25 +292,41 @@ async function fileAndMake(
   const hasTree = (await client.query(`SELECT to_regclass($1) AS oid`, [tree(topicId)])).rows[0]!.oid !== null
   if (topic.rows.length === 0) {
     await dropDeletedTopic(client, topicId, hasTree, result)
-    return []
+    return true
   }
   const { retention_ms: retentionMs, now_ms: nowMs } = topic.rows[0]!
   const plan = chunkPlan(topicId, retentionMs, opts.sweepIntervalMs)
   const cutoffMs = nowMs - retentionMs
   const existing = hasTree ? await listChunks(client, topicId) : []
+  const ahead: number[] = []
+  for (let s = spanStart(nowMs, plan); s < nowMs + plan.aheadMs; s += plan.spanMs) ahead.push(s)
   // Strays: a topic without a tree has them in messages_default, one with a tree in its own default.
   const source = hasTree ? `"${topicDefault(topicId)}"` : TOP_DEFAULT
   const where = hasTree ? '' : `topic_id = ${topicId} AND`
+  if (hasTree) {
+    const any = (await client.query(`SELECT EXISTS (SELECT 1 FROM ${source}) AS any`)).rows[0]!.any as boolean
+    if (any && !heavy) throw new NeedsTreeLock()
+    // Nothing to make and nothing to file: no table lock at all (rows that arrive now wait for the next sweep).
+    if (!any && chunksToCreate(topicId, existing, ahead, plan).length === 0) return true
+    await client.query(
+      heavy ? `LOCK TABLE "${tree(topicId)}" IN ACCESS EXCLUSIVE MODE` : `LOCK TABLE ${source} IN SHARE ROW EXCLUSIVE MODE`,
+    )
+  } else {
+    await client.query(`LOCK TABLE ${TOP_DEFAULT} IN ACCESS EXCLUSIVE MODE`)
+  }
   const gone = await client.query(`DELETE FROM ${source} WHERE ${where} produced_at < to_timestamp($1 / 1000.0)`, [cutoffMs])
   result.strayRows += gone.rowCount ?? 0
   const strays = await client.query<{ start: number }>(straySpans(source, where), [cutoffMs, plan.phaseMs, plan.spanMs])
-  const starts = strays.rows.map((r) => r.start)
-  for (let s = spanStart(nowMs, plan); s < nowMs + plan.aheadMs; s += plan.spanMs) starts.push(s)
-  const made = chunksToCreate(topicId, existing, starts, plan)
+  if (hasTree && !heavy && strays.rows.length > 0) throw new NeedsTreeLock()
+  const made = chunksToCreate(topicId, existing, [...strays.rows.map((r) => r.start), ...ahead], plan)
 
   if (!hasTree) {
-    // Made whole before it is attached: nothing reads or writes it until then.
-    await client.query(`CREATE TABLE "${tree(topicId)}" (LIKE messages INCLUDING DEFAULTS) PARTITION BY RANGE (produced_at)`)
+    // Made whole before it is attached: nothing reads or writes it until then. The parent has no
+    // primary key (see the migration): each tree has its own.
+    await client.query(
+      `CREATE TABLE "${tree(topicId)}" (LIKE messages INCLUDING DEFAULTS, PRIMARY KEY (topic_id, partition, "offset", produced_at))
+       PARTITION BY RANGE (produced_at)`,
+    )
     await client.query(`CREATE TABLE "${topicDefault(topicId)}" (LIKE messages INCLUDING DEFAULTS)`)
     await client.query(`ALTER TABLE "${tree(topicId)}" ATTACH PARTITION "${topicDefault(topicId)}" DEFAULT`)
   }
@@ -282,20 +355,100 @@ async function fileAndMake(
     result.filedRows += moved.rowCount ?? 0
     await client.query(`ALTER TABLE messages ATTACH PARTITION "${tree(topicId)}" FOR VALUES IN (${topicId})`)
   }
-  return existing.filter((c) => c.toMs <= cutoffMs)
+  return true
 }
 
-/** A deleted topic: its tree detached and dropped, its strays deleted. */
+/**
+ * A deleted topic: its chunks dropped and its default emptied under ACCESS EXCLUSIVE on its tree
+ * only, its strays in messages_default deleted. The empty tree stays attached, renamed
+ * messages_gone_t<id> (so that sweeps pass it by): detaching it from messages would take ACCESS
+ * EXCLUSIVE on messages, and every produce to every topic would wait behind it. No produce can
+ * add to it: the topic's partition rows, which produce updates, went with the topic.
+ */
 async function dropDeletedTopic(client: Client, topicId: number, hasTree: boolean, result: TopicChunkResult): Promise<void> {
   const gone = await client.query(`DELETE FROM ${TOP_DEFAULT} WHERE topic_id = $1`, [topicId])
   result.strayRows += gone.rowCount ?? 0
   if (!hasTree) return
   result.droppedRows += (await client.query<{ n: number }>(`SELECT count(*)::float8 AS n FROM "${tree(topicId)}"`)).rows[0]!.n
-  // Every produce waits behind this lock while it waits: a short wait, tried again at the next sweep.
-  await client.query(`SET LOCAL lock_timeout = 500`)
-  await client.query(`ALTER TABLE messages DETACH PARTITION "${tree(topicId)}"`)
-  await client.query(`DROP TABLE "${tree(topicId)}"`)
+  await client.query(`LOCK TABLE "${tree(topicId)}" IN ACCESS EXCLUSIVE MODE`)
+  for (const c of await listChunks(client, topicId)) {
+    await client.query(`ALTER TABLE "${tree(topicId)}" DETACH PARTITION "${c.name}"`)
+    await client.query(`DROP TABLE "${c.name}"`)
+    result.dropped.push(c.name)
+  }
+  await client.query(`TRUNCATE "${topicDefault(topicId)}"`)
+  await client.query(`ALTER TABLE "${topicDefault(topicId)}" RENAME TO "${goneTree(topicId)}_default"`)
+  await client.query(`ALTER TABLE "${tree(topicId)}" RENAME TO "${goneTree(topicId)}"`)
   result.dropped.push(tree(topicId))
+}
+
+// The rows of messages_legacy (see the migration) past their topic's retention, or of a deleted
+// topic, one bounded slice a statement from the front of each partition (no slice leaves a hole
+// mid-log): row by row, as before the chunks, for the topics that existed when messages was split.
+const DELETE_LEGACY = `
+DELETE FROM messages_legacy m USING (
+  SELECT topic_id, partition, "offset" FROM messages_legacy
+  WHERE topic_id = $1 AND ($2::bigint IS NULL OR produced_at < clock_timestamp() - $2::bigint * interval '1 millisecond')
+  ORDER BY partition, "offset"
+  LIMIT $3
+) doomed
+WHERE m.topic_id = doomed.topic_id AND m.partition = doomed.partition AND m."offset" = doomed."offset"`
+
+/** The topic ids messages_legacy is the partition of (none once it is dropped). */
+export async function legacyIds(q: Pick<pg.Pool, 'query'>): Promise<Set<number>> {
+  const { rows } = await q.query<{ bound: string }>(
+    `SELECT pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_class c WHERE c.oid = to_regclass('messages_legacy') AND c.relispartition`,
+  )
+  return new Set(rows.flatMap((r) => (/IN \((.*)\)/.exec(r.bound)?.[1] ?? '').split(',').flatMap((x) => (x.trim() ? [Number(x)] : []))))
+}
+
+/**
+ * messages_legacy: deletes its rows past their topic's retention (all of a deleted topic's), in
+ * slices; once no topic of its is left and it is empty, detaches and drops it. That detach takes
+ * ACCESS EXCLUSIVE on messages, once in the table's life, under a short lock_timeout (tried again
+ * at the next sweep).
+ */
+async function maintainLegacy(
+  pool: pg.Pool,
+  ids: Set<number>,
+  opts: ChunkMaintenanceOptions & { stopped?: () => boolean },
+  done: ChunkMaintenanceResult,
+): Promise<void> {
+  if (ids.size === 0) return
+  const live = new Map(
+    (
+      await pool.query<{ id: number; retention_ms: string }>('SELECT id, retention_ms::text FROM topics WHERE id = ANY($1)', [[...ids]])
+    ).rows.map((r) => [r.id, r.retention_ms]),
+  )
+  for (const id of ids) {
+    for (;;) {
+      if (opts.stopped?.()) return
+      const res = await pool.query(DELETE_LEGACY, [id, live.get(id) ?? null, opts.legacySliceRows ?? 10_000])
+      done.legacyRows += res.rowCount ?? 0
+      // Only an empty slice is the end: another sweeper's slice may have taken some of this one's rows.
+      if ((res.rowCount ?? 0) === 0) break
+    }
+  }
+  if (live.size > 0) return
+  const client = await pool.connect()
+  try {
+    await client.query('BEGIN')
+    try {
+      await client.query(`SET LOCAL lock_timeout = 100`)
+      // No topic of its is left, so no produce or read reaches it: empty now, empty for good.
+      if ((await client.query('SELECT 1 FROM messages_legacy LIMIT 1')).rows.length === 0) {
+        await client.query('ALTER TABLE messages DETACH PARTITION messages_legacy')
+        await client.query('DROP TABLE messages_legacy')
+        done.dropped.push('messages_legacy')
+      }
+      await client.query('COMMIT')
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {})
+      done.failed.push({ topicId: 0, err })
+    }
+  } finally {
+    client.release()
+  }
 }
 
 export interface ChunkMaintenanceResult {
@@ -304,6 +457,7 @@ export interface ChunkMaintenanceResult {
   droppedRows: number
   strayRows: number
   filedRows: number
+  legacyRows: number
   /** Topics whose maintenance failed (a lock timeout): tried again at the next sweep. */
   failed: { topicId: number; err: unknown }[]
 }
@@ -316,9 +470,10 @@ export async function maintainMessageChunks(
   pool: pg.Pool,
   opts: ChunkMaintenanceOptions & { stopped?: () => boolean },
 ): Promise<ChunkMaintenanceResult> {
-  const done: ChunkMaintenanceResult = { created: [], dropped: [], droppedRows: 0, strayRows: 0, filedRows: 0, failed: [] }
+  const done: ChunkMaintenanceResult = { created: [], dropped: [], droppedRows: 0, strayRows: 0, filedRows: 0, legacyRows: 0, failed: [] }
   const topics = await pool.query<{ id: number }>('SELECT id FROM topics')
-  const ids = new Set([...topics.rows.map((r) => r.id), ...(await idsWithRows(pool))])
+  const legacy = await legacyIds(pool)
+  const ids = new Set([...topics.rows.map((r) => r.id), ...(await idsWithRows(pool))].filter((id) => !legacy.has(id)))
   for (const id of [...ids].sort((a, b) => a - b)) {
     if (opts.stopped?.()) break
     try {
@@ -332,5 +487,6 @@ export async function maintainMessageChunks(
       done.failed.push({ topicId: id, err })
     }
   }
+  await maintainLegacy(pool, legacy, opts, done)
   return done
 }

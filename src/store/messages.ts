@@ -130,6 +130,11 @@ const RETRYABLE = new Set([
   '23505', // unique_violation: a concurrent writer stored the same idempotency key first
   '40P01', // deadlock_detected
   '40001', // serialization_failure
+  // check_violation: the only check on messages is a partition's bound, and a row breaks it only when
+  // the insert was routed to a topic's default partition and then waited for its lock while the
+  // sweep attached the chunk that now holds that span (src/store/message-chunks.ts); run again, it
+  // is routed to the chunk.
+  '23514',
 ])
 const MAX_ATTEMPTS = 4
 
@@ -405,15 +410,15 @@ export type SweptTable = 'messages' | 'idempotency_keys'
  * Vacuums a table the sweep deletes rows from when the rows deleted since its last vacuum pass what
  * autovacuum waits for (50 + 20% of the rows it holds, PostgreSQL's defaults); returns whether it
  * did. For servers where autovacuum does not run: without it a deleted row's space is never reused
- * and the table grows with traffic. For messages, only the default partitions: rows are deleted
- * (or moved) out of them alone, the chunks go whole. SKIP_LOCKED: a vacuum already running
+ * and the table grows with traffic. For messages, only the default partitions and messages_legacy:
+ * rows are deleted (or moved) out of them alone, the chunks go whole. SKIP_LOCKED: a vacuum already running
  * (another process's) is not waited for.
  */
 export async function vacuumIfDue(q: Queryable, table: SweptTable, deletedSinceVacuum: number): Promise<boolean> {
   const res = await q.query<{ name: string; rows: number }>(
     table === 'messages'
       ? `SELECT c.relname AS name, greatest(c.reltuples, 0)::float8 AS rows FROM pg_class c
-         WHERE c.relkind = 'r' AND (c.relname = 'messages_default' OR c.relname ~ '^messages_t[0-9]+_default$')`
+         WHERE c.relkind = 'r' AND c.relname ~ '^messages_(default|legacy|t[0-9]+_default)$'`
       : `SELECT relname AS name, greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = $1::regclass`,
     table === 'messages' ? [] : [table],
   )

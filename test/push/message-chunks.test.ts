@@ -172,7 +172,7 @@ t.test('a topic created while a sweep runs keeps its messages', async (t) => {
   }
 })
 
-t.test('a deleted topic’s tree goes whole at the next sweep; the other topics keep theirs', async (t) => {
+t.test('a deleted topic’s chunks go at the next sweep, with no lock on messages that produce waits for', async (t) => {
   await call('PUT', '/v1/topics/doomed', { partitions: 2, retentionMs: 600_000 })
   await call('PUT', '/v1/topics/bystander', { partitions: 1, retentionMs: 600_000 })
   await produce(
@@ -183,20 +183,41 @@ t.test('a deleted topic’s tree goes whole at the next sweep; the other topics 
   const id = await topicId('doomed')
   const bystander = await topicId('bystander')
   t.equal((await call('DELETE', '/v1/topics/doomed')).status, 204)
+  // Not deleted row by row in the delete's transaction: the sweep drops them whole.
+  t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 6, 'its rows stay until the sweep')
+  t.equal((await call('GET', '/v1/topics/doomed/partitions/0/messages?fromOffset=0')).status, 404, 'but nothing reads them')
   const trees = async () =>
     (
       await sql(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                  WHERE i.inhparent = 'messages'::regclass`)
     ).map((r) => r.name as string)
+  const chunks = async () =>
+    (await sql(`SELECT relname FROM pg_class WHERE relkind = 'r' AND relname ~ $1`, [`^messages_t${id}_[0-9]+_[0-9]+$`])).length
   t.ok((await trees()).includes(`messages_t${id}`), 'its tree stays until the sweep')
-  await broker.retention.sweep()
-  t.notOk((await trees()).includes(`messages_t${id}`), 'gone')
-  t.notOk((await sql(`SELECT 1 FROM pg_class WHERE relname LIKE $1`, [`messages_t${id}\\_%`])).length, 'with its chunks')
+  t.ok((await chunks()) > 0)
+
+  // What every produce holds on messages while it inserts: the sweep must not need more than that.
+  const producer = await broker.db.pool.connect()
+  try {
+    await producer.query('BEGIN')
+    await producer.query('LOCK TABLE ONLY messages IN ROW EXCLUSIVE MODE')
+    const swept = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true, lockTimeoutMs: 2000 })
+    t.same(swept.failed, [], 'not held up by a produce in progress')
+    t.ok(swept.dropped.includes(`messages_t${id}`))
+  } finally {
+    await producer.query('ROLLBACK')
+    producer.release()
+  }
+  t.equal(await chunks(), 0, 'its chunks are gone')
+  t.notOk((await trees()).includes(`messages_t${id}`), 'its tree is no longer swept')
+  t.ok((await trees()).includes(`messages_gone_t${id}`), 'an empty shell stays attached (detaching it would lock messages)')
+  t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 0)
   t.ok((await trees()).includes(`messages_t${bystander}`))
   t.same(
     (await call('GET', '/v1/topics/bystander/partitions/0/messages?fromOffset=0')).json.messages.map((m: { value: unknown }) => m.value),
     ['kept'],
   )
+  t.same((await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true })).dropped, [], 'once')
 })
 
 t.test('a read plans and locks its own topic’s chunks only, however many topics there are', async (t) => {

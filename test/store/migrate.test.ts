@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import t from 'tap'
 import { writeNextMigration } from '../../scripts/new-migration.ts'
+import { legacyIds, maintainMessageChunks, maintainTopicChunks } from '../../src/store/message-chunks.ts'
 import { applyMigrations, MIGRATE_LOCK_KEY, MIGRATIONS_DIR, pendingMigrations } from '../../src/store/migrate.ts'
 import { readMigrations } from '../../src/store/schema-engine.ts'
 import { databaseServerUrl, needsServer, testDatabase, type TeardownHost } from '../helpers/db.ts'
@@ -130,7 +131,7 @@ t.test('moving idempotency keys to their own table keeps every message and every
   t.same(after.column, [], 'messages no longer has the column')
 })
 
-t.test('partitioning messages into chunks keeps every message: a tree per topic, rows in its first chunk', async (t) => {
+t.test('partitioning messages into chunks copies nothing: the table is the legacy partition, read and swept as before', async (t) => {
   const db = await testDatabase(t, { empty: true })
   const singleConnection = db.maxConnections === 1
   const dir = await tempDir(t)
@@ -139,29 +140,81 @@ t.test('partitioning messages into chunks keeps every message: a tree per topic,
   for (const n of names.filter((n) => n >= chunking)) await rm(path.join(dir, n), { recursive: true })
   await applyMigrations(db.url, { singleConnection, migrationsDir: dir })
   await withClient(db.url, async (c) => {
+    // 900 topics: a migration that made each one's tree in its one transaction ran out of lock table
+    // at ~720 (28 locks a topic, max_locks_per_transaction 64 by default).
     await c.query(`INSERT INTO topics (id, name, partitions, retention_ms) VALUES (1, 'a', 1, 60000), (2, 'b', 3, 60000)`)
-    // A row of a topic whose row is gone (its messages left behind) moves too: the sweep drops them.
+    await c.query(
+      `INSERT INTO topics (id, name, partitions, retention_ms) SELECT i, 'many-' || i, 1, 60000 FROM generate_series(100, 999) i`,
+    )
+    await c.query(`SELECT setval(pg_get_serial_sequence('topics', 'id'), 999)`)
+    // A row of a topic whose row is gone (its messages left behind) stays too: the sweep deletes it.
     await c.query(`INSERT INTO messages (topic_id, partition, "offset", value, produced_at)
                    VALUES (1, 0, 0, '"a"', '2026-12-01T00:00:00Z'), (1, 0, 1, '"b"', now()), (2, 2, 5, '"c"', now()), (9, 0, 0, '"x"', now())`)
   })
+  const relfilenode = await withClient(
+    db.url,
+    async (c) => (await c.query(`SELECT relfilenode FROM pg_class WHERE relname = 'messages'`)).rows[0].relfilenode as number,
+  )
   await applyMigrations(db.url, { singleConnection })
-  const after = await withClient(db.url, async (c) => ({
-    messages: (
-      await c.query(`SELECT topic_id, partition, "offset"::int, value, tableoid::regclass::text AS home FROM messages ORDER BY 1, 2, 3`)
-    ).rows,
-    trees: (
-      await c.query(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                     WHERE i.inhparent = 'messages'::regclass ORDER BY 1`)
-    ).rows.map((r) => r.name),
-  }))
-  t.match(after.messages, [
-    { topic_id: 1, partition: 0, offset: 0, value: '"a"', home: /^messages_t1_0_\d+$/ },
-    { topic_id: 1, partition: 0, offset: 1, value: '"b"', home: /^messages_t1_0_\d+$/ },
-    { topic_id: 2, partition: 2, offset: 5, value: '"c"', home: /^messages_t2_0_\d+$/ },
-    { topic_id: 9, partition: 0, offset: 0, value: '"x"', home: /^messages_t9_0_\d+$/ },
+  const pool = new pg.Pool({ connectionString: db.url, max: singleConnection ? 1 : 4 })
+  t.teardown(() => pool.end())
+  // As reads run: one topic a statement, unnamed (a custom plan prunes to the topic's partition).
+  const read = async (topicId: number) =>
+    (
+      await pool.query(
+        `SELECT partition, "offset"::int, value, tableoid::regclass::text AS home FROM messages WHERE topic_id = $1 ORDER BY 1, 2`,
+        [topicId],
+      )
+    ).rows
+  const parts = async () =>
+    (
+      await pool.query(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                        WHERE i.inhparent = 'messages'::regclass ORDER BY 1`)
+    ).rows.map((r) => r.name)
+  t.same(await read(1), [
+    { partition: 0, offset: 0, value: '"a"', home: 'messages_legacy' },
+    { partition: 0, offset: 1, value: '"b"', home: 'messages_legacy' },
   ])
-  t.equal(after.messages.length, 4)
-  t.same(after.trees, ['messages_default', 'messages_t1', 'messages_t2', 'messages_t9'])
+  t.same(await read(2), [{ partition: 2, offset: 5, value: '"c"', home: 'messages_legacy' }])
+  t.same(await read(9), [{ partition: 0, offset: 0, value: '"x"', home: 'messages_legacy' }], "a deleted topic's rows")
+  t.same(await parts(), ['messages_default', 'messages_legacy'], 'no tree made by the migration')
+  t.equal(
+    (await pool.query(`SELECT relfilenode FROM pg_class WHERE relname = 'messages_legacy'`)).rows[0].relfilenode,
+    relfilenode,
+    'the table itself, not a copy',
+  )
+  t.equal((await legacyIds(pool)).size, 903, 'every topic and the deleted one')
+
+  // An old topic's produce still lands in messages_legacy; a new topic gets a tree (made by the broker).
+  await pool.query(`INSERT INTO messages (topic_id, partition, "offset", value) VALUES (2, 0, 0, '"new"')`)
+  await pool.query(`INSERT INTO topics (id, name, partitions, retention_ms) VALUES (1000, 'fresh', 1, 60000)`)
+  await maintainTopicChunks(pool, 1000, { sweepIntervalMs: 60_000, wait: true })
+  await pool.query(`INSERT INTO messages (topic_id, partition, "offset", value) VALUES (1000, 0, 0, '"f"')`)
+  t.match(await read(2), [
+    { offset: 0, home: 'messages_legacy' },
+    { offset: 5, home: 'messages_legacy' },
+  ])
+  t.match(await read(1000), [{ offset: 0, home: /^messages_t1000_\d+_\d+$/ }])
+
+  // Retention deletes messages_legacy's rows row by row: past the topic's retention, and a deleted topic's.
+  const swept = await maintainMessageChunks(pool, { sweepIntervalMs: 60_000, wait: true })
+  t.same(swept.failed, [])
+  t.equal(swept.legacyRows, 2)
+  t.same(
+    (await read(1)).map((r) => r.offset),
+    [1],
+  )
+  t.same(await read(9), [])
+  t.equal((await read(2)).length, 2)
+
+  // Once none of its topics is left and it is empty, it goes.
+  await pool.query(`DELETE FROM topics WHERE id < 1000`)
+  const last = await maintainMessageChunks(pool, { sweepIntervalMs: 60_000, wait: true })
+  t.same(last.failed, [])
+  t.equal(last.legacyRows, 3)
+  t.ok(last.dropped.includes('messages_legacy'))
+  t.match(await parts(), ['messages_default', 'messages_t1000'])
+  t.equal((await read(1000)).length, 1)
 })
 
 t.test('concurrent starts on one fresh database apply each migration once', { skip: needsServer }, async (t) => {
