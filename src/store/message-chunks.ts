@@ -187,12 +187,19 @@ export async function maintainTopicChunks(pool: pg.Pool, topicId: number, opts: 
   const client = await pool.connect()
   try {
     let failed: { err: unknown } | undefined
+    // Each try counts into a result of its own, kept only if it commits (a rolled back one did nothing).
+    const attempt = async (heavy: boolean) => {
+      const r: TopicChunkResult = { ...result, created: [], dropped: [] }
+      const out = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, r, heavy))
+      if (out !== undefined) Object.assign(result, r, { created: r.created, dropped: r.dropped })
+      return out
+    }
     try {
-      let done = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, result, false)).catch((err: unknown) => {
+      let done = await attempt(false).catch((err: unknown) => {
         if (err instanceof NeedsTreeLock) return 'heavy' as const
         throw err
       })
-      if (done === 'heavy') done = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, result, true))
+      if (done === 'heavy') done = await attempt(true)
       if (done === undefined) return result
     } catch (err) {
       failed = { err }

@@ -121,6 +121,76 @@ t.test('a chunk past the retention goes whole; a group and a seek into it start 
   t.same(offsets(receiver.requests.slice(before)), [6, 7, 8, 9], 'the seek starts at the oldest kept')
 })
 
+t.test('a produce into the default committing while strays are filed is filed too, not a failed sweep', async (t) => {
+  await call('PUT', '/v1/topics/filing', { partitions: 1, retentionMs: 600_000 })
+  await produce(
+    'filing',
+    Array.from({ length: 3 }, (_, i) => ({ value: i })),
+  )
+  const id = await topicId('filing')
+  await age('filing', 0, 2, 300)
+  // A writer into the topic's default (a row no chunk covers), not committed yet when the sweep starts.
+  const writer = await broker.db.pool.connect()
+  t.teardown(() => writer.release())
+  await writer.query('BEGIN')
+  await writer.query(
+    `INSERT INTO messages (topic_id, partition, "offset", value, produced_at) VALUES ($1, 0, 100, '"late"', now() - interval '290 seconds')`,
+    [id],
+  )
+  const sweeping = maintainTopicChunks(broker.db.pool, id, { sweepIntervalMs: 60_000, wait: true, lockTimeoutMs: 60_000 })
+  await waitUntil(
+    async () => (await sql(`SELECT 1 FROM pg_locks WHERE NOT granted AND locktype = 'relation'`)).length > 0,
+    30_000,
+    'the sweep waits for the writer',
+  )
+  await writer.query('COMMIT')
+  const done = await sweeping
+  t.equal(done.filedRows, 3, 'the committed row filed with the others')
+  t.same(await homes('filing').then((h) => h.filter((x) => x.endsWith('_default'))), [], 'none left in the default')
+  t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 4)
+})
+
+t.test('chunks past the retention are dropped even when making chunks failed', async (t) => {
+  await call('PUT', '/v1/topics/stuck', { partitions: 1, retentionMs: 600_000 })
+  await produce(
+    'stuck',
+    Array.from({ length: 6 }, (_, i) => ({ value: i })),
+  )
+  const id = await topicId('stuck')
+  // Spans of 150 s: 0..2 filed into a chunk ending 440 s back or earlier.
+  await age('stuck', 0, 3, 590)
+  t.equal((await maintainTopicChunks(broker.db.pool, id, { sweepIntervalMs: 60_000, wait: true })).filedRows, 3)
+  const old = (await homes('stuck'))[0]!
+  await call('PUT', '/v1/topics/stuck', { partitions: 1, retentionMs: 400_000 })
+  // A stray within the new retention, between that chunk and those made when the topic was (150 s
+  // back at most), and a reader holding one of those: filing it needs the whole tree and times out.
+  await age('stuck', 5, 6, 300)
+  const newest = (
+    await sql(
+      `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+       WHERE i.inhparent = $1::regclass AND c.relname !~ '_default$' AND c.relname <> $2 LIMIT 1`,
+      [`messages_t${id}`, old],
+    )
+  )[0].name as string
+  const reader = await broker.db.pool.connect()
+  t.teardown(() => reader.release())
+  await reader.query('BEGIN')
+  await reader.query(`SELECT 1 FROM "${newest}" LIMIT 1`)
+  const result = maintainTopicChunks(broker.db.pool, id, { sweepIntervalMs: 60_000, wait: true, lockTimeoutMs: 200 })
+  await t.rejects(result, { code: '55P03' }, 'making the chunk for the stray timed out')
+  await reader.query('ROLLBACK')
+  t.notOk((await sql('SELECT to_regclass($1) AS oid', [old]))[0].oid, 'the chunk past the retention went all the same')
+  t.same(
+    (await sql(`SELECT "offset"::int AS o FROM messages WHERE topic_id = $1 ORDER BY 1`, [id])).map((r) => r.o),
+    [3, 4, 5],
+  )
+  t.equal(
+    (await maintainTopicChunks(broker.db.pool, id, { sweepIntervalMs: 60_000, wait: true })).filedRows,
+    1,
+    'the stray filed next time',
+  )
+})
+
 t.test('a topic created while a sweep runs keeps its messages', async (t) => {
   // The worst order: the topic's maintenance runs while its row is written but not committed, so
   // the topic looks deleted to it. Nothing of the topic exists yet to drop; its rows go to
