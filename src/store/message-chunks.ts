@@ -5,6 +5,12 @@
  * start) and a default (messages_t<id>_default). Retention drops a chunk whole once its end is
  * older than the topic's retention: no row is deleted, so none waits for vacuum.
  *
+ * The topics that existed when messages was split have no tree: their rows, old and new, are in
+ * messages_legacy (the table as it was, attached as the LIST partition of their ids, never copied),
+ * and maintainLegacy deletes those past the retention row by row as before; messages_legacy is
+ * dropped once none of its topics is left and it is empty. Moving such a topic to a tree would
+ * change messages_legacy's bound, which takes ACCESS EXCLUSIVE on messages: not done.
+ *
  * Spans are the attempt log's (attemptPartitionPlan: a quarter of the retention, 30 s to a day),
  * shifted by a phase of the topic's own, so that topics do not all roll over at the same moment.
  * Chunks cover from the current span to `aheadMs` ahead: made when the topic is created (before it
@@ -15,23 +21,34 @@
  * one) to messages_default. Each maintenance deletes those past the retention and makes the chunks
  * that cover the others, moving them there once: a row is never filed twice.
  *
- * Locking. One transaction per topic, serialized per topic by a transaction-scoped advisory lock
- * (class MAINTENANCE_LOCK, the topic id): several processes sweeping at once wait for each other
- * topic by topic and find nothing left to do. Whether a topic is deleted is read inside that lock,
- * after the tree was listed: a tree is only ever made for a topic whose row was committed, and ids
- * are never reused, so a tree whose topic row is absent is a deleted topic's (a topic created
- * during a sweep is either absent from it altogether or maintained as it is).
- * - A chunk is made by CREATE TABLE then ALTER TABLE tree ATTACH PARTITION: SHARE UPDATE EXCLUSIVE
- *   on the topic's tree (produce and reads go on), ACCESS EXCLUSIVE on the new chunk and on the
- *   topic's default partition (scanned, it is empty but for strays) for a moment.
- * - A chunk is dropped by DETACH PARTITION then DROP, in a transaction of its own: ACCESS EXCLUSIVE
- *   on the topic's tree for a moment, that topic's produce and reads wait for it, no other topic's.
- *   DETACH ... CONCURRENTLY would not need it, but PostgreSQL refuses it where a default partition
- *   exists, and the default is what keeps produce from failing when no chunk covers a row.
- *   lock_timeout bounds the wait (a drop that times out is tried at the next sweep).
- * - A new tree is attached to messages (SHARE UPDATE EXCLUSIVE: other topics go on); a deleted
- *   topic's tree is detached from it, which takes ACCESS EXCLUSIVE on messages for a moment, under a
- *   short lock_timeout: rare (a topic deleted), and tried again at the next sweep if it times out.
+ * Locking. One transaction per topic and per chunk made, serialized per topic by a
+ * transaction-scoped advisory lock (class MAINTENANCE_LOCK, the topic id): several processes
+ * sweeping at once wait for each other topic by topic and find nothing left to do. Whether a topic
+ * is deleted is read inside that lock, after the tree was listed: a tree is only ever made for a
+ * topic whose row was committed, and ids are never reused, so a tree whose topic row is absent is a
+ * deleted topic's (a topic created during a sweep is either absent from it altogether or
+ * maintained as it is). No maintenance takes a lock on messages itself stronger than SHARE UPDATE
+ * EXCLUSIVE (attaching a new tree), which produce and reads of every topic go on under.
+ * - A chunk ahead is made by CREATE TABLE then ALTER TABLE tree ATTACH PARTITION, one a
+ *   transaction: SHARE UPDATE EXCLUSIVE on the topic's tree, ACCESS EXCLUSIVE on the new chunk and
+ *   on the topic's default partition (checked to hold none of the chunk's rows). The default is
+ *   locked (SHARE ROW EXCLUSIVE) before anything is read, so no produce commits a row there that
+ *   the attach would then refuse. Produce into the topic's chunks and reads of them go on; a read
+ *   or produce that touches the default waits for the commit (a produce routed there before the
+ *   attach fails with 23514 after it, and is run again: withAppendRetries).
+ * - Strays are filed (rare) under ACCESS EXCLUSIVE on the topic's tree: the topic's produce and
+ *   reads wait for the moment it takes, so that no read sees the rows neither where they were nor
+ *   where they went (a read of dispatch that comes back empty against the partition's end offset is
+ *   read again as well, src/store/consumption.ts).
+ * - A chunk is dropped by DETACH PARTITION then DROP, in a transaction of its own that runs even
+ *   when making chunks failed: ACCESS EXCLUSIVE on the topic's tree for a moment, that topic's
+ *   produce and reads wait for it, no other topic's. DETACH ... CONCURRENTLY would not need it, but
+ *   PostgreSQL refuses it where a default partition exists, and the default is what keeps produce
+ *   from failing when no chunk covers a row. A short lock_timeout (100 ms) with a few jittered
+ *   tries bounds how long a group commit of the topic can queue behind it.
+ * - A deleted topic's chunks are dropped the same way and its default truncated; its empty tree
+ *   stays attached (renamed messages_gone_t<id>): detaching it would take ACCESS EXCLUSIVE on
+ *   messages, which every produce of every topic would wait for.
  */
 import type pg from 'pg'
 import { attemptPartitionPlan } from './attempt-partitions.ts'
@@ -189,18 +206,23 @@ export async function maintainTopicChunks(pool: pg.Pool, topicId: number, opts: 
     let failed: { err: unknown } | undefined
     // Each try counts into a result of its own, kept only if it commits (a rolled back one did nothing).
     const attempt = async (heavy: boolean) => {
-      const r: TopicChunkResult = { ...result, created: [], dropped: [] }
+      const r: TopicChunkResult = { ...result, created: [...result.created], dropped: [...result.dropped] }
       const out = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, r, heavy))
-      if (out !== undefined) Object.assign(result, r, { created: r.created, dropped: r.dropped })
+      if (out !== undefined) Object.assign(result, r)
       return out
     }
     try {
-      let done = await attempt(false).catch((err: unknown) => {
-        if (err instanceof NeedsTreeLock) return 'heavy' as const
-        throw err
-      })
-      if (done === 'heavy') done = await attempt(true)
-      if (done === undefined) return result
+      // Until no chunk is left to make (one a transaction), bounded: a retention cut short can call
+      // for many spans at once, the rest are made at the next sweep.
+      for (let round = 0; round < 64; round++) {
+        let more = await attempt(false).catch((err: unknown) => {
+          if (err instanceof NeedsTreeLock) return 'heavy' as const
+          throw err
+        })
+        if (more === 'heavy') more = await attempt(true)
+        if (more === undefined) return result
+        if (!more) break
+      }
     } catch (err) {
       failed = { err }
     }
@@ -299,7 +321,7 @@ async function fileAndMake(client: Client, topicId: number, opts: ChunkMaintenan
   const hasTree = (await client.query(`SELECT to_regclass($1) AS oid`, [tree(topicId)])).rows[0]!.oid !== null
   if (topic.rows.length === 0) {
     await dropDeletedTopic(client, topicId, hasTree, result)
-    return true
+    return false
   }
   const { retention_ms: retentionMs, now_ms: nowMs } = topic.rows[0]!
   const plan = chunkPlan(topicId, retentionMs, opts.sweepIntervalMs)
@@ -314,7 +336,7 @@ async function fileAndMake(client: Client, topicId: number, opts: ChunkMaintenan
     const any = (await client.query(`SELECT EXISTS (SELECT 1 FROM ${source}) AS any`)).rows[0]!.any as boolean
     if (any && !heavy) throw new NeedsTreeLock()
     // Nothing to make and nothing to file: no table lock at all (rows that arrive now wait for the next sweep).
-    if (!any && chunksToCreate(topicId, existing, ahead, plan).length === 0) return true
+    if (!any && chunksToCreate(topicId, existing, ahead, plan).length === 0) return false
     await client.query(
       heavy ? `LOCK TABLE "${tree(topicId)}" IN ACCESS EXCLUSIVE MODE` : `LOCK TABLE ${source} IN SHARE ROW EXCLUSIVE MODE`,
     )
@@ -337,7 +359,10 @@ async function fileAndMake(client: Client, topicId: number, opts: ChunkMaintenan
     await client.query(`CREATE TABLE "${topicDefault(topicId)}" (LIKE messages INCLUDING DEFAULTS)`)
     await client.query(`ALTER TABLE "${tree(topicId)}" ATTACH PARTITION "${topicDefault(topicId)}" DEFAULT`)
   }
-  for (const c of made) {
+  // One attach a transaction into a tree that is attached (the next chunk in the next): each holds
+  // its locks (ACCESS EXCLUSIVE on the default) until the commit. A new tree is attached only once
+  // it is whole: attaching chunks to it locks nothing anyone else uses.
+  for (const c of hasTree ? made.slice(0, 1) : made) {
     await client.query(`CREATE TABLE "${c.name}" (LIKE messages INCLUDING DEFAULTS)`)
     if (hasTree) {
       // This chunk's strays move in before it is attached (attaching checks the default holds none).
@@ -362,7 +387,7 @@ async function fileAndMake(client: Client, topicId: number, opts: ChunkMaintenan
     result.filedRows += moved.rowCount ?? 0
     await client.query(`ALTER TABLE messages ATTACH PARTITION "${tree(topicId)}" FOR VALUES IN (${topicId})`)
   }
-  return true
+  return hasTree && made.length > 1
 }
 
 /**
