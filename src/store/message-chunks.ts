@@ -33,9 +33,9 @@
  *   transaction: SHARE UPDATE EXCLUSIVE on the topic's tree, ACCESS EXCLUSIVE on the new chunk and
  *   on the topic's default partition (checked to hold none of the chunk's rows). The default is
  *   locked (SHARE ROW EXCLUSIVE) before anything is read, so no produce commits a row there that
- *   the attach would then refuse. Produce into the topic's chunks and reads of them go on; a read
- *   or produce that touches the default waits for the commit (a produce routed there before the
- *   attach fails with 23514 after it, and is run again: withAppendRetries).
+ *   the attach would then refuse. Produce into the topic's chunks goes on; its reads (which scan
+ *   the default too) and a produce into the default wait for the commit, a moment (a produce routed
+ *   there before the attach fails with 23514 after it, and is run again: withAppendRetries).
  * - Strays are filed (rare) under ACCESS EXCLUSIVE on the topic's tree: the topic's produce and
  *   reads wait for the moment it takes, so that no read sees the rows neither where they were nor
  *   where they went (a read of dispatch that comes back empty against the partition's end offset is
