@@ -341,6 +341,10 @@ async function fileAndMake(client: Client, topicId: number, opts: ChunkMaintenan
       heavy ? `LOCK TABLE "${tree(topicId)}" IN ACCESS EXCLUSIVE MODE` : `LOCK TABLE ${source} IN SHARE ROW EXCLUSIVE MODE`,
     )
   } else {
+    // In the order ATTACH takes them (messages, then its default): two processes making two new
+    // topics' trees at once would otherwise deadlock. Neither lock stops produce or reads of a topic
+    // that has a tree.
+    await client.query(`LOCK TABLE ONLY messages IN SHARE UPDATE EXCLUSIVE MODE`)
     await client.query(`LOCK TABLE ${TOP_DEFAULT} IN ACCESS EXCLUSIVE MODE`)
   }
   const gone = await client.query(`DELETE FROM ${source} WHERE ${where} produced_at < to_timestamp($1 / 1000.0)`, [cutoffMs])

@@ -150,6 +150,41 @@ t.test('a produce into the default committing while strays are filed is filed to
   t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 4)
 })
 
+t.test('a produce routed to the default while a chunk is attached is run again into the chunk (23514)', async (t) => {
+  await call('PUT', '/v1/topics/rerouted', { partitions: 1, retentionMs: 600_000 })
+  const id = await topicId('rerouted')
+  // No chunk covers now (as when the sweep stopped for long): produce goes to the topic's default.
+  for (const { name } of await sql(
+    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass AND c.relname !~ '_default$'`,
+    [`messages_t${id}`],
+  )) {
+    await sql(`ALTER TABLE "messages_t${id}" DETACH PARTITION "${name}"`)
+    await sql(`DROP TABLE "${name}"`)
+  }
+  // The sweep's first transaction: the default locked, then the chunk for now attached.
+  const sweep = await broker.db.pool.connect()
+  t.teardown(() => sweep.release())
+  await sweep.query('BEGIN')
+  await sweep.query(`LOCK TABLE "messages_t${id}_default" IN SHARE ROW EXCLUSIVE MODE`)
+  const producing = produce('rerouted', [{ value: 'routed' }])
+  await waitUntil(
+    async () => (await sql(`SELECT 1 FROM pg_locks WHERE NOT granted AND relation = $1::regclass`, [`messages_t${id}_default`])).length > 0,
+    30_000,
+    'the produce waits for the default',
+  )
+  const from = Date.now() - 3_600_000
+  const to = Date.now() + 3_600_000
+  const chunk = `messages_t${id}_${from}_${to}`
+  await sweep.query(`CREATE TABLE "${chunk}" (LIKE messages INCLUDING DEFAULTS)`)
+  await sweep.query(
+    `ALTER TABLE "messages_t${id}" ATTACH PARTITION "${chunk}" FOR VALUES FROM ('${new Date(from).toISOString()}') TO ('${new Date(to).toISOString()}')`,
+  )
+  await sweep.query('COMMIT')
+  const res = await producing
+  t.equal(res.status, 201, 'produced: the statement that failed on the new bound was run again')
+  t.same(await homes('rerouted'), [chunk], 'into the chunk')
+})
+
 t.test('chunks past the retention are dropped even when making chunks failed', async (t) => {
   await call('PUT', '/v1/topics/stuck', { partitions: 1, retentionMs: 600_000 })
   await produce(
