@@ -312,10 +312,11 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       lockTimeoutMs: 10_000,
     }).catch((err: unknown) => opts.logger?.warn({ err }, 'making the attempt log partitions failed; the next sweep tries again'))
     // The message chunks of every topic likewise, one topic at a time.
+    // Its table locks are waited for briefly and tried again (not 10 s: a waiting exclusive lock
+    // request stops the topic's produce and reads behind it); what fails is done at the next sweep.
     const chunks = await maintainMessageChunks(database.pool, {
       sweepIntervalMs: config.retentionIntervalMs,
       wait: true,
-      lockTimeoutMs: 10_000,
     }).catch((err: unknown) => {
       opts.logger?.warn({ err }, 'making the message chunks failed; the next sweep tries again')
       return null

@@ -137,9 +137,8 @@ export interface ChunkMaintenanceOptions {
   wait?: boolean
   /** How long to wait for a table lock, ms. */
   lockTimeoutMs?: number
-  /** How long a chunk's drop waits for its tree's lock, ms, each of `dropAttempts` tries (100, 4). */
-  dropLockTimeoutMs?: number
-  dropAttempts?: number
+  /** How many tries a transaction gets whose table lock timed out (4), after a 20-100 ms jittered pause. */
+  lockAttempts?: number
   /** messages_legacy rows deleted per statement (10,000). */
   legacySliceRows?: number
 }
@@ -205,12 +204,13 @@ export async function maintainTopicChunks(pool: pg.Pool, topicId: number, opts: 
   try {
     let failed: { err: unknown } | undefined
     // Each try counts into a result of its own, kept only if it commits (a rolled back one did nothing).
-    const attempt = async (heavy: boolean) => {
-      const r: TopicChunkResult = { ...result, created: [...result.created], dropped: [...result.dropped] }
-      const out = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, r, heavy))
-      if (out !== undefined) Object.assign(result, r)
-      return out
-    }
+    const attempt = (heavy: boolean) =>
+      withLockRetries(opts, async () => {
+        const r: TopicChunkResult = { ...result, created: [...result.created], dropped: [...result.dropped] }
+        const out = await inTopicLock(client, topicId, opts, () => fileAndMake(client, topicId, opts, r, heavy))
+        if (out !== undefined) Object.assign(result, r)
+        return out
+      })
     try {
       // Until no chunk is left to make (one a transaction), bounded: a retention cut short can call
       // for many spans at once, the rest are made at the next sweep.
@@ -239,35 +239,44 @@ export async function maintainTopicChunks(pool: pg.Pool, topicId: number, opts: 
  * The chunks past the topic's retention, dropped in a transaction of their own: the exclusive lock
  * on the tree is held only for it. The retention is read under the lock (it may have changed since
  * the first transaction). Group commit and reads of the topic wait behind that lock, so it is
- * waited for briefly (dropLockTimeoutMs) and tried again a few times after a jittered pause; a drop
+ * waited for briefly (lockTimeoutMs, 100 ms) and tried again a few times after a jittered pause; a drop
  * that never gets it is tried at the next sweep.
  */
 async function dropPastRetention(client: Client, topicId: number, opts: ChunkMaintenanceOptions, result: TopicChunkResult): Promise<void> {
-  const dropOpts = { ...opts, wait: true, lockTimeoutMs: opts.dropLockTimeoutMs ?? 100 }
+  await withLockRetries(opts, () =>
+    inTopicLock(client, topicId, { ...opts, wait: true }, async () => {
+      const topic = await client.query<{ cutoff_ms: number }>(
+        `SELECT ${msOf('clock_timestamp()')} - retention_ms::float8 AS cutoff_ms FROM topics WHERE id = $1`,
+        [topicId],
+      )
+      if (topic.rows.length === 0) return
+      const cutoffMs = topic.rows[0]!.cutoff_ms
+      for (const c of (await listChunks(client, topicId)).filter((c) => c.toMs <= cutoffMs)) {
+        // The planner's estimate (kept by vacuum and analyze): counting would read the whole chunk.
+        const n = await client.query<{ n: number }>(`SELECT greatest(reltuples, 0)::float8 AS n FROM pg_class WHERE oid = $1::regclass`, [
+          `"${c.name}"`,
+        ])
+        await client.query(`ALTER TABLE "${tree(topicId)}" DETACH PARTITION "${c.name}"`)
+        await client.query(`DROP TABLE "${c.name}"`)
+        result.droppedRows += n.rows[0]?.n ?? 0
+        result.dropped.push(c.name)
+      }
+    }),
+  )
+}
+
+/**
+ * Runs a transaction again, a few times after a jittered pause, when its table lock timed out
+ * (55P03, lock_not_available). A waiting ACCESS EXCLUSIVE request queues every later produce and
+ * read of the topic behind it, so it waits briefly (lockTimeoutMs, 100 ms) and steps aside rather
+ * than waiting long; one that never gets it is tried at the next sweep.
+ */
+async function withLockRetries<T>(opts: ChunkMaintenanceOptions, run: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      await inTopicLock(client, topicId, dropOpts, async () => {
-        const topic = await client.query<{ cutoff_ms: number }>(
-          `SELECT ${msOf('clock_timestamp()')} - retention_ms::float8 AS cutoff_ms FROM topics WHERE id = $1`,
-          [topicId],
-        )
-        if (topic.rows.length === 0) return
-        const cutoffMs = topic.rows[0]!.cutoff_ms
-        for (const c of (await listChunks(client, topicId)).filter((c) => c.toMs <= cutoffMs)) {
-          // The planner's estimate (kept by vacuum and analyze): counting would read the whole chunk.
-          const n = await client.query<{ n: number }>(`SELECT greatest(reltuples, 0)::float8 AS n FROM pg_class WHERE oid = $1::regclass`, [
-            `"${c.name}"`,
-          ])
-          await client.query(`ALTER TABLE "${tree(topicId)}" DETACH PARTITION "${c.name}"`)
-          await client.query(`DROP TABLE "${c.name}"`)
-          result.droppedRows += n.rows[0]?.n ?? 0
-          result.dropped.push(c.name)
-        }
-      })
-      return
+      return await run()
     } catch (err) {
-      // 55P03: lock_not_available (the lock_timeout).
-      if ((err as { code?: string }).code !== '55P03' || attempt >= (opts.dropAttempts ?? 4)) throw err
+      if ((err as { code?: string }).code !== '55P03' || attempt >= (opts.lockAttempts ?? 4)) throw err
       await sleep(20 + Math.random() * 80)
     }
   }
@@ -291,7 +300,7 @@ async function inTopicLock<T>(
         return undefined
       }
     }
-    await client.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.round(opts.lockTimeoutMs ?? 2000))}`)
+    await client.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.round(opts.lockTimeoutMs ?? 100))}`)
     const out = await fn()
     await client.query('COMMIT')
     return out
