@@ -7,6 +7,7 @@ import t from 'tap'
 import { writeNextMigration } from '../../scripts/new-migration.ts'
 import { legacyIds, maintainMessageChunks, maintainTopicChunks } from '../../src/store/message-chunks.ts'
 import { applyMigrations, MIGRATE_LOCK_KEY, MIGRATIONS_DIR, pendingMigrations } from '../../src/store/migrate.ts'
+import { partitionStarts, tableSizes } from '../../src/store/storage.ts'
 import { readMigrations } from '../../src/store/schema-engine.ts'
 import { databaseServerUrl, needsServer, testDatabase, type TeardownHost } from '../helpers/db.ts'
 import { waitUntil } from '../helpers/wait.ts'
@@ -194,6 +195,12 @@ t.test('partitioning messages into chunks copies nothing: the table is the legac
     'the table itself, not a copy',
   )
   t.equal((await legacyIds(pool)).size, 203, 'every topic and the deleted one')
+
+  // The storage gauges read it as a part of messages like a topic's tree.
+  const sizes = await tableSizes(pool)
+  t.ok((sizes.find((x) => x.table === 'messages')?.bytes ?? 0) > 0, 'messages_legacy counted in the size of messages')
+  await pool.query(`INSERT INTO topic_partitions (topic_id, partition, next_offset) VALUES (2, 0, 0), (2, 1, 0), (2, 2, 6)`)
+  t.match(await partitionStarts(pool, 2), [{ partition: 0 }, { partition: 1 }, { partition: 2, startOffset: 5 }])
 
   // An old topic's produce still lands in messages_legacy; a new topic gets a tree (made by the broker).
   await pool.query(`INSERT INTO messages (topic_id, partition, "offset", value) VALUES (2, 0, 0, '"new"')`)
