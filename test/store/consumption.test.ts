@@ -138,6 +138,41 @@ t.test('writeProgress: dead letters land in their topic with the completion, or 
   t.equal((await loadProgress(db.pool, s2.row.id, s2.topic.id, 0))!.committed, 0, 'not completed either')
 })
 
+t.test('readForDispatch: an empty read that the end offset contradicts is read once more', async (t) => {
+  // What a read planned before a chunk's attach and run after it sees: not the rows the sweep moved
+  // out of the topic's default (src/store/message-chunks.ts). Played here by holding the row out of
+  // messages until the first read has come back empty, then putting it back.
+  const s = await setup('reread')
+  await appendMessages(db, [entry(s.topic.id, 'moved')])
+  await db.pool.query(`CREATE TABLE reread_aside AS SELECT * FROM messages WHERE topic_id = $1`, [s.topic.id])
+  t.teardown(() => db.pool.query('DROP TABLE IF EXISTS reread_aside'))
+  await db.pool.query(`DELETE FROM messages WHERE topic_id = $1`, [s.topic.id])
+  let reads = 0
+  let restored = false
+  const q = {
+    query: async (text: never, values?: unknown[]) => {
+      const res = await db.pool.query(text, values)
+      if (typeof text === 'string' && (text as string).includes('CROSS JOIN LATERAL')) reads++
+      if (reads === 1 && !restored) {
+        restored = true
+        await db.pool.query(`INSERT INTO messages SELECT * FROM reread_aside`)
+      }
+      return res
+    },
+  } as unknown as Parameters<typeof readForDispatch>[0]
+  const [rows] = await readForDispatch(q, [{ topicId: s.topic.id, partition: 0, fromOffset: 0 }], 10)
+  t.same(
+    rows!.map((m) => [m.offset, m.value]),
+    [[0, '"moved"']],
+    'found by the second read',
+  )
+  t.equal(reads, 2)
+  // At the end offset, an empty read is just that: read once.
+  reads = 0
+  t.same((await readForDispatch(q, [{ topicId: s.topic.id, partition: 0, fromOffset: 1 }], 10))[0], [])
+  t.equal(reads, 1, 'no second read')
+})
+
 t.test('readForDispatch: partitions in offset order from an offset, up to a limit, with their times, in one call', async (t) => {
   const s = await setup('read')
   const other = await setup('read2')
