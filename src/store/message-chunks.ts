@@ -1,15 +1,18 @@
 /**
  * The messages table's chunks (see the migration 20261206230000_message_chunks): messages is
- * partitioned by list of topic_id, one tree per topic (messages_t<id>), and each tree by range of
- * produced_at into chunks (messages_t<id>_<from>_<to>, bounds in ms since the epoch, 0: from the
- * start) and a default (messages_t<id>_default). Retention drops a chunk whole once its end is
- * older than the topic's retention: no row is deleted, so none waits for vacuum.
+ * partitioned by range of topic_id, one tree per topic (messages_t<id>, FROM (id) TO (id + 1)),
+ * and each tree by range of produced_at into chunks (messages_t<id>_<from>_<to>, bounds in ms
+ * since the epoch, 0: from the start) and a default (messages_t<id>_default). Retention drops a
+ * chunk whole once its end is older than the topic's retention: no row is deleted, so none waits
+ * for vacuum.
  *
  * The topics that existed when messages was split have no tree: their rows, old and new, are in
- * messages_legacy (the table as it was, attached as the LIST partition of their ids, never copied),
- * and maintainLegacy deletes those past the retention row by row as before; messages_legacy is
- * dropped once none of its topics is left and it is empty. Moving such a topic to a tree would
- * change messages_legacy's bound, which takes ACCESS EXCLUSIVE on messages: not done.
+ * messages_legacy (the table as it was, never copied, attached as the range of every id below a
+ * bound the topics' id sequence starts at: legacyBound; not a list of the ids, which pg_class could
+ * not hold past some 600-1,000 of them), and maintainLegacy deletes those past the retention row
+ * by row as before; messages_legacy is dropped once none of its topics is left and it is empty.
+ * Moving such a topic to a tree would change messages_legacy's bound, which takes ACCESS EXCLUSIVE
+ * on messages: not done.
  *
  * Spans are the attempt log's (attemptPartitionPlan: a quarter of the retention, 30 s to a day),
  * shifted by a phase of the topic's own, so that topics do not all roll over at the same moment.
@@ -199,7 +202,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
  */
 export async function maintainTopicChunks(pool: pg.Pool, topicId: number, opts: ChunkMaintenanceOptions): Promise<TopicChunkResult> {
   const result: TopicChunkResult = { ran: false, created: [], dropped: [], droppedRows: 0, strayRows: 0, filedRows: 0, legacyRows: 0 }
-  if ((await legacyIds(pool)).has(topicId)) return { ...result, ran: true }
+  if (isLegacy(topicId, await legacyBound(pool))) return { ...result, ran: true }
   const client = await pool.connect()
   try {
     let failed: { err: unknown } | undefined
@@ -398,7 +401,7 @@ async function fileAndMake(client: Client, topicId: number, opts: ChunkMaintenan
       [topicId],
     )
     result.filedRows += moved.rowCount ?? 0
-    await client.query(`ALTER TABLE messages ATTACH PARTITION "${tree(topicId)}" FOR VALUES IN (${topicId})`)
+    await client.query(`ALTER TABLE messages ATTACH PARTITION "${tree(topicId)}" FOR VALUES FROM (${topicId}) TO (${topicId + 1})`)
   }
   return hasTree && made.length > 1
 }
@@ -439,13 +442,31 @@ DELETE FROM messages_legacy m USING (
 ) doomed
 WHERE m.topic_id = doomed.topic_id AND m.partition = doomed.partition AND m."offset" = doomed."offset"`
 
-/** The topic ids messages_legacy is the partition of (none once it is dropped). */
-export async function legacyIds(q: Pick<pg.Pool, 'query'>): Promise<Set<number>> {
+/**
+ * The first topic id messages_legacy does not hold: it is the partition FROM (MINVALUE) TO (this),
+ * and every topic created since has an id at or above it (the migration started the id sequence
+ * there). Undefined once it is dropped (or a new database never had it).
+ */
+export async function legacyBound(q: Pick<pg.Pool, 'query'>): Promise<number | undefined> {
   const { rows } = await q.query<{ bound: string }>(
     `SELECT pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_class c WHERE c.oid = to_regclass('messages_legacy') AND c.relispartition`,
   )
-  return new Set(rows.flatMap((r) => (/IN \((.*)\)/.exec(r.bound)?.[1] ?? '').split(',').flatMap((x) => (x.trim() ? [Number(x)] : []))))
+  const m = rows[0] && /TO \((\d+)\)/.exec(rows[0].bound)
+  if (rows[0] && !m) throw new Error(`messages_legacy has a bound this version does not know: ${rows[0].bound}`)
+  return m ? Number(m[1]) : undefined
 }
+
+/** Whether a topic's rows are messages_legacy's (its id is below the bound). */
+export const isLegacy = (topicId: number, bound: number | undefined) => bound !== undefined && topicId < bound
+
+/** The distinct topic ids of messages_legacy's rows: a walk of its primary key, one probe a topic (not a scan). */
+const LEGACY_ROW_IDS = `
+WITH RECURSIVE walk(id) AS (
+  SELECT min(topic_id) FROM messages_legacy
+  UNION ALL
+  SELECT (SELECT min(topic_id) FROM messages_legacy WHERE topic_id > walk.id) FROM walk WHERE walk.id IS NOT NULL
+)
+SELECT id FROM walk WHERE id IS NOT NULL`
 
 /**
  * messages_legacy: deletes its rows past their topic's retention (all of a deleted topic's), in
@@ -455,17 +476,18 @@ export async function legacyIds(q: Pick<pg.Pool, 'query'>): Promise<Set<number>>
  */
 async function maintainLegacy(
   pool: pg.Pool,
-  ids: Set<number>,
+  bound: number | undefined,
   opts: ChunkMaintenanceOptions & { stopped?: () => boolean },
   done: ChunkMaintenanceResult,
 ): Promise<void> {
-  if (ids.size === 0) return
+  if (bound === undefined) return
   const live = new Map(
-    (
-      await pool.query<{ id: number; retention_ms: string }>('SELECT id, retention_ms::text FROM topics WHERE id = ANY($1)', [[...ids]])
-    ).rows.map((r) => [r.id, r.retention_ms]),
+    (await pool.query<{ id: number; retention_ms: string }>('SELECT id, retention_ms::text FROM topics WHERE id < $1', [bound])).rows.map(
+      (r) => [r.id, r.retention_ms],
+    ),
   )
-  for (const id of ids) {
+  const ids = new Set([...live.keys(), ...(await pool.query<{ id: number }>(LEGACY_ROW_IDS)).rows.map((r) => r.id)])
+  for (const id of [...ids].sort((a, b) => a - b)) {
     for (;;) {
       if (opts.stopped?.()) return
       const res = await pool.query(DELETE_LEGACY, [id, live.get(id) ?? null, opts.legacySliceRows ?? 10_000])
@@ -517,8 +539,8 @@ export async function maintainMessageChunks(
 ): Promise<ChunkMaintenanceResult> {
   const done: ChunkMaintenanceResult = { created: [], dropped: [], droppedRows: 0, strayRows: 0, filedRows: 0, legacyRows: 0, failed: [] }
   const topics = await pool.query<{ id: number }>('SELECT id FROM topics')
-  const legacy = await legacyIds(pool)
-  const ids = new Set([...topics.rows.map((r) => r.id), ...(await idsWithRows(pool))].filter((id) => !legacy.has(id)))
+  const legacy = await legacyBound(pool)
+  const ids = new Set([...topics.rows.map((r) => r.id), ...(await idsWithRows(pool))].filter((id) => !isLegacy(id, legacy)))
   for (const id of [...ids].sort((a, b) => a - b)) {
     if (opts.stopped?.()) break
     try {

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import t from 'tap'
 import { writeNextMigration } from '../../scripts/new-migration.ts'
-import { legacyIds, maintainMessageChunks, maintainTopicChunks } from '../../src/store/message-chunks.ts'
+import { legacyBound, maintainMessageChunks, maintainTopicChunks } from '../../src/store/message-chunks.ts'
 import { applyMigrations, MIGRATE_LOCK_KEY, MIGRATIONS_DIR, pendingMigrations } from '../../src/store/migrate.ts'
 import { partitionStarts, tableSizes } from '../../src/store/storage.ts'
 import { readMigrations } from '../../src/store/schema-engine.ts'
@@ -144,12 +144,15 @@ t.test('partitioning messages into chunks copies nothing: the table is the legac
     // Many topics: a migration that made each one's tree in its one transaction took 28 locks a topic
     // and ran out of lock table (~720 topics in review; the limit depends on the server's
     // max_locks_per_transaction × max_connections, 1,500 did not reach it here at 64 × 400). Counted
-    // below by what the migration creates, which must not grow with the topics.
+    // below by what the migration creates, which must not grow with the topics. 2,000 of them with
+    // gaps (ids 100, 107, ... 14,093): a LIST bound of their ids made pg_class's row too big
+    // (ERROR: row is too big, at some 600-1,000 ids), so the upgrade could never succeed.
     await c.query(`INSERT INTO topics (id, name, partitions, retention_ms) VALUES (1, 'a', 1, 60000), (2, 'b', 3, 60000)`)
     await c.query(
-      `INSERT INTO topics (id, name, partitions, retention_ms) SELECT i, 'many-' || i, 1, 60000 FROM generate_series(100, 299) i`,
+      `INSERT INTO topics (id, name, partitions, retention_ms) SELECT 100 + 7 * i, 'many-' || i, 1, 60000 FROM generate_series(0, 1999) i`,
     )
-    await c.query(`SELECT setval(pg_get_serial_sequence('topics', 'id'), 299)`)
+    // Ids handed out past the last topic (topics made and deleted since): the bound is above them too.
+    await c.query(`SELECT setval(pg_get_serial_sequence('topics', 'id'), 20000)`)
     // A row of a topic whose row is gone (its messages left behind) stays too: the sweep deletes it.
     await c.query(`INSERT INTO messages (topic_id, partition, "offset", value, produced_at)
                    VALUES (1, 0, 0, '"a"', '2026-12-01T00:00:00Z'), (1, 0, 1, '"b"', now()), (2, 2, 5, '"c"', now()), (9, 0, 0, '"x"', now())`)
@@ -194,7 +197,8 @@ t.test('partitioning messages into chunks copies nothing: the table is the legac
     relfilenode,
     'the table itself, not a copy',
   )
-  t.equal((await legacyIds(pool)).size, 203, 'every topic and the deleted one')
+  t.equal(await legacyBound(pool), 20001, 'messages_legacy holds every id the sequence handed out, and no later one')
+  t.same(await read(14093), [], "the last old topic's reads reach messages_legacy")
 
   // The storage gauges read it as a part of messages like a topic's tree.
   const sizes = await tableSizes(pool)
@@ -204,14 +208,23 @@ t.test('partitioning messages into chunks copies nothing: the table is the legac
 
   // An old topic's produce still lands in messages_legacy; a new topic gets a tree (made by the broker).
   await pool.query(`INSERT INTO messages (topic_id, partition, "offset", value) VALUES (2, 0, 0, '"new"')`)
-  await pool.query(`INSERT INTO topics (id, name, partitions, retention_ms) VALUES (1000, 'fresh', 1, 60000)`)
-  await maintainTopicChunks(pool, 1000, { sweepIntervalMs: 60_000, wait: true })
-  await pool.query(`INSERT INTO messages (topic_id, partition, "offset", value) VALUES (1000, 0, 0, '"f"')`)
+  // Its id from the sequence: the first above messages_legacy's range.
+  const fresh = (await pool.query(`INSERT INTO topics (name, partitions, retention_ms) VALUES ('fresh', 1, 60000) RETURNING id`)).rows[0]
+    .id as number
+  t.equal(fresh, 20001)
+  await maintainTopicChunks(pool, fresh, { sweepIntervalMs: 60_000, wait: true })
+  await pool.query(`INSERT INTO messages (topic_id, partition, "offset", value) VALUES ($1, 0, 0, '"f"')`, [fresh])
   t.match(await read(2), [
     { offset: 0, home: 'messages_legacy' },
     { offset: 5, home: 'messages_legacy' },
   ])
-  t.match(await read(1000), [{ offset: 0, home: /^messages_t1000_\d+_\d+$/ }])
+  t.match(await read(fresh), [{ offset: 0, home: /^messages_t20001_\d+_\d+$/ }])
+  // A read of one topic plans and scans its tree only (pruned on topic_id).
+  const plan = (await pool.query(`EXPLAIN (COSTS OFF) SELECT * FROM messages WHERE topic_id = ${fresh}`)).rows
+    .map((r) => r['QUERY PLAN'] as string)
+    .join('\n')
+  t.notMatch(plan, /messages_legacy|messages_default/, plan)
+  t.match(plan, /messages_t20001_/)
 
   // Retention deletes messages_legacy's rows row by row: past the topic's retention, and a deleted topic's.
   const swept = await maintainMessageChunks(pool, { sweepIntervalMs: 60_000, wait: true })
@@ -225,13 +238,13 @@ t.test('partitioning messages into chunks copies nothing: the table is the legac
   t.equal((await read(2)).length, 2)
 
   // Once none of its topics is left and it is empty, it goes.
-  await pool.query(`DELETE FROM topics WHERE id < 1000`)
+  await pool.query(`DELETE FROM topics WHERE id < $1`, [fresh])
   const last = await maintainMessageChunks(pool, { sweepIntervalMs: 60_000, wait: true })
   t.same(last.failed, [])
   t.equal(last.legacyRows, 3)
   t.ok(last.dropped.includes('messages_legacy'))
-  t.match(await parts(), ['messages_default', 'messages_t1000'])
-  t.equal((await read(1000)).length, 1)
+  t.match(await parts(), ['messages_default', 'messages_t20001'])
+  t.equal((await read(fresh)).length, 1)
 })
 
 t.test('concurrent starts on one fresh database apply each migration once', { skip: needsServer }, async (t) => {
