@@ -28,6 +28,7 @@ import { oldestWaitingSeconds } from './store/outbox.ts'
 import { Metrics } from './metrics.ts'
 import { readStorageStats } from './store/storage.ts'
 import { attemptPartitionPlan, maintainAttemptPartitions } from './store/attempt-partitions.ts'
+import { maintainMessageChunks, maintainTopicChunks } from './store/message-chunks.ts'
 import { OperationsService } from './service/operations.ts'
 import type { Services } from './service/services.ts'
 import { SecretBox } from './security/secrets.ts'
@@ -217,6 +218,14 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     topics.onChange(async ({ created, deleted }) => {
       if (deleted) await cluster.topicDeleted(deleted.id)
       if (created) await cluster.topicCreated(created.name)
+      // A new topic's tree of message chunks before it is answered, so its messages go straight
+      // into chunks (failing that, they wait in messages_default and the next sweep files them).
+      if (created) {
+        await maintainTopicChunks(database.pool, created.id, { sweepIntervalMs: config.retentionIntervalMs, wait: true }).catch(
+          (err: unknown) =>
+            opts.logger?.warn({ err, topic: created.name }, 'making a new topic’s message chunks failed; the next sweep tries again'),
+        )
+      }
     })
     const keys = new KeyService(database, { log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) } })
     // Stored keys count only when HOOKQ_API_KEYS turns authentication on; said at start-up when some would be ignored.
@@ -264,7 +273,9 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       attemptRetentionMs: config.attemptRetentionMs,
       sliceRows: 10_000,
       onError: (err) => opts.logger?.error({ err }, 'retention sweep failed; retrying at the next interval'),
-      onDeleted: (topic, rows) => opts.logger?.info({ topic, rows }, 'deleted messages past retention'),
+      onDeleted: (rows) => opts.logger?.info({ rows }, 'deleted messages past retention'),
+      onChunkError: (topicId, err) =>
+        opts.logger?.warn({ err, topicId }, 'maintaining a topic’s message chunks failed; the next sweep tries again'),
       attemptPartitions,
       vacuumMessages: noAutovacuum,
       onAttemptPartitions: (r) =>
@@ -315,6 +326,19 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       wait: true,
       lockTimeoutMs: 10_000,
     }).catch((err: unknown) => opts.logger?.warn({ err }, 'making the attempt log partitions failed; the next sweep tries again'))
+    // The message chunks of every topic likewise, one topic at a time.
+    // Its table locks are waited for briefly and tried again (not 10 s: a waiting exclusive lock
+    // request stops the topic's produce and reads behind it); what fails is done at the next sweep.
+    const chunks = await maintainMessageChunks(database.pool, {
+      sweepIntervalMs: config.retentionIntervalMs,
+      wait: true,
+    }).catch((err: unknown) => {
+      opts.logger?.warn({ err }, 'making the message chunks failed; the next sweep tries again')
+      return null
+    })
+    for (const f of chunks?.failed ?? []) {
+      opts.logger?.warn({ err: f.err, topicId: f.topicId }, 'making a topic’s message chunks failed; the next sweep tries again')
+    }
     await cluster.start(config.advertiseUrl ?? null, opts.loadInBackground)
     retention.start()
     outbox.start()

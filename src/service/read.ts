@@ -57,7 +57,7 @@ export class ReadService {
         `topic ${topicName} has ${topic.partitions} partitions (0 to ${topic.partitions - 1}); there is no partition ${partition}`,
       )
     }
-    const rows = await readMessages(this.db.prisma, topic.id, partition, fromOffset, limit, PAGE_BYTES)
+    const rows = await readMessages(this.db.pool, topic.id, partition, fromOffset, limit, PAGE_BYTES)
     const messages = rows.map((r) => ({
       partition: r.partition,
       offset: r.offset,

@@ -1,8 +1,9 @@
 /**
- * Retention, by a loop that wakes every `intervalMs`: messages older than their topic's
- * retentionMs are deleted, in slices. Offsets are never reused: a partition's end offset stays
- * where it is, and a read from an offset that has been deleted starts at the oldest one kept (like
- * Kafka's log start offset). Push attempts go whole partitions at a time once everything in a
+ * Retention, by a loop that wakes every `intervalMs`: messages go whole chunks at a time, a chunk
+ * being one topic's messages of a span of time, once its end is older than the topic's retentionMs
+ * (src/store/message-chunks.ts, which also makes the chunks ahead, one short transaction per topic).
+ * Offsets are never reused: a partition's end offset stays where it is, and a read from an offset
+ * that has gone starts at the oldest one kept (like Kafka's log start offset). Push attempts go whole partitions at a time once everything in a
  * partition is older than `attemptRetentionMs` (src/store/attempt-partitions.ts, which also makes
  * the partitions ahead): no row is deleted, so none waits for vacuum. What attempt counts need
  * (the newest attempt of a message still in progress) is carried forward, so its next push has
@@ -15,12 +16,12 @@
  * committed offset passes them, produce_outbox its rows as they move, schedule_runners its old spans
  * at each ticker start (docs/performance.md, "What bounds each table").
  *
- * Where autovacuum does not run, the sweeper vacuums messages and idempotency keys itself once
- * enough of them are deleted.
+ * Where autovacuum does not run, the sweeper vacuums messages (rows are deleted there only out of
+ * the default partitions and messages_legacy) and idempotency keys itself once enough of them are deleted.
  *
- * Every broker process sweeps: two sweeps at once delete each message once (the slices wait on
- * each other's row locks and then find the rows gone); one process at a time maintains the
- * attempt log's partitions, the others wait their turn and find nothing left to do.
+ * Every broker process sweeps: one process at a time maintains a topic's chunks (the others wait
+ * for that topic and find nothing left to do), likewise the attempt log's partitions; two sweeps
+ * at once delete each idempotency key once (the slices wait on each other's row locks).
  *
  * States: idle (sleeping) → sweeping → idle …; stop() ends the loop after the current slice.
  * One failed sweep (database away) is logged and retried at the next interval: the loop never dies.
@@ -28,7 +29,8 @@
 import type { Database } from '../store/db.ts'
 import { deleteExpiredHealth } from '../store/consumer-health.ts'
 import { maintainAttemptPartitions, type MaintenanceResult, type PartitionPlan } from '../store/attempt-partitions.ts'
-import { deleteExpired, deleteExpiredKeys, type SweptTable, vacuumIfDue } from '../store/messages.ts'
+import { maintainMessageChunks } from '../store/message-chunks.ts'
+import { deleteExpiredKeys, type SweptTable, vacuumIfDue } from '../store/messages.ts'
 import { deleteExpiredSetAside } from '../store/outbox.ts'
 import { listTopics } from '../store/topics.ts'
 import { timerDelayMs } from '../timer-delay.ts'
@@ -39,7 +41,7 @@ export interface RetentionOptions {
   attemptRetentionMs: number
   /** How the attempt log is partitioned (attemptPartitionPlan). */
   attemptPartitions: PartitionPlan
-  /** Messages deleted per statement. */
+  /** Idempotency keys deleted per statement. */
   sliceRows: number
   /**
    * Vacuum the tables the sweep deletes rows from (messages, idempotency keys) after sweeps, as
@@ -47,13 +49,20 @@ export interface RetentionOptions {
    */
   vacuumMessages?: boolean
   onError(err: unknown): void
-  onDeleted?(topic: string, rows: number): void
+  onDeleted?(rows: number): void
+  /** A topic's chunk maintenance failed (a lock not had in time): tried again at the next sweep. */
+  onChunkError?(topicId: number, err: unknown): void
   onAttemptPartitions?(result: MaintenanceResult): void
 }
 
 /** What one sweep deleted. */
 export interface SweepResult {
+  /** Messages gone: with their chunks, or deleted out of a default partition or messages_legacy. */
   messages: number
+  /** Chunks of messages dropped. */
+  messageChunks: number
+  /** Messages moved out of a default partition into the chunks made for them. */
+  filedMessages: number
   /** Attempts dropped with their partitions (not those carried forward). */
   attempts: number
   /** Partitions of the attempt log dropped. */
@@ -86,26 +95,38 @@ export class RetentionSweeper {
    * are judged by the database's clock.
    */
   async sweep(nowMs = Date.now()): Promise<SweepResult> {
-    const done: SweepResult = { messages: 0, attempts: 0, attemptPartitions: 0, idempotencyKeys: 0, setAside: 0 }
+    const done: SweepResult = {
+      messages: 0,
+      messageChunks: 0,
+      filedMessages: 0,
+      attempts: 0,
+      attemptPartitions: 0,
+      idempotencyKeys: 0,
+      setAside: 0,
+    }
+    const chunks = await maintainMessageChunks(this.db.pool, {
+      sweepIntervalMs: this.opts.intervalMs,
+      // Another process maintaining a topic is waited for (a moment), then this one finds nothing left to do.
+      wait: true,
+      stopped: () => this.stopped,
+    })
+    for (const f of chunks.failed) this.opts.onChunkError?.(f.topicId, f.err)
+    done.messages = chunks.droppedRows + chunks.strayRows + chunks.legacyRows
+    done.messageChunks = chunks.dropped.length
+    done.filedMessages = chunks.filedRows
+    if (done.messages > 0) this.opts.onDeleted?.(done.messages)
     for (const topic of await listTopics(this.db.prisma)) {
-      for (;;) {
-        if (this.stopped) return done
-        const n = await deleteExpired(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
-        done.messages += n
-        if (n > 0) this.opts.onDeleted?.(topic.name, n)
-        // A short slice is not the end when another process sweeps at once: its slice took some of
-        // the rows this one had chosen (gone once their locks were let go). Only an empty slice is
-        // (one index probe more per topic and sweep).
-        if (n === 0) break
-      }
       for (;;) {
         if (this.stopped) return done
         const n = await deleteExpiredKeys(this.db.pool, topic.id, topic.retentionMs, this.opts.sliceRows)
         done.idempotencyKeys += n
-        if (n === 0) break // as above
+        // A short slice is not the end when another process sweeps at once: its slice took some of
+        // the rows this one had chosen (they were gone once their locks were let go). Only an
+        // empty slice is (one index probe more per topic and sweep).
+        if (n === 0) break
       }
     }
-    await this.vacuumIfDue('messages', done.messages)
+    await this.vacuumIfDue('messages', chunks.strayRows + chunks.filedRows + chunks.legacyRows)
     await this.vacuumIfDue('idempotency_keys', done.idempotencyKeys)
     const kept = await maintainAttemptPartitions(this.db.pool, {
       nowMs: Date.now(),

@@ -28,6 +28,7 @@
  * the next sweep.
  */
 import type pg from 'pg'
+import { partitionStarts } from './storage.ts'
 
 /** "hkqP": the attempt log's partition maintenance. */
 const MAINTENANCE_LOCK_KEY = 0x686b7150
@@ -104,7 +105,10 @@ export function partitionsToCreate(kept: AttemptPartition[], nowMs: number, plan
 }
 
 // The newest row in the dropped partitions of every message its group has not completed and its
-// topic still keeps, filed now. Newest by attempt number among those since the partition's last seek
+// topic still keeps, filed now. "Still keeps": not below its partition's first offset kept ($2-$4,
+// read before the maintenance's transaction, topic by topic: reading messages here would lock every
+// topic's chunks in this one transaction; read earlier, a first offset can only be lower than now,
+// which keeps a row more, never one less). Newest by attempt number among those since the partition's last seek
 // (what attemptCounts counts), not by start time: processes' clocks differ. By group partition from the committed offset up (the primary key's
 // prefix), so the partitions are read where messages are in progress, not whole.
 const copyForward = (tables: string[]) => `
@@ -124,7 +128,8 @@ CROSS JOIN LATERAL (
 WHERE NOT EXISTS (SELECT 1 FROM group_completions c
                   WHERE c.group_id = d.group_id AND c.topic_id = d.topic_id AND c.partition = d.partition AND c."offset" = d."offset")
   AND (d.outcome = 'in_flight'
-       OR EXISTS (SELECT 1 FROM messages m WHERE m.topic_id = d.topic_id AND m.partition = d.partition AND m."offset" = d."offset"))
+       OR NOT EXISTS (SELECT 1 FROM unnest($2::int[], $3::int[], $4::bigint[]) AS k(topic_id, partition, first)
+                      WHERE k.topic_id = d.topic_id AND k.partition = d.partition AND d."offset" < k.first))
 ORDER BY d.group_id, d.partition, d."offset", (o.seeked_at IS NULL OR d.started_at >= o.seeked_at) DESC, d.attempt DESC, d.started_at DESC`
 
 export interface MaintenanceOptions {
@@ -145,6 +150,11 @@ export interface MaintenanceOptions {
  */
 export async function maintainAttemptPartitions(pool: pg.Pool, opts: MaintenanceOptions): Promise<MaintenanceResult> {
   const result: MaintenanceResult = { ran: false, created: [], dropped: [], droppedRows: 0, keptRows: 0 }
+  // The first offsets kept, only when rows may be copied forward (something to drop or file).
+  const due =
+    (await listAttemptPartitions(pool)).some((p) => p.toMs <= opts.cutoffMs) ||
+    (await pool.query(`SELECT 1 FROM ${DEFAULT_PARTITION} LIMIT 1`)).rows.length > 0
+  const firsts = due ? await partitionStarts(pool) : []
   const client = await pool.connect()
   try {
     await client.query('BEGIN')
@@ -193,7 +203,12 @@ export async function maintainAttemptPartitions(pool: pg.Pool, opts: Maintenance
         await client.query('DELETE FROM hookq_strays WHERE filed_at > to_timestamp($1 / 1000.0)', [opts.cutoffMs])
         const past = await client.query<{ n: number }>('SELECT count(*)::float8 AS n FROM hookq_strays')
         result.droppedRows += past.rows[0]!.n
-        const copied = await client.query(copyForward([...doomed.map((p) => `${p.name}_gone`), 'hookq_strays']), [opts.nowMs])
+        const copied = await client.query(copyForward([...doomed.map((p) => `${p.name}_gone`), 'hookq_strays']), [
+          opts.nowMs,
+          firsts.map((f) => f.topicId),
+          firsts.map((f) => f.partition),
+          firsts.map((f) => f.startOffset),
+        ])
         result.keptRows = copied.rowCount ?? 0
         for (const p of doomed) await client.query(`DROP TABLE "${p.name}_gone"`)
         result.created = created.map((p) => p.name)

@@ -113,58 +113,99 @@ export interface ReadFrom {
   fromOffset: number
 }
 
+// One topic's partitions from their offsets. The topic id is a parameter of an unnamed statement,
+// so PostgreSQL plans it with the value (a custom plan): the plan names only that topic's chunks of
+// messages (list partitioning on topic_id), which are all it opens and locks. A named statement, or
+// one read for several topics, would come to a plan over every chunk of every topic: a few hundred
+// topics' chunks exhaust the lock table (docs/performance.md, "Messages in chunks").
+// A row from before trace ids were kept gets one derived from what identifies it: the same at every read.
+const READ_FOR_DISPATCH = `SELECT r.i::int AS i, m."offset", m.key, m.value, m.headers,
+       (extract(epoch from m.produced_at) * 1000)::float8 AS produced_ms,
+       (extract(epoch from m.available_at) * 1000)::float8 AS available_ms,
+       coalesce(translate(m.trace_id::text, '-', ''), md5($1::int || '/' || r.p || '/' || m."offset" || '/' || extract(epoch from m.produced_at))) AS trace_id,
+       m.traceparent, m.tracestate
+FROM unnest($2::int[], $3::bigint[], $4::int[]) AS r(p, f, i)
+CROSS JOIN LATERAL (
+  SELECT "offset", key, value, headers, produced_at, available_at, trace_id, traceparent, tracestate FROM messages
+  WHERE topic_id = $1 AND partition = r.p AND "offset" >= r.f ORDER BY "offset" LIMIT $5
+) m`
+
 /**
  * Up to `limit` messages of each partition from its `fromOffset`, in offset order: one array per
- * request, in request order. One statement for them all: a process that another process's produce
- * call told of appends to several of its partitions reads them in one round trip, not one each.
+ * request, in request order. One statement per topic (see READ_FOR_DISPATCH), run at once on the
+ * pool: a process that another process's produce call told of appends to several of its
+ * partitions reads each topic's in one round trip, not one each.
  */
 export async function readForDispatch(q: Queryable, reads: readonly ReadFrom[], limit: number): Promise<DispatchMessage[][]> {
   const out: DispatchMessage[][] = reads.map(() => [])
   if (reads.length === 0) return out
-  const res = await q.query<{
-    i: number
-    offset: number
-    key: string | null
-    value: string
-    headers: string
-    produced_ms: number
-    available_ms: number
-    trace_id: string
-    traceparent: string | null
-    tracestate: string | null
-  }>({
-    name: 'hookq_read_for_dispatch',
-    // A row from before trace ids were kept gets one derived from what identifies it: the same at every read.
-    text: `SELECT r.i::int AS i, m."offset", m.key, m.value, m.headers,
-                  (extract(epoch from m.produced_at) * 1000)::float8 AS produced_ms,
-                  (extract(epoch from m.available_at) * 1000)::float8 AS available_ms,
-                  coalesce(translate(m.trace_id::text, '-', ''), md5(r.t || '/' || r.p || '/' || m."offset" || '/' || extract(epoch from m.produced_at))) AS trace_id,
-                  m.traceparent, m.tracestate
-           FROM unnest($1::int[], $2::int[], $3::bigint[]) WITH ORDINALITY AS r(t, p, f, i)
-           CROSS JOIN LATERAL (
-             SELECT "offset", key, value, headers, produced_at, available_at, trace_id, traceparent, tracestate FROM messages
-             WHERE topic_id = r.t AND partition = r.p AND "offset" >= r.f ORDER BY "offset" LIMIT $4
-           ) m`,
-    values: [
-      numberArray(reads.map((r) => r.topicId)),
-      numberArray(reads.map((r) => r.partition)),
-      numberArray(reads.map((r) => r.fromOffset)),
-      limit,
-    ],
+  const byTopic = new Map<number, number[]>()
+  reads.forEach((r, k) => {
+    let ks = byTopic.get(r.topicId)
+    if (!ks) byTopic.set(r.topicId, (ks = []))
+    ks.push(k + 1)
   })
-  for (const r of res.rows) {
-    out[r.i - 1]!.push({
-      offset: r.offset,
-      key: r.key,
-      value: r.value,
-      // Most messages have no headers: they share one '{}' instead of each keeping the one read.
-      headers: r.headers === '{}' ? NO_HEADERS : r.headers,
-      producedAtMs: r.produced_ms,
-      availableAtMs: r.available_ms,
-      traceId: r.trace_id,
-      traceparent: r.traceparent,
-      tracestate: r.tracestate,
-    })
+  const readTopic = (topicId: number, ks: number[]) =>
+    q.query<{
+      i: number
+      offset: number
+      key: string | null
+      value: string
+      headers: string
+      produced_ms: number
+      available_ms: number
+      trace_id: string
+      traceparent: string | null
+      tracestate: string | null
+    }>(READ_FOR_DISPATCH, [
+      topicId,
+      numberArray(ks.map((k) => reads[k - 1]!.partition)),
+      numberArray(ks.map((k) => reads[k - 1]!.fromOffset)),
+      numberArray(ks),
+      limit,
+    ])
+  const take = (res: Awaited<ReturnType<typeof readTopic>>) => {
+    for (const r of res.rows) {
+      out[r.i - 1]!.push({
+        offset: r.offset,
+        key: r.key,
+        value: r.value,
+        // Most messages have no headers: they share one '{}' instead of each keeping the one read.
+        headers: r.headers === '{}' ? NO_HEADERS : r.headers,
+        producedAtMs: r.produced_ms,
+        availableAtMs: r.available_ms,
+        traceId: r.trace_id,
+        traceparent: r.traceparent,
+        tracestate: r.tracestate,
+      })
+    }
+  }
+  for (const res of await Promise.all([...byTopic].map(([topicId, ks]) => readTopic(topicId, ks)))) take(res)
+  // An empty read is taken for "caught up" (partition-log.ts). One that the partition's end offset
+  // contradicts is read once more: the retention sweep may have moved the rows it wanted from a
+  // default partition into a chunk attached just then, and a read planned before the attach but run
+  // after it looks in the default alone (src/store/message-chunks.ts). Planned again, it sees the
+  // chunk. Rarely more than a lookup: an empty read usually means nothing was produced.
+  const empty = reads.flatMap((_read, k) => (out[k]!.length === 0 ? [k + 1] : []))
+  if (empty.length > 0) {
+    const ends = await q.query<{ i: number }>(
+      `SELECT r.i::int AS i FROM unnest($1::int[], $2::int[], $3::bigint[], $4::int[]) AS r(t, p, f, i)
+       JOIN topic_partitions tp ON tp.topic_id = r.t AND tp.partition = r.p WHERE tp.next_offset > r.f`,
+      [
+        numberArray(empty.map((k) => reads[k - 1]!.topicId)),
+        numberArray(empty.map((k) => reads[k - 1]!.partition)),
+        numberArray(empty.map((k) => reads[k - 1]!.fromOffset)),
+        numberArray(empty),
+      ],
+    )
+    const again = new Map<number, number[]>()
+    for (const { i } of ends.rows) {
+      const topicId = reads[i - 1]!.topicId
+      let ks = again.get(topicId)
+      if (!ks) again.set(topicId, (ks = []))
+      ks.push(i)
+    }
+    for (const res of await Promise.all([...again].map(([topicId, ks]) => readTopic(topicId, ks)))) take(res)
   }
   // Each partition's rows come in offset order from its index scan; the statement does not promise
   // that order across the join, so check it (cheap) rather than trust it.

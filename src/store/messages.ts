@@ -6,7 +6,7 @@
  * API. Reads go through Prisma; a page of messages is raw SQL too, bounded by bytes with a window.
  */
 import { numberArray } from './arrays.ts'
-import type { Database, PrismaExecutor, Queryable } from './db.ts'
+import type { Database, Queryable } from './db.ts'
 import { CommitOutcomeUnknown, isAnswerLost } from './errors.ts'
 
 /**
@@ -130,6 +130,11 @@ const RETRYABLE = new Set([
   '23505', // unique_violation: a concurrent writer stored the same idempotency key first
   '40P01', // deadlock_detected
   '40001', // serialization_failure
+  // check_violation: the only check on messages is a partition's bound, and a row breaks it only when
+  // the insert was routed to a topic's default partition and then waited for its lock while the
+  // sweep attached the chunk that now holds that span (src/store/message-chunks.ts); run again, it
+  // is routed to the chunk.
+  '23514',
 ])
 const MAX_ATTEMPTS = 4
 
@@ -230,16 +235,23 @@ ORDER BY "offset"`
  * `maxBytes` of them past the first (values, headers and keys).
  */
 export async function readMessages(
-  p: PrismaExecutor,
+  q: Queryable,
   topicId: number,
   partition: number,
   fromOffset: number,
   limit: number,
   maxBytes = Number.MAX_SAFE_INTEGER,
 ): Promise<StoredMessage[]> {
-  const rows = await p.$queryRawUnsafe<
-    { partition: number; offset: bigint; key: string | null; value: string; headers: string; produced_at: Date }[]
-  >(READ_PAGE, topicId, partition, BigInt(fromOffset), limit, BigInt(maxBytes))
+  // An unnamed statement, not Prisma's prepared ones: planned with the topic id's value, so only
+  // that topic's chunks are planned, opened and locked (a generic plan would lock every topic's).
+  const { rows } = await q.query<{
+    partition: number
+    offset: number
+    key: string | null
+    value: string
+    headers: string
+    produced_at: Date
+  }>(READ_PAGE, [topicId, partition, fromOffset, limit, Math.min(maxBytes, Number.MAX_SAFE_INTEGER)])
   return rows.map((r) => ({
     partition: r.partition,
     offset: Number(r.offset),
@@ -373,23 +385,6 @@ export async function storedIdempotencyKeys(
   return found
 }
 
-// Deletes one bounded slice of the expired messages of a topic, so a large backlog is removed in
-// short transactions instead of one long one that holds locks and bloats WAL at once.
-const DELETE_EXPIRED = `
-DELETE FROM messages m USING (
-  SELECT topic_id, partition, "offset" FROM messages
-  WHERE topic_id = $1 AND produced_at < clock_timestamp() - $2::bigint * interval '1 millisecond'
-  ORDER BY partition, "offset" -- from the front of each partition, so no slice leaves a hole mid-log
-  LIMIT $3
-) doomed
-WHERE m.topic_id = doomed.topic_id AND m.partition = doomed.partition AND m."offset" = doomed."offset"`
-
-/** Deletes up to `limit` messages of the topic older than `retentionMs`; returns how many. */
-export async function deleteExpired(q: Queryable, topicId: number, retentionMs: number, limit: number): Promise<number> {
-  const res = await q.query(DELETE_EXPIRED, [topicId, retentionMs, limit])
-  return res.rowCount ?? 0
-}
-
 // One bounded slice of a topic's idempotency keys past its retention, through (topic_id, produced_at).
 const DELETE_EXPIRED_KEYS = `
 DELETE FROM idempotency_keys i USING (
@@ -415,19 +410,25 @@ export type SweptTable = 'messages' | 'idempotency_keys'
  * Vacuums a table the sweep deletes rows from when the rows deleted since its last vacuum pass what
  * autovacuum waits for (50 + 20% of the rows it holds, PostgreSQL's defaults); returns whether it
  * did. For servers where autovacuum does not run: without it a deleted row's space is never reused
- * and the table grows with traffic. SKIP_LOCKED: a vacuum already running (another process's) is
- * not waited for.
+ * and the table grows with traffic. For messages, only the default partitions and messages_legacy:
+ * rows are deleted (or moved) out of them alone, the chunks go whole. SKIP_LOCKED: a vacuum already running
+ * (another process's) is not waited for.
  */
 export async function vacuumIfDue(q: Queryable, table: SweptTable, deletedSinceVacuum: number): Promise<boolean> {
-  const res = await q.query<{ rows: number }>(`SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = $1::regclass`, [
-    table,
-  ])
-  if (deletedSinceVacuum < 50 + 0.2 * (res.rows[0]?.rows ?? 0)) return false
-  await q.query(`VACUUM (SKIP_LOCKED) ${table}`)
+  const res = await q.query<{ name: string; rows: number }>(
+    table === 'messages'
+      ? `SELECT c.relname AS name, greatest(c.reltuples, 0)::float8 AS rows FROM pg_class c
+         WHERE c.relkind = 'r' AND c.relname ~ '^messages_(default|legacy|t[0-9]+_default)$'`
+      : `SELECT relname AS name, greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = $1::regclass`,
+    table === 'messages' ? [] : [table],
+  )
+  const rows = res.rows.reduce((n, r) => n + r.rows, 0)
+  if (res.rows.length === 0 || deletedSinceVacuum < 50 + 0.2 * rows) return false
+  await q.query(`VACUUM (SKIP_LOCKED) ${res.rows.map((r) => `"${r.name}"`).join(', ')}`)
   return true
 }
 
-/** The oldest offset kept per partition (retention deletes from the front), or null when empty. */
+/** The oldest offset kept per partition (retention takes the front), or null when empty. */
 export async function firstOffsets(q: Queryable, topicId: number): Promise<Map<number, number>> {
   const res = await q.query<{ partition: number; first: number }>(
     `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 GROUP BY partition`,

@@ -57,16 +57,18 @@ export async function setTopicRetention(p: PrismaExecutor, id: number, retention
 }
 
 /**
- * Deletes the topic with its partitions, messages, idempotency keys, and the groups' offsets, completions and
+ * Deletes the topic with its partitions, idempotency keys, and the groups' offsets, completions and
  * attempts on it, in one transaction of its own (the hot tables have no foreign keys to cascade: see
  * prisma/schema.prisma); hence the client, not a transaction's.
  */
 export async function deleteTopic(prisma: Prisma, id: number): Promise<boolean> {
   // Its schedules first: a tick locks its schedule's row before the partition rows it appends to,
   // and the cascade from the topic row would lock them the other way round (a deadlock).
-  const [, , , , , , { count }] = await prisma.$transaction([
+  // Its messages are not deleted here, row by row in this transaction: the retention sweep drops its
+  // chunks whole (and deletes its rows out of messages_legacy), src/store/message-chunks.ts. Until
+  // then nothing reaches them: the topic's id is never reused, and its groups' offsets go here.
+  const [, , , , , { count }] = await prisma.$transaction([
     prisma.schedule.deleteMany({ where: { topicId: id } }),
-    prisma.message.deleteMany({ where: { topicId: id } }),
     prisma.idempotencyKey.deleteMany({ where: { topicId: id } }),
     prisma.groupOffset.deleteMany({ where: { topicId: id } }),
     prisma.groupCompletion.deleteMany({ where: { topicId: id } }),

@@ -53,7 +53,7 @@ t.test('offsets reported in input order match the rows stored, across partitions
   t.equal(new Set(rows.map((r) => r.at_ms)).size, 1, 'one produce time for the statement')
   for (const r of rows) {
     const e = entries[r.ord - 1]!
-    const [stored] = await readMessages(db.prisma, e.topicId, r.partition, r.offset, 1)
+    const [stored] = await readMessages(db.pool, e.topicId, r.partition, r.offset, 1)
     t.equal(stored?.value, e.value, `${JSON.parse(e.value)} is stored at ${r.partition}/${r.offset}`)
     t.equal(stored?.timestamp.getTime(), r.at_ms, 'at the produce time reported')
   }

@@ -5,7 +5,9 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import t from 'tap'
 import { writeNextMigration } from '../../scripts/new-migration.ts'
+import { legacyBound, maintainMessageChunks, maintainTopicChunks } from '../../src/store/message-chunks.ts'
 import { applyMigrations, MIGRATE_LOCK_KEY, MIGRATIONS_DIR, pendingMigrations } from '../../src/store/migrate.ts'
+import { partitionStarts, tableSizes } from '../../src/store/storage.ts'
 import { readMigrations } from '../../src/store/schema-engine.ts'
 import { databaseServerUrl, needsServer, testDatabase, type TeardownHost } from '../helpers/db.ts'
 import { waitUntil } from '../helpers/wait.ts'
@@ -128,6 +130,121 @@ t.test('moving idempotency keys to their own table keeps every message and every
     { key: 'k-c', partition: 2, offset: 5 },
   ])
   t.same(after.column, [], 'messages no longer has the column')
+})
+
+t.test('partitioning messages into chunks copies nothing: the table is the legacy partition, read and swept as before', async (t) => {
+  const db = await testDatabase(t, { empty: true })
+  const singleConnection = db.maxConnections === 1
+  const dir = await tempDir(t)
+  const chunking = names.find((n) => n.endsWith('_message_chunks'))!
+  await cp(MIGRATIONS_DIR, dir, { recursive: true })
+  for (const n of names.filter((n) => n >= chunking)) await rm(path.join(dir, n), { recursive: true })
+  await applyMigrations(db.url, { singleConnection, migrationsDir: dir })
+  await withClient(db.url, async (c) => {
+    // Many topics: a migration that made each one's tree in its one transaction took 28 locks a topic
+    // and ran out of lock table (~720 topics in review; the limit depends on the server's
+    // max_locks_per_transaction × max_connections, 1,500 did not reach it here at 64 × 400). Counted
+    // below by what the migration creates, which must not grow with the topics. 2,000 of them with
+    // gaps (ids 100, 107, ... 14,093): a LIST bound of their ids made pg_class's row too big
+    // (ERROR: row is too big, at some 600-1,000 ids), so the upgrade could never succeed.
+    await c.query(`INSERT INTO topics (id, name, partitions, retention_ms) VALUES (1, 'a', 1, 60000), (2, 'b', 3, 60000)`)
+    await c.query(
+      `INSERT INTO topics (id, name, partitions, retention_ms) SELECT 100 + 7 * i, 'many-' || i, 1, 60000 FROM generate_series(0, 1999) i`,
+    )
+    // Ids handed out past the last topic (topics made and deleted since): the bound is above them too.
+    await c.query(`SELECT setval(pg_get_serial_sequence('topics', 'id'), 20000)`)
+    // A row of a topic whose row is gone (its messages left behind) stays too: the sweep deletes it.
+    await c.query(`INSERT INTO messages (topic_id, partition, "offset", value, produced_at)
+                   VALUES (1, 0, 0, '"a"', '2026-12-01T00:00:00Z'), (1, 0, 1, '"b"', now()), (2, 2, 5, '"c"', now()), (9, 0, 0, '"x"', now())`)
+  })
+  const relfilenode = await withClient(
+    db.url,
+    async (c) => (await c.query(`SELECT relfilenode FROM pg_class WHERE relname = 'messages'`)).rows[0].relfilenode as number,
+  )
+  const relations = () =>
+    withClient(
+      db.url,
+      async (c) => (await c.query(`SELECT count(*)::int AS n FROM pg_class WHERE relkind IN ('r', 'p', 'i', 'I')`)).rows[0].n as number,
+    )
+  const before = await relations()
+  await applyMigrations(db.url, { singleConnection })
+  const made = (await relations()) - before
+  t.ok(made <= 6, `the migration made a parent, an index and a default (with theirs: ${made}), whatever the topics; not a tree each`)
+  const pool = new pg.Pool({ connectionString: db.url, max: singleConnection ? 1 : 4 })
+  t.teardown(() => pool.end())
+  // As reads run: one topic a statement, unnamed (a custom plan prunes to the topic's partition).
+  const read = async (topicId: number) =>
+    (
+      await pool.query(
+        `SELECT partition, "offset"::int, value, tableoid::regclass::text AS home FROM messages WHERE topic_id = $1 ORDER BY 1, 2`,
+        [topicId],
+      )
+    ).rows
+  const parts = async () =>
+    (
+      await pool.query(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                        WHERE i.inhparent = 'messages'::regclass ORDER BY 1`)
+    ).rows.map((r) => r.name)
+  t.same(await read(1), [
+    { partition: 0, offset: 0, value: '"a"', home: 'messages_legacy' },
+    { partition: 0, offset: 1, value: '"b"', home: 'messages_legacy' },
+  ])
+  t.same(await read(2), [{ partition: 2, offset: 5, value: '"c"', home: 'messages_legacy' }])
+  t.same(await read(9), [{ partition: 0, offset: 0, value: '"x"', home: 'messages_legacy' }], "a deleted topic's rows")
+  t.same(await parts(), ['messages_default', 'messages_legacy'], 'no tree made by the migration')
+  t.equal(
+    (await pool.query(`SELECT relfilenode FROM pg_class WHERE relname = 'messages_legacy'`)).rows[0].relfilenode,
+    relfilenode,
+    'the table itself, not a copy',
+  )
+  t.equal(await legacyBound(pool), 20001, 'messages_legacy holds every id the sequence handed out, and no later one')
+  t.same(await read(14093), [], "the last old topic's reads reach messages_legacy")
+
+  // The storage gauges read it as a part of messages like a topic's tree.
+  const sizes = await tableSizes(pool)
+  t.ok((sizes.find((x) => x.table === 'messages')?.bytes ?? 0) > 0, 'messages_legacy counted in the size of messages')
+  await pool.query(`INSERT INTO topic_partitions (topic_id, partition, next_offset) VALUES (2, 0, 0), (2, 1, 0), (2, 2, 6)`)
+  t.match(await partitionStarts(pool, 2), [{ partition: 0 }, { partition: 1 }, { partition: 2, startOffset: 5 }])
+
+  // An old topic's produce still lands in messages_legacy; a new topic gets a tree (made by the broker).
+  await pool.query(`INSERT INTO messages (topic_id, partition, "offset", value) VALUES (2, 0, 0, '"new"')`)
+  // Its id from the sequence: the first above messages_legacy's range.
+  const fresh = (await pool.query(`INSERT INTO topics (name, partitions, retention_ms) VALUES ('fresh', 1, 60000) RETURNING id`)).rows[0]
+    .id as number
+  t.equal(fresh, 20001)
+  await maintainTopicChunks(pool, fresh, { sweepIntervalMs: 60_000, wait: true })
+  await pool.query(`INSERT INTO messages (topic_id, partition, "offset", value) VALUES ($1, 0, 0, '"f"')`, [fresh])
+  t.match(await read(2), [
+    { offset: 0, home: 'messages_legacy' },
+    { offset: 5, home: 'messages_legacy' },
+  ])
+  t.match(await read(fresh), [{ offset: 0, home: /^messages_t20001_\d+_\d+$/ }])
+  // A read of one topic plans and scans its tree only (pruned on topic_id).
+  const plan = (await pool.query(`EXPLAIN (COSTS OFF) SELECT * FROM messages WHERE topic_id = ${fresh}`)).rows
+    .map((r) => r['QUERY PLAN'] as string)
+    .join('\n')
+  t.notMatch(plan, /messages_legacy|messages_default/, plan)
+  t.match(plan, /messages_t20001_/)
+
+  // Retention deletes messages_legacy's rows row by row: past the topic's retention, and a deleted topic's.
+  const swept = await maintainMessageChunks(pool, { sweepIntervalMs: 60_000, wait: true })
+  t.same(swept.failed, [])
+  t.equal(swept.legacyRows, 2)
+  t.same(
+    (await read(1)).map((r) => r.offset),
+    [1],
+  )
+  t.same(await read(9), [])
+  t.equal((await read(2)).length, 2)
+
+  // Once none of its topics is left and it is empty, it goes.
+  await pool.query(`DELETE FROM topics WHERE id < $1`, [fresh])
+  const last = await maintainMessageChunks(pool, { sweepIntervalMs: 60_000, wait: true })
+  t.same(last.failed, [])
+  t.equal(last.legacyRows, 3)
+  t.ok(last.dropped.includes('messages_legacy'))
+  t.match(await parts(), ['messages_default', 'messages_t20001'])
+  t.equal((await read(fresh)).length, 1)
 })
 
 t.test('concurrent starts on one fresh database apply each migration once', { skip: needsServer }, async (t) => {
