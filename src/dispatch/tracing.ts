@@ -157,30 +157,50 @@ export function startAttempt(
 ): string {
   const tracer = activeTracer()
   if (!tracer) return attemptTraceparent(msg, newSpanId())
-  const span = tracer.startSpan(
-    `push ${topic.name}`,
-    {
-      kind: SpanKind.CLIENT,
-      attributes: {
-        [SYSTEM]: 'hookq',
-        [OPERATION_TYPE]: 'send',
-        [OPERATION_NAME]: 'push',
-        [DESTINATION]: topic.name,
-        [GROUP]: groupName,
-        [PARTITION]: String(partition),
-        [MESSAGE_ID]: webhookId(topic.id, partition, msg.offset),
-        [ATTEMPT]: attempt,
-        ...serverOf(url),
-      },
-    },
-    childOf(parentOf(msg)),
-  )
+  const span = startAttemptSpan(tracer, 'push', 'send', msg, attempt, topic, groupName, partition, serverOf(url))
   if (openPushes.size >= MAX_OPEN_PUSHES) {
     const [oldest, s] = openPushes.entries().next().value as [string, Span]
     openPushes.delete(oldest)
     s.end()
   }
   openPushes.set(deliveryId, span)
+  return traceparentOf(span)
+}
+
+/** A span of one attempt (a push or a lease) in the message's trace, a child of its creation context. */
+function startAttemptSpan(
+  tracer: Tracer,
+  operation: 'push' | 'pull',
+  type: 'send' | 'receive',
+  msg: MessageTrace & { offset: number },
+  attempt: number,
+  topic: { id: number; name: string },
+  groupName: string,
+  partition: number,
+  extra: Record<string, string | number> = {},
+): Span {
+  return tracer.startSpan(
+    `${operation} ${topic.name}`,
+    {
+      kind: SpanKind.CLIENT,
+      attributes: {
+        [SYSTEM]: 'hookq',
+        [OPERATION_TYPE]: type,
+        [OPERATION_NAME]: operation,
+        [DESTINATION]: topic.name,
+        [GROUP]: groupName,
+        [PARTITION]: String(partition),
+        [MESSAGE_ID]: webhookId(topic.id, partition, msg.offset),
+        [ATTEMPT]: attempt,
+        ...extra,
+      },
+    },
+    childOf(parentOf(msg)),
+  )
+}
+
+/** The traceparent that names `span`. */
+function traceparentOf(span: Span): string {
   const sc = span.spanContext()
   return `00-${sc.traceId}-${sc.spanId}-${(sc.traceFlags & TraceFlags.SAMPLED) === 1 ? '01' : '00'}`
 }
@@ -209,26 +229,9 @@ export function leaseAttempt(
 ): string {
   const tracer = activeTracer()
   if (!tracer) return attemptTraceparent(msg, newSpanId())
-  const span = tracer.startSpan(
-    `pull ${topic.name}`,
-    {
-      kind: SpanKind.CLIENT,
-      attributes: {
-        [SYSTEM]: 'hookq',
-        [OPERATION_TYPE]: 'receive',
-        [OPERATION_NAME]: 'pull',
-        [DESTINATION]: topic.name,
-        [GROUP]: groupName,
-        [PARTITION]: String(partition),
-        [MESSAGE_ID]: webhookId(topic.id, partition, msg.offset),
-        [ATTEMPT]: attempt,
-      },
-    },
-    childOf(parentOf(msg)),
-  )
+  const span = startAttemptSpan(tracer, 'pull', 'receive', msg, attempt, topic, groupName, partition)
   span.end()
-  const sc = span.spanContext()
-  return `00-${sc.traceId}-${sc.spanId}-${(sc.traceFlags & TraceFlags.SAMPLED) === 1 ? '01' : '00'}`
+  return traceparentOf(span)
 }
 
 /** How a push attempt ended, as the span records it (PushResult's shape, without importing the pusher). */

@@ -518,13 +518,8 @@ async function maintainLegacy(
   }
 }
 
-export interface ChunkMaintenanceResult {
-  created: string[]
-  dropped: string[]
-  droppedRows: number
-  strayRows: number
-  filedRows: number
-  legacyRows: number
+/** Every topic's TopicChunkResult added up. */
+export interface ChunkMaintenanceResult extends Omit<TopicChunkResult, 'ran'> {
   /** Topics whose maintenance failed (a lock timeout): tried again at the next sweep. */
   failed: { topicId: number; err: unknown }[]
 }
