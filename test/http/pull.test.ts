@@ -310,7 +310,7 @@ t.test('a caller gone while its answer was made: its leases are not spent, the n
   )
 })
 
-t.test('callers take turns over the partitions: a backlog on one does not starve the others', async (t) => {
+t.test('one-message pulls of a backlog on two partitions are served from both: neither is starved', async (t) => {
   await call('PUT', '/v1/topics/turns', { partitions: 2 })
   await call('PUT', '/v1/groups/turns', { topic: 'turns', delivery: 'pull', ackTimeoutMs: 120_000 })
   // A backlog on partition 0 and on partition 1; each caller takes one message.
@@ -328,10 +328,11 @@ t.test('callers take turns over the partitions: a backlog on one does not starve
     30_000,
     'six one-message answers',
   )
-  // The first two may come as the partitions' reads end; after them the partitions take turns
-  // (each caller starts at the next one: PushFlow.pullerCame; reads ahead alternate them as well).
+  // The first two may come as the partitions' reads end; after them both partitions serve. (This
+  // holds with each caller starting at the next partition, PushFlow.pullerCame, and also without
+  // it, since reads ahead alternate the partitions: it does not prove the rotation itself.)
   const of = (p: number) => answers.slice(2).filter((x) => x === p).length
-  t.same([of(0), of(1)], [2, 2], `the partitions served in turn (${answers.join(',')})`)
+  t.same([of(0), of(1)], [2, 2], `both partitions served (${answers.join(',')})`)
 })
 
 t.test('filters and seek hold for pull groups', async (t) => {
