@@ -19,7 +19,7 @@ import { needsServer, testDatabase } from '../helpers/db.ts'
 import { callBroker as call, spawnBroker, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { absenceWindow, waitUntil } from '../helpers/wait.ts'
-import { parseDeliveryId } from '../../src/store/delivery-id.ts'
+import { parseDeliveryId } from '../../src/core/delivery-id.ts'
 import { PARTITION_LOCK_BASE } from '../../src/store/membership.ts'
 
 t.test(
