@@ -14,7 +14,7 @@
  *   consumer-windows.ts   each consumer's push window (push-window.ts), its fixed limits and who waits for them
  *   attempt-log.ts        the attempt rows, written in batches
  *   health.ts             each consumer's successes and failures, for the group status
- *   filter.ts             the group's filter, compiled
+ *   ../core/filter.ts     the group's filter, compiled (with the other pure rules in src/core/)
  *
  * A group is loaded here in full (its row, its consumers); a partition only once this process has
  * claimed it (src/cluster/ownership.ts: acquire() with the owner epoch that fences its writes) and
