@@ -1,7 +1,7 @@
 /** Environment → typed configuration, validated once at start-up with messages a person can act on. */
 import { availableParallelism } from 'node:os'
-import { bool, ConfigError, type Env } from './config-values.ts'
-export { bool, ConfigError } from './config-values.ts'
+import { bool, ConfigError, type Env } from './core/config-values.ts'
+export { bool, ConfigError } from './core/config-values.ts'
 import { parsePolicy, type UrlPolicy } from './security/url-policy.ts'
 import { readFileSync } from 'node:fs'
 import { ApiKeySpecError, mergeKeys, parseKeyFile, parseKeyList, type ApiKey } from './http/scopes.ts'

@@ -14,7 +14,7 @@
  *   consumer-windows.ts   each consumer's push window (push-window.ts), its fixed limits and who waits for them
  *   attempt-log.ts        the attempt rows, written in batches
  *   health.ts             each consumer's successes and failures, for the group status
- *   filter.ts             the group's filter, compiled
+ *   ../core/filter.ts     the group's filter, compiled (with the other pure rules in src/core/)
  *
  * A group is loaded here in full (its row, its consumers); a partition only once this process has
  * claimed it (src/cluster/ownership.ts: acquire() with the owner epoch that fences its writes) and
@@ -29,7 +29,8 @@
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import { findTopicByName, listTopics, readAllEndOffsets, readEndOffsets, type TopicRow } from '../store/topics.ts'
-import { attemptCounts, handBack, loadProgress, type DispatchMessage, type HandBack, type PartitionKey } from '../store/consumption.ts'
+import { attemptCounts, handBack, loadProgress, type HandBack, type PartitionKey } from '../store/consumption.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import { abandonInFlight, HANDED_OVER, handedOverInFlight } from '../store/deliveries.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import { AckHandler, type AckResult } from './ack-handler.ts'
@@ -50,13 +51,13 @@ import {
 import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import { PullDesk, Taker } from './pull-desk.ts'
-import { parseDeliveryId } from '../store/delivery-id.ts'
+import { parseDeliveryId } from '../core/delivery-id.ts'
 import type { PushAgent } from './pusher.ts'
 import type { PushLease } from './push-send.ts'
 import type { PushWindowOptions } from './push-window.ts'
 import { nodeTimers, Schedule, type Timers } from './schedule.ts'
-import { timerDelayMs } from '../timer-delay.ts'
-import { nextDelayMs } from './retry-policy.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
+import { nextDelayMs } from '../core/retry-policy.ts'
 
 export type { AckStatus } from './ack-handler.ts'
 export type { Timers } from './schedule.ts'

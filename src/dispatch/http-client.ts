@@ -25,7 +25,7 @@
  */
 import net, { type LookupFunction } from 'node:net'
 import tls from 'node:tls'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 /** Where requests go: parsed once per consumer URL. */
 export interface Origin {

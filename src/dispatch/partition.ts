@@ -24,7 +24,8 @@
  * could not be written; leaving in_flight before that, or a second begin, throws. A refused move
  * throws IllegalMove: a bug, which the push flow logs (PushFlow.safely) instead of crashing.
  */
-import type { DispatchMessage, PartitionProgress } from '../store/consumption.ts'
+import type { PartitionProgress } from '../store/consumption.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import type { HandedOver } from '../store/deliveries.ts'
 import { KeyOrder } from './key-order.ts'
 import { illegal, PartitionLog } from './partition-log.ts'

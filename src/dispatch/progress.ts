@@ -25,12 +25,12 @@
  *   wait would delay pushes, not gather company. Key-ordered and unordered partitions wait, full or not.
  * (figures: docs/performance.md#the-progress-writer)
  */
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import type { Database } from '../store/db.ts'
 import { writeProgress, type PartitionWrite, type ProgressBatch, type ProgressResult } from '../store/consumption.ts'
 import { nodeTimers, type Timers } from './schedule.ts'
 import type { CompletionRequest, CompletionStatus, GroupRuntime, PartitionState } from './partition-state.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 interface CompletionJob {
   req: CompletionRequest

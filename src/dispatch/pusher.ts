@@ -14,7 +14,7 @@ import dns from 'node:dns'
 import type { LookupFunction } from 'node:net'
 import { checkAddress, checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 import { HttpClient, type HttpOutcome, type Origin } from './http-client.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 /** What the dispatcher asks for: a POST of `body` with `headers` to `url`. */
 export interface PushRequest {

@@ -21,7 +21,7 @@
  */
 import { timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import {
   covers,
   describeScope,

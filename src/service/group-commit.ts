@@ -7,7 +7,7 @@
  * Bounded: past `maxPendingMessages` or `maxPendingBytes` queued, submit() refuses at once with
  * 503 + Retry-After rather than letting the queue (and latency, and memory) grow without limit.
  */
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 
 export interface CommitLimits {
   /** Messages one transaction takes at most (a single larger call still goes alone). */

@@ -33,7 +33,7 @@ import { maintainMessageChunks } from '../store/message-chunks.ts'
 import { deleteExpiredKeys, type SweptTable, vacuumIfDue } from '../store/messages.ts'
 import { deleteExpiredSetAside } from '../store/outbox.ts'
 import { listTopics } from '../store/topics.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 export interface RetentionOptions {
   intervalMs: number

@@ -7,24 +7,10 @@
  * statement; the seek's two statements), and no caller has a transaction to join them to.
  */
 import { numberArray, textColumn } from './arrays.ts'
-import { parseDeliveryId } from './delivery-id.ts'
+import { parseDeliveryId } from '../core/delivery-id.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import { inTransaction, type Database, type Queryable } from './db.ts'
 import { appendRows, type AppendEntry } from './messages.ts'
-
-/** A message as the dispatcher pushes it: value and headers still as stored JSON text. */
-export interface DispatchMessage {
-  offset: number
-  key: string | null
-  value: string
-  headers: string
-  /** The produce time, epoch ms (timestamptz(3): whole milliseconds). */
-  producedAtMs: number
-  availableAtMs: number
-  /** The message's W3C trace (see src/dispatch/trace-context.ts MessageTrace). */
-  traceId: string
-  traceparent: string | null
-  tracestate: string | null
-}
 
 /** Where a group stands on one partition. */
 export interface PartitionProgress {

@@ -7,11 +7,11 @@
  */
 import { numberArray } from './arrays.ts'
 import type { Database, Queryable } from './db.ts'
-import { CommitOutcomeUnknown, isAnswerLost } from './errors.ts'
+import { CommitOutcomeUnknown, isAnswerLost } from '../core/database-errors.ts'
 
 /**
  * One message to append; `value` and `headers` are JSON text. The trace fields are the message's
- * W3C trace context (src/dispatch/trace-context.ts): a trace id always, the producer's
+ * W3C trace context (src/core/trace-context.ts): a trace id always, the producer's
  * traceparent and tracestate when it gave them.
  */
 export interface AppendEntry {

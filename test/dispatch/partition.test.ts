@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import type { DispatchMessage } from '../../src/store/consumption.ts'
+import type { DispatchMessage } from '../../src/core/dispatch-message.ts'
 import { IllegalMove, MOVES, Partition, type Outstanding, type State } from '../../src/dispatch/partition.ts'
 import { TrackerEntry } from '../../src/dispatch/tracker.ts'
 import { Wait } from '../../src/dispatch/waits.ts'
