@@ -341,7 +341,17 @@ t.test("a reservation of a partition pushing nothing cuts a busy writer's wait s
   await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
   // w1 has a push under way (a real attempt, sent): its reservation waits for company.
   const { o } = s.w1.admit(
-    { offset: 1, key: null, value: '{}', headers: '{}', producedAtMs: 0, availableAtMs: 0, traceId: '', traceparent: null, tracestate: null },
+    {
+      offset: 1,
+      key: null,
+      value: '{}',
+      headers: '{}',
+      producedAtMs: 0,
+      availableAtMs: 0,
+      traceId: '',
+      traceparent: null,
+      tracestate: null,
+    },
     true,
   )
   const a = s.w1.begin(o, 'attempt-1')
