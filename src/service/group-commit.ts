@@ -7,13 +7,15 @@
  * Bounded: past `maxPendingMessages` or `maxPendingBytes` queued, submit() refuses at once with
  * 503 + Retry-After rather than letting the queue (and latency, and memory) grow without limit.
  *
- * With `keyOf` (produce: an entry's partition), a commit starts beside those running only with calls
- * whose keys none of them holds, taken in order up to the first that shares one. Appends to one
- * partition serialise on its lock anyway, so a commit that overlaps a running one would only wait
- * for it and shrink both batches; one that does not overlap saves a lone call the wait for a commit
- * it has nothing to do with (at low rates, most calls: up to a whole commit's time). Under load the
- * running commit holds every partition and the queue waits for it, gathering one batch, as with a
- * single commit at a time. A call never passes an earlier one: commits of a key go in call order.
+ * With `keyOf` (produce: an entry's partition), a commit starts beside those running only while
+ * each of them carries a single call (the load is light: nothing is gathering behind them), and only
+ * with calls whose keys none of them holds, taken in order up to the first that shares one. Appends
+ * to one partition serialise on its lock anyway, so a commit that overlaps a running one would only
+ * wait for it; one that does not saves a lone call the wait for a commit it has nothing to do with
+ * (at low rates, up to a whole commit's time: most of a call's p99). Once commits carry several
+ * calls, the queue waits and gathers one batch, as with a single commit at a time: commits beside
+ * them then only split the batches (more statements per message, f7c73b6). A call never passes an
+ * earlier one: commits of a key go in call order.
  */
 import { HookqError } from '../errors.ts'
 
@@ -45,6 +47,8 @@ export class GroupCommitter<E, R> {
   private idleWaiters: (() => void)[] = []
   /** Keys held by the commits running, with how many of them hold each (keyOf only). */
   private readonly held = new Map<number, number>()
+  /** Calls in the commits running. */
+  private runningCalls = 0
 
   /**
    * `commit` writes entries in one transaction and returns one result per entry, in order.
@@ -101,9 +105,12 @@ export class GroupCommitter<E, R> {
 
   private pump(): void {
     while (this.running < this.limits.maxConcurrentCommits && this.head < this.queue.length) {
+      // Beside running commits (keyOf): only while each carries one call (see the header).
+      if (this.keyOf && this.running > 0 && this.runningCalls > this.running) return
       const batch = this.takeBatch()
       if (batch.length === 0) return
       this.running++
+      this.runningCalls += batch.length
       void this.run(batch)
     }
   }
@@ -159,6 +166,7 @@ export class GroupCommitter<E, R> {
       failure = err
     }
     this.running--
+    this.runningCalls -= batch.length
     this.hold(batch, -1)
     // Start the next commit before waking this batch's callers: their responses take a while to
     // write, and the database should not sit idle meanwhile.
