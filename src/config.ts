@@ -236,7 +236,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxMessageBytes,
     maxRequestBytes,
     commitMaxMessages: int(env, 'HOOKQ_COMMIT_MAX_MESSAGES', 5000, 1, 100_000),
-    commitConcurrency: int(env, 'HOOKQ_COMMIT_CONCURRENCY', 1, 1, 64),
+    commitConcurrency: int(env, 'HOOKQ_COMMIT_CONCURRENCY', 2, 1, 64),
     commitMaxPendingMessages: int(env, 'HOOKQ_COMMIT_MAX_PENDING_MESSAGES', 100_000, 1, 10_000_000),
     commitMaxPendingBytes: int(env, 'HOOKQ_COMMIT_MAX_PENDING_BYTES', 256 * MiB, 1024, 64 * 1024 * MiB),
     retentionIntervalMs: int(env, 'HOOKQ_RETENTION_INTERVAL_MS', 60_000, 1000, 86_400_000),

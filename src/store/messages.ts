@@ -160,7 +160,7 @@ const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
  * A topic's partition as one number, so the produce path makes no string per entry: exact for any
  * int4 topic id and partitions below 2^21 (the API allows 1024).
  */
-const partitionKey = (topicId: number, partition: number) => topicId * 2 ** 21 + partition
+export const partitionKey = (topicId: number, partition: number) => topicId * 2 ** 21 + partition
 
 /**
  * Runs the APPEND statement for entries (idempotency already settled by the caller): alone it is
