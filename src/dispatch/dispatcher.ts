@@ -458,6 +458,13 @@ export class Dispatcher {
   /** `handed`: messages whose current attempt stays in flight for the next owner (see HANDED_OVER). */
   private dropPartition(g: GroupRuntime, w: PartitionState, reason: string, handed?: Set<Outstanding>): void {
     for (const o of w.drop()) {
+      // Begun but never sent (Partition.unsent): not an attempt. Its row is not written now, or,
+      // written already, deleted by the handover (handBackOf named it), and it ends nothing.
+      const unsent = o.current !== undefined && !o.current.sent ? o.current : undefined
+      if (unsent) {
+        w.close(unsent)
+        this.deps.attempts.forget(unsent.id)
+      }
       // Handed over in flight: its row stays open for the next owner (see HANDED_OVER).
       const handedOver = handed?.has(o) ? o.current : undefined
       if (handedOver) w.close(handedOver)
@@ -613,6 +620,7 @@ function handBackOf(g: GroupRuntime, w: PartitionState): HandBack {
 function awaitingAcks(g: GroupRuntime, w: PartitionState): Set<Outstanding> {
   const out = new Set<Outstanding>()
   if (g.row.ackMode !== 'explicit' && g.row.delivery !== 'pull') return out
-  for (const o of w.outstanding.values()) if (o.state === 'in_flight' && o.current !== undefined && !o.current.pushing) out.add(o)
+  for (const o of w.outstanding.values())
+    if (o.state === 'in_flight' && o.current !== undefined && o.current.sent && !o.current.pushing) out.add(o)
   return out
 }
