@@ -459,47 +459,50 @@ t.test("a push queued behind its consumer's other requests asks for the lease ag
   t.match(await s.pushed(2), { offset: 1, attempt: 1 }, 'it goes once the lease is proven, as the same attempt')
 })
 
-t.test('a queued push that never went out is no attempt: the session lost, its number and reservation go back for the next owner', async (t) => {
-  let held = true
-  let waiting: (() => void)[] = []
-  const lease: PushLease = { held: () => held, wait: (fn) => void waiting.push(fn) }
-  const oneConnection = createPushAgent({ connections: 1 })
-  t.teardown(() => oneConnection.destroy())
-  let answerFirst: () => void = () => {}
-  const first = new Promise<void>((r) => {
-    answerFirst = r
-  })
-  const s = await setup(
-    t,
-    'unsent',
-    { ackMode: 'auto' },
-    { lease, agent: oneConnection, behaviour: (req) => ((req.json as Envelope).offset === 0 ? { after: first } : {}) },
-  )
-  await s.produce(['a', 'b'])
-  await s.pushed(1) // offset 0 holds the one connection; offset 1's attempt 1 has begun, queued in the client
-  held = false
-  answerFirst()
-  await waitUntil(() => waiting.length >= 1, 10_000, 'the queued push waits for the lease')
-  await waitUntil(async () => (await s.committed()) === 1, 10_000, 'offset 0 completed by its answer')
-  s.dispatcher.releaseAll() // the session was lost before the lease was proven again
-  const w = waiting
-  waiting = []
-  for (const fn of w) fn()
-  const reservation = async () =>
-    Number((await db.pool.query('SELECT pushed_offset FROM group_offsets WHERE group_id = $1', [s.groupId])).rows[0].pushed_offset)
-  await waitUntil(async () => (await reservation()) === 1, 10_000, 'the reservation of offset 1 given back')
-  await s.attempts.flush(true)
-  const rows = (await db.pool.query('SELECT "offset", attempt FROM deliveries WHERE group_id = $1 ORDER BY "offset"', [s.groupId])).rows
-  t.same(
-    rows.map((r) => `${r.offset}:${r.attempt}`),
-    ['0:1'],
-    'no row for the attempt that never went out',
-  )
-  t.equal(s.pushes().length, 1, 'it never went out')
-  held = true
-  await s.own() // this process (standing in for the next owner) claims the partition again
-  t.match(await s.pushed(2), { offset: 1, attempt: 1 }, 'the next owner pushes it as attempt 1')
-})
+t.test(
+  'a queued push that never went out is no attempt: the session lost, its number and reservation go back for the next owner',
+  async (t) => {
+    let held = true
+    let waiting: (() => void)[] = []
+    const lease: PushLease = { held: () => held, wait: (fn) => void waiting.push(fn) }
+    const oneConnection = createPushAgent({ connections: 1 })
+    t.teardown(() => oneConnection.destroy())
+    let answerFirst: () => void = () => {}
+    const first = new Promise<void>((r) => {
+      answerFirst = r
+    })
+    const s = await setup(
+      t,
+      'unsent',
+      { ackMode: 'auto' },
+      { lease, agent: oneConnection, behaviour: (req) => ((req.json as Envelope).offset === 0 ? { after: first } : {}) },
+    )
+    await s.produce(['a', 'b'])
+    await s.pushed(1) // offset 0 holds the one connection; offset 1's attempt 1 has begun, queued in the client
+    held = false
+    answerFirst()
+    await waitUntil(() => waiting.length >= 1, 10_000, 'the queued push waits for the lease')
+    await waitUntil(async () => (await s.committed()) === 1, 10_000, 'offset 0 completed by its answer')
+    s.dispatcher.releaseAll() // the session was lost before the lease was proven again
+    const w = waiting
+    waiting = []
+    for (const fn of w) fn()
+    const reservation = async () =>
+      Number((await db.pool.query('SELECT pushed_offset FROM group_offsets WHERE group_id = $1', [s.groupId])).rows[0].pushed_offset)
+    await waitUntil(async () => (await reservation()) === 1, 10_000, 'the reservation of offset 1 given back')
+    await s.attempts.flush(true)
+    const rows = (await db.pool.query('SELECT "offset", attempt FROM deliveries WHERE group_id = $1 ORDER BY "offset"', [s.groupId])).rows
+    t.same(
+      rows.map((r) => `${r.offset}:${r.attempt}`),
+      ['0:1'],
+      'no row for the attempt that never went out',
+    )
+    t.equal(s.pushes().length, 1, 'it never went out')
+    held = true
+    await s.own() // this process (standing in for the next owner) claims the partition again
+    t.match(await s.pushed(2), { offset: 1, attempt: 1 }, 'the next owner pushes it as attempt 1')
+  },
+)
 
 t.test(
   'pushes handed over in flight are the next owner’s attempts in flight: extended, nacked, timed out there, their rows in flight meanwhile',

@@ -253,7 +253,7 @@ t.test('the deadline: a hung server, a queued request, and the connection limit 
   t.equal(s.conns.length, 2)
 })
 
-t.test('a request is asked when a connection is given to it, at once or queued: refused, it ends unsent with nothing written', async (t) => {
+t.test('a request is asked when its connection comes: refused, it ends unsent, nothing written', async (t) => {
   const s = await rawServer(t, (r) => (r.includes('first') ? 'hang' : [ok()]))
   const client = new HttpClient({ connections: 1 })
   t.teardown(() => client.destroy())
@@ -285,6 +285,30 @@ t.test('a request is asked when a connection is given to it, at once or queued: 
   t.same(asked, ['/first', '/refused', '/allowed'], 'each is asked when its connection comes, in their order')
   const written = s.conns.flatMap((c) => c.requests.map((r) => r.split(' ')[1]))
   t.same(written, ['/first', '/allowed'], 'nothing of the refused one was written')
+})
+
+t.test('refused with a connection free it ends unsent, not synchronously; queued ones end unsent at destroy', async (t) => {
+  const s = await rawServer(t, () => 'hang')
+  const client = new HttpClient({ connections: 1 })
+  const ask = (path: string, may: boolean, done: (o: HttpOutcome) => void) =>
+    client.request(s.origin, { path, headerLines: '', body: path, timeoutMs: 5_000, maxBodyBytes: 10, mayStart: () => may, done })
+  let told: HttpOutcome | undefined
+  ask('/now', false, (o) => {
+    told = o
+  })
+  t.equal(told, undefined, 'not told from inside request()')
+  await new Promise((r) => setImmediate(r))
+  t.same(told, { kind: 'unsent' })
+  const hung = new Promise<HttpOutcome>((done) => ask('/hung', true, done))
+  await waitUntil(() => (s.conns[0]?.requests.length ?? 0) > 0, 30_000, 'the hung request written')
+  const queued = new Promise<HttpOutcome>((done) => ask('/queued', true, done))
+  client.destroy()
+  t.match(await hung, { kind: 'network' }, 'the one written fails as a network error')
+  t.same(await queued, { kind: 'unsent' }, 'the queued one was never written')
+  t.same(
+    s.conns.flatMap((c) => c.requests.map((r) => r.split(' ')[1])),
+    ['/hung'],
+  )
 })
 
 t.test('close() lets answers under way end, then takes no more', async (t) => {

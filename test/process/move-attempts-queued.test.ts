@@ -80,7 +80,11 @@ t.test('pushes queued for a connection when their process leaves are the next ow
   for (let offset = 0; offset < TOTAL; offset++) {
     const expected = sentBefore.has(offset) ? [1, 2] : [1]
     if (JSON.stringify(received.get(offset)) !== JSON.stringify(expected)) {
-      t.same(received.get(offset), expected, `offset ${offset}: ${sentBefore.has(offset) ? 'held, then pushed again' : 'queued, then pushed once'}`)
+      t.same(
+        received.get(offset),
+        expected,
+        `offset ${offset}: ${sentBefore.has(offset) ? 'held, then pushed again' : 'queued, then pushed once'}`,
+      )
     }
   }
 
