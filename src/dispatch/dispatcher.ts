@@ -359,7 +359,8 @@ export class Dispatcher {
     // now, until its ack deadline, and the consumer may ack, nack or extend it meanwhile. (One that
     // is not its message's last counted attempt, or of a message completed since, ends like the others.)
     const handedOver = await handedOverInFlight(db.pool, g.row.id, partition, pr.committed, pr.seekedAtMs)
-    const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr)
+    const reservedOnly = new Set<number>()
+    const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr, reservedOnly)
     const keep: string[] = []
     for (const [offset, h] of handedOver) {
       if (pr.completed.has(offset)) handedOver.delete(offset)
@@ -371,7 +372,7 @@ export class Dispatcher {
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
     const endHint = Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0)
-    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch, handedOver)
+    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch, handedOver, reservedOnly)
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)
     this.flow.fill(g, w)

@@ -132,6 +132,11 @@ export class Partition extends PartitionLog {
     readonly ownerEpoch: number,
     /** Pushes the previous owner handed over in flight (or nacked since), by offset: no push again before their deadlines. */
     private readonly handedOver: Map<number, HandedOver> = new Map(),
+    /**
+     * Offsets of priorAttempts counted by the reservation alone (no attempt row): their count lasts
+     * only while the reservation covers them. Absent: any prior count may be (firstUnpushed).
+     */
+    private readonly reservedOnly?: Set<number>,
   ) {
     super(partition, progress, endHint)
   }
@@ -190,8 +195,9 @@ export class Partition extends PartitionLog {
    * The lowest offset of the reservation that no first push was made for, by this process or (as
    * far as its counts say) before it: a handover moves the reservation back there
    * (src/store/consumption.ts handBack), so the next owner does not count an attempt for a message
-   * reserved here but never pushed. Messages counted from before this ownership and not pushed here
-   * stay below it (their count may rest on the reservation alone).
+   * reserved here but never pushed, or whose push was begun but never sent (Partition.unsent).
+   * Messages counted from before this ownership by the reservation alone (no attempt row) and not
+   * pushed here stay below it; those counted by their rows need not (the rows keep the count).
    */
   firstUnpushed(): number {
     let from = Math.min(this.reservedTo, this.keys.lowestWaiting())
@@ -201,10 +207,15 @@ export class Partition extends PartitionLog {
       let unsent = 0
       for (const a of o.tries) if (this._unsent.has(a.id)) unsent++
       if (o.attempts - unsent === 0) from = Math.min(from, o.msg.offset)
-      else if (o.tries.length === unsent && o.msg.offset > counted) counted = o.msg.offset
+      else if (o.tries.length === unsent && o.msg.offset > counted && this.onReservation(o.msg.offset)) counted = o.msg.offset
     }
-    for (const [offset, n] of this.priorAttempts) if (n > 0 && offset > counted) counted = offset
+    for (const [offset, n] of this.priorAttempts) if (n > 0 && offset > counted && this.onReservation(offset)) counted = offset
     return Math.min(this.reservedTo, Math.max(from, counted + 1))
+  }
+
+  /** Whether the count from before this ownership of `offset` may rest on the reservation alone (no row of its attempts). */
+  private onReservation(offset: number): boolean {
+    return this.reservedOnly === undefined || this.reservedOnly.has(offset)
   }
 
   // ---- admission (push-flow.ts) ----
