@@ -764,8 +764,10 @@ export class PushFlow {
       const a = o.current
       if (!a || a.deadline !== entry) return
       // An attempt not sent yet (its retry row being written, waiting for the lease, queued for a
-      // connection) has not gone out: its deadline runs from its push, or its number would be skipped.
-      if (w.unsent.has(a.id) && !w.releasing) {
+      // connection) has not gone out: its deadline runs from its push, or its number would be skipped
+      // (and a message dead-lettered after attempts never made). Also while the partition is handed
+      // over: it goes before that, or not at all and the handover gives its number back.
+      if (w.unsent.has(a.id)) {
         w.setDeadline(
           o,
           a,

@@ -302,6 +302,9 @@ export class PushSender {
     r: PushResult,
     signal?: PushSignal,
   ): void {
+    // A result without a connection (its authentication or URL failed first, or its deadline passed
+    // in the client's queue) is the failed attempt it counts as here: counted by a handover too.
+    if (!a.sent) w.went(a)
     attemptEnded(a.id, r)
     if (r.kind === 'delivered') this.deps.health?.success(consumer.id)
     else this.deps.health?.failure(consumer.id, errorOf(r, g.row.pushTimeoutMs))
