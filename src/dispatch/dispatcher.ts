@@ -360,7 +360,8 @@ export class Dispatcher {
     // now, until its ack deadline, and the consumer may ack, nack or extend it meanwhile. (One that
     // is not its message's last counted attempt, or of a message completed since, ends like the others.)
     const handedOver = await handedOverInFlight(db.pool, g.row.id, partition, pr.committed, pr.seekedAtMs)
-    const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr)
+    const reservedOnly = new Set<number>()
+    const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr, reservedOnly)
     const keep: string[] = []
     for (const [offset, h] of handedOver) {
       if (pr.completed.has(offset)) handedOver.delete(offset)
@@ -372,7 +373,7 @@ export class Dispatcher {
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
     const endHint = Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0)
-    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch, handedOver)
+    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch, handedOver, reservedOnly)
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)
     this.flow.fill(g, w)
@@ -459,6 +460,13 @@ export class Dispatcher {
   /** `handed`: messages whose current attempt stays in flight for the next owner (see HANDED_OVER). */
   private dropPartition(g: GroupRuntime, w: PartitionState, reason: string, handed?: Set<Outstanding>): void {
     for (const o of w.drop()) {
+      // Begun but never sent (Partition.unsent): not an attempt. Its row is not written now, or,
+      // written already, deleted by the handover (handBackOf named it), and it ends nothing.
+      const unsent = o.current !== undefined && !o.current.sent ? o.current : undefined
+      if (unsent) {
+        w.close(unsent)
+        this.deps.attempts.forget(unsent.id)
+      }
       // Handed over in flight: its row stays open for the next owner (see HANDED_OVER).
       const handedOver = handed?.has(o) ? o.current : undefined
       if (handedOver) w.close(handedOver)
@@ -614,6 +622,7 @@ function handBackOf(g: GroupRuntime, w: PartitionState): HandBack {
 function awaitingAcks(g: GroupRuntime, w: PartitionState): Set<Outstanding> {
   const out = new Set<Outstanding>()
   if (g.row.ackMode !== 'explicit' && g.row.delivery !== 'pull') return out
-  for (const o of w.outstanding.values()) if (o.state === 'in_flight' && o.current !== undefined && !o.current.pushing) out.add(o)
+  for (const o of w.outstanding.values())
+    if (o.state === 'in_flight' && o.current !== undefined && o.current.sent && !o.current.pushing) out.add(o)
   return out
 }

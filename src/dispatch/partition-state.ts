@@ -44,8 +44,9 @@ export function newPartitionState(
   endHint: number,
   ownerEpoch: number,
   handedOver?: Map<number, HandedOver>,
+  reservedOnly?: Set<number>,
 ): Partition {
-  return new Partition(partition, progress, priorAttempts, endHint, ownerEpoch, handedOver)
+  return new Partition(partition, progress, priorAttempts, endHint, ownerEpoch, handedOver, reservedOnly)
 }
 
 export interface CompletionRequest {

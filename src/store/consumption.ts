@@ -219,6 +219,8 @@ export async function attemptCounts(
   topicId: number,
   partition: number,
   progress: PartitionProgress,
+  /** Filled with the offsets counted by the reservation alone (no row): their count lasts only while the reservation covers them. */
+  reservedOnly?: Set<number>,
 ): Promise<Map<number, number>> {
   const res = await q.query<{ offset: number; attempts: number }>(
     `SELECT "offset", max(attempt) AS attempts FROM deliveries
@@ -228,7 +230,10 @@ export async function attemptCounts(
   )
   const counts = new Map(res.rows.map((r) => [r.offset, r.attempts]))
   for (let o = progress.committed; o < progress.pushed; o++) {
-    if (!counts.has(o) && !progress.completed.has(o)) counts.set(o, 1)
+    if (!counts.has(o) && !progress.completed.has(o)) {
+      counts.set(o, 1)
+      reservedOnly?.add(o)
+    }
   }
   return counts
 }
