@@ -323,6 +323,10 @@ export class Partition extends PartitionLog {
     if (this._outstanding.get(o.msg.offset) !== o) return undefined
     if (!MOVES[o.state].includes('gone')) illegal(`offset ${o.msg.offset}: ${o.state} → gone`)
     this._outstanding.delete(o.msg.offset)
+    // An attempt of a settled message that never went (a retry queued when a late ack completed it)
+    // has nothing left to give back: kept here it would grow the set, and each handover's DELETE,
+    // for as long as the partition is owned.
+    for (const a of o.tries) this._unsent.delete(a.id)
     return byKey && o.msg.key !== null ? this.keys.release(o.msg.key) : undefined
   }
 

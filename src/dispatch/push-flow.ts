@@ -764,9 +764,10 @@ export class PushFlow {
       const a = o.current
       if (!a || a.deadline !== entry) return
       // An attempt not sent yet (its retry row being written, waiting for the lease, queued for a
-      // connection) has not gone out: its deadline runs from its push, or its number would be skipped
-      // (and a message dead-lettered after attempts never made). Also while the partition is handed
-      // over: it goes before that, or not at all and the handover gives its number back.
+      // connection) has not gone out: its deadline is put off while it waits, or its number would be
+      // skipped (and a message dead-lettered after attempts never made). Also while the partition is
+      // handed over: it goes before that, or not at all and the handover gives its number back. Once
+      // it goes, the deadline last set stands (the client's queue is bounded by the push timeout).
       if (w.unsent.has(a.id)) {
         w.setDeadline(
           o,

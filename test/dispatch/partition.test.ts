@@ -266,4 +266,11 @@ t.test('firstUnpushed: an attempt begun but never sent is given back; a count re
   t.equal(w.unsent.size, 0)
   const gone = at(new Set([8, 11]))
   t.equal(gone.w.firstUnpushed(), 12, 'a count on the reservation alone stays below it')
+  // A message settled while an attempt of it never went (a late ack of the one before): once it is
+  // forgotten, nothing of it stays unsent for a handover to give back.
+  const late = at()
+  late.w.settle(late.o10, late.a10, true)
+  late.w.move(late.o10, 'completing')
+  late.w.forget(late.o10, false)
+  t.same([...late.w.unsent], [], 'a forgotten message leaves no unsent attempt behind')
 })
