@@ -23,6 +23,11 @@
  *   after it started (at most `ms`), so together they write about what one would.
  * - An ordered partition's jobs never wait: its next message waits for this one's completion, so a
  *   wait would delay pushes, not gather company. Key-ordered and unordered partitions wait, full or not.
+ * - Nor do a pull group's: a caller waits on each of them (its answer on the reservation, its ack
+ *   call on the completion) and sends nothing more meanwhile, so a wait adds to every caller's
+ *   cycle and gathers no company: 8 callers acking 100 each made the writer busy, and pull + ack
+ *   ran at one statement per 20 ms wait. Callers still share a statement: what queues while one
+ *   runs goes in the next.
  * (figures: docs/performance.md#the-progress-writer)
  */
 import { HookqError } from '../errors.ts'
@@ -138,9 +143,9 @@ export class ProgressWriter {
     this.queued(g)
   }
 
-  /** A job of the group was queued: schedules the statement, at the end of this turn if an ordered partition waits on it. */
+  /** A job of the group was queued: schedules the statement, at the end of this turn if an ordered partition or a caller of pull waits on it. */
   private queued(g: GroupRuntime): void {
-    if (!this.urgent && g.row.ordering === 'partition') {
+    if (!this.urgent && (g.row.ordering === 'partition' || g.row.delivery === 'pull')) {
       this.urgent = true
       if (this.lingerTimer !== undefined) {
         this.timers.clearTimeout(this.lingerTimer)
