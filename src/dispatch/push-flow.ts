@@ -106,6 +106,8 @@ export class PushFlow {
   private readonly leaseWaits = new Set<PartitionState>()
   /** Per pull group, the partition the next caller starts at (pullerCame). */
   private readonly pullTurns = new Map<number, number>()
+  /** Partitions whose reservation is written once the pass admitting their messages ends (reserve). */
+  private readonly reservationsDue = new Set<PartitionState>()
 
   constructor(private readonly deps: PushFlowDeps) {
     this.sender = new PushSender({
@@ -526,6 +528,19 @@ export class PushFlow {
    * those of all partitions together with the completions.
    */
   private reserve(g: GroupRuntime, w: PartitionState): void {
+    // Begun at the end of the pass, not at its first message: a pass admitting many (a caller of
+    // pull with room for 100, a push window opening) reserves them all in one write. Begun at
+    // once, the first went alone, and a pull was answered with it while the rest waited for the
+    // next write. (The progress writer writes at the end of the turn anyway: no wait is added.)
+    if (w.reserving || this.reservationsDue.has(w)) return
+    this.reservationsDue.add(w)
+    queueMicrotask(() => {
+      this.reservationsDue.delete(w)
+      if (!w.dropped) this.safely(() => this.reserveNow(g, w))
+    })
+  }
+
+  private reserveNow(g: GroupRuntime, w: PartitionState): void {
     if (w.reserving) return
     let last = -1
     for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset > last) last = o.msg.offset

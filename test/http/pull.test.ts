@@ -375,3 +375,22 @@ t.test('ordering "key": one outstanding message per key across callers', async (
     "the ack of k1-a frees k1's next message, for the caller waiting",
   )
 })
+
+t.test('a pull of fresh messages answers with all it can lease, not with the first alone', async (t) => {
+  // None reserved yet (a first lease needs the partition's reservation written): the messages the
+  // pull admits are reserved in one write and all answered, not the first alone while the others
+  // wait for a second write.
+  await call('PUT', '/v1/topics/fresh', { partitions: 1 })
+  await call('PUT', '/v1/groups/fresh', { topic: 'fresh', delivery: 'pull' })
+  await produce(
+    'fresh',
+    Array.from({ length: 30 }, (_, i) => ({ value: i })),
+  )
+  const got = await pull('fresh', { maxMessages: 30, waitMs: 10_000 })
+  t.same(
+    got.map((m) => m.value),
+    Array.from({ length: 30 }, (_, i) => i),
+    'all 30 in the one answer',
+  )
+  await call('POST', '/v1/groups/fresh/acks', { deliveryIds: got.map((m) => m.deliveryId) })
+})
