@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net'
 import { brokerApi, startBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
 import { envCount } from './lib/env.ts'
+import { cpuSince, cpuSnapshot, perMessage } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 
 const MESSAGES = envCount('BENCH_MESSAGES', 20_000)
@@ -38,22 +39,41 @@ await runBench(async () => {
   }
 
   // ---- pull + ack, 8 callers ----
+  const mark = () => {
+    // BENCH_MARK_SIGNAL (SIGUSR2, say): signalled to the broker at each phase's start and end, for a
+    // preload that counts its statements per phase; unset, nothing is sent.
+    const sig = process.env.BENCH_MARK_SIGNAL
+    if (sig) process.kill(broker.pid, sig as NodeJS.Signals)
+  }
+  mark()
+  const pullCpu = cpuSnapshot(broker.pid)
   const pullFrom = Date.now()
   await api('PUT', '/v1/groups/pulled', { topic: 'backlog', delivery: 'pull', maxInFlight: 1000 })
   let taken = 0
+  // Each call's time, to tell where a caller's cycle goes (a pull answered, then its ack).
+  const pullCallMs: number[] = []
+  const ackCallMs: number[] = []
+  const pullSizes: number[] = []
   const caller = async () => {
     while (taken < MESSAGES && Date.now() - pullFrom < LIMIT_MS) {
+      const t0 = performance.now()
       const { messages } = await api<{ messages: { deliveryId: string }[] }>('POST', '/v1/groups/pulled/pull', {
         maxMessages: 100,
         waitMs: 1000,
       })
+      const t1 = performance.now()
+      pullCallMs.push(t1 - t0)
+      pullSizes.push(messages.length)
       if (messages.length === 0) continue
       await api('POST', '/v1/groups/pulled/acks', { deliveryIds: messages.map((m) => m.deliveryId) })
+      ackCallMs.push(performance.now() - t1)
       taken += messages.length
     }
   }
   await Promise.all(Array.from({ length: CALLERS }, caller))
   const pullMs = Date.now() - pullFrom
+  const pullUs = perMessage(cpuSince(pullCpu, broker.pid), MESSAGES)
+  mark()
 
   // ---- push, auto mode ----
   const receiver = http.createServer((req, res) => {
@@ -61,11 +81,15 @@ await runBench(async () => {
     req.on('end', () => res.end())
   })
   await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve))
+  mark()
+  const pushCpu = cpuSnapshot(broker.pid)
   const pushFrom = Date.now()
   await api('PUT', '/v1/groups/pushed', { topic: 'backlog', ackMode: 'auto', maxInFlight: 1000 })
   await api('POST', '/v1/groups/pushed/consumers', { url: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/` })
   while (!(await drained('pushed')) && Date.now() - pushFrom < LIMIT_MS) await new Promise((r) => setTimeout(r, 20))
   const pushMs = Date.now() - pushFrom
+  const pushUs = perMessage(cpuSince(pushCpu, broker.pid), MESSAGES)
+  mark()
   receiver.close()
 
   // ---- long poll: produce → answer ----
@@ -73,6 +97,9 @@ await runBench(async () => {
   await api('PUT', '/v1/groups/poller', { topic: 'poll', delivery: 'pull' })
   const answerMs: number[] = []
   const produceMs: number[] = []
+  // The answer's lag behind the produce call's own answer: the broker's wake, lease and answer after
+  // the commit (the produce is answered once committed, as the waiting caller is woken).
+  const afterMs: number[] = []
   const pollFrom = Date.now()
   for (let i = 0; i < POLLS && Date.now() - pollFrom < LIMIT_MS; i++) {
     const waiting = api<{ messages: { deliveryId: string }[] }>('POST', '/v1/groups/poller/pull', { waitMs: 20_000, maxMessages: 1 })
@@ -82,6 +109,7 @@ await runBench(async () => {
     produceMs.push(performance.now() - t0)
     const { messages } = await waiting
     answerMs.push(performance.now() - t0)
+    afterMs.push(answerMs.at(-1)! - produceMs.at(-1)!)
     if (messages.length > 0) await api('POST', '/v1/groups/poller/acks', { deliveryIds: messages.map((m) => m.deliveryId) })
   }
   const q = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))]!
@@ -91,8 +119,20 @@ await runBench(async () => {
   )
   console.log(`pull / push: ${(pushMs / pullMs).toFixed(2)}x the rate (goal >= 1)`)
   console.log(
+    `pull + ack calls: ${pullCallMs.length} pulls (p50 ${q(pullCallMs, 0.5).toFixed(1)} ms, p99 ${q(pullCallMs, 0.99).toFixed(1)} ms, ` +
+      `${(pullSizes.reduce((a, b) => a + b, 0) / Math.max(1, pullSizes.length)).toFixed(0)} messages each on average), ` +
+      `acks p50 ${q(ackCallMs, 0.5).toFixed(1)} ms, p99 ${q(ackCallMs, 0.99).toFixed(1)} ms`,
+  )
+  const us = (m: { brokerUs: number; postgresUs: number }) => `broker ${m.brokerUs.toFixed(0)} us, PostgreSQL ${m.postgresUs.toFixed(0)} us`
+  console.log(
+    `CPU per message: pull + ack ${us(pullUs)}; push ${us(pushUs)}; pull / push broker ${(pullUs.brokerUs / pushUs.brokerUs).toFixed(2)}x, PostgreSQL ${(pullUs.postgresUs / pushUs.postgresUs).toFixed(2)}x`,
+  )
+  console.log(
     `long poll, produce → answer over ${answerMs.length} polls: p50 ${q(answerMs, 0.5).toFixed(1)} ms, p99 ${q(answerMs, 0.99).toFixed(1)} ms ` +
       `(the produce call alone: p50 ${q(produceMs, 0.5).toFixed(1)} ms, p99 ${q(produceMs, 0.99).toFixed(1)} ms; ` +
       `answer / produce p99 ${(q(answerMs, 0.99) / q(produceMs, 0.99)).toFixed(2)}x; goal p99 <= 10 ms)`,
+  )
+  console.log(
+    `long poll, the answer after the produce call's own: p50 ${q(afterMs, 0.5).toFixed(1)} ms, p99 ${q(afterMs, 0.99).toFixed(1)} ms`,
   )
 })

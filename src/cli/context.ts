@@ -84,6 +84,12 @@ const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304])
  * collected it and the timeout never fired (a broker that accepted a call and never answered hung
  * the CLI). The pending timer holds its controller. The body is read here, under the same timer,
  * because the SDK reads it after this function returns, where no timeout would cover it.
+ *
+ * Ctrl-C cuts a call until its answer begins; an answer of known length that has begun is read to
+ * its end (within the timeout): the broker has acted on the call, and once it has written the whole
+ * answer it no longer takes a closed connection for a caller gone. Cut then, a pull's leases would
+ * reach nobody and wait out their deadline; read, `hookq pull` prints (and with --ack acks) them
+ * before it stops. A body of unknown length (a stream) is still cut.
  */
 function reachingFetch(url: string, timeoutMs: number): (request: Request) => Promise<Response> {
   return async (request) => {
@@ -106,6 +112,7 @@ function reachingFetch(url: string, timeoutMs: number): (request: Request) => Pr
         redirect: request.redirect,
         signal: abort.signal,
       })
+      if (response.headers.has('content-length')) request.signal.removeEventListener('abort', forwardAbort)
       const content = await response.arrayBuffer()
       return new Response(NULL_BODY_STATUSES.has(response.status) ? null : content, {
         status: response.status,

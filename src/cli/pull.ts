@@ -3,6 +3,13 @@
  * envelope, with --json). With --ack they are acked once printed (the group's messages are taken);
  * without, they are only leased and come again when their leases pass (a look that costs an
  * attempt each). --wait long-polls for the first message; --follow keeps pulling until Ctrl-C.
+ *
+ * Ctrl-C never strands a lease: a pull still waiting is cut, and the broker gives back what it
+ * leased for it (a caller gone before its answer); an answer already arriving is read to its end
+ * (context.ts), printed, and with --ack acked before the CLI exits. Without --ack, printed leases
+ * stay leased until their deadline, as they do without Ctrl-C: the contract has no way to give a
+ * lease back uncounted (a nack counts an attempt, and dead-letters at maxDeliveries). A second
+ * Ctrl-C exits at once, leaving what is unacked to its deadline.
  */
 import type { Command } from 'commander'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -33,7 +40,10 @@ export function registerPull(program: Command): void {
     .option('-f, --follow', 'keep pulling (long polls of 20 s unless --wait says) until Ctrl-C')
     .action(async (group: string, opts: PullOptions, cmd: Command) => {
       const stop = new AbortController()
-      const onSignal = () => stop.abort()
+      const onSignal = () => {
+        stop.abort()
+        note('hookq pull: stopping (an answer already arriving is printed first)')
+      }
       process.once('SIGINT', onSignal)
       process.once('SIGTERM', onSignal)
       try {

@@ -159,6 +159,16 @@ export function buildEnvelope(
 }
 
 /**
+ * The delivery id of an envelope buildEnvelope made (its first field), without parsing the rest:
+ * for giving back leases whose caller went away (src/service/acks.ts).
+ */
+export function envelopeDeliveryId(envelope: string): string {
+  return envelope.slice(ENVELOPE_ID_AT, envelope.indexOf('"', ENVELOPE_ID_AT))
+}
+
+const ENVELOPE_ID_AT = '{"deliveryId":"'.length
+
+/**
  * A batch push: `{"deliveries": [<envelope>, ...]}` with the Standard Webhooks headers computed
  * over it, `id` (webhook-id) naming the batch. hookq-batch-size says how many it carries. Each
  * envelope carries its own message's trace; the request's `traceparent` and `tracestate` headers

@@ -115,6 +115,8 @@ const NONE = Object.freeze([]) as unknown as Attempt[]
 export class Partition extends PartitionLog {
   private readonly _outstanding = new Map<number, Outstanding>()
   private _delayed = 0
+  /** Messages in state `reserving` (a pull group's reservations are bounded by its callers' room). */
+  private _awaitingReservation = 0
   private _ready: Outstanding[] = []
   private _releasing = false
   private onIdle: (() => void) | undefined = undefined
@@ -169,6 +171,10 @@ export class Partition extends PartitionLog {
     return this._unsent
   }
   /** Messages that count against maxInFlight: outstanding, neither delayed nor ready. */
+  /** Messages waiting for a reservation to be written (state `reserving`). */
+  get awaitingReservation(): number {
+    return this._awaitingReservation
+  }
   active(): number {
     return this._outstanding.size - this._delayed - this._ready.length
   }
@@ -286,9 +292,11 @@ export class Partition extends PartitionLog {
     // Only in_flight has a current attempt: it is settled (or undone) before the message leaves.
     if (o.current) illegal(`offset ${o.msg.offset}: ${from} → ${to} with attempt ${o.current.number} not settled`)
     if (from === 'delayed') this._delayed--
+    if (from === 'reserving') this._awaitingReservation--
     if (from === 'ready') removeAt(this._ready, this._ready.indexOf(o))
     mut(o).state = to
     if (to === 'delayed') this._delayed++
+    if (to === 'reserving') this._awaitingReservation++
     if (to === 'ready') this._ready.push(o)
   }
 
@@ -470,6 +478,7 @@ export class Partition extends PartitionLog {
     this._outstanding.clear()
     this._ready = []
     this._delayed = 0
+    this._awaitingReservation = 0
     const idle = this.onIdle
     this.onIdle = undefined
     idle?.()

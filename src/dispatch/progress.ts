@@ -24,11 +24,16 @@
  * - An ordered partition's jobs never wait: its next message waits for this one's completion, so a
  *   wait would delay pushes, not gather company. Key-ordered and unordered partitions wait, full or not.
  * - Nor does the reservation of a partition with nothing out with its consumer (no message pushed
- *   or leased and unanswered, none being completed): its first pushes wait on it and nothing of the
- *   partition is moving meanwhile, so a wait would only hold them up (a message produced to an idle
- *   partition after a busy spell waited up to the whole linger for its push). A partition with
- *   messages out keeps the wait, explicit-ack and pull groups included (a push answered but not yet
- *   acked is still out): its reservation gathers company while they run.
+ *   and unanswered or unacked, none being completed): its first pushes wait on it and nothing of
+ *   the partition is moving meanwhile, so a wait would only hold them up (a message produced to an
+ *   idle partition after a busy spell waited up to the whole linger for its push). A partition with
+ *   messages out keeps the wait, explicit-ack groups included (a push answered but not yet acked is
+ *   still out): its reservation gathers company while they run.
+ * - Nor do a pull group's jobs: a caller waits on each of them (its answer on the reservation, its
+ *   ack call on the completion) and sends nothing more meanwhile, so a wait adds to every caller's
+ *   cycle and gathers no company: 8 callers acking 100 each made the writer busy, and pull + ack
+ *   ran at one statement per 20 ms wait. Callers still share a statement: what queues while one
+ *   runs goes in the next.
  * (figures: docs/performance.md#the-progress-writer)
  */
 import { HookqError } from '../core/errors.ts'
@@ -145,12 +150,12 @@ export class ProgressWriter {
   }
 
   /**
-   * A job of the group was queued: schedules the statement, at the end of this turn if a push waits
-   * on it alone (an ordered partition's job, or `idle`: a reservation of a partition with nothing out
-   * with its consumer, see Partition.engaged).
+   * A job of the group was queued: schedules the statement, at the end of this turn if a push or a
+   * caller waits on it alone (an ordered partition's job, a pull group's, or `idle`: a reservation of
+   * a partition with nothing out with its consumer, see Partition.engaged).
    */
   private queued(g: GroupRuntime, idle = false): void {
-    if (!this.urgent && (idle || g.row.ordering === 'partition')) {
+    if (!this.urgent && (idle || g.row.ordering === 'partition' || g.row.delivery === 'pull')) {
       this.urgent = true
       if (this.lingerTimer !== undefined) {
         this.timers.clearTimeout(this.lingerTimer)

@@ -114,6 +114,13 @@ export class PullDesk {
     return undefined
   }
 
+  /** Messages the group's callers waiting here may still take, in all. */
+  room(groupId: number): number {
+    let n = 0
+    for (const t of this.waiting.get(groupId) ?? []) if (!t.done) n += t.room
+    return n
+  }
+
   /** A lease begins for `t`: its slot is taken now. */
   take(t: Taker): void {
     t.room--

@@ -111,6 +111,8 @@ export class PushFlow {
   private readonly leaseWaits = new Set<PartitionState>()
   /** Per pull group, the partition the next caller starts at (pullerCame). */
   private readonly pullTurns = new Map<number, number>()
+  /** Partitions whose reservation is written once the pass admitting their messages ends (reserve). */
+  private readonly reservationsDue = new Set<PartitionState>()
 
   constructor(private readonly deps: PushFlowDeps) {
     this.sender = new PushSender({
@@ -190,7 +192,9 @@ export class PushFlow {
       if (!this.leaseHeld(g, w)) return
       // Nobody with room: a probe waiting is told that this one could go.
       if (!pulls.taker(id)) return pulls.leasable(id)
-      this.start(g, w, w.ready[0]!)
+      const o = w.ready[0]!
+      this.start(g, w, o)
+      if (o.state === 'ready') return // the callers' room is spoken for by reservations under way
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
@@ -201,6 +205,7 @@ export class PushFlow {
       if (byKey && w.keyQueued() >= MAX_KEY_QUEUED && next.key !== null && w.keyBusy(next.key)) return
       // (The message may turn out delayed or filtered out: a probe told so is asked again.)
       if (!pulls.taker(id)) return pulls.leasable(id)
+      if (!this.roomBeyondReservations(g)) return
       const msg = w.take()
       if (!msg) continue
       const due = msg.availableAtMs <= nowMs
@@ -372,6 +377,9 @@ export class PushFlow {
     const transport = consumer ? this.pushTo(g, w, o, consumer) : this.leaseTo(g, w, o)
     if (!transport) return
     if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
+      // A pull reserves no more than its callers can take: a message reserved and never leased
+      // would be counted as attempted by the next owner after a crash (dead at maxDeliveries 1).
+      if (pull && !this.roomBeyondReservations(g)) return w.move(o, 'ready')
       w.move(o, 'reserving')
       return this.reserve(g, w)
     }
@@ -529,7 +537,30 @@ export class PushFlow {
    * reservation covers every message that reached it meanwhile, and the progress writer writes
    * those of all partitions together with the completions.
    */
+  /** Whether a pull group's callers here can take more than the messages already waiting for a reservation. */
+  private roomBeyondReservations(g: GroupRuntime): boolean {
+    let promised = 0
+    for (const p of g.parts.values()) promised += p.awaitingReservation
+    return this.deps.pulls.room(g.row.id) > promised
+  }
+
   private reserve(g: GroupRuntime, w: PartitionState): void {
+    // A pull group's: begun at the end of the pass, not at its first message, so that a pass
+    // admitting many (a caller with room for 100) reserves them all in one write (at most the
+    // callers' room, see start). Begun at once, the first went alone, and the caller was answered
+    // with it while the rest waited for the next write. (The progress writer writes at the end of
+    // the turn anyway: no wait is added.) A push's begins at once: its window's room is taken
+    // only when a push starts, so a pass would reserve past what the window lets go.
+    if (g.row.delivery !== 'pull') return this.reserveNow(g, w)
+    if (w.reserving || this.reservationsDue.has(w)) return
+    this.reservationsDue.add(w)
+    queueMicrotask(() => {
+      this.reservationsDue.delete(w)
+      if (!w.dropped) this.safely(() => this.reserveNow(g, w))
+    })
+  }
+
+  private reserveNow(g: GroupRuntime, w: PartitionState): void {
     if (w.reserving) return
     let last = -1
     for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset > last) last = o.msg.offset

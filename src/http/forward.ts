@@ -9,6 +9,9 @@
  * - Pull: every owner of a partition of the group is asked at once for its share of maxMessages,
  *   then probed (leasing nothing) while the caller waits (src/service/acks.ts gather;
  *   docs/walkthroughs.md, "A walk through pull delivery", says why gathering beats routing to one owner).
+ *   An owner's answer that leased carries a give-back token; should the caller go away before the
+ *   gathered answer, the leases go back to their owner with it (a forwarded nacks call with
+ *   `hookq-give-back`), leasable again at once rather than when they expire.
  *
  * Owners are as the last cluster poll saw them (src/cluster/ownership.ts). When that view is stale
  * (the owner died or gave the partition up since), the ids go to the partition's holder found afresh
@@ -22,7 +25,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Agent, request as undiciRequest } from 'undici'
 import { HookqError } from '../core/errors.ts'
-import type { PullElsewhere, PullOptions } from '../service/acks.ts'
+import type { Leased, PullElsewhere, PullOptions } from '../service/acks.ts'
 import { parseDeliveryId } from '../core/delivery-id.ts'
 
 /** The routes whose delivery ids are split between owners, `METHOD path` as registered. */
@@ -33,6 +36,8 @@ const PULL_ROUTE = 'POST /v1/groups/:group/pull'
 const FORWARDED_HEADER = 'hookq-forwarded'
 /** On a forwarded pull: lease nothing, answer `{"messages":[],"ready":true}` once something could be leased (src/service/acks.ts gather). */
 const PROBE_HEADER = 'hookq-pull-probe'
+/** On a forwarded nacks call: give these leases back (a gathering process's caller went away), with their answer's token. */
+const GIVE_BACK_HEADER = 'hookq-give-back'
 /** Headers passed on to an owner; everything else (hop-by-hop, host, lengths) is the client's business. */
 const PASSED_HEADERS = ['authorization', 'accept', 'user-agent']
 /** Headers of an owner's failed answer relayed to the caller. */
@@ -72,6 +77,10 @@ declare module 'fastify' {
     pullElsewhere: PullElsewhere | null
     /** A forwarded probe of another process's gather: wait for a leasable message, lease none (the pull route). */
     pullProbe: boolean
+    /** A pull forwarded by another process's gather: its answer carries a give-back token (the pull route). */
+    pullForwarded: boolean
+    /** A forwarded give-back (a nacks call): the token of the answer that leased the ids (the nacks route). */
+    giveBack: string | null
     /** Answers other owners gave for some of the ids, by their index in the request. */
     answeredElsewhere: { total: number; results: Map<number, Result>; local: number[] } | null
   }
@@ -90,6 +99,8 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
   app.decorateRequest('answeredElsewhere', null)
   app.decorateRequest('pullElsewhere', null)
   app.decorateRequest('pullProbe', false)
+  app.decorateRequest('pullForwarded', false)
+  app.decorateRequest('giveBack', null)
   if (!directory) return
   const owners = directory
   const agent = new Agent({ connections: 16, keepAliveTimeout: 10_000 })
@@ -152,7 +163,12 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
   }
 
   async function splitIds(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> {
-    if (owners.alone || req.headers[FORWARDED_HEADER] !== undefined) return undefined
+    if (req.headers[FORWARDED_HEADER] !== undefined) {
+      const token = req.headers[GIVE_BACK_HEADER]
+      if (typeof token === 'string' && req.url.endsWith('/nacks')) req.giveBack = token
+      return undefined
+    }
+    if (owners.alone) return undefined
     const body = req.body as { deliveryIds: string[] }
     const group = (req.params as { group: string }).group
     const local: number[] = []
@@ -282,6 +298,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
   async function pullOwners(req: FastifyRequest): Promise<void> {
     if (req.headers[FORWARDED_HEADER] !== undefined) {
       req.pullProbe = req.headers[PROBE_HEADER] === '1'
+      req.pullForwarded = true
       return
     }
     if (owners.alone) return
@@ -299,9 +316,16 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       selfParts,
       owners: [...byOwner].map(([base, parts]) => ({
         parts,
-        pull: async (opts, signal) => {
+        pull: async (opts, signal): Promise<Leased> => {
           const a = await pullFrom(base, req, opts, signal, false)
-          return a ? (JSON.parse(a) as { messages: unknown[] }).messages.map((m) => JSON.stringify(m)) : []
+          if (!a) return { envelopes: [], giveBack: () => {} }
+          const answer = JSON.parse(a) as { messages: unknown[]; giveBack?: string }
+          return {
+            envelopes: answer.messages.map((m) => JSON.stringify(m)),
+            giveBack: (deliveryIds) => {
+              if (answer.giveBack !== undefined) giveBackTo(base, req, group, deliveryIds, answer.giveBack)
+            },
+          }
         },
         probe: async (waitMs, signal) => {
           const a = await pullFrom(base, req, { maxMessages: 1, waitMs, leaseMs: undefined }, signal, true)
@@ -309,6 +333,28 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
         },
       })),
     }
+  }
+
+  /**
+   * Leases an owner made for a caller that went away, back to it (best effort: if it fails, they
+   * expire at their deadline and are retried, as before). Not the caller's call: nothing waits for it.
+   */
+  function giveBackTo(base: string, req: FastifyRequest, group: string, deliveryIds: string[], token: string): void {
+    const headers: Record<string, string> = { [FORWARDED_HEADER]: '1', [GIVE_BACK_HEADER]: token, 'content-type': 'application/json' }
+    for (const name of PASSED_HEADERS) {
+      const value = req.headers[name]
+      if (typeof value === 'string') headers[name] = value
+    }
+    undiciRequest(new URL(`/v1/groups/${encodeURIComponent(group)}/nacks`, base), {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ deliveryIds }),
+      dispatcher: agent,
+      headersTimeout: FORWARD_TIMEOUT_MS,
+      bodyTimeout: FORWARD_TIMEOUT_MS,
+    })
+      .then((a) => a.body.dump())
+      .catch(() => {})
   }
 
   /**
@@ -320,7 +366,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     base: string,
     req: FastifyRequest,
     opts: PullOptions,
-    signal: AbortSignal,
+    signal: AbortSignal | undefined,
     probe: boolean,
   ): Promise<string | null> {
     const headers: Record<string, string> = { [FORWARDED_HEADER]: '1', 'content-type': 'application/json' }
@@ -340,7 +386,7 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
         ...(opts.leaseMs === undefined ? {} : { leaseMs: opts.leaseMs }),
       }),
       dispatcher: pullAgent,
-      signal,
+      ...(signal ? { signal } : {}),
       headersTimeout: timeoutMs,
       bodyTimeout: timeoutMs,
     })

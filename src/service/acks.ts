@@ -3,9 +3,11 @@
  * rest (it hands each call to this process's dispatcher, or answers 503 while a group is still
  * loading here; src/cluster/cluster.ts).
  */
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import type { Cluster } from '../cluster/cluster.ts'
 import type { AckStatus } from '../dispatch/dispatcher.ts'
 import { HookqError } from '../core/errors.ts'
+import { envelopeDeliveryId } from '../dispatch/envelope.ts'
 import type { Metrics } from '../metrics.ts'
 import type { GroupService } from './groups.ts'
 
@@ -16,11 +18,21 @@ export interface PullOptions {
   leaseMs: number | undefined
 }
 
+/** What one source leased: the envelopes, and how to give them back should the caller have gone. */
+export interface Leased {
+  envelopes: string[]
+  /** Makes the leases (their delivery ids) leasable again at once, as for a caller gone before its answer (best effort). */
+  giveBack(deliveryIds: string[]): void
+}
+
 /** A broker process that owns `parts` of the group's partitions, and how to pull from it. */
 export interface PullSource {
   parts: number
-  /** Leases up to opts.maxMessages (waitMs 0 when gathering). */
-  pull(opts: PullOptions, signal: AbortSignal): Promise<string[]>
+  /**
+   * Leases up to opts.maxMessages (waitMs 0 when gathering). Without a signal: the answer always
+   * reaches the gather, which gives back what its caller did not stay for.
+   */
+  pull(opts: PullOptions, signal?: AbortSignal): Promise<Leased>
   /** Waits up to waitMs until a message could be leased there, leasing none: true if one could. */
   probe(waitMs: number, signal: AbortSignal): Promise<boolean>
 }
@@ -46,6 +58,8 @@ export class AckService {
   private waitingPulls = 0
   /** Which owner the rounding of the next gather's split favours (see shares). */
   private turn = 0
+  /** Signs the leases of a forwarded pull's answer (giveBackToken): this process's, never shown to a client. */
+  private readonly giveBackKey = randomBytes(32)
 
   constructor(
     private readonly groups: GroupService,
@@ -68,25 +82,21 @@ export class AckService {
   async pull(group: string, opts: PullOptions, signal: AbortSignal, elsewhere?: PullElsewhere | null): Promise<string[]> {
     await this.requirePull(group)
     return this.waiting(opts.waitMs, async () => {
-      const got =
+      const local: PullSource = {
+        parts: elsewhere?.selfParts ?? 0,
+        pull: async (o, s) => ({ envelopes: await this.cluster.pull(group, o, s), giveBack: (ids) => this.cluster.giveBack(group, ids) }),
+        probe: (ms, s) => this.cluster.probe(group, ms, s),
+      }
+      const leased =
         !elsewhere || elsewhere.owners.length === 0
-          ? await this.cluster.pull(group, opts, signal)
-          : await this.gather(opts, signal, [
-              {
-                parts: elsewhere.selfParts,
-                pull: (o, s) => this.cluster.pull(group, o, s),
-                probe: (ms, s) => this.cluster.probe(group, ms, s),
-              },
-              ...elsewhere.owners,
-            ])
+          ? await local.pull(opts, signal)
+          : await this.gather(opts, signal, [local, ...elsewhere.owners])
+      const got = leased.envelopes
       // The caller went away while its answer was made: what was leased for it is not spent on
-      // nobody but leasable again at once (those of partitions owned here; a remote owner's
-      // expire). Nobody reads this answer.
+      // nobody but leasable again at once, on this process and on the other owners it came from
+      // (forward.ts sends theirs back). Nobody reads this answer.
       if (signal.aborted && got.length > 0) {
-        this.cluster.giveBack(
-          group,
-          got.map((e) => (JSON.parse(e) as { deliveryId: string }).deliveryId),
-        )
+        leased.giveBack(got.map(envelopeDeliveryId))
         return []
       }
       // A long poll answered empty may have been ended by its group's deletion or switch to push.
@@ -106,6 +116,35 @@ export class AckService {
       if (!ready && !signal.aborted) await this.requirePull(group)
       return ready
     })
+  }
+
+  /**
+   * For a forwarded pull's answer that leased: a token with which only the gathering process (it
+   * never reaches the client) can give these leases back (giveBackForwarded). An HMAC of the
+   * group and the ids under a key of this process's: nothing is kept per answer.
+   */
+  giveBackToken(group: string, envelopes: readonly string[]): string {
+    return this.sign(group, envelopes.map(envelopeDeliveryId))
+  }
+
+  /**
+   * A gathering process's caller went away before its answer: the leases this process made for it
+   * (named by the token of their answer) are leasable again at once, as for a caller of its own
+   * (dispatcher giveBack: those no longer current are left alone). A token that does not match is
+   * a 400: a client must not give back leases uncounted, which would let a message dodge maxDeliveries.
+   */
+  giveBackForwarded(group: string, deliveryIds: string[], token: string): void {
+    const want = Buffer.from(this.sign(group, deliveryIds))
+    const got = Buffer.from(token)
+    if (got.length !== want.length || !timingSafeEqual(got, want))
+      throw new HookqError('invalid_request', 'the give-back token does not match these deliveries')
+    this.cluster.giveBack(group, deliveryIds)
+  }
+
+  private sign(group: string, deliveryIds: readonly string[]): string {
+    const h = createHmac('sha256', this.giveBackKey).update(group)
+    for (const id of deliveryIds) h.update('\n').update(id)
+    return h.digest('base64url')
   }
 
   /** Long polls under way on this process (the hookq_pulls_waiting gauge). */
@@ -150,17 +189,17 @@ export class AckService {
    * Leasing without waiting first keeps the common case (a backlog) to one round; docs/walkthroughs.md,
    * "A walk through pull delivery", says why gathering beats routing to one owner.
    */
-  private async gather(opts: PullOptions, signal: AbortSignal, all: PullSource[]): Promise<string[]> {
+  private async gather(opts: PullOptions, signal: AbortSignal, all: PullSource[]): Promise<Leased> {
     const sources = all.filter((s) => s.parts > 0)
     const deadlineMs = performance.now() + opts.waitMs
     const first = this.turn++
-    let got = await leaseNow(sources, shares(sources, opts.maxMessages, first), opts, signal)
-    for (let round = 1; got.length === 0 && !signal.aborted; round++) {
+    let got = await leaseNow(sources, shares(sources, opts.maxMessages, first), opts)
+    for (let round = 1; got.envelopes.length === 0 && !signal.aborted; round++) {
       const leftMs = Math.round(deadlineMs - performance.now())
       if (leftMs <= 0) break
       const ready = await probeAll(sources, leftMs, signal)
       if (ready.length === 0) break // the wait passed, or every owner ended it (group deleted, broker closing)
-      got = await leaseNow(sources, shares(sources, opts.maxMessages, first + round, ready), opts, signal)
+      got = await leaseNow(sources, shares(sources, opts.maxMessages, first + round, ready), opts)
     }
     return got
   }
@@ -216,14 +255,24 @@ export function shares(sources: readonly { parts: number }[], maxMessages: numbe
   return out
 }
 
-/** Every source with a share asked at once, without waiting; their answers merged (at most the sum of the shares). */
-async function leaseNow(sources: PullSource[], counts: number[], opts: PullOptions, signal: AbortSignal): Promise<string[]> {
+/**
+ * Every source with a share asked at once, without waiting; their answers merged (at most the sum
+ * of the shares). Not cut when the caller goes: a round without waitMs ends at once (an owner
+ * bounds it), and an answer cut in flight would strand its leases on the owner until they expire;
+ * answered, they are given back (pull).
+ */
+async function leaseNow(sources: PullSource[], counts: number[], opts: PullOptions): Promise<Leased> {
+  const none: Leased = { envelopes: [], giveBack: () => {} }
   const answers = await Promise.all(
-    sources.map((s, i) =>
-      counts[i]! === 0 ? [] : s.pull({ ...opts, maxMessages: counts[i]!, waitMs: 0 }, signal).catch(() => [] as string[]),
-    ),
+    sources.map((s, i) => (counts[i]! === 0 ? none : s.pull({ ...opts, maxMessages: counts[i]!, waitMs: 0 }).catch(() => none))),
   )
-  return answers.flat()
+  return {
+    envelopes: answers.flatMap((a) => a.envelopes),
+    // Each source's own ids back to it.
+    giveBack: () => {
+      for (const a of answers) if (a.envelopes.length > 0) a.giveBack(a.envelopes.map(envelopeDeliveryId))
+    },
+  }
 }
 
 /**

@@ -2,8 +2,10 @@
  * A pull gathered over two broker processes (in this test process, on one database): it never
  * leases more than maxMessages in all, an owner whose share of maxMessages rounds to 0 is asked in
  * its turn, and a long poll woken on both owners at once leases only what its caller takes (the
- * probes of the two-phase gather lease nothing), so no attempt is lost.
+ * probes of the two-phase gather lease nothing), so no attempt is lost. A caller that goes away
+ * after both owners leased for it loses nothing either: each owner's leases are leasable again at once.
  */
+import http from 'node:http'
 import t from 'tap'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
@@ -19,6 +21,7 @@ interface Pulled {
 
 t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
   const db = await testDatabase(t)
+  const urls = new Map<Broker, string>()
   const start = async (): Promise<Broker> => {
     const broker = await createBroker(
       loadConfig({
@@ -29,7 +32,9 @@ t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
       }),
     )
     t.teardown(() => broker.close())
-    await broker.advertise(await broker.app.listen({ host: '127.0.0.1', port: 0 }))
+    const url = await broker.app.listen({ host: '127.0.0.1', port: 0 })
+    urls.set(broker, url)
+    await broker.advertise(url)
     return broker
   }
   const a = await start()
@@ -44,20 +49,25 @@ t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
     return res.json.messages as Pulled[]
   }
   // A group of its own for each subtest: what one leaves unacked cannot reach the other.
-  for (const n of ['', '2']) {
+  for (const n of ['', '2', '3']) {
     t.equal((await call(a, 'PUT', `/v1/topics/gt${n}`, { partitions: 4 })).status, 201)
     t.equal((await call(a, 'PUT', `/v1/groups/g${n}`, { topic: `gt${n}`, delivery: 'pull', ackTimeoutMs: 120_000 })).status, 201)
   }
   const mine = (x: Broker, g: string) => [0, 1, 2, 3].filter((p) => x.cluster.ownership.ownerOf(g, p) === 'self')
   await waitUntil(
     () =>
-      ['g', 'g2'].every(
+      ['g', 'g2', 'g3'].every(
         (g) => mine(a, g).length === 2 && mine(b, g).length === 2 && [0, 1, 2, 3].every((p) => a.cluster.ownership.ownerOf(g, p) !== null),
       ),
     60_000,
     'the four partitions of each group shared two and two, as a sees them',
   )
+  const inFlightOn = async (x: Broker, g: string) => {
+    const s = (await call(x, 'GET', `/v1/groups/${g}`)).json as { partitions: { partition: number; inFlight: number }[] }
+    return s.partitions.filter((p) => mine(x, g).includes(p.partition)).reduce((n, p) => n + p.inFlight, 0)
+  }
   const ofB = mine(b, 'g')
+  const ofB3 = mine(b, 'g3')
 
   t.test('an owner whose share rounds to 0 is asked in its turn; never more than maxMessages', async (t) => {
     // maxMessages 1 over two owners of two partitions each: each share rounds to 0. Without waiting,
@@ -126,5 +136,72 @@ t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
       )
       t.equal((await call(a, 'POST', '/v1/groups/g2/acks', { deliveryIds: all.map((m) => m.deliveryId) })).status, 200)
     }
+  })
+
+  t.test('a caller gone after both owners leased for it: every lease leasable again at once', async (t) => {
+    // One message on each partition; a caller pulls all four through a (two leased by a, two by
+    // b, whose answer reaches a) and its connection closes before a answers. Not waiting out the
+    // 120 s leases: b's two come back to it through the give-back, a's through its own.
+    await call(a, 'POST', '/v1/topics/gt3/messages', { messages: [0, 1, 2, 3].map((p) => ({ value: `c${p}`, partition: p })) })
+    const acks = a.services.acks
+    const pullService = acks.pull.bind(acks)
+    let callerSignal: AbortSignal | undefined
+    acks.pull = (group, opts, signal, elsewhere) => {
+      if (group === 'g3') callerSignal = signal
+      return pullService(group, opts, signal, elsewhere)
+    }
+    const cluster = a.cluster
+    const pullHere = cluster.pull.bind(cluster)
+    const caller = http.request(`${urls.get(a)}/v1/groups/g3/pull`, { method: 'POST', headers: { 'content-type': 'application/json' } })
+    caller.on('error', () => {})
+    let left = false
+    // a's own lease round: once b has leased too, the caller goes, and a's answer is made after.
+    cluster.pull = async (group, opts, signal) => {
+      const got = await pullHere(group, opts, signal)
+      if (group === 'g3' && got.length > 0 && !left) {
+        left = true
+        await waitUntil(async () => (await inFlightOn(b, 'g3')) === 2, 30_000, "b's two leases")
+        caller.destroy()
+        await waitUntil(() => callerSignal?.aborted, 30_000, 'a to see its caller gone')
+      }
+      return got
+    }
+    t.teardown(() => {
+      acks.pull = pullService
+      cluster.pull = pullHere
+    })
+    caller.end(JSON.stringify({ maxMessages: 10, waitMs: 10_000 }))
+    await waitUntil(() => left && callerSignal?.aborted, 30_000, 'the caller gone after both owners leased')
+    cluster.pull = pullHere
+    acks.pull = pullService
+    const again: Pulled[] = []
+    await waitUntil(
+      async () => {
+        again.push(...(await pull(a, { maxMessages: 10 }, 'g3')))
+        return again.length >= 4
+      },
+      30_000,
+      "all four leasable again, b's included",
+    )
+    t.same(again.map((m) => m.value).sort(), ['c0', 'c1', 'c2', 'c3'])
+    // Given back before its row was written (within the attempt log's 1 s hold, the common case)
+    // a lease is not counted (attempt 1); on a machine slow enough to write it first, it ended as
+    // a failed attempt, leased again at once without the backoff (attempt 2). Never a lease lost.
+    t.ok(
+      again.every((m) => m.attempt === 1 || m.attempt === 2),
+      `attempts ${again.map((m) => m.attempt)}`,
+    )
+    // A give-back is the gathering process's alone: one sent with a token that does not match is
+    // refused, and the lease stays.
+    const [mineB] = again.filter((m) => ofB3.includes(m.partition))
+    const forged = await b.app.inject({
+      method: 'POST',
+      url: '/v1/groups/g3/nacks',
+      headers: { 'hookq-forwarded': '1', 'hookq-give-back': 'x'.repeat(43) },
+      payload: { deliveryIds: [mineB!.deliveryId] },
+    })
+    t.equal(forged.statusCode, 400, 'a forged give-back refused')
+    t.same(await pull(a, { maxMessages: 10 }, 'g3'), [], 'nothing leasable after it')
+    t.equal((await call(a, 'POST', '/v1/groups/g3/acks', { deliveryIds: again.map((m) => m.deliveryId) })).status, 200)
   })
 })

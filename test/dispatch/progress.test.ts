@@ -383,6 +383,30 @@ t.test(
   },
 )
 
+t.test("a pull group's jobs never wait for company: a caller waits on each", async (t) => {
+  const clock = new SteppedClock(4_000_000)
+  const s = await setup(t, 'linger-pull', undefined, {
+    linger: { ms: 50, minJobs: 2 },
+    now: clock.now,
+    timers: clock,
+  })
+  // Busy (2 jobs a statement), a push group's job waits 50 ms for company...
+  await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
+  const waiting = s.complete(s.w1, 1)
+  await turns(20)
+  t.equal(clock.pending.length, 1, 'a busy writer waits')
+  // ...a pull group's does not (an ack call, a lease's reservation), and takes the waiting job along.
+  s.g.row = { ...s.g.row, delivery: 'pull' }
+  t.equal(await s.complete(s.w0, 1), 'acked', 'written without the clock moving')
+  t.equal(await waiting, 'acked')
+  t.equal(clock.pending.length, 0, 'the wait was cut short')
+  // Busy again (2 jobs), the next pull statements do not wait either.
+  t.same(await Promise.all([s.complete(s.w0, 2), s.reserve(s.w1, 5)]), ['acked', true])
+  t.same(await Promise.all([s.complete(s.w0, 3), s.complete(s.w1, 2)]), ['acked', 'acked'])
+  t.equal(clock.pending.length, 0, 'no wait')
+  t.equal(s.statements.length, 4)
+})
+
 t.test('a partition whose owner epoch moved on is refused; the others are written', async (t) => {
   const s = await setup(t, 'fenced')
   await claimPartition(db.pool, s.g.row.id, 1) // another process (or a seek) took partition 1

@@ -375,3 +375,49 @@ t.test('ordering "key": one outstanding message per key across callers', async (
     "the ack of k1-a frees k1's next message, for the caller waiting",
   )
 })
+
+t.test('a pull of fresh messages answers with all it can lease, not with the first alone', async (t) => {
+  // None reserved yet (a first lease needs the partition's reservation written): the messages the
+  // pull admits are reserved in one write and all answered, not the first alone while the others
+  // wait for a second write.
+  await call('PUT', '/v1/topics/fresh', { partitions: 1 })
+  await call('PUT', '/v1/groups/fresh', { topic: 'fresh', delivery: 'pull' })
+  await produce(
+    'fresh',
+    Array.from({ length: 30 }, (_, i) => ({ value: i })),
+  )
+  const got = await pull('fresh', { maxMessages: 30, waitMs: 10_000 })
+  t.same(
+    got.map((m) => m.value),
+    Array.from({ length: 30 }, (_, i) => i),
+    'all 30 in the one answer',
+  )
+  await call('POST', '/v1/groups/fresh/acks', { deliveryIds: got.map((m) => m.deliveryId) })
+})
+
+t.test('a pull reserves no more first attempts than its callers can take', async (t) => {
+  // A reservation (group_offsets.pushed_offset) past what was leased would have the next owner,
+  // after a crash, count an attempt for messages never leased: dead-lettered at maxDeliveries 1.
+  await call('PUT', '/v1/topics/room', { partitions: 1 })
+  await call('PUT', '/v1/groups/room', { topic: 'room', delivery: 'pull', maxDeliveries: 1, ackTimeoutMs: 120_000 })
+  await produce(
+    'room',
+    Array.from({ length: 10 }, (_, i) => ({ value: i })),
+  )
+  const [first] = await pull('room', { maxMessages: 1, waitMs: 10_000 })
+  t.equal(first!.value, 0)
+  const reserved = async () =>
+    (
+      await broker.db.pool.query<{ pushed: number }>(
+        `SELECT o.pushed_offset::int AS pushed FROM group_offsets o JOIN consumer_groups g ON g.id = o.group_id WHERE g.name = 'room'`,
+      )
+    ).rows[0]!.pushed
+  t.equal(await reserved(), 1, 'reserved up to the one message leased')
+  const rest = await pull('room', { maxMessages: 3, waitMs: 10_000 })
+  t.same(
+    rest.map((m) => m.value),
+    [1, 2, 3],
+  )
+  t.equal(await reserved(), 4)
+  await call('POST', '/v1/groups/room/acks', { deliveryIds: [first!, ...rest].map((m) => m.deliveryId) })
+})

@@ -41,9 +41,17 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
           response,
         },
       },
-      async (req) => ({
-        results: await services.acks.nack(req.params.group, req.body.deliveryIds, req.body.delayMs, req.body.deadLetter ?? false),
-      }),
+      async (req) => {
+        // Another broker process's gather giving back leases made here for a caller that went away
+        // (src/http/forward.ts): leasable again at once, no attempt counted; no statuses to tell.
+        if (req.giveBack !== null) {
+          services.acks.giveBackForwarded(req.params.group, req.body.deliveryIds, req.giveBack)
+          return { results: [] }
+        }
+        return {
+          results: await services.acks.nack(req.params.group, req.body.deliveryIds, req.body.delayMs, req.body.deadLetter ?? false),
+        }
+      },
     )
 
     app.post(
@@ -92,7 +100,11 @@ export function ackRoutes(services: Services): FastifyPluginAsyncTypebox {
           // made for a key no longer valid go to nobody; they expire and are retried, as a gone caller's do.
           await req.recheckKey()
           // Envelopes are JSON texts already (as pushed): joined, not parsed and serialised again.
-          return reply.type('application/json').send(`{"messages":[${envelopes.join(',')}]}` as never)
+          // For another process's gather, with the token that gives them back should its caller
+          // have gone (src/http/forward.ts; never reaches a client, the gather keeps the messages only).
+          const back =
+            req.pullForwarded && envelopes.length > 0 ? `,"giveBack":"${services.acks.giveBackToken(req.params.group, envelopes)}"` : ''
+          return reply.type('application/json').send(`{"messages":[${envelopes.join(',')}]${back}}` as never)
         } finally {
           unwatch()
         }
