@@ -483,6 +483,15 @@ t.test(
     answerFirst()
     await waitUntil(() => waiting.length >= 1, 10_000, 'the queued push waits for the lease')
     await waitUntil(async () => (await s.committed()) === 1, 10_000, 'offset 0 completed by its answer')
+    // Its row is written first (held holdMs for an outcome, then filed in flight), so that the
+    // handover must delete it, not merely forget a row never filed.
+    const rowsNow = async () =>
+      (await db.pool.query('SELECT "offset", attempt FROM deliveries WHERE group_id = $1 ORDER BY "offset"', [s.groupId])).rows.map(
+        (r) => `${r.offset}:${r.attempt}`,
+      )
+    s.clock.advance(1001)
+    await s.attempts.flush(true)
+    t.same(await rowsNow(), ['0:1', '1:1'], 'the queued attempt had begun: its row was filed')
     s.dispatcher.releaseAll() // the session was lost before the lease was proven again
     const w = waiting
     waiting = []
@@ -491,12 +500,7 @@ t.test(
       Number((await db.pool.query('SELECT pushed_offset FROM group_offsets WHERE group_id = $1', [s.groupId])).rows[0].pushed_offset)
     await waitUntil(async () => (await reservation()) === 1, 10_000, 'the reservation of offset 1 given back')
     await s.attempts.flush(true)
-    const rows = (await db.pool.query('SELECT "offset", attempt FROM deliveries WHERE group_id = $1 ORDER BY "offset"', [s.groupId])).rows
-    t.same(
-      rows.map((r) => `${r.offset}:${r.attempt}`),
-      ['0:1'],
-      'no row for the attempt that never went out',
-    )
+    t.same(await rowsNow(), ['0:1'], 'no row for the attempt that never went out')
     t.equal(s.pushes().length, 1, 'it never went out')
     held = true
     await s.own() // this process (standing in for the next owner) claims the partition again

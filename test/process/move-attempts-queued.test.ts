@@ -53,6 +53,17 @@ t.test('pushes queued for a connection when their process leaves are the next ow
   }
   await waitUntil(async () => receiver.requests.length === CONNECTIONS && (await inFlight()) === TOTAL, 60_000, 'pushes queued')
   t.equal(receiver.requests.length, CONNECTIONS, 'no more pushes reached the consumer than there are connections')
+  // Every attempt's row filed in flight (the attempt log holds a row about a second for its outcome):
+  // the queued ones must be given back by deleting their rows, not merely by never filing them.
+  await waitUntil(
+    async () => {
+      const res = await call(a.url, 'GET', '/v1/groups/mq-g/deliveries?limit=1000')
+      return res.status === 200 && res.json.deliveries.length === TOTAL
+    },
+    60_000,
+    'every attempt filed',
+    100,
+  )
 
   a.child.kill('SIGTERM')
   t.equal(await a.exited, 0, 'the leaving process exits 0')
