@@ -5,9 +5,13 @@
  * (the largest gap, over the partitions, from the kill to the partition's first push after it). A
  * replacement process then joins, the partitions balance again, and the next round kills the other.
  * Also counted: the messages pushed more than once (auto acks: those in flight at the kill, and those
- * answered whose completion was not written yet), per kill.
+ * answered whose completion was not written yet), per kill. BENCH_FAILOVER_ACK=explicit: the group
+ * acks explicitly; the receiver answers 200 and acks every push it got through the process that
+ * produces, every 20 ms, and the ack calls answered 503 (a partition moving) are counted, each such
+ * delivery id acked again in the next call.
  *
- * Environment (all optional): BENCH_FAILOVER_ROUNDS=4  BENCH_DATABASE_URL=...  (HOOKQ_* reach the brokers)
+ * Environment (all optional): BENCH_FAILOVER_ROUNDS=4  BENCH_FAILOVER_ACK=auto|explicit
+ * BENCH_DATABASE_URL=...  (HOOKQ_* reach the brokers)
  */
 import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -17,6 +21,7 @@ import { envInt } from './lib/env.ts'
 import { atCleanup, cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 
 const ROUNDS = envInt('BENCH_FAILOVER_ROUNDS', 4)
+const EXPLICIT = process.env.BENCH_FAILOVER_ACK === 'explicit'
 const PARTITIONS = 8
 const SERVER = process.env.BENCH_DATABASE_URL || process.env.DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
 
@@ -42,13 +47,17 @@ await runBench(async () => {
   const pushes: number[][] = Array.from({ length: PARTITIONS }, () => [])
   // Pushes of each message ("partition:offset"), for the duplicates.
   const times = new Map<string, number>()
+  // Explicit acks: the delivery ids waiting for an ack call, and how those calls were answered.
+  let toAck: string[] = []
+  const ackCalls = { calls: 0, ids: 0, unavailable: 0, failed: 0 }
   const receiver = http.createServer((req, res) => {
     let body = ''
     req.on('data', (d) => {
       body += d
     })
     req.on('end', () => {
-      const { partition: p, offset } = JSON.parse(body) as { partition: number; offset: number }
+      const { partition: p, offset, deliveryId } = JSON.parse(body) as { partition: number; offset: number; deliveryId: string }
+      if (EXPLICIT) toAck.push(deliveryId)
       pushes[p]!.push(Date.now())
       times.set(`${p}:${offset}`, (times.get(`${p}:${offset}`) ?? 0) + 1)
       res.end('ok')
@@ -70,7 +79,7 @@ await runBench(async () => {
   }
   const live = [await start(), await start()]
   await brokerApi(live[0]!.url, 'PUT', '/v1/topics/fo', { partitions: PARTITIONS })
-  await brokerApi(live[0]!.url, 'PUT', '/v1/groups/fo-g', { topic: 'fo', ackMode: 'auto' })
+  await brokerApi(live[0]!.url, 'PUT', '/v1/groups/fo-g', { topic: 'fo', ackMode: EXPLICIT ? 'explicit' : 'auto' })
   await brokerApi(live[0]!.url, 'POST', '/v1/groups/fo-g/consumers', { url: receiverUrl })
 
   let producing = true
@@ -81,6 +90,29 @@ await runBench(async () => {
         messages: Array.from({ length: PARTITIONS }, (_, p) => ({ value: p, partition: p })),
       }).catch(() => {})
       await sleep(50)
+    }
+  })()
+
+  const acker = (async () => {
+    while (producing || toAck.length > 0) {
+      const ids = toAck.splice(0, 1000)
+      if (ids.length > 0) {
+        const via = live[live.length - 1]!
+        ackCalls.calls++
+        ackCalls.ids += ids.length
+        const res = await fetch(`${via.url}/v1/groups/fo-g/acks`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ deliveryIds: ids }),
+          signal: AbortSignal.timeout(10_000),
+        }).catch(() => undefined)
+        await res?.arrayBuffer()
+        if (res?.status === 503) ackCalls.unavailable++
+        else if (res?.status !== 200) ackCalls.failed++
+        // Asked again in the next call, as a client does after a 503 or a broken connection.
+        if (res?.status !== 200) toAck = [...ids, ...toAck]
+      }
+      await sleep(20)
     }
   })()
 
@@ -101,10 +133,17 @@ await runBench(async () => {
   }
   producing = false
   await producer
+  await Promise.race([acker, sleep(15_000)])
+  toAck = []
   const duplicates = [...times.values()].filter((n) => n > 1).length
   console.log(
     `messages pushed more than once: ${duplicates} of ${times.size} (${(duplicates / ROUNDS).toFixed(1)} a kill, ${((100 * duplicates) / times.size).toFixed(2)}%)`,
   )
+  if (EXPLICIT) {
+    console.log(
+      `ack calls: ${ackCalls.calls} (${ackCalls.ids} ids); answered 503: ${ackCalls.unavailable} (${(ackCalls.unavailable / ROUNDS).toFixed(1)} a round of a kill and a join, ${((100 * ackCalls.unavailable) / Math.max(1, ackCalls.calls)).toFixed(2)}% of calls); other failures: ${ackCalls.failed}`,
+    )
+  }
   const sorted = [...results].sort((a, b) => a - b)
   console.log(
     `kill to resume over ${ROUNDS} rounds: median ${sorted[Math.floor(sorted.length / 2)]} ms, max ${sorted.at(-1)} ms (${results.join(', ')})`,
