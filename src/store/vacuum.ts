@@ -7,10 +7,12 @@
  * (a row per out-of-order completion, deleted once the committed offset passes it: measured ~25 dead
  * rows a second at 3,000 msg/s), consumer_health (buckets deleted as they age out),
  * produce_outbox (each row deleted as it moves), schedules and schedule_runners (updates of an
- * indexed column), broker_members, and the attempt log's outcome updates that are not HOT. The
- * messages' default partitions, messages_legacy and idempotency_keys are not chosen here: the sweep
- * deletes their rows itself and vacuums them by its own count of what it deleted
- * (vacuumIfDue in src/store/messages.ts), which needs no statistics to have been flushed.
+ * indexed column), broker_members. Not chosen here: the messages' default partitions,
+ * messages_legacy and idempotency_keys, which the sweep deletes rows from itself and vacuums by its
+ * own count of what it deleted (vacuumIfDue in src/store/messages.ts: no statistics to wait for);
+ * and the attempt log's partitions, whose outcome updates are mostly HOT (fillfactor 70, pruned
+ * without vacuum) and whose other dead rows go with the partition: a manual VACUUM of one, unlike
+ * autovacuum, does not give way to the DROP of the partition's maintenance, which would wait for it.
  */
 import type { Queryable } from './db.ts'
 
@@ -35,13 +37,13 @@ const WRITTEN_AS_MESSAGES_FLOW = [
  * The tables of hookq's schema whose dead rows (pg_stat_user_tables.n_dead_tup) pass what
  * autovacuum waits for (the server's autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor ×
  * the rows the table holds: 50 + 20% by default), or, where the statistics are not kept, the tables
- * above. Not the parts of messages nor idempotency_keys (see above).
+ * above. Not the parts of messages or deliveries, nor idempotency_keys (see above).
  */
 const DUE = `
 SELECT quote_ident(c.relname) AS name
 FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
-  AND c.relname !~ '^messages_' AND c.relname <> 'idempotency_keys'
+  AND c.relname !~ '^(messages|deliveries)_' AND c.relname <> 'idempotency_keys'
   AND CASE WHEN current_setting('track_counts')::bool
     THEN s.n_dead_tup > current_setting('autovacuum_vacuum_threshold')::float8
                         + current_setting('autovacuum_vacuum_scale_factor')::float8 * greatest(c.reltuples, 0)
