@@ -6,7 +6,7 @@
  * the same, sweeps every BENCH_SWEEP_MS (5 s). Produces BENCH_RATE msg/s (1000) for BENCH_SECONDS
  * (240), in batches every 50 ms, and prints every 15 s the size of messages and deliveries with
  * their indexes (pg_total_relation_size), their live and dead tuples (pg_stat_user_tables), and
- * the database's size, autovacuum's runs on them, and the age of the oldest snapshot any session of
+ * the database's size, the vacuums of them (autovacuum's and any other, the sweep's where autovacuum is off), and the age of the oldest snapshot any session of
  * the server holds (one held long keeps vacuum from removing dead rows, whatever their table). A
  * partitioned table is summed over its partitions (their count shown). Each line also gives the CPU
  * per message pushed since the last line, of the broker process and of the PostgreSQL backends
@@ -64,7 +64,7 @@ const broker = await startBroker(db.url, {
 
 const SIZES = `
 SELECT c.relname AS table, sum(pg_total_relation_size(r.oid)) AS bytes, sum(s.n_live_tup) AS live, sum(s.n_dead_tup) AS dead,
-       sum(s.autovacuum_count) AS vacuums, count(*) FILTER (WHERE r.oid <> c.oid) AS parts
+       sum(s.autovacuum_count + s.vacuum_count) AS vacuums, count(*) FILTER (WHERE r.oid <> c.oid) AS parts
 FROM pg_class c
 CROSS JOIN LATERAL (SELECT c.oid UNION SELECT p.relid FROM pg_partition_tree(c.oid) p) r(oid)
 LEFT JOIN pg_stat_user_tables s ON s.relid = r.oid

@@ -53,12 +53,14 @@ ORDER BY c.relname`
 /**
  * Vacuums every table due (see DUE), as autovacuum would at its next look; returns their names.
  * SKIP_LOCKED: a table another process is vacuuming (its sweep, or an autovacuum after all) is
- * passed by. Dead rows then stay below the threshold plus what the traffic makes between two
+ * passed by. TRUNCATE false: giving empty pages at the end back to the filesystem takes ACCESS
+ * EXCLUSIVE on the table, which the progress writes' next INSERT into group_completions would
+ * queue behind; the space vacuum frees is reused by the next rows all the same. Dead rows then stay below the threshold plus what the traffic makes between two
  * sweeps (docs/performance.md, "Dead rows where autovacuum is off").
  */
 export async function vacuumDeadRows(q: Queryable): Promise<string[]> {
   const res = await q.query<{ name: string }>(DUE, [WRITTEN_AS_MESSAGES_FLOW])
   const names = res.rows.map((r) => r.name)
-  if (names.length > 0) await q.query(`VACUUM (SKIP_LOCKED) ${names.join(', ')}`)
+  if (names.length > 0) await q.query(`VACUUM (SKIP_LOCKED, TRUNCATE false) ${names.join(', ')}`)
   return names
 }
