@@ -1,6 +1,6 @@
 // Messages in chunks (src/store/message-chunks.ts), as groups and readers see them: a group reads
 // across a chunk boundary; a chunk past the retention goes whole and a seek into it starts at the
-// oldest kept; rows no chunk covered are filed once into a chunk made for them (a topic's own
+// oldest kept, and so does a group made then; rows no chunk covered are filed once into a chunk made for them (a topic's own
 // default, and messages_default for a topic that had no tree); a topic created while the sweep
 // runs keeps its messages; and a read plans and locks its own topic's chunks only, however many
 // topics there are. Rows are aged in the database, not waited for; the sweep is driven directly.
@@ -9,7 +9,7 @@ import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { readForDispatch } from '../../src/store/consumption.ts'
 import { maintainMessageChunks, maintainTopicChunks } from '../../src/store/message-chunks.ts'
-import { readMessages } from '../../src/store/messages.ts'
+import { firstOffsets, offsetsAtTime, readMessages } from '../../src/store/messages.ts'
 import { partitionStarts } from '../../src/store/storage.ts'
 import { api } from '../helpers/api.ts'
 import { testDatabase } from '../helpers/db.ts'
@@ -105,6 +105,14 @@ t.test('a chunk past the retention goes whole; a group and a seek into it start 
   t.equal(swept.messageChunks, 1, 'one chunk dropped')
   t.equal(swept.messages, 6, 'with its six messages')
   t.notOk((await sql('SELECT to_regclass($1) AS oid', [chunkOf0]))[0].oid, 'the chunk is gone')
+
+  // A group made now, from the earliest or from a time before the dropped chunk, starts at the
+  // oldest kept (firstOffsets and offsetsAtTime: a probe of each chunk's key, not a scan).
+  await call('PUT', '/v1/groups/dropped-early', { topic: 'dropped', ackMode: 'auto', paused: true })
+  t.equal(await committed('dropped-early'), 6, 'a group made at earliest starts at the oldest kept')
+  const anHourAgo = new Date(Date.now() - 3_600_000).toISOString()
+  await call('PUT', '/v1/groups/dropped-timed', { topic: 'dropped', ackMode: 'auto', paused: true, startAt: anHourAgo })
+  t.equal(await committed('dropped-timed'), 6, 'and one made from a time before the dropped chunk')
 
   await call('PUT', '/v1/groups/dropped-g', { topic: 'dropped', ackMode: 'auto', paused: false })
   await waitUntil(async () => (await committed('dropped-g')) === 10, 30_000, 'committed past the dropped range')
@@ -349,6 +357,8 @@ t.test('a read plans and locks its own topic’s chunks only, however many topic
     await readForDispatch(q, [{ topicId: id, partition: 0, fromOffset: 0 }], 10)
     await readMessages(q, id, 0, 0, 10)
     await partitionStarts(q, id)
+    await firstOffsets(q, id)
+    await offsetsAtTime(q, id, new Date(0))
   }
   await call('PUT', '/v1/topics/lock-0', { partitions: 1, retentionMs: 600_000 })
   await produce('lock-0', [{ value: 0 }])
