@@ -15,6 +15,9 @@
  *          completion: the push path alone
  *   auto   the group pushing while BENCH_AB_MESSAGES are produced (batches of 100, 4 producers);
  *          measured from the first produce call to the last completion: produce and push
+ *   latency  single-message produce calls paced at BENCH_AB_RATE a second for BENCH_AB_SECONDS
+ *          (bench/e2e-load.ts `paced`, 64 connections, the first half second not counted),
+ *          measured to the last completion: CPU per call, produce-to-push and call p50/p99
  *
  * The base is any directory holding a hookq checkout with its node_modules (a git worktree of
  * another commit, with node_modules linked and `npm run db:generate` run). Its broker starts as its
@@ -22,7 +25,8 @@
  *
  * Environment (all optional but the base):
  *   BENCH_AB_BASE=<dir>          the other checkout (required)
- *   BENCH_AB_SCENARIO=drain      drain | auto
+ *   BENCH_AB_SCENARIO=drain      drain | auto | latency
+ *   BENCH_AB_RATE=500  BENCH_AB_SECONDS=6   the latency scenario's calls a second, and for how long
  *   BENCH_AB_ROUNDS=6            rounds per side (measured)
  *   BENCH_AB_WARMUP=2            rounds per side before them, not counted (JIT, pools, caches)
  *   BENCH_AB_MESSAGES=20000      messages per round
@@ -46,6 +50,8 @@ const SCENARIO = process.env.BENCH_AB_SCENARIO || 'drain'
 const ROUNDS = envInt('BENCH_AB_ROUNDS', 6)
 const WARMUP = envInt('BENCH_AB_WARMUP', 2)
 const MESSAGES = envInt('BENCH_AB_MESSAGES', 20_000)
+const RATE = envInt('BENCH_AB_RATE', 500)
+const SECONDS = envInt('BENCH_AB_SECONDS', 6)
 const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
 const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
@@ -72,6 +78,11 @@ interface Measured {
   postgresUs: number
   perS: number
   otherPct: number
+  /** latency only: produce-to-push and the produce call's own, ms. */
+  p50?: number
+  p99?: number
+  callP50?: number
+  callP99?: number
 }
 
 async function startSide(name: Side['name'], root: string): Promise<Side> {
@@ -98,6 +109,7 @@ async function round(side: Side, load: IpcWorker, n: number): Promise<Measured> 
       { url: `${side.broker.url}/v1/topics/${name}/messages`, total: MESSAGES, batch: 100, concurrency: 4, maxSeconds: ROUND_SECONDS },
       (ROUND_SECONDS + 60) * 1000,
     )
+  if (SCENARIO === 'latency') return paced(side, load, n, name, group)
   if (SCENARIO === 'drain') {
     const r = await produce()
     if (r.produced < MESSAGES) throw new Error(`${side.name}: produced ${r.produced} of ${MESSAGES}`)
@@ -118,11 +130,48 @@ async function round(side: Side, load: IpcWorker, n: number): Promise<Measured> 
   return { side: side.name, round: n, ...perMessage(w, MESSAGES), perS: MESSAGES / w.seconds, otherPct: othersPct(w) }
 }
 
+/** A latency round: single-message calls at RATE for SECONDS, measured from the first call to the last completion. */
+async function paced(side: Side, load: IpcWorker, n: number, name: string, group: object): Promise<Measured> {
+  await side.receiver.call('scenario', { name, mode: 'count', expect: 0 }, 5000)
+  await sleep(300)
+  const c0 = cpuSnapshot(side.broker.pid)
+  const r = await load.call<{ produced: number; produceLatencyMs: { p50: number; p99: number } }>(
+    'paced',
+    {
+      url: `${side.broker.url}/v1/topics/${name}/messages`,
+      rate: RATE,
+      warmupS: 0.5,
+      measureS: SECONDS,
+      maxOutstanding: 2000,
+      connections: 64,
+    },
+    (ROUND_SECONDS + 60) * 1000,
+  )
+  for (let i = 0; (await committedOffsets(side.broker.url, name)) < r.produced; i++) {
+    if (i > 10_000) throw new Error(`${side.name}: round ${n} did not complete`)
+    await sleep(5)
+  }
+  const w = cpuSince(c0, side.broker.pid)
+  await brokerApi(side.broker.url, 'PUT', `/v1/groups/${name}`, { ...group, paused: true })
+  const st = await side.receiver.call<{ latencyMs: { p50: number; p99: number } }>('stats', {}, 5000)
+  return {
+    side: side.name,
+    round: n,
+    ...perMessage(w, r.produced),
+    perS: r.produced / w.seconds,
+    otherPct: othersPct(w),
+    p50: st.latencyMs.p50,
+    p99: st.latencyMs.p99,
+    callP50: r.produceLatencyMs.p50,
+    callP99: r.produceLatencyMs.p99,
+  }
+}
+
 async function main(): Promise<void> {
   if (!BASE) throw new Error('BENCH_AB_BASE must name the other checkout (a directory with package.json and node_modules)')
   if (!existsSync(join(BASE, 'package.json')) || !existsSync(join(BASE, 'node_modules')))
     throw new Error(`${BASE} holds no checkout with node_modules`)
-  if (SCENARIO !== 'drain' && SCENARIO !== 'auto') throw new Error(`BENCH_AB_SCENARIO is drain or auto, not ${SCENARIO}`)
+  if (!['drain', 'auto', 'latency'].includes(SCENARIO)) throw new Error(`BENCH_AB_SCENARIO is drain, auto or latency, not ${SCENARIO}`)
   const base = await startSide('base', BASE)
   const self = await startSide('this', ROOT)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
@@ -135,7 +184,10 @@ async function main(): Promise<void> {
   const rows: Measured[] = []
   const line = (m: Measured) =>
     `${m.side.padEnd(4)} round ${String(m.round).padStart(2)}: broker ${m.brokerUs.toFixed(1).padStart(6)} us/msg, ` +
-    `PostgreSQL ${m.postgresUs.toFixed(1).padStart(5)} us/msg, ${Math.round(m.perS).toLocaleString('en-US').padStart(7)} msg/s, other CPU ${m.otherPct.toFixed(0)}%`
+    `PostgreSQL ${m.postgresUs.toFixed(1).padStart(5)} us/msg, ${Math.round(m.perS).toLocaleString('en-US').padStart(7)} msg/s, other CPU ${m.otherPct.toFixed(0)}%` +
+    (m.p50 === undefined
+      ? ''
+      : `; produce-to-push p50/p99 ${m.p50.toFixed(2)}/${m.p99!.toFixed(2)} ms, call ${m.callP50!.toFixed(2)}/${m.callP99!.toFixed(2)} ms`)
   for (let n = 1; n <= ROUNDS; n++) {
     // A B, then B A: neither side always goes first.
     const order = n % 2 === 1 ? [base, self] : [self, base]
@@ -156,6 +208,13 @@ async function main(): Promise<void> {
     ['broker us/msg', (m: Measured) => m.brokerUs],
     ['PostgreSQL us/msg', (m: Measured) => m.postgresUs],
     ['msg/s', (m: Measured) => m.perS],
+    ...(SCENARIO === 'latency'
+      ? ([
+          ['p50 ms', (m: Measured) => m.p50!],
+          ['p99 ms', (m: Measured) => m.p99!],
+          ['call p99 ms', (m: Measured) => m.callP99!],
+        ] as const)
+      : []),
   ] as const) {
     console.log(
       `  ${what.padEnd(18)} base ${median(of('base', pick)).toFixed(1).padStart(8)}  this ${median(of('this', pick)).toFixed(1).padStart(8)}  ` +

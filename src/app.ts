@@ -7,12 +7,12 @@ import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { Services } from './service/services.ts'
 import { installAuth } from './http/auth.ts'
-import { HookqError } from './errors.ts'
+import { HookqError } from './core/errors.ts'
 import { installJsonParser } from './http/json-body.ts'
 import type { ApiKey } from './http/scopes.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
 import { drainUnreadBody } from './http/unread-body.ts'
-import { ERRORS, problemType } from './errors.ts'
+import { ERRORS, problemType } from './core/errors.ts'
 import compress from '@fastify/compress'
 import { ackRoutes } from './http/routes/acks.ts'
 import { consoleRoutes } from './http/routes/console.ts'
@@ -206,18 +206,20 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   // broker keeps reading too: the rest of the body is thrown away, within bounds (unread-body.ts).
   // One hook for both: it runs on every answer, produce and acks included.
   const unread = { maxBytes: Math.max(64 * MiB, 2 * opts.maxRequestBytes), maxMs: UNREAD_BODY_MAX_MS }
-  app.addHook('onSend', async (req, reply) => {
+  // Callback hooks, not async ones, here and below: they run on every call, and an async hook costs a promise each.
+  app.addHook('onSend', (req, reply, payload, done) => {
     if (closing) reply.header('connection', 'close')
     else drainUnreadBody(req, reply, unread)
+    done(null, payload)
   })
 
   installProblemHandlers(app)
   // Only origin-form targets (`/v1/...`): the router also takes absolute-form ones
   // (`POST http://host/v1/...`), and a target naming a host must never reach code that builds a URL
   // from it (a forwarded ack would go to that host).
-  app.addHook('onRequest', async (req) => {
-    if (!req.raw.url?.startsWith('/'))
-      throw new HookqError('invalid_request', 'the request target must be a path (origin-form, RFC 9112 §3.2.1)')
+  app.addHook('onRequest', (req, _reply, done) => {
+    if (req.raw.url?.startsWith('/')) return done()
+    done(new HookqError('invalid_request', 'the request target must be a path (origin-form, RFC 9112 §3.2.1)'))
   })
   installAuth(app, {
     keys: opts.apiKeys ?? [],

@@ -21,7 +21,7 @@ import { ScheduleService } from './service/schedules.ts'
 import { ScheduleTicker } from './service/schedule-ticker.ts'
 import { TopicService } from './service/topics.ts'
 import { autovacuumOff, durabilityWarnings, openDatabase, type Database } from './store/db.ts'
-import { appendMessages, type AppendEntry, type Coordinates } from './store/messages.ts'
+import { appendMessages, partitionKey, type AppendEntry, type Coordinates } from './store/messages.ts'
 import { applyMigrations, pendingMigrations } from './store/migrate.ts'
 import { readAllLags } from './store/groups.ts'
 import { oldestWaitingSeconds } from './store/outbox.ts'
@@ -152,12 +152,17 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     })
     await signer.start()
 
-    const committer = new GroupCommitter<AppendEntry, Coordinates | null>((entries) => appendMessages(database, entries), {
-      maxBatchMessages: config.commitMaxMessages,
-      maxConcurrentCommits: singleConnection ? 1 : config.commitConcurrency,
-      maxPendingMessages: config.commitMaxPendingMessages,
-      maxPendingBytes: config.commitMaxPendingBytes,
-    })
+    // Commits beside a running one only for partitions it does not hold (group-commit.ts says why).
+    const committer = new GroupCommitter<AppendEntry, Coordinates | null>(
+      (entries) => appendMessages(database, entries),
+      {
+        maxBatchMessages: config.commitMaxMessages,
+        maxConcurrentCommits: singleConnection ? 1 : config.commitConcurrency,
+        maxPendingMessages: config.commitMaxPendingMessages,
+        maxPendingBytes: config.commitMaxPendingBytes,
+      },
+      (e) => partitionKey(e.topicId, e.partition),
+    )
     const topics = new TopicService(db)
     const groups = new GroupService(db, config.pushPolicy, box)
     const logger = opts.logger

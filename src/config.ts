@@ -1,7 +1,7 @@
 /** Environment → typed configuration, validated once at start-up with messages a person can act on. */
 import { availableParallelism } from 'node:os'
-import { bool, ConfigError, type Env } from './config-values.ts'
-export { bool, ConfigError } from './config-values.ts'
+import { bool, ConfigError, type Env } from './core/config-values.ts'
+export { bool, ConfigError } from './core/config-values.ts'
 import { parsePolicy, type UrlPolicy } from './security/url-policy.ts'
 import { readFileSync } from 'node:fs'
 import { ApiKeySpecError, mergeKeys, parseKeyFile, parseKeyList, type ApiKey } from './http/scopes.ts'
@@ -236,7 +236,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxMessageBytes,
     maxRequestBytes,
     commitMaxMessages: int(env, 'HOOKQ_COMMIT_MAX_MESSAGES', 5000, 1, 100_000),
-    commitConcurrency: int(env, 'HOOKQ_COMMIT_CONCURRENCY', 1, 1, 64),
+    commitConcurrency: int(env, 'HOOKQ_COMMIT_CONCURRENCY', 2, 1, 64),
     commitMaxPendingMessages: int(env, 'HOOKQ_COMMIT_MAX_PENDING_MESSAGES', 100_000, 1, 10_000_000),
     commitMaxPendingBytes: int(env, 'HOOKQ_COMMIT_MAX_PENDING_BYTES', 256 * MiB, 1024, 64 * 1024 * MiB),
     retentionIntervalMs: int(env, 'HOOKQ_RETENTION_INTERVAL_MS', 60_000, 1000, 86_400_000),

@@ -12,7 +12,7 @@ import { createBroker } from './broker.ts'
 import { runPrimary } from './cluster/processes.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { startupFailure } from './startup-failure.ts'
-import { timerDelayMs } from './timer-delay.ts'
+import { timerDelayMs } from './core/timer-delay.ts'
 
 let config: Config
 try {

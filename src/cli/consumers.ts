@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs'
 import type { Command } from 'commander'
 import { unwrap } from '@hookq/client'
-import { decodeSecret, generateSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES, SECRET_PREFIX } from '../dispatch/signature.ts'
+import { decodeSecret, generateSecret, SECRET_MAX_BYTES, SECRET_MIN_BYTES, SECRET_PREFIX } from '../core/signature.ts'
 import { contextOf } from './context.ts'
 import { CliError, EXIT, printJson, printLine, printTable, short } from './output.ts'
 

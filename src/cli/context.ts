@@ -7,7 +7,7 @@
 import type { Command } from 'commander'
 import { createClient, DEFAULT_URL, unwrap, type HookqClient } from '@hookq/client'
 import { UnreachableError, UsageError } from './output.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 /** The global options as commander parses them. */
 export interface GlobalOptions {

@@ -10,7 +10,7 @@ import {
   type AliasSetting,
   type Setting,
   type ValueSetting,
-} from '../group-settings.ts'
+} from '../core/group-settings.ts'
 import { decimal, jsonObject, wholeNumber } from './args.ts'
 import { contextOf, unwrapWithStatus, type CliContext } from './context.ts'
 import { printJson, printLine, printTable, short } from './output.ts'
@@ -87,7 +87,7 @@ export function registerGroups(groups: Command): void {
     })
 }
 
-/** The flags of every setting of src/group-settings.ts, with their parsers and help. */
+/** The flags of every setting of src/core/group-settings.ts, with their parsers and help. */
 function configOptions(cmd: Command): Command {
   for (const [name, s] of Object.entries(GROUP_SETTINGS) as [string, Setting][]) {
     if (s.kind !== 'object') {

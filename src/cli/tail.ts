@@ -12,7 +12,7 @@ import { HookqError, unwrap, withRetries, type HookqClient, type Message } from 
 import { partitionNumber, wholeNumber } from './args.ts'
 import { contextOf, type CliContext } from './context.ts'
 import { count, note, noteRetry, printLine, UnreachableError, UsageError, visible, visibleJson } from './output.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 interface TailOptions {
   partition?: number

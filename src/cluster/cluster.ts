@@ -14,10 +14,10 @@
  *   (appends batched per tick), only when there are others.
  */
 import type { AckStatus, Dispatcher } from '../dispatch/dispatcher.ts'
-import { HookqError } from '../errors.ts'
-import type { DispatchMessage } from '../store/consumption.ts'
+import { HookqError } from '../core/errors.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import { seekOffsets } from '../store/consumption.ts'
-import { parseDeliveryId } from '../store/delivery-id.ts'
+import { parseDeliveryId } from '../core/delivery-id.ts'
 import { APPEND_CHANNEL, CHANGE_CHANNEL, MAX_PAYLOAD_BYTES, OUTBOX_CHANNEL, publish, type OutboxWait } from '../store/membership.ts'
 import { Ownership, type OwnershipDeps } from './ownership.ts'
 

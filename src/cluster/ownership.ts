@@ -12,7 +12,7 @@
  *   off one's when idle_session_timeout ends its session; by then it has stopped by itself, since
  *   every poll is a query on that session and one left unanswered drops everything it owned.
  * - Every poll (HOOKQ_CLUSTER_POLL_MS) each member reads the live members and holders and computes
- *   the same target (src/cluster/assignment.ts). It hands over what it holds beyond its share and
+ *   the same target (src/cluster/ownership-plan.ts). It hands over what it holds beyond its share and
  *   takes what is its share and free, so a member that joins, leaves or dies is balanced within two
  *   polls, and partitions that need not move do not.
  * - The lock says who may take a partition; the owner epoch fences the writes: a new owner bumps
@@ -36,7 +36,7 @@
 import type { Dispatcher } from '../dispatch/dispatcher.ts'
 import type { PushLease } from '../dispatch/push-send.ts'
 import type { Database } from '../store/db.ts'
-import { parseDeliveryId } from '../store/delivery-id.ts'
+import { parseDeliveryId } from '../core/delivery-id.ts'
 import {
   ackUnowned,
   settleUnowned,
@@ -48,8 +48,8 @@ import {
   ownerEpochs,
   type ClusterView,
 } from '../store/membership.ts'
-import { assign, pairKey } from './assignment.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { pairKey, planOwnership } from './ownership-plan.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 /** How often the members re-read groups, end offsets and owner epochs (what a lost NOTIFY did not tell), ms. */
 const RECONCILE_EVERY_MS = 5000
@@ -417,7 +417,7 @@ export class Ownership {
 
   /** Hands over what is beyond this member's share, takes what is its share and free. */
   private balance(locks: Locks, view: ClusterView): void {
-    const target = assign(view)
+    const target = planOwnership(view)
     const holderOf = this.index.holders
     for (const [k, h] of this.held) {
       if (this.moving.has(k)) continue

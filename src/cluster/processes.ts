@@ -19,7 +19,7 @@
  */
 import cluster, { type Worker } from 'node:cluster'
 import type { Logger } from 'pino'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 /** Restart pauses: 100 ms, doubling per failure in a row, at most 10 s. */
 const RESTART_MIN_MS = 100

@@ -2,16 +2,16 @@
  * Acks, nacks and extends of delivery ids, as the dispatcher takes them (verbs as in the HTTP
  * layer; on the schedule they finish and touch an attempt's ack deadline).
  *
- * A delivery id names its group, partition, offset and attempt (src/store/delivery-id.ts). One
+ * A delivery id names its group, partition, offset and attempt (src/core/delivery-id.ts). One
  * issued here is found in memory; one issued before a restart, or by another process, by its
  * partition: when this process does not push that partition (it moved, or is being handed over),
  * the call is refused with 503 and the caller asks again, reaching the owner; otherwise its
  * attempt row says whether it counts (not when it started before the partition's last seek).
  */
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import { findAttempts } from '../store/deliveries.ts'
 import type { Database } from '../store/db.ts'
-import { parseDeliveryId } from '../store/delivery-id.ts'
+import { parseDeliveryId } from '../core/delivery-id.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import type { ProgressWriter } from './progress.ts'
 import type { PushFlow } from './push-flow.ts'

@@ -24,7 +24,7 @@
 import type { Database } from '../store/db.ts'
 import { insertAttempts, updateAttempts, type AttemptStart, type AttemptUpdate } from '../store/deliveries.ts'
 import type { Timers } from './schedule.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 export interface AttemptLogOptions {
   /**

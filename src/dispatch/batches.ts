@@ -13,7 +13,7 @@ import type { ConsumerRow } from '../store/groups.ts'
 import type { GroupRuntime, Outstanding, PartitionState } from './partition-state.ts'
 import type { Attempt } from './partition.ts'
 import type { Timers } from './schedule.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 /** One attempt in a batch: the message, the attempt, its envelope (the single push's body) and traceparent. */
 export interface BatchEntry {

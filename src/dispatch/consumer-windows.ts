@@ -23,8 +23,8 @@ import type { GroupRuntime, PartitionState } from './partition-state.ts'
 import { PushWindow, type PushWindowOptions } from './push-window.ts'
 import { RateLimit } from './rate-limit.ts'
 import type { Timers } from './schedule.ts'
-import { timerDelayMs } from '../timer-delay.ts'
-import { boundedRate } from '../consumer-limits.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
+import { boundedRate } from '../core/consumer-limits.ts'
 
 /** A consumer's push window, fixed limits and the partitions waiting for room. */
 export interface ConsumerWindow {

@@ -14,7 +14,7 @@
  *   consumer-windows.ts   each consumer's push window (push-window.ts), its fixed limits and who waits for them
  *   attempt-log.ts        the attempt rows, written in batches
  *   health.ts             each consumer's successes and failures, for the group status
- *   filter.ts             the group's filter, compiled
+ *   ../core/filter.ts     the group's filter, compiled (with the other pure rules in src/core/)
  *
  * A group is loaded here in full (its row, its consumers); a partition only once this process has
  * claimed it (src/cluster/ownership.ts: acquire() with the owner epoch that fences its writes) and
@@ -29,7 +29,8 @@
 import type { Database } from '../store/db.ts'
 import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import { findTopicByName, listTopics, readAllEndOffsets, readEndOffsets, type TopicRow } from '../store/topics.ts'
-import { attemptCounts, handBack, loadProgress, type DispatchMessage, type HandBack, type PartitionKey } from '../store/consumption.ts'
+import { attemptCounts, handBack, loadProgress, type HandBack, type PartitionKey } from '../store/consumption.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import { abandonInFlight, HANDED_OVER, handedOverInFlight } from '../store/deliveries.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import { AckHandler, type AckResult } from './ack-handler.ts'
@@ -50,13 +51,13 @@ import {
 import { DEFAULT_LINGER, ProgressWriter } from './progress.ts'
 import { PushFlow } from './push-flow.ts'
 import { PullDesk, Taker } from './pull-desk.ts'
-import { parseDeliveryId } from '../store/delivery-id.ts'
+import { parseDeliveryId } from '../core/delivery-id.ts'
 import type { PushAgent } from './pusher.ts'
 import type { PushLease } from './push-send.ts'
 import type { PushWindowOptions } from './push-window.ts'
 import { nodeTimers, Schedule, type Timers } from './schedule.ts'
-import { timerDelayMs } from '../timer-delay.ts'
-import { nextDelayMs } from './retry-policy.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
+import { nextDelayMs } from '../core/retry-policy.ts'
 
 export type { AckStatus } from './ack-handler.ts'
 export type { Timers } from './schedule.ts'
@@ -359,7 +360,8 @@ export class Dispatcher {
     // now, until its ack deadline, and the consumer may ack, nack or extend it meanwhile. (One that
     // is not its message's last counted attempt, or of a message completed since, ends like the others.)
     const handedOver = await handedOverInFlight(db.pool, g.row.id, partition, pr.committed, pr.seekedAtMs)
-    const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr)
+    const reservedOnly = new Set<number>()
+    const priorAttempts = await attemptCounts(db.pool, g.row.id, g.topic.id, partition, pr, reservedOnly)
     const keep: string[] = []
     for (const [offset, h] of handedOver) {
       if (pr.completed.has(offset)) handedOver.delete(offset)
@@ -371,7 +373,7 @@ export class Dispatcher {
     if (this.stopped || g.dropped || this.groups.get(name) !== g || g.parts.has(partition)) return false
     // Appends notified while this was loading were missed by notifyAppend: the per-topic record has them.
     const endHint = Math.max(end, this.ends.get(g.topic.id)?.get(partition) ?? 0)
-    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch, handedOver)
+    const w = newPartitionState(partition, pr, priorAttempts, endHint, ownerEpoch, handedOver, reservedOnly)
     g.parts.set(partition, w)
     this.flow.limitConsumers(g)
     this.flow.fill(g, w)
@@ -458,6 +460,13 @@ export class Dispatcher {
   /** `handed`: messages whose current attempt stays in flight for the next owner (see HANDED_OVER). */
   private dropPartition(g: GroupRuntime, w: PartitionState, reason: string, handed?: Set<Outstanding>): void {
     for (const o of w.drop()) {
+      // Begun but never sent (Partition.unsent): not an attempt. Its row is not written now, or,
+      // written already, deleted by the handover (handBackOf named it), and it ends nothing.
+      const unsent = o.current !== undefined && !o.current.sent ? o.current : undefined
+      if (unsent) {
+        w.close(unsent)
+        this.deps.attempts.forget(unsent.id)
+      }
       // Handed over in flight: its row stays open for the next owner (see HANDED_OVER).
       const handedOver = handed?.has(o) ? o.current : undefined
       if (handedOver) w.close(handedOver)
@@ -613,6 +622,7 @@ function handBackOf(g: GroupRuntime, w: PartitionState): HandBack {
 function awaitingAcks(g: GroupRuntime, w: PartitionState): Set<Outstanding> {
   const out = new Set<Outstanding>()
   if (g.row.ackMode !== 'explicit' && g.row.delivery !== 'pull') return out
-  for (const o of w.outstanding.values()) if (o.state === 'in_flight' && o.current !== undefined && !o.current.pushing) out.add(o)
+  for (const o of w.outstanding.values())
+    if (o.state === 'in_flight' && o.current !== undefined && o.current.sent && !o.current.pushing) out.add(o)
   return out
 }

@@ -3,9 +3,9 @@
  * pushFormat "raw") and its headers, Standard Webhooks ones included. Values are spliced in as
  * their stored JSON text, never parsed and re-serialised.
  */
-import type { DispatchMessage } from '../store/consumption.ts'
-import { signHeaders, signWebhook } from './signature.ts'
-import { attemptTraceparent, newSpanId } from './trace-context.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
+import { signHeaders, signWebhook } from '../core/signature.ts'
+import { attemptTraceparent, newSpanId } from '../core/trace-context.ts'
 
 export interface PushTarget {
   groupName: string

@@ -25,7 +25,7 @@
  */
 import net, { type LookupFunction } from 'node:net'
 import tls from 'node:tls'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 /** Where requests go: parsed once per consumer URL. */
 export interface Origin {
@@ -56,6 +56,8 @@ export type HttpOutcome =
   | { kind: 'answer'; status: number; retryAfter: string | undefined; body: string }
   | { kind: 'timeout' }
   | { kind: 'network'; error: unknown }
+  /** `mayStart` said no when a connection was free for the request: nothing was written. */
+  | { kind: 'unsent' }
 
 /** One request: written whole (the client then drops body and headerLines), answered through `done` exactly once. */
 export interface HttpRequest {
@@ -68,6 +70,12 @@ export interface HttpRequest {
   timeoutMs: number
   /** Body bytes kept; the rest is read and dropped, or past DISCARD_BYTES the connection closed. */
   maxBodyBytes: number
+  /**
+   * Asked each time a connection is given to the request, at once or after it queued behind the
+   * origin's others (it may have waited long): false ends it `unsent`, with nothing written; true
+   * and it is written (a connect that fails after that is a network error). Without it, it goes.
+   */
+  mayStart?: () => boolean
   done(outcome: HttpOutcome): void
 }
 
@@ -136,6 +144,19 @@ function expire(p: Pending): void {
   if (settle(p, { kind: 'timeout' })) p.conn?.destroy()
 }
 
+const UNSENT: HttpOutcome = { kind: 'unsent' }
+
+/**
+ * Ends a request its `mayStart` refused: told in a microtask, never from inside the pool's own
+ * step (request() promises no synchronous answer, and an answer may send the request again).
+ */
+function refuse(p: Pending): void {
+  if (p.settled) return
+  p.settled = true
+  clearTimeout(p.timer)
+  queueMicrotask(() => p.req.done(UNSENT))
+}
+
 /** Ends a request once: false when it had ended already (its deadline came first, say). */
 function settle(p: Pending, outcome: HttpOutcome): boolean {
   if (p.settled) return false
@@ -160,14 +181,16 @@ class OriginPool {
   ) {}
 
   dispatch(p: Pending): void {
+    if (this.idle.length === 0 && this.conns.size >= this.options.connections) {
+      this.queue.push(p)
+      return
+    }
+    if (p.req.mayStart && !p.req.mayStart()) return refuse(p)
     const conn = this.idle.pop()
     if (conn) return conn.send(p)
-    if (this.conns.size < this.options.connections) {
-      const fresh = new Connection(this)
-      this.conns.add(fresh)
-      return fresh.send(p)
-    }
-    this.queue.push(p)
+    const fresh = new Connection(this)
+    this.conns.add(fresh)
+    fresh.send(p)
   }
 
   /** A connection finished its request and may take another. */
@@ -205,12 +228,16 @@ class OriginPool {
   }
 
   destroy(): void {
-    for (let p = this.nextQueued(); p; p = this.nextQueued())
-      settle(p, { kind: 'network', error: new ClientClosedError('the push client was closed') })
+    // Queued requests were never written: those that ask before they start are told so (unsent).
+    const queued = this.queue.slice(this.head)
+    this.queue = []
+    this.head = 0
+    for (const p of queued)
+      settle(p, p.req.mayStart ? UNSENT : { kind: 'network', error: new ClientClosedError('the push client was closed') })
     for (const c of [...this.conns]) c.destroy(new ClientClosedError('the push client was closed'))
   }
 
-  /** The oldest queued request still waiting (those whose deadline passed are skipped). */
+  /** The oldest queued request still waiting and allowed to start (those whose deadline passed are skipped, those refused end unsent). */
   private nextQueued(): Pending | undefined {
     while (this.head < this.queue.length) {
       const p = this.queue[this.head]!
@@ -219,7 +246,12 @@ class OriginPool {
         this.queue = this.queue.slice(this.head)
         this.head = 0
       }
-      if (!p.settled) return p
+      if (p.settled) continue
+      if (p.req.mayStart && !p.req.mayStart()) {
+        refuse(p)
+        continue
+      }
+      return p
     }
     return undefined
   }

@@ -8,7 +8,7 @@
  * taken in offset order from the committed offset, so the first message of a key that is not
  * completed is always the one outstanding.
  */
-import type { DispatchMessage } from '../store/consumption.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 
 export class KeyOrder {
   /** Keys with messages outstanding, and how many (more than one only after a switch to this ordering). */

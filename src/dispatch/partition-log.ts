@@ -4,7 +4,8 @@
  * (committed, and above it), retention's gaps, and the push reservation. The reader
  * (partition-reader.ts) and the progress writer (progress.ts) change it through these methods only.
  */
-import type { DispatchMessage, PartitionProgress } from '../store/consumption.ts'
+import type { PartitionProgress } from '../store/consumption.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 
 /** Thrown for a move the partition's rules do not allow: a bug, never a consumer's doing. */
 export class IllegalMove extends Error {

@@ -10,7 +10,7 @@
  * partitions at once (one NOTIFY), and a statement per partition made these reads the largest share
  * of a second process's extra statements (figures: docs/performance.md#several-processes).
  */
-import type { DispatchMessage } from '../store/consumption.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import { readForDispatch, type ReadFrom } from '../store/consumption.ts'
 import type { Database } from '../store/db.ts'
 import type { GroupRuntime, PartitionState } from './partition-state.ts'

@@ -9,9 +9,9 @@ import { storableText } from '../store/storable.ts'
 import type { AppendEntry } from '../store/messages.ts'
 import type { PartitionProgress } from '../store/consumption.ts'
 import type { HandedOver } from '../store/deliveries.ts'
-import { partitionForKey } from '../partitioner.ts'
-import type { RetryPolicy } from './retry-policy.ts'
-import { compileFilter, type MessageFilter } from './filter.ts'
+import { partitionForKey } from '../core/partitioner.ts'
+import type { RetryPolicy } from '../core/retry-policy.ts'
+import { compileFilter, type MessageFilter } from '../core/filter.ts'
 import { Partition, type Outstanding } from './partition.ts'
 
 export { removeAt, type Outstanding, type State } from './partition.ts'
@@ -44,8 +44,9 @@ export function newPartitionState(
   endHint: number,
   ownerEpoch: number,
   handedOver?: Map<number, HandedOver>,
+  reservedOnly?: Set<number>,
 ): Partition {
-  return new Partition(partition, progress, priorAttempts, endHint, ownerEpoch, handedOver)
+  return new Partition(partition, progress, priorAttempts, endHint, ownerEpoch, handedOver, reservedOnly)
 }
 
 export interface CompletionRequest {

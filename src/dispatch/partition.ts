@@ -24,7 +24,8 @@
  * could not be written; leaving in_flight before that, or a second begin, throws. A refused move
  * throws IllegalMove: a bug, which the push flow logs (PushFlow.safely) instead of crashing.
  */
-import type { DispatchMessage, PartitionProgress } from '../store/consumption.ts'
+import type { PartitionProgress } from '../store/consumption.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import type { HandedOver } from '../store/deliveries.ts'
 import { KeyOrder } from './key-order.ts'
 import { illegal, PartitionLog } from './partition-log.ts'
@@ -64,6 +65,12 @@ export interface PendingNack {
 export class Attempt {
   /** Sent (or gathering in a batch) and not answered yet. */
   readonly pushing: boolean = false
+  /**
+   * Its push was given a connection (or its lease a caller, or it was handed over from a push made
+   * before): it may have reached the consumer, so it counts. Until then it is in the partition's
+   * `unsent` and, if this ownership ends first, it was never an attempt (see firstUnpushed).
+   */
+  readonly sent: boolean = false
   /** Its row has no final outcome yet: the message's completion (or abandonment) gives it one. */
   readonly open: boolean = true
   /**
@@ -126,6 +133,11 @@ export class Partition extends PartitionLog {
     readonly ownerEpoch: number,
     /** Pushes the previous owner handed over in flight (or nacked since), by offset: no push again before their deadlines. */
     private readonly handedOver: Map<number, HandedOver> = new Map(),
+    /**
+     * Offsets of priorAttempts counted by the reservation alone (no attempt row): their count lasts
+     * only while the reservation covers them. Absent: any prior count may be (firstUnpushed).
+     */
+    private readonly reservedOnly?: Set<number>,
   ) {
     super(partition, progress, endHint)
   }
@@ -147,7 +159,12 @@ export class Partition extends PartitionLog {
   get releasing(): boolean {
     return this._releasing
   }
-  /** Retries whose row is written or being written and whose push has not gone out (a handover deletes their rows). */
+  /**
+   * Attempts begun here whose push has not gone out (waiting for their row, for the ownership
+   * lease, in a gathering batch or in the HTTP client's queue for a connection): a handover deletes
+   * their rows and gives back the reservation of first attempts among them, so the next owner
+   * reuses their numbers.
+   */
   get unsent(): ReadonlySet<string> {
     return this._unsent
   }
@@ -179,18 +196,27 @@ export class Partition extends PartitionLog {
    * The lowest offset of the reservation that no first push was made for, by this process or (as
    * far as its counts say) before it: a handover moves the reservation back there
    * (src/store/consumption.ts handBack), so the next owner does not count an attempt for a message
-   * reserved here but never pushed. Messages counted from before this ownership and not pushed here
-   * stay below it (their count may rest on the reservation alone).
+   * reserved here but never pushed, or whose push was begun but never sent (Partition.unsent).
+   * Messages counted from before this ownership by the reservation alone (no attempt row) and not
+   * pushed here stay below it; those counted by their rows need not (the rows keep the count).
    */
   firstUnpushed(): number {
     let from = Math.min(this.reservedTo, this.keys.lowestWaiting())
     let counted = -1
     for (const o of this._outstanding.values()) {
-      if (o.attempts === 0) from = Math.min(from, o.msg.offset)
-      else if (o.tries.length === 0 && o.msg.offset > counted) counted = o.msg.offset
+      // Attempts begun here but never sent are not counted (their rows go with the handover).
+      let unsent = 0
+      for (const a of o.tries) if (this._unsent.has(a.id)) unsent++
+      if (o.attempts - unsent === 0) from = Math.min(from, o.msg.offset)
+      else if (o.tries.length === unsent && o.msg.offset > counted && this.onReservation(o.msg.offset)) counted = o.msg.offset
     }
-    for (const [offset, n] of this.priorAttempts) if (n > 0 && offset > counted) counted = offset
+    for (const [offset, n] of this.priorAttempts) if (n > 0 && offset > counted && this.onReservation(offset)) counted = offset
     return Math.min(this.reservedTo, Math.max(from, counted + 1))
+  }
+
+  /** Whether the count from before this ownership of `offset` may rest on the reservation alone (no row of its attempts). */
+  private onReservation(offset: number): boolean {
+    return this.reservedOnly === undefined || this.reservedOnly.has(offset)
   }
 
   // ---- admission (push-flow.ts) ----
@@ -302,6 +328,7 @@ export class Partition extends PartitionLog {
     m.attempts = a.number
     m.current = a
     m.tries = o.tries === NONE ? [a] : [...o.tries, a]
+    this._unsent.add(id)
     return a
   }
 
@@ -316,6 +343,7 @@ export class Partition extends PartitionLog {
     if (number !== o.attempts) illegal(`offset ${o.msg.offset}: attempt ${number} adopted after ${o.attempts} counted`)
     this.step(o, 'in_flight')
     const a = new Attempt(id, number)
+    mut(a).sent = true
     const m = mut(o)
     m.current = a
     m.tries = o.tries === NONE ? [a] : [...o.tries, a]
@@ -341,6 +369,7 @@ export class Partition extends PartitionLog {
     m.current = undefined
     m.attempts--
     m.tries = o.tries.slice(0, -1)
+    this._unsent.delete(a.id)
     mut(a).open = false
     mut(a).deadline = undefined
   }
@@ -394,12 +423,16 @@ export class Partition extends PartitionLog {
     return nack
   }
 
-  /** A retry's row is being written before its push (a handover deletes it until the push goes out). */
-  recording(a: Attempt): void {
-    this._unsent.add(a.id)
+  /**
+   * Its push was given a connection (or its lease a caller): from here on it counts, whatever
+   * becomes of this ownership.
+   */
+  went(a: Attempt): void {
+    mut(a).sent = true
+    this._unsent.delete(a.id)
   }
 
-  /** The retry went out, or will not (and its row counts for nothing more here). */
+  /** A retry recorded that will not go: its message was settled meanwhile, and its row counts for nothing more here. */
   recorded(a: Attempt): void {
     this._unsent.delete(a.id)
   }

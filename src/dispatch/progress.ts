@@ -23,14 +23,18 @@
  *   after it started (at most `ms`), so together they write about what one would.
  * - An ordered partition's jobs never wait: its next message waits for this one's completion, so a
  *   wait would delay pushes, not gather company. Key-ordered and unordered partitions wait, full or not.
+ * - Nor does the reservation of a partition with no push under way: its first pushes wait on it
+ *   and nothing of the partition is moving meanwhile, so a wait would only hold them up (a message
+ *   produced to an idle partition after a busy spell waited up to the whole linger for its push).
+ *   A partition with pushes out keeps the wait: its reservation gathers company while they run.
  * (figures: docs/performance.md#the-progress-writer)
  */
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import type { Database } from '../store/db.ts'
 import { writeProgress, type PartitionWrite, type ProgressBatch, type ProgressResult } from '../store/consumption.ts'
 import { nodeTimers, type Timers } from './schedule.ts'
 import type { CompletionRequest, CompletionStatus, GroupRuntime, PartitionState } from './partition-state.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 interface CompletionJob {
   req: CompletionRequest
@@ -135,12 +139,15 @@ export class ProgressWriter {
   reserve(g: GroupRuntime, w: PartitionState, pushedOffset: number, done: (held: boolean) => void, fail: (err: unknown) => void): void {
     if (this.closed) return fail(closedError())
     this.reservations.push({ g, w, pushedOffset, done, fail })
-    this.queued(g)
+    this.queued(g, !w.pushing())
   }
 
-  /** A job of the group was queued: schedules the statement, at the end of this turn if an ordered partition waits on it. */
-  private queued(g: GroupRuntime): void {
-    if (!this.urgent && g.row.ordering === 'partition') {
+  /**
+   * A job of the group was queued: schedules the statement, at the end of this turn if a push waits
+   * on it alone (an ordered partition's job, or `idle`: a reservation of a partition pushing nothing).
+   */
+  private queued(g: GroupRuntime, idle = false): void {
+    if (!this.urgent && (idle || g.row.ordering === 'partition')) {
       this.urgent = true
       if (this.lingerTimer !== undefined) {
         this.timers.clearTimeout(this.lingerTimer)

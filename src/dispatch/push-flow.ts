@@ -25,25 +25,30 @@
  *   retry only once its attempt row is written and the owner epoch checked: a crash can never make
  *   the next owner push a message as attempt 1 again, and a process that lost the partition pushes
  *   nothing more for it.
+ * - An attempt counts once its push is given a connection (push-send.ts asks at that moment, and
+ *   again proves the ownership lease: a push may wait in the HTTP client's queue). One begun but
+ *   not sent when this ownership ends (the process stopping, the partition handed over or lost)
+ *   was never an attempt: it does not go, and the handover deletes its row and gives back its
+ *   reservation, so the next owner pushes that number (Partition.unsent, firstUnpushed).
  * - Completions (auto acks, dead letters) are written by the progress writer; `completed` then
  *   forgets the message and fills the partition again.
  */
 import type { ConsumerRow } from '../store/groups.ts'
-import type { DispatchMessage } from '../store/consumption.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import type { Database } from '../store/db.ts'
 import type { TopicRow } from '../store/topics.ts'
-import { newDeliveryId } from '../store/delivery-id.ts'
+import { newDeliveryId } from '../core/delivery-id.ts'
 import type { AttemptStart } from '../store/deliveries.ts'
 import type { DispatchMetrics } from '../metrics.ts'
 import type { AttemptLog } from './attempt-log.ts'
-import { assignPartitions } from './consumer-assignment.ts'
+import { assignPartitions } from '../core/consumer-assignment.ts'
 import type { ConsumerWindows } from './consumer-windows.ts'
 import { READ_AHEAD, type PartitionReader } from './partition-reader.ts'
 import type { ProgressWriter } from './progress.ts'
 import type { PushAgent, PushResult } from './pusher.ts'
 import { errorOf, PushSender, type PushLease } from './push-send.ts'
 import { leaseAttempt, recordDeadLetter } from './tracing.ts'
-import { honourRetryAfterMs, nextDelayMs } from './retry-policy.ts'
+import { honourRetryAfterMs, nextDelayMs } from '../core/retry-policy.ts'
 import type { Schedule, Timers } from './schedule.ts'
 import type { TrackerEntry } from './tracker.ts'
 import { Wait } from './waits.ts'
@@ -414,8 +419,7 @@ export class PushFlow {
     // its session, say) must not push or lease for it again.
     const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
-    // Until sent, a handover deletes its row: the next owner must not count an attempt never made.
-    w.recording(a)
+    // Until sent (Partition.unsent), a handover deletes its row: the next owner must not count an attempt never made.
     Promise.all([this.deps.attempts.durable(row), fence])
       .then(
         ([, held]) => {
@@ -424,7 +428,6 @@ export class PushFlow {
             return this.deps.moved(g, w)
           }
           if (current() && !this.deps.stopped() && !w.releasing) {
-            w.recorded(a)
             transport.send(o, a, deadlineMs, this.deps.now())
           } else {
             if (!w.releasing && !w.dropped && !this.deps.stopped()) w.recorded(a)
@@ -493,6 +496,7 @@ export class PushFlow {
         }
         // Handed to a caller gone meanwhile: the lease expires at its deadline and is retried.
         pulls.hand(taker, buildEnvelope(target, o.msg, a.id, a.number, deadlineMs, traceparent))
+        w.went(a)
       },
       giveBack: () => pulls.unhand(taker),
     }
@@ -759,8 +763,11 @@ export class PushFlow {
       }
       const a = o.current
       if (!a || a.deadline !== entry) return
-      // A retry still being recorded has not gone out: its deadline runs from its push, or its number would be skipped.
-      if (w.unsent.has(a.id) && !w.releasing) {
+      // An attempt not sent yet (its retry row being written, waiting for the lease, queued for a
+      // connection) has not gone out: its deadline runs from its push, or its number would be skipped
+      // (and a message dead-lettered after attempts never made). Also while the partition is handed
+      // over: it goes before that, or not at all and the handover gives its number back.
+      if (w.unsent.has(a.id)) {
         w.setDeadline(
           o,
           a,

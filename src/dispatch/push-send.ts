@@ -20,6 +20,17 @@ import { send as sendPush, type PushAgent, type PushResult } from './pusher.ts'
 import { pushSignal, type PushSignal } from './push-window.ts'
 import type { Timers } from './schedule.ts'
 
+/** What a request does with its answer, and what it asks before it goes out (see post). */
+interface Posting {
+  answer(r: PushResult): void
+  /** It will not go: its attempts are given up. */
+  unsent(): void
+  /** Whether it is still worth sending: an attempt of it is still its message's current one. */
+  live(): boolean
+  /** It was given a connection: its attempts are sent. */
+  went(): void
+}
+
 /** Bytes of a batch's answer read (a `failed` list of 1000 delivery ids is about 45 KB). */
 const BATCH_ANSWER_BYTES = 64 * 1024
 
@@ -83,6 +94,8 @@ export class PushSender {
         envelope = buildEnvelope(this.targetOf(g, w, consumer, nowMs), o.msg, a.id, a.number, deadlineMs, traceparent)
       } catch (err) {
         attemptEnded(a.id, { kind: 'not_sent' })
+        // Counted as made (see below), though nothing went.
+        w.went(a)
         this.deps.windows.find(consumer.id)?.window.release('neutral')
         throw err
       }
@@ -94,7 +107,10 @@ export class PushSender {
       request = buildPush(this.targetOf(g, w, consumer, nowMs), o.msg, a.id, a.number, deadlineMs, nowMs, traceparent)
     } catch (err) {
       attemptEnded(a.id, { kind: 'not_sent' })
-      // Nothing went out: the slot goes back, and the ack deadline retries the attempt.
+      // Nothing went out: the slot goes back, and the ack deadline retries the attempt. It counts as
+      // made, though: a message whose push cannot be built is dead-lettered after maxDeliveries
+      // (an attempt left unsent would have its deadline put off for as long as it is owned).
+      w.went(a)
       this.deps.windows.find(consumer.id)?.window.release('neutral')
       throw err
     }
@@ -102,12 +118,18 @@ export class PushSender {
     this.post(g, w, consumer, request, undefined, {
       answer: (result) => this.settle(g, w, o, a, consumer, result),
       unsent: () => this.giveUp(w, { o, a }, consumer),
+      live: () => w.outstanding.get(o.msg.offset) === o && o.current === a,
+      went: () => w.went(a),
     })
   }
 
   /**
    * The request goes out, when this process can prove it still owns the partition (see PushLease):
-   * until then it waits, and when the partition was dropped meanwhile it goes nowhere (`unsent`).
+   * until then it waits, and when the partition was dropped meanwhile (or its attempts settled) it
+   * goes nowhere (`unsent`). Proven twice: here, and again when the HTTP client gives it a
+   * connection, since it may have queued there behind the consumer's other requests (more than its
+   * connections at once) while the lease lapsed or the process began to stop. Given the
+   * connection, its attempts are sent (`went`): they count from then on, whatever follows.
    */
   private post(
     g: GroupRuntime,
@@ -115,15 +137,20 @@ export class PushSender {
     consumer: ConsumerRow,
     request: BuiltPush,
     maxResponseBytes: number | undefined,
-    then: { answer(r: PushResult): void; unsent(): void },
+    then: Posting,
   ): void {
-    if (!this.lease.held()) {
-      this.lease.wait(() =>
-        this.deps.safely(() =>
-          w.dropped || this.deps.stopped() ? then.unsent() : this.post(g, w, consumer, request, maxResponseBytes, then),
-        ),
+    const again = () =>
+      this.deps.safely(() =>
+        w.dropped || this.deps.stopped() || !then.live() ? then.unsent() : this.post(g, w, consumer, request, maxResponseBytes, then),
       )
+    if (!this.lease.held()) {
+      this.lease.wait(again)
       return
+    }
+    const mayStart = () => {
+      if (w.dropped || this.deps.stopped() || !this.lease.held() || !then.live()) return false
+      then.went()
+      return true
     }
     sendPush(
       this.deps.agent,
@@ -134,6 +161,7 @@ export class PushSender {
         timeoutMs: g.row.pushTimeoutMs,
         ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
         auth: authOf(this.deps.agent, consumer, g.row.name),
+        gate: { mayStart, unsent: again },
       },
       (r) => this.deps.safely(() => then.answer(r)),
     )
@@ -176,7 +204,11 @@ export class PushSender {
         { traceparent: live[0]!.traceparent, tracestate: live[0]!.o.msg.tracestate },
       )
     } catch (err) {
-      for (const e of live) this.giveUp(w, e, consumer)
+      // Counted as made, as a single push that cannot be built (send).
+      for (const e of live) {
+        w.went(e.a)
+        this.giveUp(w, e, consumer)
+      }
       throw err
     }
     this.deps.metrics?.batchSent(g.row.name, live.length)
@@ -185,6 +217,11 @@ export class PushSender {
       unsent: () => {
         this.deps.windows.batchAnswered(consumer.id)
         for (const e of live) this.giveUp(w, e, consumer)
+      },
+      // Goes while any of its attempts is still current (the others went with it, as they were built in).
+      live: () => live.some((e) => w.outstanding.get(e.o.msg.offset) === e.o && e.o.current === e.a),
+      went: () => {
+        for (const e of live) w.went(e.a)
       },
     })
     return true
@@ -222,7 +259,11 @@ export class PushSender {
     }
   }
 
-  /** An attempt that will not be sent (a batch gave it up, or its partition was dropped while it waited for the lease): its slot goes back, its ack deadline (if current) retries it. */
+  /**
+   * An attempt that will not be sent (a batch gave it up, its partition was dropped or the process
+   * stopped while it waited for the lease or a connection, or it was settled meanwhile): its slot
+   * goes back. It stays unsent (Partition.unsent): the handover that follows does not count it.
+   */
   private giveUp(w: PartitionState, e: Pick<BatchEntry, 'o' | 'a'>, consumer: ConsumerRow): void {
     attemptEnded(e.a.id, { kind: 'not_sent' })
     w.answered(e.a)
@@ -261,6 +302,9 @@ export class PushSender {
     r: PushResult,
     signal?: PushSignal,
   ): void {
+    // A result without a connection (its authentication or URL failed first, or its deadline passed
+    // in the client's queue) is the failed attempt it counts as here: counted by a handover too.
+    if (!a.sent) w.went(a)
     attemptEnded(a.id, r)
     if (r.kind === 'delivered') this.deps.health?.success(consumer.id)
     else this.deps.health?.failure(consumer.id, errorOf(r, g.row.pushTimeoutMs))

@@ -14,7 +14,7 @@ import dns from 'node:dns'
 import type { LookupFunction } from 'node:net'
 import { checkAddress, checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 import { HttpClient, type HttpOutcome, type Origin } from './http-client.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 /** What the dispatcher asks for: a POST of `body` with `headers` to `url`. */
 export interface PushRequest {
@@ -33,6 +33,12 @@ export interface PushRequest {
   maxResponseBytes?: number
   /** The consumer's push authentication (push-auth.ts), if it has one. */
   auth?: PushRequestAuth
+  /**
+   * Asked each time the push is given a connection (HttpRequest.mayStart), at once or after it
+   * queued behind the origin's others: `mayStart` false ends it with `unsent` called instead of a
+   * result (nothing reached the consumer); true, and it is written.
+   */
+  gate?: { mayStart(): boolean; unsent(): void }
 }
 
 /** Push authentication a request carries: its header lines, now or once a token is ready. */
@@ -231,7 +237,8 @@ export function send(
     body: req.body,
     timeoutMs,
     maxBodyBytes: req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
-    done: (o) => onResult(classify(o, elapsedMs())),
+    ...(req.gate ? { mayStart: req.gate.mayStart } : {}),
+    done: (o) => (o.kind === 'unsent' ? req.gate?.unsent() : onResult(classify(o, elapsedMs()))),
   })
 }
 
@@ -287,7 +294,7 @@ export function push(agent: PushAgent, req: PushRequest, nowMs?: () => number): 
   return new Promise((resolve) => send(agent, req, resolve, nowMs))
 }
 
-function classify(o: HttpOutcome, durationMs: number): PushResult {
+function classify(o: Exclude<HttpOutcome, { kind: 'unsent' }>, durationMs: number): PushResult {
   if (o.kind === 'timeout') return { kind: 'timeout', durationMs }
   if (o.kind === 'network') return { kind: 'network', durationMs, error: describeError(o.error) }
   if (o.status >= 200 && o.status < 300) return { kind: 'delivered', status: o.status, durationMs, body: o.body }

@@ -9,7 +9,7 @@
  */
 import { InFlightTracker, TrackerEntry } from './tracker.ts'
 import { Wait, WaitQueue, type WaitKind } from './waits.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 /** What the schedule needs of timers: node's by default. */
 export interface Timers {

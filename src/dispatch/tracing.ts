@@ -30,7 +30,7 @@ import {
   type Link,
 } from '@opentelemetry/api'
 import { webhookId } from './envelope.ts'
-import { attemptTraceparent, newSpanId, type CallTrace, type MessageTrace } from './trace-context.ts'
+import { attemptTraceparent, newSpanId, type CallTrace, type MessageTrace } from '../core/trace-context.ts'
 
 // Semantic convention attribute names (semconv 1.x messaging and HTTP), kept here rather than
 // depending on @opentelemetry/semantic-conventions for a dozen strings.

@@ -21,7 +21,7 @@
  */
 import { timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import {
   covers,
   describeScope,
@@ -170,9 +170,10 @@ function forbidden(req: FastifyRequest, needed: string, scopes: readonly KeyScop
 
 /** The access rule of the matched route; undefined for no route (the 404 handler answers). */
 function ruleOf(req: FastifyRequest): RouteAccess | undefined {
-  const url = req.routeOptions.url
+  // Read once: Fastify builds routeOptions afresh at each read (a dozen fields).
+  const { url, config } = req.routeOptions
   if (url === undefined) return undefined
-  const declared = req.routeOptions.config?.access
+  const declared = config?.access
   if (declared) return declared
   return url === '/v1' || url.startsWith('/v1/') ? { on: 'everything' } : { on: 'open' }
 }
@@ -245,13 +246,21 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     return stored
   }
 
-  app.addHook('onRequest', async (req, reply) => {
+  // Not async: most calls (an open route, or no keys and no rate limit) need nothing awaited, and
+  // a promise per request is what an async hook costs Fastify (a produce call is mostly such costs).
+  app.addHook('onRequest', (req, reply, done) => {
     req.access = OPEN
     req.recheckKey = noRecheck
     const rule = ruleOf(req)
-    if (rule === undefined || rule.on === 'open') return
-    if (rule.on === 'metrics' && (opts.metricsOpen || !authOn)) return
+    if (rule === undefined || rule.on === 'open') return done()
+    if (rule.on === 'metrics' && (opts.metricsOpen || !authOn)) return done()
+    // Without keys every caller may do everything (req.access stays OPEN): only the rate limit is left.
+    if (!authOn && !limiter) return done()
+    admit(req, reply, rule).then(() => done(), done)
+  })
 
+  /** The key, the rate limit and the route's scope for a call that needs them (see the onRequest hook). */
+  const admit = async (req: FastifyRequest, reply: FastifyReply, rule: RouteAccess): Promise<void> => {
     let identity: string
     if (authOn) {
       const header = req.headers.authorization
@@ -292,7 +301,7 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     } else if ('action' in rule && !hasAction(scopes, rule.action)) {
       throw forbidden(req, rule.action, scopes)
     }
-  })
+  }
 
   if (!authOn) return
 

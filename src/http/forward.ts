@@ -1,7 +1,7 @@
 /**
  * Calls that need the memory of the process pushing a partition reach it (src/cluster/cluster.ts):
  *
- * - Acks, nacks and extend: each delivery id names its partition (src/store/delivery-id.ts), so the
+ * - Acks, nacks and extend: each delivery id names its partition (src/core/delivery-id.ts), so the
  *   ids are split by owner; each other owner gets its ids in a call of the same shape, and this
  *   process answers for its own, the answers merged in request order. Acks are idempotent, so when
  *   an owner cannot be reached the whole call is 503 with Retry-After and the caller sends it again.
@@ -21,9 +21,9 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Agent, request as undiciRequest } from 'undici'
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import type { PullElsewhere, PullOptions } from '../service/acks.ts'
-import { parseDeliveryId } from '../store/delivery-id.ts'
+import { parseDeliveryId } from '../core/delivery-id.ts'
 
 /** The routes whose delivery ids are split between owners, `METHOD path` as registered. */
 const ID_ROUTES = new Set(['POST /v1/groups/:group/acks', 'POST /v1/groups/:group/nacks', 'POST /v1/groups/:group/extend'])

@@ -7,7 +7,7 @@
  * only to be refused afterwards (by validation, by the message size, or by JSON.stringify's stack).
  */
 import type { FastifyInstance } from 'fastify'
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 
 /** How deep a message value may nest arrays and objects (`[[1]]` is 2). */
 export const MAX_VALUE_DEPTH = 128

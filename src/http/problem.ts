@@ -4,8 +4,8 @@
  * a 500 whose internals stay in the log.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { ERRORS, HookqError, problemType, type ErrorCode } from '../errors.ts'
-import { isDatabaseUnavailable } from '../store/errors.ts'
+import { ERRORS, HookqError, problemType, type ErrorCode } from '../core/errors.ts'
+import { isDatabaseUnavailable } from '../core/database-errors.ts'
 
 interface Problem {
   type: string

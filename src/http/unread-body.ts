@@ -20,7 +20,7 @@
  * ended (or the client closed, or a bound was passed).
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 export interface UnreadBodyOptions {
   /** Bytes of an unread body read and discarded at most before the connection is cut. */

@@ -39,7 +39,7 @@
  * address in `allowCidrs`.
  */
 import { BlockList, isIP } from 'node:net'
-import { bool, ConfigError } from '../config-values.ts'
+import { bool, ConfigError } from '../core/config-values.ts'
 
 export interface UrlPolicy {
   /** Plain http:// URLs accepted (default true); false means https:// only. */

@@ -5,7 +5,7 @@
  */
 import type { Cluster } from '../cluster/cluster.ts'
 import type { AckStatus } from '../dispatch/dispatcher.ts'
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import type { Metrics } from '../metrics.ts'
 import type { GroupService } from './groups.ts'
 

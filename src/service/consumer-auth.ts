@@ -5,7 +5,7 @@
  * an answer shows (type, header names, clientId: never a value), and the clear configuration the
  * dispatcher pushes with.
  */
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import { SecretsKeyError, type SecretBox, type SecretPlace } from '../security/secrets.ts'
 import type { ConsumerRow } from '../store/groups.ts'
 import type { PushAuthConfig } from '../dispatch/push-auth.ts'

@@ -8,7 +8,7 @@
  * partitions the formula moves.
  */
 import { randomUUID } from 'node:crypto'
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import { checkUrl, type UrlPolicy } from '../security/url-policy.ts'
 import type { Database } from '../store/db.ts'
 import {
@@ -38,9 +38,9 @@ import { firstOffsets, offsetsAtTime } from '../store/messages.ts'
 import { readHealth, type ConsumerHealthView } from '../store/consumer-health.ts'
 import { parseInstant } from './instants.ts'
 import { findTopicByName, readEndOffsets } from '../store/topics.ts'
-import { decodeSecret, generateSecret } from '../dispatch/signature.ts'
-import { compileFilter, FilterError } from '../dispatch/filter.ts'
-import { assignPartitions } from '../dispatch/consumer-assignment.ts'
+import { decodeSecret, generateSecret } from '../core/signature.ts'
+import { compileFilter, FilterError } from '../core/filter.ts'
+import { assignPartitions } from '../core/consumer-assignment.ts'
 import { SecretBox, SecretsKeyError } from '../security/secrets.ts'
 import {
   authColumns,
@@ -61,7 +61,7 @@ import {
   type ObjectSetting,
   type Setting,
   type ValueSetting,
-} from '../group-settings.ts'
+} from '../core/group-settings.ts'
 
 /** A PUT body: every setting optional but the topic (Static<> of GroupConfig, built from the settings table). */
 export type { GroupInput }
@@ -110,7 +110,7 @@ function stored(s: ValueSetting, value: unknown): unknown {
   return s.json && value !== null && value !== undefined ? JSON.stringify(value) : value
 }
 
-/** The columns of a group that sets nothing: the defaults of src/group-settings.ts. */
+/** The columns of a group that sets nothing: the defaults of src/core/group-settings.ts. */
 function defaultColumns(): Columns {
   const columns: Columns = {}
   for (const [name, s] of STORED) {

@@ -21,7 +21,7 @@
  *   HOOKQ_API_KEYS do not depend on the database and go on working.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto'
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import { type KeyScope, scopesError } from '../security/access.ts'
 import { deleteApiKey, insertApiKey, listApiKeys, readApiKeyVersion, type ApiKeyRow } from '../store/api-keys.ts'
 import type { Database } from '../store/db.ts'

@@ -3,7 +3,7 @@
  * opaque keyset cursor) and seek (moving committed offsets, to replay or to skip).
  */
 import type { Cluster } from '../cluster/cluster.ts'
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import type { Database } from '../store/db.ts'
 import { listAttempts, type AttemptRow, type Outcome } from '../store/deliveries.ts'
 import { offsetsAtTime } from '../store/messages.ts'

@@ -61,8 +61,8 @@ import {
   type OutboxRow,
 } from '../store/outbox.ts'
 import type { ProduceService } from './produce.ts'
-import { timerDelayMs } from '../timer-delay.ts'
-import { traceOfHeaderText, type MessageTrace } from '../dispatch/trace-context.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
+import { traceOfHeaderText, type MessageTrace } from '../core/trace-context.ts'
 
 export interface OutboxMoverOptions {
   db: Database

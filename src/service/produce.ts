@@ -3,14 +3,14 @@
  * A call resolves only after its transaction has committed; then readers are woken directly
  * (in-process), never by NOTIFY, whose global commit lock would serialise every committer.
  */
-import { HookqError } from '../errors.ts'
-import { CommitOutcomeUnknown } from '../store/errors.ts'
-import type { DispatchMessage } from '../store/consumption.ts'
+import { HookqError } from '../core/errors.ts'
+import { CommitOutcomeUnknown } from '../core/database-errors.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import type { AppendEntry, Coordinates } from '../store/messages.ts'
 import type { GroupCommitter } from './group-commit.ts'
-import { partitionForKey, RoundRobin } from '../partitioner.ts'
+import { partitionForKey, RoundRobin } from '../core/partitioner.ts'
 import type { TopicService } from './topics.ts'
-import { callTrace, messageTrace, type MessageTrace } from '../dispatch/trace-context.ts'
+import { callTrace, messageTrace, type MessageTrace } from '../core/trace-context.ts'
 import { startProduce } from '../dispatch/tracing.ts'
 
 export interface ProduceMessage {

@@ -1,5 +1,5 @@
 /** Reading a partition in offset order (pull and inspection). */
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import type { Database } from '../store/db.ts'
 import { readMessages, storedIdempotencyKeys } from '../store/messages.ts'
 import type { TopicService } from './topics.ts'

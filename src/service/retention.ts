@@ -36,7 +36,7 @@ import { deleteExpiredKeys, type SweptTable, vacuumIfDue } from '../store/messag
 import { deleteExpiredSetAside } from '../store/outbox.ts'
 import { listTopics } from '../store/topics.ts'
 import { vacuumDeadRows } from '../store/vacuum.ts'
-import { timerDelayMs } from '../timer-delay.ts'
+import { timerDelayMs } from '../core/timer-delay.ts'
 
 export interface RetentionOptions {
   intervalMs: number

@@ -18,7 +18,7 @@
  * `every` ignores the time zone: its ticks are the Unix epoch plus multiples of it.
  */
 import { Cron } from 'croner'
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 
 /** How a schedule ticks, as the API takes it. */
 export type Timing = { cron: string; timeZone: string } | { everyMs: number; timeZone: string }

@@ -2,7 +2,7 @@
  * The rules of schedules: what a PUT may say (cron or every, a time zone, the message), the view
  * with the next runs, deletion. The ticks themselves: src/service/schedule-ticker.ts.
  */
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import type { Database } from '../store/db.ts'
 import { deleteSchedule, findSchedule, listSchedules, upsertSchedule, type ScheduleRow } from '../store/schedules.ts'
 import { tickClock, upcoming, type Timing } from './schedule-times.ts'

@@ -1,5 +1,5 @@
 /** The rules for topics: idempotent creation, lookups cached for the produce path, deletion. */
-import { HookqError } from '../errors.ts'
+import { HookqError } from '../core/errors.ts'
 import type { Database } from '../store/db.ts'
 import { partitionStarts, tableSizes, topicStorage } from '../store/storage.ts'
 import { createTopic, deleteTopic, findTopicByName, listTopics, setTopicRetention, type TopicRow } from '../store/topics.ts'

@@ -7,24 +7,10 @@
  * statement; the seek's two statements), and no caller has a transaction to join them to.
  */
 import { numberArray, textColumn } from './arrays.ts'
-import { parseDeliveryId } from './delivery-id.ts'
+import { parseDeliveryId } from '../core/delivery-id.ts'
+import type { DispatchMessage } from '../core/dispatch-message.ts'
 import { inTransaction, type Database, type Queryable } from './db.ts'
 import { appendRows, type AppendEntry } from './messages.ts'
-
-/** A message as the dispatcher pushes it: value and headers still as stored JSON text. */
-export interface DispatchMessage {
-  offset: number
-  key: string | null
-  value: string
-  headers: string
-  /** The produce time, epoch ms (timestamptz(3): whole milliseconds). */
-  producedAtMs: number
-  availableAtMs: number
-  /** The message's W3C trace (see src/dispatch/trace-context.ts MessageTrace). */
-  traceId: string
-  traceparent: string | null
-  tracestate: string | null
-}
 
 /** Where a group stands on one partition. */
 export interface PartitionProgress {
@@ -233,6 +219,8 @@ export async function attemptCounts(
   topicId: number,
   partition: number,
   progress: PartitionProgress,
+  /** Filled with the offsets counted by the reservation alone (no row): their count lasts only while the reservation covers them. */
+  reservedOnly?: Set<number>,
 ): Promise<Map<number, number>> {
   const res = await q.query<{ offset: number; attempts: number }>(
     `SELECT "offset", max(attempt) AS attempts FROM deliveries
@@ -242,7 +230,10 @@ export async function attemptCounts(
   )
   const counts = new Map(res.rows.map((r) => [r.offset, r.attempts]))
   for (let o = progress.committed; o < progress.pushed; o++) {
-    if (!counts.has(o) && !progress.completed.has(o)) counts.set(o, 1)
+    if (!counts.has(o) && !progress.completed.has(o)) {
+      counts.set(o, 1)
+      reservedOnly?.add(o)
+    }
   }
   return counts
 }

@@ -1,7 +1,7 @@
 /** Storage of push attempts: one row each, inserted when the push starts and updated with its outcome. */
 import { numberArray, numberColumn, textColumn } from './arrays.ts'
 import type { Queryable } from './db.ts'
-import { parseDeliveryId, type AttemptKey } from './delivery-id.ts'
+import { parseDeliveryId, type AttemptKey } from '../core/delivery-id.ts'
 import { storableText } from './storable.ts'
 
 export type Outcome = 'in_flight' | 'acked' | 'failed' | 'timed_out' | 'nacked' | 'dead'

@@ -7,11 +7,11 @@
  */
 import { numberArray } from './arrays.ts'
 import type { Database, Queryable } from './db.ts'
-import { CommitOutcomeUnknown, isAnswerLost } from './errors.ts'
+import { CommitOutcomeUnknown, isAnswerLost } from '../core/database-errors.ts'
 
 /**
  * One message to append; `value` and `headers` are JSON text. The trace fields are the message's
- * W3C trace context (src/dispatch/trace-context.ts): a trace id always, the producer's
+ * W3C trace context (src/core/trace-context.ts): a trace id always, the producer's
  * traceparent and tracestate when it gave them.
  */
 export interface AppendEntry {
@@ -160,7 +160,7 @@ const idKey = (topicId: number, key: string) => `${topicId}\u0000${key}`
  * A topic's partition as one number, so the produce path makes no string per entry: exact for any
  * int4 topic id and partitions below 2^21 (the API allows 1024).
  */
-const partitionKey = (topicId: number, partition: number) => topicId * 2 ** 21 + partition
+export const partitionKey = (topicId: number, partition: number) => topicId * 2 ** 21 + partition
 
 /**
  * Runs the APPEND statement for entries (idempotency already settled by the caller): alone it is

@@ -4,7 +4,7 @@
  * is built this way: src/service/outbox.ts.
  */
 import type { Database, Queryable } from './db.ts'
-import { isAnswerLost } from './errors.ts'
+import { isAnswerLost } from '../core/database-errors.ts'
 import { appendDeduplicated, appendRows, findKnownKeys, withAppendRetries, type AppendEntry, type Coordinates } from './messages.ts'
 
 /** A committed outbox row, with its topic as it is now (null: deleted since). */

@@ -5,7 +5,7 @@
  * whole-message ticks and ISO dates.
  */
 import t from 'tap'
-import { newDeliveryId } from '../../src/store/delivery-id.ts'
+import { newDeliveryId } from '../../src/core/delivery-id.ts'
 // @ts-expect-error: plain browser JavaScript without declarations (checked by tsc -p src/console)
 import { deadLetterCounts } from '../../src/console/deadletters.js'
 // @ts-expect-error: as above

@@ -2,8 +2,8 @@
 import t from 'tap'
 import { ConsumerWindows } from '../../src/dispatch/consumer-windows.ts'
 import type { GroupRuntime, PartitionState } from '../../src/dispatch/partition-state.ts'
-import { boundedRate } from '../../src/consumer-limits.ts'
-import { MAX_TIMER_DELAY_MS, timerDelayMs } from '../../src/timer-delay.ts'
+import { boundedRate } from '../../src/core/consumer-limits.ts'
+import { MAX_TIMER_DELAY_MS, timerDelayMs } from '../../src/core/timer-delay.ts'
 
 /** ConsumerWindows with a clock the test sets, timers it fires, and the partitions it hands back to fill. */
 function setup(initial: number) {

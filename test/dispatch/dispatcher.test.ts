@@ -7,7 +7,7 @@
 import t, { type Test } from 'tap'
 import { AttemptLog } from '../../src/dispatch/attempt-log.ts'
 import { Dispatcher } from '../../src/dispatch/dispatcher.ts'
-import { createPushAgent } from '../../src/dispatch/pusher.ts'
+import { createPushAgent, type PushAgent } from '../../src/dispatch/pusher.ts'
 import { GroupService, type GroupInput } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { openDatabase } from '../../src/store/db.ts'
@@ -18,7 +18,7 @@ import { seekOffsets } from '../../src/store/consumption.ts'
 import { SteppedClock } from '../helpers/clock.ts'
 import { testDatabase } from '../helpers/db.ts'
 import type { Envelope } from '../helpers/push-group.ts'
-import { startReceiver } from '../helpers/receiver.ts'
+import { startReceiver, type Behaviour } from '../helpers/receiver.ts'
 import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 import type { PushLease } from '../../src/dispatch/push-send.ts'
 
@@ -35,11 +35,16 @@ async function setup(
   t: Test,
   name: string,
   group: Omit<GroupInput, 'topic'>,
-  opts: { disableConsumer?: (id: string, reason: string) => Promise<void>; lease?: PushLease } = {},
+  opts: {
+    disableConsumer?: (id: string, reason: string) => Promise<void>
+    lease?: PushLease
+    agent?: PushAgent
+    behaviour?: Behaviour
+  } = {},
 ) {
   await topics.put(name, 1)
   await groups.put(name, { topic: name, ...group })
-  const receiver = await startReceiver(t)
+  const receiver = await startReceiver(t, opts.behaviour)
   await groups.addConsumer(name, { url: receiver.url })
   const clock = new SteppedClock()
   const attempts = new AttemptLog(db, { flushDelayMs: 1, holdMs: 1000, maxBuffered: 10_000, onError: () => {}, now: clock.now })
@@ -47,7 +52,7 @@ async function setup(
   const dispatcher = new Dispatcher({
     db,
     attempts,
-    agent,
+    agent: opts.agent ?? agent,
     now: clock.now,
     timers: clock,
     loadGroup: (n) => groups.load(n),
@@ -422,6 +427,82 @@ t.test('no push goes out while the lease has lapsed: it waits, then goes, or goe
     "its slot in the consumer's window went back",
   )
 })
+
+t.test("a push queued behind its consumer's other requests asks for the lease again when it gets a connection", async (t) => {
+  let held = true
+  let waiting: (() => void)[] = []
+  const lease: PushLease = { held: () => held, wait: (fn) => void waiting.push(fn) }
+  // One connection to the consumer, and the first push answered only when the test says.
+  const oneConnection = createPushAgent({ connections: 1 })
+  t.teardown(() => oneConnection.destroy())
+  let answerFirst: () => void = () => {}
+  const first = new Promise<void>((r) => {
+    answerFirst = r
+  })
+  const s = await setup(
+    t,
+    'queued',
+    { ackMode: 'auto' },
+    { lease, agent: oneConnection, behaviour: (req) => ((req.json as Envelope).offset === 0 ? { after: first } : {}) },
+  )
+  await s.produce(['a', 'b'])
+  await s.pushed(1) // offset 0 holds the one connection; offset 1 waits for it in the client
+  held = false // the lease lapses while offset 1 queues
+  answerFirst()
+  await waitUntil(() => waiting.length >= 1, 10_000, 'the queued push waits for the lease')
+  await absenceWindow(300)
+  t.equal(s.pushes().length, 1, 'the queued push did not go out once its connection was free')
+  held = true
+  const w = waiting
+  waiting = []
+  for (const fn of w) fn()
+  t.match(await s.pushed(2), { offset: 1, attempt: 1 }, 'it goes once the lease is proven, as the same attempt')
+})
+
+t.test(
+  'a queued push that never went out is no attempt: the session lost, its number and reservation go back for the next owner',
+  async (t) => {
+    let held = true
+    let waiting: (() => void)[] = []
+    const lease: PushLease = { held: () => held, wait: (fn) => void waiting.push(fn) }
+    const oneConnection = createPushAgent({ connections: 1 })
+    t.teardown(() => oneConnection.destroy())
+    let answerFirst: () => void = () => {}
+    const first = new Promise<void>((r) => {
+      answerFirst = r
+    })
+    const s = await setup(
+      t,
+      'unsent',
+      { ackMode: 'auto' },
+      { lease, agent: oneConnection, behaviour: (req) => ((req.json as Envelope).offset === 0 ? { after: first } : {}) },
+    )
+    await s.produce(['a', 'b'])
+    await s.pushed(1) // offset 0 holds the one connection; offset 1's attempt 1 has begun, queued in the client
+    held = false
+    answerFirst()
+    await waitUntil(() => waiting.length >= 1, 10_000, 'the queued push waits for the lease')
+    await waitUntil(async () => (await s.committed()) === 1, 10_000, 'offset 0 completed by its answer')
+    s.dispatcher.releaseAll() // the session was lost before the lease was proven again
+    const w = waiting
+    waiting = []
+    for (const fn of w) fn()
+    const reservation = async () =>
+      Number((await db.pool.query('SELECT pushed_offset FROM group_offsets WHERE group_id = $1', [s.groupId])).rows[0].pushed_offset)
+    await waitUntil(async () => (await reservation()) === 1, 10_000, 'the reservation of offset 1 given back')
+    await s.attempts.flush(true)
+    const rows = (await db.pool.query('SELECT "offset", attempt FROM deliveries WHERE group_id = $1 ORDER BY "offset"', [s.groupId])).rows
+    t.same(
+      rows.map((r) => `${r.offset}:${r.attempt}`),
+      ['0:1'],
+      'no row for the attempt that never went out',
+    )
+    t.equal(s.pushes().length, 1, 'it never went out')
+    held = true
+    await s.own() // this process (standing in for the next owner) claims the partition again
+    t.match(await s.pushed(2), { offset: 1, attempt: 1 }, 'the next owner pushes it as attempt 1')
+  },
+)
 
 t.test(
   'pushes handed over in flight are the next owner’s attempts in flight: extended, nacked, timed out there, their rows in flight meanwhile',

@@ -4,7 +4,7 @@
  */
 import t from 'tap'
 import { buildEnvelope, isoFormatter } from '../../src/dispatch/envelope.ts'
-import type { DispatchMessage } from '../../src/store/consumption.ts'
+import type { DispatchMessage } from '../../src/core/dispatch-message.ts'
 import { mulberry32 } from '../helpers/prng.ts'
 
 t.test('isoFormatter writes what toISOString writes, across seconds, days and out-of-range years', async (t) => {

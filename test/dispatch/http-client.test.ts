@@ -10,6 +10,7 @@ import net from 'node:net'
 import tls from 'node:tls'
 import t, { type Test } from 'tap'
 import { HttpClient, type HttpOutcome, type Origin } from '../../src/dispatch/http-client.ts'
+import { waitUntil } from '../helpers/wait.ts'
 
 interface Conn {
   socket: net.Socket
@@ -250,6 +251,64 @@ t.test('the deadline: a hung server, a queued request, and the connection limit 
   t.same(await hung, { kind: 'timeout' })
   t.match(await send(client, s.origin), { kind: 'answer', status: 200 }, 'a new connection replaces the one the deadline closed')
   t.equal(s.conns.length, 2)
+})
+
+t.test('a request is asked when its connection comes: refused, it ends unsent, nothing written', async (t) => {
+  const s = await rawServer(t, (r) => (r.includes('first') ? 'hang' : [ok()]))
+  const client = new HttpClient({ connections: 1 })
+  t.teardown(() => client.destroy())
+  const asked: string[] = []
+  const request = (path: string, may: boolean) =>
+    new Promise<HttpOutcome>((done) =>
+      client.request(s.origin, {
+        path,
+        headerLines: '',
+        body: path,
+        timeoutMs: 5_000,
+        maxBodyBytes: 10,
+        mayStart: () => {
+          asked.push(path)
+          return may
+        },
+        done,
+      }),
+    )
+  // The first takes the one connection (asked at once) and hangs until its socket goes.
+  const first = request('/first', true)
+  await waitUntil(() => (s.conns[0]?.requests.length ?? 0) > 0, 30_000, 'the first request written')
+  const refused = request('/refused', false)
+  const allowed = request('/allowed', true)
+  s.conns[0]!.socket.destroy() // the first's connection goes: the queue moves on to a new one
+  t.match(await first, { kind: 'network' })
+  t.same(await refused, { kind: 'unsent' }, 'refused when its turn came')
+  t.match(await allowed, { kind: 'answer', status: 200 }, 'the next one goes')
+  t.same(asked, ['/first', '/refused', '/allowed'], 'each is asked when its connection comes, in their order')
+  const written = s.conns.flatMap((c) => c.requests.map((r) => r.split(' ')[1]))
+  t.same(written, ['/first', '/allowed'], 'nothing of the refused one was written')
+})
+
+t.test('refused with a connection free it ends unsent, not synchronously; queued ones end unsent at destroy', async (t) => {
+  const s = await rawServer(t, () => 'hang')
+  const client = new HttpClient({ connections: 1 })
+  const ask = (path: string, may: boolean, done: (o: HttpOutcome) => void) =>
+    client.request(s.origin, { path, headerLines: '', body: path, timeoutMs: 5_000, maxBodyBytes: 10, mayStart: () => may, done })
+  let told: HttpOutcome | undefined
+  ask('/now', false, (o) => {
+    told = o
+  })
+  t.equal(told, undefined, 'not told from inside request()')
+  await new Promise((r) => setImmediate(r))
+  t.same(told, { kind: 'unsent' })
+  const hung = new Promise<HttpOutcome>((done) => ask('/hung', true, done))
+  await waitUntil(() => (s.conns[0]?.requests.length ?? 0) > 0, 30_000, 'the hung request written')
+  const queued = new Promise<HttpOutcome>((done) => ask('/queued', true, done))
+  client.destroy()
+  t.match(await hung, { kind: 'network' }, 'the one written fails as a network error')
+  t.same(await queued, { kind: 'unsent' }, 'the queued one was never written')
+  t.same(
+    s.conns.flatMap((c) => c.requests.map((r) => r.split(' ')[1])),
+    ['/hung'],
+  )
 })
 
 t.test('close() lets answers under way end, then takes no more', async (t) => {

@@ -1,7 +1,7 @@
 /** The key-ordering structure: one message per key out, the rest waiting in offset order. */
 import t from 'tap'
 import { KeyOrder } from '../../src/dispatch/key-order.ts'
-import type { DispatchMessage } from '../../src/store/consumption.ts'
+import type { DispatchMessage } from '../../src/core/dispatch-message.ts'
 
 const msg = (offset: number, key: string | null): DispatchMessage => ({
   offset,

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import type { DispatchMessage } from '../../src/store/consumption.ts'
+import type { DispatchMessage } from '../../src/core/dispatch-message.ts'
 import { IllegalMove, MOVES, Partition, type Outstanding, type State } from '../../src/dispatch/partition.ts'
 import { TrackerEntry } from '../../src/dispatch/tracker.ts'
 import { Wait } from '../../src/dispatch/waits.ts'
@@ -229,4 +229,41 @@ t.test('ordering "key": a completed message hands its key to the next', async (t
   w.move(o, 'completing')
   t.equal(w.forget(o, true)?.offset, 1, 'the next of its key')
   t.notOk(w.outstanding.has(0))
+})
+
+t.test('firstUnpushed: an attempt begun but never sent is given back; a count resting on rows need not hold the reservation', async (t) => {
+  // The last owner gave the reservation back to 10; offset 11 was pushed then (its row counts it),
+  // offsets below 10 were counted by the reservation alone (8) or by rows (9).
+  const at = (reservedOnly?: Set<number>) => {
+    const w = new Partition(
+      0,
+      { committed: 8, completed: new Set(), pushed: 10, seekedAtMs: 0 },
+      new Map([
+        [8, 1],
+        [9, 1],
+        [11, 1],
+      ]),
+      20,
+      1,
+      new Map(),
+      reservedOnly,
+    )
+    w.advance(null, 13) // first pushes of 10 and 12 reserved here
+    const o10 = w.admit(msg(10), true).o
+    const a10 = w.begin(o10, 'a10')
+    w.sending(o10, a10, 'c1') // queued for a connection: not sent
+    w.admit(msg(11), true) // counted before, not pushed here yet
+    const o12 = w.admit(msg(12), true).o
+    w.went(w.begin(o12, 'a12'))
+    return { w, o10, a10 }
+  }
+  const { w, a10 } = at(new Set([8]))
+  t.same([...w.unsent], ['a10'], 'only the attempt not sent is unsent')
+  t.equal(w.firstUnpushed(), 10, 'offset 10 never went: the reservation goes back to it (11 keeps its row)')
+  t.equal(at().w.firstUnpushed(), 12, 'not knowing what rests on rows, it stays above every count from before')
+  w.went(a10)
+  t.equal(w.firstUnpushed(), 13, 'once sent, offset 10 counts')
+  t.equal(w.unsent.size, 0)
+  const gone = at(new Set([8, 11]))
+  t.equal(gone.w.firstUnpushed(), 12, 'a count on the reservation alone stays below it')
 })

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { assignPartitions } from '../../src/dispatch/consumer-assignment.ts'
+import { assignPartitions } from '../../src/core/consumer-assignment.ts'
 import { startBroker } from '../helpers/broker.ts'
 
 const broker = await startBroker(t)

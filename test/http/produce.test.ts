@@ -1,5 +1,5 @@
 import t from 'tap'
-import { partitionForKey } from '../../src/partitioner.ts'
+import { partitionForKey } from '../../src/core/partitioner.ts'
 import { startBroker } from '../helpers/broker.ts'
 
 const broker = await startBroker(t, { HOOKQ_MAX_MESSAGE_BYTES: '4096', HOOKQ_MAX_REQUEST_BYTES: '65536' })

@@ -10,7 +10,7 @@ import net from 'node:net'
 import Fastify from 'fastify'
 import t from 'tap'
 import { installForwarding } from '../../src/http/forward.ts'
-import { newDeliveryId } from '../../src/store/delivery-id.ts'
+import { newDeliveryId } from '../../src/core/delivery-id.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'
 

@@ -7,7 +7,7 @@
  * - a nacked message goes again once its delay is over (0 here: at once), an extended one keeps its
  *   new deadline; a dead-letter nack needs the owner (it produces the dead letter): 503.
  * Two groups, one for the acks and one for the nacks and extends, each of two partitions, on the
- * same two processes: each group is spread on its own (src/cluster/assignment.ts), so each has one
+ * same two processes: each group is spread on its own (src/cluster/ownership-plan.ts), so each has one
  * partition free while the second process has not yet taken its share. It polls every 60 s (the
  * longest allowed), so the partitions it is to take stay free meanwhile: its first poll comes early
  * in its start, before it listens, and under load the start alone took 30 s and more (a 30 s poll
@@ -19,7 +19,7 @@ import { needsServer, testDatabase } from '../helpers/db.ts'
 import { callBroker as call, spawnBroker, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { absenceWindow, waitUntil } from '../helpers/wait.ts'
-import { parseDeliveryId } from '../../src/store/delivery-id.ts'
+import { parseDeliveryId } from '../../src/core/delivery-id.ts'
 import { PARTITION_LOCK_BASE } from '../../src/store/membership.ts'
 
 t.test(

@@ -11,7 +11,7 @@
 import t from 'tap'
 import http from 'node:http'
 import pg from 'pg'
-import { newDeliveryId } from '../../src/store/delivery-id.ts'
+import { newDeliveryId } from '../../src/core/delivery-id.ts'
 import { MEMBERS_LOCK_KEY, partitionLockKey } from '../../src/store/membership.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'

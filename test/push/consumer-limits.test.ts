@@ -58,7 +58,7 @@ t.test('limits are validated, reported, changed in place and removed with null',
     { url: receiver.url, maxConcurrency: 1001 },
     { url: receiver.url, maxConcurrency: 1.5 },
     { url: receiver.url, rateLimitPerSecond: 'fast' },
-    // Below one push every 10,000 s, or above 1,000,000 a second (see src/consumer-limits.ts).
+    // Below one push every 10,000 s, or above 1,000,000 a second (see src/core/consumer-limits.ts).
     { url: receiver.url, rateLimitPerSecond: 0.00009 },
     { url: receiver.url, rateLimitPerSecond: 1e-7 },
     { url: receiver.url, rateLimitPerSecond: 1_000_001 },

@@ -14,7 +14,7 @@ import {
   verifyWebhook,
   WebhookVerificationError,
 } from '@hookq/client/consumer'
-import { SIGNED_HEADERS as BROKER_SIGNED } from '../../src/dispatch/signature.ts'
+import { SIGNED_HEADERS as BROKER_SIGNED } from '../../src/core/signature.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'

@@ -6,7 +6,7 @@
  */
 import t from 'tap'
 import { createConsumer, type PushMessage } from '@hookq/client/consumer'
-import { generateSecret } from '../../src/dispatch/signature.ts'
+import { generateSecret } from '../../src/core/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { sdkApi, serve } from '../helpers/sdk.ts'
 import { waitUntil } from '../helpers/wait.ts'

@@ -8,7 +8,7 @@
  */
 import t from 'tap'
 import { unwrap } from '@hookq/client'
-import { generateSecret } from '../../src/dispatch/signature.ts'
+import { generateSecret } from '../../src/core/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { needsServer, type TeardownHost } from '../helpers/db.ts'
 import { consumerDatabase, sdkApi, spawnConsumer, type ConsumerProcess } from '../helpers/sdk.ts'

@@ -1,11 +1,11 @@
 /**
  * Standard Webhooks verification in the client package (@hookq/client/consumer), checked against
- * the broker's own signer (src/dispatch/signature.ts): the two are separate implementations and
+ * the broker's own signer (src/core/signature.ts): the two are separate implementations and
  * must agree byte for byte. Tolerance edges, rotation, header shapes and typed failures.
  */
 import t from 'tap'
 import { verifyWebhook, signWebhook, WebhookVerificationError } from '@hookq/client/consumer'
-import { generateSecret, signWebhook as brokerSign } from '../../src/dispatch/signature.ts'
+import { generateSecret, signWebhook as brokerSign } from '../../src/core/signature.ts'
 
 const secret = generateSecret()
 const other = generateSecret(24)

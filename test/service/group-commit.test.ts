@@ -111,3 +111,69 @@ t.test('drain waits for queued calls, then refuses new ones', async (t) => {
   await Promise.all(calls)
   await gc.drain()
 })
+
+t.test(
+  'with keyOf, a commit starts beside running ones of a call each, only for calls of keys they do not hold, in call order',
+  async (t) => {
+    // Entries are [key, value]; the key is what commits conflict on (produce: the partition).
+    const started: number[][] = []
+    const gates: (() => void)[] = []
+    const gc = new GroupCommitter<[number, number], number>(
+      (entries) => {
+        started.push(entries.map(([, v]) => v))
+        return new Promise((resolve) => gates.push(() => resolve(entries.map(([, v]) => v))))
+      },
+      { ...limits, maxConcurrentCommits: 2 },
+      ([key]) => key,
+    )
+    const turn = () => new Promise<void>((resolve) => setImmediate(resolve))
+    const a = gc.submit([[1, 10]], 1)
+    const b = gc.submit([[2, 20]], 1) // key 2: not held by the running commit, so it starts at once
+    await turn()
+    t.same(started, [[10], [20]], 'a lone call of another key does not wait for the running commit')
+    const c = gc.submit([[1, 11]], 1) // key 1 is held: waits
+    const d = gc.submit([[3, 30]], 1) // free, but behind c: never passes it
+    await turn()
+    t.same(started, [[10], [20]], 'both wait: the first shares a key, the second is behind it')
+    t.equal(gc.backlog, 2)
+    gates[1]!() // b's commit ends: key 1 is still held by a's, so nothing starts beside it
+    t.same(await b, [20])
+    await turn()
+    t.same(started, [[10], [20]], 'c still waits for the commit of its key')
+    gates[0]!()
+    t.same(await a, [10])
+    await turn()
+    t.same(started, [[10], [20], [11, 30]], 'with no commit running, the queue goes as one batch')
+    // That commit carries two calls: the load is gathering, so a call of a free key waits for it.
+    const e = gc.submit([[4, 40]], 1)
+    await turn()
+    t.same(started, [[10], [20], [11, 30]], 'nothing starts beside a commit of several calls')
+    gates[2]!()
+    t.same(await Promise.all([c, d]), [[11], [30]])
+    await turn()
+    t.same(started, [[10], [20], [11, 30], [40]])
+    gates[3]!()
+    t.same(await e, [40])
+  },
+)
+
+t.test('without keyOf, commits run at once up to maxConcurrentCommits whatever they hold', async (t) => {
+  const started: number[][] = []
+  const gates: (() => void)[] = []
+  const gc = new GroupCommitter<number, number>(
+    (entries) => {
+      started.push(entries)
+      return new Promise((resolve) => gates.push(() => resolve(entries)))
+    },
+    { ...limits, maxConcurrentCommits: 2 },
+  )
+  const calls = [gc.submit([1], 1), gc.submit([1], 1), gc.submit([1], 1)]
+  await new Promise<void>((resolve) => setImmediate(resolve))
+  t.same(started, [[1], [1]])
+  gates[0]!()
+  gates[1]!()
+  await calls[1]
+  await new Promise<void>((resolve) => setImmediate(resolve))
+  gates[2]!()
+  t.same(await Promise.all(calls), [[1], [1], [1]])
+})

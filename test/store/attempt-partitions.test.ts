@@ -17,7 +17,7 @@ import {
 import { attemptCounts } from '../../src/store/consumption.ts'
 import { pgTypes } from '../../src/store/db.ts'
 import { insertAttempts, listAttempts, type AttemptStart } from '../../src/store/deliveries.ts'
-import { newDeliveryId } from '../../src/store/delivery-id.ts'
+import { newDeliveryId } from '../../src/core/delivery-id.ts'
 import { tableSizes } from '../../src/store/storage.ts'
 import { testDatabase } from '../helpers/db.ts'
 

@@ -18,7 +18,7 @@ import {
 } from '../../src/store/consumption.ts'
 import { openDatabase } from '../../src/store/db.ts'
 import { HANDED_OVER, handedOverInFlight, insertAttempts, updateAttempts } from '../../src/store/deliveries.ts'
-import { newDeliveryId } from '../../src/store/delivery-id.ts'
+import { newDeliveryId } from '../../src/core/delivery-id.ts'
 import { claimPartition } from '../../src/store/membership.ts'
 import { appendMessages, readMessages, type AppendEntry } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'

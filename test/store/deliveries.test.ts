@@ -8,7 +8,7 @@ import t from 'tap'
 import { epochMsArray, numberArray, textColumn } from '../../src/store/arrays.ts'
 import { AttemptLog } from '../../src/dispatch/attempt-log.ts'
 import { insertAttempts, listAttempts, updateAttempts } from '../../src/store/deliveries.ts'
-import { newDeliveryId, parseDeliveryId } from '../../src/store/delivery-id.ts'
+import { newDeliveryId, parseDeliveryId } from '../../src/core/delivery-id.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 

@@ -75,7 +75,7 @@ function digest(key: Buffer, { webhookId, timestampSeconds, body }: SignedConten
  * The hookq push headers `hookq-signature` covers, in order. Standard Webhooks signs the id,
  * timestamp and body only; in raw format the message's coordinates (topic, partition, offset,
  * key, ...) travel in these headers, so the broker signs them too. Same list as the broker's
- * (src/dispatch/signature.ts); a test keeps them equal.
+ * (src/core/signature.ts); a test keeps them equal.
  */
 export const SIGNED_HEADERS = [
   'hookq-delivery-id',

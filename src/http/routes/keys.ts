@@ -4,7 +4,7 @@
  * and the id of the key that asked (`audit`), never a key.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { HookqError } from '../../errors.ts'
+import { HookqError } from '../../core/errors.ts'
 import type { Services } from '../../service/services.ts'
 import { problems, ref } from '../schemas/common.ts'
 import { CreatedKey, KeyCreate, KeyList, KeyParams } from '../schemas/keys.ts'

@@ -3,7 +3,7 @@ import { Type } from 'typebox'
 
 // The $ref helper and the name pattern live in a leaf below the HTTP layer (the group settings
 // table builds schemas with them too); every HTTP schema takes them from here.
-import { NAME_PATTERN, ref } from '../../json-schema.ts'
+import { NAME_PATTERN, ref } from '../../core/json-schema.ts'
 
 export { NAME_PATTERN, ref }
 

@@ -1,11 +1,11 @@
 /** Schemas of consumer groups and their consumers. */
 import { Type } from 'typebox'
-import { BatchSettings, Filter, Group, GroupConfig, RetryPolicy } from '../../group-settings.ts'
+import { BatchSettings, Filter, Group, GroupConfig, RetryPolicy } from '../../core/group-settings.ts'
 import { NAME_PATTERN, ref } from './common.ts'
-import { RATE_LIMIT_MAX_PER_SECOND, RATE_LIMIT_MIN_PER_SECOND } from '../../consumer-limits.ts'
+import { RATE_LIMIT_MAX_PER_SECOND, RATE_LIMIT_MIN_PER_SECOND } from '../../core/consumer-limits.ts'
 
 // A group's settings, and so GroupConfig, Group and their components, are built from one table in
-// src/group-settings.ts, below the service and the CLI, which derive from it too.
+// src/core/group-settings.ts, below the service and the CLI, which derive from it too.
 export { BatchSettings, Filter, Group, GroupConfig, RetryPolicy }
 
 export const GroupParams = Type.Object({

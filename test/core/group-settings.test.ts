@@ -1,5 +1,5 @@
 /**
- * The settings table (src/group-settings.ts) is the one source of a group's settings: walking it,
+ * The settings table (src/core/group-settings.ts) is the one source of a group's settings: walking it,
  * every setting is in the OpenAPI document with its default in the description, has its flags in
  * the CLI, has its column in consumer_groups, and a group created with no settings reports every
  * default the table gives.
@@ -7,11 +7,11 @@
 import { readFile } from 'node:fs/promises'
 import t from 'tap'
 import type { Command, Option } from 'commander'
-import { registerGroups } from '../src/cli/groups.ts'
-import { buildProgram } from '../src/cli/main.ts'
-import { Prisma } from '../src/generated/prisma/browser.ts'
-import { flatName, GROUP_SETTINGS, type ObjectSetting, type Setting, type ValueSetting } from '../src/group-settings.ts'
-import { startBroker } from './helpers/broker.ts'
+import { registerGroups } from '../../src/cli/groups.ts'
+import { buildProgram } from '../../src/cli/main.ts'
+import { Prisma } from '../../src/generated/prisma/browser.ts'
+import { flatName, GROUP_SETTINGS, type ObjectSetting, type Setting, type ValueSetting } from '../../src/core/group-settings.ts'
+import { startBroker } from '../helpers/broker.ts'
 
 const settings = Object.entries(GROUP_SETTINGS) as [string, Setting][]
 
@@ -49,7 +49,7 @@ interface JsonSchema {
 }
 
 t.test('every setting is in the OpenAPI document, its default in its description', async (t) => {
-  const doc = JSON.parse(await readFile(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
+  const doc = JSON.parse(await readFile(new URL('../../openapi/openapi.json', import.meta.url), 'utf8'))
   const schemas = doc.components.schemas as Record<string, JsonSchema>
   const config = schemas.GroupConfig!
   const view = schemas.Group!

@@ -1,6 +1,6 @@
 /**
  * JSON Schema pieces used below the HTTP layer as well as in it: the $ref helper and the name
- * pattern. A leaf (it imports only TypeBox), so src/group-settings.ts can build the group schemas
+ * pattern. A leaf (it imports only TypeBox), so src/core/group-settings.ts can build the group schemas
  * the service and the CLI derive from without importing src/http. src/http/schemas/common.ts
  * re-exports both for the HTTP schemas.
  */

@@ -14,12 +14,12 @@
 import type { ClusterView } from '../store/membership.ts'
 
 /** "groupId:partition" → the pid of the member that should own it. */
-export type Assignment = Map<string, number>
+export type OwnershipPlan = Map<string, number>
 
 export const pairKey = (groupId: number, partition: number): string => `${groupId}:${partition}`
 
-export function assign(view: Pick<ClusterView, 'members' | 'holders' | 'groups'>): Assignment {
-  const out: Assignment = new Map()
+export function planOwnership(view: Pick<ClusterView, 'members' | 'holders' | 'groups'>): OwnershipPlan {
+  const out: OwnershipPlan = new Map()
   const members = [...new Set(view.members.map((m) => m.pid))].sort((a, b) => a - b)
   const n = members.length
   if (n === 0) return out

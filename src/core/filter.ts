@@ -17,7 +17,7 @@
  *
  * compileFilter throws FilterError naming the member that is not well formed, for the 400.
  */
-import type { DispatchMessage } from '../store/consumption.ts'
+import type { DispatchMessage } from './dispatch-message.ts'
 
 /** The filter a group setting compiles to. */
 export type MessageFilter = (msg: Pick<DispatchMessage, 'key' | 'value' | 'headers'>) => boolean

@@ -1,4 +1,4 @@
-/** W3C Trace Context parsing and the traces messages get (src/dispatch/trace-context.ts). */
+/** W3C Trace Context parsing and the traces messages get (src/core/trace-context.ts). */
 import t from 'tap'
 import {
   attemptTraceparent,
@@ -10,7 +10,7 @@ import {
   parseTraceparent,
   parseTracestate,
   traceOfHeaderText,
-} from '../../src/dispatch/trace-context.ts'
+} from '../../src/core/trace-context.ts'
 
 const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736'
 const VALID = `00-${TRACE}-00f067aa0ba902b7-01`

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { createHmac } from 'node:crypto'
 import { verifyWebhook as verifyPush, WebhookVerificationError } from '@hookq/client/consumer'
-import { decodeSecret, generateSecret, signWebhook } from '../../src/dispatch/signature.ts'
+import { decodeSecret, generateSecret, signWebhook } from '../../src/core/signature.ts'
 
 /**
  * What a consumer sees of the broker's signatures: the SDK's verifier (the one consumers use; the

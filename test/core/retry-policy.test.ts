@@ -1,5 +1,5 @@
 import t from 'tap'
-import { honourRetryAfterMs, nextDelayMs, type RetryPolicy } from '../../src/dispatch/retry-policy.ts'
+import { honourRetryAfterMs, nextDelayMs, type RetryPolicy } from '../../src/core/retry-policy.ts'
 
 // The contract's defaults for a group.
 const DEFAULTS: RetryPolicy = { initialDelayMs: 1000, multiplier: 2, maxDelayMs: 60_000, jitter: 0.1 }

@@ -1,8 +1,8 @@
 /**
  * Which consumer of a group gets which partition: partition p goes to the (p mod n)-th of the n
  * enabled consumers, in the order they are listed. The dispatcher pushes by it and the group's
- * status shows it (src/service/groups.ts): it lives here, with the dispatcher, because the
- * services may import the dispatcher but not the other way round (.dependency-cruiser.cjs).
+ * status shows it (src/service/groups.ts). Not to be confused with the ownership plan
+ * (src/cluster/ownership-plan.ts), which says which broker process holds which partition.
  */
 
 /** The partition → consumer assignment (null when the group has no enabled consumer). */

@@ -21,7 +21,7 @@
  *    needs pushFormat "envelope", the filter's grammar) and the forms of startAt;
  *  - `topic`, which is not a setting: required in every PUT, fixed once the group is created.
  *
- * A leaf (TypeBox and src/json-schema.ts only), so the HTTP schemas, the service and the CLI can
+ * A leaf (TypeBox and src/core/json-schema.ts only), so the HTTP schemas, the service and the CLI can
  * all import it.
  */
 import { Type, type Static, type TNull, type TObject, type TOptional, type TSchema, type TUnion } from 'typebox'
@@ -259,7 +259,7 @@ function alias<S extends TSchema>(
   } as never
 }
 
-// The filter's grammar is checked by the service (src/dispatch/filter.ts), which names the member at
+// The filter's grammar is checked by the service (src/core/filter.ts), which names the member at
 // fault; the schema says only that it is an object, and describes it for the OpenAPI reader.
 export const Filter = Type.Record(Type.String(), Type.Unknown(), {
   $id: 'Filter',

@@ -1,6 +1,6 @@
 /** Filters (contract v1.1 "Filters"): each operator, $or, not, missing paths, and the errors naming the member. */
 import t from 'tap'
-import { compileFilter, FilterError } from '../../src/dispatch/filter.ts'
+import { compileFilter, FilterError } from '../../src/core/filter.ts'
 
 const msg = (value: unknown, headers: Record<string, string> = {}, key: string | null = null) => ({
   key,

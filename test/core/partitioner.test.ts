@@ -1,5 +1,5 @@
 import t from 'tap'
-import { murmur2, partitionForKey, RoundRobin } from '../src/partitioner.ts'
+import { murmur2, partitionForKey, RoundRobin } from '../../src/core/partitioner.ts'
 
 t.test("murmur2 matches Kafka (vectors from Kafka's own UtilsTest)", async (t) => {
   const vectors: [string, number][] = [
