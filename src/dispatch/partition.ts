@@ -180,6 +180,15 @@ export class Partition extends PartitionLog {
   pushing(): boolean {
     return this.pushes > 0
   }
+  /**
+   * Whether a message here is out with its consumer or being completed (pushed or leased and not
+   * yet answered, or answered and its completion not yet written): while none is, the partition's
+   * next pushes wait on their reservation alone, so the progress writer does not hold it back.
+   */
+  engaged(): boolean {
+    for (const o of this._outstanding.values()) if (o.state === 'in_flight' || o.state === 'nacked' || o.state === 'completing') return true
+    return false
+  }
   /** Messages held behind their keys' outstanding ones (ordering "key"). */
   keyQueued(): number {
     return this.keys.queued

@@ -23,10 +23,12 @@
  *   after it started (at most `ms`), so together they write about what one would.
  * - An ordered partition's jobs never wait: its next message waits for this one's completion, so a
  *   wait would delay pushes, not gather company. Key-ordered and unordered partitions wait, full or not.
- * - Nor does the reservation of a partition with no push under way: its first pushes wait on it
- *   and nothing of the partition is moving meanwhile, so a wait would only hold them up (a message
- *   produced to an idle partition after a busy spell waited up to the whole linger for its push).
- *   A partition with pushes out keeps the wait: its reservation gathers company while they run.
+ * - Nor does the reservation of a partition with nothing out with its consumer (no message pushed
+ *   or leased and unanswered, none being completed): its first pushes wait on it and nothing of the
+ *   partition is moving meanwhile, so a wait would only hold them up (a message produced to an idle
+ *   partition after a busy spell waited up to the whole linger for its push). A partition with
+ *   messages out keeps the wait, explicit-ack and pull groups included (a push answered but not yet
+ *   acked is still out): its reservation gathers company while they run.
  * (figures: docs/performance.md#the-progress-writer)
  */
 import { HookqError } from '../core/errors.ts'
@@ -139,12 +141,13 @@ export class ProgressWriter {
   reserve(g: GroupRuntime, w: PartitionState, pushedOffset: number, done: (held: boolean) => void, fail: (err: unknown) => void): void {
     if (this.closed) return fail(closedError())
     this.reservations.push({ g, w, pushedOffset, done, fail })
-    this.queued(g, !w.pushing())
+    this.queued(g, !w.engaged())
   }
 
   /**
    * A job of the group was queued: schedules the statement, at the end of this turn if a push waits
-   * on it alone (an ordered partition's job, or `idle`: a reservation of a partition pushing nothing).
+   * on it alone (an ordered partition's job, or `idle`: a reservation of a partition with nothing out
+   * with its consumer, see Partition.engaged).
    */
   private queued(g: GroupRuntime, idle = false): void {
     if (!this.urgent && (idle || g.row.ordering === 'partition')) {

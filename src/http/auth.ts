@@ -349,7 +349,8 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
   // The audit of admin writes: who (the key's id), what (method and route), and how it ended.
   app.addHook('onResponse', async (req, reply) => {
     const rule = ruleOf(req)
-    if (!rule || req.method === 'GET' || req.method === 'HEAD' || req.access.keyId === null) return
+    // req.access is unset on a request refused before this plugin's onRequest (the request-target check).
+    if (!rule || req.method === 'GET' || req.method === 'HEAD' || (req.access?.keyId ?? null) === null) return
     const admin = 'action' in rule ? rule.action === 'admin' : rule.on === 'everything'
     if (!admin) return
     req.log.info(

@@ -331,50 +331,57 @@ t.test("an ordered partition's job cuts a busy writer's wait short", async (t) =
   t.equal(s.statements.length, 3)
 })
 
-t.test("a reservation of a partition pushing nothing cuts a busy writer's wait short; one with pushes out waits", async (t) => {
-  const clock = new SteppedClock(5_000_000)
-  const s = await setup(t, 'linger-idle', undefined, {
-    linger: { ms: 50, minJobs: 2 },
-    now: clock.now,
-    timers: clock,
-  })
-  await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
-  // w1 has a push under way (a real attempt, sent): its reservation waits for company.
-  const { o } = s.w1.admit(
-    {
-      offset: 1,
-      key: null,
-      value: '{}',
-      headers: '{}',
-      producedAtMs: 0,
-      availableAtMs: 0,
-      traceId: '',
-      traceparent: null,
-      tracestate: null,
-    },
-    true,
-  )
-  const a = s.w1.begin(o, 'attempt-1')
-  s.w1.sending(o, a, 'c1')
-  const waiting = s.reserve(s.w1, 3)
-  await turns(20)
-  t.equal(clock.pending.length, 1, 'a busy writer holds the reservation of a partition that is pushing')
-  t.equal(s.statements.length, 1)
-  // w0 pushes nothing: its first pushes wait on this reservation alone, so it does not wait.
-  t.equal(s.w0.pushing(), false)
-  t.equal(await s.reserve(s.w0, 4), true, 'written without the clock moving')
-  t.equal(await waiting, true, 'the waiting reservation goes with it')
-  t.equal(clock.pending.length, 0, 'the wait was cut short, its timer cleared')
-  t.equal(s.statements.length, 2)
-  // The writer was busy (2 jobs), yet an idle partition's next reservation goes at once too.
-  t.equal(await s.reserve(s.w0, 5), true)
-  t.equal(clock.pending.length, 0)
-  t.equal(s.statements.length, 3)
-  t.same(await s.stored(), [
-    { partition: 0, committed: 1, pushed: 5 },
-    { partition: 1, committed: 1, pushed: 3 },
-  ])
-})
+t.test(
+  "a reservation of a partition with nothing out cuts a busy writer's wait short; one with a message out (answered, not acked) waits",
+  async (t) => {
+    const clock = new SteppedClock(5_000_000)
+    const s = await setup(t, 'linger-idle', undefined, {
+      linger: { ms: 50, minJobs: 2 },
+      now: clock.now,
+      timers: clock,
+    })
+    await Promise.all([s.complete(s.w0, 0), s.complete(s.w1, 0)])
+    // w1 has a message out with its consumer (a real attempt, sent): its reservation waits for company.
+    const { o } = s.w1.admit(
+      {
+        offset: 1,
+        key: null,
+        value: '{}',
+        headers: '{}',
+        producedAtMs: 0,
+        availableAtMs: 0,
+        traceId: '',
+        traceparent: null,
+        tracestate: null,
+      },
+      true,
+    )
+    const a = s.w1.begin(o, 'attempt-1')
+    s.w1.sending(o, a, 'c1')
+    // Its consumer has answered but not acked yet (explicit mode): the message is still out.
+    s.w1.answered(a)
+    t.equal(s.w1.pushing(), false)
+    t.equal(s.w1.engaged(), true)
+    const waiting = s.reserve(s.w1, 3)
+    await turns(20)
+    t.equal(clock.pending.length, 1, 'a busy writer holds the reservation of a partition with a message out')
+    t.equal(s.statements.length, 1)
+    // w0 pushes nothing: its first pushes wait on this reservation alone, so it does not wait.
+    t.equal(s.w0.engaged(), false)
+    t.equal(await s.reserve(s.w0, 4), true, 'written without the clock moving')
+    t.equal(await waiting, true, 'the waiting reservation goes with it')
+    t.equal(clock.pending.length, 0, 'the wait was cut short, its timer cleared')
+    t.equal(s.statements.length, 2)
+    // The writer was busy (2 jobs), yet an idle partition's next reservation goes at once too.
+    t.equal(await s.reserve(s.w0, 5), true)
+    t.equal(clock.pending.length, 0)
+    t.equal(s.statements.length, 3)
+    t.same(await s.stored(), [
+      { partition: 0, committed: 1, pushed: 5 },
+      { partition: 1, committed: 1, pushed: 3 },
+    ])
+  },
+)
 
 t.test('a partition whose owner epoch moved on is refused; the others are written', async (t) => {
   const s = await setup(t, 'fenced')
