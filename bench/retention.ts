@@ -6,7 +6,7 @@
  * the same, sweeps every BENCH_SWEEP_MS (5 s). Produces BENCH_RATE msg/s (1000) for BENCH_SECONDS
  * (240), in batches every 50 ms, and prints every 15 s the size of messages and deliveries with
  * their indexes (pg_total_relation_size), their live and dead tuples (pg_stat_user_tables), and
- * the database's size, autovacuum's runs on them, and the age of the oldest snapshot any session of
+ * the database's size, the vacuums of them (autovacuum's and any other, the sweep's where autovacuum is off), and the age of the oldest snapshot any session of
  * the server holds (one held long keeps vacuum from removing dead rows, whatever their table). A
  * partitioned table is summed over its partitions (their count shown). Each line also gives the CPU
  * per message pushed since the last line, of the broker process and of the PostgreSQL backends
@@ -15,7 +15,8 @@
  * in for autovacuum on a server where it is off (SHOW autovacuum). BENCH_ROOT=<dir>: run the broker of
  * another checkout (with its node_modules), for a before/after in one sitting. BENCH_KEYED=1: every
  * message has an idempotency key of its own (idempotency_keys then grows and sheds with the traffic,
- * a row per message). The lines also show idempotency_keys and group_completions. Bounded in count and time;
+ * a row per message). The lines also show idempotency_keys and group_completions, every other table's dead
+ * rows and HOT updates, and the run ends with the most dead rows each table had at a report. Bounded in count and time;
  * everything on loopback.
  *
  *   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres npm run bench:retention
@@ -63,12 +64,22 @@ const broker = await startBroker(db.url, {
 
 const SIZES = `
 SELECT c.relname AS table, sum(pg_total_relation_size(r.oid)) AS bytes, sum(s.n_live_tup) AS live, sum(s.n_dead_tup) AS dead,
-       sum(s.autovacuum_count) AS vacuums, count(*) FILTER (WHERE r.oid <> c.oid) AS parts
+       sum(s.autovacuum_count + s.vacuum_count) AS vacuums, count(*) FILTER (WHERE r.oid <> c.oid) AS parts
 FROM pg_class c
 CROSS JOIN LATERAL (SELECT c.oid UNION SELECT p.relid FROM pg_partition_tree(c.oid) p) r(oid)
 LEFT JOIN pg_stat_user_tables s ON s.relid = r.oid
 WHERE c.relname IN ('messages', 'deliveries', 'idempotency_keys', 'group_completions') AND c.relkind IN ('r', 'p')
 GROUP BY c.relname ORDER BY c.relname`
+
+// Every other table of the schema (not a part of messages or deliveries): dead rows, updates and HOT updates.
+const OTHERS = `
+SELECT s.relname AS table, s.n_dead_tup AS dead, s.n_tup_upd AS upd, s.n_tup_hot_upd AS hot
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.schemaname = current_schema() AND NOT c.relispartition
+  AND s.relname NOT IN ('messages', 'deliveries', 'idempotency_keys', 'group_completions', '_prisma_migrations')
+ORDER BY s.relname`
+/** The most dead rows seen at a report, per table (SIZES' and OTHERS'), printed at the end. */
+const maxDead = new Map<string, number>()
 
 /** CPU seconds (user + system) of a process from /proc, or 0 once it is gone. */
 async function cpuSeconds(pid: number): Promise<number> {
@@ -90,6 +101,8 @@ async function report(elapsedS: number, produced: number): Promise<void> {
     await client.query('LOCK TABLE deliveries, messages IN ACCESS SHARE MODE')
     const { rows } = await client.query<{ table: string; bytes: string; live: string; dead: string; vacuums: string; parts: string }>(SIZES)
     await client.query('COMMIT')
+    const others = await client.query<{ table: string; dead: string; upd: string; hot: string }>(OTHERS)
+    for (const r of others.rows) maxDead.set(r.table, Math.max(maxDead.get(r.table) ?? 0, Number(r.dead)))
     const backends = await client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database()')
     for (const { pid } of backends.rows) backendCpu.set(pid, Math.max(backendCpu.get(pid) ?? 0, await cpuSeconds(pid)))
     const cpu = { broker: await cpuSeconds(broker.pid), pg: [...backendCpu.values()].reduce((a, b) => a + b, 0), pushes }
@@ -106,9 +119,14 @@ async function report(elapsedS: number, produced: number): Promise<void> {
       (r) =>
         `${r.table} ${mb(r.bytes)} MB${Number(r.parts) > 0 ? ` (${r.parts} parts)` : ''} live ${r.live} dead ${r.dead} vacuums ${r.vacuums}`,
     )
+    for (const r of rows) maxDead.set(r.table, Math.max(maxDead.get(r.table) ?? 0, Number(r.dead)))
     const { bytes, xmin_s } = total.rows[0]!
+    // The other tables with dead rows now, and how many of their updates were HOT (pruned without vacuum).
+    const otherCells = others.rows
+      .filter((r) => Number(r.dead) > 0 || Number(r.upd) > 0)
+      .map((r) => `${r.table} dead ${r.dead}${Number(r.upd) > 0 ? ` hot ${r.hot}/${r.upd}` : ''}`)
     console.log(
-      `t=${String(elapsedS).padStart(3)}s produced ${produced} pushed ${pushes} | ${cells.join(' | ')} | database ${mb(bytes)} MB | oldest snapshot ${Math.round(xmin_s ?? 0)} s | ${cpuCell}`,
+      `t=${String(elapsedS).padStart(3)}s produced ${produced} pushed ${pushes} | ${cells.join(' | ')} | database ${mb(bytes)} MB | oldest snapshot ${Math.round(xmin_s ?? 0)} s | ${cpuCell} | others: ${otherCells.join(', ') || 'no dead rows'}`,
     )
   })
 }
@@ -173,6 +191,7 @@ try {
   await vacuuming
   console.log(`skipped ${skipped} messages (${MAX_OUTSTANDING} produce calls already outstanding at their tick)`)
   await report(Math.round((performance.now() - start) / 1000), produced)
+  console.log(`most dead rows at any report: ${[...maxDead].map(([t, n]) => `${t} ${n}`).join(', ')}`)
 } finally {
   await stopBroker(broker)
   receiver.close()

@@ -100,7 +100,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     const noAutovacuum = embedded !== undefined || (await autovacuumOff(db.pool))
     if (!embedded && noAutovacuum) {
       const message =
-        'PostgreSQL runs with autovacuum off: hookq vacuums the messages its retention deletes itself (the attempt log needs no vacuum), but nothing reclaims the dead rows of the other tables; turn it on (docs/operations.md)'
+        'PostgreSQL runs with autovacuum off: hookq vacuums the messages its retention deletes itself (the attempt log needs no vacuum), and its other tables once their dead rows pass autovacuum’s threshold, at each retention sweep (HOOKQ_RETENTION_INTERVAL_MS): other applications’ tables get no vacuum; turn it on (docs/operations.md)'
       if (opts.logger) opts.logger.warn({ settings: ['autovacuum=off'] }, message)
       else log(`WARNING: ${message}`)
     }

@@ -17,7 +17,9 @@
  * at each ticker start (docs/performance.md, "What bounds each table").
  *
  * Where autovacuum does not run, the sweeper vacuums messages (rows are deleted there only out of
- * the default partitions and messages_legacy) and idempotency keys itself once enough of them are deleted.
+ * the default partitions and messages_legacy) and idempotency keys itself once enough of them are
+ * deleted, and then every table of the schema whose dead rows pass autovacuum's threshold
+ * (src/store/vacuum.ts): group_completions above all, whose rows the progress writes delete.
  *
  * Every broker process sweeps: one process at a time maintains a topic's chunks (the others wait
  * for that topic and find nothing left to do), likewise the attempt log's partitions; two sweeps
@@ -33,6 +35,7 @@ import { maintainMessageChunks } from '../store/message-chunks.ts'
 import { deleteExpiredKeys, type SweptTable, vacuumIfDue } from '../store/messages.ts'
 import { deleteExpiredSetAside } from '../store/outbox.ts'
 import { listTopics } from '../store/topics.ts'
+import { vacuumDeadRows } from '../store/vacuum.ts'
 import { timerDelayMs } from '../core/timer-delay.ts'
 
 export interface RetentionOptions {
@@ -44,8 +47,9 @@ export interface RetentionOptions {
   /** Idempotency keys deleted per statement. */
   sliceRows: number
   /**
-   * Vacuum the tables the sweep deletes rows from (messages, idempotency keys) after sweeps, as
-   * autovacuum would (the server's does not run): the attempt log goes whole and needs none.
+   * Vacuum, as autovacuum would (the server's does not run): the tables the sweep deletes rows from
+   * (messages, idempotency keys) after enough deletes, and every table whose dead rows pass
+   * autovacuum's threshold once a sweep; the attempt log and the chunks go whole and need none.
    */
   vacuumMessages?: boolean
   onError(err: unknown): void
@@ -140,6 +144,9 @@ export class RetentionSweeper {
     if (kept.created.length > 0 || kept.dropped.length > 0) this.opts.onAttemptPartitions?.(kept)
     if (!this.stopped) await deleteExpiredHealth(this.db.pool)
     if (!this.stopped) done.setAside = await deleteExpiredSetAside(this.db.pool, this.opts.attemptRetentionMs)
+    // The rows the sweep does not delete itself (completions, health buckets, the outbox…): by
+    // their dead-row counts, as autovacuum would, once a sweep.
+    if (this.opts.vacuumMessages && !this.stopped) await vacuumDeadRows(this.db.pool)
     return done
   }
 

@@ -50,8 +50,9 @@
  *   from failing when no chunk covers a row. A short lock_timeout (100 ms) with a few jittered
  *   tries bounds how long a group commit of the topic can queue behind it.
  * - A deleted topic's chunks are dropped the same way and its default truncated; its empty tree
- *   stays attached (renamed messages_gone_t<id>): detaching it would take ACCESS EXCLUSIVE on
- *   messages, which every produce of every topic would wait for.
+ *   stays attached (renamed messages_gone_t<id>): detaching it takes ACCESS EXCLUSIVE on
+ *   messages, which every produce of every topic waits for, so the trees are detached and
+ *   dropped only in batches (removeGoneTrees), under one short-lived lock a batch.
  */
 import type pg from 'pg'
 import { attemptPartitionPlan } from './attempt-partitions.ts'
@@ -60,6 +61,7 @@ import { attemptPartitionPlan } from './attempt-partitions.ts'
 const MAINTENANCE_LOCK = 0x686b7143
 const CHUNK = /^messages_t(\d+)_(\d+)_(\d+)$/
 const TREE = /^messages_t(\d+)$/
+const GONE_TREE = /^messages_gone_t\d+$/
 const TOP_DEFAULT = 'messages_default'
 const tree = (topicId: number) => `messages_t${topicId}`
 /** A deleted topic's empty tree, left attached (see dropDeletedTopic). */
@@ -144,6 +146,8 @@ export interface ChunkMaintenanceOptions {
   lockAttempts?: number
   /** messages_legacy rows deleted per statement (10,000). */
   legacySliceRows?: number
+  /** Deleted topics' empty trees removed together once there are this many (16): removeGoneTrees. */
+  goneTreesBatch?: number
 }
 
 type Client = pg.PoolClient
@@ -409,9 +413,10 @@ async function fileAndMake(client: Client, topicId: number, opts: ChunkMaintenan
 /**
  * A deleted topic: its chunks dropped and its default emptied under ACCESS EXCLUSIVE on its tree
  * only, its strays in messages_default deleted. The empty tree stays attached, renamed
- * messages_gone_t<id> (so that sweeps pass it by): detaching it from messages would take ACCESS
- * EXCLUSIVE on messages, and every produce to every topic would wait behind it. No produce can
- * add to it: the topic's partition rows, which produce updates, went with the topic.
+ * messages_gone_t<id> (so that sweeps pass it by): detaching it from messages takes ACCESS
+ * EXCLUSIVE on messages, and every produce to every topic waits behind it, so that is done for
+ * many at once (removeGoneTrees). No produce can add to it: the topic's partition rows, which
+ * produce updates, went with the topic.
  */
 async function dropDeletedTopic(client: Client, topicId: number, hasTree: boolean, result: TopicChunkResult): Promise<void> {
   const gone = await client.query(`DELETE FROM ${TOP_DEFAULT} WHERE topic_id = $1`, [topicId])
@@ -550,5 +555,69 @@ export async function maintainMessageChunks(
     }
   }
   await maintainLegacy(pool, legacy, opts, done)
+  if (!opts.stopped?.()) await removeGoneTrees(pool, opts, done)
   return done
+}
+
+/** The deleted topics' empty trees attached to messages (messages_gone_t<id>). */
+async function goneTrees(q: Pick<pg.Pool, 'query'>): Promise<string[]> {
+  const { rows } = await q.query<{ name: string }>(
+    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'messages'::regclass ORDER BY 1`,
+  )
+  return rows.map((r) => r.name).filter((name) => GONE_TREE.test(name))
+}
+
+// Shells detached but not dropped (a process that stopped between the two): nothing attached, no lock on messages to drop them.
+const DETACHED_SHELLS = `
+SELECT c.relname AS name FROM pg_class c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'p' AND NOT c.relispartition AND c.relname ~ '^messages_gone_t[0-9]+$'
+ORDER BY 1`
+
+/**
+ * Deleted topics' empty trees (messages_gone_t<id>, two empty tables each, see dropDeletedTopic),
+ * detached from messages and dropped once there are goneTreesBatch (16) of them: else the catalog,
+ * and the partition descriptor every plan of messages loads, grows with topic churn for ever.
+ * Detaching takes ACCESS EXCLUSIVE on messages (DETACH ... CONCURRENTLY is refused where a default
+ * partition exists, and messages_default is one), which every topic's produce and reads wait for;
+ * so a batch of them is detached under one lock (ONLY messages: not every partition's), waited for
+ * lockTimeoutMs (100 ms) at most, a few tries with a jittered pause like the chunks' locks (a
+ * request queued longer would hold every produce behind it). Only the detaches run under it
+ * (catalog work: the trees are empty and detaching scans nothing; measured ~3-4 ms a shell on the
+ * loaded 2-core machine), the drops after its commit (~20-25 ms a shell, which under the lock
+ * would have stalled every produce ~400 ms a batch). The list is read again under the lock:
+ * another process may have detached them meanwhile. Not had in time: the next sweep tries again.
+ */
+async function removeGoneTrees(pool: pg.Pool, opts: ChunkMaintenanceOptions, done: ChunkMaintenanceResult): Promise<void> {
+  const batch = opts.goneTreesBatch ?? 16
+  const client = await pool.connect()
+  try {
+    if ((await goneTrees(client)).length >= batch) {
+      await withLockRetries(opts, async () => {
+        await client.query('BEGIN')
+        try {
+          await client.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.round(opts.lockTimeoutMs ?? 100))}`)
+          await client.query('LOCK TABLE ONLY messages IN ACCESS EXCLUSIVE MODE')
+          // At most a batch a lock, however many have gathered (lock failures), so that one stall stays short.
+          for (const name of (await goneTrees(client)).slice(0, batch)) {
+            await client.query(`ALTER TABLE messages DETACH PARTITION "${name}"`)
+          }
+          await client.query('COMMIT')
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => {})
+          throw err
+        }
+      })
+    }
+    // Detached now or by an earlier sweep that stopped before dropping them; two processes may
+    // both come here: the second's DROP finds nothing (IF EXISTS).
+    for (const { name } of (await client.query<{ name: string }>(DETACHED_SHELLS)).rows) {
+      // Its (empty) default partition goes with it.
+      await client.query(`DROP TABLE IF EXISTS "${name}"`)
+      done.dropped.push(name)
+    }
+  } catch (err) {
+    done.failed.push({ topicId: 0, err })
+  } finally {
+    client.release()
+  }
 }

@@ -428,20 +428,39 @@ export async function vacuumIfDue(q: Queryable, table: SweptTable, deletedSinceV
   return true
 }
 
-/** The oldest offset kept per partition (retention takes the front), or null when empty. */
+// Per partition of the topic, its first row by the primary key (topic_id, partition, "offset", …):
+// in each of the topic's chunks one index probe, merged (a Merge Append under LIMIT 1), instead of a
+// min() over every row the topic keeps (measured: 0.5 ms and 94 buffers against 460 ms and 11,000
+// for 400,000 rows in 7 chunks, docs/performance.md). An unnamed statement with the topic id a
+// parameter: planned with its value, only that topic's chunks are opened (src/store/message-chunks.ts).
+const FIRST_OFFSETS = `
+SELECT p.partition, f."offset" AS first FROM topic_partitions p
+CROSS JOIN LATERAL (
+  SELECT m."offset" FROM messages m WHERE m.topic_id = $1 AND m.partition = p.partition ORDER BY m."offset" LIMIT 1
+) f
+WHERE p.topic_id = $1`
+
+// The same from a time: the chunks wholly before it are pruned when planned (produced_at is their
+// partition key), and the scan of the first chunk left stops at its first row at or after it.
+const OFFSETS_AT_TIME = `
+SELECT p.partition, f."offset" AS first FROM topic_partitions p
+CROSS JOIN LATERAL (
+  SELECT m."offset" FROM messages m WHERE m.topic_id = $1 AND m.partition = p.partition AND m.produced_at >= $2
+  ORDER BY m."offset" LIMIT 1
+) f
+WHERE p.topic_id = $1`
+
+/**
+ * The oldest offset kept per partition (retention takes the front); a partition with no message
+ * kept is left out. What a fetch or a group starting at "earliest" below the retained range begins at.
+ */
 export async function firstOffsets(q: Queryable, topicId: number): Promise<Map<number, number>> {
-  const res = await q.query<{ partition: number; first: number }>(
-    `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 GROUP BY partition`,
-    [topicId],
-  )
+  const res = await q.query<{ partition: number; first: number }>(FIRST_OFFSETS, [topicId])
   return new Map(res.rows.map((r) => [r.partition, r.first]))
 }
 
-/** Per partition, the first offset produced at or after `at` (null: none yet). */
+/** Per partition, the first offset produced at or after `at` (left out: none yet). */
 export async function offsetsAtTime(q: Queryable, topicId: number, at: Date): Promise<Map<number, number>> {
-  const res = await q.query<{ partition: number; first: number }>(
-    `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 AND produced_at >= $2 GROUP BY partition`,
-    [topicId, at],
-  )
+  const res = await q.query<{ partition: number; first: number }>(OFFSETS_AT_TIME, [topicId, at])
   return new Map(res.rows.map((r) => [r.partition, r.first]))
 }

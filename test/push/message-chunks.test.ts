@@ -1,15 +1,15 @@
 // Messages in chunks (src/store/message-chunks.ts), as groups and readers see them: a group reads
 // across a chunk boundary; a chunk past the retention goes whole and a seek into it starts at the
-// oldest kept; rows no chunk covered are filed once into a chunk made for them (a topic's own
+// oldest kept, and so does a group made then; rows no chunk covered are filed once into a chunk made for them (a topic's own
 // default, and messages_default for a topic that had no tree); a topic created while the sweep
-// runs keeps its messages; and a read plans and locks its own topic's chunks only, however many
+// runs keeps its messages; deleted topics' empty trees go in batches; and a read plans and locks its own topic's chunks only, however many
 // topics there are. Rows are aged in the database, not waited for; the sweep is driven directly.
 import t from 'tap'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { readForDispatch } from '../../src/store/consumption.ts'
 import { maintainMessageChunks, maintainTopicChunks } from '../../src/store/message-chunks.ts'
-import { readMessages } from '../../src/store/messages.ts'
+import { firstOffsets, offsetsAtTime, readMessages } from '../../src/store/messages.ts'
 import { partitionStarts } from '../../src/store/storage.ts'
 import { api } from '../helpers/api.ts'
 import { testDatabase } from '../helpers/db.ts'
@@ -105,6 +105,14 @@ t.test('a chunk past the retention goes whole; a group and a seek into it start 
   t.equal(swept.messageChunks, 1, 'one chunk dropped')
   t.equal(swept.messages, 6, 'with its six messages')
   t.notOk((await sql('SELECT to_regclass($1) AS oid', [chunkOf0]))[0].oid, 'the chunk is gone')
+
+  // A group made now, from the earliest or from a time before the dropped chunk, starts at the
+  // oldest kept (firstOffsets and offsetsAtTime: a probe of each chunk's key, not a scan).
+  await call('PUT', '/v1/groups/dropped-early', { topic: 'dropped', ackMode: 'auto', paused: true })
+  t.equal(await committed('dropped-early'), 6, 'a group made at earliest starts at the oldest kept')
+  const anHourAgo = new Date(Date.now() - 3_600_000).toISOString()
+  await call('PUT', '/v1/groups/dropped-timed', { topic: 'dropped', ackMode: 'auto', paused: true, startAt: anHourAgo })
+  t.equal(await committed('dropped-timed'), 6, 'and one made from a time before the dropped chunk')
 
   await call('PUT', '/v1/groups/dropped-g', { topic: 'dropped', ackMode: 'auto', paused: false })
   await waitUntil(async () => (await committed('dropped-g')) === 10, 30_000, 'committed past the dropped range')
@@ -325,6 +333,83 @@ t.test('a deleted topic’s chunks go at the next sweep, with no lock on message
   t.same((await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true })).dropped, [], 'once')
 })
 
+t.test('deleted topics’ empty trees are detached and dropped in a batch, once no produce holds messages', async (t) => {
+  const trees = async () =>
+    (
+      await sql(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                 WHERE i.inhparent = 'messages'::regclass`)
+    ).map((r) => r.name as string)
+  const gone = async () => (await trees()).filter((name) => name.startsWith('messages_gone_t')).sort()
+  const ids: number[] = []
+  for (let i = 0; i < 3; i++) {
+    await call('PUT', `/v1/topics/churn-${i}`, { partitions: 1, retentionMs: 600_000 })
+    await produce(`churn-${i}`, [{ value: i }])
+    ids.push(await topicId(`churn-${i}`))
+    t.equal((await call('DELETE', `/v1/topics/churn-${i}`)).status, 204)
+  }
+  await call('PUT', '/v1/topics/churn-stays', { partitions: 1, retentionMs: 600_000 })
+  await produce('churn-stays', [{ value: 'kept' }])
+  const before = await gone()
+  // Fewer than a batch: they stay (each a lock on messages of its own is what batching avoids).
+  const few = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true, goneTreesBatch: before.length + 4 })
+  t.same(few.failed, [])
+  const shells = await gone()
+  t.ok(
+    ids.every((id) => shells.includes(`messages_gone_t${id}`)),
+    'the deleted topics are empty shells, still attached',
+  )
+
+  // A batch, but a produce holds messages (ROW EXCLUSIVE): the lock is waited for briefly, not had.
+  const producer = await broker.db.pool.connect()
+  try {
+    await producer.query('BEGIN')
+    await producer.query('LOCK TABLE ONLY messages IN ROW EXCLUSIVE MODE')
+    const held = await maintainMessageChunks(broker.db.pool, {
+      sweepIntervalMs: 60_000,
+      wait: true,
+      goneTreesBatch: 3,
+      lockTimeoutMs: 50,
+      lockAttempts: 2,
+    })
+    t.match(
+      held.failed.map((f) => (f.err as { code?: string }).code),
+      ['55P03'],
+      'the lock on messages not had in time: given up',
+    )
+    t.same(await gone(), shells, 'nothing detached')
+  } finally {
+    await producer.query('ROLLBACK')
+    producer.release()
+  }
+
+  // A batch a lock, at most: with one shell more than a batch, that one stays for a later sweep.
+  const capped = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true, goneTreesBatch: shells.length - 1 })
+  t.same(capped.failed, [])
+  t.equal(capped.dropped.filter((name) => name.startsWith('messages_gone_t')).length, shells.length - 1, 'a batch detached and dropped')
+  t.same(await gone(), shells.slice(-1), 'one left attached')
+  // A shell detached but not dropped (a process stopped between the two) is dropped by the next sweep.
+  await sql(`ALTER TABLE messages DETACH PARTITION "${shells.at(-1)}"`)
+  const swept = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true })
+  t.same(swept.failed, [])
+  t.same(
+    swept.dropped.filter((name) => name.startsWith('messages_gone_t')),
+    [shells.at(-1)],
+    'the one left detached is dropped',
+  )
+  t.same(await gone(), [], 'none left attached')
+  t.same(
+    (await sql(`SELECT relname FROM pg_class WHERE relname ~ '^messages_gone_t'`)).map((r) => r.relname),
+    [],
+    'and dropped, their defaults with them',
+  )
+  await produce('churn-stays', [{ value: 'after' }])
+  t.same(
+    (await call('GET', '/v1/topics/churn-stays/partitions/0/messages?fromOffset=0')).json.messages.map((m: { value: unknown }) => m.value),
+    ['kept', 'after'],
+    'other topics read and produce as before',
+  )
+})
+
 t.test('a read plans and locks its own topic’s chunks only, however many topics there are', async (t) => {
   const relationLocks = async (read: (q: import('pg').PoolClient) => Promise<unknown>) => {
     const client = await broker.db.pool.connect()
@@ -349,6 +434,8 @@ t.test('a read plans and locks its own topic’s chunks only, however many topic
     await readForDispatch(q, [{ topicId: id, partition: 0, fromOffset: 0 }], 10)
     await readMessages(q, id, 0, 0, 10)
     await partitionStarts(q, id)
+    await firstOffsets(q, id)
+    await offsetsAtTime(q, id, new Date(0))
   }
   await call('PUT', '/v1/topics/lock-0', { partitions: 1, retentionMs: 600_000 })
   await produce('lock-0', [{ value: 0 }])

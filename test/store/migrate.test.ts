@@ -41,6 +41,18 @@ t.test('the migrations folder holds the init migration in Prisma layout', async 
   t.match(await readFile(path.join(MIGRATIONS_DIR, 'migration_lock.toml'), 'utf8'), /provider = "postgresql"/)
 })
 
+/** The columns of each unique index of a table, as pg_get_indexdef writes them. */
+const uniqueKeys = (url: string, table: string) =>
+  withClient(url, async (c) =>
+    (
+      await c.query(
+        `SELECT substring(pg_get_indexdef(i.indexrelid) FROM '\\((.*)\\)$') AS cols FROM pg_index i WHERE i.indrelid = $1::regclass AND i.indisunique ORDER BY 1`,
+        [table],
+      )
+    ).rows.map((r) => r.cols as string),
+  )
+const MESSAGE_KEY = 'topic_id, partition, "offset", produced_at'
+
 t.test('applies to an empty database, then has nothing to do', async (t) => {
   const db = await testDatabase(t, { empty: true })
   const singleConnection = db.maxConnections === 1
@@ -59,6 +71,7 @@ t.test('applies to an empty database, then has nothing to do', async (t) => {
   const dropped = new Set(scripts.flatMap((sql) => [...sql.matchAll(/DROP TABLE "([^"]+)"/g)].map((m) => m[1]!)))
   t.same(tables, ['_prisma_migrations', ...new Set(created.filter((name) => !dropped.has(name)))].sort())
   t.ok(['messages', 'topic_partitions', 'topics', 'consumer_groups', 'deliveries'].every((x) => tables.includes(x)))
+  t.same(await uniqueKeys(db.url, 'messages_default'), [MESSAGE_KEY], "messages_default has the parent's key")
   const rows = await recorded(db.url)
   t.same(rows.map((r) => r.migration_name).sort(), names)
   t.ok(
@@ -169,7 +182,14 @@ t.test('partitioning messages into chunks copies nothing: the table is the legac
   const before = await relations()
   await applyMigrations(db.url, { singleConnection })
   const made = (await relations()) - before
-  t.ok(made <= 6, `the migration made a parent, an index and a default (with theirs: ${made}), whatever the topics; not a tree each`)
+  t.ok(
+    made <= 7,
+    `the migrations made a parent, an index and a default (with theirs and its key: ${made}), whatever the topics; not a tree each`,
+  )
+  // The parent has no key here (see the migrations); messages_default, made after it, gets one of its own.
+  t.same(await uniqueKeys(db.url, 'messages'), [], 'an upgraded parent has no key')
+  t.same(await uniqueKeys(db.url, 'messages_default'), [MESSAGE_KEY], 'messages_default has the key a new database’s has')
+  t.same(await uniqueKeys(db.url, 'messages_legacy'), ['topic_id, partition, "offset"'], 'messages_legacy keeps its own')
   const pool = new pg.Pool({ connectionString: db.url, max: singleConnection ? 1 : 4 })
   t.teardown(() => pool.end())
   // As reads run: one topic a statement, unnamed (a custom plan prunes to the topic's partition).
