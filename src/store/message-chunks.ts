@@ -581,7 +581,8 @@ ORDER BY 1`
  * partition exists, and messages_default is one), which every topic's produce and reads wait for;
  * so a batch of them is detached under one lock (ONLY messages: not every partition's), waited for
  * lockTimeoutMs (100 ms) at most, a few tries with a jittered pause like the chunks' locks (a
- * request queued longer would hold every produce behind it). Only the detaches run under it
+ * request queued longer would hold every produce behind it), by one process at a time (the advisory
+ * maintenance lock with key 0, which no topic has). Only the detaches run under it
  * (catalog work: the trees are empty and detaching scans nothing; measured ~3-4 ms a shell on the
  * loaded 2-core machine), the drops after its commit (~20-25 ms a shell, which under the lock
  * would have stalled every produce ~400 ms a batch). The list is read again under the lock:
@@ -595,7 +596,18 @@ async function removeGoneTrees(pool: pg.Pool, opts: ChunkMaintenanceOptions, don
       await withLockRetries(opts, async () => {
         await client.query('BEGIN')
         try {
+          // One process at a time (the others pass: the next sweep looks again), so that several
+          // cannot each stall every produce in turn.
+          const mine = await client.query<{ ok: boolean }>('SELECT pg_try_advisory_xact_lock($1, 0) AS ok', [MAINTENANCE_LOCK])
+          if (!mine.rows[0]!.ok) {
+            await client.query('ROLLBACK')
+            return
+          }
           await client.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.round(opts.lockTimeoutMs ?? 100))}`)
+          // The default partition first: a DETACH takes it too, and lock_timeout bounds each wait on
+          // its own, so taken second it could hold messages (every produce and read) through a
+          // second wait. Alone, its lock holds up only the rows of topics without a tree.
+          await client.query('LOCK TABLE ONLY messages_default IN ACCESS EXCLUSIVE MODE')
           await client.query('LOCK TABLE ONLY messages IN ACCESS EXCLUSIVE MODE')
           // At most a batch a lock, however many have gathered (lock failures), so that one stall stays short.
           for (const name of (await goneTrees(client)).slice(0, batch)) {

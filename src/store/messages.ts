@@ -440,15 +440,11 @@ CROSS JOIN LATERAL (
 ) f
 WHERE p.topic_id = $1`
 
-// The same from a time: the chunks wholly before it are pruned when planned (produced_at is their
-// partition key), and the scan of the first chunk left stops at its first row at or after it.
-const OFFSETS_AT_TIME = `
-SELECT p.partition, f."offset" AS first FROM topic_partitions p
-CROSS JOIN LATERAL (
-  SELECT m."offset" FROM messages m WHERE m.topic_id = $1 AND m.partition = p.partition AND m.produced_at >= $2
-  ORDER BY m."offset" LIMIT 1
-) f
-WHERE p.topic_id = $1`
+// The same from a time: min() over the rows from that time on, found through (topic_id,
+// produced_at), chunks wholly before it pruned when planned. Not the probe by the key above: with
+// produced_at a filter, it walks a partition's rows from its oldest until one matches, every row of
+// a pre-chunk topic's partition (docs/performance.md, "First offsets").
+const OFFSETS_AT_TIME = `SELECT partition, min("offset") AS first FROM messages WHERE topic_id = $1 AND produced_at >= $2 GROUP BY partition`
 
 /**
  * The oldest offset kept per partition (retention takes the front); a partition with no message

@@ -9,6 +9,7 @@ import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { RetentionSweeper } from '../../src/service/retention.ts'
 import { attemptPartitionPlan } from '../../src/store/attempt-partitions.ts'
+import { VACUUMED_TABLES } from '../../src/store/vacuum.ts'
 import { api } from '../helpers/api.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { startReceiver } from '../helpers/receiver.ts'
@@ -146,3 +147,43 @@ t.test(
     t.equal(await reltuples('api_keys'), -1, 'a table the traffic does not write is left alone')
   },
 )
+
+t.test("only hookq's own tables are vacuumed: the list is every plain table the migrations make, less those swept by count", async (t) => {
+  const broker = await open()
+  t.teardown(() => broker.close())
+  const { sql } = api(broker)
+  // Another application's table in the same schema, far past the threshold: left to its owner.
+  await sql('CREATE TABLE their_table (id int)')
+  await sql('ALTER TABLE their_table SET (autovacuum_enabled = false)')
+  await sql('INSERT INTO their_table SELECT generate_series(1, 500)')
+  await sql('DELETE FROM their_table')
+  await waitUntil(
+    async () =>
+      ((await sql(`SELECT n_dead_tup::int AS dead FROM pg_stat_user_tables WHERE relname = 'their_table'`))[0] as { dead: number }).dead >=
+      500,
+    30_000,
+    'the dead rows counted',
+  )
+  const errors: unknown[] = []
+  await sweeper(broker, true, errors).sweep()
+  t.same(errors, [])
+  const theirs = (await sql(`SELECT vacuum_count::int AS vacuums FROM pg_stat_user_tables WHERE relname = 'their_table'`))[0] as {
+    vacuums: number
+  }
+  t.equal(theirs.vacuums, 0, "another application's table is not vacuumed")
+  await sql('DROP TABLE their_table')
+  // The plain tables (and default partitions) of a migrated database: each is in the list, but for
+  // those the sweep vacuums by its own count of what it deleted, and Prisma's bookkeeping.
+  const plain = (
+    (await sql(
+      `SELECT relname AS name FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r'
+       AND (NOT relispartition OR relname IN ('messages_default', 'deliveries_default')) ORDER BY 1`,
+    )) as { name: string }[]
+  ).map((r) => r.name)
+  const sweptByCount = ['_prisma_migrations', 'idempotency_keys', 'messages_default', 'messages_legacy']
+  t.same(
+    plain.filter((n) => !sweptByCount.includes(n)),
+    [...VACUUMED_TABLES].sort(),
+    'VACUUMED_TABLES names every table of hookq the sweep does not vacuum by count',
+  )
+})
