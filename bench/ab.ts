@@ -22,6 +22,8 @@
  *
  * Environment (all optional but the base):
  *   BENCH_AB_BASE=<dir>          the other checkout (required)
+ *   BENCH_AB_THIS=<dir>          a checkout in place of this one (to pair two other commits, such as a
+ *                                change and its parent; default this checkout)
  *   BENCH_AB_SCENARIO=drain      drain | auto
  *   BENCH_AB_ROUNDS=6            rounds per side (measured)
  *   BENCH_AB_WARMUP=2            rounds per side before them, not counted (JIT, pools, caches)
@@ -42,6 +44,7 @@ import { atCleanup, cleanUpOnInterrupt, runBench } from './lib/run.ts'
 import { median } from './lib/stats.ts'
 
 const BASE = process.env.BENCH_AB_BASE ? resolve(process.env.BENCH_AB_BASE) : ''
+const THIS = process.env.BENCH_AB_THIS ? resolve(process.env.BENCH_AB_THIS) : ROOT
 const SCENARIO = process.env.BENCH_AB_SCENARIO || 'drain'
 const ROUNDS = envInt('BENCH_AB_ROUNDS', 6)
 const WARMUP = envInt('BENCH_AB_WARMUP', 2)
@@ -124,10 +127,12 @@ async function main(): Promise<void> {
     throw new Error(`${BASE} holds no checkout with node_modules`)
   if (SCENARIO !== 'drain' && SCENARIO !== 'auto') throw new Error(`BENCH_AB_SCENARIO is drain or auto, not ${SCENARIO}`)
   const base = await startSide('base', BASE)
-  const self = await startSide('this', ROOT)
+  if (!existsSync(join(THIS, 'package.json')) || !existsSync(join(THIS, 'node_modules')))
+    throw new Error(`${THIS} holds no checkout with node_modules`)
+  const self = await startSide('this', THIS)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
   console.log(
-    `bench:ab ${SCENARIO}: base ${BASE} (pid ${base.broker.pid}) against this checkout ${ROOT} (pid ${self.broker.pid}); ` +
+    `bench:ab ${SCENARIO}: base ${BASE} (pid ${base.broker.pid}) against ${THIS === ROOT ? 'this checkout ' : ''}${THIS} (pid ${self.broker.pid}); ` +
       `${ROUNDS} rounds each of ${MESSAGES.toLocaleString('en-US')} messages, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}`,
   )
   // Warm-up rounds, not counted: the JIT, connection pools, the tables' first pages.
