@@ -28,6 +28,10 @@
  *   BENCH_AB_ROUNDS=6            rounds per side (measured)
  *   BENCH_AB_WARMUP=2            rounds per side before them, not counted (JIT, pools, caches)
  *   BENCH_AB_MESSAGES=20000      messages per round
+ *   BENCH_AUTH=none              none | headers | jwt: the consumers' push authentication (as bench:e2e's)
+ *   BENCH_AB_BASE_AUTH=<auth>    the base side's, when it differs (default BENCH_AUTH): with BENCH_AB_BASE
+ *                                this checkout too, the cost of an auth type against none, pair by pair; a
+ *                                base from before push auth takes none only
  *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200
  *   BENCH_DATABASE_URL=...       server for both databases (default postgres@127.0.0.1:5432)
  */
@@ -51,6 +55,14 @@ const WARMUP = envInt('BENCH_AB_WARMUP', 2)
 const MESSAGES = envInt('BENCH_AB_MESSAGES', 20_000)
 const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
 const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
+const AUTH = process.env.BENCH_AUTH || 'none'
+const AUTHS: Record<string, object | undefined> = {
+  none: undefined,
+  headers: { type: 'headers', headers: { 'x-api-key': 'bench-api-key-value' } },
+  jwt: { type: 'jwt' },
+}
+if (!(AUTH in AUTHS))
+  throw new Error(`BENCH_AUTH must be one of ${Object.keys(AUTHS).join(', ')} for bench:ab, got ${JSON.stringify(AUTH)}`)
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
 /** Cap on one measured window; a round that takes longer fails the run (something is wrong). */
 const ROUND_SECONDS = 120
@@ -93,7 +105,8 @@ async function round(side: Side, load: IpcWorker, n: number): Promise<Measured> 
   const group = { topic: name, ackMode: 'auto', maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000 }
   await api('PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
   await api('PUT', `/v1/groups/${name}`, { ...group, paused: SCENARIO === 'drain' })
-  await api('POST', `/v1/groups/${name}/consumers`, { url: `${side.receiverUrl}/p/${name}` })
+  const auth = AUTHS[side.name === 'base' ? BASE_AUTH : AUTH]
+  await api('POST', `/v1/groups/${name}/consumers`, { url: `${side.receiverUrl}/p/${name}`, ...(auth ? { auth } : {}) })
   await side.receiver.call('scenario', { name, mode: 'count', expect: MESSAGES, group: name }, 5000)
   const produce = () =>
     load.call<BulkResult>(
@@ -133,7 +146,7 @@ async function main(): Promise<void> {
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
   console.log(
     `bench:ab ${SCENARIO}: base ${BASE} (pid ${base.broker.pid}) against ${THIS === ROOT ? 'this checkout ' : ''}${THIS} (pid ${self.broker.pid}); ` +
-      `${ROUNDS} rounds each of ${MESSAGES.toLocaleString('en-US')} messages, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}`,
+      `${ROUNDS} rounds each of ${MESSAGES.toLocaleString('en-US')} messages, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}, consumer auth ${BASE_AUTH === AUTH ? AUTH : `base ${BASE_AUTH}, this ${AUTH}`}`,
   )
   // Warm-up rounds, not counted: the JIT, connection pools, the tables' first pages.
   for (let n = 1; n <= WARMUP; n++) for (const side of [base, self]) await round(side, load, -n)
