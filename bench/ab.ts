@@ -61,8 +61,10 @@ const AUTHS: Record<string, object | undefined> = {
   headers: { type: 'headers', headers: { 'x-api-key': 'bench-api-key-value' } },
   jwt: { type: 'jwt' },
 }
-if (!(AUTH in AUTHS))
-  throw new Error(`BENCH_AUTH must be one of ${Object.keys(AUTHS).join(', ')} for bench:ab, got ${JSON.stringify(AUTH)}`)
+const BASE_AUTH = process.env.BENCH_AB_BASE_AUTH || AUTH
+for (const a of [AUTH, BASE_AUTH])
+  if (!(a in AUTHS))
+    throw new Error(`BENCH_AUTH and BENCH_AB_BASE_AUTH are one of ${Object.keys(AUTHS).join(', ')}, not ${JSON.stringify(a)}`)
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
 /** Cap on one measured window; a round that takes longer fails the run (something is wrong). */
 const ROUND_SECONDS = 120
