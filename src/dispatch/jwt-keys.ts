@@ -10,10 +10,11 @@
  * JWKS; the keys it replaces stay listed until every token they signed has expired (signFrom +
  * propagationMs + the token lifetime).
  *
- * Tokens: 5 minutes long, cached per consumer and reused until a minute before they expire (as
- * Google's OIDC push tokens are reused within their life): one ECDSA signature per consumer every
- * 4 minutes, not per push. Each token has its own jti; a token is re-sent within its life, so a
- * consumer must not treat jti as a once-only nonce (docs/security.md).
+ * Tokens: 5 minutes long, cached per consumer and reused until a minute before they expire: one
+ * ECDSA signature per consumer every 4 minutes, not per push (a signature costs several times a
+ * whole push; docs/performance.md). Each token has its own jti (the contract asks one per token);
+ * a token is re-sent within its life, so a consumer must not treat jti as a once-only nonce, and
+ * a captured token can be replayed until it expires (docs/security.md).
  *
  * A push asks for its header line (`authLine`), which is the cached token's whole line: no string
  * made per push, and one check of a precomputed deadline. The deadline is the token's renewal time
