@@ -215,21 +215,24 @@ export function send(
   // With push authentication: its header lines added once they are ready (a token being fetched
   // or signed; a cached one is ready now). A throw or a rejection fails the push unsent.
   const startMs = nowMs()
-  const failed = (err: unknown) =>
-    onResult({
-      kind: 'network',
-      durationMs: Math.round(nowMs() - startMs),
-      error: (err instanceof Error ? err.message : String(err)).slice(0, 300),
-    })
   let lines: string | Promise<string>
   try {
     lines = auth.lines()
   } catch (err) {
-    queueMicrotask(() => failed(err))
+    queueMicrotask(() => onResult(unsent(err, nowMs() - startMs)))
     return
   }
   if (typeof lines === 'string') sendWith(agent, req, auth, lines, onResult, nowMs)
-  else lines.then((ready) => sendWith(agent, req, auth, ready, onResult, nowMs), failed)
+  else
+    lines.then(
+      (ready) => sendWith(agent, req, auth, ready, onResult, nowMs),
+      (err: unknown) => onResult(unsent(err, nowMs() - startMs)),
+    )
+}
+
+/** A push its authentication failed (a token that could not be had): not sent, with the reason. */
+function unsent(err: unknown, elapsedMs: number): PushResult {
+  return { kind: 'network', durationMs: Math.round(elapsedMs), error: (err instanceof Error ? err.message : String(err)).slice(0, 300) }
 }
 
 /**
