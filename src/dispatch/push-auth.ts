@@ -106,7 +106,7 @@ export class PushAuth implements PushAuthorizer {
   }
 
   private oauthLines(consumerId: string, auth: Extract<PushAuthConfig, { type: 'oauth2' }>): string | Promise<string> {
-    const config = JSON.stringify([auth.tokenUrl, auth.clientId, auth.clientSecret, auth.scope])
+    const config = configOf(auth)
     const token = this.tokens.get(consumerId)
     if (token && token.config === config && token.renewAtMs > this.now()) return token.lines
     const pending = this.fetching.get(consumerId)
@@ -190,6 +190,17 @@ function headerLinesOf(headers: Record<string, string>): string {
     linesCache.set(headers, lines)
   }
   return lines
+}
+
+/** An OAuth configuration as one string, to tell a changed one (PATCH) from the token's: made once per configuration object, not per push. */
+const configs = new WeakMap<object, string>()
+function configOf(auth: Extract<PushAuthConfig, { type: 'oauth2' }>): string {
+  let config = configs.get(auth)
+  if (config === undefined) {
+    config = JSON.stringify([auth.tokenUrl, auth.clientId, auth.clientSecret, auth.scope])
+    configs.set(auth, config)
+  }
+  return config
 }
 
 function originOf(url: string): string {
