@@ -25,11 +25,17 @@
  *
  * Environment (all optional but the base):
  *   BENCH_AB_BASE=<dir>          the other checkout (required)
+ *   BENCH_AB_THIS=<dir>          a checkout in place of this one (to pair two other commits, such as a
+ *                                change and its parent; default this checkout)
  *   BENCH_AB_SCENARIO=drain      drain | auto | latency
  *   BENCH_AB_RATE=500  BENCH_AB_SECONDS=6   the latency scenario's calls a second, and for how long
  *   BENCH_AB_ROUNDS=6            rounds per side (measured)
  *   BENCH_AB_WARMUP=2            rounds per side before them, not counted (JIT, pools, caches)
  *   BENCH_AB_MESSAGES=20000      messages per round
+ *   BENCH_AUTH=none              none | headers | jwt: the consumers' push authentication (as bench:e2e's)
+ *   BENCH_AB_BASE_AUTH=<auth>    the base side's, when it differs (default BENCH_AUTH): with BENCH_AB_BASE
+ *                                this checkout too, the cost of an auth type against none, pair by pair; a
+ *                                base from before push auth takes none only
  *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200
  *   BENCH_DATABASE_URL=...       server for both databases (default postgres@127.0.0.1:5432)
  */
@@ -46,6 +52,7 @@ import { atCleanup, cleanUpOnInterrupt, runBench } from './lib/run.ts'
 import { median } from './lib/stats.ts'
 
 const BASE = process.env.BENCH_AB_BASE ? resolve(process.env.BENCH_AB_BASE) : ''
+const THIS = process.env.BENCH_AB_THIS ? resolve(process.env.BENCH_AB_THIS) : ROOT
 const SCENARIO = process.env.BENCH_AB_SCENARIO || 'drain'
 const ROUNDS = envInt('BENCH_AB_ROUNDS', 6)
 const WARMUP = envInt('BENCH_AB_WARMUP', 2)
@@ -54,6 +61,16 @@ const RATE = envInt('BENCH_AB_RATE', 500)
 const SECONDS = envInt('BENCH_AB_SECONDS', 6)
 const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
 const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
+const AUTH = process.env.BENCH_AUTH || 'none'
+const AUTHS: Record<string, object | undefined> = {
+  none: undefined,
+  headers: { type: 'headers', headers: { 'x-api-key': 'bench-api-key-value' } },
+  jwt: { type: 'jwt' },
+}
+const BASE_AUTH = process.env.BENCH_AB_BASE_AUTH || AUTH
+for (const a of [AUTH, BASE_AUTH])
+  if (!(a in AUTHS))
+    throw new Error(`BENCH_AUTH and BENCH_AB_BASE_AUTH are one of ${Object.keys(AUTHS).join(', ')}, not ${JSON.stringify(a)}`)
 const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
 /** Cap on one measured window; a round that takes longer fails the run (something is wrong). */
 const ROUND_SECONDS = 120
@@ -101,7 +118,8 @@ async function round(side: Side, load: IpcWorker, n: number): Promise<Measured> 
   const group = { topic: name, ackMode: 'auto', maxInFlight: MAX_IN_FLIGHT, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000 }
   await api('PUT', `/v1/topics/${name}`, { partitions: PARTITIONS })
   await api('PUT', `/v1/groups/${name}`, { ...group, paused: SCENARIO === 'drain' })
-  await api('POST', `/v1/groups/${name}/consumers`, { url: `${side.receiverUrl}/p/${name}` })
+  const auth = AUTHS[side.name === 'base' ? BASE_AUTH : AUTH]
+  await api('POST', `/v1/groups/${name}/consumers`, { url: `${side.receiverUrl}/p/${name}`, ...(auth ? { auth } : {}) })
   await side.receiver.call('scenario', { name, mode: 'count', expect: MESSAGES, group: name }, 5000)
   const produce = () =>
     load.call<BulkResult>(
@@ -173,11 +191,13 @@ async function main(): Promise<void> {
     throw new Error(`${BASE} holds no checkout with node_modules`)
   if (!['drain', 'auto', 'latency'].includes(SCENARIO)) throw new Error(`BENCH_AB_SCENARIO is drain, auto or latency, not ${SCENARIO}`)
   const base = await startSide('base', BASE)
-  const self = await startSide('this', ROOT)
+  if (!existsSync(join(THIS, 'package.json')) || !existsSync(join(THIS, 'node_modules')))
+    throw new Error(`${THIS} holds no checkout with node_modules`)
+  const self = await startSide('this', THIS)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
   console.log(
-    `bench:ab ${SCENARIO}: base ${BASE} (pid ${base.broker.pid}) against this checkout ${ROOT} (pid ${self.broker.pid}); ` +
-      `${ROUNDS} rounds each of ${MESSAGES.toLocaleString('en-US')} messages, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}`,
+    `bench:ab ${SCENARIO}: base ${BASE} (pid ${base.broker.pid}) against ${THIS === ROOT ? 'this checkout ' : ''}${THIS} (pid ${self.broker.pid}); ` +
+      `${ROUNDS} rounds each of ${MESSAGES.toLocaleString('en-US')} messages, ${PARTITIONS} partitions, maxInFlight ${MAX_IN_FLIGHT}, consumer auth ${BASE_AUTH === AUTH ? AUTH : `base ${BASE_AUTH}, this ${AUTH}`}`,
   )
   // Warm-up rounds, not counted: the JIT, connection pools, the tables' first pages.
   for (let n = 1; n <= WARMUP; n++) for (const side of [base, self]) await round(side, load, -n)

@@ -10,10 +10,16 @@
  * JWKS; the keys it replaces stay listed until every token they signed has expired (signFrom +
  * propagationMs + the token lifetime).
  *
- * Tokens: 5 minutes long, cached per consumer and reused until a minute before they expire (as
- * Google's OIDC push tokens are reused within their life): one ECDSA signature per consumer every
- * 4 minutes, not per push. Each token has its own jti; a token is re-sent within its life, so a
- * consumer must not treat jti as a once-only nonce (docs/security.md).
+ * Tokens: 5 minutes long, cached per consumer and reused until a minute before they expire: one
+ * ECDSA signature per consumer every 4 minutes, not per push (a signature costs several times a
+ * whole push; docs/performance.md). Each token has its own jti (the contract asks one per token);
+ * a token is re-sent within its life, so a consumer must not treat jti as a once-only nonce, and
+ * a captured token can be replayed until it expires (docs/security.md).
+ *
+ * A push asks for its header line (`authLine`), which is the cached token's whole line: no string
+ * made per push, and one check of a precomputed deadline. The deadline is the token's renewal time
+ * or the moment a listed key takes over signing, whichever is first; a refresh that changes the
+ * keys or the issuer makes every cached token stale (`generation`).
  */
 import { randomUUID } from 'node:crypto'
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, importJWK, SignJWT, type CryptoKey, type JWK } from 'jose'
@@ -69,12 +75,14 @@ export async function rotateSigningKey(
 }
 
 interface CachedToken {
-  bearer: string
-  iss: string
-  kid: string
+  /** `authorization: Bearer <JWT>\r\n`, as a push writes it. */
+  line: string
   sub: string
   aud: string
-  renewAtMs: number
+  /** Used until then: its renewal time, or when the next listed key starts signing if sooner. */
+  useUntilMs: number
+  /** The signer's generation it was signed in (keys and issuer as then). */
+  generation: number
 }
 
 /** Options of a JwtSigner. */
@@ -96,10 +104,14 @@ export class JwtSigner {
   private keys: JwtKeyRow[] = []
   private readonly privateKeys = new Map<string, Promise<CryptoKey>>()
   private readonly tokens = new Map<string, CachedToken>()
-  private readonly signing = new Map<string, Promise<string>>()
+  private readonly signing = new Map<string, { generation: number; promise: Promise<string> }>()
   private timer: NodeJS.Timeout | undefined
   private readonly now: () => number
   private issuer: string
+  /** Bumped when a refresh finds other keys or another issuer: cached tokens signed before are not used. */
+  private generation = 0
+  /** What `generation` was computed from. */
+  private signature = ''
 
   constructor(private readonly opts: JwtSignerOptions) {
     this.now = opts.now ?? Date.now
@@ -130,54 +142,72 @@ export class JwtSigner {
 
   /** Rereads the keys (a rotation made by another process or the CLI). */
   async refresh(): Promise<void> {
-    this.keys = await listLiveJwtKeys(this.opts.db, new Date(this.now()))
-    const issuer = await this.opts.readIssuer?.()
-    if (issuer) this.issuer = issuer
+    const keys = await listLiveJwtKeys(this.opts.db, new Date(this.now()))
+    const issuer = (await this.opts.readIssuer?.()) || this.issuer
+    this.setKeys(keys, issuer)
   }
 
-  /** The key signing at `nowMs`: of those whose signFrom has come, the latest. */
-  private current(nowMs: number): JwtKeyRow {
+  /** The keys and issuer to sign with (refresh; tests). */
+  setKeys(keys: JwtKeyRow[], issuer: string = this.issuer): void {
+    this.keys = keys
+    this.issuer = issuer
+    const signature = `${issuer}\n${keys.map((k) => `${k.kid}@${k.signFrom.getTime()}`).join(',')}`
+    if (signature !== this.signature) {
+      this.signature = signature
+      this.generation++
+    }
+  }
+
+  /** The key signing at `nowMs` (of those whose signFrom has come, the latest), and when the next one takes over. */
+  private current(nowMs: number): { key: JwtKeyRow; untilMs: number } {
     let best: JwtKeyRow | undefined
-    for (const k of this.keys) if (k.signFrom.getTime() <= nowMs && (!best || k.signFrom >= best.signFrom)) best = k
+    let untilMs = Number.POSITIVE_INFINITY
+    for (const k of this.keys) {
+      const fromMs = k.signFrom.getTime()
+      if (fromMs > nowMs) untilMs = Math.min(untilMs, fromMs)
+      else if (!best || fromMs >= best.signFrom.getTime()) best = k
+    }
     if (!best) throw new Error('no JWT signing key is current (see hookq jwks rotate)')
-    return best
+    return { key: best, untilMs }
   }
 
   /**
-   * `Bearer <JWT>` for a push to `consumerId`: the cached token while it has more than a minute to
-   * live and its key still signs, else a new one (one signature at a time per consumer).
+   * `authorization: Bearer <JWT>\r\n` for a push to `consumerId`: the cached token while it has more
+   * than a minute to live and its key still signs, else a new one (one signature at a time per consumer).
    */
-  bearer(consumerId: string, sub: string, aud: string): string | Promise<string> {
+  authLine(consumerId: string, sub: string, aud: string): string | Promise<string> {
     const nowMs = this.now()
-    const key = this.current(nowMs)
     const cached = this.tokens.get(consumerId)
     if (
-      cached &&
-      cached.kid === key.kid &&
-      cached.iss === this.issuer &&
-      cached.renewAtMs > nowMs &&
+      cached !== undefined &&
+      nowMs < cached.useUntilMs &&
+      cached.generation === this.generation &&
       cached.sub === sub &&
       cached.aud === aud
     )
-      return cached.bearer
-    let pending = this.signing.get(consumerId)
-    if (!pending) {
-      pending = this.sign(key, sub, aud, nowMs).then(
-        (token) => {
-          this.signing.delete(consumerId)
-          // Bounded: entries of removed consumers are never asked for again.
-          if (this.tokens.size >= 10_000) this.tokens.clear()
-          this.tokens.set(consumerId, token)
-          return token.bearer
-        },
-        (err: unknown) => {
-          this.signing.delete(consumerId)
-          throw err
-        },
-      )
-      this.signing.set(consumerId, pending)
-    }
-    return pending
+      return cached.line
+    return this.signFor(consumerId, sub, aud, nowMs)
+  }
+
+  private signFor(consumerId: string, sub: string, aud: string, nowMs: number): Promise<string> {
+    const generation = this.generation
+    const pending = this.signing.get(consumerId)
+    if (pending && pending.generation === generation) return pending.promise
+    const promise = this.sign(sub, aud, nowMs, generation).then(
+      (token) => {
+        if (this.signing.get(consumerId)?.promise === promise) this.signing.delete(consumerId)
+        // Bounded: entries of removed consumers are never asked for again.
+        if (this.tokens.size >= 10_000) this.tokens.clear()
+        this.tokens.set(consumerId, token)
+        return token.line
+      },
+      (err: unknown) => {
+        if (this.signing.get(consumerId)?.promise === promise) this.signing.delete(consumerId)
+        throw err
+      },
+    )
+    this.signing.set(consumerId, { generation, promise })
+    return promise
   }
 
   /** Forgets a consumer's token (it answered 401, or it is gone). */
@@ -185,19 +215,22 @@ export class JwtSigner {
     this.tokens.delete(consumerId)
   }
 
-  private async sign(key: JwtKeyRow, sub: string, aud: string, nowMs: number): Promise<CachedToken> {
+  private async sign(sub: string, aud: string, nowMs: number, generation: number): Promise<CachedToken> {
+    const { key, untilMs } = this.current(nowMs)
     const iat = Math.floor(nowMs / 1000)
-    const iss = this.issuer
     const jwt = await new SignJWT({})
       .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'JWT' })
-      .setIssuer(iss)
+      .setIssuer(this.issuer)
       .setSubject(sub)
       .setAudience(aud)
       .setIssuedAt(iat)
       .setExpirationTime(iat + JWT_TTL_S)
       .setJti(randomUUID())
       .sign(await this.privateKey(key))
-    return { bearer: `Bearer ${jwt}`, iss, kid: key.kid, sub, aud, renewAtMs: (iat + JWT_TTL_S - RENEW_BEFORE_S) * 1000 }
+    // Made flat once here: a push copies it into its request, and a string built of parts is
+    // walked part by part on every copy.
+    const line = flat(`authorization: Bearer ${jwt}\r\n`)
+    return { line, sub, aud, useUntilMs: Math.min((iat + JWT_TTL_S - RENEW_BEFORE_S) * 1000, untilMs), generation }
   }
 
   private privateKey(key: JwtKeyRow): Promise<CryptoKey> {
@@ -213,4 +246,9 @@ export class JwtSigner {
     }
     return imported
   }
+}
+
+/** `text` as one flat string (V8 keeps a concatenation as its parts until something flattens it). */
+function flat(text: string): string {
+  return Buffer.from(text, 'latin1').toString('latin1')
 }

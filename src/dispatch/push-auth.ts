@@ -56,6 +56,7 @@ const MAX_CACHED = 10_000
 export class PushAuth implements PushAuthorizer {
   private readonly tokens = new Map<string, Token>()
   private readonly fetching = new Map<string, { config: string; promise: Promise<string> }>()
+  private readonly requests = new WeakMap<AuthedConsumer, PushRequestAuth & { group: string }>()
   /** Token requests go out on a client of their own (same URL policy), not queued behind pushes. */
   readonly tokenAgent: PushAgent
   private readonly now: () => number
@@ -65,12 +66,20 @@ export class PushAuth implements PushAuthorizer {
     this.now = opts.now ?? Date.now
   }
 
-  /** The authentication of a push to `consumer` of `group`. */
+  /**
+   * The authentication of a push to `consumer` of `group`: one object per consumer row, made at its
+   * first push, not one per push (it reads the row when asked, so it is the same either way).
+   */
   request(consumer: AuthedConsumer, group: string): PushRequestAuth {
-    return {
+    const made = this.requests.get(consumer)
+    if (made !== undefined && made.group === group) return made
+    const auth = {
+      group,
       lines: () => this.lines(consumer, group),
-      unauthorized: (lines) => this.unauthorized(consumer, lines),
+      unauthorized: (lines: string) => this.unauthorized(consumer, lines),
     }
+    this.requests.set(consumer, auth)
+    return auth
   }
 
   private lines(c: AuthedConsumer, group: string): string | Promise<string> {
@@ -82,8 +91,7 @@ export class PushAuth implements PushAuthorizer {
         return headerLinesOf(auth.headers)
       case 'jwt': {
         if (!this.opts.signer) throw new Error('not pushed: JWT signing is not available in this process')
-        const bearer = this.opts.signer.bearer(c.id, group, auth.audience ?? c.url)
-        return typeof bearer === 'string' ? `authorization: ${bearer}\r\n` : bearer.then((b) => `authorization: ${b}\r\n`)
+        return this.opts.signer.authLine(c.id, group, auth.audience ?? c.url)
       }
       case 'oauth2':
         return this.oauthLines(c.id, auth)
@@ -98,7 +106,7 @@ export class PushAuth implements PushAuthorizer {
   }
 
   private oauthLines(consumerId: string, auth: Extract<PushAuthConfig, { type: 'oauth2' }>): string | Promise<string> {
-    const config = JSON.stringify([auth.tokenUrl, auth.clientId, auth.clientSecret, auth.scope])
+    const config = configOf(auth)
     const token = this.tokens.get(consumerId)
     if (token && token.config === config && token.renewAtMs > this.now()) return token.lines
     const pending = this.fetching.get(consumerId)
@@ -182,6 +190,17 @@ function headerLinesOf(headers: Record<string, string>): string {
     linesCache.set(headers, lines)
   }
   return lines
+}
+
+/** An OAuth configuration as one string, to tell a changed one (PATCH) from the token's: made once per configuration object, not per push. */
+const configs = new WeakMap<object, string>()
+function configOf(auth: Extract<PushAuthConfig, { type: 'oauth2' }>): string {
+  let config = configs.get(auth)
+  if (config === undefined) {
+    config = JSON.stringify([auth.tokenUrl, auth.clientId, auth.clientSecret, auth.scope])
+    configs.set(auth, config)
+  }
+  return config
 }
 
 function originOf(url: string): string {

@@ -216,7 +216,44 @@ export function send(
   onResult: (r: PushResult) => void,
   nowMs: () => number = () => performance.now(),
 ): void {
-  if (req.auth) return sendWithAuth(agent, req, req.auth, onResult, nowMs)
+  const auth = req.auth
+  if (auth === undefined) return sendWith(agent, req, undefined, '', onResult, nowMs)
+  // With push authentication: its header lines added once they are ready (a token being fetched
+  // or signed; a cached one is ready now). A throw or a rejection fails the push unsent.
+  const startMs = nowMs()
+  let lines: string | Promise<string>
+  try {
+    lines = auth.lines()
+  } catch (err) {
+    queueMicrotask(() => onResult(unsent(err, nowMs() - startMs)))
+    return
+  }
+  if (typeof lines === 'string') sendWith(agent, req, auth, lines, onResult, nowMs)
+  else
+    lines.then(
+      (ready) => sendWith(agent, req, auth, ready, onResult, nowMs),
+      (err: unknown) => onResult(unsent(err, nowMs() - startMs)),
+    )
+}
+
+/** A push its authentication failed (a token that could not be had): not sent, with the reason. */
+function unsent(err: unknown, elapsedMs: number): PushResult {
+  return { kind: 'network', durationMs: Math.round(elapsedMs), error: (err instanceof Error ? err.message : String(err)).slice(0, 300) }
+}
+
+/**
+ * `send` once the authentication's lines (`authLines`, '' for none) are known: they follow the
+ * request's own header lines, and a 401 answer tells the authentication which lines it refused.
+ * The request object is read, never copied (a push with auth makes no object more than one without).
+ */
+function sendWith(
+  agent: PushAgent,
+  req: PushRequest,
+  auth: PushRequestAuth | undefined,
+  authLines: string,
+  onResult: (r: PushResult) => void,
+  nowMs: () => number,
+): void {
   const startMs = nowMs()
   const elapsedMs = () => Math.round(nowMs() - startMs)
   // At least 1 ms: a timeout of 0 would fail every push at once.
@@ -233,60 +270,19 @@ export function send(
   }
   agent.request(target.origin, {
     path: target.path,
-    headerLines: lines,
+    headerLines: authLines === '' ? lines : lines + authLines,
     body: req.body,
     timeoutMs,
     maxBodyBytes: req.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES,
     ...(req.gate ? { mayStart: req.gate.mayStart } : {}),
-    done: (o) => (o.kind === 'unsent' ? req.gate?.unsent() : onResult(classify(o, elapsedMs()))),
+    done: (o) => {
+      // Refused by its gate when a connection was given (or the client destroyed meanwhile): never sent.
+      if (o.kind === 'unsent') return req.gate?.unsent()
+      const r = classify(o, elapsedMs())
+      if (auth !== undefined && r.kind === 'rejected' && r.status === 401) auth.unauthorized(authLines)
+      onResult(r)
+    },
   })
-}
-
-/**
- * `send` with the consumer's authentication header lines added, once they are ready (a token being
- * fetched or signed). A 401 answer tells the authentication which lines it refused.
- */
-function sendWithAuth(
-  agent: PushAgent,
-  req: PushRequest,
-  auth: PushRequestAuth,
-  onResult: (r: PushResult) => void,
-  nowMs: () => number,
-): void {
-  const startMs = nowMs()
-  const failed = (err: unknown) =>
-    onResult({
-      kind: 'network',
-      durationMs: Math.round(nowMs() - startMs),
-      error: (err instanceof Error ? err.message : String(err)).slice(0, 300),
-    })
-  const go = (authLines: string) => {
-    let base: string
-    try {
-      base = req.headerLines ?? headerLines(req.headers ?? {})
-    } catch (err) {
-      return failed(describeError(err))
-    }
-    const { auth: _auth, headers: _headers, ...rest } = req
-    send(
-      agent,
-      { ...rest, headerLines: base + authLines },
-      (r) => {
-        if (r.kind === 'rejected' && r.status === 401) auth.unauthorized(authLines)
-        onResult(r)
-      },
-      nowMs,
-    )
-  }
-  let lines: string | Promise<string>
-  try {
-    lines = auth.lines()
-  } catch (err) {
-    queueMicrotask(() => failed(err))
-    return
-  }
-  if (typeof lines === 'string') go(lines)
-  else lines.then(go, failed)
 }
 
 /** `send` as a promise (for callers that await one push). */
