@@ -447,6 +447,9 @@ t.test("a push queued behind its consumer's other requests asks for the lease ag
   )
   await s.produce(['a', 'b'])
   await s.pushed(1) // offset 0 holds the one connection; offset 1 waits for it in the client
+  // Offset 1's attempt has begun (the window counts it from its start): it is the client's gate that
+  // must stop it, not the push flow's own lease check before an attempt begins.
+  await waitUntil(() => s.dispatcher.pushWindows().some((w) => w.inFlight === 2), 10_000, 'offset 1 under way')
   held = false // the lease lapses while offset 1 queues
   answerFirst()
   await waitUntil(() => waiting.length >= 1, 10_000, 'the queued push waits for the lease')
@@ -478,7 +481,8 @@ t.test(
       { lease, agent: oneConnection, behaviour: (req) => ((req.json as Envelope).offset === 0 ? { after: first } : {}) },
     )
     await s.produce(['a', 'b'])
-    await s.pushed(1) // offset 0 holds the one connection; offset 1's attempt 1 has begun, queued in the client
+    await s.pushed(1) // offset 0 holds the one connection; offset 1's attempt 1 begins, queued in the client
+    await waitUntil(() => s.dispatcher.pushWindows().some((w) => w.inFlight === 2), 10_000, 'offset 1 under way')
     held = false
     answerFirst()
     await waitUntil(() => waiting.length >= 1, 10_000, 'the queued push waits for the lease')
