@@ -189,15 +189,23 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     }
     if (remote.size === 0 && unowned.size === 0) return undefined
     const results = new Map<number, Result>()
-    /** Writes acks, nacks or extends of a partition nobody holds; false when it is held after all (or an id has no attempt row). */
+    /**
+     * Writes acks, nacks or extends of a partition nobody holds; false when it is held after all (or
+     * a nack's or an extend's id has no attempt row). An ack whose id has no row is `unknown`, as
+     * the partition's next owner answers it once loaded (it looks for the same row, and pushes the
+     * message again): its owner was killed before writing the row (a row waits up to a second for
+     * its outcome), or it was never issued. Left to that owner, the call was 503, and so was every
+     * retry, until a survivor had taken the partition (issue 29: most ack calls answered 503 at a
+     * kill were these).
+     */
     const writeHere = async (partition: number, indexes: number[]): Promise<boolean> => {
       const ids = indexes.map((i) => body.deliveryIds[i]!)
       const written =
         verb === 'acks'
           ? await owners.ackUnowned?.(group, partition, ids)
           : await owners.settleUnowned?.(verb, group, partition, ids, body as { delayMs?: number; deadLetter?: boolean; extendMs?: number })
-      if (!written || ids.some((id) => !written.has(id))) return false
-      for (const [k, i] of indexes.entries()) results.set(i, { deliveryId: ids[k]!, status: written.get(ids[k]!)! })
+      if (!written || (verb !== 'acks' && ids.some((id) => !written.has(id)))) return false
+      for (const [k, i] of indexes.entries()) results.set(i, { deliveryId: ids[k]!, status: written.get(ids[k]!) ?? 'unknown' })
       return true
     }
     /**
