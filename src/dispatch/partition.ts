@@ -170,11 +170,11 @@ export class Partition extends PartitionLog {
   get unsent(): ReadonlySet<string> {
     return this._unsent
   }
-  /** Messages that count against maxInFlight: outstanding, neither delayed nor ready. */
   /** Messages waiting for a reservation to be written (state `reserving`). */
   get awaitingReservation(): number {
     return this._awaitingReservation
   }
+  /** Messages that count against maxInFlight: outstanding, neither delayed nor ready. */
   active(): number {
     return this._outstanding.size - this._delayed - this._ready.length
   }

@@ -530,13 +530,6 @@ export class PushFlow {
     return false
   }
 
-  /**
-   * Records that first pushes of the partition's waiting offsets may be made, then pushes them.
-   * Exactly the offsets waiting to go out now: a reservation past them would make a restart count
-   * an attempt for messages never pushed (and dead-letter them at maxDeliveries 1). One
-   * reservation covers every message that reached it meanwhile, and the progress writer writes
-   * those of all partitions together with the completions.
-   */
   /** Whether a pull group's callers here can take more than the messages already waiting for a reservation. */
   private roomBeyondReservations(g: GroupRuntime): boolean {
     let promised = 0
@@ -544,6 +537,13 @@ export class PushFlow {
     return this.deps.pulls.room(g.row.id) > promised
   }
 
+  /**
+   * Records that first pushes of the partition's waiting offsets may be made, then pushes them.
+   * Exactly the offsets waiting to go out now: a reservation past them would make a restart count
+   * an attempt for messages never pushed (and dead-letter them at maxDeliveries 1). One
+   * reservation covers every message that reached it meanwhile, and the progress writer writes
+   * those of all partitions together with the completions.
+   */
   private reserve(g: GroupRuntime, w: PartitionState): void {
     // A pull group's: begun at the end of the pass, not at its first message, so that a pass
     // admitting many (a caller with room for 100) reserves them all in one write (at most the

@@ -428,11 +428,16 @@ t.test('no push goes out while the lease has lapsed: it waits, then goes, or goe
   )
 })
 
-t.test("a push queued behind its consumer's other requests asks for the lease again when it gets a connection", async (t) => {
+/**
+ * One connection to the consumer, offset 0's push held on it until `answerFirst`, and offset 1's
+ * attempt begun and queued in the client for that connection; then the lease lapses (`lapse`) and
+ * offset 0 is answered: offset 1's push waits for the lease when it gets the connection. `prove`
+ * holds the lease again and wakes what waits for it.
+ */
+async function queuedBehindLapsedLease(t: Test, name: string) {
   let held = true
   let waiting: (() => void)[] = []
   const lease: PushLease = { held: () => held, wait: (fn) => void waiting.push(fn) }
-  // One connection to the consumer, and the first push answered only when the test says.
   const oneConnection = createPushAgent({ connections: 1 })
   t.teardown(() => oneConnection.destroy())
   let answerFirst: () => void = () => {}
@@ -441,7 +446,7 @@ t.test("a push queued behind its consumer's other requests asks for the lease ag
   })
   const s = await setup(
     t,
-    'queued',
+    name,
     { ackMode: 'auto' },
     { lease, agent: oneConnection, behaviour: (req) => ((req.json as Envelope).offset === 0 ? { after: first } : {}) },
   )
@@ -453,39 +458,27 @@ t.test("a push queued behind its consumer's other requests asks for the lease ag
   held = false // the lease lapses while offset 1 queues
   answerFirst()
   await waitUntil(() => waiting.length >= 1, 10_000, 'the queued push waits for the lease')
+  const prove = () => {
+    held = true
+    const w = waiting
+    waiting = []
+    for (const fn of w) fn()
+  }
+  return { s, prove }
+}
+
+t.test("a push queued behind its consumer's other requests asks for the lease again when it gets a connection", async (t) => {
+  const { s, prove } = await queuedBehindLapsedLease(t, 'queued')
   await absenceWindow(300)
   t.equal(s.pushes().length, 1, 'the queued push did not go out once its connection was free')
-  held = true
-  const w = waiting
-  waiting = []
-  for (const fn of w) fn()
+  prove()
   t.match(await s.pushed(2), { offset: 1, attempt: 1 }, 'it goes once the lease is proven, as the same attempt')
 })
 
 t.test(
   'a queued push that never went out is no attempt: the session lost, its number and reservation go back for the next owner',
   async (t) => {
-    let held = true
-    let waiting: (() => void)[] = []
-    const lease: PushLease = { held: () => held, wait: (fn) => void waiting.push(fn) }
-    const oneConnection = createPushAgent({ connections: 1 })
-    t.teardown(() => oneConnection.destroy())
-    let answerFirst: () => void = () => {}
-    const first = new Promise<void>((r) => {
-      answerFirst = r
-    })
-    const s = await setup(
-      t,
-      'unsent',
-      { ackMode: 'auto' },
-      { lease, agent: oneConnection, behaviour: (req) => ((req.json as Envelope).offset === 0 ? { after: first } : {}) },
-    )
-    await s.produce(['a', 'b'])
-    await s.pushed(1) // offset 0 holds the one connection; offset 1's attempt 1 begins, queued in the client
-    await waitUntil(() => s.dispatcher.pushWindows().some((w) => w.inFlight === 2), 10_000, 'offset 1 under way')
-    held = false
-    answerFirst()
-    await waitUntil(() => waiting.length >= 1, 10_000, 'the queued push waits for the lease')
+    const { s, prove } = await queuedBehindLapsedLease(t, 'unsent')
     await waitUntil(async () => (await s.committed()) === 1, 10_000, 'offset 0 completed by its answer')
     // Its row is written first (held holdMs for an outcome, then filed in flight), so that the
     // handover must delete it, not merely forget a row never filed.
@@ -497,16 +490,13 @@ t.test(
     await s.attempts.flush(true)
     t.same(await rowsNow(), ['0:1', '1:1'], 'the queued attempt had begun: its row was filed')
     s.dispatcher.releaseAll() // the session was lost before the lease was proven again
-    const w = waiting
-    waiting = []
-    for (const fn of w) fn()
+    prove() // what waited for the lease finds its partition dropped
     const reservation = async () =>
       Number((await db.pool.query('SELECT pushed_offset FROM group_offsets WHERE group_id = $1', [s.groupId])).rows[0].pushed_offset)
     await waitUntil(async () => (await reservation()) === 1, 10_000, 'the reservation of offset 1 given back')
     await s.attempts.flush(true)
     t.same(await rowsNow(), ['0:1'], 'no row for the attempt that never went out')
     t.equal(s.pushes().length, 1, 'it never went out')
-    held = true
     await s.own() // this process (standing in for the next owner) claims the partition again
     t.match(await s.pushed(2), { offset: 1, attempt: 1 }, 'the next owner pushes it as attempt 1')
   },
