@@ -377,7 +377,9 @@ t.test('without HOOKQ_API_KEYS: /v1/keys answers 403, and keys stored earlier ar
   ])
   await client.end()
   const said: string[] = []
-  const open = await createBroker(loadConfig({ DATABASE_URL: other.url, HOOKQ_DB_POOL_SIZE: '4' }), { log: (m) => said.push(m) })
+  const open = await createBroker(loadConfig({ DATABASE_URL: other.url, HOOKQ_DB_POOL_SIZE: String(Math.min(other.maxConnections, 4)) }), {
+    log: (m) => said.push(m),
+  })
   t.teardown(() => open.close())
   t.ok(
     said.some((m) => /^WARNING: 1 API key\(s\) made with POST \/v1\/keys are ignored: HOOKQ_API_KEYS is unset/.test(m)),
