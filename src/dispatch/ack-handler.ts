@@ -55,7 +55,11 @@ export class AckHandler {
     }
     let statuses: CompletionStatus[]
     try {
-      statuses = await this.deps.progress.completeAll(reqs.map((r) => r.req))
+      const writing = this.deps.progress.completeAll(reqs.map((r) => r.req))
+      // The acked messages' slots are free: the next ones go out while the acks are written.
+      if (g.row.delivery === 'push')
+        for (const w of new Set(reqs.map((r) => r.req.w))) this.deps.flow.safely(() => this.deps.flow.fill(g, w))
+      statuses = await writing
     } catch (err) {
       for (const { req } of reqs) this.deps.flow.completionFailed(req)
       throw err

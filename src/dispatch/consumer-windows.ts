@@ -124,6 +124,15 @@ export class ConsumerWindows {
     return win.rate === undefined || win.rate.waitMs(this.deps.now()) === 0
   }
 
+  /**
+   * How many more pushes (not batched) the window and cap would let start now, the rate aside: a
+   * partition reserves first pushes for no more messages than that (push-flow.ts start).
+   */
+  free(win: ConsumerWindow): number {
+    const free = win.window.limit - win.window.inFlight
+    return win.cap === undefined ? free : Math.min(free, win.cap - win.window.inFlight)
+  }
+
   /** A push to the consumer starts (callers check `hasRoom` first). */
   started(win: ConsumerWindow): void {
     win.window.acquire()

@@ -115,6 +115,8 @@ const NONE = Object.freeze([]) as unknown as Attempt[]
 export class Partition extends PartitionLog {
   private readonly _outstanding = new Map<number, Outstanding>()
   private _delayed = 0
+  /** Messages in state `completing`: answered or acked, their completion being written. */
+  private _completing = 0
   /** Messages in state `reserving` (a pull group's reservations are bounded by its callers' room). */
   private _awaitingReservation = 0
   private _ready: Outstanding[] = []
@@ -174,9 +176,26 @@ export class Partition extends PartitionLog {
   get awaitingReservation(): number {
     return this._awaitingReservation
   }
-  /** Messages that count against maxInFlight: outstanding, neither delayed nor ready. */
+  /** Outstanding messages in state `completing`. */
+  get completing(): number {
+    return this._completing
+  }
+  /**
+   * Messages that count against maxInFlight: outstanding, neither delayed, ready nor completing. A
+   * message being completed is no longer with its consumer (answered, acked or dead-lettered): its
+   * slot goes to the next message while the completion is written beside the pushes.
+   */
   active(): number {
-    return this._outstanding.size - this._delayed - this._ready.length
+    return this._outstanding.size - this._delayed - this._ready.length - this._completing
+  }
+  /**
+   * Whether another message may go out under `limit` (maxInFlight): a slot is free, and with the
+   * messages whose completions are being written the partition holds fewer than twice the limit,
+   * so a progress writer that falls behind holds it at 2 × maxInFlight, not more.
+   */
+  hasRoom(limit: number): boolean {
+    const active = this.active()
+    return active < limit && active + this._completing < 2 * limit
   }
   /** Whether `id` was issued here for the message at `offset` (a late ack of any attempt counts). */
   issued(offset: number, id: string): boolean {
@@ -293,9 +312,11 @@ export class Partition extends PartitionLog {
     if (o.current) illegal(`offset ${o.msg.offset}: ${from} → ${to} with attempt ${o.current.number} not settled`)
     if (from === 'delayed') this._delayed--
     if (from === 'reserving') this._awaitingReservation--
+    if (from === 'completing') this._completing--
     if (from === 'ready') removeAt(this._ready, this._ready.indexOf(o))
     mut(o).state = to
     if (to === 'delayed') this._delayed++
+    if (to === 'completing') this._completing++
     if (to === 'reserving') this._awaitingReservation++
     if (to === 'ready') this._ready.push(o)
   }
@@ -331,6 +352,7 @@ export class Partition extends PartitionLog {
     if (this._outstanding.get(o.msg.offset) !== o) return undefined
     if (!MOVES[o.state].includes('gone')) illegal(`offset ${o.msg.offset}: ${o.state} → gone`)
     this._outstanding.delete(o.msg.offset)
+    this._completing--
     // An attempt of a settled message that never went (a retry queued when a late ack completed it)
     // has nothing left to give back: kept here it would grow the set, and each handover's DELETE,
     // for as long as the partition is owned.
@@ -478,6 +500,7 @@ export class Partition extends PartitionLog {
     this._outstanding.clear()
     this._ready = []
     this._delayed = 0
+    this._completing = 0
     this._awaitingReservation = 0
     const idle = this.onIdle
     this.onIdle = undefined

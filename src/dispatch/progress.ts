@@ -15,8 +15,9 @@
  * When to write (`linger`), as PostgreSQL's commit_delay waits only when others are active:
  * - A busy writer (its last statement had at least minJobs / N jobs, N = `processes`) starts the
  *   next no sooner than `ms` after the last one started. Otherwise N processes sharing a load write
- *   N times the statements of one. The wait is `ms`, not N × ms: a message waits for two statements
- *   (reservation, completion) while it holds a maxInFlight slot, so the wait bounds a partition's rate.
+ *   N times the statements of one. The wait is `ms`, not N × ms: a message waits for its reservation's
+ *   statement while it holds a maxInFlight slot (its completion's no longer: push-flow.ts), so the
+ *   wait bounds a partition's rate.
  * - A quiet writer never waits when alone: a lone message's reservation, hence its push, is not
  *   held up (a wait on every statement took the p50 latency at 500 msg/s from 2 to 32 ms). A quiet
  *   writer of N processes starts its next statement no sooner than N times the last one's time

@@ -20,7 +20,11 @@
  * then marked dead; its finish time, status code and error stay those of the attempt.
  *
  * - `fill` admits messages from the partition's buffer while the partition has room (maxInFlight
- *   active; one outstanding of any state when ordered) and the consumer's push window too.
+ *   active; one outstanding of any state when ordered) and the consumer's push window too. A
+ *   message being completed holds no slot (Partition.active): its consumer is done with it, and its
+ *   completion is written while the next messages go out, in the same statement as their reservation.
+ * - A reservation covers the messages one pass admitted (a batch of freed slots), and no more than
+ *   the consumer's window or the pull callers' room could take (Transport.reservable).
  * - A first push goes out only below the partition's reservation (group_offsets.pushed_offset), a
  *   retry only once its attempt row is written and the owner epoch checked: a crash can never make
  *   the next owner push a message as attempt 1 again, and a process that lost the partition pushes
@@ -30,8 +34,8 @@
  *   not sent when this ownership ends (the process stopping, the partition handed over or lost)
  *   was never an attempt: it does not go, and the handover deletes its row and gives back its
  *   reservation, so the next owner pushes that number (Partition.unsent, firstUnpushed).
- * - Completions (auto acks, dead letters) are written by the progress writer; `completed` then
- *   forgets the message and fills the partition again.
+ * - Completions (auto acks, acks, dead letters) are written by the progress writer; `completed`
+ *   then forgets the message.
  */
 import type { ConsumerRow } from '../store/groups.ts'
 import type { DispatchMessage } from '../core/dispatch-message.ts'
@@ -100,6 +104,11 @@ export interface PushFlowDeps {
 interface Transport {
   /** How long the attempt's ack deadline runs: the group's ackTimeoutMs, or the caller's leaseMs. */
   leaseMs: number
+  /**
+   * Whether a reservation may cover one more message beyond the `awaiting` ones already waiting
+   * for it: the messages it covers should all go out when it is written.
+   */
+  reservable(awaiting: number): boolean
   take(): void
   send(o: Outstanding, a: Attempt, deadlineMs: number, nowMs: number): void
   giveBack(): void
@@ -147,15 +156,18 @@ export class PushFlow {
     const windows = this.deps.windows
     const win = windows.of(consumer.id)
     // (Each message checks the ownership lease first: start would leave it ready, and the loops spin.)
-    while (w.ready.length > 0 && w.active() < limit) {
+    while (w.ready.length > 0 && w.hasRoom(limit)) {
       if (!this.leaseHeld(g, w)) return
       const joining = this.sender.isOpen(w, consumer)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
-      this.start(g, w, w.ready[0]!)
+      const o = w.ready[0]!
+      this.start(g, w, o)
+      // Still ready: the window's room is promised to the reservation under way, whose end fills again.
+      if (o.state === 'ready') return
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
-    while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
+    while ((ordering === 'partition' ? w.outstanding.size < 1 : w.hasRoom(limit)) && w.delayed < MAX_DELAYED) {
       if (!this.leaseHeld(g, w)) return
       const joining = this.sender.isOpen(w, consumer)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
@@ -174,6 +186,8 @@ export class PushFlow {
       }
       if (byKey && !w.takeKey(msg)) continue // waits behind its key's outstanding message
       this.admit(g, w, msg, due, nowMs)
+      // It waits for room (ready counts in no limit): admit no more until it has gone.
+      if (w.ready.length > 0) return
     }
     if (w.buffer.length < READ_AHEAD) this.deps.reader.read(g, w)
   }
@@ -188,7 +202,7 @@ export class PushFlow {
     const id = g.row.id
     const ordering = g.row.ordering
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
-    while (w.ready.length > 0 && w.active() < limit) {
+    while (w.ready.length > 0 && w.hasRoom(limit)) {
       if (!this.leaseHeld(g, w)) return
       // Nobody with room: a probe waiting is told that this one could go.
       if (!pulls.taker(id)) return pulls.leasable(id)
@@ -198,7 +212,7 @@ export class PushFlow {
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
-    while ((ordering === 'partition' ? w.outstanding.size : w.active()) < limit && w.delayed < MAX_DELAYED) {
+    while ((ordering === 'partition' ? w.outstanding.size < 1 : w.hasRoom(limit)) && w.delayed < MAX_DELAYED) {
       if (!this.leaseHeld(g, w)) return
       const next = w.buffer[0]
       if (!next) return pulls.wanted(id) ? this.deps.reader.read(g, w) : undefined
@@ -377,9 +391,10 @@ export class PushFlow {
     const transport = consumer ? this.pushTo(g, w, o, consumer) : this.leaseTo(g, w, o)
     if (!transport) return
     if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
-      // A pull reserves no more than its callers can take: a message reserved and never leased
-      // would be counted as attempted by the next owner after a crash (dead at maxDeliveries 1).
-      if (pull && !this.roomBeyondReservations(g)) return w.move(o, 'ready')
+      // A reservation covers no more than can go out (the callers' room, the consumer's window): a
+      // message reserved and never pushed would be counted as attempted by the next owner after a
+      // crash (dead at maxDeliveries 1). The pending reservation's end fills the partition again.
+      if (!transport.reservable(w.awaitingReservation)) return w.move(o, 'ready')
       w.move(o, 'reserving')
       return this.reserve(g, w)
     }
@@ -471,6 +486,8 @@ export class PushFlow {
     }
     return {
       leaseMs: g.row.ackTimeoutMs,
+      // A batch gathering takes what is ready whatever the window (see consumer-windows.ts).
+      reservable: (awaiting) => joining || win.batching || windows.free(win) > awaiting,
       take: () => windows.started(win),
       send: (o, a, deadlineMs, nowMs) => this.sender.send(g, w, o, a, consumer, deadlineMs, nowMs),
       giveBack: () => {
@@ -490,6 +507,8 @@ export class PushFlow {
     }
     return {
       leaseMs: taker.leaseMs,
+      // The callers' room, counted over every partition of the group.
+      reservable: () => this.roomBeyondReservations(g),
       take: () => pulls.take(taker),
       send: (o, a, deadlineMs) => {
         // A span id of its own per attempt, in the message's trace (a `pull` span's, with tracing on).
@@ -545,13 +564,11 @@ export class PushFlow {
    * those of all partitions together with the completions.
    */
   private reserve(g: GroupRuntime, w: PartitionState): void {
-    // A pull group's: begun at the end of the pass, not at its first message, so that a pass
-    // admitting many (a caller with room for 100) reserves them all in one write (at most the
-    // callers' room, see start). Begun at once, the first went alone, and the caller was answered
-    // with it while the rest waited for the next write. (The progress writer writes at the end of
-    // the turn anyway: no wait is added.) A push's begins at once: its window's room is taken
-    // only when a push starts, so a pass would reserve past what the window lets go.
-    if (g.row.delivery !== 'pull') return this.reserveNow(g, w)
+    // Begun at the end of the pass (a microtask), not at its first message, so that what the pass
+    // admits is reserved in one write: a pull caller's room for 100, or the slots that a batch of
+    // completions freed in a push partition. Begun at once, the first message went alone and the
+    // rest waited for the next write (a second linger). The progress writer writes at the end of
+    // the turn anyway: no wait is added.
     if (w.reserving || this.reservationsDue.has(w)) return
     this.reservationsDue.add(w)
     queueMicrotask(() => {
@@ -661,6 +678,9 @@ export class PushFlow {
         this.safely(() => this.completionFailed(req))
       },
     )
+    // Its slot is free: the next message goes out while this completion is written (the two share
+    // the writer's next statement when the next one needs a reservation).
+    this.fill(g, w)
   }
 
   // ---- failures, retries and dead letters ----

@@ -40,6 +40,7 @@ async function setup(
     lease?: PushLease
     agent?: PushAgent
     behaviour?: Behaviour
+    pushWindow?: { initial: number; max: number }
   } = {},
 ) {
   await topics.put(name, 1)
@@ -63,6 +64,7 @@ async function setup(
     disableConsumer: opts.disableConsumer ?? ((id, reason) => groups.disableConsumer(id, reason)),
     log: { warn: () => {}, error: (o) => errors.push(o) },
     ...(opts.lease ? { lease: opts.lease } : {}),
+    ...(opts.pushWindow ? { pushWindow: opts.pushWindow } : {}),
   })
   t.teardown(async () => {
     await dispatcher.stop()
@@ -148,6 +150,55 @@ t.test('a passed ack deadline: timed out, pushed again after the backoff, and a 
   )
   s.clock.advance(60_000)
   t.equal(s.pushes().length, 2, 'nothing after the completion')
+})
+
+t.test(
+  'an acked message gives up its maxInFlight slot while its completion is written; the partition holds at most twice maxInFlight',
+  async (t) => {
+    const s = await setup(t, 'slot', { ackTimeoutMs: 60_000, maxInFlight: 1 })
+    await s.produce(['a', 'b', 'c'])
+    const first = await s.pushed(1)
+    await s.answered()
+    // The partition's offsets row locked by another session: the ack's completion cannot be written.
+    const blocker = await db.pool.connect()
+    t.teardown(() => blocker.release())
+    await blocker.query('BEGIN')
+    await blocker.query('SELECT 1 FROM group_offsets WHERE group_id = $1 FOR UPDATE', [s.groupId])
+    const ack = s.dispatcher.ack('slot', [first.deliveryId])
+    // Offset 0 is being completed and no longer holds the slot: offset 1 is admitted (its
+    // reservation waits for the same writer), offset 2 is not (offset 1 holds the slot).
+    await waitUntil(() => s.dispatcher.inFlight(s.groupId, 0) === 2, 10_000, 'offset 1 admitted beside the completion of offset 0')
+    t.equal(s.pushes().length, 1, 'offset 1 is not pushed before its reservation is written')
+    await blocker.query('COMMIT')
+    t.same(
+      (await ack).map((r) => r.status),
+      ['acked'],
+    )
+    t.match(await s.pushed(2), { offset: 1, attempt: 1 })
+    t.equal(s.dispatcher.inFlight(s.groupId, 0), 1, 'offset 2 waits for the slot offset 1 holds')
+    t.same(
+      (await s.dispatcher.ack('slot', [s.pushes()[1]!.deliveryId])).map((r) => r.status),
+      ['acked'],
+    )
+    t.match(await s.pushed(3), { offset: 2, attempt: 1 })
+    await waitUntil(async () => (await s.committed()) === 2, 10_000, 'offsets 0 and 1 committed')
+  },
+)
+
+t.test('a reservation covers no more first pushes than the push window lets go, and the rest follow as it frees', async (t) => {
+  // A window of one: each first push waits for the one before to be answered, and for a
+  // reservation of its own (the window's room is promised to the reservation under way).
+  const s = await setup(t, 'narrow', { ackTimeoutMs: 60_000, maxInFlight: 10 }, { pushWindow: { initial: 1, max: 1 } })
+  await s.produce([0, 1, 2, 3, 4, 5])
+  await s.pushed(6)
+  t.same(
+    s.pushes().map((p) => [p.offset, p.attempt]),
+    [0, 1, 2, 3, 4, 5].map((o) => [o, 1]),
+    'each pushed once, in order',
+  )
+  const reserved = async () =>
+    Number((await db.pool.query('SELECT pushed_offset FROM group_offsets WHERE group_id = $1', [s.groupId])).rows[0].pushed_offset)
+  t.equal(await reserved(), 6, 'reserved as far as what went out')
 })
 
 t.test('extend moves the deadline; nack with delayMs waits exactly that long', async (t) => {
