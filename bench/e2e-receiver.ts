@@ -58,7 +58,6 @@ class Scenario {
   unique = 0
   duplicates = 0
   badBodies = 0
-  firstAt = NaN
   lastUniqueAt = NaN
   readonly seen = new Seen()
   readonly latency = new Latencies()
@@ -68,18 +67,13 @@ class Scenario {
   ackInFlight = 0
   ackRetrying = 0
   ackCalls = 0
-  ackIds = 0
   ackErrors = 0
-  ackLost = 0
   readonly ackStatuses: Record<string, number> = {}
-  lastAckAt = NaN
-  readonly ackCallMs = new Latencies()
   doneAt = NaN
   constructor(readonly cfg: Required<ScenarioConfig>) {}
 }
 
 let current: Scenario | undefined
-let strays = 0
 const pool = new Pool(args.brokerUrl, { connections: 8, pipelining: 1 })
 
 const server = createServer((req, res) => {
@@ -106,10 +100,7 @@ function onPush(url: string, body: Buffer, at: number): void {
   const s = current
   const q = url.indexOf('?')
   const path = q < 0 ? url : url.slice(0, q)
-  if (s === undefined || path !== `/p/${s.cfg.name}`) {
-    strays++
-    return
-  }
+  if (s === undefined || path !== `/p/${s.cfg.name}`) return // a late push of an earlier scenario
   let parsed: Envelope & { deliveries?: Envelope[] }
   try {
     parsed = JSON.parse(body.toString('utf8')) as Envelope & { deliveries?: Envelope[] }
@@ -118,7 +109,6 @@ function onPush(url: string, body: Buffer, at: number): void {
     return
   }
   s.pushes++
-  if (s.pushes === 1) s.firstAt = at
   // A batch push carries its envelopes in `deliveries`: each counts as a message received.
   for (const env of parsed.deliveries ?? [parsed]) onMessage(s, env, at)
   checkDone(s)
@@ -171,7 +161,6 @@ function flush(s: Scenario): void {
 async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<void> {
   s.ackInFlight++
   s.ackCalls++
-  const t0 = performance.now()
   let failed = false
   try {
     const res = await pool.request({
@@ -184,9 +173,6 @@ async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<vo
     if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`)
     const { results } = JSON.parse(text) as { results: { status: string }[] }
     for (const r of results) s.ackStatuses[r.status] = (s.ackStatuses[r.status] ?? 0) + 1
-    s.ackIds += ids.length
-    s.lastAckAt = wallNow()
-    s.ackCallMs.add(performance.now() - t0)
   } catch (err) {
     failed = true
     s.ackErrors++
@@ -201,8 +187,6 @@ async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<vo
         s.ackRetrying--
         void sendAcks(s, ids, attempt + 1)
       }, 100)
-    } else {
-      s.ackLost += ids.length
     }
   }
   scheduleFlush(s)
@@ -223,22 +207,15 @@ function stats(s: Scenario) {
     unique: s.unique,
     duplicates: s.duplicates,
     badBodies: s.badBodies,
-    strays,
-    firstAt: s.firstAt,
     lastUniqueAt: s.lastUniqueAt,
     doneAt: s.doneAt,
     latencyMs: s.latency.summary(),
-    latencyCount: s.latency.count,
     acks:
       s.cfg.mode === 'ack'
         ? {
             calls: s.ackCalls,
-            ids: s.ackIds,
             errors: s.ackErrors,
-            lost: s.ackLost,
             statuses: s.ackStatuses,
-            lastAckAt: s.lastAckAt,
-            callMs: s.ackCallMs.summary(),
           }
         : undefined,
   }
@@ -253,7 +230,6 @@ serveIpc(
     scenario(cfg: ScenarioConfig) {
       if (current?.timer !== undefined) clearTimeout(current.timer)
       current = new Scenario({ group: '', ackBatch: 500, ackFlushMs: 5, ackConcurrency: 4, ...cfg })
-      strays = 0
       return { ok: true }
     },
     expect({ n }: { n: number }) {
@@ -261,12 +237,6 @@ serveIpc(
       current.cfg.expect = n
       checkDone(current)
       return { unique: current.unique }
-    },
-    /** This process's wall clock (timeOrigin + now) minus Date.now(), averaged: compared across processes for skew. */
-    clock() {
-      let sum = 0
-      for (let i = 0; i < 5000; i++) sum += wallNow() - Date.now()
-      return sum / 5000
     },
     stats() {
       if (!current) throw new Error('no scenario')

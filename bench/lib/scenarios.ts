@@ -95,9 +95,10 @@ export class Target {
       ...(this.auth ? { auth: this.auth } : {}),
     })
   }
-  produce(topic: string, total: number): Promise<BulkResult> {
+  /** `total` messages to `topic`, as fast as the broker takes them or at `rate` a second. */
+  produce(topic: string, total: number, rate?: number): Promise<BulkResult> {
     const { batch, producers, maxSeconds } = this.cfg
-    const args = { url: `${this.broker.url}/v1/topics/${topic}/messages`, total, batch, concurrency: producers, maxSeconds }
+    const args = { url: this.broker.url, topic, total, batch, concurrency: producers, maxSeconds, rate }
     return this.load.call<BulkResult>('bulk', args, maxSeconds * 1000 + 60_000)
   }
   /** Waits until `expected` messages are completed (committed offsets); when it saw that (NaN at the deadline), and how many. */
