@@ -207,5 +207,12 @@ async function paced(a: PacedArgs) {
   }
 }
 
+/** What each command answers. */
+export type Answers = {
+  posts: Awaited<ReturnType<typeof posts>>
+  bulk: Awaited<ReturnType<typeof bulk>>
+  paced: Awaited<ReturnType<typeof paced>>
+}
+
 serveIpc({ posts, bulk, paced } as Record<string, (args: never) => unknown>, { pid: process.pid })
 process.on('SIGTERM', () => process.exit(0))

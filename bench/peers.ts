@@ -18,7 +18,7 @@
  * RabbitMQ and NATS are servers the bench finds running; one whose port does not answer is skipped.
  *
  * Fairness: one sink for all (bench/e2e-receiver.ts, counting each message once by its
- * partition/offset); the same value (bench/lib/payload.ts plus the send time); the same producer
+ * partition/offset); the same value (bench/lib/batches.ts plus the send time); the same producer
  * shape (BENCH_PRODUCERS loops sending batches of BENCH_BATCH through each system's own batch call,
  * bench/peers-produce.ts); up to BENCH_CONCURRENCY (100) POSTs in flight per peer worker; fresh
  * processes and a fresh database (or queue, or stream) for every system and round, systems

@@ -17,6 +17,7 @@
  *             the message to the push's arrival (the warm-up's messages not counted)
  */
 import { setTimeout as sleep } from 'node:timers/promises'
+import type { Answers } from '../e2e-load.ts'
 import type { ReceiverStats } from '../e2e-receiver.ts'
 import { type BrokerProcess, brokerApi, committedOffsets, serve } from './broker.ts'
 import type { IpcWorker } from './ipc.ts'
@@ -49,17 +50,6 @@ export interface Row {
   /** The produce call's own p50/p99, ms (produce, auto, explicit, latency). */
   call?: { p50: number; p99: number }
   notes: string
-}
-
-/** What bench/e2e-load.ts's `bulk` answers. */
-interface BulkResult {
-  produced: number
-  retries: number
-  non201: Record<string, number>
-  firstSendAt: number
-  lastAnswerAt: number
-  timedOut: boolean
-  latencyMs: { p50: number; p99: number }
 }
 
 /** One broker, its receiver and the load that feeds it. */
@@ -96,10 +86,10 @@ export class Target {
     })
   }
   /** `total` messages to `topic`, as fast as the broker takes them or at `rate` a second. */
-  produce(topic: string, total: number, rate?: number): Promise<BulkResult> {
+  produce(topic: string, total: number, rate?: number): Promise<Answers['bulk']> {
     const { batch, producers, maxSeconds } = this.cfg
     const args = { url: this.broker.url, topic, total, batch, concurrency: producers, maxSeconds, rate }
-    return this.load.call<BulkResult>('bulk', args, maxSeconds * 1000 + 60_000)
+    return this.load.call<Answers['bulk']>('bulk', args, maxSeconds * 1000 + 60_000)
   }
   /** Waits until `expected` messages are completed (committed offsets); when it saw that (NaN at the deadline), and how many. */
   async completed(group: string, expected: number, deadlineMs: number): Promise<{ at: number; completed: number }> {
@@ -123,14 +113,11 @@ export class Target {
 export async function ceiling(t: Target): Promise<Row> {
   await t.receiver.call('scenario', { name: 'ceiling', mode: 'count', expect: 0 }, 5000)
   const end = t.measure()
-  const r = await t.load.call<{
-    ok: number
-    sent: number
-    errors: number
-    non2xx: Record<string, number>
-    seconds: number
-    latencyMs: { p50: number; p99: number }
-  }>('posts', { url: `${t.receiverUrl}/p/ceiling`, concurrency: 64, warmupS: 1, measureS: 5, maxRequests: 5_000_000 }, 35_000)
+  const r = await t.load.call<Answers['posts']>(
+    'posts',
+    { url: `${t.receiverUrl}/p/ceiling`, concurrency: 64, warmupS: 1, measureS: 5, maxRequests: 5_000_000 },
+    35_000,
+  )
   const { cpu, loadS } = end()
   const st = await t.receiver.call<ReceiverStats>('stats', {}, 5000)
   const failed = r.errors + Object.values(r.non2xx).reduce((a, n) => a + n, 0)
@@ -255,17 +242,11 @@ export async function latency(t: Target, rate: number, warmupS = 2, measureS = 1
   const end = t.measure()
   const done = t.receiver.next('done', (warmupS + measureS) * 1000 + 30_000).catch(() => undefined)
   const url = `${t.broker.url}/v1/topics/${name}/messages`
-  const r = await t.load.call<{
-    produced: number
-    sent: number
-    scheduled: number
-    errors: number
-    non201: Record<string, number>
-    firstSendAt: number
-    lastSendAt: number
-    achievedRate: number
-    produceLatencyMs: { p50: number; p99: number }
-  }>('paced', { url, rate, warmupS, measureS, maxOutstanding: 2000, connections: 64 }, (warmupS + measureS) * 1000 + 60_000)
+  const r = await t.load.call<Answers['paced']>(
+    'paced',
+    { url, rate, warmupS, measureS, maxOutstanding: 2000, connections: 64 },
+    (warmupS + measureS) * 1000 + 60_000,
+  )
   await t.receiver.call('expect', { n: r.produced }, 5000)
   await Promise.race([done, sleep(10_000)])
   const c = await t.completed(name, r.produced, wallNow() + 10_000)
