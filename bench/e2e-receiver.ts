@@ -5,8 +5,8 @@
  * the message value (`value.t`, wall-clock ms; `value.w` set = warm-up, not counted).
  *
  * Mode `ack` behaves like a consumer library in explicit mode: delivery ids are batched and sent
- * to POST /v1/groups/{g}/acks when `ackBatch` have gathered or `ackFlushMs` after the first one,
- * with at most `ackConcurrency` ack calls at once.
+ * to POST /v1/groups/{g}/acks when 500 have gathered or 5 ms after the first one, with at most 4 ack
+ * calls at once; a failed call is sent again (3 attempts).
  *
  * Driven over IPC (bench/lib/ipc.ts): `scenario` starts counting pushes to /p/<name> (anything else
  * is a stray: a late push of an earlier scenario), `expect` sets how many unique messages make the
@@ -21,6 +21,9 @@ import { Latencies } from './lib/stats.ts'
 
 const args = JSON.parse(process.argv[2] ?? '{}') as { brokerUrl: string }
 const wallNow = () => performance.timeOrigin + performance.now()
+const ACK_BATCH = 500
+const ACK_FLUSH_MS = 5
+const ACK_CONCURRENCY = 4
 
 interface ScenarioConfig {
   name: string
@@ -28,9 +31,6 @@ interface ScenarioConfig {
   /** Unique messages that complete the scenario; 0 = not known yet (see `expect`). */
   expect: number
   group?: string
-  ackBatch?: number
-  ackFlushMs?: number
-  ackConcurrency?: number
 }
 
 /** Partition/offset pairs seen: one byte per offset, grown by doubling. */
@@ -136,7 +136,7 @@ function onMessage(s: Scenario, env: Envelope, at: number): void {
 }
 
 function scheduleFlush(s: Scenario): void {
-  if (s.pending.length >= s.cfg.ackBatch) {
+  if (s.pending.length >= ACK_BATCH) {
     flush(s)
     return
   }
@@ -144,7 +144,7 @@ function scheduleFlush(s: Scenario): void {
     s.timer = setTimeout(() => {
       s.timer = undefined
       flush(s)
-    }, s.cfg.ackFlushMs)
+    }, ACK_FLUSH_MS)
   }
 }
 
@@ -153,8 +153,8 @@ function flush(s: Scenario): void {
     clearTimeout(s.timer)
     s.timer = undefined
   }
-  while (s.pending.length > 0 && s.ackInFlight < s.cfg.ackConcurrency) {
-    void sendAcks(s, s.pending.splice(0, s.cfg.ackBatch), 1)
+  while (s.pending.length > 0 && s.ackInFlight < ACK_CONCURRENCY) {
+    void sendAcks(s, s.pending.splice(0, ACK_BATCH), 1)
   }
 }
 
@@ -180,14 +180,12 @@ async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<vo
   } finally {
     s.ackInFlight--
   }
-  if (failed) {
-    if (attempt < 3) {
-      s.ackRetrying++
-      setTimeout(() => {
-        s.ackRetrying--
-        void sendAcks(s, ids, attempt + 1)
-      }, 100)
-    }
+  if (failed && attempt < 3) {
+    s.ackRetrying++
+    setTimeout(() => {
+      s.ackRetrying--
+      void sendAcks(s, ids, attempt + 1)
+    }, 100)
   }
   scheduleFlush(s)
   checkDone(s)
@@ -210,14 +208,7 @@ function stats(s: Scenario) {
     lastUniqueAt: s.lastUniqueAt,
     doneAt: s.doneAt,
     latencyMs: s.latency.summary(),
-    acks:
-      s.cfg.mode === 'ack'
-        ? {
-            calls: s.ackCalls,
-            errors: s.ackErrors,
-            statuses: s.ackStatuses,
-          }
-        : undefined,
+    acks: s.cfg.mode === 'ack' ? { calls: s.ackCalls, errors: s.ackErrors, statuses: s.ackStatuses } : undefined,
   }
 }
 export type ReceiverStats = ReturnType<typeof stats>
@@ -229,7 +220,7 @@ serveIpc(
   {
     scenario(cfg: ScenarioConfig) {
       if (current?.timer !== undefined) clearTimeout(current.timer)
-      current = new Scenario({ group: '', ackBatch: 500, ackFlushMs: 5, ackConcurrency: 4, ...cfg })
+      current = new Scenario({ group: '', ...cfg })
       return { ok: true }
     },
     expect({ n }: { n: number }) {

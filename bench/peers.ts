@@ -142,7 +142,6 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
     ].filter(Boolean)
     return {
       system,
-      label: label(system),
       round,
       messages: st.unique,
       seconds,
@@ -195,7 +194,6 @@ async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sink
   const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
   return {
     system: 'ceiling',
-    label: LABELS.ceiling,
     round,
     messages: r.ok,
     seconds: r.seconds,
@@ -217,7 +215,6 @@ async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sink
 /** One system's figures in one round. */
 interface RoundResult {
   system: string
-  label: string
   round: number
   /** Unique messages the sink received (bare POSTs answered 2xx for the ceiling). */
   messages: number
@@ -243,39 +240,6 @@ const roundLine = (r: RoundResult) =>
   `worker ${fixed(r.workerUs, 0)} us, server ${fixed(r.serverUs, 0)} us, producer ${fixed(r.producerUs, 0)} us; ` +
   `p50/p99 ${fixed(r.p50, 1)}/${fixed(r.p99, 1)} ms; duplicates ${r.duplicates}; other CPU ${fixed(r.otherPct, 0)}%` +
   (r.notes ? `\n  ${r.notes}` : '')
-
-/** Every round's figures, one line each. */
-function roundsTable(rows: RoundResult[]): string {
-  const head = [
-    'round',
-    'system',
-    'msg/s',
-    'seconds',
-    'worker us',
-    'server us',
-    'total us',
-    'producer us',
-    'p50 ms',
-    'p99 ms',
-    'dups',
-    'other CPU%',
-  ]
-  const body = rows.map((r) => [
-    String(r.round),
-    r.system,
-    int(r.perS),
-    fixed(r.seconds, 2),
-    fixed(r.workerUs, 0),
-    fixed(r.serverUs, 0),
-    fixed(r.workerUs + r.serverUs, 0),
-    fixed(r.producerUs, 0),
-    fixed(r.p50, 1),
-    fixed(r.p99, 1),
-    int(r.duplicates),
-    fixed(r.otherPct, 0),
-  ])
-  return table(head, body, 2)
-}
 
 /** The medians per system over the rounds (total: the median of the rounds' totals), with the ratios to hookq's. */
 function mediansTable(rows: RoundResult[], systems: System[]): string {
@@ -380,8 +344,7 @@ async function main(): Promise<void> {
     }
   }
 
-  console.log(`\nevery round:\n${roundsTable(rows)}\n`)
-  console.log(`medians of ${ROUNDS} rounds (${new Date().toISOString().slice(0, 10)}):\n` + `${mediansTable(rows, systems)}\n`)
+  console.log(`\nmedians of ${ROUNDS} rounds (${new Date().toISOString().slice(0, 10)}):\n` + `${mediansTable(rows, systems)}\n`)
   console.log(
     `msg/s: unique messages the sink received / (the time it had them all - the first produce call); ceiling: 2xx answers/s.\n` +
       `CPU per message, from /proc, over the window from the first produce call to the system having completed every message:\n` +

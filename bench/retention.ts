@@ -2,24 +2,17 @@
  * Does the database stop growing under steady traffic once the retentions have passed? (issue 34)
  *
  * One broker on a throw-away database; a topic with retentionMs BENCH_RETENTION_MS (60 s) and an
- * auto-mode group pushing to a receiver on 127.0.0.1 that answers 200; HOOKQ_ATTEMPT_RETENTION_MS
- * the same, sweeps every 5 s (unless HOOKQ_RETENTION_INTERVAL_MS says otherwise). Produces BENCH_RATE msg/s (1000) for BENCH_SECONDS
- * (240), in batches every 50 ms, and prints every 15 s the size of messages and deliveries with
- * their indexes (pg_total_relation_size), their live and dead tuples (pg_stat_user_tables), and
- * the database's size, the vacuums of them (autovacuum's and any other, the sweep's where autovacuum is off), and the age of the oldest snapshot any session of
- * the server holds (one held long keeps vacuum from removing dead rows, whatever their table). A
- * partitioned table is summed over its partitions (their count shown). Each line also gives the CPU
- * per message pushed since the last line, of the broker process and of the PostgreSQL backends
- * serving the bench database (read from /proc; backends that ended meanwhile are not counted).
- * BENCH_VACUUM_MS=<ms>: the bench itself runs VACUUM on messages and deliveries that often, standing
- * in for autovacuum on a server where it is off (SHOW autovacuum). BENCH_ROOT=<dir>: run the broker of
- * another checkout (with its node_modules), for a before/after in one sitting. The lines also show
- * idempotency_keys and group_completions, every other table's dead
- * rows and HOT updates, and the run ends with the most dead rows each table had at a report. Bounded in count and time;
- * everything on loopback.
+ * auto-mode group pushing to a receiver that answers 200; HOOKQ_ATTEMPT_RETENTION_MS the same, sweeps
+ * every 5 s (unless HOOKQ_RETENTION_INTERVAL_MS says otherwise). Produces BENCH_RATE msg/s (1000) for
+ * BENCH_SECONDS (240), in batches every 50 ms, and prints every 15 s, for messages, deliveries,
+ * idempotency_keys and group_completions (a partitioned table summed over its partitions): size with
+ * indexes, live and dead tuples, vacuums; the database's size; the age of the oldest snapshot any
+ * session holds (one held long keeps vacuum from removing dead rows); the CPU per message pushed since
+ * the last line of the broker and of the bench database's backends; every other table's dead rows and
+ * HOT updates. It ends with the most dead rows each table had at a report. BENCH_VACUUM_MS=<ms>: the
+ * bench runs VACUUM on messages and deliveries that often, standing in for autovacuum where it is off.
  *
- *   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres npm run bench:retention
- *   # the issue's compressed week: BENCH_SECONDS=1200 BENCH_RATE=3000 (and BENCH_RETENTION_MS=60000, the default)
+ *   npm run bench:retention   # the issue's compressed week: BENCH_SECONDS=1200 BENCH_RATE=3000
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { brokerApi, serve, startBroker } from './lib/broker.ts'

@@ -169,8 +169,7 @@ export async function throughput(
 ): Promise<Row> {
   const { maxSeconds } = t.cfg
   await t.createGroup(name, ackMode)
-  const ack = { ackBatch: 500, ackFlushMs: 5, ackConcurrency: 4 }
-  await t.receiver.call('scenario', { name, mode: ackMode === 'auto' ? 'count' : 'ack', expect: messages, group: name, ...ack }, 5000)
+  await t.receiver.call('scenario', { name, mode: ackMode === 'auto' ? 'count' : 'ack', expect: messages, group: name }, 5000)
   await sleep(500) // the group's start-up reads
   const end = t.measure()
   const deadline = wallNow() + maxSeconds * 1000
