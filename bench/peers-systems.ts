@@ -103,40 +103,30 @@ const hookq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
     }
   })
 
-const graphile = (name: string, sinkUrl: string, cfg: SystemConfig) =>
-  building<Omit<Setup, 'stop'>>(async (undo) => {
-    const db = await freshDatabase(cfg, undo)
-    const w = await worker(
-      { system: 'graphile', url: db.url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency },
-      undo,
-    )
-    // Completed jobs are deleted: none left means every job completed (failed ones stay, for their retry).
-    const left = await counter(db.url, 'SELECT count(*)::int AS n FROM graphile_worker._private_jobs', [], undo)
-    return {
-      workerPid: w.pid,
-      server: 'postgres',
-      database: db.name,
-      producer: { system: 'graphile', url: db.url, queue: name, producers: cfg.producers },
-      completed: async () => (await left()) === 0,
-    }
-  })
+/** graphile-worker or pg-boss on a database of their own: done once `isDone` says so of the count `sql` answers. */
+const onPostgres =
+  (system: 'graphile' | 'pgboss', sql: string, isDone: (count: number, n: number) => boolean) =>
+  (name: string, sinkUrl: string, cfg: SystemConfig) =>
+    building<Omit<Setup, 'stop'>>(async (undo) => {
+      const db = await freshDatabase(cfg, undo)
+      const w = await worker({ system, url: db.url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency }, undo)
+      const count = await counter(db.url, sql, system === 'pgboss' ? [name] : [], undo)
+      return {
+        workerPid: w.pid,
+        server: 'postgres',
+        database: db.name,
+        producer: { system, url: db.url, queue: name, producers: cfg.producers },
+        completed: async (n) => isDone(await count(), n),
+      }
+    })
 
-const pgboss = (name: string, sinkUrl: string, cfg: SystemConfig) =>
-  building<Omit<Setup, 'stop'>>(async (undo) => {
-    const db = await freshDatabase(cfg, undo)
-    const w = await worker(
-      { system: 'pgboss', url: db.url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency },
-      undo,
-    )
-    const done = await counter(db.url, `SELECT count(*)::int AS n FROM pgboss.job WHERE name = $1 AND state = 'completed'`, [name], undo)
-    return {
-      workerPid: w.pid,
-      server: 'postgres',
-      database: db.name,
-      producer: { system: 'pgboss', url: db.url, queue: name, producers: cfg.producers },
-      completed: async (n) => (await done()) >= n,
-    }
-  })
+// Completed jobs are deleted: none left means every job completed (failed ones stay, for their retry).
+const graphile = onPostgres('graphile', 'SELECT count(*)::int AS n FROM graphile_worker._private_jobs', (left) => left === 0)
+const pgboss = onPostgres(
+  'pgboss',
+  `SELECT count(*)::int AS n FROM pgboss.job WHERE name = $1 AND state = 'completed'`,
+  (done, n) => done >= n,
+)
 
 const rabbitmq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
   building<Omit<Setup, 'stop'>>(async (undo) => {
@@ -148,16 +138,7 @@ const rabbitmq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
       const left = await onAmqp(cfg.amqpUrl, async (c) => (await (await c.createChannel()).deleteQueue(name)).messageCount)
       if (left) console.log(`  deleted queue ${name} with ${left} messages in it`)
     })
-    const w = await worker(
-      { system: 'rabbitmq', url: cfg.amqpUrl, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency },
-      undo,
-    )
-    return {
-      workerPid: w.pid,
-      server: cfg.pids.rabbitmq!,
-      producer: { system: 'rabbitmq', url: cfg.amqpUrl, queue: name, producers: cfg.producers },
-      completed: async (n) => (await w.call<{ acked: number }>('stats', {}, 5000)).acked >= n,
-    }
+    return acking('rabbitmq', cfg.amqpUrl, name, sinkUrl, cfg, undo)
   })
 
 const nats = (name: string, sinkUrl: string, cfg: SystemConfig) =>
@@ -178,17 +159,19 @@ const nats = (name: string, sinkUrl: string, cfg: SystemConfig) =>
       })
       if (left) console.log(`  deleted stream ${name} with ${left} messages in it`)
     })
-    const w = await worker(
-      { system: 'nats', url: cfg.natsUrl, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency },
-      undo,
-    )
-    return {
-      workerPid: w.pid,
-      server: cfg.pids.nats!,
-      producer: { system: 'nats', url: cfg.natsUrl, queue: name, producers: cfg.producers },
-      completed: async (n) => (await w.call<{ acked: number }>('stats', {}, 5000)).acked >= n,
-    }
+    return acking('nats', cfg.natsUrl, name, sinkUrl, cfg, undo)
   })
+
+/** The worker of RabbitMQ or NATS on `url`: done once it has acked every message. */
+async function acking(system: 'rabbitmq' | 'nats', url: string, name: string, sinkUrl: string, cfg: SystemConfig, undo: Undo) {
+  const w = await worker({ system, url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency }, undo)
+  return {
+    workerPid: w.pid,
+    server: cfg.pids[system]!,
+    producer: { system, url, queue: name, producers: cfg.producers },
+    completed: async (n: number) => (await w.call<{ acked: number }>('stats', {}, 5000)).acked >= n,
+  }
+}
 
 /** Sets `system` up for one round under `name` (database, queue or stream, topic), pushing to `sinkUrl`/p/`name`. */
 export function setUp(system: PeerSystem, name: string, sinkUrl: string, cfg: SystemConfig): Promise<Setup> {

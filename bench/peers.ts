@@ -45,6 +45,7 @@ import { envInt, SERVER_URL } from './lib/env.ts'
 import { type IpcWorker, startIpcWorker } from './lib/ipc.ts'
 import { countPostgresDatabases, cpuSince, cpuSnapshot, othersPct, perMessage, processCpuSeconds } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
+import { ceiling as ceilingPosts } from './lib/scenarios.ts'
 import { fixed, int, median, table } from './lib/stats.ts'
 import type { ProduceResult } from './peers-produce.ts'
 import { findServer, type PeerSystem, type SystemConfig, serverVersion, setUp } from './peers-systems.ts'
@@ -65,7 +66,6 @@ const ROUNDS = envInt('BENCH_ROUNDS', 3)
 const MESSAGES = envInt('BENCH_MESSAGES', 20_000)
 const BATCH = Math.min(1000, envInt('BENCH_BATCH', 100))
 const MAX_SECONDS = envInt('BENCH_MAX_SECONDS', 60)
-const CEILING_S = 5
 const CFG: SystemConfig = {
   serverUrl: SERVER_URL,
   amqpUrl: process.env.BENCH_AMQP_URL || 'amqp://guest:guest@127.0.0.1:5672',
@@ -173,41 +173,12 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
 
 /** Bare POSTs to the sink from bench/e2e-load.ts's load process: the sink's and loopback HTTP's ceiling. */
 async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sinkUrl: string): Promise<RoundResult> {
-  const name = `peers-ceiling-r${round}`
-  await receiver.call('scenario', { name, mode: 'count', expect: 0 }, 5000)
   const pids = [receiver.pid, ...servers().map(([, pid]) => pid)]
-  const base = cpuSnapshot(load.pid)
-  const base2 = cpuSeconds(pids)
-  const r = await load.call<{ ok: number; sent: number; seconds: number; errors: number; latencyMs: { p50: number; p99: number } }>(
-    'posts',
-    {
-      url: `${sinkUrl}/p/${name}`,
-      concurrency: 64,
-      warmupS: 1,
-      measureS: CEILING_S,
-      maxRequests: 5_000_000,
-    },
-    (CEILING_S + 30) * 1000,
-  )
-  const cpu = cpuSince(base, load.pid)
-  const countedS = cpuSeconds(pids).reduce((sum, s, i) => sum + s - base2[i]!, 0)
-  const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
-  return {
-    system: 'ceiling',
-    round,
-    messages: r.ok,
-    seconds: r.seconds,
-    perS: r.ok / r.seconds,
-    // The load process's CPU per request (its warm-up second included, so over all it sent).
-    workerUs: perMessage(cpu, r.sent).brokerUs,
-    serverUs: NaN,
-    producerUs: NaN,
-    otherPct: othersPct(cpu) - (100 * countedS) / cpu.seconds,
-    duplicates: st.duplicates,
-    p50: r.latencyMs.p50,
-    p99: r.latencyMs.p99,
-    notes: r.errors ? `${r.errors} POSTs failed` : '',
-  }
+  const base = cpuSeconds(pids)
+  const r = await ceilingPosts({ receiver, load, receiverUrl: sinkUrl }, `peers-ceiling-r${round}`)
+  const countedS = cpuSeconds(pids).reduce((sum, s, i) => sum + s - base[i]!, 0)
+  const otherPct = othersPct(r.cpu) - (100 * countedS) / r.cpu.seconds
+  return { system: 'ceiling', round, ...r, workerUs: r.loadUs, serverUs: NaN, producerUs: NaN, otherPct }
 }
 
 // ---- the report

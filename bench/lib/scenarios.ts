@@ -21,7 +21,7 @@ import type { Answers } from '../e2e-load.ts'
 import type { ReceiverStats } from '../e2e-receiver.ts'
 import { type BrokerProcess, brokerApi, committedOffsets, serve } from './broker.ts'
 import type { IpcWorker } from './ipc.ts'
-import { type CpuWindow, cpuSince, cpuSnapshot, processCpuSeconds } from './proc.ts'
+import { type CpuWindow, cpuSince, cpuSnapshot, perMessage } from './proc.ts'
 import { codes, fixed, int } from './stats.ts'
 
 const wallNow = () => performance.timeOrigin + performance.now()
@@ -68,11 +68,10 @@ export class Target {
   api<T = unknown>(method: string, path: string, body?: unknown): Promise<T> {
     return brokerApi<T>(this.broker.url, method, path, body)
   }
-  /** Starts a CPU window (the broker, PostgreSQL, the host; the load's apart); the function returned ends it. */
-  measure(): () => { cpu: CpuWindow; loadS: number } {
+  /** Starts a CPU window (the broker, PostgreSQL, the host); the function returned ends it. */
+  measure(): () => { cpu: CpuWindow } {
     const base = cpuSnapshot(this.broker.pid)
-    const load0 = processCpuSeconds(this.load.pid) ?? NaN
-    return () => ({ cpu: cpuSince(base, this.broker.pid), loadS: (processCpuSeconds(this.load.pid) ?? NaN) - load0 })
+    return () => ({ cpu: cpuSince(base, this.broker.pid) })
   }
   group(name: string, ackMode: 'auto' | 'explicit', extra: object = {}) {
     return { topic: name, ackMode, maxInFlight: this.cfg.maxInFlight, ackTimeoutMs: 30_000, pushTimeoutMs: 10_000, ...extra }
@@ -110,15 +109,13 @@ export class Target {
   }
 }
 
-export async function ceiling(t: Target): Promise<Row> {
-  await t.receiver.call('scenario', { name: 'ceiling', mode: 'count', expect: 0 }, 5000)
-  const end = t.measure()
-  const r = await t.load.call<Answers['posts']>(
-    'posts',
-    { url: `${t.receiverUrl}/p/ceiling`, concurrency: 64, warmupS: 1, measureS: 5, maxRequests: 5_000_000 },
-    35_000,
-  )
-  const { cpu, loadS } = end()
+/** Its CPU window is the load process's (in the broker's place): the client's cost of a bare POST. */
+export async function ceiling(t: Pick<Target, 'receiver' | 'load' | 'receiverUrl'>, name = 'ceiling'): Promise<Row> {
+  await t.receiver.call('scenario', { name, mode: 'count', expect: 0 }, 5000)
+  const base = cpuSnapshot(t.load.pid)
+  const args = { url: `${t.receiverUrl}/p/${name}`, concurrency: 64, warmupS: 1, measureS: 5, maxRequests: 5_000_000 }
+  const r = await t.load.call<Answers['posts']>('posts', args, 35_000)
+  const cpu = cpuSince(base, t.load.pid)
   const st = await t.receiver.call<ReceiverStats>('stats', {}, 5000)
   const failed = r.errors + Object.values(r.non2xx).reduce((a, n) => a + n, 0)
   return {
@@ -128,7 +125,8 @@ export async function ceiling(t: Target): Promise<Row> {
     perS: r.ok / r.seconds,
     ...r.latencyMs,
     cpu,
-    loadUs: (1e6 * loadS) / Math.max(1, r.sent),
+    // Over all it sent, its warm-up second included.
+    loadUs: perMessage(cpu, r.sent).brokerUs,
     duplicates: st.duplicates,
     notes: `POST round trip p50/p99; receiver got ${int(st.unique)} of ${int(r.sent)} sent${failed ? `; failed ${failed} ${codes(r.non2xx)}` : ''}`,
   }
