@@ -9,15 +9,18 @@
  *   pull        pull + ack by 8 callers against auto-mode push; a long poll's answer (bench/pull.ts)
  *   failover    two processes, one SIGKILLed a round: kill to resume, duplicates a kill (bench/failover.ts)
  *   retention   storage under steady traffic with retentions (bench/retention.ts)
- *   ab          this checkout's broker against BENCH_AB_BASE's, in alternating rounds (bench/ab.ts)
+ *   ab          this checkout's broker against BENCH_AB_BASE's, in alternating rounds of BENCH_AB_SCENARIO
+ *               (drain, auto, explicit or latency; bench/ab.ts)
  *
  * Each file runs in a process of its own, one after the other, on a throw-away database, and prints
  * the CPU per message of the broker and of PostgreSQL (bench/lib/proc.ts, from /proc) beside a
  * baseline measured in the same run: the machines are shared, so only ratios within a run compare.
  * The common options: BENCH_MESSAGES (messages a scenario), BENCH_RATES (the latency scenario's
- * msg/s), BENCH_PARTITIONS, BENCH_MAX_IN_FLIGHT, BENCH_MAX_SECONDS, BENCH_DATABASE_URL; each file's
- * header lists the few of its own. HOOKQ_* settings reach the broker. A new scenario is a file that
- * runs on its own and a line in SCRIPTS.
+ * msg/s), BENCH_PARTITIONS, BENCH_MAX_IN_FLIGHT, BENCH_MAX_SECONDS, BENCH_DATABASE_URL (else
+ * DATABASE_URL), BENCH_KEEP_DB, BENCH_ROOT (the broker of another checkout); each file's header lists
+ * the few of its own. HOOKQ_* settings reach the broker. The measuring is in bench/lib (CPU from /proc,
+ * percentiles and tables, the broker, the receiver and load processes, the end-to-end scenarios).
+ * A new scenario is a file that runs on its own and a line in SCRIPTS.
  */
 import { spawnSync } from 'node:child_process'
 import { ROOT } from './lib/child.ts'
@@ -34,13 +37,10 @@ const SCRIPTS: Record<string, { file: string; scenarios: string[]; benchDeps?: b
   retention: { file: 'bench/retention.ts', scenarios: ['retention'] },
   ab: { file: 'bench/ab.ts', scenarios: ['ab'] },
 }
-/** Names older notes and commands use. */
-const RENAMED: Record<string, string> = { 'drain-batch100': 'batch' }
 
 const asked = (process.argv[2] ? process.argv[2].split(',') : envList('BENCH_SCENARIOS', 'ceiling,produce,auto,explicit,latency'))
   .map((s) => s.trim())
   .filter(Boolean)
-  .map((s) => RENAMED[s] ?? s)
 const known = Object.values(SCRIPTS).flatMap((s) => s.scenarios)
 const unknown = asked.filter((s) => !known.includes(s))
 if (unknown.length > 0) {

@@ -18,13 +18,10 @@ import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Agent, Pool, request } from 'undici'
 import { serveIpc } from './lib/ipc.ts'
-import { MESSAGE_VALUE_JSON } from './lib/payload.ts'
-import { sendBatches } from './lib/batches.ts'
+import { FatalAnswer, hookqSender, sendBatches, valueWith } from './lib/batches.ts'
 import { Latencies } from './lib/stats.ts'
 
 const wallNow = () => performance.timeOrigin + performance.now()
-/** MESSAGE_VALUE with extra fields spliced in (it is a JSON object: drop its closing brace). */
-const valueWith = (extra: string) => `${MESSAGE_VALUE_JSON.slice(0, -1)},${extra}}`
 
 // ---- posts: the bare HTTP ceiling
 
@@ -99,7 +96,9 @@ async function posts(a: PostsArgs) {
 // ---- bulk: produce as fast as the broker answers
 
 interface BulkArgs {
+  /** The broker's. */
   url: string
+  topic: string
   total: number
   batch: number
   concurrency: number
@@ -109,42 +108,17 @@ interface BulkArgs {
 }
 
 async function bulk(a: BulkArgs) {
-  const pool = new Pool(new URL(a.url).origin, { connections: a.concurrency, pipelining: 1 })
-  const path = new URL(a.url).pathname
-  const non201: Record<string, number> = {}
-  let requests = 0
+  const sender = hookqSender(a.url, a.topic, a.concurrency)
   const r = await sendBatches(
     { total: a.total, batch: a.batch, loops: a.concurrency, maxSeconds: a.maxSeconds, rate: a.rate },
-    async (_loop, _first, n, sentAt) => {
-      const one = `{"value":${valueWith(`"t":${sentAt}`)}}`
-      const body = `{"messages":[${Array(n).fill(one).join(',')}]}`
-      const res = await pool.request({
-        path,
-        method: 'POST',
-        body,
-        headers: { 'content-type': 'application/json' },
-        headersTimeout: 30_000,
-        bodyTimeout: 30_000,
-      })
-      const text = await res.body.text()
-      requests++
-      if (res.statusCode === 201) return undefined
-      non201[res.statusCode] = (non201[res.statusCode] ?? 0) + 1
-      if (res.statusCode !== 429 && res.statusCode !== 503)
-        throw new FatalAnswer(`produce answered ${res.statusCode}: ${text.slice(0, 300)}`)
-      // The broker shed load: honour Retry-After (capped), then send the batch again.
-      return Math.min(1000, Math.max(20, Number(res.headers['retry-after'] ?? 0) * 1000))
-    },
+    sender.send,
     (err) => {
       if (err instanceof FatalAnswer) throw err
     },
   )
-  await pool.close()
-  return { ...r, requests, non201 }
+  await sender.close()
+  return { ...r, non201: sender.non201 }
 }
-
-/** An answer no retry can mend (not 201, 429 or 503): ends the run. */
-class FatalAnswer extends Error {}
 
 // ---- paced: single messages at a fixed rate
 
@@ -166,12 +140,8 @@ async function paced(a: PacedArgs) {
   const non201: Record<string, number> = {}
   let sent = 0
   let produced = 0
-  let producedMeasured = 0
   let errors = 0
   let outstanding = 0
-  let maxOutstanding = 0
-  let cappedTicks = 0
-  let maxBehind = 0
   let firstSendAt = NaN
   let measuredFirstSendAt = NaN
   let measuredLastSendAt = NaN
@@ -181,7 +151,6 @@ async function paced(a: PacedArgs) {
     if (!warm && Number.isNaN(measuredFirstSendAt)) measuredFirstSendAt = sentAt
     if (!warm) measuredLastSendAt = sentAt
     outstanding++
-    if (outstanding > maxOutstanding) maxOutstanding = outstanding
     const t0 = performance.now()
     try {
       const res = await pool.request({
@@ -195,10 +164,7 @@ async function paced(a: PacedArgs) {
       await res.body.text()
       if (res.statusCode === 201) {
         produced++
-        if (!warm) {
-          producedMeasured++
-          latencies.add(performance.now() - t0)
-        }
+        if (!warm) latencies.add(performance.now() - t0)
       } else {
         non201[res.statusCode] = (non201[res.statusCode] ?? 0) + 1
       }
@@ -216,12 +182,8 @@ async function paced(a: PacedArgs) {
   // Open loop: every tick sends what the schedule says is due, up to maxOutstanding at once.
   while (sent < total && performance.now() < deadline) {
     const due = Math.min(total, Math.floor(((performance.now() - start) * a.rate) / 1000) + 1)
-    if (due - sent > maxBehind) maxBehind = due - sent
     while (sent < due) {
-      if (outstanding >= a.maxOutstanding) {
-        cappedTicks++
-        break
-      }
+      if (outstanding >= a.maxOutstanding) break
       const p = sendOne(sent++)
       inflight.add(p)
       void p.finally(() => inflight.delete(p))
@@ -236,25 +198,21 @@ async function paced(a: PacedArgs) {
     scheduled: total,
     sent,
     produced,
-    producedMeasured,
     errors,
     non201,
     firstSendAt,
     lastSendAt,
     achievedRate: measuredS > 0 ? (sent - warmupCount - 1) / measuredS : NaN,
-    maxOutstanding,
-    cappedTicks,
-    maxBehind,
     produceLatencyMs: latencies.summary(),
   }
 }
 
-/** This process's wall clock (timeOrigin + now) minus Date.now(), averaged: compared across processes for skew. */
-function clock(): number {
-  let sum = 0
-  for (let i = 0; i < 5000; i++) sum += wallNow() - Date.now()
-  return sum / 5000
+/** What each command answers. */
+export type Answers = {
+  posts: Awaited<ReturnType<typeof posts>>
+  bulk: Awaited<ReturnType<typeof bulk>>
+  paced: Awaited<ReturnType<typeof paced>>
 }
 
-serveIpc({ posts, bulk, paced, clock } as Record<string, (args: never) => unknown>, { pid: process.pid })
+serveIpc({ posts, bulk, paced } as Record<string, (args: never) => unknown>, { pid: process.pid })
 process.on('SIGTERM', () => process.exit(0))

@@ -5,8 +5,8 @@
  * the message value (`value.t`, wall-clock ms; `value.w` set = warm-up, not counted).
  *
  * Mode `ack` behaves like a consumer library in explicit mode: delivery ids are batched and sent
- * to POST /v1/groups/{g}/acks when `ackBatch` have gathered or `ackFlushMs` after the first one,
- * with at most `ackConcurrency` ack calls at once.
+ * to POST /v1/groups/{g}/acks when 500 have gathered or 5 ms after the first one, with at most 4 ack
+ * calls at once; a failed call is sent again (3 attempts).
  *
  * Driven over IPC (bench/lib/ipc.ts): `scenario` starts counting pushes to /p/<name> (anything else
  * is a stray: a late push of an earlier scenario), `expect` sets how many unique messages make the
@@ -21,6 +21,9 @@ import { Latencies } from './lib/stats.ts'
 
 const args = JSON.parse(process.argv[2] ?? '{}') as { brokerUrl: string }
 const wallNow = () => performance.timeOrigin + performance.now()
+const ACK_BATCH = 500
+const ACK_FLUSH_MS = 5
+const ACK_CONCURRENCY = 4
 
 interface ScenarioConfig {
   name: string
@@ -28,9 +31,6 @@ interface ScenarioConfig {
   /** Unique messages that complete the scenario; 0 = not known yet (see `expect`). */
   expect: number
   group?: string
-  ackBatch?: number
-  ackFlushMs?: number
-  ackConcurrency?: number
 }
 
 /** Partition/offset pairs seen: one byte per offset, grown by doubling. */
@@ -58,7 +58,6 @@ class Scenario {
   unique = 0
   duplicates = 0
   badBodies = 0
-  firstAt = NaN
   lastUniqueAt = NaN
   readonly seen = new Seen()
   readonly latency = new Latencies()
@@ -68,18 +67,13 @@ class Scenario {
   ackInFlight = 0
   ackRetrying = 0
   ackCalls = 0
-  ackIds = 0
   ackErrors = 0
-  ackLost = 0
   readonly ackStatuses: Record<string, number> = {}
-  lastAckAt = NaN
-  readonly ackCallMs = new Latencies()
   doneAt = NaN
   constructor(readonly cfg: Required<ScenarioConfig>) {}
 }
 
 let current: Scenario | undefined
-let strays = 0
 const pool = new Pool(args.brokerUrl, { connections: 8, pipelining: 1 })
 
 const server = createServer((req, res) => {
@@ -106,10 +100,7 @@ function onPush(url: string, body: Buffer, at: number): void {
   const s = current
   const q = url.indexOf('?')
   const path = q < 0 ? url : url.slice(0, q)
-  if (s === undefined || path !== `/p/${s.cfg.name}`) {
-    strays++
-    return
-  }
+  if (s === undefined || path !== `/p/${s.cfg.name}`) return // a late push of an earlier scenario
   let parsed: Envelope & { deliveries?: Envelope[] }
   try {
     parsed = JSON.parse(body.toString('utf8')) as Envelope & { deliveries?: Envelope[] }
@@ -118,7 +109,6 @@ function onPush(url: string, body: Buffer, at: number): void {
     return
   }
   s.pushes++
-  if (s.pushes === 1) s.firstAt = at
   // A batch push carries its envelopes in `deliveries`: each counts as a message received.
   for (const env of parsed.deliveries ?? [parsed]) onMessage(s, env, at)
   checkDone(s)
@@ -146,7 +136,7 @@ function onMessage(s: Scenario, env: Envelope, at: number): void {
 }
 
 function scheduleFlush(s: Scenario): void {
-  if (s.pending.length >= s.cfg.ackBatch) {
+  if (s.pending.length >= ACK_BATCH) {
     flush(s)
     return
   }
@@ -154,7 +144,7 @@ function scheduleFlush(s: Scenario): void {
     s.timer = setTimeout(() => {
       s.timer = undefined
       flush(s)
-    }, s.cfg.ackFlushMs)
+    }, ACK_FLUSH_MS)
   }
 }
 
@@ -163,15 +153,14 @@ function flush(s: Scenario): void {
     clearTimeout(s.timer)
     s.timer = undefined
   }
-  while (s.pending.length > 0 && s.ackInFlight < s.cfg.ackConcurrency) {
-    void sendAcks(s, s.pending.splice(0, s.cfg.ackBatch), 1)
+  while (s.pending.length > 0 && s.ackInFlight < ACK_CONCURRENCY) {
+    void sendAcks(s, s.pending.splice(0, ACK_BATCH), 1)
   }
 }
 
 async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<void> {
   s.ackInFlight++
   s.ackCalls++
-  const t0 = performance.now()
   let failed = false
   try {
     const res = await pool.request({
@@ -184,9 +173,6 @@ async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<vo
     if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`)
     const { results } = JSON.parse(text) as { results: { status: string }[] }
     for (const r of results) s.ackStatuses[r.status] = (s.ackStatuses[r.status] ?? 0) + 1
-    s.ackIds += ids.length
-    s.lastAckAt = wallNow()
-    s.ackCallMs.add(performance.now() - t0)
   } catch (err) {
     failed = true
     s.ackErrors++
@@ -194,16 +180,12 @@ async function sendAcks(s: Scenario, ids: string[], attempt: number): Promise<vo
   } finally {
     s.ackInFlight--
   }
-  if (failed) {
-    if (attempt < 3) {
-      s.ackRetrying++
-      setTimeout(() => {
-        s.ackRetrying--
-        void sendAcks(s, ids, attempt + 1)
-      }, 100)
-    } else {
-      s.ackLost += ids.length
-    }
+  if (failed && attempt < 3) {
+    s.ackRetrying++
+    setTimeout(() => {
+      s.ackRetrying--
+      void sendAcks(s, ids, attempt + 1)
+    }, 100)
   }
   scheduleFlush(s)
   checkDone(s)
@@ -223,24 +205,10 @@ function stats(s: Scenario) {
     unique: s.unique,
     duplicates: s.duplicates,
     badBodies: s.badBodies,
-    strays,
-    firstAt: s.firstAt,
     lastUniqueAt: s.lastUniqueAt,
     doneAt: s.doneAt,
     latencyMs: s.latency.summary(),
-    latencyCount: s.latency.count,
-    acks:
-      s.cfg.mode === 'ack'
-        ? {
-            calls: s.ackCalls,
-            ids: s.ackIds,
-            errors: s.ackErrors,
-            lost: s.ackLost,
-            statuses: s.ackStatuses,
-            lastAckAt: s.lastAckAt,
-            callMs: s.ackCallMs.summary(),
-          }
-        : undefined,
+    acks: s.cfg.mode === 'ack' ? { calls: s.ackCalls, errors: s.ackErrors, statuses: s.ackStatuses } : undefined,
   }
 }
 export type ReceiverStats = ReturnType<typeof stats>
@@ -252,8 +220,7 @@ serveIpc(
   {
     scenario(cfg: ScenarioConfig) {
       if (current?.timer !== undefined) clearTimeout(current.timer)
-      current = new Scenario({ group: '', ackBatch: 500, ackFlushMs: 5, ackConcurrency: 4, ...cfg })
-      strays = 0
+      current = new Scenario({ group: '', ...cfg })
       return { ok: true }
     },
     expect({ n }: { n: number }) {
@@ -261,12 +228,6 @@ serveIpc(
       current.cfg.expect = n
       checkDone(current)
       return { unique: current.unique }
-    },
-    /** This process's wall clock (timeOrigin + now) minus Date.now(), averaged: compared across processes for skew. */
-    clock() {
-      let sum = 0
-      for (let i = 0; i < 5000; i++) sum += wallNow() - Date.now()
-      return sum / 5000
     },
     stats() {
       if (!current) throw new Error('no scenario')

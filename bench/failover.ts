@@ -11,19 +11,17 @@
  * delivery id acked again in the next call.
  *
  * Environment (all optional): BENCH_FAILOVER_ROUNDS=4  BENCH_FAILOVER_ACK=auto|explicit
- * BENCH_DATABASE_URL=...  (HOOKQ_* reach the brokers)
  */
-import http from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { brokerApi, startBroker, type BrokerProcess } from './lib/broker.ts'
+import { brokerApi, serve, startBroker, type BrokerProcess } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
-import { envInt } from './lib/env.ts'
+import { envInt, SERVER_URL } from './lib/env.ts'
 import { atCleanup, cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
+import { median } from './lib/stats.ts'
 
 const ROUNDS = envInt('BENCH_FAILOVER_ROUNDS', 4)
 const EXPLICIT = process.env.BENCH_FAILOVER_ACK === 'explicit'
 const PARTITIONS = 8
-const SERVER = process.env.BENCH_DATABASE_URL || process.env.DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
 
 async function owned(b: BrokerProcess): Promise<number> {
   const text = await (await fetch(`${b.url}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()
@@ -41,7 +39,7 @@ async function until(what: string, ms: number, check: () => Promise<boolean> | b
 
 cleanUpOnInterrupt('the brokers')
 await runBench(async () => {
-  run.db = await createBenchDatabase(SERVER)
+  run.db = await createBenchDatabase(SERVER_URL)
   const db = run.db
   // Every push's arrival time, by partition.
   const pushes: number[][] = Array.from({ length: PARTITIONS }, () => [])
@@ -50,24 +48,15 @@ await runBench(async () => {
   // Explicit acks: the delivery ids waiting for an ack call, and how those calls were answered.
   let toAck: string[] = []
   const ackCalls = { calls: 0, ids: 0, unavailable: 0, failed: 0 }
-  const receiver = http.createServer((req, res) => {
-    let body = ''
-    req.on('data', (d) => {
-      body += d
-    })
-    req.on('end', () => {
-      const { partition: p, offset, deliveryId } = JSON.parse(body) as { partition: number; offset: number; deliveryId: string }
-      if (EXPLICIT) toAck.push(deliveryId)
-      pushes[p]!.push(Date.now())
-      times.set(`${p}:${offset}`, (times.get(`${p}:${offset}`) ?? 0) + 1)
-      res.end('ok')
-    })
+  const receiver = await serve((body) => {
+    const { partition: p, offset, deliveryId } = JSON.parse(body) as { partition: number; offset: number; deliveryId: string }
+    if (EXPLICIT) toAck.push(deliveryId)
+    pushes[p]!.push(Date.now())
+    times.set(`${p}:${offset}`, (times.get(`${p}:${offset}`) ?? 0) + 1)
+    return undefined
   })
-  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve))
-  atCleanup(async () => {
-    receiver.close()
-  })
-  const receiverUrl = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/`
+  atCleanup(async () => receiver.close())
+  const receiverUrl = `${receiver.url}/`
   const brokers: BrokerProcess[] = []
   atCleanup(async () => {
     for (const b of brokers) if (b.child.exitCode === null) b.child.kill('SIGKILL')
@@ -144,9 +133,6 @@ await runBench(async () => {
       `ack calls: ${ackCalls.calls} (${ackCalls.ids} ids); answered 503: ${ackCalls.unavailable} (${(ackCalls.unavailable / ROUNDS).toFixed(1)} a round of a kill and a join, ${((100 * ackCalls.unavailable) / Math.max(1, ackCalls.calls)).toFixed(2)}% of calls); other failures: ${ackCalls.failed}`,
     )
   }
-  const sorted = [...results].sort((a, b) => a - b)
-  console.log(
-    `kill to resume over ${ROUNDS} rounds: median ${sorted[Math.floor(sorted.length / 2)]} ms, max ${sorted.at(-1)} ms (${results.join(', ')})`,
-  )
+  console.log(`kill to resume over ${ROUNDS} rounds: median ${median(results)} ms, max ${Math.max(...results)} ms (${results.join(', ')})`)
   for (const b of brokers) if (b.child.exitCode === null) b.child.kill('SIGKILL')
 })

@@ -10,7 +10,7 @@
  *   rabbitmq  `batch` persistent publishes on the loop's confirm channel, then waitForConfirms
  *   nats      `batch` JetStream publishes at once, then all their acks (the stream has stored each)
  *
- * Every message value is bench/lib/payload.ts's MESSAGE_VALUE plus its batch's send time `t`
+ * Every message value is bench/lib/batches.ts's MESSAGE_VALUE plus its batch's send time `t`
  * (wall-clock ms, for the receiver's produce-to-push latency). For the peers the job (or AMQP body)
  * is the JSON the worker POSTs as it is: {"partition":0,"offset":<n>,"value":…}, n numbering the
  * messages 0…total-1, so the receiver counts each once and sees duplicates as it does for hookq's
@@ -24,10 +24,8 @@ import { connect as natsConnect } from '@nats-io/transport-node'
 import amqp from 'amqplib'
 import { makeWorkerUtils } from 'graphile-worker'
 import { PgBoss } from 'pg-boss'
-import { Pool } from 'undici'
+import { hookqSender as hookqBatches, MESSAGE_VALUE, type SendBatch, sendBatches } from './lib/batches.ts'
 import { serveIpc } from './lib/ipc.ts'
-import { MESSAGE_VALUE, MESSAGE_VALUE_JSON } from './lib/payload.ts'
-import { sendBatches, type SendBatch } from './lib/batches.ts'
 
 export type ProducerSystem = 'hookq' | 'graphile' | 'pgboss' | 'rabbitmq' | 'nats'
 export interface ProducerArgs {
@@ -56,28 +54,7 @@ interface Sender {
 const job = (offset: number, sentAt: number) => ({ partition: 0, offset, value: { ...MESSAGE_VALUE, t: sentAt } })
 
 async function hookqSender(): Promise<Sender> {
-  const pool = new Pool(new URL(args.url).origin, { connections: args.producers, pipelining: 1 })
-  const path = `/v1/topics/${encodeURIComponent(args.queue)}/messages`
-  return {
-    async send(_loop, _first, n, sentAt) {
-      const one = `{"value":${MESSAGE_VALUE_JSON.slice(0, -1)},"t":${sentAt}}}`
-      const res = await pool.request({
-        path,
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: `{"messages":[${Array.from({ length: n }, () => one).join(',')}]}`,
-        headersTimeout: 30_000,
-        bodyTimeout: 30_000,
-      })
-      const text = await res.body.text()
-      if (res.statusCode === 201) return undefined
-      // The broker shed load: honour Retry-After (capped), then send the batch again.
-      if (res.statusCode === 429 || res.statusCode === 503)
-        return Math.min(1000, Math.max(20, Number(res.headers['retry-after'] ?? 0) * 1000))
-      throw new Error(`produce answered ${res.statusCode}: ${text.slice(0, 300)}`)
-    },
-    close: () => pool.close(),
-  }
+  return hookqBatches(args.url, args.queue, args.producers)
 }
 
 async function graphileSender(): Promise<Sender> {

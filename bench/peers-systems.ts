@@ -3,15 +3,20 @@
  * RabbitMQ queue, a JetStream stream), its worker process (hookq: the broker) pushing to the sink,
  * the producer's connection details, a check that every message is completed, and its teardown.
  * A set-up that fails half way undoes what it did, so the next system's round runs on a quiet machine.
+ * RabbitMQ and NATS are servers the bench finds running (findServer), not ones it starts.
  */
+import { execFileSync } from 'node:child_process'
+import { connect as netConnect } from 'node:net'
+import { AckPolicy, jetstreamManager, RetentionPolicy, StorageType } from '@nats-io/jetstream'
+import { connect as natsConnect } from '@nats-io/transport-node'
+import amqp from 'amqplib'
 import pg from 'pg'
-import { declareQuorumQueue, deleteQueue } from './lib/amqp.ts'
 import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
 import { startIpcWorker } from './lib/ipc.ts'
-import { createStream, deleteStream, NATS_CONSUMER } from './lib/nats.ts'
 import { building, run, type Undo } from './lib/run.ts'
 import type { ProducerArgs } from './peers-produce.ts'
+import type { WorkerArgs } from './peers-worker.ts'
 
 export type PeerSystem = 'hookq' | 'graphile' | 'pgboss' | 'rabbitmq' | 'nats'
 
@@ -60,8 +65,8 @@ async function counter(url: string, sql: string, params: unknown[], undo: Undo):
   return async () => (await client.query<{ n: number }>(sql, params)).rows[0]!.n
 }
 
-async function worker(script: string, args: object, undo: Undo) {
-  const w = await startIpcWorker(script, args, 60_000)
+async function worker(args: WorkerArgs, undo: Undo) {
+  const w = await startIpcWorker('bench/peers-worker.ts', args, 60_000)
   undo.add(() => w.stop(10_000))
   return w
 }
@@ -98,84 +103,132 @@ const hookq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
     }
   })
 
-const graphile = (name: string, sinkUrl: string, cfg: SystemConfig) =>
-  building<Omit<Setup, 'stop'>>(async (undo) => {
-    const db = await freshDatabase(cfg, undo)
-    const w = await worker(
-      'bench/peers-graphile.ts',
-      { databaseUrl: db.url, sinkUrl: `${sinkUrl}/p/${name}`, task: name, concurrency: cfg.concurrency },
-      undo,
-    )
-    // Completed jobs are deleted: none left means every job completed (failed ones stay, for their retry).
-    const left = await counter(db.url, 'SELECT count(*)::int AS n FROM graphile_worker._private_jobs', [], undo)
-    return {
-      workerPid: w.pid,
-      server: 'postgres',
-      database: db.name,
-      producer: { system: 'graphile', url: db.url, queue: name, producers: cfg.producers },
-      completed: async () => (await left()) === 0,
-    }
-  })
+/** graphile-worker or pg-boss on a database of their own: done once `isDone` says so of the count `sql` answers. */
+const onPostgres =
+  (system: 'graphile' | 'pgboss', sql: string, isDone: (count: number, n: number) => boolean) =>
+  (name: string, sinkUrl: string, cfg: SystemConfig) =>
+    building<Omit<Setup, 'stop'>>(async (undo) => {
+      const db = await freshDatabase(cfg, undo)
+      const w = await worker({ system, url: db.url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency }, undo)
+      const count = await counter(db.url, sql, system === 'pgboss' ? [name] : [], undo)
+      return {
+        workerPid: w.pid,
+        server: 'postgres',
+        database: db.name,
+        producer: { system, url: db.url, queue: name, producers: cfg.producers },
+        completed: async (n) => isDone(await count(), n),
+      }
+    })
 
-const pgboss = (name: string, sinkUrl: string, cfg: SystemConfig) =>
-  building<Omit<Setup, 'stop'>>(async (undo) => {
-    const db = await freshDatabase(cfg, undo)
-    const w = await worker(
-      'bench/peers-pgboss.ts',
-      { databaseUrl: db.url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency },
-      undo,
-    )
-    const done = await counter(db.url, `SELECT count(*)::int AS n FROM pgboss.job WHERE name = $1 AND state = 'completed'`, [name], undo)
-    return {
-      workerPid: w.pid,
-      server: 'postgres',
-      database: db.name,
-      producer: { system: 'pgboss', url: db.url, queue: name, producers: cfg.producers },
-      completed: async (n) => (await done()) >= n,
-    }
-  })
+// Completed jobs are deleted: none left means every job completed (failed ones stay, for their retry).
+const graphile = onPostgres('graphile', 'SELECT count(*)::int AS n FROM graphile_worker._private_jobs', (left) => left === 0)
+const pgboss = onPostgres(
+  'pgboss',
+  `SELECT count(*)::int AS n FROM pgboss.job WHERE name = $1 AND state = 'completed'`,
+  (done, n) => done >= n,
+)
 
 const rabbitmq = (name: string, sinkUrl: string, cfg: SystemConfig) =>
   building<Omit<Setup, 'stop'>>(async (undo) => {
-    await declareQuorumQueue(cfg.amqpUrl, name)
+    // A durable quorum queue, deleted with whatever it still holds.
+    await onAmqp(cfg.amqpUrl, async (c) =>
+      (await c.createChannel()).assertQueue(name, { durable: true, arguments: { 'x-queue-type': 'quorum' } }),
+    )
     undo.add(async () => {
-      const left = await deleteQueue(cfg.amqpUrl, name)
+      const left = await onAmqp(cfg.amqpUrl, async (c) => (await (await c.createChannel()).deleteQueue(name)).messageCount)
       if (left) console.log(`  deleted queue ${name} with ${left} messages in it`)
     })
-    const w = await worker(
-      'bench/peers-rabbitmq.ts',
-      { amqpUrl: cfg.amqpUrl, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency },
-      undo,
-    )
-    return {
-      workerPid: w.pid,
-      server: cfg.pids.rabbitmq!,
-      producer: { system: 'rabbitmq', url: cfg.amqpUrl, queue: name, producers: cfg.producers },
-      completed: async (n) => (await w.call<{ acked: number }>('stats', {}, 5000)).acked >= n,
-    }
+    return acking('rabbitmq', cfg.amqpUrl, name, sinkUrl, cfg, undo)
   })
 
 const nats = (name: string, sinkUrl: string, cfg: SystemConfig) =>
   building<Omit<Setup, 'stop'>>(async (undo) => {
-    await createStream(cfg.natsUrl, name, cfg.concurrency)
+    // A file-storage work-queue stream (a message removed once acked) and its durable pull consumer
+    // (explicit acks, at most `concurrency` unacked), deleted with whatever it still holds.
+    await onNats(cfg.natsUrl, async (nc) => {
+      const jsm = await jetstreamManager(nc)
+      await jsm.streams.add({ name, subjects: [name], storage: StorageType.File, retention: RetentionPolicy.Workqueue })
+      await jsm.consumers.add(name, { durable_name: name, ack_policy: AckPolicy.Explicit, max_ack_pending: cfg.concurrency })
+    })
     undo.add(async () => {
-      const left = await deleteStream(cfg.natsUrl, name)
+      const left = await onNats(cfg.natsUrl, async (nc) => {
+        const jsm = await jetstreamManager(nc)
+        const n = (await jsm.streams.info(name)).state.messages
+        await jsm.streams.delete(name)
+        return n
+      })
       if (left) console.log(`  deleted stream ${name} with ${left} messages in it`)
     })
-    const w = await worker(
-      'bench/peers-nats.ts',
-      { natsUrl: cfg.natsUrl, sinkUrl: `${sinkUrl}/p/${name}`, stream: name, consumer: NATS_CONSUMER, concurrency: cfg.concurrency },
-      undo,
-    )
-    return {
-      workerPid: w.pid,
-      server: cfg.pids.nats!,
-      producer: { system: 'nats', url: cfg.natsUrl, queue: name, producers: cfg.producers },
-      completed: async (n) => (await w.call<{ acked: number }>('stats', {}, 5000)).acked >= n,
-    }
+    return acking('nats', cfg.natsUrl, name, sinkUrl, cfg, undo)
   })
+
+/** The worker of RabbitMQ or NATS on `url`: done once it has acked every message. */
+async function acking(system: 'rabbitmq' | 'nats', url: string, name: string, sinkUrl: string, cfg: SystemConfig, undo: Undo) {
+  const w = await worker({ system, url, sinkUrl: `${sinkUrl}/p/${name}`, queue: name, concurrency: cfg.concurrency }, undo)
+  return {
+    workerPid: w.pid,
+    server: cfg.pids[system]!,
+    producer: { system, url, queue: name, producers: cfg.producers },
+    completed: async (n: number) => (await w.call<{ acked: number }>('stats', {}, 5000)).acked >= n,
+  }
+}
 
 /** Sets `system` up for one round under `name` (database, queue or stream, topic), pushing to `sinkUrl`/p/`name`. */
 export function setUp(system: PeerSystem, name: string, sinkUrl: string, cfg: SystemConfig): Promise<Setup> {
   return { hookq, graphile, pgboss, rabbitmq, nats }[system](name, sinkUrl, cfg)
+}
+
+/** Runs `fn` on an AMQP connection of its own, closed after it whatever happens. */
+async function onAmqp<T>(url: string, fn: (c: amqp.ChannelModel) => Promise<T>): Promise<T> {
+  const c = await amqp.connect(url)
+  try {
+    return await fn(c)
+  } finally {
+    await c.close()
+  }
+}
+
+/** Runs `fn` on a NATS connection of its own, closed after it whatever happens. */
+async function onNats<T>(url: string, fn: (nc: Awaited<ReturnType<typeof natsConnect>>) => Promise<T>): Promise<T> {
+  const nc = await natsConnect({ servers: url })
+  try {
+    return await fn(nc)
+  } finally {
+    await nc.close()
+  }
+}
+
+/** The version a server announces on connecting. */
+export const serverVersion = (system: 'rabbitmq' | 'nats', url: string): Promise<string> =>
+  system === 'rabbitmq'
+    ? onAmqp(url, async (c) => String(c.connection.serverProperties.version ?? '?'))
+    : onNats(url, async (nc) => nc.info?.version ?? '?')
+
+/** True if something accepts TCP connections on host:port within a second. */
+function reachable(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = netConnect({ host, port })
+    const done = (ok: boolean) => {
+      socket.destroy()
+      resolve(ok)
+    }
+    socket.setTimeout(1000, () => done(false))
+    socket.once('connect', () => done(true))
+    socket.once('error', () => done(false))
+  })
+}
+
+/** The pid of a server the bench does not start (the process listening on its port, from `ss -ltnp`), or why its system is skipped. */
+export async function findServer(url: string, defaultPort: number): Promise<{ pid: number } | { skip: string }> {
+  const u = new URL(url)
+  const port = Number(u.port || defaultPort)
+  if (!(await reachable(u.hostname, port))) return { skip: `nothing answers on ${u.hostname}:${port}` }
+  let out = ''
+  try {
+    out = execFileSync('ss', ['-Hltnp', `sport = :${port}`], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
+  } catch {
+    // no ss here
+  }
+  const m = /pid=(\d+)/.exec(out)
+  return m ? { pid: Number(m[1]) } : { skip: `the process listening on ${port} was not found, so its CPU could not be counted` }
 }

@@ -1,83 +1,54 @@
 /**
  * hookq beside peer systems with a push worker, in one run on this machine (`npm run bench -- peers`).
  *
- * What it measures: for each system, the same load pushed to the same webhook sink, end to end:
- * messages/s from the first produce call to the sink having received every message, and the CPU
- * each message cost the worker process (hookq: the broker itself), the server that stores the
- * messages (PostgreSQL: the backends of the round's database plus the server's shared processes;
- * RabbitMQ's beam.smp; nats-server) and, apart, the producer process, all read from /proc
- * (bench/lib/proc.ts). Machines here are noisy: the figures to quote are the ratios to hookq of the
- * same run and the CPU per message, beside "other CPU%" (busy host CPU that neither the bench's
- * processes nor the servers used: another tenant) which says how noisy a round was.
+ * For each system, the same load pushed to the same webhook sink, end to end: messages/s from the
+ * first produce call to the sink having received every message, and the CPU each message cost the
+ * worker process (hookq: the broker itself), the server that stores the messages (PostgreSQL: the
+ * backends of the round's database plus the server's shared processes; RabbitMQ's beam.smp;
+ * nats-server) and, apart, the producer process, all from /proc. Quote the ratios to hookq of the
+ * same run, beside "other CPU%" (busy host CPU none of the bench's processes or servers used:
+ * another tenant), which says how noisy a round was.
  *
  *   hookq      the broker as `npm start` runs it, a topic of 4 partitions, a group with ackMode auto
  *              and maxInFlight 100 (per partition: up to 400 pushes in flight), the sink its consumer
- *   graphile   graphile-worker 0.18 and a push task (bench/peers-graphile.ts: concurrentJobs 100,
- *              local queue of 500, batched completions: its performance page's settings)
- *   pgboss     pg-boss 12 and a work() handler (bench/peers-pgboss.ts: batches of 100 fetched by one loop,
- *              each job completed on its own push's 2xx, LISTEN/NOTIFY wake-ups)
- *   rabbitmq   RabbitMQ, a quorum queue, persistent messages published with confirms, an amqplib consumer
- *              with prefetch 100 and manual acks (bench/peers-rabbitmq.ts)
- *   nats       NATS JetStream, a file-storage work-queue stream, publishes awaited for their acks, a
- *              durable pull consumer with max_ack_pending 100 and explicit acks (bench/peers-nats.ts)
+ *   graphile, pgboss, rabbitmq, nats   graphile-worker 0.18, pg-boss 12, a RabbitMQ quorum queue and a
+ *              NATS JetStream file stream, each with a push worker (bench/peers-worker.ts: the settings)
  *   ceiling    bare undici POSTs of push-shaped bodies to the sink, 64 loops for 5 s (bench/e2e-load.ts's
  *              `posts`): what the sink and loopback HTTP take here; its CPU column is that load process's
- * RabbitMQ and NATS are servers the bench finds running (their pid from `ss -ltnp`); a system whose
- * port does not answer is skipped with the reason printed.
+ * RabbitMQ and NATS are servers the bench finds running; one whose port does not answer is skipped.
  *
- * Fairness: one sink for all (bench/e2e-receiver.ts: node:http, answers 200, counts each message
- * once by its partition/offset and reports duplicates); the same value (bench/lib/payload.ts, 250
- * bytes, plus the send time); the same producer shape (BENCH_PRODUCERS loops sending batches of
- * BENCH_BATCH through each system's own batch call, from a process of their own,
- * bench/peers-produce.ts); each worker POSTs with undici through a keep-alive Agent (bench/lib/push.ts)
- * and completes or acks a message only after the sink's 2xx (at least once, like hookq's auto mode),
- * with up to BENCH_CONCURRENCY (100) POSTs in flight; each peer's settings are the ones its docs give
- * for throughput where they give any, and were measured where they do not (see the worker files).
- * Every system gets fresh processes and a fresh database (or queue, or stream) each round, so each
- * starts cold alike and no earlier round's tables weigh on it; systems are interleaved within a round
- * and the rounds' medians are printed. Differences that remain: hookq POSTs its envelope (deliveryId,
- * topic, group, timestamps: about 530 bytes) where the peers POST {partition, offset, value} (about
- * 310); hookq allows 100 in flight per partition (400 in all), the peers 100; graphile-worker and
- * pg-boss write to the same PostgreSQL with its durable commits, RabbitMQ's quorum queue fsyncs before
- * it confirms, but JetStream acks a publish once written to its file store, with no fsync per
- * message (nats-server syncs every 2 minutes by default): less durable than the others.
+ * Fairness: one sink for all (bench/e2e-receiver.ts, counting each message once by its
+ * partition/offset); the same value (bench/lib/batches.ts plus the send time); the same producer
+ * shape (BENCH_PRODUCERS loops sending batches of BENCH_BATCH through each system's own batch call,
+ * bench/peers-produce.ts); up to BENCH_CONCURRENCY (100) POSTs in flight per peer worker; fresh
+ * processes and a fresh database (or queue, or stream) for every system and round, systems
+ * interleaved within a round, the rounds' medians printed. Differences that remain: hookq POSTs its
+ * envelope (about 530 bytes) where the peers POST {partition, offset, value} (about 310); hookq
+ * allows 400 in flight, the peers 100; JetStream acks a publish once written to its file store with
+ * no fsync per message (the others commit durably before they confirm).
  *
  * The CPU window runs from just before the first produce call until the system has completed every
  * message (hookq: committed offsets; graphile: no job row left; pg-boss: every job completed;
- * RabbitMQ and NATS: every message acked), so completing is counted; msg/s ends when the sink has
- * them all. Every load loop is bounded in count and time: a system that does not finish within
- * BENCH_MAX_SECONDS reports what completed. Exits non-zero only when the run itself fails (a system
- * that fails in a round is reported, the others still run, and the exit code is 1 at the end).
+ * RabbitMQ and NATS: every message acked). A system that does not finish within BENCH_MAX_SECONDS
+ * reports what completed; one that fails in a round is reported, the others still run.
  *
- * Environment (all optional):
- *   BENCH_SYSTEMS=hookq,graphile,pgboss,rabbitmq,nats,ceiling   which, in this order within each round
- *   BENCH_ROUNDS=3              rounds; the table shows their medians
- *   BENCH_MESSAGES=20000        messages per system and round
- *   BENCH_PRODUCERS=8           concurrent producer loops
- *   BENCH_BATCH=100             messages per produce call
- *   BENCH_CONCURRENCY=100       POSTs in flight at most per peer worker (graphile-worker concurrentJobs, pg-boss
- *                               batchSize, RabbitMQ prefetch, JetStream max_ack_pending)
- *   BENCH_PARTITIONS=4  BENCH_MAX_IN_FLIGHT=100   hookq's topic and group
- *   BENCH_MAX_SECONDS=60        cap on one system in one round
- *   BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres   server of the bench databases
- *   BENCH_AMQP_URL=amqp://guest:guest@127.0.0.1:5672   BENCH_NATS_URL=nats://127.0.0.1:4222
- *   BENCH_KEEP_DB=1             keep the bench databases
- *   HOOKQ_*                     passed to the broker
+ * Environment (all optional): BENCH_SYSTEMS=hookq,graphile,pgboss,rabbitmq,nats,ceiling  BENCH_ROUNDS=3
+ *   BENCH_MESSAGES=20000 (per system and round)  BENCH_PRODUCERS=8  BENCH_BATCH=100  BENCH_CONCURRENCY=100
+ *   BENCH_PARTITIONS=4  BENCH_MAX_IN_FLIGHT=100 (hookq's)  BENCH_MAX_SECONDS=60  BENCH_KEEP_DB=1
+ *   BENCH_AMQP_URL=amqp://guest:guest@127.0.0.1:5672  BENCH_NATS_URL=nats://127.0.0.1:4222
  */
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { rabbitVersion } from './lib/amqp.ts'
+import type { ReceiverStats } from './e2e-receiver.ts'
 import { serverSettings } from './lib/db.ts'
-import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
-import { listenerPid, reachable } from './lib/listener.ts'
-import { natsVersion } from './lib/nats.ts'
+import { envInt, SERVER_URL } from './lib/env.ts'
+import { type IpcWorker, startIpcWorker } from './lib/ipc.ts'
 import { countPostgresDatabases, cpuSince, cpuSnapshot, othersPct, perMessage, processCpuSeconds } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
-import type { ReceiverStats } from './e2e-receiver.ts'
+import { ceiling as ceilingPosts } from './lib/scenarios.ts'
+import { fixed, int, median, table } from './lib/stats.ts'
 import type { ProduceResult } from './peers-produce.ts'
-import { fixed, int, mediansTable, roundLine, roundsTable, type RoundResult } from './peers-report.ts'
-import { setUp, type PeerSystem, type SystemConfig } from './peers-systems.ts'
-import { envNumber } from './lib/env.ts'
+import { findServer, type PeerSystem, type SystemConfig, serverVersion, setUp } from './peers-systems.ts'
 
 const LABELS = {
   hookq: 'hookq (ackMode auto)',
@@ -91,21 +62,19 @@ type System = keyof typeof LABELS
 const SYSTEMS = (process.env.BENCH_SYSTEMS || 'hookq,graphile,pgboss,rabbitmq,nats,ceiling').split(',').map((s) => s.trim()) as System[]
 for (const s of SYSTEMS)
   if (!(s in LABELS)) throw new Error(`BENCH_SYSTEMS: unknown system ${s} (known: ${Object.keys(LABELS).join(', ')})`)
-const ROUNDS = Math.round(envNumber('BENCH_ROUNDS', 3))
-const MESSAGES = Math.round(envNumber('BENCH_MESSAGES', 20_000))
-const BATCH = Math.min(1000, Math.round(envNumber('BENCH_BATCH', 100)))
-const MAX_SECONDS = envNumber('BENCH_MAX_SECONDS', 60)
-const CEILING_S = 5
-const CEILING_CONCURRENCY = 64
+const ROUNDS = envInt('BENCH_ROUNDS', 3)
+const MESSAGES = envInt('BENCH_MESSAGES', 20_000)
+const BATCH = Math.min(1000, envInt('BENCH_BATCH', 100))
+const MAX_SECONDS = envInt('BENCH_MAX_SECONDS', 60)
 const CFG: SystemConfig = {
-  serverUrl: process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres',
+  serverUrl: SERVER_URL,
   amqpUrl: process.env.BENCH_AMQP_URL || 'amqp://guest:guest@127.0.0.1:5672',
   natsUrl: process.env.BENCH_NATS_URL || 'nats://127.0.0.1:4222',
   keepDb: Boolean(process.env.BENCH_KEEP_DB),
-  producers: Math.round(envNumber('BENCH_PRODUCERS', 8)),
-  concurrency: Math.round(envNumber('BENCH_CONCURRENCY', 100)),
-  partitions: Math.round(envNumber('BENCH_PARTITIONS', 4)),
-  maxInFlight: Math.round(envNumber('BENCH_MAX_IN_FLIGHT', 100)),
+  producers: envInt('BENCH_PRODUCERS', 8),
+  concurrency: envInt('BENCH_CONCURRENCY', 100),
+  partitions: envInt('BENCH_PARTITIONS', 4),
+  maxInFlight: envInt('BENCH_MAX_IN_FLIGHT', 100),
   pids: {},
 }
 /** The table's name of a system; hookq's says its topic and group, which the environment may change. */
@@ -173,7 +142,6 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
     ].filter(Boolean)
     return {
       system,
-      label: label(system),
       round,
       messages: st.unique,
       seconds,
@@ -205,73 +173,109 @@ async function measure(system: PeerSystem, round: number, receiver: IpcWorker, s
 
 /** Bare POSTs to the sink from bench/e2e-load.ts's load process: the sink's and loopback HTTP's ceiling. */
 async function ceiling(round: number, receiver: IpcWorker, load: IpcWorker, sinkUrl: string): Promise<RoundResult> {
-  const name = `peers-ceiling-r${round}`
-  await receiver.call('scenario', { name, mode: 'count', expect: 0 }, 5000)
   const pids = [receiver.pid, ...servers().map(([, pid]) => pid)]
-  const base = cpuSnapshot(load.pid)
-  const base2 = cpuSeconds(pids)
-  const r = await load.call<{ ok: number; sent: number; seconds: number; errors: number; latencyMs: { p50: number; p99: number } }>(
-    'posts',
-    {
-      url: `${sinkUrl}/p/${name}`,
-      concurrency: CEILING_CONCURRENCY,
-      warmupS: 1,
-      measureS: CEILING_S,
-      maxRequests: 5_000_000,
-    },
-    (CEILING_S + 30) * 1000,
-  )
-  const cpu = cpuSince(base, load.pid)
-  const countedS = cpuSeconds(pids).reduce((sum, s, i) => sum + s - base2[i]!, 0)
-  const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
-  return {
-    system: 'ceiling',
-    label: LABELS.ceiling,
-    round,
-    messages: r.ok,
-    seconds: r.seconds,
-    perS: r.ok / r.seconds,
-    // The load process's CPU per request (its warm-up second included, so over all it sent).
-    workerUs: perMessage(cpu, r.sent).brokerUs,
-    serverUs: NaN,
-    producerUs: NaN,
-    otherPct: othersPct(cpu) - (100 * countedS) / cpu.seconds,
-    duplicates: st.duplicates,
-    p50: r.latencyMs.p50,
-    p99: r.latencyMs.p99,
-    notes: r.errors ? `${r.errors} POSTs failed` : '',
-  }
+  const base = cpuSeconds(pids)
+  const r = await ceilingPosts({ receiver, load, receiverUrl: sinkUrl }, `peers-ceiling-r${round}`)
+  const countedS = cpuSeconds(pids).reduce((sum, s, i) => sum + s - base[i]!, 0)
+  const otherPct = othersPct(r.cpu) - (100 * countedS) / r.cpu.seconds
+  return { system: 'ceiling', round, ...r, workerUs: r.loadUs, serverUs: NaN, producerUs: NaN, otherPct }
+}
+
+// ---- the report
+
+/** One system's figures in one round. */
+interface RoundResult {
+  system: string
+  round: number
+  /** Unique messages the sink received (bare POSTs answered 2xx for the ceiling). */
+  messages: number
+  seconds: number
+  perS: number
+  /** CPU per message, us: the worker process (hookq: the broker; ceiling: the load process), the server, the producer. */
+  workerUs: number
+  serverUs: number
+  producerUs: number
+  /** Busy CPU of the host not counted to any process of the bench or to a server, % of one core. */
+  otherPct: number
+  duplicates: number
+  p50: number
+  p99: number
+  notes: string
+}
+
+const x = (n: number) => (Number.isFinite(n) ? `${n.toFixed(2)}x` : '-')
+
+/** One round of one system, as it finishes. */
+const roundLine = (r: RoundResult) =>
+  `round ${r.round} ${r.system}: ${int(r.perS)} msg/s (${int(r.messages)} in ${fixed(r.seconds, 2)} s); CPU per message: ` +
+  `worker ${fixed(r.workerUs, 0)} us, server ${fixed(r.serverUs, 0)} us, producer ${fixed(r.producerUs, 0)} us; ` +
+  `p50/p99 ${fixed(r.p50, 1)}/${fixed(r.p99, 1)} ms; duplicates ${r.duplicates}; other CPU ${fixed(r.otherPct, 0)}%` +
+  (r.notes ? `\n  ${r.notes}` : '')
+
+/** The medians per system over the rounds (total: the median of the rounds' totals), with the ratios to hookq's. */
+function mediansTable(rows: RoundResult[], systems: System[]): string {
+  const med = (s: string, f: (r: RoundResult) => number) => median(rows.filter((r) => r.system === s).map(f))
+  const total = (r: RoundResult) => r.workerUs + r.serverUs
+  const head = ['system', 'msg/s', 'msg/s, ratio to hookq', 'CPU us/msg: worker or broker', 'server', 'total', 'total, ratio to hookq']
+  head.push('producer us/msg', 'p99 ms', 'dups', 'other CPU% (max)')
+  const body = systems
+    .filter((system) => rows.some((r) => r.system === system))
+    .map((system) => {
+      const peer = (s: string) => (system === 'ceiling' ? '' : s)
+      const others = rows.filter((r) => r.system === system).map((r) => r.otherPct)
+      return [
+        label(system),
+        int(med(system, (r) => r.perS)),
+        x(med(system, (r) => r.perS) / med('hookq', (r) => r.perS)),
+        fixed(
+          med(system, (r) => r.workerUs),
+          0,
+        ),
+        peer(
+          fixed(
+            med(system, (r) => r.serverUs),
+            0,
+          ),
+        ),
+        peer(fixed(med(system, total), 0)),
+        peer(x(med(system, total) / med('hookq', total))),
+        peer(
+          fixed(
+            med(system, (r) => r.producerUs),
+            0,
+          ),
+        ),
+        fixed(
+          med(system, (r) => r.p99),
+          1,
+        ),
+        int(rows.filter((r) => r.system === system).reduce((n, r) => n + r.duplicates, 0)),
+        `${fixed(median(others), 0)} (${fixed(Math.max(...others), 0)})`,
+      ]
+    })
+  return table(head, body)
 }
 
 // ---- the run
-
-/** The pid of a server the bench does not start, or why its system is skipped. */
-async function findServer(url: string, defaultPort: number, comm: string): Promise<{ pid: number } | { skip: string }> {
-  const u = new URL(url)
-  const port = Number(u.port || defaultPort)
-  if (!(await reachable(u.hostname, port))) return { skip: `nothing answers on ${u.hostname}:${port}` }
-  const pid = listenerPid(port, comm)
-  return pid === undefined ? { skip: `the process listening on ${port} was not found, so its CPU could not be counted` } : { pid }
-}
 
 async function main(): Promise<void> {
   const started = Date.now()
   const settings = await serverSettings(CFG.serverUrl)
   let systems = SYSTEMS
   const versions: string[] = []
-  for (const [system, url, port, comm, version] of [
-    ['rabbitmq', CFG.amqpUrl, 5672, 'beam.smp', rabbitVersion],
-    ['nats', CFG.natsUrl, 4222, 'nats-server', natsVersion],
+  for (const [system, url, port] of [
+    ['rabbitmq', CFG.amqpUrl, 5672],
+    ['nats', CFG.natsUrl, 4222],
   ] as const) {
     if (!systems.includes(system)) continue
-    const found = await findServer(url, port, comm)
+    const found = await findServer(url, port)
     if ('skip' in found) {
       console.log(`${system} skipped: ${found.skip}`)
       systems = systems.filter((s) => s !== system)
       continue
     }
     CFG.pids[system] = found.pid
-    versions.push(`${system} ${await version(url)} (${comm} pid ${found.pid})`)
+    versions.push(`${system} ${await serverVersion(system, url)} (pid ${found.pid})`)
   }
   const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: 'http://127.0.0.1:9' }, 30_000)
   const sinkUrl = `http://127.0.0.1:${receiver.ready.port as number}`
@@ -311,14 +315,7 @@ async function main(): Promise<void> {
     }
   }
 
-  console.log(`\nevery round:\n${roundsTable(rows)}\n`)
-  console.log(
-    `medians of ${ROUNDS} rounds (${new Date().toISOString().slice(0, 10)}):\n` +
-      `${mediansTable(
-        rows,
-        systems.map((s) => ({ system: s, label: label(s) })),
-      )}\n`,
-  )
+  console.log(`\nmedians of ${ROUNDS} rounds (${new Date().toISOString().slice(0, 10)}):\n` + `${mediansTable(rows, systems)}\n`)
   console.log(
     `msg/s: unique messages the sink received / (the time it had them all - the first produce call); ceiling: 2xx answers/s.\n` +
       `CPU per message, from /proc, over the window from the first produce call to the system having completed every message:\n` +

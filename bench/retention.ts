@@ -2,65 +2,35 @@
  * Does the database stop growing under steady traffic once the retentions have passed? (issue 34)
  *
  * One broker on a throw-away database; a topic with retentionMs BENCH_RETENTION_MS (60 s) and an
- * auto-mode group pushing to a receiver on 127.0.0.1 that answers 200; HOOKQ_ATTEMPT_RETENTION_MS
- * the same, sweeps every BENCH_SWEEP_MS (5 s). Produces BENCH_RATE msg/s (1000) for BENCH_SECONDS
- * (240), in batches every 50 ms, and prints every 15 s the size of messages and deliveries with
- * their indexes (pg_total_relation_size), their live and dead tuples (pg_stat_user_tables), and
- * the database's size, the vacuums of them (autovacuum's and any other, the sweep's where autovacuum is off), and the age of the oldest snapshot any session of
- * the server holds (one held long keeps vacuum from removing dead rows, whatever their table). A
- * partitioned table is summed over its partitions (their count shown). Each line also gives the CPU
- * per message pushed since the last line, of the broker process and of the PostgreSQL backends
- * serving the bench database (read from /proc; backends that ended meanwhile are not counted).
- * BENCH_VACUUM_MS=<ms>: the bench itself runs VACUUM on messages and deliveries that often, standing
- * in for autovacuum on a server where it is off (SHOW autovacuum). BENCH_ROOT=<dir>: run the broker of
- * another checkout (with its node_modules), for a before/after in one sitting. BENCH_KEYED=1: every
- * message has an idempotency key of its own (idempotency_keys then grows and sheds with the traffic,
- * a row per message). The lines also show idempotency_keys and group_completions, every other table's dead
- * rows and HOT updates, and the run ends with the most dead rows each table had at a report. Bounded in count and time;
- * everything on loopback.
+ * auto-mode group pushing to a receiver that answers 200; HOOKQ_ATTEMPT_RETENTION_MS the same, sweeps
+ * every 5 s (unless HOOKQ_RETENTION_INTERVAL_MS says otherwise). Produces BENCH_RATE msg/s (1000) for
+ * BENCH_SECONDS (240), in batches every 50 ms, and prints every 15 s, for messages, deliveries,
+ * idempotency_keys and group_completions (a partitioned table summed over its partitions): size with
+ * indexes, live and dead tuples, vacuums; the database's size; the age of the oldest snapshot any
+ * session holds (one held long keeps vacuum from removing dead rows); the CPU per message pushed since
+ * the last line of the broker and of the bench database's backends; every other table's dead rows and
+ * HOT updates. It ends with the most dead rows each table had at a report. BENCH_VACUUM_MS=<ms>: the
+ * bench runs VACUUM on messages and deliveries that often, standing in for autovacuum where it is off.
  *
- *   DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres npm run bench:retention
- *   # the issue's compressed week: BENCH_SECONDS=1200 BENCH_RATE=3000 (and BENCH_RETENTION_MS=60000, the default)
+ *   npm run bench:retention   # the issue's compressed week: BENCH_SECONDS=1200 BENCH_RATE=3000
  */
-import { createServer } from 'node:http'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { brokerApi, startBroker, stopBroker } from './lib/broker.ts'
+import { brokerApi, serve, startBroker } from './lib/broker.ts'
 import { createBenchDatabase, withClient } from './lib/db.ts'
-import { readFile } from 'node:fs/promises'
+import { envCount, envInt, SERVER_URL } from './lib/env.ts'
+import { processCpuSeconds } from './lib/proc.ts'
+import { atCleanup, cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
 
-const serverUrl = process.env.DATABASE_URL ?? 'postgresql://postgres@127.0.0.1:5432/postgres'
-const rate = Number(process.env.BENCH_RATE ?? 1000)
-const seconds = Number(process.env.BENCH_SECONDS ?? 240)
-const retentionMs = Number(process.env.BENCH_RETENTION_MS ?? 60_000)
-const sweepMs = Number(process.env.BENCH_SWEEP_MS ?? 5000)
-const vacuumMs = Number(process.env.BENCH_VACUUM_MS ?? 0)
+const rate = envInt('BENCH_RATE', 1000)
+const seconds = envInt('BENCH_SECONDS', 240)
+const retentionMs = envInt('BENCH_RETENTION_MS', 60_000)
+const vacuumMs = envCount('BENCH_VACUUM_MS', 0)
 const tickMs = 50
 const perTick = Math.max(1, Math.round((rate * tickMs) / 1000))
-const keyed = process.env.BENCH_KEYED === '1'
 
 let pushes = 0
 let vacuuming: Promise<unknown> | undefined
-const receiver = createServer((req, res) => {
-  req.resume()
-  req.on('end', () => {
-    pushes++
-    res.writeHead(200).end()
-  })
-})
-await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve))
-const receiverPort = (receiver.address() as { port: number }).port
-
-const db = await createBenchDatabase(serverUrl)
-const broker = await startBroker(db.url, {
-  timeoutMs: 120_000,
-  ...(process.env.BENCH_ROOT ? { root: process.env.BENCH_ROOT } : {}),
-  env: {
-    HOOKQ_ATTEMPT_RETENTION_MS: String(retentionMs),
-    HOOKQ_RETENTION_INTERVAL_MS: String(sweepMs),
-    HOOKQ_PUSH_ALLOW_PRIVATE: 'true',
-    HOOKQ_PUSH_ALLOW_HTTP: 'true',
-  },
-})
+cleanUpOnInterrupt('the broker')
 
 const SIZES = `
 SELECT c.relname AS table, sum(pg_total_relation_size(r.oid)) AS bytes, sum(s.n_live_tup) AS live, sum(s.n_dead_tup) AS dead,
@@ -81,19 +51,12 @@ ORDER BY s.relname`
 /** The most dead rows seen at a report, per table (SIZES' and OTHERS'), printed at the end. */
 const maxDead = new Map<string, number>()
 
-/** CPU seconds (user + system) of a process from /proc, or 0 once it is gone. */
-async function cpuSeconds(pid: number): Promise<number> {
-  try {
-    const fields = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / 100 // utime, stime in clock ticks (USER_HZ 100)
-  } catch {
-    return 0
-  }
-}
+/** CPU seconds (user + system) of a process, 0 once it is gone. */
+const cpuSeconds = (pid: number) => processCpuSeconds(pid) ?? 0
 const backendCpu = new Map<number, number>()
 let lastCpu = { broker: 0, pg: 0, pushes: 0 }
 
-async function report(elapsedS: number, produced: number): Promise<void> {
+async function report(db: { url: string }, brokerPid: number, elapsedS: number, produced: number): Promise<void> {
   await withClient(db.url, async (client) => {
     // The parents locked first, as src/store/storage.ts does: reading partition sizes one by one must
     // not hold a partition the attempt log's maintenance waits for while it holds the parent.
@@ -104,8 +67,8 @@ async function report(elapsedS: number, produced: number): Promise<void> {
     const others = await client.query<{ table: string; dead: string; upd: string; hot: string }>(OTHERS)
     for (const r of others.rows) maxDead.set(r.table, Math.max(maxDead.get(r.table) ?? 0, Number(r.dead)))
     const backends = await client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database()')
-    for (const { pid } of backends.rows) backendCpu.set(pid, Math.max(backendCpu.get(pid) ?? 0, await cpuSeconds(pid)))
-    const cpu = { broker: await cpuSeconds(broker.pid), pg: [...backendCpu.values()].reduce((a, b) => a + b, 0), pushes }
+    for (const { pid } of backends.rows) backendCpu.set(pid, Math.max(backendCpu.get(pid) ?? 0, cpuSeconds(pid)))
+    const cpu = { broker: cpuSeconds(brokerPid), pg: [...backendCpu.values()].reduce((a, b) => a + b, 0), pushes }
     const n = cpu.pushes - lastCpu.pushes
     const perMsg = (now: number, before: number) => (n > 0 ? (((now - before) * 1e6) / n).toFixed(0) : '-')
     const cpuCell = `cpu µs/msg broker ${perMsg(cpu.broker, lastCpu.broker)} pg ${perMsg(cpu.pg, lastCpu.pg)}`
@@ -131,23 +94,34 @@ async function report(elapsedS: number, produced: number): Promise<void> {
   })
 }
 
-try {
+await runBench(async () => {
+  const receiver = await serve(() => {
+    pushes++
+    return undefined
+  })
+  atCleanup(async () => receiver.close())
+  const db = (run.db = await createBenchDatabase(SERVER_URL))
+  const broker = (run.broker = await startBroker(db.url, {
+    timeoutMs: 120_000,
+    env: {
+      HOOKQ_ATTEMPT_RETENTION_MS: String(retentionMs),
+      HOOKQ_RETENTION_INTERVAL_MS: process.env.HOOKQ_RETENTION_INTERVAL_MS || '5000',
+      HOOKQ_PUSH_ALLOW_PRIVATE: 'true',
+      HOOKQ_PUSH_ALLOW_HTTP: 'true',
+    },
+  }))
   await brokerApi(broker.url, 'PUT', '/v1/topics/bench', { partitions: 4, retentionMs })
   await brokerApi(broker.url, 'PUT', '/v1/groups/bench', { topic: 'bench', ackMode: 'auto', maxInFlight: 1000 })
-  await brokerApi(broker.url, 'POST', '/v1/groups/bench/consumers', { url: `http://127.0.0.1:${receiverPort}/hook` })
+  await brokerApi(broker.url, 'POST', '/v1/groups/bench/consumers', { url: `${receiver.url}/hook` })
   const body = JSON.stringify({ messages: Array.from({ length: perTick }, (_, i) => ({ value: { i, pad: 'x'.repeat(200) } })) })
-  const keyedBody = (tick: number) =>
-    JSON.stringify({
-      messages: Array.from({ length: perTick }, (_, i) => ({ value: { i, pad: 'x'.repeat(200) }, idempotencyKey: `bench-${tick}-${i}` })),
-    })
   const MAX_OUTSTANDING = 8
   const outstanding = new Set<Promise<void>>()
   let skipped = 0
-  const produceOnce = async (tick: number) => {
+  const produceOnce = async () => {
     const res = await fetch(`${broker.url}/v1/topics/bench/messages`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: keyed ? keyedBody(tick) : body,
+      body,
       signal: AbortSignal.timeout(30_000),
     })
     await res.arrayBuffer()
@@ -165,7 +139,7 @@ try {
     // MAX_OUTSTANDING at once; past that the tick's messages are not sent, and counted as skipped),
     // and a slow spell is not made up for by a burst that would inflate the live rows.
     if (outstanding.size < MAX_OUTSTANDING) {
-      const call = produceOnce(tick).finally(() => outstanding.delete(call))
+      const call = produceOnce().finally(() => outstanding.delete(call))
       outstanding.add(call)
     } else {
       skipped += perTick
@@ -183,17 +157,13 @@ try {
       }
     }
     if (elapsed >= nextReport) {
-      await report(Math.round(elapsed), produced)
+      await report(db, broker.pid, Math.round(elapsed), produced)
       nextReport += 15
     }
   }
   await Promise.all(outstanding)
   await vacuuming
   console.log(`skipped ${skipped} messages (${MAX_OUTSTANDING} produce calls already outstanding at their tick)`)
-  await report(Math.round((performance.now() - start) / 1000), produced)
+  await report(db, broker.pid, Math.round((performance.now() - start) / 1000), produced)
   console.log(`most dead rows at any report: ${[...maxDead].map(([t, n]) => `${t} ${n}`).join(', ')}`)
-} finally {
-  await stopBroker(broker)
-  receiver.close()
-  await db.drop()
-}
+})

@@ -25,21 +25,22 @@
  * more than the difference measured, so only counts run side by side compare.
  *
  * Environment (all optional): BENCH_SCALE_PROCESSES=1,2,4  BENCH_ROUNDS=1  BENCH_MESSAGES=60000  BENCH_WARMUP_MESSAGES=20000
- *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60  BENCH_DATABASE_URL=...
- *   BENCH_SCALE_RATE=<msg/s> (the measured pass paced at that rate, the same for every count: see below)
+ *   BENCH_PARTITIONS=8  BENCH_MAX_IN_FLIGHT=200  BENCH_MAX_SECONDS=60
+ *   BENCH_SCALE_RATE=<msg/s> (the measured pass paced at that rate, the same for every count)
  */
 import { readFileSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { brokerApi, committedOffsets, startBroker, stopBroker, type BrokerProcess } from './lib/broker.ts'
+import type { ReceiverStats } from './e2e-receiver.ts'
+import { startBroker, stopBroker } from './lib/broker.ts'
 import { createBenchDatabase } from './lib/db.ts'
-import { envCount, envInt } from './lib/env.ts'
-import { startIpcWorker, type IpcWorker } from './lib/ipc.ts'
+import { envCount, envInt, SERVER_URL } from './lib/env.ts'
+import { type IpcWorker, startIpcWorker } from './lib/ipc.ts'
 import { cpuSince, cpuSnapshot, perMessage, processCpuSeconds } from './lib/proc.ts'
 import { building, cleanUpOnInterrupt, runBench } from './lib/run.ts'
+import { Target } from './lib/scenarios.ts'
 import { median } from './lib/stats.ts'
-import type { ReceiverStats } from './e2e-receiver.ts'
 
 const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s) => {
   const n = Number(s)
@@ -47,15 +48,17 @@ const COUNTS = (process.env.BENCH_SCALE_PROCESSES || '1,2,4').split(',').map((s)
   return n
 })
 const ROUNDS = envInt('BENCH_ROUNDS', 1)
-const MESSAGES = envInt('BENCH_MESSAGES', 60_000)
 const WARMUP = envCount('BENCH_WARMUP_MESSAGES', 20_000)
-const PARTITIONS = envInt('BENCH_PARTITIONS', 8)
-const MAX_IN_FLIGHT = envInt('BENCH_MAX_IN_FLIGHT', 200)
-const MAX_SECONDS = envInt('BENCH_MAX_SECONDS', 60)
+const CFG = {
+  messages: envInt('BENCH_MESSAGES', 60_000),
+  partitions: envInt('BENCH_PARTITIONS', 8),
+  maxInFlight: envInt('BENCH_MAX_IN_FLIGHT', 200),
+  maxSeconds: envInt('BENCH_MAX_SECONDS', 60),
+  batch: 100,
+  producers: 4,
+}
 /** Messages a second the measured pass produces at (unset: as fast as the brokers answer). */
 const RATE = process.env.BENCH_SCALE_RATE ? envInt('BENCH_SCALE_RATE', 0) : undefined
-const SERVER_URL = process.env.BENCH_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
-const wallNow = () => performance.timeOrigin + performance.now()
 
 cleanUpOnInterrupt('the brokers, the receiver and the load')
 
@@ -117,26 +120,13 @@ async function commitsSettled(c: pg.Client): Promise<number> {
   return Number(r.rows[0]!.n)
 }
 
-/** One broker command on a database of its own: HOOKQ_PROCESSES=n processes sharing the partitions of its topic. */
-interface Deployment {
-  broker: BrokerProcess
-  c: pg.Client
-  members: Member[]
-  /** The broker processes' pids (the process started itself when it runs one). */
-  workers: number[]
-  /** Its group's committed offsets, summed over the partitions. */
-  committed(): Promise<number>
-  /** Stops the broker, closes the session, drops the database (also on failure or Ctrl-C). */
-  stop(): Promise<void>
-}
-
 /**
- * A broker command of `n` processes on a database of its own, with a topic of `partitions` and an
+ * A broker command of `n` processes (HOOKQ_PROCESSES=n) on a database of its own, with a topic and an
  * auto-mode group pushing to the receiver, once every process has joined and the partitions are
- * spread. What is started is undone if a later step fails.
+ * spread. What is started is undone if a later step fails, and by stop().
  */
-function deploy(n: number, name: string, receiverUrl: string, partitions: number): Promise<Deployment> {
-  return building<Omit<Deployment, 'stop'>>(async (undo) => {
+function deploy(n: number, name: string, receiver: IpcWorker, load: IpcWorker) {
+  return building(async (undo) => {
     const db = await createBenchDatabase(SERVER_URL)
     if (!process.env.BENCH_KEEP_DB) undo.add(() => db.drop())
     const broker = await startBroker(db.url, { timeoutMs: 90_000, env: { HOOKQ_PROCESSES: String(n), HOOKQ_CLUSTER_POLL_MS: '500' } })
@@ -146,63 +136,42 @@ function deploy(n: number, name: string, receiverUrl: string, partitions: number
     c.on('error', () => {})
     await c.connect()
     undo.add(() => c.end())
-    await brokerApi(broker.url, 'PUT', `/v1/topics/${name}`, { partitions })
-    await brokerApi(broker.url, 'PUT', `/v1/groups/${name}`, {
-      topic: name,
-      ackMode: 'auto',
-      maxInFlight: MAX_IN_FLIGHT,
-      ackTimeoutMs: 30_000,
-    })
-    await brokerApi(broker.url, 'POST', `/v1/groups/${name}/consumers`, { url: `${receiverUrl}/p/${name}` })
+    const t = new Target(broker, receiver, load, CFG)
+    await t.createGroup(name, 'auto')
     // Every process joined and the partitions spread (each owns its share, all of them owned).
     let ms: Member[] = []
-    const share = Math.floor(partitions / n)
     for (let i = 0; i < 600; i++) {
       ms = await members(c)
       if (ms.length === n) {
         const m = await Promise.all(ms.map((x) => metricsOf(x.url)))
-        if (m.reduce((a, b) => a + b.owned, 0) === partitions && m.every((b) => b.owned >= share)) break
+        if (m.reduce((a, b) => a + b.owned, 0) === CFG.partitions && m.every((b) => b.owned >= Math.floor(CFG.partitions / n))) break
       }
       await sleep(100)
     }
     if (ms.length !== n) throw new Error(`${n} processes asked for, ${ms.length} joined`)
-    return {
-      broker,
-      c,
-      members: ms,
-      // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
-      workers: n === 1 ? [broker.pid] : childPids(broker.pid),
-      committed: () => committedOffsets(broker.url, name),
-    }
+    // HOOKQ_PROCESSES=1 runs the broker in the process started; more run as its children.
+    return { t, c, members: ms, workers: n === 1 ? [broker.pid] : childPids(broker.pid) }
   })
 }
 
 /** `n` processes through one command sharing the partitions of one topic, on a database of their own. */
-async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, load: IpcWorker): Promise<Row> {
+async function scenario(n: number, receiver: IpcWorker, load: IpcWorker): Promise<Row> {
   const name = `scale-${n}`
-  const d = await deploy(n, name, receiverUrl, PARTITIONS)
+  const d = await deploy(n, name, receiver, load)
+  const { t } = d
   try {
-    /** Produces `total` more messages and waits for them to complete: what came of it, and the messages completed in all. */
+    /** Produces `total` more messages and waits for them to complete: what came of it, and the messages completed of them. */
     const pass = async (total: number, completedBefore: number, rate?: number) => {
       await receiver.call('scenario', { name, mode: 'count', expect: total }, 5000)
       await sleep(500)
-      const startedAt = wallNow()
-      const done = receiver.next<{ at: number }>('done', MAX_SECONDS * 1000 + 5000).catch(() => undefined)
-      const r = await load.call<{ produced: number; firstSendAt: number }>(
-        'bulk',
-        { url: `${d.broker.url}/v1/topics/${name}/messages`, total, batch: 100, concurrency: 4, maxSeconds: MAX_SECONDS, rate },
-        MAX_SECONDS * 1000 + 60_000,
-      )
+      const deadline = Date.now() + CFG.maxSeconds * 1000
+      const done = receiver.next('done', CFG.maxSeconds * 1000 + 5000).catch(() => undefined)
+      const r = await t.produce(name, total, rate)
       if (r.produced < total) await receiver.call('expect', { n: r.produced }, 5000)
-      await Promise.race([done, sleep(Math.max(0, startedAt + MAX_SECONDS * 1000 - wallNow()))])
+      await Promise.race([done, sleep(Math.max(0, deadline - Date.now()))])
       // Completed: the committed offsets (the receiver's count says pushed, not yet committed).
-      let completed = 0
-      for (let i = 0; i < 1000 && wallNow() < startedAt + (MAX_SECONDS + 10) * 1000; i++) {
-        completed = (await d.committed()) - completedBefore
-        if (completed >= r.produced) break
-        await sleep(10)
-      }
-      return { r, completed }
+      const c = await t.completed(name, completedBefore + r.produced, performance.timeOrigin + performance.now() + 10_000)
+      return { r, completed: c.completed - completedBefore }
     }
     // Each process compiles its hot code under the first load (about 2 s of CPU a process): once
     // per process, so N processes would pay it N times in the figures. Run it off first, as much of
@@ -212,13 +181,13 @@ async function scenario(n: number, receiver: IpcWorker, receiverUrl: string, loa
     const commits0 = await commitsSettled(d.c)
     const before = await Promise.all(d.members.map((m) => metricsOf(m.url)))
     const cpu0 = d.workers.map((pid) => processCpuSeconds(pid) ?? NaN)
-    const primary0 = n === 1 ? 0 : (processCpuSeconds(d.broker.pid) ?? NaN)
+    const primary0 = n === 1 ? 0 : (processCpuSeconds(t.broker.pid) ?? NaN)
     const base = cpuSnapshot(undefined)
-    const { r, completed } = await pass(MESSAGES, warm.completed, RATE)
-    const endAt = wallNow()
+    const { r, completed } = await pass(CFG.messages, warm.completed, RATE)
+    const endAt = performance.timeOrigin + performance.now()
     const w = cpuSince(base, undefined)
     const brokerS = d.workers.reduce((a, pid, i) => a + (processCpuSeconds(pid) ?? NaN) - cpu0[i]!, 0)
-    const primary = n === 1 ? 0 : (processCpuSeconds(d.broker.pid) ?? NaN) - primary0
+    const primary = n === 1 ? 0 : (processCpuSeconds(t.broker.pid) ?? NaN) - primary0
     const after = await Promise.all(d.members.map((m) => metricsOf(m.url)))
     const st = await receiver.call<ReceiverStats>('stats', {}, 5000)
     const commits = (await commitsSettled(d.c)) - commits0
@@ -285,9 +254,8 @@ function printRow(row: Row): void {
 async function main(): Promise<void> {
   const receiver = await startIpcWorker('bench/e2e-receiver.ts', { brokerUrl: 'http://127.0.0.1:1' }, 30_000)
   const load = await startIpcWorker('bench/e2e-load.ts', {}, 30_000)
-  const receiverUrl = `http://127.0.0.1:${receiver.ready.port as number}`
   console.log(
-    `hookq scale bench: ${MESSAGES.toLocaleString('en-US')} messages per run, ${PARTITIONS} partitions, auto mode, maxInFlight ${MAX_IN_FLIGHT}, ` +
+    `hookq scale bench: ${CFG.messages.toLocaleString('en-US')} messages per run, ${CFG.partitions} partitions, auto mode, maxInFlight ${CFG.maxInFlight}, ` +
       `processes ${COUNTS.join(', ')}; ${RATE === undefined ? 'as fast as the brokers answer' : `paced at ${RATE.toLocaleString('en-US')} msg/s`}; host ${cpus().length} cores\n`,
   )
   const rounds: Row[][] = []
@@ -295,7 +263,7 @@ async function main(): Promise<void> {
     if (ROUNDS > 1) console.log(`round ${round} of ${ROUNDS}`)
     const rows: Row[] = []
     for (const n of COUNTS) {
-      const row = await scenario(n, receiver, receiverUrl, load)
+      const row = await scenario(n, receiver, load)
       rows.push(row)
       printRow(row)
     }

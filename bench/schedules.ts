@@ -4,30 +4,27 @@
  *   - ticks made, and the broker's and PostgreSQL's CPU per tick (from /proc);
  *   - lateness: each message's produce time (its `timestamp`, when the outbox mover appended it)
  *     minus its `hookq-schedule-tick`, p50, p99 and max.
- * BENCH_PROCESSES=2 runs the broker with HOOKQ_PROCESSES=2 (two processes ticking together).
+ * HOOKQ_PROCESSES=2 runs two processes ticking together (their CPU is then not counted as the broker's).
  *
- * Environment (all optional): BENCH_SCHEDULES=1000  BENCH_SECONDS=30  BENCH_PROCESSES=1  BENCH_DATABASE_URL=...
+ * Environment (all optional): BENCH_SCHEDULES=1000  BENCH_SECONDS=30
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { brokerApi, startBroker } from './lib/broker.ts'
 import { createBenchDatabase, withClient } from './lib/db.ts'
-import { envCount, envInt } from './lib/env.ts'
+import { envCount, envInt, SERVER_URL } from './lib/env.ts'
 import { countPostgresDatabases, cpuSince, cpuSnapshot } from './lib/proc.ts'
 import { cleanUpOnInterrupt, run, runBench } from './lib/run.ts'
+import { quantile } from './lib/stats.ts'
 
 const SCHEDULES = envCount('BENCH_SCHEDULES', 1000)
 const SECONDS = envInt('BENCH_SECONDS', 30)
-const PROCESSES = envInt('BENCH_PROCESSES', 1)
-const SERVER = process.env.BENCH_DATABASE_URL || process.env.DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'
+const PROCESSES = Number(process.env.HOOKQ_PROCESSES || 1)
 
 cleanUpOnInterrupt('the broker')
 await runBench(async () => {
-  run.db = await createBenchDatabase(SERVER)
+  run.db = await createBenchDatabase(SERVER_URL)
   countPostgresDatabases([run.db.name])
-  const broker = (run.broker = await startBroker(run.db.url, {
-    timeoutMs: 120_000,
-    ...(PROCESSES > 1 ? { env: { HOOKQ_PROCESSES: String(PROCESSES) } } : {}),
-  }))
+  const broker = (run.broker = await startBroker(run.db.url, { timeoutMs: 120_000 }))
   const api = (method: string, path: string, body?: unknown) => brokerApi(broker.url, method, path, body)
   await api('PUT', '/v1/topics/ticks', { partitions: 4 })
   let next = 0
@@ -57,12 +54,12 @@ await runBench(async () => {
       )
     ).rows.map((r) => r.ms),
   )
-  const at = (q: number) => late[Math.min(late.length - 1, Math.floor(q * late.length))]?.toFixed(0)
+  const at = (p: number) => quantile(late, p).toFixed(0)
   const perTickUs = (pct: number) => ((pct * 10_000 * cpu.seconds) / Math.max(1, ticks)).toFixed(0)
   console.log(
     `${SCHEDULES} schedules every 1 s, ${PROCESSES} process(es), ${cpu.seconds.toFixed(1)} s: ${ticks} ticks (${(ticks / cpu.seconds).toFixed(0)}/s); ` +
       `CPU per tick: broker ${PROCESSES > 1 ? 'n/a (workers)' : `${perTickUs(cpu.brokerPct)} us`}, PostgreSQL ${perTickUs(cpu.postgresPct)} us ` +
       `(broker ${cpu.brokerPct.toFixed(1)}%, PostgreSQL ${cpu.postgresPct.toFixed(1)}% of a core; host ${cpu.hostPct.toFixed(0)}% busy)`,
   )
-  console.log(`lateness (produced - tick) of ${late.length} ticks: p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${at(1)} ms`)
+  console.log(`lateness (produced - tick) of ${late.length} ticks: p50 ${at(50)} ms, p99 ${at(99)} ms, max ${at(100)} ms`)
 })

@@ -5,7 +5,23 @@
  * in count and in time (`maxSeconds`). Times are wall-clock ms, comparable across the bench's processes.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
+import { Pool } from 'undici'
 import { Latencies } from './stats.ts'
+
+/** The message value of every produce load and of the ceiling's bodies: a JSON object of about 200 bytes. */
+export const MESSAGE_VALUE = {
+  event: 'order.created',
+  orderId: 'ord-7f3a9c2e-51b4-4d8e-9a61-2c0b7e4f8d13',
+  customer: { id: 'cus-000123456', tier: 'gold' },
+  items: [
+    { sku: 'SKU-4411', qty: 2, price: 19.99 },
+    { sku: 'SKU-9020', qty: 1, price: 5.5 },
+  ],
+  note: 'deliver to the side door',
+}
+const MESSAGE_VALUE_JSON = JSON.stringify(MESSAGE_VALUE)
+/** MESSAGE_VALUE's JSON with extra fields spliced in (`"t":123`): drop its closing brace. */
+export const valueWith = (extra: string) => `${MESSAGE_VALUE_JSON.slice(0, -1)},${extra}}`
 
 const wallNow = () => performance.timeOrigin + performance.now()
 const ATTEMPTS = 5
@@ -79,4 +95,34 @@ export async function sendBatches(a: BatchLoad, send: SendBatch, onError: (err: 
     timedOut: produced < a.total,
     latencyMs: latencies.summary(),
   }
+}
+
+/** An answer no retry can mend (not 201, 429 or 503). */
+export class FatalAnswer extends Error {}
+
+/**
+ * Batches of MESSAGE_VALUE (with the batch's send time `t`) to hookq's topic `topic` at `brokerUrl`,
+ * one pooled connection a loop; answers not 201 counted in `non201`. The broker shedding load
+ * (429, 503): its Retry-After honoured (capped), then the batch sent again.
+ */
+export function hookqSender(brokerUrl: string, topic: string, connections: number) {
+  const pool = new Pool(brokerUrl, { connections, pipelining: 1 })
+  const non201: Record<string, number> = {}
+  const send: SendBatch = async (_loop, _first, n, sentAt) => {
+    const one = `{"value":${valueWith(`"t":${sentAt}`)}}`
+    const res = await pool.request({
+      path: `/v1/topics/${encodeURIComponent(topic)}/messages`,
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: `{"messages":[${Array(n).fill(one).join(',')}]}`,
+      headersTimeout: 30_000,
+      bodyTimeout: 30_000,
+    })
+    const text = await res.body.text()
+    if (res.statusCode === 201) return undefined
+    non201[res.statusCode] = (non201[res.statusCode] ?? 0) + 1
+    if (res.statusCode !== 429 && res.statusCode !== 503) throw new FatalAnswer(`produce answered ${res.statusCode}: ${text.slice(0, 300)}`)
+    return Math.min(1000, Math.max(20, Number(res.headers['retry-after'] ?? 0) * 1000))
+  }
+  return { send, non201, close: () => pool.close() }
 }

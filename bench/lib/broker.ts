@@ -1,6 +1,7 @@
 /** The broker under test as a child process, started as `npm start` starts it (node with the start script's flags), on a port we pick. */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { readFileSync } from 'node:fs'
+import { createServer as createHttpServer } from 'node:http'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -38,14 +39,15 @@ function startArgs(root: string): string[] {
  * Starts the broker on `databaseUrl` and resolves once GET /healthz answers 200. The bench
  * environment is passed through, so HOOKQ_* settings (HOOKQ_COMMIT_CONCURRENCY…) reach it.
  * `env` adds to (or overrides) the environment the broker gets, HOOKQ_PROCESSES for one.
- * `root` runs the broker of another checkout (bench/ab.ts), as its own package.json starts it.
+ * `root` runs the broker of another checkout, as its own package.json starts it (default BENCH_ROOT, else
+ * this one): bench/ab.ts, or a before/after of any scenario in one sitting.
  * Node flags for the broker alone go through NODE_OPTIONS (`--perf-basic-prof` for `perf record`).
  */
 export async function startBroker(
   databaseUrl: string,
   opts: { timeoutMs: number; env?: Record<string, string>; root?: string },
 ): Promise<BrokerProcess> {
-  const root = opts.root ?? ROOT
+  const root = opts.root ?? (process.env.BENCH_ROOT || ROOT)
   const port = await freePort()
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -105,4 +107,24 @@ export async function brokerApi<T = unknown>(base: string, method: string, path:
 export async function committedOffsets(base: string, group: string): Promise<number> {
   const s = await brokerApi<{ partitions: { committedOffset: number }[] }>(base, 'GET', `/v1/groups/${group}`)
   return s.partitions.reduce((n, p) => n + p.committedOffset, 0)
+}
+
+/**
+ * An HTTP server on 127.0.0.1 that hands each request's body to `onBody` and answers what it returns
+ * (200 and no body by default): the receivers of the smaller benches, the OAuth token endpoint.
+ */
+export async function serve(onBody: (body: string, path: string) => string | undefined): Promise<{ url: string; close(): void }> {
+  const server = createHttpServer((req, res) => {
+    let body = ''
+    req.setEncoding('utf8')
+    req.on('data', (d: string) => {
+      body += d
+    })
+    req.on('end', () => {
+      const answer = onBody(body, req.url ?? '/')
+      res.writeHead(200, answer === undefined ? {} : { 'content-type': 'application/json' }).end(answer)
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, close: () => server.close() }
 }

@@ -1,5 +1,5 @@
 /** Child processes of the bench: tracked by pid so that cleanup ends exactly the ones it started. */
-import { spawn, type ChildProcess } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -26,27 +26,4 @@ export async function stopChild(child: ChildProcess, graceMs: number, signal: No
   const timer = setTimeout(() => child.kill('SIGKILL'), graceMs)
   await exited(child)
   clearTimeout(timer)
-}
-
-/**
- * Runs `node --import tsx <script> <JSON args>` from the project root and returns the JSON of its
- * last stdout line. Killed if it outlives `timeoutMs`; its stderr goes to ours.
- */
-export async function runJsonWorker<T>(script: string, args: unknown, timeoutMs: number): Promise<T> {
-  const child = track(
-    spawn(process.execPath, ['--import', 'tsx', script, JSON.stringify(args)], {
-      cwd: ROOT,
-      stdio: ['ignore', 'pipe', 'inherit'],
-    }),
-  )
-  let out = ''
-  child.stdout!.on('data', (d: Buffer) => {
-    out += d
-  })
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
-  await exited(child)
-  clearTimeout(timer)
-  if (child.exitCode !== 0) throw new Error(`${script} failed (exit ${child.exitCode ?? child.signalCode})`)
-  const last = out.trim().split('\n').pop() ?? ''
-  return JSON.parse(last) as T
 }

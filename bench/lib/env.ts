@@ -29,3 +29,6 @@ export function envList(name: string, fallback: string): string[] {
     .map((s) => s.trim())
     .filter(Boolean)
 }
+
+/** The PostgreSQL server the benches make their throw-away databases on. */
+export const SERVER_URL = process.env.BENCH_DATABASE_URL || process.env.DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres'

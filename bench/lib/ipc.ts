@@ -7,8 +7,8 @@
  * error } | { event, data }. A worker exits when the parent goes away (IPC disconnect), so an
  * orchestrator killed with SIGKILL leaves no receiver behind.
  */
-import { spawn, type ChildProcess } from 'node:child_process'
-import { EventEmitter } from 'node:events'
+import { spawn } from 'node:child_process'
+import { EventEmitter, once } from 'node:events'
 import { ROOT, exited, stopChild, track } from './child.ts'
 
 interface Answer {
@@ -23,12 +23,9 @@ interface Event {
 }
 
 export interface IpcWorker {
-  child: ChildProcess
   pid: number
   /** What the worker sent with its `ready` event. */
   ready: Record<string, unknown>
-  /** Events the worker emits (besides `ready`). */
-  events: EventEmitter
   /** Sends a command; rejects on the worker's error, its exit or `timeoutMs`. */
   call<T>(cmd: string, args: unknown, timeoutMs: number): Promise<T>
   /** Resolves with the data of the next `event` the worker emits (or rejects after `timeoutMs`). */
@@ -68,45 +65,25 @@ export async function startIpcWorker(script: string, args: unknown, readyTimeout
       w.reject(gone)
     }
     waiting.clear()
-    events.emit('exit', gone)
+    if (events.listenerCount('error') > 0) events.emit('error', gone)
   })
 
-  const next = <T>(event: string, timeoutMs: number): Promise<T> =>
-    new Promise<T>((resolve, reject) => {
-      if (gone) {
-        reject(gone)
-        return
-      }
-      const onEvent = (data: T) => {
-        cleanup()
-        resolve(data)
-      }
-      const onExit = (err: Error) => {
-        cleanup()
-        reject(err)
-      }
-      const timer = setTimeout(() => {
-        cleanup()
-        reject(new Error(`${script}: no ${event} within ${timeoutMs} ms`))
-      }, timeoutMs)
-      const cleanup = () => {
-        clearTimeout(timer)
-        events.off(event, onEvent)
-        events.off('exit', onExit)
-      }
-      events.on(event, onEvent)
-      events.on('exit', onExit)
+  const next = async <T>(event: string, timeoutMs: number): Promise<T> => {
+    if (gone) throw gone
+    // once() rejects on an 'error' event: the exit handler emits one while someone waits.
+    const [data] = await once(events, event, { signal: AbortSignal.timeout(timeoutMs) }).catch((err: unknown) => {
+      throw err === gone ? gone : new Error(`${script}: no ${event} within ${timeoutMs} ms`)
     })
+    return data as T
+  }
 
   const ready = await next<Record<string, unknown>>('ready', readyTimeoutMs).catch(async (err: unknown) => {
     await stopChild(child, 2000, 'SIGKILL')
     throw err
   })
   return {
-    child,
     pid: child.pid!,
     ready,
-    events,
     next,
     call<T>(cmd: string, callArgs: unknown, timeoutMs: number): Promise<T> {
       if (gone) return Promise.reject(gone)

@@ -1,4 +1,4 @@
-/** Percentiles, medians and ratios of the benches' figures. */
+/** Percentiles, medians, ratios and the printed tables of the benches' figures. */
 
 /** Nearest-rank percentile of ascending-sorted values; NaN when there are none. */
 export function percentile(sorted: Float64Array, p: number): number {
@@ -7,9 +7,12 @@ export function percentile(sorted: Float64Array, p: number): number {
   return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1]!
 }
 
-/** The median of the values (the mean of the middle two for an even count); NaN when there are none. */
+/** Nearest-rank percentile of unsorted values; NaN when there are none. */
+export const quantile = (xs: number[], p: number) => percentile(Float64Array.from(xs).sort(), p)
+
+/** The median of the finite values (the mean of the middle two for an even count); NaN when there are none. */
 export function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b)
+  const s = xs.filter(Number.isFinite).sort((a, b) => a - b)
   const m = s.length >> 1
   return s.length === 0 ? NaN : s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2
 }
@@ -40,4 +43,19 @@ export class Latencies {
 export function ratio(a: number, b: number): string {
   const r = a / b
   return Number.isFinite(r) ? `${r.toFixed(2)}x` : '-'
+}
+
+export const int = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '-')
+export const fixed = (n: number, digits = 1) => (Number.isFinite(n) ? n.toFixed(digits) : '-')
+/** Counts by HTTP status, "429:3 503:1". */
+export const codes = (m: Record<string, number>) =>
+  Object.entries(m)
+    .map(([c, n]) => `${c}:${n}`)
+    .join(' ')
+
+/** A text table: the first `leftColumns` columns left-aligned, the others right-aligned. */
+export function table(head: string[], body: string[][], leftColumns = 1): string {
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((r) => r[i]!.length)))
+  const line = (cells: string[]) => cells.map((c, i) => (i < leftColumns ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ')
+  return [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n')
 }
