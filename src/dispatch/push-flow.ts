@@ -105,10 +105,10 @@ interface Transport {
   /** How long the attempt's ack deadline runs: the group's ackTimeoutMs, or the caller's leaseMs. */
   leaseMs: number
   /**
-   * Whether a reservation may cover one more message beyond the `awaiting` ones already waiting
-   * for it: the messages it covers should all go out when it is written.
+   * Whether a reservation may cover `o` too, beyond the messages already waiting for one: the
+   * messages it covers should all go out when it is written.
    */
-  reservable(awaiting: number): boolean
+  reservable(o: Outstanding): boolean
   take(): void
   send(o: Outstanding, a: Attempt, deadlineMs: number, nowMs: number): void
   giveBack(): void
@@ -156,7 +156,9 @@ export class PushFlow {
     const windows = this.deps.windows
     const win = windows.of(consumer.id)
     // (Each message checks the ownership lease first: start would leave it ready, and the loops spin.)
-    while (w.ready.length > 0 && w.hasRoom(limit)) {
+    // Ordering "partition": a ready message waits while any other is outstanding (one being
+    // completed too: were its completion to fail, it would be pushed again after this one).
+    while (w.ready.length > 0 && (ordering === 'partition' ? w.outstanding.size - w.ready.length - w.delayed < 1 : w.hasRoom(limit))) {
       if (!this.leaseHeld(g, w)) return
       const joining = this.sender.isOpen(w, consumer)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
@@ -202,7 +204,7 @@ export class PushFlow {
     const id = g.row.id
     const ordering = g.row.ordering
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
-    while (w.ready.length > 0 && w.hasRoom(limit)) {
+    while (w.ready.length > 0 && (ordering === 'partition' ? w.outstanding.size - w.ready.length - w.delayed < 1 : w.hasRoom(limit))) {
       if (!this.leaseHeld(g, w)) return
       // Nobody with room: a probe waiting is told that this one could go.
       if (!pulls.taker(id)) return pulls.leasable(id)
@@ -394,7 +396,7 @@ export class PushFlow {
       // A reservation covers no more than can go out (the callers' room, the consumer's window): a
       // message reserved and never pushed would be counted as attempted by the next owner after a
       // crash (dead at maxDeliveries 1). The pending reservation's end fills the partition again.
-      if (!transport.reservable(w.awaitingReservation)) return w.move(o, 'ready')
+      if (!transport.reservable(o)) return w.move(o, 'ready')
       w.move(o, 'reserving')
       return this.reserve(g, w)
     }
@@ -486,8 +488,11 @@ export class PushFlow {
     }
     return {
       leaseMs: g.row.ackTimeoutMs,
-      // A batch gathering takes what is ready whatever the window (see consumer-windows.ts).
-      reservable: (awaiting) => joining || win.batching || windows.free(win) > awaiting,
+      reservable: (o) => {
+        const free = windows.free(win)
+        // (win.batching is set only for a consumer with fixed limits: the group says whether it batches.)
+        return this.promisedTo(g, consumer.id, o) < (g.row.batchMaxMessages !== null ? Math.max(1, free) * g.row.batchMaxMessages : free)
+      },
       take: () => windows.started(win),
       send: (o, a, deadlineMs, nowMs) => this.sender.send(g, w, o, a, consumer, deadlineMs, nowMs),
       giveBack: () => {
@@ -547,6 +552,18 @@ export class PushFlow {
       )
     }
     return false
+  }
+
+  /**
+   * Messages of the consumer's partitions here waiting for a reservation, `o` aside: its window is
+   * the consumer's, shared by them. With batch push a batch gathering takes what is ready whatever
+   * the window (consumer-windows.ts), so each free slot is counted as a batch of maxMessages.
+   */
+  private promisedTo(g: GroupRuntime, consumerId: string, o: Outstanding): number {
+    let promised = o.state === 'reserving' ? -1 : 0
+    for (const p of g.parts.values())
+      if (p.awaitingReservation > 0 && g.consumerOf[p.partition]?.id === consumerId) promised += p.awaitingReservation
+    return promised
   }
 
   /** Whether a pull group's callers here can take more than the messages already waiting for a reservation. */
@@ -808,7 +825,8 @@ export class PushFlow {
         if (entry.kind === 'delay' && g.row.ordering !== 'partition') {
           // Due now, and active from here on: wait for a slot if the partition is full.
           w.move(o, 'parked')
-          if (w.active() > g.row.maxInFlight) return w.move(o, 'ready')
+          const limit = g.row.maxInFlight
+          if (w.active() > limit || w.active() + w.completing > 2 * limit) return w.move(o, 'ready')
         }
         return this.start(g, w, o)
       }

@@ -41,9 +41,10 @@ async function setup(
     agent?: PushAgent
     behaviour?: Behaviour
     pushWindow?: { initial: number; max: number }
+    partitions?: number
   } = {},
 ) {
-  await topics.put(name, 1)
+  await topics.put(name, opts.partitions ?? 1)
   await groups.put(name, { topic: name, ...group })
   const receiver = await startReceiver(t, opts.behaviour)
   await groups.addConsumer(name, { url: receiver.url })
@@ -74,27 +75,32 @@ async function setup(
   const topic = (await findTopicByName(db.prisma, name))!
   const groupId = (await groups.load(name))!.row.id
   // This process owns the partition, as src/cluster/ownership.ts would make it: a new epoch, then acquire.
-  const own = async () => t.ok(await dispatcher.acquire(name, 0, (await claimPartition(db.pool, groupId, 0))!), 'the partition is acquired')
+  const own = async (partition = 0) =>
+    t.ok(await dispatcher.acquire(name, partition, (await claimPartition(db.pool, groupId, partition))!), 'the partition is acquired')
   await own()
-  const produce = async (values: unknown[], delayMs = 0) => {
-    const at = await appendMessages(
-      db,
-      values.map((v) => ({
-        topicId: topic.id,
-        partition: 0,
-        key: null,
-        value: JSON.stringify(v),
-        headers: '{}',
-        delayMs,
-        idempotencyKey: null,
-        traceId: '0af7651916cd43dd8448eb211c80319c',
-        traceparent: null,
-        tracestate: null,
-      })),
-    )
+  /** Appends the values; `tail`: hands the messages to the dispatcher as the produce path does (no read). */
+  const produce = async (values: unknown[], delayMs = 0, partition = 0, tail = false) => {
+    const entries = values.map((v) => ({
+      topicId: topic.id,
+      partition,
+      key: null,
+      value: JSON.stringify(v),
+      headers: '{}',
+      delayMs,
+      idempotencyKey: null,
+      traceId: '0af7651916cd43dd8448eb211c80319c',
+      traceparent: null,
+      tracestate: null,
+    }))
+    const at = await appendMessages(db, entries)
     // The database stamped them with its time: the clock catches up with it first.
     clock.advance(Math.max(0, Date.now() - clock.nowMs))
-    dispatcher.notifyAppend(topic.id, 0, at.at(-1)!.offset + 1)
+    const messages = at.map((c, i) => {
+      const e = entries[i]!
+      const producedAtMs = c!.producedAtMs!
+      return { ...e, offset: c!.offset, producedAtMs, availableAtMs: producedAtMs + delayMs }
+    })
+    dispatcher.notifyAppend(topic.id, partition, at.at(-1)!.offset + 1, tail ? messages : undefined)
   }
   const pushes = () => receiver.requests.map((r) => r.json as Envelope)
   /** Waits (in real time) for the n-th push to arrive: the push itself is real HTTP. */
@@ -199,6 +205,36 @@ t.test('a reservation covers no more first pushes than the push window lets go, 
   const reserved = async () =>
     Number((await db.pool.query('SELECT pushed_offset FROM group_offsets WHERE group_id = $1', [s.groupId])).rows[0].pushed_offset)
   t.equal(await reserved(), 6, 'reserved as far as what went out')
+})
+
+t.test("a consumer's window is shared by its partitions: no reservation for a first push the window cannot take", async (t) => {
+  // One consumer for two partitions, a window of one, every push left unanswered. Paused while a
+  // message is produced to each (handed over with the append, so each partition holds its own
+  // without a read), then resumed: both are admitted in one pass, the first reserved
+  // takes the window, and the other must not be reserved (a crash would count an attempt for it,
+  // dead-lettered at maxDeliveries 1 without a push).
+  const group = { ackMode: 'auto', pushTimeoutMs: 60_000, ackTimeoutMs: 60_000 } as const
+  const s = await setup(
+    t,
+    'shared',
+    { ...group, paused: true },
+    { pushWindow: { initial: 1, max: 1 }, partitions: 2, behaviour: () => ({ hang: true }) },
+  )
+  await s.own(1)
+  await s.produce(['a'], 0, 0, true)
+  await s.produce(['b'], 0, 1, true)
+  await groups.put('shared', { topic: 'shared', ...group, paused: false })
+  await s.dispatcher.reload('shared')
+  const first = await s.pushed(1)
+  const reserved = (
+    await db.pool.query('SELECT partition, pushed_offset FROM group_offsets WHERE group_id = $1 ORDER BY partition', [s.groupId])
+  ).rows
+  t.same(
+    reserved.map((r) => Number(r.pushed_offset)),
+    [0, 1].map((p) => (p === first.partition ? 1 : 0)),
+    'only the pushed partition is reserved',
+  )
+  t.equal(s.pushes().length, 1, 'the window holds the other')
 })
 
 t.test('extend moves the deadline; nack with delayMs waits exactly that long', async (t) => {
