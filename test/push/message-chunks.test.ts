@@ -12,7 +12,7 @@ import { maintainMessageChunks, maintainTopicChunks } from '../../src/store/mess
 import { firstOffsets, offsetsAtTime, readMessages } from '../../src/store/messages.ts'
 import { partitionStarts } from '../../src/store/storage.ts'
 import { api } from '../helpers/api.ts'
-import { testDatabase } from '../helpers/db.ts'
+import { needsServer, testDatabase } from '../helpers/db.ts'
 import { inOffsetOrder, startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -129,71 +129,82 @@ t.test('a chunk past the retention goes whole; a group and a seek into it start 
   t.same(offsets(receiver.requests.slice(before)), [6, 7, 8, 9], 'the seek starts at the oldest kept')
 })
 
-t.test('a produce into the default committing while strays are filed is filed too, not a failed sweep', async (t) => {
-  await call('PUT', '/v1/topics/filing', { partitions: 1, retentionMs: 600_000 })
-  await produce(
-    'filing',
-    Array.from({ length: 3 }, (_, i) => ({ value: i })),
-  )
-  const id = await topicId('filing')
-  await age('filing', 0, 2, 300)
-  // A writer into the topic's default (a row no chunk covers), not committed yet when the sweep starts.
-  const writer = await broker.db.pool.connect()
-  t.teardown(() => writer.release())
-  await writer.query('BEGIN')
-  await writer.query(
-    `INSERT INTO messages (topic_id, partition, "offset", value, produced_at) VALUES ($1, 0, 100, '"late"', now() - interval '290 seconds')`,
-    [id],
-  )
-  const sweeping = maintainTopicChunks(broker.db.pool, id, { sweepIntervalMs: 60_000, wait: true, lockTimeoutMs: 60_000 })
-  await waitUntil(
-    async () => (await sql(`SELECT 1 FROM pg_locks WHERE NOT granted AND locktype = 'relation'`)).length > 0,
-    30_000,
-    'the sweep waits for the writer',
-  )
-  await writer.query('COMMIT')
-  const done = await sweeping
-  t.equal(done.filedRows, 3, 'the committed row filed with the others')
-  t.same(await homes('filing').then((h) => h.filter((x) => x.endsWith('_default'))), [], 'none left in the default')
-  t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 4)
-})
+// The next tests hold a session (a writer, a reader, a lock) while the sweep or a produce runs in
+// another: the embedded database serves one session at a time.
+t.test(
+  'a produce into the default committing while strays are filed is filed too, not a failed sweep',
+  { skip: needsServer },
+  async (t) => {
+    await call('PUT', '/v1/topics/filing', { partitions: 1, retentionMs: 600_000 })
+    await produce(
+      'filing',
+      Array.from({ length: 3 }, (_, i) => ({ value: i })),
+    )
+    const id = await topicId('filing')
+    await age('filing', 0, 2, 300)
+    // A writer into the topic's default (a row no chunk covers), not committed yet when the sweep starts.
+    const writer = await broker.db.pool.connect()
+    t.teardown(() => writer.release())
+    await writer.query('BEGIN')
+    await writer.query(
+      `INSERT INTO messages (topic_id, partition, "offset", value, produced_at) VALUES ($1, 0, 100, '"late"', now() - interval '290 seconds')`,
+      [id],
+    )
+    const sweeping = maintainTopicChunks(broker.db.pool, id, { sweepIntervalMs: 60_000, wait: true, lockTimeoutMs: 60_000 })
+    await waitUntil(
+      async () => (await sql(`SELECT 1 FROM pg_locks WHERE NOT granted AND locktype = 'relation'`)).length > 0,
+      30_000,
+      'the sweep waits for the writer',
+    )
+    await writer.query('COMMIT')
+    const done = await sweeping
+    t.equal(done.filedRows, 3, 'the committed row filed with the others')
+    t.same(await homes('filing').then((h) => h.filter((x) => x.endsWith('_default'))), [], 'none left in the default')
+    t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 4)
+  },
+)
 
-t.test('a produce routed to the default while a chunk is attached is run again into the chunk (23514)', async (t) => {
-  await call('PUT', '/v1/topics/rerouted', { partitions: 1, retentionMs: 600_000 })
-  const id = await topicId('rerouted')
-  // No chunk covers now (as when the sweep stopped for long): produce goes to the topic's default.
-  for (const { name } of await sql(
-    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass AND c.relname !~ '_default$'`,
-    [`messages_t${id}`],
-  )) {
-    await sql(`ALTER TABLE "messages_t${id}" DETACH PARTITION "${name}"`)
-    await sql(`DROP TABLE "${name}"`)
-  }
-  // The sweep's first transaction: the default locked, then the chunk for now attached.
-  const sweep = await broker.db.pool.connect()
-  t.teardown(() => sweep.release())
-  await sweep.query('BEGIN')
-  await sweep.query(`LOCK TABLE "messages_t${id}_default" IN SHARE ROW EXCLUSIVE MODE`)
-  const producing = produce('rerouted', [{ value: 'routed' }])
-  await waitUntil(
-    async () => (await sql(`SELECT 1 FROM pg_locks WHERE NOT granted AND relation = $1::regclass`, [`messages_t${id}_default`])).length > 0,
-    30_000,
-    'the produce waits for the default',
-  )
-  const from = Date.now() - 3_600_000
-  const to = Date.now() + 3_600_000
-  const chunk = `messages_t${id}_${from}_${to}`
-  await sweep.query(`CREATE TABLE "${chunk}" (LIKE messages INCLUDING DEFAULTS)`)
-  await sweep.query(
-    `ALTER TABLE "messages_t${id}" ATTACH PARTITION "${chunk}" FOR VALUES FROM ('${new Date(from).toISOString()}') TO ('${new Date(to).toISOString()}')`,
-  )
-  await sweep.query('COMMIT')
-  const res = await producing
-  t.equal(res.status, 201, 'produced: the statement that failed on the new bound was run again')
-  t.same(await homes('rerouted'), [chunk], 'into the chunk')
-})
+t.test(
+  'a produce routed to the default while a chunk is attached is run again into the chunk (23514)',
+  { skip: needsServer },
+  async (t) => {
+    await call('PUT', '/v1/topics/rerouted', { partitions: 1, retentionMs: 600_000 })
+    const id = await topicId('rerouted')
+    // No chunk covers now (as when the sweep stopped for long): produce goes to the topic's default.
+    for (const { name } of await sql(
+      `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass AND c.relname !~ '_default$'`,
+      [`messages_t${id}`],
+    )) {
+      await sql(`ALTER TABLE "messages_t${id}" DETACH PARTITION "${name}"`)
+      await sql(`DROP TABLE "${name}"`)
+    }
+    // The sweep's first transaction: the default locked, then the chunk for now attached.
+    const sweep = await broker.db.pool.connect()
+    t.teardown(() => sweep.release())
+    await sweep.query('BEGIN')
+    await sweep.query(`LOCK TABLE "messages_t${id}_default" IN SHARE ROW EXCLUSIVE MODE`)
+    const producing = produce('rerouted', [{ value: 'routed' }])
+    await waitUntil(
+      async () =>
+        (await sql(`SELECT 1 FROM pg_locks WHERE NOT granted AND relation = $1::regclass`, [`messages_t${id}_default`])).length > 0,
+      30_000,
+      'the produce waits for the default',
+    )
+    const from = Date.now() - 3_600_000
+    const to = Date.now() + 3_600_000
+    const chunk = `messages_t${id}_${from}_${to}`
+    await sweep.query(`CREATE TABLE "${chunk}" (LIKE messages INCLUDING DEFAULTS)`)
+    await sweep.query(
+      `ALTER TABLE "messages_t${id}" ATTACH PARTITION "${chunk}" FOR VALUES FROM ('${new Date(from).toISOString()}') TO ('${new Date(to).toISOString()}')`,
+    )
+    await sweep.query('COMMIT')
+    const res = await producing
+    t.equal(res.status, 201, 'produced: the statement that failed on the new bound was run again')
+    t.same(await homes('rerouted'), [chunk], 'into the chunk')
+  },
+)
 
-t.test('chunks past the retention are dropped even when making chunks failed', async (t) => {
+t.test('chunks past the retention are dropped even when making chunks failed', { skip: needsServer }, async (t) => {
   await call('PUT', '/v1/topics/stuck', { partitions: 1, retentionMs: 600_000 })
   await produce(
     'stuck',
@@ -234,7 +245,7 @@ t.test('chunks past the retention are dropped even when making chunks failed', a
   )
 })
 
-t.test('a topic created while a sweep runs keeps its messages', async (t) => {
+t.test('a topic created while a sweep runs keeps its messages', { skip: needsServer }, async (t) => {
   // The worst order: the topic's maintenance runs while its row is written but not committed, so
   // the topic looks deleted to it. Nothing of the topic exists yet to drop; its rows go to
   // messages_default, and the next maintenance makes its tree and files them there.
@@ -285,132 +296,144 @@ t.test('a topic created while a sweep runs keeps its messages', async (t) => {
   }
 })
 
-t.test('a deleted topic’s chunks go at the next sweep, with no lock on messages that produce waits for', async (t) => {
-  await call('PUT', '/v1/topics/doomed', { partitions: 2, retentionMs: 600_000 })
-  await call('PUT', '/v1/topics/bystander', { partitions: 1, retentionMs: 600_000 })
-  await produce(
-    'doomed',
-    Array.from({ length: 6 }, (_, i) => ({ value: i, partition: i % 2 })),
-  )
-  await produce('bystander', [{ value: 'kept' }])
-  const id = await topicId('doomed')
-  const bystander = await topicId('bystander')
-  t.equal((await call('DELETE', '/v1/topics/doomed')).status, 204)
-  // Not deleted row by row in the delete's transaction: the sweep drops them whole.
-  t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 6, 'its rows stay until the sweep')
-  t.equal((await call('GET', '/v1/topics/doomed/partitions/0/messages?fromOffset=0')).status, 404, 'but nothing reads them')
-  const trees = async () =>
-    (
-      await sql(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                 WHERE i.inhparent = 'messages'::regclass`)
-    ).map((r) => r.name as string)
-  const chunks = async () =>
-    (await sql(`SELECT relname FROM pg_class WHERE relkind = 'r' AND relname ~ $1`, [`^messages_t${id}_[0-9]+_[0-9]+$`])).length
-  t.ok((await trees()).includes(`messages_t${id}`), 'its tree stays until the sweep')
-  t.ok((await chunks()) > 0)
-
-  // What every produce holds on messages while it inserts: the sweep must not need more than that.
-  const producer = await broker.db.pool.connect()
-  try {
-    await producer.query('BEGIN')
-    await producer.query('LOCK TABLE ONLY messages IN ROW EXCLUSIVE MODE')
-    const swept = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true, lockTimeoutMs: 2000 })
-    t.same(swept.failed, [], 'not held up by a produce in progress')
-    t.ok(swept.dropped.includes(`messages_t${id}`))
-  } finally {
-    await producer.query('ROLLBACK')
-    producer.release()
-  }
-  t.equal(await chunks(), 0, 'its chunks are gone')
-  t.notOk((await trees()).includes(`messages_t${id}`), 'its tree is no longer swept')
-  t.ok((await trees()).includes(`messages_gone_t${id}`), 'an empty shell stays attached (detaching it would lock messages)')
-  t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 0)
-  t.ok((await trees()).includes(`messages_t${bystander}`))
-  t.same(
-    (await call('GET', '/v1/topics/bystander/partitions/0/messages?fromOffset=0')).json.messages.map((m: { value: unknown }) => m.value),
-    ['kept'],
-  )
-  t.same((await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true })).dropped, [], 'once')
-})
-
-t.test('deleted topics’ empty trees are detached and dropped in a batch, once no produce holds messages', async (t) => {
-  const trees = async () =>
-    (
-      await sql(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                 WHERE i.inhparent = 'messages'::regclass`)
-    ).map((r) => r.name as string)
-  const gone = async () => (await trees()).filter((name) => name.startsWith('messages_gone_t')).sort()
-  const ids: number[] = []
-  for (let i = 0; i < 3; i++) {
-    await call('PUT', `/v1/topics/churn-${i}`, { partitions: 1, retentionMs: 600_000 })
-    await produce(`churn-${i}`, [{ value: i }])
-    ids.push(await topicId(`churn-${i}`))
-    t.equal((await call('DELETE', `/v1/topics/churn-${i}`)).status, 204)
-  }
-  await call('PUT', '/v1/topics/churn-stays', { partitions: 1, retentionMs: 600_000 })
-  await produce('churn-stays', [{ value: 'kept' }])
-  const before = await gone()
-  // Fewer than a batch: they stay (each a lock on messages of its own is what batching avoids).
-  const few = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true, goneTreesBatch: before.length + 4 })
-  t.same(few.failed, [])
-  const shells = await gone()
-  t.ok(
-    ids.every((id) => shells.includes(`messages_gone_t${id}`)),
-    'the deleted topics are empty shells, still attached',
-  )
-
-  // A batch, but a produce holds messages (ROW EXCLUSIVE): the lock is waited for briefly, not had.
-  const producer = await broker.db.pool.connect()
-  try {
-    await producer.query('BEGIN')
-    await producer.query('LOCK TABLE ONLY messages IN ROW EXCLUSIVE MODE')
-    const held = await maintainMessageChunks(broker.db.pool, {
-      sweepIntervalMs: 60_000,
-      wait: true,
-      goneTreesBatch: 3,
-      lockTimeoutMs: 50,
-      lockAttempts: 2,
-    })
-    t.match(
-      held.failed.map((f) => (f.err as { code?: string }).code),
-      ['55P03'],
-      'the lock on messages not had in time: given up',
+t.test(
+  'a deleted topic’s chunks go at the next sweep, with no lock on messages that produce waits for',
+  { skip: needsServer },
+  async (t) => {
+    await call('PUT', '/v1/topics/doomed', { partitions: 2, retentionMs: 600_000 })
+    await call('PUT', '/v1/topics/bystander', { partitions: 1, retentionMs: 600_000 })
+    await produce(
+      'doomed',
+      Array.from({ length: 6 }, (_, i) => ({ value: i, partition: i % 2 })),
     )
-    t.same(await gone(), shells, 'nothing detached')
-  } finally {
-    await producer.query('ROLLBACK')
-    producer.release()
-  }
+    await produce('bystander', [{ value: 'kept' }])
+    const id = await topicId('doomed')
+    const bystander = await topicId('bystander')
+    t.equal((await call('DELETE', '/v1/topics/doomed')).status, 204)
+    // Not deleted row by row in the delete's transaction: the sweep drops them whole.
+    t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 6, 'its rows stay until the sweep')
+    t.equal((await call('GET', '/v1/topics/doomed/partitions/0/messages?fromOffset=0')).status, 404, 'but nothing reads them')
+    const trees = async () =>
+      (
+        await sql(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                 WHERE i.inhparent = 'messages'::regclass`)
+      ).map((r) => r.name as string)
+    const chunks = async () =>
+      (await sql(`SELECT relname FROM pg_class WHERE relkind = 'r' AND relname ~ $1`, [`^messages_t${id}_[0-9]+_[0-9]+$`])).length
+    t.ok((await trees()).includes(`messages_t${id}`), 'its tree stays until the sweep')
+    t.ok((await chunks()) > 0)
 
-  // A batch a lock, at most: with one shell more than a batch, that one stays for a later sweep.
-  const capped = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true, goneTreesBatch: shells.length - 1 })
-  t.same(capped.failed, [])
-  t.equal(capped.dropped.filter((name) => name.startsWith('messages_gone_t')).length, shells.length - 1, 'a batch detached and dropped')
-  t.same(await gone(), shells.slice(-1), 'one left attached')
-  // A shell detached but not dropped (a process stopped between the two) is dropped by the next sweep.
-  await sql(`ALTER TABLE messages DETACH PARTITION "${shells.at(-1)}"`)
-  const swept = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true })
-  t.same(swept.failed, [])
-  t.same(
-    swept.dropped.filter((name) => name.startsWith('messages_gone_t')),
-    [shells.at(-1)],
-    'the one left detached is dropped',
-  )
-  t.same(await gone(), [], 'none left attached')
-  t.same(
-    (await sql(`SELECT relname FROM pg_class WHERE relname ~ '^messages_gone_t'`)).map((r) => r.relname),
-    [],
-    'and dropped, their defaults with them',
-  )
-  await produce('churn-stays', [{ value: 'after' }])
-  t.same(
-    (await call('GET', '/v1/topics/churn-stays/partitions/0/messages?fromOffset=0')).json.messages.map((m: { value: unknown }) => m.value),
-    ['kept', 'after'],
-    'other topics read and produce as before',
-  )
-})
+    // What every produce holds on messages while it inserts: the sweep must not need more than that.
+    const producer = await broker.db.pool.connect()
+    try {
+      await producer.query('BEGIN')
+      await producer.query('LOCK TABLE ONLY messages IN ROW EXCLUSIVE MODE')
+      const swept = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true, lockTimeoutMs: 2000 })
+      t.same(swept.failed, [], 'not held up by a produce in progress')
+      t.ok(swept.dropped.includes(`messages_t${id}`))
+    } finally {
+      await producer.query('ROLLBACK')
+      producer.release()
+    }
+    t.equal(await chunks(), 0, 'its chunks are gone')
+    t.notOk((await trees()).includes(`messages_t${id}`), 'its tree is no longer swept')
+    t.ok((await trees()).includes(`messages_gone_t${id}`), 'an empty shell stays attached (detaching it would lock messages)')
+    t.equal((await sql(`SELECT count(*)::int AS n FROM messages WHERE topic_id = $1`, [id]))[0].n, 0)
+    t.ok((await trees()).includes(`messages_t${bystander}`))
+    t.same(
+      (await call('GET', '/v1/topics/bystander/partitions/0/messages?fromOffset=0')).json.messages.map((m: { value: unknown }) => m.value),
+      ['kept'],
+    )
+    t.same((await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true })).dropped, [], 'once')
+  },
+)
+
+t.test(
+  'deleted topics’ empty trees are detached and dropped in a batch, once no produce holds messages',
+  { skip: needsServer },
+  async (t) => {
+    const trees = async () =>
+      (
+        await sql(`SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                 WHERE i.inhparent = 'messages'::regclass`)
+      ).map((r) => r.name as string)
+    const gone = async () => (await trees()).filter((name) => name.startsWith('messages_gone_t')).sort()
+    const ids: number[] = []
+    for (let i = 0; i < 3; i++) {
+      await call('PUT', `/v1/topics/churn-${i}`, { partitions: 1, retentionMs: 600_000 })
+      await produce(`churn-${i}`, [{ value: i }])
+      ids.push(await topicId(`churn-${i}`))
+      t.equal((await call('DELETE', `/v1/topics/churn-${i}`)).status, 204)
+    }
+    await call('PUT', '/v1/topics/churn-stays', { partitions: 1, retentionMs: 600_000 })
+    await produce('churn-stays', [{ value: 'kept' }])
+    const before = await gone()
+    // Fewer than a batch: they stay (each a lock on messages of its own is what batching avoids).
+    const few = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true, goneTreesBatch: before.length + 4 })
+    t.same(few.failed, [])
+    const shells = await gone()
+    t.ok(
+      ids.every((id) => shells.includes(`messages_gone_t${id}`)),
+      'the deleted topics are empty shells, still attached',
+    )
+
+    // A batch, but a produce holds messages (ROW EXCLUSIVE): the lock is waited for briefly, not had.
+    const producer = await broker.db.pool.connect()
+    try {
+      await producer.query('BEGIN')
+      await producer.query('LOCK TABLE ONLY messages IN ROW EXCLUSIVE MODE')
+      const held = await maintainMessageChunks(broker.db.pool, {
+        sweepIntervalMs: 60_000,
+        wait: true,
+        goneTreesBatch: 3,
+        lockTimeoutMs: 50,
+        lockAttempts: 2,
+      })
+      t.match(
+        held.failed.map((f) => (f.err as { code?: string }).code),
+        ['55P03'],
+        'the lock on messages not had in time: given up',
+      )
+      t.same(await gone(), shells, 'nothing detached')
+    } finally {
+      await producer.query('ROLLBACK')
+      producer.release()
+    }
+
+    // A batch a lock, at most: with one shell more than a batch, that one stays for a later sweep.
+    const capped = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true, goneTreesBatch: shells.length - 1 })
+    t.same(capped.failed, [])
+    t.equal(capped.dropped.filter((name) => name.startsWith('messages_gone_t')).length, shells.length - 1, 'a batch detached and dropped')
+    t.same(await gone(), shells.slice(-1), 'one left attached')
+    // A shell detached but not dropped (a process stopped between the two) is dropped by the next sweep.
+    await sql(`ALTER TABLE messages DETACH PARTITION "${shells.at(-1)}"`)
+    const swept = await maintainMessageChunks(broker.db.pool, { sweepIntervalMs: 60_000, wait: true })
+    t.same(swept.failed, [])
+    t.same(
+      swept.dropped.filter((name) => name.startsWith('messages_gone_t')),
+      [shells.at(-1)],
+      'the one left detached is dropped',
+    )
+    t.same(await gone(), [], 'none left attached')
+    t.same(
+      (await sql(`SELECT relname FROM pg_class WHERE relname ~ '^messages_gone_t'`)).map((r) => r.relname),
+      [],
+      'and dropped, their defaults with them',
+    )
+    await produce('churn-stays', [{ value: 'after' }])
+    t.same(
+      (await call('GET', '/v1/topics/churn-stays/partitions/0/messages?fromOffset=0')).json.messages.map(
+        (m: { value: unknown }) => m.value,
+      ),
+      ['kept', 'after'],
+      'other topics read and produce as before',
+    )
+  },
+)
 
 t.test('a read plans and locks its own topic’s chunks only, however many topics there are', async (t) => {
+  // Topic ids are read before a session is held: the embedded database serves one at a time.
+  let lock0 = 0
   const relationLocks = async (read: (q: import('pg').PoolClient) => Promise<unknown>) => {
     const client = await broker.db.pool.connect()
     try {
@@ -421,7 +444,7 @@ t.test('a read plans and locks its own topic’s chunks only, however many topic
                 count(*) FILTER (WHERE c.relname ~ $1)::int AS mine
          FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
          WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation'`,
-        [`^messages_t${await topicId('lock-0')}(_|$)`],
+        [`^messages_t${lock0}(_|$)`],
       )
       await client.query('ROLLBACK')
       return rows[0] as { n: number; others: number; mine: number }
@@ -430,7 +453,7 @@ t.test('a read plans and locks its own topic’s chunks only, however many topic
     }
   }
   const reads = async (q: import('pg').PoolClient) => {
-    const id = await topicId('lock-0')
+    const id = lock0
     await readForDispatch(q, [{ topicId: id, partition: 0, fromOffset: 0 }], 10)
     await readMessages(q, id, 0, 0, 10)
     await partitionStarts(q, id)
@@ -439,6 +462,7 @@ t.test('a read plans and locks its own topic’s chunks only, however many topic
   }
   await call('PUT', '/v1/topics/lock-0', { partitions: 1, retentionMs: 600_000 })
   await produce('lock-0', [{ value: 0 }])
+  lock0 = await topicId('lock-0')
   const alone = await relationLocks(reads)
   for (let i = 1; i <= 40; i++) {
     await call('PUT', `/v1/topics/lock-${i}`, { partitions: 1, retentionMs: 600_000 })
@@ -457,7 +481,7 @@ t.test('a read plans and locks its own topic’s chunks only, however many topic
   const generic = await relationLocks(async (q) => {
     await q.query('SET LOCAL plan_cache_mode = force_generic_plan')
     await q.query(`PREPARE generic_read(int) AS SELECT * FROM messages WHERE topic_id = $1 AND partition = 0 ORDER BY "offset" LIMIT 10`)
-    await q.query(`EXECUTE generic_read(${await topicId('lock-0')})`)
+    await q.query(`EXECUTE generic_read(${lock0})`)
   })
   t.ok(generic.others > 40 * 2, `a generic plan locks the other topics' too (${generic.others})`)
   t.comment(`relation locks: alone ${alone.n}, among 41 topics ${among.n}, a generic plan among them ${generic.n}`)

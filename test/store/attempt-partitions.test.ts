@@ -61,7 +61,9 @@ t.test('partitionsToCreate: aligned spans from the newest one kept, or from the 
 
 t.test('maintenance drops whole partitions past the retention and keeps what attempt counts need', async (t) => {
   const db = await testDatabase(t)
-  const pool = new pg.Pool({ connectionString: db.url, max: 6, types: pgTypes })
+  // Several sessions on a server; the embedded database serves one at a time (the processes
+  // maintaining at once below then take turns, and must still drop each partition once).
+  const pool = new pg.Pool({ connectionString: db.url, max: Math.min(db.maxConnections, 6), types: pgTypes })
   t.teardown(() => pool.end())
   const sql = async (text: string, params: unknown[] = []) => (await pool.query(text, params)).rows
 
@@ -183,7 +185,7 @@ t.test('maintenance drops whole partitions past the retention and keeps what att
 
 t.test('a row no partition covers waits in the default partition and is filed at the next maintenance', async (t) => {
   const db = await testDatabase(t)
-  const pool = new pg.Pool({ connectionString: db.url, max: 2, types: pgTypes })
+  const pool = new pg.Pool({ connectionString: db.url, max: Math.min(db.maxConnections, 2), types: pgTypes })
   t.teardown(() => pool.end())
   const realNow = Date.now()
   await maintainAttemptPartitions(pool, { nowMs: realNow, cutoffMs: 0, plan: PLAN })
