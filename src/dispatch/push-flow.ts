@@ -611,14 +611,26 @@ export class PushFlow {
       w,
       last + 1,
       (held) => {
-        if (!held) return this.deps.moved(g, w)
-        this.safely(resume)
+        if (held) this.safely(resume)
+        else this.deps.moved(g, w)
+        this.safely(() => this.fillSiblings(g, w))
       },
       (err: unknown) => {
         this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reserving pushes failed; retrying in 1 s')
         this.deps.timers.setTimeout(() => this.safely(resume), 1000)
       },
     )
+  }
+
+  /**
+   * A reservation of `w` ended: the other partitions of its consumer with messages left ready for
+   * the window's room it held (Transport.reservable) go on. Nothing else wakes them: the window had
+   * room when they were left, so they are not among the partitions waiting for a push to end.
+   */
+  private fillSiblings(g: GroupRuntime, w: PartitionState): void {
+    if (g.row.delivery !== 'push') return
+    const consumer = g.consumerOf[w.partition]
+    for (const p of g.parts.values()) if (p !== w && p.ready.length > 0 && g.consumerOf[p.partition] === consumer) this.fill(g, p)
   }
 
   /**

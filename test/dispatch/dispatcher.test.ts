@@ -237,6 +237,28 @@ t.test("a consumer's window is shared by its partitions: no reservation for a fi
   t.equal(s.pushes().length, 1, 'the window holds the other')
 })
 
+t.test("a partition left waiting for the room another partition's reservation held goes on when that reservation ends", async (t) => {
+  // As above, with every push answered: the message left ready is not among the partitions that
+  // wait for a push to end (the window had room when it was left), so the reservation's end must
+  // fill it; nothing else happens here that would.
+  const group = { ackMode: 'auto', pushTimeoutMs: 60_000, ackTimeoutMs: 60_000 } as const
+  const s = await setup(t, 'sibling', { ...group, paused: true }, { pushWindow: { initial: 1, max: 1 }, partitions: 2 })
+  await s.own(1)
+  await s.produce(['a'], 0, 0, true)
+  await s.produce(['b'], 0, 1, true)
+  await groups.put('sibling', { topic: 'sibling', ...group, paused: false })
+  await s.dispatcher.reload('sibling')
+  await s.pushed(2)
+  t.same(
+    s
+      .pushes()
+      .map((p) => p.partition)
+      .sort(),
+    [0, 1],
+    'both partitions pushed',
+  )
+})
+
 t.test('extend moves the deadline; nack with delayMs waits exactly that long', async (t) => {
   const s = await setup(t, 'extend', { ackTimeoutMs: 5000, retry: { initialDelayMs: 100, multiplier: 2, maxDelayMs: 100, jitter: 0 } })
   await s.produce(['a'])
