@@ -197,6 +197,15 @@ export class Partition extends PartitionLog {
     const active = this.active()
     return active < limit && active + this._completing < 2 * limit
   }
+  /**
+   * Whether a message may be admitted from the buffer (`ready`: whether the first ready one may
+   * start). Ordering "partition" (`ordered`) holds one message outstanding of any state, one being
+   * completed included (were its completion to fail, it would be pushed again after the next).
+   */
+  mayGo(limit: number, ordered: boolean, ready = false): boolean {
+    if (!ordered) return this.hasRoom(limit)
+    return (ready ? this._outstanding.size - this._ready.length - this._delayed : this._outstanding.size) < 1
+  }
   /** Whether `id` was issued here for the message at `offset` (a late ack of any attempt counts). */
   issued(offset: number, id: string): boolean {
     return this._outstanding.get(offset)?.tries.some((a) => a.id === id) ?? false

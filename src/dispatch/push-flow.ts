@@ -156,9 +156,7 @@ export class PushFlow {
     const windows = this.deps.windows
     const win = windows.of(consumer.id)
     // (Each message checks the ownership lease first: start would leave it ready, and the loops spin.)
-    // Ordering "partition": a ready message waits while any other is outstanding (one being
-    // completed too: were its completion to fail, it would be pushed again after this one).
-    while (w.ready.length > 0 && (ordering === 'partition' ? w.outstanding.size - w.ready.length - w.delayed < 1 : w.hasRoom(limit))) {
+    while (w.ready.length > 0 && w.mayGo(limit, ordering === 'partition', true)) {
       if (!this.leaseHeld(g, w)) return
       const joining = this.sender.isOpen(w, consumer)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
@@ -169,7 +167,7 @@ export class PushFlow {
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
-    while ((ordering === 'partition' ? w.outstanding.size < 1 : w.hasRoom(limit)) && w.delayed < MAX_DELAYED) {
+    while (w.mayGo(limit, ordering === 'partition') && w.delayed < MAX_DELAYED) {
       if (!this.leaseHeld(g, w)) return
       const joining = this.sender.isOpen(w, consumer)
       if (!windows.hasRoom(win, joining)) return windows.wait(win, consumer.id, g, w, joining)
@@ -204,7 +202,7 @@ export class PushFlow {
     const id = g.row.id
     const ordering = g.row.ordering
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
-    while (w.ready.length > 0 && (ordering === 'partition' ? w.outstanding.size - w.ready.length - w.delayed < 1 : w.hasRoom(limit))) {
+    while (w.ready.length > 0 && w.mayGo(limit, ordering === 'partition', true)) {
       if (!this.leaseHeld(g, w)) return
       // Nobody with room: a probe waiting is told that this one could go.
       if (!pulls.taker(id)) return pulls.leasable(id)
@@ -214,7 +212,7 @@ export class PushFlow {
     }
     const nowMs = this.deps.now()
     const byKey = ordering === 'key'
-    while ((ordering === 'partition' ? w.outstanding.size < 1 : w.hasRoom(limit)) && w.delayed < MAX_DELAYED) {
+    while (w.mayGo(limit, ordering === 'partition') && w.delayed < MAX_DELAYED) {
       if (!this.leaseHeld(g, w)) return
       const next = w.buffer[0]
       if (!next) return pulls.wanted(id) ? this.deps.reader.read(g, w) : undefined
@@ -836,9 +834,8 @@ export class PushFlow {
         if (entry.kind === 'dead_letter_retry') return this.deadLetter(g, w, o, o.lastError ?? 'dead-lettered')
         if (entry.kind === 'delay' && g.row.ordering !== 'partition') {
           // Due now, and active from here on: wait for a slot if the partition is full.
+          if (!w.hasRoom(g.row.maxInFlight)) return w.move(o, 'ready')
           w.move(o, 'parked')
-          const limit = g.row.maxInFlight
-          if (w.active() > limit || w.active() + w.completing > 2 * limit) return w.move(o, 'ready')
         }
         return this.start(g, w, o)
       }

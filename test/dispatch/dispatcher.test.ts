@@ -191,7 +191,7 @@ t.test(
   },
 )
 
-t.test('a reservation covers no more first pushes than the push window lets go, and the rest follow as it frees', async (t) => {
+t.test('a window of one: six first pushes go one at a time, each once and in order, and the reservation ends where they did', async (t) => {
   // A window of one: each first push waits for the one before to be answered, and for a
   // reservation of its own (the window's room is promised to the reservation under way).
   const s = await setup(t, 'narrow', { ackTimeoutMs: 60_000, maxInFlight: 10 }, { pushWindow: { initial: 1, max: 1 } })

@@ -77,13 +77,18 @@ export async function spawnBroker(env: Record<string, string>, timeoutMs = START
 }
 
 /** Starts brokers on `env`, one a call, each SIGKILLed at the test's teardown if still running. */
-export function brokerSpawner(t: { teardown(fn: () => unknown): void }, env: Record<string, string>): () => Promise<BrokerProcess> {
+export function brokerSpawner(
+  t: { teardown(fn: () => unknown): void },
+  env: Record<string, string>,
+  timeoutMs = START_LIMIT_MS,
+): (extra?: Record<string, string>) => Promise<BrokerProcess> {
   const procs: BrokerProcess[] = []
   t.teardown(() => {
     for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
   })
-  return async () => {
-    const p = await spawnBroker(env)
+  // `extra`: this process's own settings on top of `env` (its cluster poll interval, say).
+  return async (extra = {}) => {
+    const p = await spawnBroker({ ...env, ...extra }, timeoutMs)
     procs.push(p)
     return p
   }

@@ -11,7 +11,7 @@
 import t from 'tap'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { callBroker as call, spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { brokerSpawner, callBroker as call } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -20,15 +20,8 @@ t.test('acks of pushes whose owner was killed before writing their rows are answ
   const c0 = new pg.Client({ connectionString: db.url })
   await c0.connect()
   t.teardown(() => c0.end())
-  const procs: BrokerProcess[] = []
-  t.teardown(() => {
-    for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
-  })
-  const spawn = async (pollMs: number) => {
-    const p = await spawnBroker({ DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4', HOOKQ_CLUSTER_POLL_MS: String(pollMs) }, 120_000)
-    procs.push(p)
-    return p
-  }
+  const spawnWith = brokerSpawner(t, { DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4' }, 120_000)
+  const spawn = (pollMs: number) => spawnWith({ HOOKQ_CLUSTER_POLL_MS: String(pollMs) })
   const a = await spawn(60_000)
   const receiver = await startReceiver(t)
   t.equal((await call(a.url, 'PUT', '/v1/topics/ok', { partitions: 2 })).status, 201)

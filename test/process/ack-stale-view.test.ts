@@ -9,7 +9,7 @@
 import t from 'tap'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { callBroker as call, spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { brokerSpawner, callBroker as call } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 import { PARTITION_LOCK_BASE } from '../../src/store/membership.ts'
@@ -19,15 +19,8 @@ t.test('acks, nacks and extends through a process with a stale view reach the ne
   const c0 = new pg.Client({ connectionString: db.url })
   await c0.connect()
   t.teardown(() => c0.end())
-  const procs: BrokerProcess[] = []
-  t.teardown(() => {
-    for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
-  })
-  const spawn = async (pollMs: number) => {
-    const p = await spawnBroker({ DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4', HOOKQ_CLUSTER_POLL_MS: String(pollMs) }, 120_000)
-    procs.push(p)
-    return p
-  }
+  const spawnWith = brokerSpawner(t, { DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4' }, 120_000)
+  const spawn = (pollMs: number) => spawnWith({ HOOKQ_CLUSTER_POLL_MS: String(pollMs) })
   // The partitions whose locks the member session of the process at `url` holds.
   const heldBy = async (url: string) =>
     (

@@ -16,7 +16,7 @@
 import t from 'tap'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { callBroker as call, spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { brokerSpawner, callBroker as call } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 import { parseDeliveryId } from '../../src/core/delivery-id.ts'
@@ -30,15 +30,8 @@ t.test(
     const c = new pg.Client({ connectionString: db.url })
     await c.connect()
     t.teardown(() => c.end())
-    const procs: BrokerProcess[] = []
-    t.teardown(() => {
-      for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
-    })
-    const spawn = async (pollMs: number) => {
-      const p = await spawnBroker({ DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4', HOOKQ_CLUSTER_POLL_MS: String(pollMs) }, 120_000)
-      procs.push(p)
-      return p
-    }
+    const spawnWith = brokerSpawner(t, { DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4' }, 120_000)
+    const spawn = (pollMs: number) => spawnWith({ HOOKQ_CLUSTER_POLL_MS: String(pollMs) })
     // The partitions of `group` whose locks are held. Partition locks only: a member also holds the
     // outbox's wait lock, an advisory lock of the same kind; a partition lock's classid is
     // PARTITION_LOCK_BASE + the group's id, its objid the partition.

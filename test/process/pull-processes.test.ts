@@ -6,7 +6,7 @@
 import t from 'tap'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { callBroker as call, spawnBroker, type BrokerProcess } from '../helpers/process.ts'
+import { type BrokerProcess, brokerSpawner, callBroker as call } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'
 import { PARTITION_LOCK_BASE } from '../../src/store/membership.ts'
 
@@ -23,15 +23,7 @@ t.test('pull across two broker processes', { skip: needsServer }, async (t) => {
   const c = new pg.Client({ connectionString: db.url })
   await c.connect()
   t.teardown(() => c.end())
-  const procs: BrokerProcess[] = []
-  t.teardown(() => {
-    for (const p of procs) if (p.child.exitCode === null) p.child.kill('SIGKILL')
-  })
-  const spawn = async () => {
-    const p = await spawnBroker({ DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4', HOOKQ_CLUSTER_POLL_MS: '200' }, 120_000)
-    procs.push(p)
-    return p
-  }
+  const spawn = brokerSpawner(t, { DATABASE_URL: db.url, HOOKQ_DB_POOL_SIZE: '4', HOOKQ_CLUSTER_POLL_MS: '200' }, 120_000)
   /** Processes (backend pids) holding partition locks, and how many each. */
   const holders = async () =>
     (
