@@ -160,7 +160,12 @@ t.test('produce at several times capacity is shed with 429/503 and Retry-After; 
   )
   t.ok(by('bulk', 503).length >= 5, `the bulk client past the commit backlog gets 503 (${by('bulk', 503).length} times)`)
   t.ok(by('bulk', 201).length < by('bulk').length / 2, "most of the bulk client's calls are shed")
-  t.ok(by('greedy', 429).length > by('greedy').length / 2, 'the greedy client past its rate mostly gets 429')
+  // What the limiter let through is bounded by its rate, however many calls the greedy client
+  // managed to make (how many that was depends on the machine: at 225 calls, 107 were 429s, and
+  // "most of them 429" failed on a quiet CI run): a bucket of 2 x 20 plus 20 a second.
+  const passed = by('greedy').length - by('greedy', 429).length
+  t.ok(by('greedy', 429).length >= 5, `the greedy client past its rate gets 429 (${by('greedy', 429).length} times)`)
+  t.ok(passed <= 40 + 20 * (LOAD_MS / 1000 + 1), `the rate limit let through at most its rate allows (${passed} calls)`)
   t.ok(
     answers.filter((a) => a.status === 429).every((a) => a.code === 'rate_limited'),
     '429 is rate_limited',
