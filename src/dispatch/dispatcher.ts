@@ -85,6 +85,8 @@ export interface DispatcherDeps {
   onMoved?(groupName: string, partition: number): void
   /** The broker processes sharing the partitions, this one included: a progress writer is busy from a Nth of the jobs. */
   processes?: () => number
+  /** Whether the CPU is busy (cpu-load.ts): a full progress writer waits for company only then; always when absent. */
+  cpuBusy?: () => boolean
   /** Whether this process can still prove it owns its partitions, checked before each push (src/cluster/ownership.ts). */
   lease?: PushLease
 }
@@ -137,6 +139,7 @@ export class Dispatcher {
       db: deps.db,
       linger: DEFAULT_LINGER,
       ...(deps.processes ? { processes: deps.processes } : {}),
+      ...(deps.cpuBusy ? { cpuBusy: deps.cpuBusy } : {}),
       now,
       timers,
       onRefused: (g, w) => this.moved(g, w),

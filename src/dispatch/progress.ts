@@ -14,10 +14,13 @@
  *
  * When to write (`linger`), as PostgreSQL's commit_delay waits only when others are active:
  * - A busy writer (its last statement had at least minJobs / N jobs, N = `processes`) starts the
- *   next no sooner than `ms` after the last one started. Otherwise N processes sharing a load write
- *   N times the statements of one. The wait is `ms`, not N × ms: a message waits for its reservation's
- *   statement while it holds a maxInFlight slot (its completion's no longer: push-flow.ts), so the
- *   wait bounds a partition's rate.
+ *   next no sooner than `ms` after the last one started, while the CPU is busy (cpu-load.ts).
+ *   Otherwise N processes sharing a load write N times the statements of one. The wait is `ms`, not
+ *   N × ms: a message waits for its reservation's statement while it holds a maxInFlight slot (its
+ *   completion's no longer: push-flow.ts), so the wait bounds a partition's rate. With CPU to spare
+ *   a busy writer does not wait: fewer statements only pay when CPU runs out, and the wait costs
+ *   the slots held meanwhile. One statement runs at a time either way, so what queues while one
+ *   runs still goes in the next.
  * - A quiet writer never waits when alone: a lone message's reservation, hence its push, is not
  *   held up (a wait on every statement took the p50 latency at 500 msg/s from 2 to 32 ms). A quiet
  *   writer of N processes starts its next statement no sooner than N times the last one's time
@@ -70,6 +73,8 @@ export interface ProgressWriterDeps {
   write?: (db: Database, batch: ProgressBatch) => Promise<ProgressResult>
   /** A busy writer's wait for company (see above); none when absent. */
   linger?: Linger
+  /** Whether the CPU is busy (cpu-load.ts): a full writer waits for company only then. Always, when absent. */
+  cpuBusy?: () => boolean
   /** The broker processes sharing the partitions, this one included (1 when alone or absent). */
   processes?: () => number
   now?: () => number
@@ -210,10 +215,13 @@ export class ProgressWriter {
     })
   }
 
-  /** A statement of `jobs` jobs makes the writer busy: the next one waits for company (linger.ms from this one's start). */
+  /**
+   * A statement of `jobs` jobs makes the writer busy, while the CPU is busy: the next one waits for
+   * company (linger.ms from this one's start).
+   */
   private isBusy(jobs: number): boolean {
     const linger = this.deps.linger
-    return linger !== undefined && jobs * this.processes() >= linger.minJobs
+    return linger !== undefined && jobs * this.processes() >= linger.minJobs && (this.deps.cpuBusy?.() ?? true)
   }
 
   /**

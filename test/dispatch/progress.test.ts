@@ -28,7 +28,7 @@ async function setup(
   t: Test,
   name: string,
   dlq?: string,
-  timing?: Pick<ProgressWriterDeps, 'linger' | 'now' | 'timers' | 'processes'> & { onWrite?: () => void },
+  timing?: Pick<ProgressWriterDeps, 'linger' | 'now' | 'timers' | 'processes' | 'cpuBusy'> & { onWrite?: () => void },
 ) {
   await topics.put(name, 2)
   if (dlq) await topics.put(dlq, 1)
@@ -204,6 +204,45 @@ t.test('a busy writer waits for company; a quiet one does not; settled() does no
   t.same(await s.stored(), [
     { partition: 0, committed: 6, pushed: 5 },
     { partition: 1, committed: 2, pushed: 0 },
+  ])
+})
+
+t.test('a full writer waits for company only while the CPU is busy', async (t) => {
+  const clock = new SteppedClock(1_000_000)
+  let cpuBusy = false
+  const s = await setup(t, 'linger-cpu', undefined, {
+    linger: { ms: 50, minJobs: 3 },
+    cpuBusy: () => cpuBusy,
+    now: clock.now,
+    timers: clock,
+  })
+  // A full statement with CPU to spare: the next job goes at once, no wait armed.
+  await Promise.all([s.complete(s.w0, 0), s.complete(s.w0, 1), s.reserve(s.w0, 5)])
+  t.equal(await s.complete(s.w0, 2), 'acked')
+  t.equal(s.statements.length, 2, 'written at once after a full statement')
+  t.equal(clock.pending.length, 0, 'no wait')
+  // The same with the CPU busy: the next job waits out the linger from the full statement's start.
+  cpuBusy = true
+  await Promise.all([s.complete(s.w0, 3), s.complete(s.w0, 4), s.complete(s.w1, 0)])
+  t.equal(s.statements.length, 3)
+  let done = false
+  const late = s.complete(s.w0, 5).then((status) => {
+    done = true
+    return status
+  })
+  await turns(20)
+  t.equal(done, false, 'held back while the clock stands')
+  t.same(
+    clock.pending.map((w) => w.atMs),
+    [1_000_050],
+    'one wait, to 50 ms after the full statement started',
+  )
+  clock.fireNext()
+  t.equal(await late, 'acked')
+  t.equal(s.statements.length, 4)
+  t.same(await s.stored(), [
+    { partition: 0, committed: 6, pushed: 5 },
+    { partition: 1, committed: 1, pushed: 0 },
   ])
 })
 
