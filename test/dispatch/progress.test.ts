@@ -207,24 +207,38 @@ t.test('a busy writer waits for company; a quiet one does not; settled() does no
   ])
 })
 
-t.test('a full writer waits for company only while the CPU is busy', async (t) => {
+t.test('a writer waits for company only while the CPU is busy', async (t) => {
   const clock = new SteppedClock(1_000_000)
   let cpuBusy = false
+  let processes = 1
   const s = await setup(t, 'linger-cpu', undefined, {
     linger: { ms: 50, minJobs: 3 },
     cpuBusy: () => cpuBusy,
+    processes: () => processes,
     now: clock.now,
     timers: clock,
+    // Each statement takes 10 ms of the stepped clock: a quiet writer of 4 would wait 40 ms.
+    onWrite: () => clock.advance(10),
   })
   // A full statement with CPU to spare: the next job goes at once, no wait armed.
   await Promise.all([s.complete(s.w0, 0), s.complete(s.w0, 1), s.reserve(s.w0, 5)])
   t.equal(await s.complete(s.w0, 2), 'acked')
   t.equal(s.statements.length, 2, 'written at once after a full statement')
   t.equal(clock.pending.length, 0, 'no wait')
-  // The same with the CPU busy: the next job waits out the linger from the full statement's start.
+  // A quiet writer of four processes, CPU to spare: no wait either.
+  processes = 4
+  t.equal(await s.complete(s.w1, 0), 'acked')
+  t.equal(await s.complete(s.w1, 1), 'acked')
+  t.equal(s.statements.length, 4, 'each written at once')
+  t.equal(clock.pending.length, 0, 'no wait')
+  // A full statement with the CPU busy: the next job waits out the linger from its start. (The
+  // writer reads the CPU as a statement returns: let the last one's return pass first.)
+  await turns(5)
+  processes = 1
   cpuBusy = true
-  await Promise.all([s.complete(s.w0, 3), s.complete(s.w0, 4), s.complete(s.w1, 0)])
-  t.equal(s.statements.length, 3)
+  await Promise.all([s.complete(s.w0, 3), s.complete(s.w0, 4), s.complete(s.w1, 2)])
+  t.equal(s.statements.length, 5)
+  const startedAt = clock.now() - 10
   let done = false
   const late = s.complete(s.w0, 5).then((status) => {
     done = true
@@ -234,15 +248,15 @@ t.test('a full writer waits for company only while the CPU is busy', async (t) =
   t.equal(done, false, 'held back while the clock stands')
   t.same(
     clock.pending.map((w) => w.atMs),
-    [1_000_050],
+    [startedAt + 50],
     'one wait, to 50 ms after the full statement started',
   )
   clock.fireNext()
   t.equal(await late, 'acked')
-  t.equal(s.statements.length, 4)
+  t.equal(s.statements.length, 6)
   t.same(await s.stored(), [
     { partition: 0, committed: 6, pushed: 5 },
-    { partition: 1, committed: 1, pushed: 0 },
+    { partition: 1, committed: 3, pushed: 0 },
   ])
 })
 
