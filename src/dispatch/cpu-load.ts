@@ -1,27 +1,39 @@
 /**
  * Whether the CPU is busy: the progress writer's linger waits for company only then (progress.ts).
- * A wait trades latency, and a maxInFlight slot held meanwhile, for fewer statements; fewer
- * statements only pay when CPU is what runs out. With CPU to spare, writing at once moves more
- * messages for the same slots.
+ * A wait trades latency, and the maxInFlight slots held meanwhile, for fewer statements; fewer
+ * statements pay only when CPU is what runs out. With CPU to spare, writing at once moves more
+ * messages through the same slots.
  *
- * Busy means the machine's CPUs (all cores, from os.cpus(): PostgreSQL on the same host counts) or
- * this process's event loop (a broker held to less than a core by a container's quota) were at
- * least `threshold` utilised over the last window. Read lazily, at most once a window, on the
- * writer's own calls: no timer, nothing done while idle.
+ * Busy means the machine's CPUs (PostgreSQL on the same host counts; so do processes waiting for a
+ * core on an oversubscribed one, which this process's own event loop would read as idle) or this
+ * process's event loop were busy over the last window: from `enter` up, and until below `leave`
+ * again, so that the waits it turns on (which lower the load) do not turn it off again at once. A
+ * PostgreSQL on another host is not seen: its load shows as slower statements, and one statement
+ * runs at a time, so a slower one gathers more company by itself.
+ *
+ * Read lazily, at most once a window, on the writer's own calls: no timer, nothing done while idle.
+ * On Linux from the summary line of /proc/stat (one small read); elsewhere from os.cpus().
  */
+import { closeSync, openSync, readSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { performance, type EventLoopUtilization } from 'node:perf_hooks'
 
 export interface CpuLoadOptions {
   /** Utilisation (0-1) from which the CPU counts as busy. */
-  threshold: number
+  enter: number
+  /** Utilisation below which busy CPU counts as free again. */
+  leave: number
   /** The shortest window a reading covers, ms. */
   windowMs: number
 }
 
-export const DEFAULT_CPU_LOAD: CpuLoadOptions = { threshold: 0.9, windowMs: 100 }
+/**
+ * Busy from 90%: below it the machine has a core's tenth or more to spare on two cores. 250 ms:
+ * /proc/stat counts in 10 ms ticks, so a reading on two cores moves in 2% steps.
+ */
+export const DEFAULT_CPU_LOAD: CpuLoadOptions = { enter: 0.9, leave: 0.8, windowMs: 250 }
 
-/** Busy and idle CPU time of the whole machine so far, ms, summed over its cores. */
+/** Busy and idle CPU time of the whole machine so far, summed over its cores, in any one unit. */
 export interface CpuTimes {
   busy: number
   idle: number
@@ -31,14 +43,14 @@ export interface CpuLoadDeps {
   now?: () => number
   /** The machine's CPU times (tests give their own). */
   machine?: () => CpuTimes
-  /** This event loop's utilisation since `since` (performance.eventLoopUtilization's contract). */
-  eventLoop?: (since?: EventLoopUtilization) => EventLoopUtilization
+  /** performance.eventLoopUtilization's contract. */
+  eventLoop?: (a?: EventLoopUtilization, b?: EventLoopUtilization) => EventLoopUtilization
 }
 
 export class CpuLoad {
   private readonly now: () => number
   private readonly machine: () => CpuTimes
-  private readonly eventLoop: (since?: EventLoopUtilization) => EventLoopUtilization
+  private readonly eventLoop: (a?: EventLoopUtilization, b?: EventLoopUtilization) => EventLoopUtilization
   private lastAt: number
   private lastTimes: CpuTimes
   private lastLoop: EventLoopUtilization
@@ -50,23 +62,28 @@ export class CpuLoad {
   ) {
     this.now = deps.now ?? (() => performance.now())
     this.machine = deps.machine ?? machineTimes
-    this.eventLoop = deps.eventLoop ?? ((since) => performance.eventLoopUtilization(since))
+    this.eventLoop = deps.eventLoop ?? ((a, b) => performance.eventLoopUtilization(a, b))
     this.lastAt = this.now()
     this.lastTimes = this.machine()
     this.lastLoop = this.eventLoop()
   }
 
-  /** True when the machine or this event loop was at least `threshold` busy over the last reading's window. */
+  /** Whether the machine or this event loop is busy, as of the last reading (taken now if a window has passed). */
   busy(): boolean {
     const at = this.now()
-    if (at - this.lastAt < this.options.windowMs) return this.wasBusy
+    const since = at - this.lastAt
+    if (since < this.options.windowMs) return this.wasBusy
     const times = this.machine()
     const loop = this.eventLoop()
-    const busy = times.busy - this.lastTimes.busy
-    const total = busy + (times.idle - this.lastTimes.idle)
-    const machine = total > 0 ? busy / total : 0
-    const ownLoop = this.eventLoop(this.lastLoop).utilization
-    this.wasBusy = Math.max(machine, ownLoop) >= this.options.threshold
+    if (since > 10 * this.options.windowMs) {
+      // The last reading is old: an average over a long quiet spell says nothing of now. Start a window.
+      this.wasBusy = false
+    } else {
+      const busyTime = times.busy - this.lastTimes.busy
+      const total = busyTime + (times.idle - this.lastTimes.idle)
+      const load = Math.max(total > 0 ? busyTime / total : 0, this.eventLoop(loop, this.lastLoop).utilization)
+      this.wasBusy = load >= (this.wasBusy ? this.options.leave : this.options.enter)
+    }
     this.lastAt = at
     this.lastTimes = times
     this.lastLoop = loop
@@ -74,7 +91,17 @@ export class CpuLoad {
   }
 }
 
+const procStat = Buffer.alloc(512)
+
+/** The machine's CPU times: Linux's summary line of /proc/stat, else os.cpus(). */
 function machineTimes(): CpuTimes {
+  if (process.platform === 'linux') {
+    try {
+      return procStatTimes()
+    } catch {
+      // No /proc (a sandbox): os.cpus() below.
+    }
+  }
   let busy = 0
   let idle = 0
   for (const { times } of cpus()) {
@@ -82,4 +109,28 @@ function machineTimes(): CpuTimes {
     idle += times.idle
   }
   return { busy, idle }
+}
+
+/**
+ * "cpu  user nice system idle iowait irq softirq steal ...", in ticks. Waiting for I/O is idle (a
+ * core free to run something else); softirq (the network) and steal (a hypervisor's other guests)
+ * are busy.
+ */
+function procStatTimes(): CpuTimes {
+  const fd = openSync('/proc/stat', 'r')
+  let n: number
+  try {
+    n = readSync(fd, procStat, 0, procStat.length, 0)
+  } finally {
+    closeSync(fd)
+  }
+  const line = procStat.toString('latin1', 0, n)
+  const end = line.indexOf('\n')
+  const f = line
+    .slice(0, end < 0 ? n : end)
+    .trim()
+    .split(/\s+/)
+  if (f[0] !== 'cpu' || f.length < 5) throw new Error('unexpected /proc/stat')
+  const v = (i: number) => Number(f[i] ?? 0) || 0
+  return { busy: v(1) + v(2) + v(3) + v(6) + v(7) + v(8), idle: v(4) + v(5) }
 }

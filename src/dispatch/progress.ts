@@ -14,18 +14,18 @@
  *
  * When to write (`linger`), as PostgreSQL's commit_delay waits only when others are active:
  * - A busy writer (its last statement had at least minJobs / N jobs, N = `processes`) starts the
- *   next no sooner than `ms` after the last one started. Otherwise N processes sharing a load write
- *   N times the statements of one. The wait is `ms`, not N × ms: a message waits for its
- *   reservation's statement while it holds a maxInFlight slot (its completion's no longer:
- *   push-flow.ts), so the wait bounds a partition's rate.
+ *   next no sooner than `ms` after the last one started, while the CPU is busy (cpu-load.ts).
+ *   Otherwise N processes sharing a load write N times the statements of one. The wait is `ms`, not
+ *   N × ms: a message waits for its reservation's statement while it holds a maxInFlight slot (its
+ *   completion's no longer: push-flow.ts), so the wait bounds a partition's rate. With CPU to spare
+ *   a full writer waits as a quiet one does: statements saved pay only when CPU runs out, and the
+ *   wait costs the slots held meanwhile. One statement runs at a time either way, so what queues
+ *   while one runs still goes in the next.
  * - A quiet writer never waits when alone: a lone message's reservation, hence its push, is not
  *   held up (a wait on every statement took the p50 latency at 500 msg/s from 2 to 32 ms). A quiet
  *   writer of N processes starts its next statement no sooner than N times the last one's time
- *   after it started (at most `ms`), so together they write about what one would.
- * - Both wait only while the CPU is busy (cpu-load.ts: the machine or this event loop at 90% or
- *   more): a wait saves statements, which pays only when CPU runs out, and it costs the slots its
- *   messages hold meanwhile. One statement runs at a time either way, so what queues while one runs
- *   still goes in the next.
+ *   after it started (at most `ms`), so together they write about what one would: that spares
+ *   PostgreSQL, which may be on another host, where this process cannot see its CPU.
  * - An ordered partition's jobs never wait: its next message waits for this one's completion, so a
  *   wait would delay pushes, not gather company. Key-ordered and unordered partitions wait, full or not.
  * - Nor does the reservation of a partition with nothing out with its consumer (no message pushed
@@ -74,7 +74,7 @@ export interface ProgressWriterDeps {
   write?: (db: Database, batch: ProgressBatch) => Promise<ProgressResult>
   /** A busy writer's wait for company (see above); none when absent. */
   linger?: Linger
-  /** Whether the CPU is busy (cpu-load.ts): a writer waits for company only then. Always, when absent. */
+  /** Whether the CPU is busy (cpu-load.ts): a full writer waits for company only then. Always, when absent. */
   cpuBusy?: () => boolean
   /** The broker processes sharing the partitions, this one included (1 when alone or absent). */
   processes?: () => number
@@ -212,23 +212,22 @@ export class ProgressWriter {
     this.urgent = false
     this.running = this.flush().finally(() => {
       this.running = undefined
-      // Absent, always busy; a reading costs one os.cpus() a window at most (cpu-load.ts).
-      const cpuBusy = this.deps.cpuBusy?.() ?? true
-      this.lingerMs = cpuBusy ? this.nextWaitMs(full, this.statementMs) : 0
+      this.lingerMs = this.nextWaitMs(full, this.statementMs)
       if (this.completions.length > 0 || this.reservations.length > 0) this.schedule()
     })
   }
 
   /**
-   * How long the next statement waits from the last one's start, given how long that one took, while
-   * the CPU is busy: a full writer's linger; else, with N processes, N times the last statement's
-   * time (capped by the linger), so that N quiet writers together write about as often as one would
-   * (each of one process's statements is written as soon as the last returns); else no wait.
+   * How long the next statement waits from the last one's start, given how long that one took: a
+   * full writer's linger while the CPU is busy (read now, as the wait is decided; always busy when
+   * no gauge is given); else, with N processes, N times the last statement's time (capped by the
+   * linger), so that N quiet writers together write about as often as one would (each of one
+   * process's statements is written as soon as the last returns); else no wait.
    */
   private nextWaitMs(full: boolean, tookMs: number): number {
     const linger = this.deps.linger
     if (!linger) return 0
-    if (full) return linger.ms
+    if (full && (this.deps.cpuBusy?.() ?? true)) return linger.ms
     const n = this.processes()
     return n > 1 ? Math.min(linger.ms, n * tookMs) : 0
   }

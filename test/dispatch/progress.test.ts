@@ -207,7 +207,7 @@ t.test('a busy writer waits for company; a quiet one does not; settled() does no
   ])
 })
 
-t.test('a writer waits for company only while the CPU is busy', async (t) => {
+t.test('a full writer waits for company only while the CPU is busy; with CPU to spare, as a quiet one', async (t) => {
   const clock = new SteppedClock(1_000_000)
   let cpuBusy = false
   let processes = 1
@@ -217,46 +217,47 @@ t.test('a writer waits for company only while the CPU is busy', async (t) => {
     processes: () => processes,
     now: clock.now,
     timers: clock,
-    // Each statement takes 10 ms of the stepped clock: a quiet writer of 4 would wait 40 ms.
+    // Each statement takes 10 ms of the stepped clock.
     onWrite: () => clock.advance(10),
   })
-  // A full statement with CPU to spare: the next job goes at once, no wait armed.
-  await Promise.all([s.complete(s.w0, 0), s.complete(s.w0, 1), s.reserve(s.w0, 5)])
-  t.equal(await s.complete(s.w0, 2), 'acked')
-  t.equal(s.statements.length, 2, 'written at once after a full statement')
-  t.equal(clock.pending.length, 0, 'no wait')
-  // A quiet writer of four processes, CPU to spare: no wait either.
-  processes = 4
-  t.equal(await s.complete(s.w1, 0), 'acked')
-  t.equal(await s.complete(s.w1, 1), 'acked')
-  t.equal(s.statements.length, 4, 'each written at once')
-  t.equal(clock.pending.length, 0, 'no wait')
-  // A full statement with the CPU busy: the next job waits out the linger from its start. (The
-  // writer reads the CPU as a statement returns: let the last one's return pass first.)
-  await turns(5)
-  processes = 1
-  cpuBusy = true
-  await Promise.all([s.complete(s.w0, 3), s.complete(s.w0, 4), s.complete(s.w1, 2)])
-  t.equal(s.statements.length, 5)
-  const startedAt = clock.now() - 10
-  let done = false
-  const late = s.complete(s.w0, 5).then((status) => {
-    done = true
-    return status
-  })
-  await turns(20)
-  t.equal(done, false, 'held back while the clock stands')
-  t.same(
-    clock.pending.map((w) => w.atMs),
-    [startedAt + 50],
-    'one wait, to 50 ms after the full statement started',
-  )
+  /** Writes a full statement (three jobs), then queues one more job: its statement and the wait it got. */
+  const fullThenOne = async (offset: number, settings: { processes: number; cpuBusy: boolean }) => {
+    // The writer decides a wait as a statement returns, after its jobs are answered: let the last
+    // one's return pass before the settings change.
+    await turns(5)
+    // And time pass: no wait left from the last phase holds up the full statement.
+    clock.advance(100)
+    processes = settings.processes
+    cpuBusy = settings.cpuBusy
+    await Promise.all([s.complete(s.w0, offset), s.complete(s.w0, offset + 1), s.complete(s.w1, offset)])
+    const fullStartedAt = clock.now() - 10
+    await turns(5)
+    const statements = s.statements.length
+    const next = s.complete(s.w0, offset + 2)
+    await turns(20)
+    return { next, fullStartedAt, writtenAtOnce: s.statements.length > statements, waits: clock.pending.map((w) => w.atMs - fullStartedAt) }
+  }
+  // Alone, CPU to spare: the next job is written at once.
+  const alone = await fullThenOne(0, { processes: 1, cpuBusy: false })
+  t.ok(alone.writtenAtOnce, 'written at once after a full statement')
+  t.same(alone.waits, [], 'no wait')
+  while (clock.pending.length > 0) clock.fireNext() // (none: only so that a wrong wait fails the asserts above, not the timeout)
+  t.equal(await alone.next, 'acked')
+  // One of four processes, CPU to spare: as a quiet writer of four, four times the statement's 10 ms.
+  const shared = await fullThenOne(3, { processes: 4, cpuBusy: false })
+  t.notOk(shared.writtenAtOnce)
+  t.same(shared.waits, [40], "a quiet writer's wait, not the linger's 50")
   clock.fireNext()
-  t.equal(await late, 'acked')
-  t.equal(s.statements.length, 6)
+  t.equal(await shared.next, 'acked')
+  // Alone, the CPU busy: the linger.
+  const busy = await fullThenOne(6, { processes: 1, cpuBusy: true })
+  t.notOk(busy.writtenAtOnce, 'held back while the clock stands')
+  t.same(busy.waits, [50], 'one wait, to 50 ms after the full statement started')
+  clock.fireNext()
+  t.equal(await busy.next, 'acked')
   t.same(await s.stored(), [
-    { partition: 0, committed: 6, pushed: 5 },
-    { partition: 1, committed: 3, pushed: 0 },
+    { partition: 0, committed: 9, pushed: 0 },
+    { partition: 1, committed: 1, pushed: 0 },
   ])
 })
 
