@@ -10,7 +10,7 @@ import { GroupService } from './service/groups.ts'
 import { AckService } from './service/acks.ts'
 import { AttemptLog } from './dispatch/attempt-log.ts'
 import { Dispatcher } from './dispatch/dispatcher.ts'
-import { CpuLoad } from './dispatch/cpu-load.ts'
+import { CpuLoad, cpuLoadAt } from './dispatch/cpu-load.ts'
 import { Cluster } from './cluster/cluster.ts'
 import { createPushAgent } from './dispatch/pusher.ts'
 import { OutboxMover } from './service/outbox.ts'
@@ -186,7 +186,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     agent.authorizer = pushAuth
     // Set below: the dispatcher tells the cluster of partitions that moved on under it.
     let onMoved: ((name: string, partition: number) => void) | undefined
-    const cpuLoad = new CpuLoad()
+    const cpuLoad = config.lingerCpuPercent > 0 ? new CpuLoad(cpuLoadAt(config.lingerCpuPercent)) : undefined
     const dispatcher = new Dispatcher({
       db: database,
       attempts,
@@ -202,7 +202,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       log: { warn: (o, m) => logger?.warn(o, m), error: (o, m) => logger?.error(o, m) },
       onMoved: (name, partition) => onMoved?.(name, partition),
       processes: () => processes(),
-      cpuBusy: () => cpuLoad.busy(),
+      ...(cpuLoad ? { cpuBusy: () => cpuLoad.busy() } : {}),
       // No push goes out unless this process can prove it still owns the partition (a stall past its session's end).
       lease: { held: () => cluster.ownership.lease.held(), wait: (fn) => cluster.ownership.lease.wait(fn) },
     })

@@ -26,6 +26,12 @@ export interface Config {
   commitMaxMessages: number
   /** Group-commit transactions running at once. */
   commitConcurrency: number
+  /**
+   * Machine CPU (percent) from which the progress writer waits for company after a full statement
+   * (src/dispatch/cpu-load.ts); 0: it always does (for a PostgreSQL on another host, whose CPU this
+   * process cannot see).
+   */
+  lingerCpuPercent: number
   /** Produce backlog (messages waiting for a commit) past which produce answers 503. */
   commitMaxPendingMessages: number
   /** Bytes waiting for a commit past which produce answers 503. */
@@ -237,6 +243,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxRequestBytes,
     commitMaxMessages: int(env, 'HOOKQ_COMMIT_MAX_MESSAGES', 5000, 1, 100_000),
     commitConcurrency: int(env, 'HOOKQ_COMMIT_CONCURRENCY', 2, 1, 64),
+    lingerCpuPercent: int(env, 'HOOKQ_LINGER_CPU_PERCENT', 90, 0, 100),
     commitMaxPendingMessages: int(env, 'HOOKQ_COMMIT_MAX_PENDING_MESSAGES', 100_000, 1, 10_000_000),
     commitMaxPendingBytes: int(env, 'HOOKQ_COMMIT_MAX_PENDING_BYTES', 256 * MiB, 1024, 64 * 1024 * MiB),
     retentionIntervalMs: int(env, 'HOOKQ_RETENTION_INTERVAL_MS', 60_000, 1000, 86_400_000),

@@ -28,10 +28,15 @@ export interface CpuLoadOptions {
 }
 
 /**
- * Busy from 90%: below it the machine has a core's tenth or more to spare on two cores. 250 ms:
- * /proc/stat counts in 10 ms ticks, so a reading on two cores moves in 2% steps.
+ * Busy from `percent` (HOOKQ_LINGER_CPU_PERCENT, 90 by default: below it the machine has a tenth of
+ * its CPU or more to spare), free again 10 points lower. 250 ms: /proc/stat counts in 10 ms ticks,
+ * so a reading on two cores moves in 2% steps.
  */
-export const DEFAULT_CPU_LOAD: CpuLoadOptions = { enter: 0.9, leave: 0.8, windowMs: 250 }
+export function cpuLoadAt(percent: number): CpuLoadOptions {
+  return { enter: percent / 100, leave: Math.max(0, percent - 10) / 100, windowMs: 250 }
+}
+
+export const DEFAULT_CPU_LOAD: CpuLoadOptions = cpuLoadAt(90)
 
 /** Busy and idle CPU time of the whole machine so far, summed over its cores, in any one unit. */
 export interface CpuTimes {

@@ -4,7 +4,7 @@
  */
 import t from 'tap'
 import type { EventLoopUtilization } from 'node:perf_hooks'
-import { CpuLoad, type CpuTimes } from '../../src/dispatch/cpu-load.ts'
+import { CpuLoad, cpuLoadAt, type CpuTimes } from '../../src/dispatch/cpu-load.ts'
 
 /** A machine of two cores and an event loop whose counters the test moves by hand. */
 function fakes() {
@@ -53,6 +53,11 @@ t.test('busy from `enter` on the machine or the event loop, free again below `le
   t.equal(l.busy(), false, 'free below 80%')
   pass(100, 0.4, 0.92)
   t.equal(l.busy(), true, 'the loop at 92% on a machine with room')
+})
+
+t.test('HOOKQ_LINGER_CPU_PERCENT: busy from the percent, free 10 points lower', async (t) => {
+  t.same(cpuLoadAt(90), { enter: 0.9, leave: 0.8, windowMs: 250 })
+  t.same(cpuLoadAt(5), { enter: 0.05, leave: 0, windowMs: 250 })
 })
 
 t.test('read at most once a window; a reading after a long quiet spell starts a window', async (t) => {

@@ -21,7 +21,9 @@ t.test('defaults', async (t) => {
     logRequests: false,
     retentionIntervalMs: 60_000,
     attemptRetentionMs: 7 * 86_400_000,
+    lingerCpuPercent: 90,
   })
+  t.equal(loadConfig({ HOOKQ_LINGER_CPU_PERCENT: '0' }).lingerCpuPercent, 0, '0: always wait after a full statement')
   t.equal(loadConfig({ HOOKQ_ATTEMPT_RETENTION_MS: '60000' }).attemptRetentionMs, 60_000, 'one minute, the least')
   t.equal(loadConfig({ HOOKQ_LOG_REQUESTS: 'yes' }).logRequests, true)
   t.equal(loadConfig({ HOOKQ_ADVERTISE_URL: 'http://10.0.0.5:8080/' }).advertiseUrl, 'http://10.0.0.5:8080')
@@ -43,6 +45,7 @@ t.test('bad values are refused with the variable named', async (t) => {
     [{ LOG_LEVEL: 'loud' }, /LOG_LEVEL must be one of/],
     [{ HOOKQ_MAX_MESSAGE_BYTES: '2000000', HOOKQ_MAX_REQUEST_BYTES: '1000000' }, /must not exceed HOOKQ_MAX_REQUEST_BYTES/],
     [{ HOOKQ_DB_POOL_SIZE: '0' }, /HOOKQ_DB_POOL_SIZE/],
+    [{ HOOKQ_LINGER_CPU_PERCENT: '101' }, /HOOKQ_LINGER_CPU_PERCENT must be a whole number from 0 to 100, got 101/],
     [{ DATABASE_URL: 'postgresql://u@h/db?schema=hq' }, /DATABASE_URL names schema "hq": hookq keeps its tables in the public schema/],
     [{ HOOKQ_ADVERTISE_URL: 'ftp://x' }, /HOOKQ_ADVERTISE_URL must be an http:\/\/ or https:\/\/ base URL/],
     [{ HOOKQ_ADVERTISE_URL: 'http://10.0.0.5:8080/hookq' }, /HOOKQ_ADVERTISE_URL must be/],
