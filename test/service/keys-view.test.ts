@@ -3,12 +3,14 @@
  * bound (1.8 s, inside the contract's 2 s) is not trusted; a request that meets one reads the keys
  * itself before answering, and sees a deletion it had not heard of; when the keys cannot be read,
  * a stored key is 'stale' (the HTTP layer's 503), never let through. The view's age is on a
- * monotonic clock: the wall clock set back does not make an old view look young.
+ * monotonic clock: the wall clock set back does not make an old view look young. A read whose rows
+ * predate a key made or deleted on this process does not undo the change.
  */
 import t from 'tap'
 import { KeyService, MAX_VIEW_AGE_MS } from '../../src/service/keys.ts'
 import { openDatabase } from '../../src/store/db.ts'
 import { testDatabase } from '../helpers/db.ts'
+import { waitUntil } from '../helpers/wait.ts'
 
 t.test('a stale view is read again before a key is trusted, and refused when it cannot be', async (t) => {
   const db = openDatabase((await testDatabase(t)).url, 2)
@@ -67,4 +69,49 @@ t.test("the view's age does not follow the wall clock: set back, it does not mak
   const other = await keys.create({ name: 'k2', scopes: [{ action: 'produce' }] })
   wallMs += 3_600_000
   t.match(keys.lookup(other.key), { id: other.view.id }, 'a young view is trusted, whatever the wall clock says')
+})
+
+t.test('a read whose rows predate a key made or deleted here does not undo it', async (t) => {
+  const db = openDatabase((await testDatabase(t)).url, 4)
+  t.teardown(() => db.close())
+  // The keys' list query answers as usual, but its rows are held until the test lets them go: a
+  // read begun before a change here whose answer arrives after it (a slow database, a busy process).
+  let hold: Promise<void> | undefined
+  let held = 0
+  const apiKey = new Proxy(db.prisma.apiKey, {
+    get(target, prop, receiver) {
+      if (prop !== 'findMany') return Reflect.get(target, prop, receiver)
+      return async (...args: Parameters<typeof target.findMany>) => {
+        const rows = await target.findMany(...args)
+        if (hold) {
+          held++
+          await hold
+        }
+        return rows
+      }
+    },
+  })
+  const prisma = new Proxy(db.prisma, {
+    get: (target, prop, receiver) => (prop === 'apiKey' ? apiKey : Reflect.get(target, prop, receiver)),
+  })
+  const keys = new KeyService({ ...db, prisma }, { refreshMs: 3_600_000 })
+  await keys.start()
+  t.teardown(() => keys.stop())
+  const old = await keys.create({ name: 'old', scopes: [{ action: 'produce' }] })
+
+  let release!: () => void
+  hold = new Promise((resolve) => {
+    release = resolve
+  })
+  // The version moved (the key above), so this read lists the keys: its rows have `old`, not `made`.
+  const reading = keys.refresh()
+  await waitUntil(() => held === 1, 30_000, 'the read to list the keys')
+  const made = await keys.create({ name: 'made', scopes: [{ action: 'produce' }] })
+  await keys.delete(old.view.id)
+  hold = undefined
+  release()
+  await reading
+  t.match(keys.lookup(made.key), { id: made.view.id }, 'the key made during the read is still known')
+  t.equal(keys.lookup(old.key), undefined, 'the key deleted during the read is still refused')
+  t.equal(held, 1, 'the read was taken again, from after the changes, and that one was not held')
 })
