@@ -24,7 +24,8 @@ t.test('topics create, list (table and --json), show and delete', async (t) => {
   t.equal((await unwrap(hookq.GET('/v1/topics/{topic}', { params: { path: { topic: 'orders' } } }))).partitions, 3, 'the broker has it')
 
   await unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic: 'audit' } }, body: { partitions: 1, retentionMs: 3_600_000 } }))
-  const table = await cli('topics', 'list')
+  // Reads run at once (each CLI command is a Node process of its own); the delete after them.
+  const [table, json, shown] = await Promise.all([cli('topics', 'list'), cli('--json', 'topics', 'list'), cli('topics', 'show', 'audit')])
   t.equal(table.code, 0)
   const lines = table.stdout.trim().split('\n')
   t.match(lines[0], /^NAME\s+PARTITIONS\s+RETENTION\s+CREATED$/)
@@ -37,7 +38,6 @@ t.test('topics create, list (table and --json), show and delete', async (t) => {
     /^orders\s+3\s+7d\s+/,
   )
 
-  const json = await cli('--json', 'topics', 'list')
   t.equal(json.code, 0)
   const listed = JSON.parse(json.stdout) as { topics: Array<{ name: string; partitions: number }> }
   t.same(listed.topics.map((x) => [x.name, x.partitions]).sort(), [
@@ -45,7 +45,6 @@ t.test('topics create, list (table and --json), show and delete', async (t) => {
     ['orders', 3],
   ])
 
-  const shown = await cli('topics', 'show', 'audit')
   t.match(shown.stdout, /^topic audit: 1 partition, retention 1h,/, 'one partition, singular')
 
   const deleted = await cli('topics', 'delete', 'audit', '--json')
@@ -202,25 +201,29 @@ t.test('seek to an offset on one partition, and to a time on all', async (t) => 
 })
 
 t.test('errors: broker error 1, usage 2, unreachable 3', async (t) => {
-  const missing = await cli('topics', 'show', 'nope')
+  const port = await closedPort()
+  // Each a failure that changes nothing, so they run at once.
+  const [missing, missingJson, usage, unknown, unreachable] = await Promise.all([
+    cli('topics', 'show', 'nope'),
+    cli('--json', 'topics', 'show', 'nope'),
+    cli('topics', 'create', 'x', '--partitions', 'many'),
+    cli('topicz', 'list'),
+    runCli(['topics', 'list'], { url: `http://127.0.0.1:${port}` }),
+  ])
   t.equal(missing.code, 1)
   t.equal(missing.stdout, '')
   t.match(missing.stderr, /^hookq: topic_not_found \(HTTP 404\): .*nope/)
   t.notMatch(missing.stderr, /\n\s+at /, 'no stack trace')
 
-  const missingJson = await cli('--json', 'topics', 'show', 'nope')
   t.equal(missingJson.code, 1)
   t.match(JSON.parse(missingJson.stderr), { error: { status: 404, code: 'topic_not_found' } })
 
-  const usage = await cli('topics', 'create', 'x', '--partitions', 'many')
   t.equal(usage.code, 2)
   t.match(usage.stderr, /--partitions <n>.*invalid/)
   t.equal((await hookq.GET('/v1/topics/{topic}', { params: { path: { topic: 'x' } } })).response.status, 404, 'nothing was created')
 
-  t.equal((await cli('topicz', 'list')).code, 2, 'an unknown command')
+  t.equal(unknown.code, 2, 'an unknown command')
 
-  const port = await closedPort()
-  const unreachable = await runCli(['topics', 'list'], { url: `http://127.0.0.1:${port}` })
   t.equal(unreachable.code, 3)
   t.match(unreachable.stderr, `cannot reach the broker at http://127.0.0.1:${port}`)
   t.match(unreachable.stderr, /ECONNREFUSED/)
@@ -229,12 +232,14 @@ t.test('errors: broker error 1, usage 2, unreachable 3', async (t) => {
 t.test('with API keys: a missing key is a 401 explained, HOOKQ_API_KEY or --api-key pass', async (t) => {
   const key = 'cli-test-key-0123456789'
   const secured = await startListeningBroker(t, { HOOKQ_API_KEYS: `${key}:admin` })
-  const without = await runCli(['topics', 'list'], { url: secured.url })
+  const [without, withEnv] = await Promise.all([
+    runCli(['topics', 'list'], { url: secured.url }),
+    runCli(['topics', 'create', 'secure', '-p', '1'], { url: secured.url, env: { HOOKQ_API_KEY: key } }),
+  ])
   t.equal(without.code, 1)
   t.match(without.stderr, /unauthorized \(HTTP 401\)/)
   t.match(without.stderr, /HOOKQ_API_KEY/)
 
-  const withEnv = await runCli(['topics', 'create', 'secure', '-p', '1'], { url: secured.url, env: { HOOKQ_API_KEY: key } })
   t.equal(withEnv.code, 0, withEnv.stderr)
   const withFlag = await runCli(['--api-key', key, '--json', 'topics', 'list'], { url: secured.url })
   t.equal(withFlag.code, 0, withFlag.stderr)

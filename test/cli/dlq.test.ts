@@ -23,6 +23,9 @@ import { runCli } from './run.ts'
 
 const { broker, url } = await startListeningBroker(t)
 const hookq = createClient({ baseUrl: url, apiKey: '' })
+// The tests run side by side: each has topics of its own (the last a broker of its own), and most of
+// their time is CLI processes starting and a rate limit's Retry-After passing.
+t.jobs = 3
 
 const createTopic = (client: HookqClient, topic: string, partitions: number) =>
   unwrap(client.PUT('/v1/topics/{topic}', { params: { path: { topic } }, body: { partitions } }))

@@ -13,6 +13,9 @@ import { runCli } from './run.ts'
 
 const { url } = await startListeningBroker(t)
 const hookq = createClient({ baseUrl: url, apiKey: '' })
+// The tests run side by side on the one broker, each on topics (and a front) of its own: most of
+// their time is CLI processes starting, which need not wait for another test's.
+t.jobs = 4
 const createTopic = (topic: string, partitions: number) =>
   unwrap(hookq.PUT('/v1/topics/{topic}', { params: { path: { topic } }, body: { partitions } }))
 

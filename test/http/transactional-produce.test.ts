@@ -22,7 +22,9 @@ const root = fileURLToPath(new URL('../../', import.meta.url))
 t.test("hookq_produce in the caller's own transaction", { skip: needsServer }, run)
 
 async function run(t: Test): Promise<void> {
-  const { broker, url } = await startListeningBroker(t, { HOOKQ_OUTBOX_POLL_MS: '20' })
+  // The /metrics gauges are read in the background every HOOKQ_METRICS_REFRESH_MS (5 s by default):
+  // 50 ms lets the outbox gauge's test see each change at once instead of waiting out two reads.
+  const { broker, url } = await startListeningBroker(t, { HOOKQ_OUTBOX_POLL_MS: '20', HOOKQ_METRICS_REFRESH_MS: '50' })
   const pool = new pg.Pool({ connectionString: broker.databaseUrl, max: 12 })
   t.teardown(() => pool.end())
 
@@ -179,11 +181,21 @@ async function run(t: Test): Promise<void> {
     await held.query(`SELECT hookq_produce('tx4', '"held"', key => 'same')`)
     // Each of these would wait for the held transaction if the call had taken a lock they need;
     // a generous bound turns such a wait into a failure instead of a hang.
-    const bounded = <T>(p: Promise<T>, what: string) =>
-      Promise.race([
-        p,
-        new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what} waited for the open transaction`)), 15_000)),
-      ])
+    // The bound's timer is cleared once the call settles: left running, it kept the test process
+    // alive for its 15 s after the last test (tap ends a file when nothing is pending).
+    const bounded = async <T>(p: Promise<T>, what: string) => {
+      let timer: NodeJS.Timeout | undefined
+      try {
+        return await Promise.race([
+          p,
+          new Promise<never>((_, reject) => {
+            timer = setTimeout(() => reject(new Error(`${what} waited for the open transaction`)), 15_000)
+          }),
+        ])
+      } finally {
+        clearTimeout(timer)
+      }
+    }
     const http = await bounded(call('POST', '/v1/topics/tx4/messages', { messages: [{ value: 'http', key: 'same' }] }), 'HTTP produce')
     t.equal(http.status, 201)
     t.same(http.json.results, [{ partition: 0, offset: 0 }])

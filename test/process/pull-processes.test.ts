@@ -74,9 +74,9 @@ t.test('pull across two broker processes', { skip: needsServer }, async (t) => {
     ['acked', 'acked', 'acked', 'acked'],
   )
 
-  // One message per partition, leased through b for 15 s and not acked; then b is killed. (A lease
-  // that passed before the last of the four was taken would come back as attempt 2 in `leased`: at
-  // 3 s, a loaded machine's few pulls could outlast it.)
+  // One message per partition, leased through b for 15 s and not acked. (A lease that passed before
+  // the last of the four was taken would come back as attempt 2 in `leased`: at 3 s, a loaded
+  // machine's few pulls could outlast it.)
   await call(a.url, 'POST', '/v1/topics/pt/messages', { messages: [0, 1, 2, 3].map((p) => ({ value: `k${p}`, partition: p })) })
   const leased: Pulled[] = []
   await waitUntil(
@@ -90,6 +90,25 @@ t.test('pull across two broker processes', { skip: needsServer }, async (t) => {
   t.same(
     leased.map((m) => m.attempt),
     [1, 1, 1, 1],
+  )
+  // Then the leases are made to end soon (extend sets the deadline to now + extendMs), so the test
+  // does not wait out 15 s; b is killed once the new deadlines are in the attempt log, where the
+  // process taking b's partitions over reads when each lease ends.
+  const ids = leased.map((m) => m.deliveryId)
+  const extended = await call(b.url, 'POST', '/v1/groups/pl/extend', { deliveryIds: ids, extendMs: 1000 })
+  t.same(
+    extended.json.results.map((r: { status: string }) => r.status),
+    ['extended', 'extended', 'extended', 'extended'],
+  )
+  await waitUntil(
+    async () =>
+      (
+        await c.query(`SELECT count(*)::int AS n FROM deliveries WHERE id = ANY($1) AND ack_deadline < now() + interval '10 seconds'`, [
+          ids,
+        ])
+      ).rows[0].n === ids.length,
+    30_000,
+    'the shortened deadlines in the attempt log',
   )
   b.child.kill('SIGKILL')
   await b.exited

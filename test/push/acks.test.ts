@@ -12,6 +12,9 @@ import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, sql, groupStatus } = api(broker)
+// The tests run side by side on the one broker: each has its own topic, group and receiver, and most
+// of a test's time is a deadline, backoff or absence window passing, which they need not take in turn.
+t.jobs = 4
 const { attemptRows, groupWithReceiver } = pushGroups({ call, sql })
 
 type Status = 'acked' | 'nacked' | 'extended' | 'already_completed' | 'unknown'

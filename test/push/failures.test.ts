@@ -11,6 +11,9 @@ import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, sql, groupStatus, allCompleted } = api(broker)
+// The tests run side by side on the one broker: each has its own topics, groups and receivers, and
+// most of a test's time is a backoff or a Retry-After passing, which they need not take in turn.
+t.jobs = 4
 const { topicAndGroup, addConsumer, attemptRows } = pushGroups({ call, sql })
 
 t.test('backoff gaps grow: ~100, ~400, ~1600 ms with jitter 0 and multiplier 4', async (t) => {

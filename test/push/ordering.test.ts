@@ -11,6 +11,9 @@ import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 
 const broker = await startBroker(t)
 const { call, produce, groupStatus, allCompleted, ack } = api(broker)
+// The tests run side by side on the one broker: each has its own topic, group and receivers, and most
+// of a test's time is a backoff or an absence window passing, which they need not take in turn.
+t.jobs = 4
 
 async function setup(
   tt: TT,

@@ -9,8 +9,11 @@ import { startListeningBroker } from '../helpers/broker.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
+// One broker for the flow and the error answers (nothing either does changes what the other sees);
+// the API-key test has a broker of its own, configured with a key.
+const { url } = await startListeningBroker(t)
+
 t.test('a full flow through the SDK', async (t) => {
-  const { url } = await startListeningBroker(t)
   const receiver = await startReceiver(t)
   const hookq = createClient({ baseUrl: url })
 
@@ -74,7 +77,6 @@ t.test('a full flow through the SDK', async (t) => {
 })
 
 t.test('errors come back as problem documents, or thrown with unwrap', async (t) => {
-  const { url } = await startListeningBroker(t)
   const hookq = createClient({ baseUrl: url })
 
   const { data, error, response } = await hookq.GET('/v1/topics/{topic}', { params: { path: { topic: 'missing' } } })
@@ -88,9 +90,9 @@ t.test('errors come back as problem documents, or thrown with unwrap', async (t)
 })
 
 t.test('the API key travels as a bearer token', async (t) => {
-  const { url } = await startListeningBroker(t, { HOOKQ_API_KEYS: 'sekret-key-0123456789:admin' })
-  const anonymous = createClient({ baseUrl: url, apiKey: '' })
+  const keyedBroker = await startListeningBroker(t, { HOOKQ_API_KEYS: 'sekret-key-0123456789:admin' })
+  const anonymous = createClient({ baseUrl: keyedBroker.url, apiKey: '' })
   t.equal((await anonymous.GET('/v1/topics')).response.status, 401)
-  const keyed = createClient({ baseUrl: url, apiKey: 'sekret-key-0123456789' })
+  const keyed = createClient({ baseUrl: keyedBroker.url, apiKey: 'sekret-key-0123456789' })
   t.equal((await keyed.GET('/v1/topics')).response.status, 200)
 })

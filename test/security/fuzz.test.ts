@@ -7,6 +7,7 @@
 import fc from 'fast-check'
 import t from 'tap'
 import { startBroker } from '../helpers/broker.ts'
+import { tableSnapshot } from '../helpers/table-snapshot.ts'
 
 const SEED = Number(process.env.HOOKQ_FUZZ_SEED ?? 20261130)
 const RUNS = Number(process.env.HOOKQ_FUZZ_RUNS ?? 200)
@@ -41,19 +42,14 @@ const TABLES = [
 ]
 // The owner epoch is the broker's own bookkeeping (bumped whenever this process claims a partition,
 // in the background after a group is created), not state a request changes.
-const ROWS: Record<string, string> = {
-  group_offsets: '(SELECT group_id, topic_id, partition, committed_offset, pushed_offset, seeked_at FROM group_offsets)',
-}
-async function snapshot(): Promise<Record<string, string>> {
-  const out: Record<string, string> = {}
-  for (const table of TABLES) {
-    const { rows } = await broker.db.pool.query(
-      `SELECT count(*)::int AS n, md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) AS h FROM ${ROWS[table] ?? table} x`,
-    )
-    out[table] = `${rows[0].n}:${rows[0].h}`
-  }
-  return out
-}
+const readTables = tableSnapshot(
+  TABLES.map((table) =>
+    table === 'group_offsets'
+      ? [table, '(SELECT group_id, topic_id, partition, committed_offset, pushed_offset, seeked_at FROM group_offsets)']
+      : table,
+  ),
+)
+const snapshot = () => readTables(broker.db.pool)
 
 // ---- generators ----
 // Produce never targets "base" (the only topic groups may consume), so no push, attempt log or

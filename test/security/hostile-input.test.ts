@@ -11,6 +11,7 @@ import t, { type Test } from 'tap'
 import type { InjectOptions } from 'fastify'
 import type { Broker } from '../../src/broker.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
+import { tableSnapshot } from '../helpers/table-snapshot.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const MAX_REQUEST_BYTES = 65536
@@ -64,16 +65,8 @@ const TABLES = [
   'schedules',
   'api_keys',
 ]
-async function snapshot(b: Broker = broker): Promise<Record<string, string>> {
-  const out: Record<string, string> = {}
-  for (const table of TABLES) {
-    const { rows } = await b.db.pool.query(
-      `SELECT count(*)::int AS n, md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) AS h FROM ${table} x`,
-    )
-    out[table] = `${rows[0].n}:${rows[0].h}`
-  }
-  return out
-}
+const readTables = tableSnapshot(TABLES)
+const snapshot = (b: Broker = broker) => readTables(b.db.pool)
 
 /** A 4xx must be application/problem+json with type, title, status, detail and code. */
 function assertProblem(t: Test, res: Res, what: string) {

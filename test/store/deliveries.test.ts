@@ -12,9 +12,12 @@ import { newDeliveryId, parseDeliveryId } from '../../src/core/delivery-id.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 
-/** A broker with a topic `name` and a group `name-g` on it; their ids, and attempt rows of the group's partition 0. */
-async function groupSetup(t: { teardown(fn: () => unknown): void; equal(a: unknown, b: unknown): unknown }, name: string, partitions = 1) {
-  const broker = await startBroker(t)
+// One broker and database for the file: each test works on a group of its own (and its own rows,
+// found by group id), so none sees another's; a broker each cost a database and a start-up a test.
+const broker = await startBroker(t)
+
+/** A topic `name` and a group `name-g` on it; their ids, and attempt rows of the group's partition 0. */
+async function groupSetup(t: { equal(a: unknown, b: unknown): unknown }, name: string, partitions = 1) {
   const { call, sql } = api(broker)
   t.equal((await call('PUT', `/v1/topics/${name}`, { partitions })).status, 201)
   t.equal((await call('PUT', `/v1/groups/${name}-g`, { topic: name })).status, 201)
@@ -44,7 +47,6 @@ t.test('array literals', async (t) => {
 })
 
 t.test('text array literals come back from PostgreSQL as they went', async (t) => {
-  const broker = await startBroker(t)
   const values = [
     '',
     'NULL',

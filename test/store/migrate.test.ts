@@ -14,6 +14,10 @@ import { waitUntil } from '../helpers/wait.ts'
 
 const SCHEMA_PATH = fileURLToPath(new URL('../../prisma/schema.prisma', import.meta.url))
 const names = (await readMigrations(MIGRATIONS_DIR)).migrationDirectories.map((d) => d.path)
+// On a server the tests run side by side: each migrates a database (and a folder) of its own, and
+// waits on PostgreSQL and the schema engine more than on this process. Embedded, one at a time: each
+// of their databases is an in-memory PostgreSQL in this process.
+t.jobs = databaseServerUrl ? 3 : 1
 
 /** One connection for the duration of `fn`: the embedded database takes only one at a time. */
 async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
