@@ -524,9 +524,17 @@ export class PushFlow {
           pushFormat: 'envelope' as const,
           consumerSecrets: [],
         }
-        // Handed to a caller gone meanwhile: the lease expires at its deadline and is retried.
-        pulls.hand(taker, buildEnvelope(target, o.msg, a.id, a.number, deadlineMs, traceparent))
+        const handed = pulls.hand(taker, buildEnvelope(target, o.msg, a.id, a.number, deadlineMs, traceparent))
         w.went(a)
+        // Its caller was answered meanwhile (it left, or a pull without waitMs reached its limit while
+        // this lease's reservation was written): leasable again at once, as a forwarded caller's
+        // give-back makes it, not stranded until its deadline (which a long poll would wait out).
+        if (!handed)
+          queueMicrotask(() =>
+            this.safely(() => {
+              if (!w.dropped && o.state === 'in_flight' && o.current === a) this.unlease(g, w, o, a)
+            }),
+          )
       },
       giveBack: () => pulls.unhand(taker),
     }

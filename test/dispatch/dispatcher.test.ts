@@ -47,7 +47,8 @@ async function setup(
   await topics.put(name, opts.partitions ?? 1)
   await groups.put(name, { topic: name, ...group })
   const receiver = await startReceiver(t, opts.behaviour)
-  await groups.addConsumer(name, { url: receiver.url })
+  // (A pull group has no consumers: its callers take its messages.)
+  if (group.delivery !== 'pull') await groups.addConsumer(name, { url: receiver.url })
   const clock = new SteppedClock()
   const attempts = new AttemptLog(db, { flushDelayMs: 1, holdMs: 1000, maxBuffered: 10_000, onError: () => {}, now: clock.now })
   const errors: unknown[] = []
@@ -188,6 +189,58 @@ t.test(
     )
     t.match(await s.pushed(3), { offset: 2, attempt: 1 })
     await waitUntil(async () => (await s.committed()) === 2, 10_000, 'offsets 0 and 1 committed')
+  },
+)
+
+t.test(
+  'a retry lease whose caller was answered before it was written is leasable again at once, not stranded until its deadline',
+  async (t) => {
+    const s = await setup(t, 'stranded', { delivery: 'pull', ackTimeoutMs: 60_000 })
+    await s.produce(['a'])
+    const [leased] = await s.dispatcher.pull('stranded', { maxMessages: 1, waitMs: 0, leaseMs: undefined })
+    const first = JSON.parse(leased!)
+    t.same(
+      (await s.dispatcher.nack('stranded', [first.deliveryId], 0, false)).map((r) => r.status),
+      ['nacked'],
+    )
+    // The partition's offsets row locked by another session: the retry's fence (a statement written
+    // before a retry goes out) cannot be written.
+    const blocker = await db.pool.connect()
+    t.teardown(() => blocker.release())
+    await blocker.query('BEGIN')
+    await blocker.query('SELECT 1 FROM group_offsets WHERE group_id = $1 FOR UPDATE', [s.groupId])
+    s.clock.advance(1) // the nack's retry falls due (no delay)
+    const retry = s.dispatcher.pull('stranded', { maxMessages: 1, waitMs: 0, leaseMs: undefined })
+    await waitUntil(
+      async () =>
+        Number(
+          (await db.pool.query(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`))
+            .rows[0].count,
+        ) > 0,
+      10_000,
+      'the fence waiting for the row lock',
+    )
+    // A pull without waitMs answers at its limit (2 s) whatever it waits for: here, the fence.
+    s.clock.advance(2_000)
+    t.same(await retry, [], 'answered empty at its limit')
+    await blocker.query('COMMIT')
+    // The retry lease goes out now, to a caller already answered. A long poll gets the message,
+    // well before that lease's 60 s deadline.
+    let answer: string[] | undefined
+    void s.dispatcher.pull('stranded', { maxMessages: 1, waitMs: 30_000, leaseMs: undefined }).then((a) => {
+      answer = a
+    })
+    // Real time for the database, the stepped clock for the broker's timers: a few ms of it per look.
+    await waitUntil(
+      () => {
+        s.clock.advance(5)
+        return answer
+      },
+      10_000,
+      'the long poll answered',
+    )
+    t.equal(answer!.length, 1, 'the message, leased again')
+    t.match(JSON.parse(answer![0]!), { offset: 0, value: 'a', attempt: 3 })
   },
 )
 
