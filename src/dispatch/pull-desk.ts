@@ -13,7 +13,8 @@
  *               can be leased in the same pass → answered
  *   waiting   → (waitMs passes) answered with what it has (nothing)
  *   waiting   → (the client went away) answered; nothing more is handed to it. A retry's lease
- *               being written when it went is leased to nobody: it expires and is retried.
+ *               being written when it went (or when its waitMs or limit passed) is given back:
+ *               a failed attempt, leasable again at once (PushFlow.unlease).
  *   waiting   → (its group deleted, switched to push, or its topic gone: closeGroup) answered at once
  *               with what it has; the service then answers 404 or 409 for an empty answer.
  *
@@ -127,7 +128,7 @@ export class PullDesk {
     t.pending++
   }
 
-  /** The lease's envelope goes to its taker (false: the taker is gone; the lease expires and is retried). */
+  /** The lease's envelope goes to its taker (false: the taker was answered meanwhile; the caller gives the lease back). */
   hand(t: Taker, envelope: string): boolean {
     t.pending--
     if (t.done) return false

@@ -526,13 +526,14 @@ export class PushFlow {
         }
         const handed = pulls.hand(taker, buildEnvelope(target, o.msg, a.id, a.number, deadlineMs, traceparent))
         w.went(a)
-        // Its caller was answered meanwhile (it left, or a pull without waitMs reached its limit while
-        // this lease's reservation was written): leasable again at once, as a forwarded caller's
-        // give-back makes it, not stranded until its deadline (which a long poll would wait out).
+        // Its caller was answered while this retry's row and fence were written (it left, its waitMs
+        // or a pull-without-wait's limit passed, its group closed): leasable again at once, as a
+        // forwarded caller's give-back makes it, not stranded until its deadline.
         if (!handed)
           queueMicrotask(() =>
             this.safely(() => {
-              if (!w.dropped && o.state === 'in_flight' && o.current === a) this.unlease(g, w, o, a)
+              if (!w.dropped && w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a)
+                this.unlease(g, w, o, a, 'the caller of pull was answered before the lease was handed to it')
             }),
           )
       },
@@ -640,14 +641,13 @@ export class PushFlow {
   }
 
   /**
-   * A lease whose caller went away before its answer reached it: the message is leasable again at
-   * once. Not counted when its row is not written yet (a first lease, the common case: the attempt
+   * A lease whose caller went away before its answer reached it (or was answered before the lease
+   * was handed to it): the message is leasable again at once. Not counted when its row is not written yet (a first lease, the common case: the attempt
    * did not happen); a retry's row is written before it is handed, so that one ends as a failed
    * attempt, leased again without the backoff.
    */
-  unlease(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt): void {
+  unlease(g: GroupRuntime, w: PartitionState, o: Outstanding, a: Attempt, why = 'the caller of pull went away before its answer'): void {
     this.dropDeadline(a)
-    const why = 'the caller of pull went away before its answer'
     if (this.deps.attempts.forget(a.id)) {
       w.undo(o, a)
       return this.wait(g, w, o, 'retry', this.deps.now())

@@ -94,8 +94,6 @@ export class KeyService {
   private viewAtMs = -Infinity
   private timer: NodeJS.Timeout | undefined
   private reading: Promise<void> | undefined
-  /** Moved by each key this process makes or deletes: a read begun before one must not replace the table it changed. */
-  private localChanges = 0
   private stopped = false
   private readonly now: () => number
   private readonly monotonicNow: () => number
@@ -180,6 +178,7 @@ export class KeyService {
       scopes: input.scopes.map(normalScope),
       expiresAt,
     })
+    await this.afterReadInFlight()
     this.remember(row)
     return { view: keyView(row), key }
   }
@@ -191,15 +190,26 @@ export class KeyService {
   /** Deletes a key; this process refuses it at once, the others within REFRESH_MS and a read. */
   async delete(id: string): Promise<void> {
     if (!(await deleteApiKey(this.db.prisma, id))) throw new HookqError('key_not_found', `API key ${id} does not exist`)
+    await this.afterReadInFlight()
     for (const [digest, record] of this.byDigest) if (record.id === id) this.byDigest.delete(digest)
-    this.localChanges++
   }
 
   private remember(row: ApiKeyRow): void {
     const next = new Map(this.byDigest)
     next.set(row.keyHash.toString('hex'), { id: row.id, name: row.name, scopes: row.scopes.map(normalScope), expiresAt: row.expiresAt })
     this.byDigest = next
-    this.localChanges++
+  }
+
+  /**
+   * Before a change made here is applied to the table: a read in flight may have listed the keys
+   * before the change committed, and installing its rows after the change would undo it (a key just
+   * made answered 401; one just deleted came back until the next read). So that read installs
+   * first, the change goes on top, and the next read lists the keys again whatever the version (a
+   * key made here and deleted elsewhere meanwhile). A read begun after the commit sees the change.
+   */
+  private async afterReadInFlight(): Promise<void> {
+    await this.reading
+    this.version = undefined
   }
 
   /** Reads the version, and the keys when it moved; one read at a time. */
@@ -210,33 +220,21 @@ export class KeyService {
     return this.reading
   }
 
-  /**
-   * Reads the version, and the keys when it moved. A read whose snapshot may predate a key this
-   * process made or deleted meanwhile (its rows arrive after the change) is not installed: it would
-   * drop the new key (401s) or bring the deleted one back until the next read. It is read again,
-   * from a snapshot taken after the change; after three such reads the table is left as it is, and
-   * the view's age is not renewed, so the next refresh (or a stale lookup) reads again.
-   */
   private async read(): Promise<void> {
+    const startedMs = this.monotonicNow()
     try {
-      for (let tries = 0; tries < 3; tries++) {
-        const startedMs = this.monotonicNow()
-        const changes = this.localChanges
-        const version = await readApiKeyVersion(this.db.prisma)
-        const rows = version !== this.version ? await listApiKeys(this.db.prisma) : undefined
-        if (this.localChanges !== changes) continue
-        if (rows) {
-          this.byDigest = new Map(
-            rows.map((r) => [
-              r.keyHash.toString('hex'),
-              { id: r.id, name: r.name, scopes: r.scopes.map(normalScope), expiresAt: r.expiresAt },
-            ]),
-          )
-          this.version = version
-        }
-        this.viewAtMs = startedMs
-        return
+      const version = await readApiKeyVersion(this.db.prisma)
+      if (version !== this.version) {
+        const rows = await listApiKeys(this.db.prisma)
+        this.byDigest = new Map(
+          rows.map((r) => [
+            r.keyHash.toString('hex'),
+            { id: r.id, name: r.name, scopes: r.scopes.map(normalScope), expiresAt: r.expiresAt },
+          ]),
+        )
+        this.version = version
       }
+      this.viewAtMs = startedMs
     } catch (err) {
       this.opts.log?.error({ err }, 'reading the API keys failed; retrying')
     }

@@ -206,7 +206,8 @@ t.test(
     // The partition's offsets row locked by another session: the retry's fence (a statement written
     // before a retry goes out) cannot be written.
     const blocker = await db.pool.connect()
-    t.teardown(() => blocker.release())
+    // Never back to the pool holding the lock (a failed assert before the COMMIT).
+    t.teardown(() => blocker.query('ROLLBACK').finally(() => blocker.release(true)))
     await blocker.query('BEGIN')
     await blocker.query('SELECT 1 FROM group_offsets WHERE group_id = $1 FOR UPDATE', [s.groupId])
     s.clock.advance(1) // the nack's retry falls due (no delay)
@@ -214,8 +215,11 @@ t.test(
     await waitUntil(
       async () =>
         Number(
-          (await db.pool.query(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`))
-            .rows[0].count,
+          (
+            await db.pool.query(
+              `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%group_offsets%'`,
+            )
+          ).rows[0].count,
         ) > 0,
       10_000,
       'the fence waiting for the row lock',
@@ -241,6 +245,12 @@ t.test(
     )
     t.equal(answer!.length, 1, 'the message, leased again')
     t.match(JSON.parse(answer![0]!), { offset: 0, value: 'a', attempt: 3 })
+    // Attempt 2 reached no one: a failed attempt on record, saying why.
+    await s.attempts.flush(true)
+    const two = await db.pool.query(`SELECT outcome::text AS outcome, error FROM deliveries WHERE group_id = $1 AND attempt = 2`, [
+      s.groupId,
+    ])
+    t.match(two.rows, [{ outcome: 'failed', error: /answered before the lease was handed to it/ }])
   },
 )
 

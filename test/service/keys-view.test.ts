@@ -78,10 +78,12 @@ t.test('a read whose rows predate a key made or deleted here does not undo it', 
   // read begun before a change here whose answer arrives after it (a slow database, a busy process).
   let hold: Promise<void> | undefined
   let held = 0
+  let listed = 0
   const apiKey = new Proxy(db.prisma.apiKey, {
     get(target, prop, receiver) {
       if (prop !== 'findMany') return Reflect.get(target, prop, receiver)
       return async (...args: Parameters<typeof target.findMany>) => {
+        listed++
         const rows = await target.findMany(...args)
         if (hold) {
           held++
@@ -106,12 +108,27 @@ t.test('a read whose rows predate a key made or deleted here does not undo it', 
   // The version moved (the key above), so this read lists the keys: its rows have `old`, not `made`.
   const reading = keys.refresh()
   await waitUntil(() => held === 1, 30_000, 'the read to list the keys')
-  const made = await keys.create({ name: 'made', scopes: [{ action: 'produce' }] })
-  await keys.delete(old.view.id)
+  // A key made and one deleted while the read is held: both committed before its rows come back.
+  const making = keys.create({ name: 'made', scopes: [{ action: 'produce' }] })
+  const deleting = keys.delete(old.view.id)
+  await waitUntil(
+    async () => {
+      const names = (await db.pool.query<{ name: string }>('SELECT name FROM api_keys ORDER BY name')).rows.map((r) => r.name)
+      return names.length === 1 && names[0] === 'made'
+    },
+    30_000,
+    'both changes committed',
+  )
   hold = undefined
   release()
   await reading
-  t.match(keys.lookup(made.key), { id: made.view.id }, 'the key made during the read is still known')
-  t.equal(keys.lookup(old.key), undefined, 'the key deleted during the read is still refused')
-  t.equal(held, 1, 'the read was taken again, from after the changes, and that one was not held')
+  const made = await making
+  await deleting
+  t.match(keys.lookup(made.key), { id: made.view.id }, 'the key made during the read is known')
+  t.equal(keys.lookup(old.key), undefined, 'the key deleted during the read is refused')
+  // The next read lists the keys again, whatever the version says.
+  await keys.refresh()
+  t.equal(listed, 3, 'listed again after the changes')
+  t.match(keys.lookup(made.key), { id: made.view.id })
+  t.equal(keys.lookup(old.key), undefined)
 })
