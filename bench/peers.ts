@@ -33,7 +33,8 @@
  * reports what completed; one that fails in a round is reported, the others still run.
  *
  * Environment (all optional): BENCH_SYSTEMS=hookq,graphile,pgboss,rabbitmq,nats,ceiling  BENCH_ROUNDS=3
- *   BENCH_MESSAGES=20000 (per system and round)  BENCH_PRODUCERS=8  BENCH_BATCH=100  BENCH_CONCURRENCY=100
+ *   BENCH_MESSAGES=60000 (per system and round: each round starts fresh processes, and at 20,000 a round
+ *   is mostly their cold start)  BENCH_PRODUCERS=8  BENCH_BATCH=100  BENCH_CONCURRENCY=100
  *   BENCH_PARTITIONS=4  BENCH_MAX_IN_FLIGHT=100 (hookq's)  BENCH_MAX_SECONDS=60  BENCH_KEEP_DB=1
  *   BENCH_AMQP_URL=amqp://guest:guest@127.0.0.1:5672  BENCH_NATS_URL=nats://127.0.0.1:4222
  */
@@ -63,7 +64,7 @@ const SYSTEMS = (process.env.BENCH_SYSTEMS || 'hookq,graphile,pgboss,rabbitmq,na
 for (const s of SYSTEMS)
   if (!(s in LABELS)) throw new Error(`BENCH_SYSTEMS: unknown system ${s} (known: ${Object.keys(LABELS).join(', ')})`)
 const ROUNDS = envInt('BENCH_ROUNDS', 3)
-const MESSAGES = envInt('BENCH_MESSAGES', 20_000)
+const MESSAGES = envInt('BENCH_MESSAGES', 60_000)
 const BATCH = Math.min(1000, envInt('BENCH_BATCH', 100))
 const MAX_SECONDS = envInt('BENCH_MAX_SECONDS', 60)
 const CFG: SystemConfig = {
