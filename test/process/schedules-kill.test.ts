@@ -113,8 +113,19 @@ t.test('exactly once per tick through SIGKILLs; missed skip and once', { skip: n
   await sleep(Math.max(0, stoppedAt + 2000 - Date.now()))
   const fresh = await spawn('fresh')
   t.comment(`fresh started by ${Date.now() - t0} ms`)
-  const startedMs = Number(
-    (await c.query<{ ms: number }>(`SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 AS ms FROM schedule_runners`)).rows[0]!.ms,
+  // Its schedule runner's row comes with its first heartbeat, which may follow its first /healthz:
+  // read before it, the newest start was the keeper's, and the wait below was over at once.
+  const startedMs = await waitUntil(
+    async () => {
+      const ms = Number(
+        (await c.query<{ ms: number }>(`SELECT (extract(epoch FROM max(started_at)) * 1000)::float8 AS ms FROM schedule_runners`)).rows[0]!
+          .ms,
+      )
+      return ms > stoppedAt ? ms : undefined
+    },
+    30_000,
+    "the fresh process's schedule runner",
+    50,
   )
   await waitUntil(
     async () => {
