@@ -56,8 +56,12 @@ async function freshness() {
     if (res.status !== 201) throw new Error(`POST /v1/keys: ${res.status} ${JSON.stringify(res.json)}`)
     return res.json as { id: string; key: string }
   }
-  /** Waits until this process has a pull waiting for the group (the call passed its key check and waits). */
-  const waiting = (group: string) => waitUntil(() => here.cluster.pullWaiters(group) > 0, 30_000, `a pull waiting on ${group}`)
+  /**
+   * Waits until the pull waits for the group (the call passed its key check): on this process when
+   * it owns the group's partition, else as this process's probe on the other one, which does.
+   */
+  const waiting = (group: string) =>
+    waitUntil(() => here.cluster.pullWaiters(group) + there.cluster.pullWaiters(group) > 0, 30_000, `a pull waiting on ${group}`)
 
   for (const topic of ['jobs', 'quiet', 'orders', 'billing']) await root('PUT', `/v1/topics/${topic}`, { partitions: 1 })
 
