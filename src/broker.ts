@@ -154,8 +154,10 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
     await signer.start()
 
     // Commits beside a running one only for partitions it does not hold (group-commit.ts says why).
+    // Each append reserves the first pushes the dispatcher (made below) says it may.
+    let reserver: Dispatcher | undefined
     const committer = new GroupCommitter<AppendEntry, Coordinates | null>(
-      (entries) => appendMessages(database, entries),
+      (entries) => appendMessages(database, entries, reserver),
       {
         maxBatchMessages: config.commitMaxMessages,
         maxConcurrentCommits: singleConnection ? 1 : config.commitConcurrency,
@@ -206,6 +208,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       // No push goes out unless this process can prove it still owns the partition (a stall past its session's end).
       lease: { held: () => cluster.ownership.lease.held(), wait: (fn) => cluster.ownership.lease.wait(fn) },
     })
+    reserver = dispatcher
     // Every process on this database pushes the partitions it owns; see src/cluster/ownership.ts.
     const cluster = new Cluster({
       // A database that takes one connection (embedded, or a pool of 1) has room for no session of

@@ -31,6 +31,7 @@ import type { ConsumerRow, GroupRow } from '../store/groups.ts'
 import { findTopicByName, listTopics, readAllEndOffsets, readEndOffsets, type TopicRow } from '../store/topics.ts'
 import { attemptCounts, handBack, loadProgress, type HandBack, type PartitionKey } from '../store/consumption.ts'
 import type { DispatchMessage } from '../core/dispatch-message.ts'
+import { partitionKey, type AppendEntry, type AppendReservation, type AppendReserver } from '../store/messages.ts'
 import { abandonInFlight, HANDED_OVER, handedOverInFlight } from '../store/deliveries.ts'
 import type { DispatchMetrics, PushWindowStat } from '../metrics.ts'
 import { AckHandler, type AckResult } from './ack-handler.ts'
@@ -60,6 +61,12 @@ import { timerDelayMs } from '../core/timer-delay.ts'
 import { nextDelayMs } from '../core/retry-policy.ts'
 
 export type { AckStatus } from './ack-handler.ts'
+
+/** A reservation an append makes for a partition here (reservationsFor), with the partition it is for. */
+interface AppendClaim extends AppendReservation {
+  g: GroupRuntime
+  w: PartitionState
+}
 export type { Timers } from './schedule.ts'
 
 export interface DispatcherDeps {
@@ -98,7 +105,7 @@ interface GroupRead {
   topic: TopicRow | null
 }
 
-export class Dispatcher {
+export class Dispatcher implements AppendReserver<AppendClaim> {
   private readonly groups = new Map<string, GroupRuntime>()
   /** The same runtimes by group id: deadlines and the status view look groups up by id. */
   private readonly groupsById = new Map<number, GroupRuntime>()
@@ -401,6 +408,8 @@ export class Dispatcher {
         await answered
         clearTimeout(timer)
       }
+      // (Releasing, it takes no new ones.)
+      await w.appendsReserved()
       await this.progress.settled()
     }
     // Given back however it goes: the write is fenced, so it lands only if nobody claimed the partition since.
@@ -509,6 +518,53 @@ export class Dispatcher {
       w.heard(endOffset)
       this.flow.fill(g, w)
     }
+  }
+
+  /**
+   * The first pushes an append of `entries` may reserve in its own statement, for the partitions
+   * this process owns (PushFlow.appendRoom says which): the leading messages of each partition,
+   * up to its first delayed one. Their room is held until appendReservationsDone.
+   */
+  reservationsFor(entries: readonly AppendEntry[]): AppendClaim[] {
+    const claims: AppendClaim[] = []
+    if (this.stopped) return claims
+    // Per partition appended to, the keys of its leading undelayed messages; null: none to reserve.
+    const leads = new Map<number, (string | null)[] | null>()
+    for (const e of entries) {
+      const at = partitionKey(e.topicId, e.partition)
+      let keys = leads.get(at)
+      if (keys === null) continue
+      if (keys === undefined) {
+        const owned = [...(this.groupsByTopic.get(e.topicId) ?? [])].some((g) => g.parts.has(e.partition))
+        leads.set(at, (keys = owned ? [] : null))
+        if (keys === null) continue
+      }
+      if (e.delayMs > 0) leads.set(at, null)
+      else keys.push(e.key)
+    }
+    const seen = new Set<number>()
+    for (const e of entries) {
+      const at = partitionKey(e.topicId, e.partition)
+      if (seen.has(at)) continue
+      seen.add(at)
+      const keys = leads.get(at)
+      for (const g of this.groupsByTopic.get(e.topicId) ?? []) {
+        const w = g.parts.get(e.partition)
+        if (!w || !keys || keys.length === 0) continue
+        const count = this.flow.appendRoom(g, w, keys)
+        if (count <= 0) continue
+        w.beginAppendReservation(count)
+        claims.push({ groupId: g.row.id, topicId: e.topicId, partition: e.partition, ownerEpoch: w.ownerEpoch, count, g, w })
+      }
+    }
+    return claims
+  }
+
+  /** The append is done: each claim's reservation now ends at reservedTo (null: not written). */
+  reservationsDone(claims: AppendClaim[], reservedTo: readonly (number | null)[]): void {
+    claims.forEach((c, i) => {
+      this.flow.safely(() => this.flow.appendReserved(c.g, c.w, c.count, reservedTo[i] ?? null))
+    })
   }
 
   // ---- calls from the services ----

@@ -26,6 +26,8 @@ export class PartitionLog {
   private _gaps: [number, number][] = []
   private _reservedTo: number
   private _reserving = false
+  private _reservingByAppend = 0
+  private appendsWaited: (() => void)[] = []
   private _dropped = false
   /** When the partition was last seeked: older delivery ids no longer count. */
   readonly seekAtMs: number
@@ -75,6 +77,10 @@ export class PartitionLog {
   /** A reservation is being written; messages in state `reserving` wait for it. */
   get reserving(): boolean {
     return this._reserving
+  }
+  /** First pushes that appends under way reserve in their own statements (push-flow.ts appendRoom): their room is spoken for. */
+  get reservingByAppend(): number {
+    return this._reservingByAppend
   }
   /** No longer pushed here (moved, seeked, its group changed): whatever still refers to it is void. */
   get dropped(): boolean {
@@ -160,6 +166,27 @@ export class PartitionLog {
 
   endReservation(): void {
     this._reserving = false
+  }
+
+  /** An append is about to reserve the first pushes of its `count` messages here. */
+  beginAppendReservation(count: number): void {
+    this._reservingByAppend += count
+  }
+
+  /** That append is done: its reservation ends at `reservedTo`, or was not written (null). */
+  endAppendReservation(count: number, reservedTo: number | null): void {
+    this._reservingByAppend -= count
+    if (reservedTo !== null) this.advance(null, reservedTo)
+    if (this._reservingByAppend > 0 || this.appendsWaited.length === 0) return
+    const waiting = this.appendsWaited
+    this.appendsWaited = []
+    for (const done of waiting) done()
+  }
+
+  /** Resolves once no append under way reserves here: a handover gives back what they reserved, so it waits for them. */
+  appendsReserved(): Promise<void> {
+    if (this._reservingByAppend === 0) return Promise.resolve()
+    return new Promise((resolve) => this.appendsWaited.push(resolve))
   }
 
   /** Marks an offset completed (before its write): false when it is already. */

@@ -244,7 +244,8 @@ export class Partition extends PartitionLog {
    * pushed here stay below it; those counted by their rows need not (the rows keep the count).
    */
   firstUnpushed(): number {
-    let from = Math.min(this.reservedTo, this.keys.lowestWaiting())
+    // Offsets not taken from the log yet were not pushed here, though an append may have reserved them.
+    let from = Math.min(this.reservedTo, this.keys.lowestWaiting(), this.readPos)
     let counted = -1
     for (const o of this._outstanding.values()) {
       // Attempts begun here but never sent are not counted (their rows go with the handover).

@@ -24,7 +24,9 @@
  *   message being completed holds no slot (Partition.active): its consumer is done with it, and its
  *   completion is written while the next messages go out, in the same statement as their reservation.
  * - A reservation covers the messages one pass admitted (a batch of freed slots), and no more than
- *   the consumer's window or the pull callers' room could take (Transport.reservable).
+ *   the consumer's window or the pull callers' room could take (Transport.reservable). For a
+ *   partition idle here, the append of its next messages writes their reservation in its own
+ *   statement (appendRoom): they go out on the produce's commit, with no second one before the push.
  * - A first push goes out only below the partition's reservation (group_offsets.pushed_offset), a
  *   retry only once its attempt row is written and the owner epoch checked: a crash can never make
  *   the next owner push a message as attempt 1 again, and a process that lost the partition pushes
@@ -511,7 +513,7 @@ export class PushFlow {
     return {
       leaseMs: taker.leaseMs,
       // The callers' room, counted over every partition of the group.
-      reservable: () => this.roomBeyondReservations(g),
+      reservable: () => this.roomBeyondReservations(g) > 0,
       take: () => pulls.take(taker),
       send: (o, a, deadlineMs) => {
         // A span id of its own per attempt, in the message's trace (a `pull` span's, with tracing on).
@@ -566,18 +568,77 @@ export class PushFlow {
    * the consumer's, shared by them. With batch push a batch gathering takes what is ready whatever
    * the window (consumer-windows.ts), so each free slot is counted as a batch of maxMessages.
    */
-  private promisedTo(g: GroupRuntime, consumerId: string, o: Outstanding): number {
-    let promised = o.state === 'reserving' ? -1 : 0
-    for (const p of g.parts.values())
-      if (p.awaitingReservation > 0 && g.consumerOf[p.partition]?.id === consumerId) promised += p.awaitingReservation
+  private promisedTo(g: GroupRuntime, consumerId: string, o?: Outstanding): number {
+    let promised = o?.state === 'reserving' ? -1 : 0
+    for (const p of g.parts.values()) {
+      const waiting = p.awaitingReservation + p.reservingByAppend
+      if (waiting > 0 && g.consumerOf[p.partition]?.id === consumerId) promised += waiting
+    }
     return promised
   }
 
-  /** Whether a pull group's callers here can take more than the messages already waiting for a reservation. */
-  private roomBeyondReservations(g: GroupRuntime): boolean {
+  /** What a pull group's callers here can take beyond the messages already waiting for a reservation. */
+  private roomBeyondReservations(g: GroupRuntime): number {
     let promised = 0
-    for (const p of g.parts.values()) promised += p.awaitingReservation
-    return this.deps.pulls.room(g.row.id) > promised
+    for (const p of g.parts.values()) promised += p.awaitingReservation + p.reservingByAppend
+    return this.deps.pulls.room(g.row.id) - promised
+  }
+
+  /**
+   * How many of the messages an append is about to add to the partition (`keys`: theirs, in offset
+   * order; none delayed) would go out as soon as produce hands them over: the first pushes its own
+   * statement may reserve (src/store/messages.ts AppendReservation), which spares them the progress
+   * writer's statement, a second commit between produce and push. Only for a partition with nothing
+   * else to do first (nothing read and waiting, nothing ready, delayed or being reserved, caught up
+   * with the log as far as it knows) and no more than its room, its consumer's window (or the pull
+   * callers') and its ordering allow, as a reservation of the progress writer's would be. None for a
+   * group with a filter: a message reserved is pushed after a restart whatever the filter says.
+   */
+  appendRoom(g: GroupRuntime, w: PartitionState, keys: readonly (string | null)[]): number {
+    if (this.deps.stopped() || g.dropped || g.row.paused || g.filter || w.dropped || w.releasing) return 0
+    if (w.reading || w.reserving || this.reservationsDue.has(w) || w.buffer.length > 0 || w.ready.length > 0 || w.delayed > 0) return 0
+    if (w.awaitingReservation > 0 || w.readPos !== w.endHint || w.reservedTo !== w.readPos) return 0
+    if (this.deps.lease && !this.deps.lease.held()) return 0
+    let n = 0
+    if (g.row.ordering === 'partition') n = w.outstanding.size === 0 && w.reservingByAppend === 0 ? 1 : 0
+    else {
+      const limit = g.row.maxInFlight
+      const active = w.active() + w.reservingByAppend
+      n = Math.min(limit - active, 2 * limit - active - w.completing)
+    }
+    if (g.row.ordering === 'key') {
+      const seen = new Set<string>()
+      let k = 0
+      for (const key of keys) {
+        if (k >= n) break
+        if (key !== null) {
+          if (seen.has(key) || w.keyBusy(key)) break
+          seen.add(key)
+        }
+        k++
+      }
+      n = k
+    } else n = Math.min(n, keys.length)
+    if (n <= 0) return 0
+    if (g.row.delivery === 'pull') return this.deps.pulls.taker(g.row.id) ? Math.max(0, Math.min(n, this.roomBeyondReservations(g))) : 0
+    const consumer = g.consumerOf[w.partition]
+    if (!consumer) return 0
+    const windows = this.deps.windows
+    const win = windows.of(consumer.id)
+    if (!windows.hasRoom(win, this.sender.isOpen(w, consumer))) return 0
+    const free = windows.free(win)
+    const room = (g.row.batchMaxMessages !== null ? Math.max(1, free) * g.row.batchMaxMessages : free) - this.promisedTo(g, consumer.id)
+    return Math.max(0, Math.min(n, room))
+  }
+
+  /**
+   * An append's reservation of `count` first pushes on the partition is done (reservedTo: where it
+   * now ends; null: not written). Not written, the room it held goes to the partitions of the
+   * consumer left waiting for it; written, its messages take it when produce hands them over.
+   */
+  appendReserved(g: GroupRuntime, w: PartitionState, count: number, reservedTo: number | null): void {
+    w.endAppendReservation(count, reservedTo)
+    if (reservedTo === null && !w.dropped && !g.dropped) this.fillSiblings(g, w)
   }
 
   /**

@@ -103,12 +103,44 @@ WITH input AS (
   SELECT n.topic_id, n.idempotency_key, n.partition, n."offset", s.at
   FROM numbered n CROSS JOIN stamped s WHERE n.idempotency_key IS NOT NULL
 )
--- One row per partition, not per message (appendRows numbers the entries from first_offset in
--- input order, as "numbered" did): parsing a row per message was 5% of the broker's produce.
--- at_ms: the stored produce time (timestamptz(3) keeps milliseconds), for the dispatcher's tail.
-SELECT topic_id, partition, first_offset,
-       (extract(epoch from (SELECT at FROM stamped)::timestamptz(3)) * 1000)::float8 AS at_ms
-FROM allocated`
+`
+
+// One row per partition, not per message (appendRows numbers the entries from first_offset in
+// input order, as "numbered" did): parsing a row per message was 5% of the broker's produce.
+// at_ms: the stored produce time (timestamptz(3) keeps milliseconds), for the dispatcher's tail.
+const AT_MS = '(extract(epoch from (SELECT at FROM stamped)::timestamptz(3)) * 1000)::float8 AS at_ms'
+const APPEND_ONLY = `${APPEND}
+SELECT topic_id, partition, first_offset, ${AT_MS} FROM allocated`
+
+// The append that also reserves first pushes (AppendReservation): for each one asked, the group's
+// pushed_offset moves from the partition's old end to past the first `n` messages appended, in the
+// same commit as the messages. Fenced as every progress write is (the owner epoch), and only where
+// every earlier offset was reserved already (pushed_offset = the old end): anything else is left to
+// the progress writer. The rows are locked after "stamped", that is after every partition row:
+// partition rows before offsets rows is the order of every statement that takes both (a dead
+// letter's write, a topic's deletion), so none can deadlock with this one. The lock waits for a
+// progress write of the same row under way (a completion): skipping the row instead would skip
+// most reservations at a few hundred messages a second, where each arrives while the last one's
+// completion commits.
+const APPEND_RESERVING = `${APPEND}, asked AS (
+  SELECT * FROM unnest($11::int[], $12::int[], $13::int[], $14::bigint[], $15::int[]) AS r(group_id, topic_id, partition, epoch, n)
+), fenced AS (
+  SELECT o.group_id, o.topic_id, o.partition, a.first_offset + r.n AS pushed
+  FROM asked r
+  JOIN allocated a ON a.topic_id = r.topic_id AND a.partition = r.partition
+  JOIN group_offsets o ON o.group_id = r.group_id AND o.topic_id = r.topic_id AND o.partition = r.partition
+  CROSS JOIN stamped s
+  WHERE o.owner_epoch = r.epoch AND o.pushed_offset = a.first_offset
+  ORDER BY o.group_id, o.topic_id, o.partition
+  FOR NO KEY UPDATE OF o
+), reserved AS (
+  UPDATE group_offsets o SET pushed_offset = f.pushed FROM fenced f
+  WHERE o.group_id = f.group_id AND o.topic_id = f.topic_id AND o.partition = f.partition
+  RETURNING o.group_id, o.topic_id, o.partition
+)
+SELECT a.topic_id, a.partition, a.first_offset, ${AT_MS},
+       ARRAY(SELECT r.group_id FROM reserved r WHERE r.topic_id = a.topic_id AND r.partition = a.partition) AS reserved
+FROM allocated a`
 
 const FIND_IDEMPOTENCY_KEYS = `
 SELECT i.topic_id, i.key AS idempotency_key, i.partition, i."offset",
@@ -168,8 +200,42 @@ export const partitionKey = (topicId: number, partition: number) => topicId * 2 
  * appended entry, its 1-based position in `entries` with its partition and offset.
  */
 export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<AppendedRow[]> {
-  const res = await q.query<{ topic_id: number; partition: number; first_offset: number; at_ms: number }>(
-    { name: 'hookq_append', text: APPEND },
+  return (await append(q, entries, [])).rows
+}
+
+/**
+ * First pushes of a group on a partition that an append may reserve in its own statement: the
+ * `count` first messages it appends there (group_offsets.pushed_offset, src/store/consumption.ts).
+ */
+export interface AppendReservation {
+  groupId: number
+  topicId: number
+  partition: number
+  /** The owner epoch the dispatcher holds: the reservation is fenced by it. */
+  ownerEpoch: number
+  count: number
+}
+
+/** Who decides which first pushes an append reserves (the dispatcher: push-flow.ts appendRoom). */
+export interface AppendReserver<R extends AppendReservation> {
+  /** Just before the append of `entries`: the reservations its statement should write. */
+  reservationsFor(entries: readonly AppendEntry[]): R[]
+  /**
+   * After it, once for each reservationsFor: where each reservation now ends (pushed_offset), or
+   * null where it was not written (fenced, or the append failed or may not have committed).
+   */
+  reservationsDone(reservations: R[], reservedTo: readonly (number | null)[]): void
+}
+
+/** Runs the APPEND statement (reserving too, when asked): the rows, and each reservation's new end or null. */
+async function append(
+  q: Queryable,
+  entries: AppendEntry[],
+  reservations: readonly AppendReservation[],
+): Promise<{ rows: AppendedRow[]; reservedTo: (number | null)[] }> {
+  const reserving = reservations.length > 0
+  const res = await q.query<{ topic_id: number; partition: number; first_offset: number; at_ms: number; reserved?: number[] }>(
+    reserving ? { name: 'hookq_append_reserving', text: APPEND_RESERVING } : { name: 'hookq_append', text: APPEND_ONLY },
     [
       numberArray(entries.map((e) => e.topicId)),
       numberArray(entries.map((e) => e.partition)),
@@ -181,6 +247,15 @@ export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<
       `{${entries.map((e) => e.traceId).join(',')}}`,
       entries.some((e) => e.traceparent !== null) ? JSON.stringify(entries.map((e) => e.traceparent)) : null,
       entries.some((e) => e.tracestate !== null) ? JSON.stringify(entries.map((e) => e.tracestate)) : null,
+      ...(reserving
+        ? [
+            numberArray(reservations.map((r) => r.groupId)),
+            numberArray(reservations.map((r) => r.topicId)),
+            numberArray(reservations.map((r) => r.partition)),
+            numberArray(reservations.map((r) => r.ownerEpoch)),
+            numberArray(reservations.map((r) => r.count)),
+          ]
+        : []),
     ],
   )
   // The next offset of each partition written, numbered in input order from its first; a partition
@@ -197,7 +272,11 @@ export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<
     next.set(key, offset + 1)
     rows.push({ ord: i + 1, partition: e.partition, offset, at_ms: atMs })
   }
-  return rows
+  const reservedTo = reservations.map((r) => {
+    const row = res.rows.find((x) => x.topic_id === r.topicId && x.partition === r.partition)
+    return row?.reserved?.includes(r.groupId) ? row.first_offset + r.count : null
+  })
+  return { rows, reservedTo }
 }
 
 /**
@@ -206,12 +285,16 @@ export async function appendRows(q: Queryable, entries: AppendEntry[]): Promise<
  * client of its own (see appendChecked), retried after a conflict, hence the Database; a caller's
  * transaction appends with appendDeduplicated and appendRows on its client instead (see outbox.ts).
  */
-export async function appendMessages(db: Database, entries: AppendEntry[]): Promise<(Coordinates | null)[]> {
+export async function appendMessages<R extends AppendReservation>(
+  db: Database,
+  entries: AppendEntry[],
+  reserver?: AppendReserver<R>,
+): Promise<(Coordinates | null)[]> {
   return withAppendRetries(() =>
     appendDeduplicated(
       entries,
       (all) => findKnownKeys(db.pool, all),
-      (fresh) => appendChecked(db, fresh),
+      (fresh) => appendChecked(db, fresh, reserver),
     ),
   )
 }
@@ -267,11 +350,20 @@ export async function readMessages(
  * a connection means nothing was sent (safe to retry); losing the connection after sending the
  * statement means it may have committed (CommitOutcomeUnknown).
  */
-async function appendChecked(db: Database, entries: AppendEntry[]): Promise<AppendedRow[]> {
+async function appendChecked<R extends AppendReservation>(
+  db: Database,
+  entries: AppendEntry[],
+  reserver: AppendReserver<R> | undefined,
+): Promise<AppendedRow[]> {
   const client = await db.pool.connect()
   let broken = false
+  // Asked once the connection is had: the reservations hold their partitions' room until done.
+  const reservations = reserver?.reservationsFor(entries) ?? []
+  let reservedTo: (number | null)[] = reservations.map(() => null)
   try {
-    return await appendRows(client, entries)
+    const result = await append(client, entries, reservations)
+    reservedTo = result.reservedTo
+    return result.rows
   } catch (err) {
     if (isAnswerLost(err)) {
       broken = true
@@ -280,6 +372,8 @@ async function appendChecked(db: Database, entries: AppendEntry[]): Promise<Appe
     throw err
   } finally {
     client.release(broken)
+    // Before the caller hears of the append (and hands its messages to the dispatcher).
+    if (reservations.length > 0) reserver!.reservationsDone(reservations, reservedTo)
   }
 }
 

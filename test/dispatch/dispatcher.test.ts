@@ -5,116 +5,16 @@
  * raced by moving the clock to exactly the moment that matters.
  */
 import t, { type Test } from 'tap'
-import { AttemptLog } from '../../src/dispatch/attempt-log.ts'
-import { Dispatcher } from '../../src/dispatch/dispatcher.ts'
-import { createPushAgent, type PushAgent } from '../../src/dispatch/pusher.ts'
-import { GroupService, type GroupInput } from '../../src/service/groups.ts'
-import { TopicService } from '../../src/service/topics.ts'
-import { openDatabase } from '../../src/store/db.ts'
-import { appendMessages } from '../../src/store/messages.ts'
-import { findTopicByName } from '../../src/store/topics.ts'
-import { claimPartition } from '../../src/store/membership.ts'
+import { createPushAgent } from '../../src/dispatch/pusher.ts'
 import { seekOffsets } from '../../src/store/consumption.ts'
-import { SteppedClock } from '../helpers/clock.ts'
-import { testDatabase } from '../helpers/db.ts'
+import { needsServer } from '../helpers/db.ts'
+import { dispatcherFile } from '../helpers/dispatcher.ts'
 import type { Envelope } from '../helpers/push-group.ts'
-import { startReceiver, type Behaviour } from '../helpers/receiver.ts'
+import { startReceiver } from '../helpers/receiver.ts'
 import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 import type { PushLease } from '../../src/dispatch/push-send.ts'
 
-const database = await testDatabase(t)
-const db = openDatabase(database.url, database.maxConnections)
-t.teardown(() => db.close())
-const topics = new TopicService(db)
-const groups = new GroupService(db)
-const agent = createPushAgent()
-t.teardown(() => agent.destroy())
-
-/** A topic of one partition, a group on it, a receiver answering 200, and a dispatcher on a stepped clock. */
-async function setup(
-  t: Test,
-  name: string,
-  group: Omit<GroupInput, 'topic'>,
-  opts: {
-    disableConsumer?: (id: string, reason: string) => Promise<void>
-    lease?: PushLease
-    agent?: PushAgent
-    behaviour?: Behaviour
-    pushWindow?: { initial: number; max: number }
-    partitions?: number
-  } = {},
-) {
-  await topics.put(name, opts.partitions ?? 1)
-  await groups.put(name, { topic: name, ...group })
-  const receiver = await startReceiver(t, opts.behaviour)
-  // (A pull group has no consumers: its callers take its messages.)
-  if (group.delivery !== 'pull') await groups.addConsumer(name, { url: receiver.url })
-  const clock = new SteppedClock()
-  const attempts = new AttemptLog(db, { flushDelayMs: 1, holdMs: 1000, maxBuffered: 10_000, onError: () => {}, now: clock.now })
-  const errors: unknown[] = []
-  const dispatcher = new Dispatcher({
-    db,
-    attempts,
-    agent: opts.agent ?? agent,
-    now: clock.now,
-    timers: clock,
-    loadGroup: (n) => groups.load(n),
-    loadGroups: () => groups.loadAll(),
-    ensureOffsets: async (row, topic) => {
-      await groups.ensureOffsets(row, topic.id, topic.partitions)
-    },
-    disableConsumer: opts.disableConsumer ?? ((id, reason) => groups.disableConsumer(id, reason)),
-    log: { warn: () => {}, error: (o) => errors.push(o) },
-    ...(opts.lease ? { lease: opts.lease } : {}),
-    ...(opts.pushWindow ? { pushWindow: opts.pushWindow } : {}),
-  })
-  t.teardown(async () => {
-    await dispatcher.stop()
-    await attempts.close()
-  })
-  await dispatcher.start()
-  const topic = (await findTopicByName(db.prisma, name))!
-  const groupId = (await groups.load(name))!.row.id
-  // This process owns the partition, as src/cluster/ownership.ts would make it: a new epoch, then acquire.
-  const own = async (partition = 0) =>
-    t.ok(await dispatcher.acquire(name, partition, (await claimPartition(db.pool, groupId, partition))!), 'the partition is acquired')
-  await own()
-  /** Appends the values; `tail`: hands the messages to the dispatcher as the produce path does (no read). */
-  const produce = async (values: unknown[], delayMs = 0, partition = 0, tail = false) => {
-    const entries = values.map((v) => ({
-      topicId: topic.id,
-      partition,
-      key: null,
-      value: JSON.stringify(v),
-      headers: '{}',
-      delayMs,
-      idempotencyKey: null,
-      traceId: '0af7651916cd43dd8448eb211c80319c',
-      traceparent: null,
-      tracestate: null,
-    }))
-    const at = await appendMessages(db, entries)
-    // The database stamped them with its time: the clock catches up with it first.
-    clock.advance(Math.max(0, Date.now() - clock.nowMs))
-    const messages = at.map((c, i) => {
-      const e = entries[i]!
-      const producedAtMs = c!.producedAtMs!
-      return { ...e, offset: c!.offset, producedAtMs, availableAtMs: producedAtMs + delayMs }
-    })
-    dispatcher.notifyAppend(topic.id, partition, at.at(-1)!.offset + 1, tail ? messages : undefined)
-  }
-  const pushes = () => receiver.requests.map((r) => r.json as Envelope)
-  /** Waits (in real time) for the n-th push to arrive: the push itself is real HTTP. */
-  const pushed = async (n: number) => {
-    await receiver.waitFor(n, 10_000)
-    return pushes()[n - 1]!
-  }
-  /** Waits (in real time) until the broker has every push's answer: a nack before it waits for it. */
-  const answered = () => waitUntil(() => dispatcher.pushWindows().every((w) => w.inFlight === 0), 10_000, 'every push answered')
-  const committed = async () =>
-    Number((await db.pool.query('SELECT committed_offset FROM group_offsets WHERE group_id = $1', [groupId])).rows[0].committed_offset)
-  return { clock, dispatcher, attempts, produce, pushes, pushed, answered, committed, groupId, errors, receiver, topic, own }
-}
+const { db, groups, setup } = await dispatcherFile(t)
 
 t.test('a passed ack deadline: timed out, pushed again after the backoff, and a late ack of attempt 1 still completes', async (t) => {
   const s = await setup(t, 'deadline', {
@@ -161,6 +61,8 @@ t.test('a passed ack deadline: timed out, pushed again after the backoff, and a 
 
 t.test(
   'an acked message gives up its maxInFlight slot while its completion is written; the partition holds at most twice maxInFlight',
+  // A second session holds a row lock: the embedded database has one connection.
+  { skip: needsServer },
   async (t) => {
     const s = await setup(t, 'slot', { ackTimeoutMs: 60_000, maxInFlight: 1 })
     await s.produce(['a', 'b', 'c'])
@@ -194,6 +96,8 @@ t.test(
 
 t.test(
   'a retry lease whose caller was answered before it was written is leasable again at once, not stranded until its deadline',
+  // A second session holds a row lock: the embedded database has one connection.
+  { skip: needsServer },
   async (t) => {
     const s = await setup(t, 'stranded', { delivery: 'pull', ackTimeoutMs: 60_000 })
     await s.produce(['a'])

@@ -249,6 +249,14 @@ t.test('firstUnpushed: an attempt begun but never sent is given back; a count re
       reservedOnly,
     )
     w.advance(null, 13) // first pushes of 10 and 12 reserved here
+    // Taken from the log up to 12 (messages are admitted as they are taken).
+    w.beginRead()
+    w.tookRows(
+      8,
+      20,
+      [8, 9, 10, 11, 12].map((offset) => msg(offset)),
+    )
+    for (let i = 0; i < 5; i++) w.take()
     const o10 = w.admit(msg(10), true).o
     const a10 = w.begin(o10, 'a10')
     w.sending(o10, a10, 'c1') // queued for a connection: not sent
@@ -266,6 +274,12 @@ t.test('firstUnpushed: an attempt begun but never sent is given back; a count re
   t.equal(w.unsent.size, 0)
   const gone = at(new Set([8, 11]))
   t.equal(gone.w.firstUnpushed(), 12, 'a count on the reservation alone stays below it')
+  // Reserved past what was taken from the log (an append reserved its messages: push-flow.ts
+  // appendRoom) and released before they were taken: never pushed here, given back.
+  const ahead = at(new Set([8]))
+  ahead.w.went(ahead.a10)
+  ahead.w.advance(null, 16)
+  t.equal(ahead.w.firstUnpushed(), 13, 'offsets not taken from the log are given back')
   // A message settled while an attempt of it never went (a late ack of the one before): once it is
   // forgotten, nothing of it stays unsent for a handover to give back.
   const late = at()

@@ -1,0 +1,104 @@
+/**
+ * An append reserves the first pushes of its messages in its own statement when the partition is
+ * idle here (push-flow.ts appendRoom, src/store/messages.ts): group_offsets.pushed_offset moves in
+ * the produce's commit, so the push needs no second commit, and only as far as the rules of a
+ * reservation allow (the room, delays, the fence). A real dispatcher on a stepped clock, a real
+ * PostgreSQL and receiver: the tests read pushed_offset between the append and the hand-over.
+ */
+import t from 'tap'
+import { dispatcherFile } from '../helpers/dispatcher.ts'
+import { waitUntil } from '../helpers/wait.ts'
+
+const { db, setup } = await dispatcherFile(t)
+
+t.test('an append to an idle partition reserves its first pushes in its own commit, and they go at once', async (t) => {
+  const s = await setup(t, 'idle', { ackMode: 'auto' })
+  const first = await s.append(['a'], { reserve: true })
+  t.equal(await s.pushedOffset(), 1, 'the append moved the reservation past its message')
+  s.dispatcher.notifyAppend(s.topic.id, 0, first.end, first.messages)
+  t.match(await s.pushed(1), { offset: 0, attempt: 1 })
+  await waitUntil(async () => (await s.committed()) === 1, 10_000, 'offset 0 completed')
+  // Idle again once completed: the next append reserves too, several messages at once.
+  const next = await s.append(['b', 'c', 'd'], { reserve: true })
+  t.equal(await s.pushedOffset(), 4, 'the three messages reserved by their append')
+  s.dispatcher.notifyAppend(s.topic.id, 0, next.end, next.messages)
+  await s.pushed(4)
+  t.same(
+    s.pushes().map((p) => [p.offset, p.attempt]),
+    [
+      [0, 1],
+      [1, 1],
+      [2, 1],
+      [3, 1],
+    ],
+  )
+  await waitUntil(async () => (await s.committed()) === 4, 10_000, 'all completed')
+  t.equal(await s.pushedOffset(), 4, 'the reservation never ran ahead of the messages pushed')
+  t.same(s.errors, [], 'no step failed')
+})
+
+t.test('no more than the room: a partition at maxInFlight reserves nothing, and an append reserves only what fits', async (t) => {
+  const s = await setup(t, 'room', { ackTimeoutMs: 60_000, maxInFlight: 2 })
+  const one = await s.append(['a'], { reserve: true })
+  s.dispatcher.notifyAppend(s.topic.id, 0, one.end, one.messages)
+  const a = await s.pushed(1)
+  const more = await s.append(['b', 'c', 'd'], { reserve: true })
+  t.equal(await s.pushedOffset(), 2, 'one slot of two was free: the append reserved one of its three')
+  s.dispatcher.notifyAppend(s.topic.id, 0, more.end, more.messages)
+  const b = await s.pushed(2)
+  t.match(b, { offset: 1, attempt: 1 })
+  t.equal(s.dispatcher.inFlight(s.groupId, 0), 2, 'offsets 2 and 3 wait for room, not admitted')
+  t.equal(s.pushes().length, 2)
+  const full = await s.append(['e'], { reserve: true })
+  t.equal(await s.pushedOffset(), 2, 'nothing reserved by an append while messages wait for room')
+  s.dispatcher.notifyAppend(s.topic.id, 0, full.end, full.messages)
+  t.same(
+    (await s.dispatcher.ack('room', [a.deliveryId, b.deliveryId])).map((r) => r.status),
+    ['acked', 'acked'],
+  )
+  await s.pushed(4)
+  t.same(
+    s.pushes().map((p) => [p.offset, p.attempt]),
+    [
+      [0, 1],
+      [1, 1],
+      [2, 1],
+      [3, 1],
+    ],
+    'the rest go through the progress writer, attempt 1 each',
+  )
+  t.same(s.errors, [], 'no step failed')
+})
+
+t.test('a delayed message is not reserved by its append, nor anything after it', async (t) => {
+  const s = await setup(t, 'delayed', { ackMode: 'auto' })
+  const { end, messages } = await s.append(['later'], { delayMs: 5000, reserve: true })
+  t.equal(await s.pushedOffset(), 0, 'a delayed message is reserved when its delay ends, not before')
+  s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+  s.clock.advance(5000)
+  t.match(await s.pushed(1), { offset: 0, attempt: 1 })
+  t.equal(await s.pushedOffset(), 1)
+})
+
+t.test('the reservation is fenced by the owner epoch: a partition claimed elsewhere meanwhile gets none', async (t) => {
+  const s = await setup(t, 'fenced', { ackMode: 'auto' })
+  // Another process claims the partition (a new epoch) without this one hearing of it yet.
+  await db.pool.query('UPDATE group_offsets SET owner_epoch = owner_epoch + 1 WHERE group_id = $1', [s.groupId])
+  const { end, messages } = await s.append(['a'], { reserve: true })
+  t.equal(await s.pushedOffset(), 0, 'the append reserved nothing for an epoch no longer held')
+  s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+  // Its own reservation is refused too: the partition is dropped here, nothing pushed.
+  await waitUntil(() => s.dispatcher.inFlight(s.groupId, 0) === 0 && s.errors.length === 0, 10_000, 'the partition dropped')
+  t.equal(s.pushes().length, 0, 'nothing pushed by a process that lost the partition')
+  t.equal(await s.pushedOffset(), 0)
+})
+
+t.test('a handover gives back what an append reserved but this process never took from the log', async (t) => {
+  const s = await setup(t, 'handback', { ackMode: 'auto' })
+  await s.append(['a', 'b'], { reserve: true })
+  t.equal(await s.pushedOffset(), 2, 'reserved by the append')
+  // Released before produce handed the messages over (or before they were read).
+  await s.dispatcher.release('handback', 0, true)
+  t.equal(await s.pushedOffset(), 0, 'the reservation moved back: the next owner pushes them as attempt 1')
+  t.equal(s.pushes().length, 0)
+})
