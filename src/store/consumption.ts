@@ -261,14 +261,6 @@ export async function writeProgress(db: Database, batch: ProgressBatch): Promise
     return { refused: refusedOf(batch.partitions, res.rows), deadLettered: [] }
   }
   return inTransaction(db, async (client) => {
-    // The dead letters' partition rows before the offsets rows: the order of an append that
-    // reserves first pushes (src/store/messages.ts), which would otherwise deadlock with this.
-    const targets = batch.deadLetters.map((d) => d.entry)
-    await client.query(
-      `SELECT 1 FROM topic_partitions tp JOIN unnest($1::int[], $2::int[]) AS d(t, n) ON tp.topic_id = d.t AND tp.partition = d.n
-       ORDER BY tp.topic_id, tp.partition FOR UPDATE OF tp`,
-      [numberArray(targets.map((e) => e.topicId)), numberArray(targets.map((e) => e.partition))],
-    )
     const held = await client.query<{ group_id: number; topic_id: number; partition: number }>(
       `${HELD} SELECT group_id, topic_id, partition FROM held`,
       progressParams({ ...batch, completions: [] }).slice(0, 7),

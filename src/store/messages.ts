@@ -116,12 +116,11 @@ SELECT topic_id, partition, first_offset, ${AT_MS} FROM allocated`
 // pushed_offset moves from the partition's old end to past the first `n` messages appended, in the
 // same commit as the messages. Fenced as every progress write is (the owner epoch), and only where
 // every earlier offset was reserved already (pushed_offset = the old end): anything else is left to
-// the progress writer. The rows are locked after "stamped", that is after every partition row:
-// partition rows before offsets rows is the order of every statement that takes both (a dead
-// letter's write, a topic's deletion), so none can deadlock with this one. The lock waits for a
-// progress write of the same row under way (a completion): skipping the row instead would skip
-// most reservations at a few hundred messages a second, where each arrives while the last one's
-// completion commits.
+// the progress writer. A row locked by another write (a completion committing) is skipped, its
+// messages reserved by the progress writer as before: waiting for it made the produce call wait for
+// that commit (its p99 1.8x at 500 calls a second), and a statement that waits on an offsets row
+// while holding partition rows could deadlock with one that takes them the other way round (a
+// dead letter's write).
 const APPEND_RESERVING = `${APPEND}, asked AS (
   SELECT * FROM unnest($11::int[], $12::int[], $13::int[], $14::bigint[], $15::int[]) AS r(group_id, topic_id, partition, epoch, n)
 ), fenced AS (
@@ -129,10 +128,9 @@ const APPEND_RESERVING = `${APPEND}, asked AS (
   FROM asked r
   JOIN allocated a ON a.topic_id = r.topic_id AND a.partition = r.partition
   JOIN group_offsets o ON o.group_id = r.group_id AND o.topic_id = r.topic_id AND o.partition = r.partition
-  CROSS JOIN stamped s
   WHERE o.owner_epoch = r.epoch AND o.pushed_offset = a.first_offset
   ORDER BY o.group_id, o.topic_id, o.partition
-  FOR NO KEY UPDATE OF o
+  FOR NO KEY UPDATE OF o SKIP LOCKED
 ), reserved AS (
   UPDATE group_offsets o SET pushed_offset = f.pushed FROM fenced f
   WHERE o.group_id = f.group_id AND o.topic_id = f.topic_id AND o.partition = f.partition

@@ -63,15 +63,12 @@ export async function setTopicRetention(p: PrismaExecutor, id: number, retention
  */
 export async function deleteTopic(prisma: Prisma, id: number): Promise<boolean> {
   // Its schedules first: a tick locks its schedule's row before the partition rows it appends to,
-  // and the cascade from the topic row would lock them the other way round (a deadlock). Then its
-  // partition rows, before the offsets rows: an append that reserves first pushes locks them in that
-  // order (src/store/messages.ts).
+  // and the cascade from the topic row would lock them the other way round (a deadlock).
   // Its messages are not deleted here, row by row in this transaction: the retention sweep drops its
   // chunks whole (and deletes its rows out of messages_legacy), src/store/message-chunks.ts. Until
   // then nothing reaches them: the topic's id is never reused, and its groups' offsets go here.
-  const [, , , , , , { count }] = await prisma.$transaction([
+  const [, , , , , { count }] = await prisma.$transaction([
     prisma.schedule.deleteMany({ where: { topicId: id } }),
-    prisma.$queryRaw`SELECT 1 FROM topic_partitions WHERE topic_id = ${id} ORDER BY partition FOR UPDATE`,
     prisma.idempotencyKey.deleteMany({ where: { topicId: id } }),
     prisma.groupOffset.deleteMany({ where: { topicId: id } }),
     prisma.groupCompletion.deleteMany({ where: { topicId: id } }),

@@ -6,6 +6,7 @@
  * PostgreSQL and receiver: the tests read pushed_offset between the append and the hand-over.
  */
 import t from 'tap'
+import { needsServer } from '../helpers/db.ts'
 import { dispatcherFile } from '../helpers/dispatcher.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -92,6 +93,29 @@ t.test('the reservation is fenced by the owner epoch: a partition claimed elsewh
   t.equal(s.pushes().length, 0, 'nothing pushed by a process that lost the partition')
   t.equal(await s.pushedOffset(), 0)
 })
+
+t.test(
+  'an append does not wait for an offsets row another write holds: its messages are reserved by the progress writer instead',
+  // A second session holds the row: the embedded database has one connection.
+  { skip: needsServer },
+  async (t) => {
+    const s = await setup(t, 'locked', { ackMode: 'auto' })
+    const blocker = await db.pool.connect()
+    t.teardown(() => blocker.release())
+    await blocker.query('BEGIN')
+    await blocker.query('SELECT 1 FROM group_offsets WHERE group_id = $1 FOR UPDATE', [s.groupId])
+    let appended: Awaited<ReturnType<typeof s.append>> | undefined
+    void s.append(['a'], { reserve: true }).then((a) => {
+      appended = a
+    })
+    const { end, messages } = await waitUntil(() => appended, 10_000, 'the append, while the row is locked')
+    await blocker.query('COMMIT')
+    t.equal(await s.pushedOffset(), 0, 'the append reserved nothing')
+    s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+    t.match(await s.pushed(1), { offset: 0, attempt: 1 })
+    t.equal(await s.pushedOffset(), 1, 'reserved by the progress writer')
+  },
+)
 
 t.test('a handover gives back what an append reserved but this process never took from the log', async (t) => {
   const s = await setup(t, 'handback', { ackMode: 'auto' })
