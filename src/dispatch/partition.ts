@@ -206,6 +206,10 @@ export class Partition extends PartitionLog {
     if (!ordered) return this.hasRoom(limit)
     return (ready ? this._outstanding.size - this._ready.length - this._delayed : this._outstanding.size) < 1
   }
+  /** Whether `a` is still the attempt in flight of `o`, and `o` still outstanding here: nothing settled or replaced it meanwhile. */
+  inFlight(o: Outstanding, a: Attempt): boolean {
+    return this._outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
+  }
   /** Whether `id` was issued here for the message at `offset` (a late ack of any attempt counts). */
   issued(offset: number, id: string): boolean {
     return this._outstanding.get(offset)?.tries.some((a) => a.id === id) ?? false

@@ -442,7 +442,7 @@ export class PushFlow {
     // the next process counts it (retries are few, so waiting for the write costs little). With it,
     // a check that this process still holds the partition's epoch: one that lost it (paused past
     // its session, say) must not push or lease for it again.
-    const current = () => w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
+    const current = () => w.inFlight(o, a)
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
     // Until sent (Partition.unsent), a handover deletes its row: the next owner must not count an attempt never made.
     Promise.all([this.deps.attempts.durable(row), fence])
@@ -534,8 +534,7 @@ export class PushFlow {
         if (!handed)
           queueMicrotask(() =>
             this.safely(() => {
-              if (!w.dropped && w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a)
-                this.unlease(g, w, o, a, 'the caller of pull was answered before the lease was handed to it')
+              if (w.inFlight(o, a)) this.unlease(g, w, o, a, 'the caller of pull was answered before the lease was handed to it')
             }),
           )
       },
@@ -737,7 +736,7 @@ export class PushFlow {
         return this.nacked(g, w, o, why ? `nacked: ${why}` : 'nacked', nack.delayMs, nack.deadLetter)
       }
     }
-    const current = w.outstanding.get(o.msg.offset) === o && o.state === 'in_flight' && o.current === a
+    const current = w.inFlight(o, a)
     if (r.kind === 'delivered') {
       this.deps.attempts.update({ id, statusCode: r.status, durationMs: r.durationMs })
       if (current && g.row.ackMode === 'auto') this.complete(g, w, o, a)
