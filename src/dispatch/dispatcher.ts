@@ -528,33 +528,33 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
   reservationsFor(entries: readonly AppendEntry[]): AppendClaim[] {
     const claims: AppendClaim[] = []
     if (this.stopped) return claims
-    // Per partition appended to, the keys of its leading undelayed messages; null: none to reserve.
-    const leads = new Map<number, (string | null)[] | null>()
+    // Per partition appended to: the partitions here idle enough to take its messages at once
+    // (null: none, its entries skipped), and the keys of its leading undelayed messages.
+    const leads = new Map<number, { here: [GroupRuntime, PartitionState][]; keys: (string | null)[]; closed: boolean } | null>()
     for (const e of entries) {
       const at = partitionKey(e.topicId, e.partition)
-      let keys = leads.get(at)
-      if (keys === null) continue
-      if (keys === undefined) {
-        const owned = [...(this.groupsByTopic.get(e.topicId) ?? [])].some((g) => g.parts.has(e.partition))
-        leads.set(at, (keys = owned ? [] : null))
-        if (keys === null) continue
+      let lead = leads.get(at)
+      if (lead === null) continue
+      if (lead === undefined) {
+        const here: [GroupRuntime, PartitionState][] = []
+        for (const g of this.groupsByTopic.get(e.topicId) ?? []) {
+          const w = g.parts.get(e.partition)
+          if (w && this.flow.appendIdle(g, w)) here.push([g, w])
+        }
+        leads.set(at, (lead = here.length > 0 ? { here, keys: [], closed: false } : null))
+        if (lead === null) continue
       }
-      if (e.delayMs > 0) leads.set(at, null)
-      else keys.push(e.key)
+      if (lead.closed) continue
+      if (e.delayMs > 0) lead.closed = true
+      else lead.keys.push(e.key)
     }
-    const seen = new Set<number>()
-    for (const e of entries) {
-      const at = partitionKey(e.topicId, e.partition)
-      if (seen.has(at)) continue
-      seen.add(at)
-      const keys = leads.get(at)
-      for (const g of this.groupsByTopic.get(e.topicId) ?? []) {
-        const w = g.parts.get(e.partition)
-        if (!w || !keys || keys.length === 0) continue
-        const count = this.flow.appendRoom(g, w, keys)
+    for (const lead of leads.values()) {
+      if (!lead || lead.keys.length === 0) continue
+      for (const [g, w] of lead.here) {
+        const count = this.flow.appendRoom(g, w, lead.keys)
         if (count <= 0) continue
         w.beginAppendReservation(count)
-        claims.push({ groupId: g.row.id, topicId: e.topicId, partition: e.partition, ownerEpoch: w.ownerEpoch, count, g, w })
+        claims.push({ groupId: g.row.id, topicId: g.topic.id, partition: w.partition, ownerEpoch: w.ownerEpoch, count, g, w })
       }
     }
     return claims

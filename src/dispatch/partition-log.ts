@@ -26,7 +26,10 @@ export class PartitionLog {
   private _gaps: [number, number][] = []
   private _reservedTo: number
   private _reserving = false
-  private _reservingByAppend = 0
+  /** Messages that appends under way may reserve (their statements not returned yet). */
+  private _appendClaims = 0
+  /** Offsets from the read position up to this one were reserved by an append and are not taken yet. */
+  private _appendReservedTo = 0
   private appendsWaited: (() => void)[] = []
   private _dropped = false
   /** When the partition was last seeked: older delivery ids no longer count. */
@@ -78,9 +81,16 @@ export class PartitionLog {
   get reserving(): boolean {
     return this._reserving
   }
-  /** First pushes that appends under way reserve in their own statements (push-flow.ts appendRoom): their room is spoken for. */
+  /** Messages that appends under way may reserve here (their statements have not returned). */
+  get appendClaims(): number {
+    return this._appendClaims
+  }
+  /**
+   * First pushes that appends under way reserve in their own statements (push-flow.ts appendRoom),
+   * and those they reserved that are not taken yet: their room in the consumer's window is spoken for.
+   */
   get reservingByAppend(): number {
-    return this._reservingByAppend
+    return this._appendClaims + Math.max(0, this._appendReservedTo - this._readPos)
   }
   /** No longer pushed here (moved, seeked, its group changed): whatever still refers to it is void. */
   get dropped(): boolean {
@@ -170,22 +180,33 @@ export class PartitionLog {
 
   /** An append is about to reserve the first pushes of its `count` messages here. */
   beginAppendReservation(count: number): void {
-    this._reservingByAppend += count
+    this._appendClaims += count
   }
 
-  /** That append is done: its reservation ends at `reservedTo`, or was not written (null). */
+  /**
+   * That append is done: its reservation ends at `reservedTo`, or was not written (null). Written,
+   * its messages hold their room until they are taken from the buffer, or appendHandedOver.
+   */
   endAppendReservation(count: number, reservedTo: number | null): void {
-    this._reservingByAppend -= count
-    if (reservedTo !== null) this.advance(null, reservedTo)
-    if (this._reservingByAppend > 0 || this.appendsWaited.length === 0) return
+    this._appendClaims -= count
+    if (reservedTo !== null) {
+      this.advance(null, reservedTo)
+      if (reservedTo > this._appendReservedTo) this._appendReservedTo = reservedTo
+    }
+    if (this._appendClaims > 0 || this.appendsWaited.length === 0) return
     const waiting = this.appendsWaited
     this.appendsWaited = []
     for (const done of waiting) done()
   }
 
+  /** Produce has handed the appended messages over: those not taken by now are read as any others, holding no room. */
+  appendHandedOver(): void {
+    this._appendReservedTo = 0
+  }
+
   /** Resolves once no append under way reserves here: a handover gives back what they reserved, so it waits for them. */
   appendsReserved(): Promise<void> {
-    if (this._reservingByAppend === 0) return Promise.resolve()
+    if (this._appendClaims === 0) return Promise.resolve()
     return new Promise((resolve) => this.appendsWaited.push(resolve))
   }
 

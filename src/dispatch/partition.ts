@@ -194,7 +194,9 @@ export class Partition extends PartitionLog {
    * so a progress writer that falls behind holds it at 2 × maxInFlight, not more.
    */
   hasRoom(limit: number): boolean {
-    const active = this.active()
+    // The messages an append under way may reserve go out as soon as produce hands them over
+    // (once written, they are the next to take: nothing passes them here).
+    const active = this.active() + this.appendClaims
     return active < limit && active + this._completing < 2 * limit
   }
   /**

@@ -221,7 +221,7 @@ export class PushFlow {
       if (byKey && w.keyQueued() >= MAX_KEY_QUEUED && next.key !== null && w.keyBusy(next.key)) return
       // (The message may turn out delayed or filtered out: a probe told so is asked again.)
       if (!pulls.taker(id)) return pulls.leasable(id)
-      if (!this.roomBeyondReservations(g)) return
+      if (this.roomBeyondReservations(g) <= 0) return
       const msg = w.take()
       if (!msg) continue
       const due = msg.availableAtMs <= nowMs
@@ -583,6 +583,14 @@ export class PushFlow {
     return this.deps.pulls.room(g.row.id) - promised
   }
 
+  /** Whether the partition has nothing to do before an append's next messages (appendRoom), the cheap part of it. */
+  appendIdle(g: GroupRuntime, w: PartitionState): boolean {
+    if (this.deps.stopped() || g.dropped || g.row.paused || g.filter || w.dropped || w.releasing) return false
+    if (w.reading || w.reserving || this.reservationsDue.has(w) || w.buffer.length > 0 || w.ready.length > 0 || w.delayed > 0) return false
+    if (w.awaitingReservation > 0 || w.readPos !== w.endHint || w.reservedTo !== w.readPos) return false
+    return !this.deps.lease || this.deps.lease.held()
+  }
+
   /**
    * How many of the messages an append is about to add to the partition (`keys`: theirs, in offset
    * order; none delayed) would go out as soon as produce hands them over: the first pushes its own
@@ -594,10 +602,7 @@ export class PushFlow {
    * group with a filter: a message reserved is pushed after a restart whatever the filter says.
    */
   appendRoom(g: GroupRuntime, w: PartitionState, keys: readonly (string | null)[]): number {
-    if (this.deps.stopped() || g.dropped || g.row.paused || g.filter || w.dropped || w.releasing) return 0
-    if (w.reading || w.reserving || this.reservationsDue.has(w) || w.buffer.length > 0 || w.ready.length > 0 || w.delayed > 0) return 0
-    if (w.awaitingReservation > 0 || w.readPos !== w.endHint || w.reservedTo !== w.readPos) return 0
-    if (this.deps.lease && !this.deps.lease.held()) return 0
+    if (!this.appendIdle(g, w)) return 0
     let n = 0
     if (g.row.ordering === 'partition') n = w.outstanding.size === 0 && w.reservingByAppend === 0 ? 1 : 0
     else {
@@ -632,12 +637,21 @@ export class PushFlow {
 
   /**
    * An append's reservation of `count` first pushes on the partition is done (reservedTo: where it
-   * now ends; null: not written). Not written, the room it held goes to the partitions of the
-   * consumer left waiting for it; written, its messages take it when produce hands them over.
+   * now ends; null: not written). Written, its messages hold their room until they are taken,
+   * which is when produce hands them over, later in this turn. After that turn the partition and
+   * the other partitions of its consumer fill again: they may have left messages ready for that
+   * room (Transport.reservable, the maxInFlight of Partition.hasRoom), and wait for nothing else.
    */
   appendReserved(g: GroupRuntime, w: PartitionState, count: number, reservedTo: number | null): void {
     w.endAppendReservation(count, reservedTo)
-    if (reservedTo === null && !w.dropped && !g.dropped) this.fillSiblings(g, w)
+    setImmediate(() =>
+      this.safely(() => {
+        w.appendHandedOver()
+        if (w.dropped || g.dropped) return
+        this.fill(g, w)
+        this.fillSiblings(g, w)
+      }),
+    )
   }
 
   /**

@@ -355,10 +355,12 @@ async function appendChecked<R extends AppendReservation>(
 ): Promise<AppendedRow[]> {
   const client = await db.pool.connect()
   let broken = false
-  // Asked once the connection is had: the reservations hold their partitions' room until done.
-  const reservations = reserver?.reservationsFor(entries) ?? []
-  let reservedTo: (number | null)[] = reservations.map(() => null)
+  let reservations: R[] = []
+  let reservedTo: (number | null)[] = []
   try {
+    // Asked once the connection is had: the reservations hold their partitions' room until done.
+    reservations = reserver?.reservationsFor(entries) ?? []
+    reservedTo = reservations.map(() => null)
     const result = await append(client, entries, reservations)
     reservedTo = result.reservedTo
     return result.rows

@@ -126,3 +126,41 @@ t.test('a handover gives back what an append reserved but this process never too
   t.equal(await s.pushedOffset(), 0, 'the reservation moved back: the next owner pushes them as attempt 1')
   t.equal(s.pushes().length, 0)
 })
+
+t.test('a partition left ready for the room an append held goes on once the append is done', async (t) => {
+  // One consumer for two partitions, its push window one push: partition 1's message waits for
+  // the room partition 0's append holds, and nothing but that append's end wakes it.
+  const s = await setup(t, 'siblings', { ackMode: 'auto' }, { partitions: 2, pushWindow: { initial: 1, max: 1 } })
+  await s.own(1)
+  const claimed = { reserved: [] as (number | null)[] }
+  let handOver: () => void = () => {}
+  const a = s.append(['a'], {
+    reserve: true,
+    // The append's claim is taken, and partition 1's message arrives before its statement returns.
+    reserver: {
+      reservationsFor: (entries) => s.dispatcher.reservationsFor(entries),
+      reservationsDone: (claims, reservedTo) => {
+        claimed.reserved = [...reservedTo]
+        handOver = () => s.dispatcher.reservationsDone(claims, reservedTo)
+      },
+    },
+  })
+  const { end, messages } = await a
+  await s.produce(['b'], 0, 1, true)
+  t.equal(s.pushes().length, 0, "partition 1's message waits: the window's room is partition 0's")
+  handOver()
+  t.same(claimed.reserved, [1], 'the append reserved its message')
+  s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+  await s.pushed(2)
+  t.same(
+    s
+      .pushes()
+      .map((p) => [p.partition, p.offset, p.attempt])
+      .sort(),
+    [
+      [0, 0, 1],
+      [1, 0, 1],
+    ],
+  )
+  t.same(s.errors, [], 'no step failed')
+})

@@ -12,13 +12,16 @@ import { GroupService, type GroupInput } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { openDatabase } from '../../src/store/db.ts'
 import { claimPartition } from '../../src/store/membership.ts'
-import { appendMessages } from '../../src/store/messages.ts'
+import { appendMessages, type AppendReserver } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'
 import { SteppedClock } from './clock.ts'
 import { testDatabase } from './db.ts'
 import type { Envelope } from './push-group.ts'
 import { startReceiver, type Behaviour } from './receiver.ts'
 import { waitUntil } from './wait.ts'
+
+/** What decides an append's reservations: the dispatcher, or a test's wrapper of it. */
+type Reserver = AppendReserver<ReturnType<Dispatcher['reservationsFor']>[number]>
 
 export async function dispatcherFile(t: Test) {
   const database = await testDatabase(t)
@@ -82,7 +85,10 @@ export async function dispatcherFile(t: Test) {
      * Appends the values (`reserve`: letting the dispatcher reserve first pushes in the append's
      * statement, as the broker's produce does); the messages as produce hands them over, and the end.
      */
-    const append = async (values: unknown[], { delayMs = 0, partition = 0, reserve = false } = {}) => {
+    const append = async (
+      values: unknown[],
+      { delayMs = 0, partition = 0, reserve = false, reserver = undefined as Reserver | undefined } = {},
+    ) => {
       const entries = values.map((v) => ({
         topicId: topic.id,
         partition,
@@ -95,7 +101,7 @@ export async function dispatcherFile(t: Test) {
         traceparent: null,
         tracestate: null,
       }))
-      const at = await appendMessages(db, entries, reserve ? dispatcher : undefined)
+      const at = await appendMessages(db, entries, reserve ? (reserver ?? dispatcher) : undefined)
       // The database stamped them with its time: the clock catches up with it first.
       clock.advance(Math.max(0, Date.now() - clock.nowMs))
       const messages = at.map((c, i) => {
