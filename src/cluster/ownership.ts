@@ -134,6 +134,8 @@ export class Ownership {
   private stopped = false
   private reconciledAtMs = 0
   private reconciling = false
+  /** Told when ownerOf may answer otherwise (watchOwners). */
+  private readonly ownerWatchers = new Set<() => void>()
 
   /** How long a session's last answered query proves it (see the lease above), ms. */
   private readonly leaseMs: number
@@ -174,6 +176,7 @@ export class Ownership {
     await this.session?.close()
     this.session = undefined
     this.held.clear()
+    this.ownersMoved()
     this.wakeLeaseWaiters()
   }
 
@@ -268,6 +271,29 @@ export class Ownership {
     const group = this.index.groups.get(groupName)
     if (this.deps.connectionString === null || !group) return null
     return holderUrl(this.deps.db.pool, group.groupId, partition)
+  }
+
+  /**
+   * Calls `fn` whenever ownerOf may answer otherwise for some partition: a poll saw other holders
+   * (or members' URLs), or this process took or let go of a partition. A long poll waiting on the
+   * owners it saw gathers again (src/service/acks.ts pull). Returns the unwatch.
+   */
+  watchOwners(fn: () => void): () => void {
+    this.ownerWatchers.add(fn)
+    return () => {
+      this.ownerWatchers.delete(fn)
+    }
+  }
+
+  private ownersMoved(): void {
+    for (const fn of [...this.ownerWatchers]) {
+      try {
+        fn()
+      } catch (err) {
+        // A watcher's failure is its own pull's; the move goes on.
+        this.deps.log.warn({ err }, 'telling a waiting pull that partitions moved failed')
+      }
+    }
   }
 
   /** The partition count of a group, as of the last poll (undefined: not known here). */
@@ -373,6 +399,7 @@ export class Ownership {
     if (this.held.size > 0 && !this.stopped)
       this.deps.log.warn({ partitions: this.held.size }, 'the member session ended: this process stops pushing its partitions')
     this.held.clear()
+    this.ownersMoved()
     this.deps.dispatcher.releaseAll()
     this.deps.onOwned?.(0)
     // Dropped now: what waited for the lease goes nowhere.
@@ -399,6 +426,7 @@ export class Ownership {
   }
 
   private setView(view: ClusterView | undefined): void {
+    const before = this.index
     this.view = view
     this.index =
       view === undefined
@@ -408,6 +436,14 @@ export class Ownership {
             holders: new Map(view.holders.map((h) => [pairKey(h.groupId, h.partition), h.pid])),
             urls: new Map(view.members.flatMap((m) => (m.url === null ? [] : [[m.pid, m.url] as const]))),
           }
+    const after = this.index
+    if (
+      this.ownerWatchers.size > 0 &&
+      (!sameEntries(before.holders, after.holders) ||
+        !sameEntries(before.urls, after.urls) ||
+        !sameEntries(before.groups, after.groups, (x, y) => x.groupId === y.groupId && x.partitions === y.partitions))
+    )
+      this.ownersMoved()
   }
 
   private locks(): Locks | undefined {
@@ -454,6 +490,7 @@ export class Ownership {
     if (this.stopped || locks.isLost || !(await locks.tryLock(h.groupId, h.partition))) return
     const k = pairKey(h.groupId, h.partition)
     this.held.set(k, h)
+    this.ownersMoved()
     const claimed = this.claim(locks, h)
     this.taking.set(k, claimed)
     try {
@@ -510,6 +547,7 @@ export class Ownership {
   private async letGo(locks: Locks, k: string, h: Held): Promise<void> {
     if (this.held.get(k) !== h) return
     this.held.delete(k)
+    this.ownersMoved()
     if (locks.isLost) return
     try {
       await locks.unlock(h.groupId, h.partition)
@@ -548,4 +586,13 @@ export class Ownership {
         this.reconciling = false
       })
   }
+}
+
+/** Whether two maps hold the same keys with equal values. */
+function sameEntries<K, V>(a: ReadonlyMap<K, V>, b: ReadonlyMap<K, V>, equal: (x: V, y: V) => boolean = Object.is): boolean {
+  if (a.size !== b.size) return false
+  for (const [k, v] of a) {
+    if (!b.has(k) || !equal(v, b.get(k)!)) return false
+  }
+  return true
 }

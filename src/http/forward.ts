@@ -25,7 +25,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Agent, request as undiciRequest } from 'undici'
 import { HookqError } from '../core/errors.ts'
-import type { Leased, PullElsewhere, PullOptions } from '../service/acks.ts'
+import type { Leased, PullElsewhere, PullOptions, PullSource } from '../service/acks.ts'
 import { parseDeliveryId } from '../core/delivery-id.ts'
 
 /** The routes whose delivery ids are split between owners, `METHOD path` as registered. */
@@ -65,6 +65,8 @@ export interface PartitionDirectory {
   ): Promise<Map<string, string> | null>
   /** The URL of the process holding a partition right now (read afresh), or null. */
   holderNow?(groupName: string, partition: number): Promise<string | null>
+  /** Calls `fn` whenever ownerOf may answer otherwise for some partition (a poll saw other holders, or this process took or let go of one); returns the unwatch. */
+  watchOwners?(fn: () => void): () => void
 }
 
 type Result = { deliveryId: string; status: string }
@@ -302,44 +304,69 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
     req.inFlightElsewhere = counts
   }
 
-  /** The other owners of the group's partitions, each with how many it owns and a way to pull from it. */
+  /**
+   * The owners of the group's partitions, each with how many it owns and a way to pull from it:
+   * read when the pull comes and again whenever its partitions move while it waits (alone now, this
+   * process may not be by the end of a long poll).
+   */
   async function pullOwners(req: FastifyRequest): Promise<void> {
     if (req.headers[FORWARDED_HEADER] !== undefined) {
       req.pullProbe = req.headers[PROBE_HEADER] === '1'
       req.pullForwarded = true
       return
     }
-    if (owners.alone) return
     const group = (req.params as { group: string }).group
-    const partitions = owners.partitionsOf(group) ?? 0
-    const byOwner = new Map<string, number>()
-    let selfParts = 0
-    for (let p = 0; p < partitions; p++) {
-      const owner = owners.ownerOf(group, p)
-      if (owner === 'self') selfParts++
-      else if (owner !== null) byOwner.set(owner, (byOwner.get(owner) ?? 0) + 1)
+    /** Each partition's owner as seen now ('self', a URL, or none), one text to compare. */
+    const seen = () => {
+      const out: (string | null)[] = []
+      for (let p = 0; p < (owners.partitionsOf(group) ?? 0); p++) out.push(owners.ownerOf(group, p))
+      return out
     }
-    if (byOwner.size === 0) return
     req.pullElsewhere = {
-      selfParts,
-      owners: [...byOwner].map(([base, parts]) => ({
-        parts,
-        pull: async (opts, signal): Promise<Leased> => {
-          const a = await pullFrom(base, req, opts, signal, false)
-          if (!a) return { envelopes: [], giveBack: () => {} }
-          const answer = JSON.parse(a) as { messages: unknown[]; giveBack?: string }
-          return {
-            envelopes: answer.messages.map((m) => JSON.stringify(m)),
-            giveBack: (deliveryIds) => {
-              if (answer.giveBack !== undefined) giveBackTo(base, req, group, deliveryIds, answer.giveBack)
-            },
+      owners: () => {
+        const byOwner = new Map<string, number>()
+        let selfParts = 0
+        if (!owners.alone) {
+          for (const owner of seen()) {
+            if (owner === 'self') selfParts++
+            else if (owner !== null) byOwner.set(owner, (byOwner.get(owner) ?? 0) + 1)
           }
-        },
-        probe: async (waitMs, signal) => {
-          const a = await pullFrom(base, req, { maxMessages: 1, waitMs, leaseMs: undefined }, signal, true)
-          return a ? (JSON.parse(a) as { ready?: boolean }).ready === true : false
-        },
-      })),
+        }
+        return { selfParts, others: [...byOwner].map(([base, parts]) => pullSource(req, group, base, parts)) }
+      },
+      watch: (moved) => {
+        if (!owners.watchOwners) return () => {}
+        // Told of every change to any group's owners: this group's only are a move for this pull.
+        let last = seen().join('\n')
+        return owners.watchOwners(() => {
+          const now = seen().join('\n')
+          if (now === last) return
+          last = now
+          moved()
+        })
+      },
+    }
+  }
+
+  /** An owner of `parts` of the group's partitions, at `base`, as a source of a gather. */
+  function pullSource(req: FastifyRequest, group: string, base: string, parts: number): PullSource {
+    return {
+      parts,
+      pull: async (opts, signal): Promise<Leased> => {
+        const a = await pullFrom(base, req, opts, signal, false)
+        if (!a) return { envelopes: [], giveBack: () => {} }
+        const answer = JSON.parse(a) as { messages: unknown[]; giveBack?: string }
+        return {
+          envelopes: answer.messages.map((m) => JSON.stringify(m)),
+          giveBack: (deliveryIds) => {
+            if (answer.giveBack !== undefined) giveBackTo(base, req, group, deliveryIds, answer.giveBack)
+          },
+        }
+      },
+      probe: async (waitMs, signal) => {
+        const a = await pullFrom(base, req, { maxMessages: 1, waitMs, leaseMs: undefined }, signal, true)
+        return a ? (JSON.parse(a) as { ready?: boolean }).ready === true : false
+      },
     }
   }
 

@@ -37,11 +37,15 @@ export interface PullSource {
   probe(waitMs: number, signal: AbortSignal): Promise<boolean>
 }
 
-/** The other owners of a group's partitions, as the forwarding layer found them. */
+/** The other owners of a group's partitions, as the forwarding layer finds them. */
 export interface PullElsewhere {
-  /** Partitions owned here. */
-  selfParts: number
-  owners: PullSource[]
+  /** The owners as this process sees them now: how many partitions it owns itself, and the others. */
+  owners(): { selfParts: number; others: PullSource[] }
+  /**
+   * Calls `moved` when the group's partitions may have changed owners (owners() may answer
+   * otherwise: a poll saw another holder, or this process took or let go of one); returns the unwatch.
+   */
+  watch(moved: () => void): () => void
 }
 
 /**
@@ -77,20 +81,45 @@ export class AckService {
   /**
    * Leases a pull group's messages (contract "Pull delivery"): their envelopes, as JSON texts.
    * `signal`: the caller went away (nothing more is leased to it). `elsewhere`: the other broker
-   * processes owning partitions of the group (src/http/forward.ts), gathered from as well.
+   * processes owning partitions of the group (src/http/forward.ts), gathered from as well, and
+   * gathered from afresh when partitions move during the wait.
    */
   async pull(group: string, opts: PullOptions, signal: AbortSignal, elsewhere?: PullElsewhere | null): Promise<string[]> {
     await this.requirePull(group)
     return this.waiting(opts.waitMs, async () => {
-      const local: PullSource = {
-        parts: elsewhere?.selfParts ?? 0,
+      const local = (parts: number): PullSource => ({
+        parts,
         pull: async (o, s) => ({ envelopes: await this.cluster.pull(group, o, s), giveBack: (ids) => this.cluster.giveBack(group, ids) }),
         probe: (ms, s) => this.cluster.probe(group, ms, s),
+      })
+      const deadlineMs = performance.now() + opts.waitMs
+      let leased: Leased
+      for (;;) {
+        // The owners are those seen now; a partition that moves while the poll waits may go to an
+        // owner it does not wait on (a process that owned none, this one included), where a message
+        // produced then would wait unseen until waitMs. So a move cuts the wait, and the poll goes
+        // on over the owners as they are then, with the time left (and leases at once what is
+        // leasable there already).
+        const moved = new AbortController()
+        const cut = new AbortController()
+        const stop = () => cut.abort()
+        signal.addEventListener('abort', stop, { once: true })
+        moved.signal.addEventListener('abort', stop, { once: true })
+        const unwatch = opts.waitMs > 0 ? elsewhere?.watch(() => moved.abort()) : undefined
+        try {
+          const now = elsewhere?.owners()
+          const waitMs = Math.min(opts.waitMs, Math.max(0, Math.round(deadlineMs - performance.now())))
+          const round = { ...opts, waitMs }
+          leased =
+            !now || now.others.length === 0
+              ? await local(0).pull(round, cut.signal)
+              : await this.gather(round, cut.signal, [local(now.selfParts), ...now.others])
+        } finally {
+          unwatch?.()
+          signal.removeEventListener('abort', stop)
+        }
+        if (leased.envelopes.length > 0 || signal.aborted || !moved.signal.aborted || performance.now() >= deadlineMs) break
       }
-      const leased =
-        !elsewhere || elsewhere.owners.length === 0
-          ? await local.pull(opts, signal)
-          : await this.gather(opts, signal, [local, ...elsewhere.owners])
       const got = leased.envelopes
       // The caller went away while its answer was made: what was leased for it is not spent on
       // nobody but leasable again at once, on this process and on the other owners it came from

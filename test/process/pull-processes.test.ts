@@ -52,7 +52,9 @@ t.test('pull across two broker processes', { skip: needsServer }, async (t) => {
     'the four partitions shared by the two processes',
   )
 
-  // A long poll on a, woken by a produce on b, whichever process owns the partition.
+  // A long poll on a, woken by a produce on b, whichever process owns the partition. (Four locks on
+  // two holders may be a 3/1 split on its way to 2/2: a partition may move during a long poll, which
+  // gathers again from the owners as they are then; test/process/pull-move shows that case alone.)
   const woken: Pulled[] = []
   for (const partition of [0, 1, 2, 3]) {
     const waiting = pull(a, { waitMs: 20_000, maxMessages: 1 })
