@@ -43,6 +43,11 @@ export interface EmbeddedDatabase {
   maxConnections: 1
   /** Stops the server and shuts PGlite down cleanly (releasing the data directory). Idempotent. */
   close(): Promise<void>
+  /**
+   * The cluster as a tar, after a checkpoint (so a copy started from it replays no WAL), for
+   * startEmbedded's `cluster`. Call it with no connection open: it runs in the served session.
+   */
+  dump(): Promise<Blob>
 }
 
 /**
@@ -51,6 +56,8 @@ export interface EmbeddedDatabase {
  */
 export async function startEmbedded(opts: {
   dataDir: string | 'memory'
+  /** With dataDir 'memory': start from this cluster (a dump()) instead of a fresh one. */
+  cluster?: Blob
   log?: (msg: string) => void
   /** How long a connection waits for the one being served to close, ms (default ADMIT_WAIT_MS). */
   admitWaitMs?: number
@@ -60,7 +67,7 @@ export async function startEmbedded(opts: {
   let db: PGlite
   let unlock = async () => {}
   if (opts.dataDir === 'memory') {
-    db = await openInMemory()
+    db = opts.cluster ? await PGlite.create({ loadDataDir: opts.cluster }) : await openInMemory()
   } else {
     await mkdir(opts.dataDir, { recursive: true })
     unlock = await lockDataDir(opts.dataDir)
@@ -95,6 +102,10 @@ export async function startEmbedded(opts: {
         }
       })()
       return closing
+    },
+    async dump() {
+      await db.exec('CHECKPOINT')
+      return db.dumpDataDir('none')
     },
   }
 }

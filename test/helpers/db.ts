@@ -1,7 +1,8 @@
 /**
  * A database per test file. With DATABASE_URL (a PostgreSQL server), each call clones a migrated
  * template database, which takes milliseconds; the template is built once per migrations content
- * and reused by later runs. Without it, each call starts an in-memory embedded PGlite and migrates it.
+ * and reused by later runs. Without it, each call starts an in-memory embedded PGlite from a
+ * migrated cluster, likewise built once per PGlite version and migrations content (migratedCluster).
  *
  * A server database is dropped at the end of the test that asked for it, unless that test failed:
  * then it is kept, as pg-boss keeps a failed test's schema, and its name and a psql command to
@@ -11,6 +12,9 @@
  * its own or another checkout's on the same server.
  */
 import { createHash, randomBytes } from 'node:crypto'
+import { mkdir, readFile, rename, unlink, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { startEmbedded } from '../../src/store/embedded.ts'
 import { applyMigrations, MIGRATIONS_DIR } from '../../src/store/migrate.ts'
@@ -47,9 +51,8 @@ export const needsServer: string | false = databaseServerUrl ? false : 'needs a 
  */
 export async function testDatabase(t: TeardownHost, opts: { empty?: boolean } = {}): Promise<TestDatabase> {
   if (!databaseServerUrl) {
-    const db = await startEmbedded({ dataDir: 'memory' })
+    const db = await startEmbedded({ dataDir: 'memory', cluster: opts.empty ? undefined : await migratedCluster() })
     t.teardown(() => db.close())
-    if (!opts.empty) await applyMigrations(db.connectionString, { singleConnection: true })
     return { url: db.connectionString, maxConnections: db.maxConnections }
   }
   await pruneKept(databaseServerUrl)
@@ -142,12 +145,7 @@ let template: Promise<string> | undefined
  */
 function migratedTemplate(serverUrl: string): Promise<string> {
   template ??= (async () => {
-    const migrations = await readMigrations(MIGRATIONS_DIR)
-    const hash = createHash('sha256')
-    for (const m of migrations.migrationDirectories) {
-      hash.update(`${m.path}\0${m.migrationFile.content.value}\0`) // names too: they are recorded
-    }
-    const name = `hookq_tpl_${hash.digest('hex').slice(0, 16)}`
+    const name = `hookq_tpl_${await migrationsHash()}`
     await admin(serverUrl, async (c) => {
       await c.query('SELECT pg_advisory_lock($1)', [TEMPLATE_LOCK_KEY])
       const { rowCount } = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name])
@@ -166,6 +164,54 @@ function migratedTemplate(serverUrl: string): Promise<string> {
   })()
   template.catch(() => (template = undefined))
   return template
+}
+
+/** The hash of the migrations (their names too: they are recorded), hex. */
+async function migrationsHash(): Promise<string> {
+  const migrations = await readMigrations(MIGRATIONS_DIR)
+  const hash = createHash('sha256')
+  for (const m of migrations.migrationDirectories) hash.update(`${m.path}\0${m.migrationFile.content.value}\0`)
+  return hash.digest('hex').slice(0, 16)
+}
+
+let migrated: Promise<Blob> | undefined
+
+/**
+ * The embedded counterpart of the template: a migrated cluster, kept as a tar under
+ * node_modules/.cache/hookq per PGlite version and migrations content, which every later embedded
+ * test database starts from. Migrating each one cost 0.5-0.7 s of CPU, and loading the schema
+ * engine's WebAssembly to do so ~2 s more in each test process.
+ */
+function migratedCluster(): Promise<Blob> {
+  migrated ??= (async () => {
+    const pkg = new URL('../package.json', import.meta.resolve('@electric-sql/pglite'))
+    const { version } = JSON.parse(await readFile(pkg, 'utf8')) as { version: string }
+    const file = fileURLToPath(
+      new URL(`../../node_modules/.cache/hookq/pglite-${version}-migrated-${await migrationsHash()}.tar`, import.meta.url),
+    )
+    try {
+      return new Blob([await readFile(file)])
+    } catch {}
+    const db = await startEmbedded({ dataDir: 'memory' })
+    try {
+      await applyMigrations(db.connectionString, { singleConnection: true })
+      const tar = await db.dump()
+      // Written whole under a name of its own, then renamed: readers never see half a file.
+      const part = `${file}.${process.pid}.${Date.now()}`
+      try {
+        await mkdir(path.dirname(file), { recursive: true })
+        await writeFile(part, new Uint8Array(await tar.arrayBuffer()))
+        await rename(part, file)
+      } catch {
+        await unlink(part).catch(() => {}) // a read-only node_modules: this process keeps it in memory
+      }
+      return tar
+    } finally {
+      await db.close()
+    }
+  })()
+  migrated.catch(() => (migrated = undefined))
+  return migrated
 }
 
 // CREATE/DROP DATABASE run outside transactions, from the server's maintenance database.
