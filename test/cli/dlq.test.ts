@@ -217,9 +217,13 @@ t.test('produceInBatches: waits out 429, halves calls the broker finds too large
     }
   }
   const spenders = Array.from({ length: 4 }, spend)
-  await waitUntil(() => spent, 120_000, 'the bucket spent')
-  const results = await produceInBatches(client, 'small', big, { maxBatchBytes: 1 << 20, onRetry: (_e, waitMs) => retries.push(waitMs) })
-  produced = true
+  let results: Awaited<ReturnType<typeof produceInBatches>>
+  try {
+    await waitUntil(() => spent, 120_000, 'the bucket spent')
+    results = await produceInBatches(client, 'small', big, { maxBatchBytes: 1 << 20, onRetry: (_e, waitMs) => retries.push(waitMs) })
+  } finally {
+    produced = true // the spenders stop, whatever happened
+  }
   await Promise.all(spenders)
   t.same(
     results.map((r) => r.offset),
