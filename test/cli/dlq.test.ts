@@ -205,9 +205,26 @@ t.test('produceInBatches: waits out 429, halves calls the broker finds too large
   // down to calls of 4; seven calls in all, more than the rate limit's burst of 4.
   const big = Array.from({ length: 16 }, (_, i) => ({ value: { i, pad: 'x'.repeat(600) } }))
   const retries: number[] = []
-  // The burst spent first, so the calls meet the limit however slowly this machine runs them.
-  await Promise.all(Array.from({ length: 4 }, () => client.GET('/v1/topics')))
-  const results = await produceInBatches(client, 'small', big, { maxBatchBytes: 1 << 20, onRetry: (_e, waitMs) => retries.push(waitMs) })
+  // The bucket kept empty until the batches met the limit: four loops of calls on the same bucket
+  // take each token as it comes back, from before the batches start. Spending only the burst first
+  // was not enough: on a loaded machine the seven calls came slower than the bucket refills (2 a
+  // second) and none met a 429.
+  let produced = false
+  let spent = false
+  const spend = async () => {
+    while (retries.length === 0 && !produced) {
+      if ((await client.GET('/v1/topics')).response.status === 429) spent = true
+    }
+  }
+  const spenders = Array.from({ length: 4 }, spend)
+  let results: Awaited<ReturnType<typeof produceInBatches>>
+  try {
+    await waitUntil(() => spent, 120_000, 'the bucket spent')
+    results = await produceInBatches(client, 'small', big, { maxBatchBytes: 1 << 20, onRetry: (_e, waitMs) => retries.push(waitMs) })
+  } finally {
+    produced = true // the spenders stop, whatever happened
+  }
+  await Promise.all(spenders)
   t.same(
     results.map((r) => r.offset),
     Array.from({ length: 16 }, (_, i) => i),
@@ -218,7 +235,7 @@ t.test('produceInBatches: waits out 429, halves calls the broker finds too large
     (await withRetries(() => read(client, 'small', 0))).map((m) => (m.value as { i: number }).i),
     Array.from({ length: 16 }, (_, i) => i),
   )
-  t.ok(retries.length > 0, 'the rate limit (2 a second, burst 4) answered 429 at least once and was waited out')
+  t.ok(retries.length > 0, 'the rate limit (2 a second) answered the batches 429 at least once and was waited out')
   t.ok(
     retries.every((ms) => ms >= 1000),
     'after its Retry-After',

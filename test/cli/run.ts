@@ -55,6 +55,13 @@ export async function runCli(args: string[], opts: CliOptions = {}): Promise<Cli
   return { code, stdout, stderr }
 }
 
+/**
+ * How long `stop` lets the CLI take to end before it SIGKILLs it (which then shows as the code): only
+ * a stop that hangs. A graceful stop (`serve` draining, `tail --follow` ending) on a loaded machine
+ * can take far longer than alone, and 10 s would turn a correct exit 0 into SIGKILL.
+ */
+const STOP_LIMIT_MS = 60_000
+
 /** A CLI left running (tail --follow): its output so far, and a way to stop it by its pid. */
 export interface RunningCli {
   child: ChildProcess
@@ -62,7 +69,7 @@ export interface RunningCli {
   stderr(): string
   /** Resolves when stdout contains `text`; rejects after `timeoutMs`. */
   waitForOutput(text: string, timeoutMs?: number): Promise<void>
-  /** Sends `signal` to this child and resolves with its exit code (SIGKILL after 10 s). */
+  /** Sends `signal` to this child and resolves with its exit code (SIGKILL after STOP_LIMIT_MS). */
   stop(signal?: NodeJS.Signals): Promise<number | string>
 }
 
@@ -80,7 +87,7 @@ export function startCli(t: { teardown(fn: () => unknown): void }, args: string[
   const exited = new Promise<number | string>((resolve) => child.on('close', (c, s) => resolve(c ?? s ?? -1)))
   const stop = async (signal: NodeJS.Signals = 'SIGINT') => {
     if (child.exitCode === null && child.signalCode === null) child.kill(signal)
-    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+    const timer = setTimeout(() => child.kill('SIGKILL'), STOP_LIMIT_MS)
     const code = await exited
     clearTimeout(timer)
     return code

@@ -30,9 +30,11 @@ import {
 } from './harness.ts'
 
 // The short profile takes about 60 s alone, but 290-330 s beside three other test files (tap's
-// jobs) on a 2-core machine, and with six files at once it was killed at 360 s in scenario 8: the
-// limit is twice the worst seen, so that a slower machine fails no scenario for its speed alone.
-t.setTimeout(LONG ? 1_200_000 : 600_000)
+// jobs) on a 2-core machine; with six files at once it was killed at 360 s in scenario 8, and at a
+// load of 12-21 (CI beside other suites) at 600 s, again in scenario 8, ten scenarios passed. The
+// limit only ends a run that hangs (each scenario's waits have limits of their own), so it is far
+// past the worst seen: a slower machine must fail no scenario for its speed alone.
+t.setTimeout(LONG ? 3_600_000 : 1_800_000)
 
 const P = {
   messages: LONG ? 4000 : 300,

@@ -125,9 +125,24 @@ t.test('produce at several times capacity is shed with 429/503 and Retry-After; 
       if (pauseMs) await new Promise((r) => setTimeout(r, pauseMs))
     }
   }
+  // The greedy client goes on past the load window until it has met its rate limit: whether it
+  // calls faster than 20 a second within the window depends on the machine (on a loaded one it made
+  // 148 calls in it, under the bucket's 40 plus 20 a second, and met one 429). The limit only ends
+  // a client that never meets it.
+  const greedyUntil = until + 120_000
+  const greedyRateLimited = () => answers.some((a) => a.client === 'greedy' && a.status === 429)
+  const greedyLoop = async () => {
+    for (let i = 0; i < MAX_CALLS_PER_LOOP && (Date.now() < until || (!greedyRateLimited() && Date.now() < greedyUntil)); i++) {
+      await produceOnce('greedy', 1)
+    }
+  }
+  const greedyStarted = Date.now()
+  let greedyMs = 0
   await Promise.all([
     ...Array.from({ length: 8 }, () => loop('bulk', 1000)),
-    ...Array.from({ length: 24 }, () => loop('greedy', 1)),
+    Promise.all(Array.from({ length: 24 }, greedyLoop)).then(() => {
+      greedyMs = Date.now() - greedyStarted
+    }),
     loop('polite', 1, 100),
   ])
   clearInterval(sampler)
@@ -162,10 +177,11 @@ t.test('produce at several times capacity is shed with 429/503 and Retry-After; 
   t.ok(by('bulk', 201).length < by('bulk').length / 2, "most of the bulk client's calls are shed")
   // What the limiter let through is bounded by its rate, however many calls the greedy client
   // managed to make (how many that was depends on the machine: at 225 calls, 107 were 429s, and
-  // "most of them 429" failed on a quiet CI run): a bucket of 2 x 20 plus 20 a second.
+  // "most of them 429" failed on a quiet CI run; "at least 5" failed a loaded one, at 1 of 148):
+  // a bucket of 2 x 20 plus 20 a second over the time it called.
   const passed = by('greedy').length - by('greedy', 429).length
-  t.ok(by('greedy', 429).length >= 5, `the greedy client past its rate gets 429 (${by('greedy', 429).length} times)`)
-  t.ok(passed <= 40 + 20 * (LOAD_MS / 1000 + 1), `the rate limit let through at most its rate allows (${passed} calls)`)
+  t.ok(by('greedy', 429).length >= 1, `the greedy client past its rate gets 429 (${by('greedy', 429).length} times)`)
+  t.ok(passed <= 40 + 20 * (greedyMs / 1000 + 1), `the rate limit let through at most its rate allows (${passed} calls in ${greedyMs} ms)`)
   t.ok(
     answers.filter((a) => a.status === 429).every((a) => a.code === 'rate_limited'),
     '429 is rate_limited',
