@@ -1,6 +1,6 @@
 // `npm run test:faults`: the test files that are slow by nature, which `npm test` leaves out: the
 // fault-injection scenarios (test/faults) and the multi-process soaks (several broker processes,
-// SIGKILLs under load, load past capacity). They are package.json's `tap.exclude` list, the one
+// SIGKILLs under load, load past capacity), and the request fuzzing with its full count of cases. They are package.json's `tap.exclude` list, the one
 // place that names them, run here by tap with the same settings as `npm test`. Arguments go to tap
 // (`npm run test:faults -- --reporter=terse`). HOOKQ_FAULTS_PROFILE=long runs the long fault profile.
 // Like every server test they need DATABASE_URL (a PostgreSQL server), and say so when skipped.
@@ -9,7 +9,10 @@ import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
-const files = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).tap.exclude
+// The request fuzzing runs in `npm test` too, with fewer cases a route; here with the full count.
+const FUZZ = 'test/security/fuzz.test.ts'
+const files = [...JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).tap.exclude, FUZZ]
 const tap = fileURLToPath(new URL('../node_modules/tap/dist/esm/run.mjs', import.meta.url))
-const run = spawnSync(process.execPath, [tap, ...files, ...process.argv.slice(2)], { stdio: 'inherit', cwd: root })
+const env = { ...process.env, HOOKQ_FUZZ_RUNS: process.env.HOOKQ_FUZZ_RUNS ?? '200' }
+const run = spawnSync(process.execPath, [tap, ...files, ...process.argv.slice(2)], { stdio: 'inherit', cwd: root, env })
 process.exit(run.status ?? 1)
