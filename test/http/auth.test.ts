@@ -4,13 +4,20 @@ import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../../src/config.ts'
 import { startBroker } from '../helpers/broker.ts'
+import { type TestDatabase, testDatabase } from '../helpers/db.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const KEYS = 'pk_live_abc:produce,ck_live_def:consume,ak_root:admin,plain_old,both_k:produce+consume'
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` })
 
+// Each subtest needs a broker configured its own way, but they take one database in turn (each
+// broker closes at the end of its subtest): a database costs ~1 s of CPU embedded. The subtests
+// use topics of their own; the first lists the topics, so it stays first.
+let shared: Promise<TestDatabase> | undefined
+const db = () => (shared ??= testDatabase(t))
+
 t.test('scopes against representative routes', async (t) => {
-  const { app } = await startBroker(t, { HOOKQ_API_KEYS: KEYS })
+  const { app } = await startBroker(t, { HOOKQ_API_KEYS: KEYS }, { db: await db() })
   const call = async (key: string | undefined, method: string, url: string, payload?: object) => {
     const res = await app.inject({ method: method as 'GET', url, headers: key ? bearer(key) : {}, ...(payload ? { payload } : {}) })
     return { status: res.statusCode, json: res.body ? res.json() : undefined, headers: res.headers }
@@ -167,7 +174,7 @@ t.test('keys file and configuration errors', async (t) => {
   )
 
   // a broker configured from the file accepts its keys
-  const { app } = await startBroker(t, { HOOKQ_API_KEYS_FILE: file })
+  const { app } = await startBroker(t, { HOOKQ_API_KEYS_FILE: file }, { db: await db() })
   t.equal(
     (await app.inject({ method: 'PUT', url: '/v1/topics/f', payload: { partitions: 1 }, headers: bearer('ak_file') })).statusCode,
     201,
@@ -185,7 +192,11 @@ t.test('keys file and configuration errors', async (t) => {
 })
 
 t.test('rate limit per key: a burst gets 429 with Retry-After, then calls pass again', async (t) => {
-  const { app } = await startBroker(t, { HOOKQ_API_KEYS: 'fast_one:admin,fast_two:produce', HOOKQ_RATE_LIMIT_PER_KEY: '5' })
+  const { app } = await startBroker(
+    t,
+    { HOOKQ_API_KEYS: 'fast_one:admin,fast_two:produce', HOOKQ_RATE_LIMIT_PER_KEY: '5' },
+    { db: await db() },
+  )
   const get = (key: string) => app.inject({ url: '/v1/topics', headers: bearer(key) })
   const started = performance.now()
   const answers = await Promise.all(Array.from({ length: 20 }, () => get('fast_one')))
@@ -222,7 +233,7 @@ t.test('rate limit per key: a burst gets 429 with Retry-After, then calls pass a
 })
 
 t.test('rate limit per client IP when no keys are configured', async (t) => {
-  const { app } = await startBroker(t, { HOOKQ_RATE_LIMIT_PER_KEY: '5' })
+  const { app } = await startBroker(t, { HOOKQ_RATE_LIMIT_PER_KEY: '5' }, { db: await db() })
   const get = (ip: string) => app.inject({ url: '/v1/topics', remoteAddress: ip })
   const answers = await Promise.all(Array.from({ length: 20 }, () => get('10.0.0.1')))
   t.ok(

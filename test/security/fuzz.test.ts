@@ -2,7 +2,9 @@
  * Property-based fuzzing of every write route with fast-check: arbitrary JSON bodies, mutations of
  * valid bodies and arbitrary path params. Properties: never a 5xx; every 4xx is a problem document;
  * a 4xx leaves every table exactly as it was. Seeded (HOOKQ_FUZZ_SEED overrides); the seed and the
- * counterexample are printed on failure. numRuns is bounded so the file finishes well under 60 s.
+ * counterexample are printed on failure. numRuns is bounded so the file finishes well under 60 s:
+ * 50 a route in `npm test`, 200 in `npm run test:faults` (HOOKQ_FUZZ_RUNS), and every kind of case
+ * (each way of making a name, a body and a JSON value, each mutation) is checked to come up.
  */
 import fc from 'fast-check'
 import t from 'tap'
@@ -10,7 +12,18 @@ import { startBroker } from '../helpers/broker.ts'
 import { tableSnapshot } from '../helpers/table-snapshot.ts'
 
 const SEED = Number(process.env.HOOKQ_FUZZ_SEED ?? 20261130)
-const RUNS = Number(process.env.HOOKQ_FUZZ_RUNS ?? 200)
+const RUNS = Number(process.env.HOOKQ_FUZZ_RUNS ?? 50)
+
+/** The kinds of case generated, as "<route>: <kind>" (names, bodies, mutations) and "json: <kind>". */
+const made = new Set<string>()
+/** `arb`, recording `label` each time it makes a value (shrinking included: a kind made is a kind sent). */
+const kind = <T>(label: () => string, arb: fc.Arbitrary<T>): fc.Arbitrary<T> =>
+  arb.map((v) => {
+    made.add(label())
+    return v
+  })
+/** The route whose property is running: the labels name it. */
+let routeName = ''
 
 const broker = await startBroker(t, { HOOKQ_MAX_REQUEST_BYTES: '65536', HOOKQ_MAX_MESSAGE_BYTES: '16384' })
 const app = broker.app
@@ -56,27 +69,20 @@ const snapshot = () => readTables(broker.db.pool)
 // offset write ever happens in the background: every table change comes from the request itself.
 const TOPIC_NAMES = ['sink', 'other', 'fz', 'fz.1', 'fz-2', 'a_b']
 const GROUP_NAMES = ['g', 'fz', 'fz.1', 'fz-2', 'a_b']
+const NAME_KINDS = ['good', 'pattern', 'string', 'binary', 'odd']
+const name = (k: string) => () => `${routeName}: name ${k}`
 const anyName = (good: string[]) =>
   fc
     .oneof(
-      { weight: 4, arbitrary: fc.constantFrom(...good) },
-      { weight: 3, arbitrary: fc.stringMatching(/^[A-Za-z0-9._-]{1,20}$/) },
-      { weight: 2, arbitrary: fc.string({ maxLength: 30 }) },
-      { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: 20 }) },
+      { weight: 4, arbitrary: kind(name('good'), fc.constantFrom(...good)) },
+      { weight: 3, arbitrary: kind(name('pattern'), fc.stringMatching(/^[A-Za-z0-9._-]{1,20}$/)) },
+      { weight: 2, arbitrary: kind(name('string'), fc.string({ maxLength: 30 })) },
+      { weight: 1, arbitrary: kind(name('binary'), fc.string({ unit: 'binary', maxLength: 20 })) },
       {
         weight: 1,
-        arbitrary: fc.constantFrom(
-          '',
-          ' ',
-          'a b',
-          'x'.repeat(249),
-          'x'.repeat(250),
-          '%',
-          'é',
-          '\u0000',
-          '__proto__',
-          'constructor',
-          'null',
+        arbitrary: kind(
+          name('odd'),
+          fc.constantFrom('', ' ', 'a b', 'x'.repeat(249), 'x'.repeat(250), '%', 'é', '\u0000', '__proto__', 'constructor', 'null'),
         ),
       },
     )
@@ -163,10 +169,11 @@ function serialise(payload: unknown): string {
     kind === 'arrays' ? '['.repeat(Number(n)) + ']'.repeat(Number(n)) : `${'{"a":'.repeat(Number(n))}1${'}'.repeat(Number(n))}`,
   )
 }
+const JSON_KINDS = ['value', 'weird', 'deep']
 const json = fc.oneof(
-  { weight: 6, arbitrary: fc.jsonValue({ maxDepth: 3 }) },
-  { weight: 4, arbitrary: weird },
-  { weight: 1, arbitrary: deep },
+  { weight: 6, arbitrary: kind(() => 'json: value', fc.jsonValue({ maxDepth: 3 })) },
+  { weight: 4, arbitrary: kind(() => 'json: weird', weird) },
+  { weight: 1, arbitrary: kind(() => 'json: deep', deep) },
 )
 
 interface Route {
@@ -320,17 +327,13 @@ function withNul(body: Record<string, unknown>, i: number): Record<string, unkno
   return body
 }
 
+const MUTATIONS = ['drop', 'add', 'retype', 'retype-nested', 'huge-string', 'nul'] as const
 /** A mutation of a valid body: drop a field, add one, replace a field (or a nested one) by anything, or put NUL in a string. */
 function mutated(valid: fc.Arbitrary<Record<string, unknown>>): fc.Arbitrary<unknown> {
   return fc
-    .tuple(
-      valid,
-      fc.nat(),
-      fc.constantFrom('drop', 'add', 'retype', 'retype-nested', 'huge-string', 'nul'),
-      json,
-      fc.string({ maxLength: 12 }),
-    )
+    .tuple(valid, fc.nat(), fc.constantFrom(...MUTATIONS), json, fc.string({ maxLength: 12 }))
     .map(([body, i, op, replacement, field]) => {
+      made.add(`${routeName}: body mutated ${op}`)
       const out = structuredClone(body) as Record<string, unknown>
       const keys = Object.keys(out)
       const key = keys.length ? keys[i % keys.length]! : 'x'
@@ -364,12 +367,16 @@ function mutated(valid: fc.Arbitrary<Record<string, unknown>>): fc.Arbitrary<unk
     })
 }
 
+const BODY_KINDS = ['valid', ...MUTATIONS.map((op) => `mutated ${op}`), 'json', 'dictionary']
 const body = (route: Route) =>
   fc.oneof(
-    { weight: 2, arbitrary: route.valid },
+    { weight: 2, arbitrary: kind(() => `${route.name}: body valid`, route.valid) },
     { weight: 5, arbitrary: mutated(route.valid) },
-    { weight: 2, arbitrary: json },
-    { weight: 1, arbitrary: fc.dictionary(fc.string({ maxLength: 10 }), json, { maxKeys: 4 }) },
+    { weight: 2, arbitrary: kind(() => `${route.name}: body json`, json) },
+    {
+      weight: 1,
+      arbitrary: kind(() => `${route.name}: body dictionary`, fc.dictionary(fc.string({ maxLength: 10 }), json, { maxKeys: 4 })),
+    },
   )
 
 type Res = { statusCode: number; headers: Record<string, unknown>; body: string }
@@ -393,6 +400,7 @@ const tally: Record<string, Record<string, number>> = {}
 for (const route of ROUTES) {
   t.test(`${route.name}: no 5xx, 4xx are problem documents and change nothing`, async (t) => {
     const seen: Record<string, number> = (tally[route.name] = {})
+    routeName = route.name
     const property = fc.asyncProperty(
       anyName(route.names ?? (route.url('x').startsWith('/v1/topics') ? TOPIC_NAMES : GROUP_NAMES)),
       body(route),
@@ -463,6 +471,19 @@ t.test('paths and queries: numerals, NUL and odd text; plain decimal or a 400, n
   else t.pass(`${details.numRuns} runs, seed ${SEED}`)
   t.same(await snapshot(), before, 'reads and refused deletes changed nothing')
   t.comment(`paths and queries statuses: ${JSON.stringify(seen)}`)
+})
+
+t.test('every kind of case came up: each way of making a name and a body, each mutation, each kind of JSON', async (t) => {
+  const expected = [
+    ...ROUTES.flatMap((r) => [...NAME_KINDS.map((k) => `${r.name}: name ${k}`), ...BODY_KINDS.map((k) => `${r.name}: body ${k}`)]),
+    ...JSON_KINDS.map((k) => `json: ${k}`),
+  ]
+  const missing = expected.filter((k) => !made.has(k))
+  t.same(
+    missing,
+    [],
+    `all ${expected.length} kinds of case made in ${RUNS} runs a route${missing.length ? ' (too few: raise HOOKQ_FUZZ_RUNS)' : ''}`,
+  )
 })
 
 t.test('the broker still answers after the fuzzing', async (t) => {
