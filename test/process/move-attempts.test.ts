@@ -10,6 +10,7 @@
  * Each ack or nack is sent to any live process and sent again on 503 (a partition moving), as a
  * client would.
  */
+import pg from 'pg'
 import t from 'tap'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
@@ -103,8 +104,31 @@ t.test('attempt numbers rise by one per push of a message while partitions move'
   acking = false
   await acker
 
+  // A push whose answer never came (its timeout passed: 1 s here) may never have reached the
+  // receiver's handler on a loaded machine: the receiver then misses that number although the
+  // attempt was made (CI23: 1,3 with attempt 2 in the log, "no answer within 1000 ms"). Such an
+  // attempt, and only such, may be missing from what the receiver saw; the rest must be 1, 2, 3, ...
+  const client = new pg.Client({ connectionString: db.url })
+  await client.connect()
+  const unanswered = new Set(
+    (
+      await client.query<{ at: string }>(
+        `SELECT (d.partition * 1000000 + d."offset")::text || ':' || d.attempt AS at FROM deliveries d
+         JOIN consumer_groups g ON g.id = d.group_id WHERE g.name = 'mv-g' AND d.status_code IS NULL AND d.outcome IN ('failed', 'timed_out')`,
+      )
+    ).rows.map((r) => r.at),
+  )
+  await client.end()
   const wrong = [...pushes]
-    .filter(([, attempts]) => attempts.some((n, i) => n !== i + 1))
+    .filter(([o, attempts]) => {
+      let next = 1
+      for (const n of attempts) {
+        while (n > next && unanswered.has(`${o}:${next}`)) next++
+        if (n !== next) return true
+        next++
+      }
+      return false
+    })
     .map(([o, attempts]) => `partition ${Math.floor(o / 1_000_000)} offset ${o % 1_000_000}: ${attempts.join(',')}`)
   t.same(wrong, [], 'each message was pushed as attempt 1, 2, 3, ... in that order, whichever process pushed it')
   t.equal(pushes.size, TOTAL, 'every message was pushed')
