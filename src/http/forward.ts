@@ -426,8 +426,23 @@ export function installForwarding(app: FastifyInstance, directory: PartitionDire
       bodyTimeout: timeoutMs,
     })
     const text = await answer.body.text()
+    // The owner refused the caller's key (deleted or expired there first: each process learns of
+    // a key's deletion within its refresh): so does this answer, not an empty 200 a moment before
+    // this process would refuse it too.
+    if (answer.statusCode === 401 || answer.statusCode === 403) {
+      throw new HookqError(answer.statusCode === 401 ? 'unauthorized' : 'forbidden', refusal(text))
+    }
     return answer.statusCode === 200 ? text : null
   }
+}
+
+/** The detail of an owner's refusal (its problem document's, which never quotes the key). */
+function refusal(text: string): string {
+  try {
+    const detail = (JSON.parse(text) as { detail?: unknown }).detail
+    if (typeof detail === 'string') return detail
+  } catch {}
+  return 'the API key was refused by the broker process that owns the partition'
 }
 
 function pushTo<K, V>(m: Map<K, V[]>, k: K, v: V): void {

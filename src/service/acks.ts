@@ -292,9 +292,22 @@ export function shares(sources: readonly { parts: number }[], maxMessages: numbe
  */
 async function leaseNow(sources: PullSource[], counts: number[], opts: PullOptions): Promise<Leased> {
   const none: Leased = { envelopes: [], giveBack: () => {} }
+  let refused: HookqError | undefined
   const answers = await Promise.all(
-    sources.map((s, i) => (counts[i]! === 0 ? none : s.pull({ ...opts, maxMessages: counts[i]!, waitMs: 0 }).catch(() => none))),
+    sources.map((s, i) =>
+      counts[i]! === 0
+        ? none
+        : s.pull({ ...opts, maxMessages: counts[i]!, waitMs: 0 }).catch((err: unknown) => {
+            refused ??= keyRefused(err)
+            return none
+          }),
+    ),
   )
+  if (refused) {
+    // What the others leased goes back: the caller gets its 401 (or 403), not them.
+    for (const a of answers) if (a.envelopes.length > 0) a.giveBack(a.envelopes.map(envelopeDeliveryId))
+    throw refused
+  }
   return {
     envelopes: answers.flatMap((a) => a.envelopes),
     // Each source's own ids back to it.
@@ -315,13 +328,18 @@ async function probeAll(sources: PullSource[], waitMs: number, signal: AbortSign
   signal.addEventListener('abort', stop, { once: true })
   const timer = setTimeout(stop, waitMs + GATHER_MARGIN_MS)
   const ready: number[] = []
+  let refused: HookqError | undefined
   try {
     await new Promise<void>((resolve) => {
       let open = sources.length
       cut.signal.addEventListener('abort', () => resolve(), { once: true })
       for (const [i, s] of sources.entries()) {
         s.probe(waitMs, cut.signal)
-          .catch(() => false)
+          .catch((err: unknown) => {
+            refused ??= keyRefused(err)
+            if (refused) resolve()
+            return false
+          })
           .then((yes) => {
             if (cut.signal.aborted) return // answered after the others were cut: too late to count
             if (yes) ready.push(i)
@@ -334,5 +352,11 @@ async function probeAll(sources: PullSource[], waitMs: number, signal: AbortSign
     signal.removeEventListener('abort', stop)
     cut.abort()
   }
+  if (refused) throw refused
   return ready
+}
+
+/** An owner's refusal of the caller's key (src/http/forward.ts), which the gather answers with; undefined for any other failure. */
+function keyRefused(err: unknown): HookqError | undefined {
+  return err instanceof HookqError && (err.code === 'unauthorized' || err.code === 'forbidden') ? err : undefined
 }
