@@ -168,6 +168,22 @@ export async function callBroker(
   return { status: res.status, json, headers: res.headers, retryAfter: res.headers.get('retry-after') }
 }
 
+/**
+ * SIGKILLs a broker launched as the supervisor of several processes: its children first, then it.
+ * A child may exit between the listing and its kill (ESRCH): that is what the kill was for, and a
+ * throw there would leave the supervisor running until tap's timeout (CI25).
+ */
+export function killTree(pid: number): void {
+  for (const child of childrenOf(pid)) {
+    try {
+      process.kill(child, 'SIGKILL')
+    } catch {} // gone meanwhile
+  }
+  try {
+    process.kill(pid, 'SIGKILL')
+  } catch {}
+}
+
 /** The pids of `pid`'s live child processes, read from /proc (field 4 of stat is the parent's pid). */
 export const childrenOf = (pid: number): number[] => {
   const children: number[] = []

@@ -2,7 +2,7 @@
 // it starts a broker of two processes, which takes a while on a busy machine.
 import t from 'tap'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { childrenOf, spawnBroker, START_LIMIT_MS, callBroker as call } from '../helpers/process.ts'
+import { childrenOf, killTree, spawnBroker, START_LIMIT_MS, callBroker as call } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 t.test(
@@ -16,15 +16,14 @@ t.test(
     // connections are the ones on their way when it is killed.
     const broker = await spawnBroker({ DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2' })
     t.teardown(() => {
-      for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL')
-      broker.child.kill('SIGKILL')
+      killTree(broker.child.pid!)
     })
     const listens = (pid: number) =>
       broker
         .output()
         .split('\n')
         .some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
-    await waitUntil(() => childrenOf(broker.child.pid!).length === 2, 60_000, 'two broker processes')
+    await waitUntil(() => childrenOf(broker.child.pid!).length === 2, START_LIMIT_MS, 'two broker processes')
     await waitUntil(() => childrenOf(broker.child.pid!).every(listens), START_LIMIT_MS, 'both processes listen')
     const [victim] = childrenOf(broker.child.pid!)
     process.kill(victim!, 'SIGSTOP')

@@ -3,7 +3,7 @@
 // while the other keeps serving, and SIGTERM stops them all with exit 0, even one still starting.
 import t from 'tap'
 import { needsServer, testDatabase } from '../helpers/db.ts'
-import { childrenOf, launchBroker, spawnBroker, START_LIMIT_MS, callBroker as call } from '../helpers/process.ts'
+import { childrenOf, killTree, launchBroker, spawnBroker, START_LIMIT_MS, callBroker as call } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
@@ -11,8 +11,7 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
   const env = { DATABASE_URL: (await testDatabase(t)).url, HOOKQ_PROCESSES: '2', HOOKQ_CLUSTER_POLL_MS: '200' }
   const broker = await spawnBroker(env)
   t.teardown(() => {
-    for (const pid of childrenOf(broker.child.pid!)) process.kill(pid, 'SIGKILL')
-    broker.child.kill('SIGKILL')
+    killTree(broker.child.pid!)
   })
   /** Waits as waitUntil does; on a timeout, shows what the processes logged. */
   const waitFor = (ok: () => boolean | Promise<boolean>, ms: number, what: string) =>
@@ -26,7 +25,7 @@ t.test('two broker processes from one command', { skip: needsServer }, async (t)
       .output()
       .split('\n')
       .some((l) => l.includes(`"pid":${pid},`) && l.includes('Server listening'))
-  await waitFor(() => childrenOf(broker.child.pid!).length === 2, 30_000, 'two broker processes')
+  await waitFor(() => childrenOf(broker.child.pid!).length === 2, START_LIMIT_MS, 'two broker processes')
 
   await waitFor(() => childrenOf(broker.child.pid!).every(listens), START_LIMIT_MS, 'both processes listen')
   /** hookq_partitions_owned of whichever process answers a fresh connection. */
