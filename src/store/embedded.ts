@@ -159,37 +159,41 @@ let freshCluster: Promise<Blob | undefined> | undefined
 
 /** The kept fresh cluster, made now (initdb, in memory) if there is none. */
 export function freshClusterTar(): Promise<Blob | undefined> {
-  freshCluster ??= (async () => {
-    const file = await freshClusterFile()
-    try {
-      return new Blob([await readFile(file)])
-    } catch {}
+  freshCluster ??= keptCluster('', async () => {
     const db = await PGlite.create()
     try {
-      const tar = await db.dumpDataDir('none')
-      // Written whole under a name of its own, then renamed: readers never see half a file.
-      const part = `${file}.${process.pid}.${Date.now()}`
-      try {
-        await mkdir(path.dirname(file), { recursive: true })
-        await writeFile(part, new Uint8Array(await tar.arrayBuffer()))
-        await rename(part, file)
-      } catch {
-        await unlink(part).catch(() => {}) // a read-only node_modules: this process keeps it in memory
-      }
-      return tar
+      return await db.dumpDataDir('none')
     } finally {
       await db.close()
     }
-  })()
+  })
   freshCluster.catch(() => (freshCluster = undefined))
   return freshCluster
 }
 
-/** node_modules/.cache/hookq/pglite-<version>.tar: a cluster is tied to the PGlite that made it. */
-async function freshClusterFile(): Promise<string> {
+/**
+ * A cluster kept as node_modules/.cache/hookq/pglite-<version><suffix>.tar (a cluster is tied to
+ * the PGlite that made it): read from there, or made by `make` and written there for the next
+ * process. The test helpers keep a migrated one the same way (test/helpers/db.ts).
+ */
+export async function keptCluster(suffix: string, make: () => Promise<Blob>): Promise<Blob> {
   const pkg = new URL('../package.json', import.meta.resolve('@electric-sql/pglite'))
   const { version } = JSON.parse(await readFile(pkg, 'utf8')) as { version: string }
-  return fileURLToPath(new URL(`../../node_modules/.cache/hookq/pglite-${version}.tar`, import.meta.url))
+  const file = fileURLToPath(new URL(`../../node_modules/.cache/hookq/pglite-${version}${suffix}.tar`, import.meta.url))
+  try {
+    return new Blob([await readFile(file)])
+  } catch {}
+  const tar = await make()
+  // Written whole under a name of its own, then renamed: readers never see half a file.
+  const part = `${file}.${process.pid}.${Date.now()}`
+  try {
+    await mkdir(path.dirname(file), { recursive: true })
+    await writeFile(part, new Uint8Array(await tar.arrayBuffer()))
+    await rename(part, file)
+  } catch {
+    await unlink(part).catch(() => {}) // a read-only node_modules: this process keeps it in memory
+  }
+  return tar
 }
 
 async function openInMemory(): Promise<PGlite> {

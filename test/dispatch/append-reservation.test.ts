@@ -11,6 +11,8 @@ import { dispatcherFile } from '../helpers/dispatcher.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
 const { db, setup } = await dispatcherFile(t)
+/** Offsets 0 to 3 pushed once each, as attempt 1: [offset, attempt]. */
+const FIRST_FOUR = [0, 1, 2, 3].map((offset) => [offset, 1])
 
 t.test('an append to an idle partition reserves its first pushes in its own commit, and they go at once', async (t) => {
   const s = await setup(t, 'idle', { ackMode: 'auto' })
@@ -26,12 +28,7 @@ t.test('an append to an idle partition reserves its first pushes in its own comm
   await s.pushed(4)
   t.same(
     s.pushes().map((p) => [p.offset, p.attempt]),
-    [
-      [0, 1],
-      [1, 1],
-      [2, 1],
-      [3, 1],
-    ],
+    FIRST_FOUR,
   )
   await waitUntil(async () => (await s.committed()) === 4, 10_000, 'all completed')
   t.equal(await s.pushedOffset(), 4, 'the reservation never ran ahead of the messages pushed')
@@ -60,12 +57,7 @@ t.test('no more than the room: a partition at maxInFlight reserves nothing, and 
   await s.pushed(4)
   t.same(
     s.pushes().map((p) => [p.offset, p.attempt]),
-    [
-      [0, 1],
-      [1, 1],
-      [2, 1],
-      [3, 1],
-    ],
+    FIRST_FOUR,
     'the rest go through the progress writer, attempt 1 each',
   )
   t.same(s.errors, [], 'no step failed')

@@ -12,11 +12,8 @@
  * its own or another checkout's on the same server.
  */
 import { createHash, randomBytes } from 'node:crypto'
-import { mkdir, readFile, rename, unlink, writeFile } from 'node:fs/promises'
-import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import pg from 'pg'
-import { startEmbedded } from '../../src/store/embedded.ts'
+import { keptCluster, startEmbedded } from '../../src/store/embedded.ts'
 import { applyMigrations, MIGRATIONS_DIR } from '../../src/store/migrate.ts'
 import { readMigrations } from '../../src/store/schema-engine.ts'
 
@@ -183,33 +180,16 @@ let migrated: Promise<Blob> | undefined
  * engine's WebAssembly to do so ~2 s more in each test process.
  */
 function migratedCluster(): Promise<Blob> {
-  migrated ??= (async () => {
-    const pkg = new URL('../package.json', import.meta.resolve('@electric-sql/pglite'))
-    const { version } = JSON.parse(await readFile(pkg, 'utf8')) as { version: string }
-    const file = fileURLToPath(
-      new URL(`../../node_modules/.cache/hookq/pglite-${version}-migrated-${await migrationsHash()}.tar`, import.meta.url),
-    )
-    try {
-      return new Blob([await readFile(file)])
-    } catch {}
-    const db = await startEmbedded({ dataDir: 'memory' })
-    try {
-      await applyMigrations(db.connectionString, { singleConnection: true })
-      const tar = await db.dump()
-      // Written whole under a name of its own, then renamed: readers never see half a file.
-      const part = `${file}.${process.pid}.${Date.now()}`
+  migrated ??= (async () =>
+    keptCluster(`-migrated-${await migrationsHash()}`, async () => {
+      const db = await startEmbedded({ dataDir: 'memory' })
       try {
-        await mkdir(path.dirname(file), { recursive: true })
-        await writeFile(part, new Uint8Array(await tar.arrayBuffer()))
-        await rename(part, file)
-      } catch {
-        await unlink(part).catch(() => {}) // a read-only node_modules: this process keeps it in memory
+        await applyMigrations(db.connectionString, { singleConnection: true })
+        return await db.dump()
+      } finally {
+        await db.close()
       }
-      return tar
-    } finally {
-      await db.close()
-    }
-  })()
+    }))()
   migrated.catch(() => (migrated = undefined))
   return migrated
 }
