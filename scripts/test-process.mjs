@@ -19,3 +19,25 @@ if (process.env._TAPJS_PROCESSINFO_COVERAGE_ === '0') {
   })
 }
 delete process.env.NODE_OPTIONS
+
+// HOOKQ_TEST_CPU_LOG=<file>: each test process appends a line when it exits: its file, wall seconds,
+// and CPU seconds (user + sys) of itself and of the processes it started and reaped (brokers, CLIs),
+// from /proc/self/stat. `node scripts/test-cpu.mjs <file>` sums and sorts them: where the suite's
+// CPU goes, file by file.
+const cpuLog = process.env.HOOKQ_TEST_CPU_LOG
+if (cpuLog) {
+  const { appendFileSync, readFileSync } = await import('node:fs')
+  const { relative } = await import('node:path')
+  process.on('exit', () => {
+    try {
+      const stat = readFileSync('/proc/self/stat', 'utf8')
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      // After the command's ')': state is field 3, utime 14, stime 15, cutime 16, cstime 17 (proc(5)).
+      const tick = 100
+      const self = (Number(f[11]) + Number(f[12])) / tick
+      const children = (Number(f[13]) + Number(f[14])) / tick
+      const file = relative(process.cwd(), process.argv[1] ?? '?')
+      appendFileSync(cpuLog, `${file}\t${(performance.now() / 1000).toFixed(1)}\t${self.toFixed(1)}\t${children.toFixed(1)}\n`)
+    } catch {}
+  })
+}
