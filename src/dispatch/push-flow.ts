@@ -611,6 +611,10 @@ export class PushFlow {
       n = Math.min(limit - active, 2 * limit - active - w.completing)
     }
     if (g.row.ordering === 'key') {
+      // Another append's claim is pending: its keys are not known here until it hands its messages
+      // over, and a key of ours among them would be reserved twice, the second waiting unpushed
+      // behind the first (a crash would then count an attempt never made).
+      if (w.reservingByAppend > 0) return 0
       const seen = new Set<string>()
       let k = 0
       for (const key of keys) {

@@ -156,3 +156,36 @@ t.test('a partition left ready for the room an append held goes on once the appe
   )
   t.same(s.errors, [], 'no step failed')
 })
+
+t.test('key ordering: while one append holds a claim on the partition, another reserves nothing', async (t) => {
+  // The first append's claim is held open (its hand-over deferred) while a second append of the
+  // same key commits: reserved too, the second message would wait unpushed behind the first.
+  const s = await setup(t, 'key-claims', { ackMode: 'auto', ordering: 'key' })
+  let handOver: () => void = () => {}
+  const first = await s.append(['a'], {
+    reserve: true,
+    keys: ['k'],
+    reserver: {
+      reservationsFor: (entries) => s.dispatcher.reservationsFor(entries),
+      reservationsDone: (claims, reservedTo) => {
+        handOver = () => s.dispatcher.reservationsDone(claims, reservedTo)
+      },
+    },
+  })
+  t.equal(await s.pushedOffset(), 1, 'the first append reserved its message')
+  const second = await s.append(['b'], { reserve: true, keys: ['k'] })
+  t.equal(await s.pushedOffset(), 1, 'the second append, its key maybe the pending one, reserved nothing')
+  handOver()
+  s.dispatcher.notifyAppend(s.topic.id, 0, first.end, first.messages)
+  s.dispatcher.notifyAppend(s.topic.id, 0, second.end, second.messages)
+  await s.pushed(2)
+  t.same(
+    s.pushes().map((p) => [p.offset, p.attempt]),
+    [
+      [0, 1],
+      [1, 1],
+    ],
+    'in key order, attempt 1 each',
+  )
+  t.same(s.errors, [], 'no step failed')
+})

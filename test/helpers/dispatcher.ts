@@ -83,16 +83,23 @@ export async function dispatcherFile(t: Test) {
     await own()
     /**
      * Appends the values (`reserve`: letting the dispatcher reserve first pushes in the append's
-     * statement, as the broker's produce does); the messages as produce hands them over, and the end.
+     * statement, as the broker's produce does; `keys`: the messages' keys, in order); the messages as
+     * produce hands them over, and the end.
      */
     const append = async (
       values: unknown[],
-      { delayMs = 0, partition = 0, reserve = false, reserver = undefined as Reserver | undefined } = {},
+      {
+        delayMs = 0,
+        partition = 0,
+        reserve = false,
+        reserver = undefined as Reserver | undefined,
+        keys = undefined as (string | null)[] | undefined,
+      } = {},
     ) => {
-      const entries = values.map((v) => ({
+      const entries = values.map((v, i) => ({
         topicId: topic.id,
         partition,
-        key: null,
+        key: keys?.[i] ?? null,
         value: JSON.stringify(v),
         headers: '{}',
         delayMs,
