@@ -248,14 +248,7 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
     this.pulls.closeAll()
     await this.progress.drain()
     // Before the session ends and the others take the partitions: what was not pushed is given back.
-    const backs: HandBack[] = []
-    for (const g of this.groups.values()) {
-      for (const w of [...g.parts.values()]) {
-        backs.push(handBackOf(g, w))
-        this.dropPartition(g, w, 'abandoned: the broker process stopped', awaitingAcks(g, w))
-      }
-    }
-    await this.handBack(backs, true)
+    await this.dropAll('abandoned: the broker process stopped')
     await this.health.close()
   }
 
@@ -416,6 +409,9 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
     const back = !w.dropped ? handBackOf(g, w) : undefined
     const handed = back && graceful ? awaitingAcks(g, w) : undefined
     if (g.parts.get(partition) === w) this.dropPartition(g, w, 'abandoned: the partition moved to another broker process', handed)
+    // Dropped at once, but an append that claimed first pushes here before the drop reserves them
+    // when it commits: the give-back, to an offset at or below theirs, waits for it (graceful: above).
+    if (!graceful) await w.appendsReserved()
     // Handing over: the attempt rows of its pushes are written before the next owner can take it,
     // so an ack that follows the partition there finds its attempt (a row still in memory here
     // would make the new owner answer `unknown` for a delivery id it cannot check), and it counts
@@ -448,15 +444,29 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
 
   /** Drops every partition at once (the session that owned them is gone). */
   releaseAll(): void {
+    void this.dropAll('abandoned: this process lost its partitions')
+  }
+
+  /**
+   * Drops every partition at once, then gives back what they never pushed. The give-back waits for
+   * the appends under way on them: one that claimed first pushes before the drop (Partition
+   * appendClaims) reserves them when it commits, and a give-back landed before that commit would
+   * leave them reserved, never pushed, so the next owner would count an attempt never made. What
+   * is given back is read before the drop, and is at or below every such append's messages.
+   */
+  private async dropAll(why: string): Promise<void> {
     const backs: HandBack[] = []
+    const appending: Promise<void>[] = []
     for (const g of this.groups.values()) {
       for (const w of [...g.parts.values()]) {
         backs.push(handBackOf(g, w))
-        this.dropPartition(g, w, 'abandoned: this process lost its partitions', awaitingAcks(g, w))
+        if (w.appendClaims > 0) appending.push(w.appendsReserved())
+        this.dropPartition(g, w, why, awaitingAcks(g, w))
       }
     }
+    await Promise.all(appending)
     // Fenced: lands for the partitions nobody has claimed since (then the next owner counts exactly what was pushed here).
-    void this.handBack(backs, true)
+    await this.handBack(backs, true)
   }
 
   /** The owner epochs this process holds, to compare with the database's now and then. */

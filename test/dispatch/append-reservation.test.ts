@@ -119,6 +119,61 @@ t.test('a handover gives back what an append reserved but this process never too
   t.equal(s.pushes().length, 0)
 })
 
+for (const how of ['release', 'releaseAll'] as const) {
+  t.test(
+    `dropped at once (${how}, the session lost) while an append that claimed its first pushes is committing: given back after that commit`,
+    // The append is held on its partition's row by a second session: the embedded database has one connection.
+    { skip: needsServer },
+    async (t) => {
+      const s = await setup(t, `lost-${how}`, { ackMode: 'auto' })
+      const blocker = await db.pool.connect()
+      t.teardown(() => blocker.release())
+      await blocker.query('BEGIN')
+      await blocker.query('SELECT 1 FROM topic_partitions WHERE topic_id = $1 FOR UPDATE', [s.topic.id])
+      // The order of the append's end and the give-back's statement (src/store/consumption.ts handBack).
+      const order: string[] = []
+      const query = db.pool.query.bind(db.pool)
+      db.pool.query = ((...args: Parameters<typeof query>) => {
+        const text = args[0] as unknown
+        if (String((text as { text?: string }).text ?? text).includes('lowered AS')) order.push('given back')
+        return query(...args)
+      }) as typeof db.pool.query
+      t.teardown(() => {
+        db.pool.query = query
+      })
+      let claimed = 0
+      const appending = s.append(['a'], {
+        reserve: true,
+        reserver: {
+          reservationsFor: (entries) => {
+            const claims = s.dispatcher.reservationsFor(entries)
+            claimed += claims.length
+            return claims
+          },
+          reservationsDone: (claims, reservedTo) => {
+            order.push(`append reserved to ${reservedTo[0]}`)
+            s.dispatcher.reservationsDone(claims, reservedTo)
+          },
+        },
+      })
+      await waitUntil(
+        async () => claimed === 1 && (await query("SELECT 1 FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'")).rowCount! > 0,
+        10_000,
+        'the append, its claim taken, waiting for the partition row',
+      )
+      const released = how === 'release' ? s.dispatcher.release(`lost-${how}`, 0, false) : s.dispatcher.releaseAll()
+      await blocker.query('COMMIT')
+      await appending
+      await released
+      await waitUntil(() => order.includes('given back'), 10_000, 'the give-back')
+      t.same(order, ['append reserved to 1', 'given back'], 'the give-back waited for the append under way')
+      // (releaseAll does not wait for the statement it starts.)
+      await waitUntil(async () => (await s.pushedOffset()) === 0, 10_000, 'the reservation the append wrote after the drop, given back')
+      t.equal(s.pushes().length, 0, 'nothing pushed here after the drop')
+    },
+  )
+}
+
 t.test('a partition left ready for the room an append held goes on once the append is done', async (t) => {
   // One consumer for two partitions, its push window one push: partition 1's message waits for
   // the room partition 0's append holds, and nothing but that append's end wakes it.
