@@ -24,6 +24,11 @@ import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, wri
 import { join, relative } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
+// A pattern, not the string: a bundle of this file (the CLI's, which builds the server's for `hookq
+// serve`; a test's) replaces the expression in it too, and a string of it here would be replaced by
+// this file's URL, leaving the bundles built from that copy with their import.meta.url unreplaced.
+const IMPORT_META_URL = /\bimport\.meta\.url\b/g
+
 const ROOT = fileURLToPath(new URL('../', import.meta.url))
 const OUT_DIR = join(ROOT, 'node_modules/.cache/hookq')
 
@@ -89,7 +94,7 @@ async function bundle(name, entry, dirs, inline = []) {
           b.onLoad({ filter: /\.(ts|mjs)$/ }, (args) => {
             if (args.path.includes('/node_modules/')) return undefined
             return {
-              contents: readFileSync(args.path, 'utf8').replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href)),
+              contents: readFileSync(args.path, 'utf8').replaceAll(IMPORT_META_URL, JSON.stringify(pathToFileURL(args.path).href)),
               loader: args.path.endsWith('.ts') ? 'ts' : 'js',
             }
           })

@@ -3,7 +3,7 @@
 // loaded at every command; split, it loads with `groups` alone. Also: the broker's bundle does not
 // load PGlite when it runs on PostgreSQL.
 import t from 'tap'
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { cliBundle, pruneBundles, serverBundle } from '../../scripts/server-bundle.mjs'
@@ -89,4 +89,17 @@ t.test('old bundles are pruned: the newest three stay, older ones once a day old
   t.ok(left(`server-${hash(9)}`) && left(`server-${hash(11)}`), 'nothing under a day old is removed')
   t.notOk(left(`server-${hash(2)}`), 'the 2-day-old one, now fifth, is removed')
   pruneBundles(join(dir, 'missing'), 'server', now) // no folder: nothing to do, no error
+})
+
+t.test("the CLI's copy of the bundler (it builds the broker's bundle for `hookq serve`) still replaces import.meta.url", async (t) => {
+  // Bundled, the bundler's own source has its import.meta.url replaced too: a search for the
+  // expression written as a string became a search for the bundler's URL, and the broker bundles
+  // built by `hookq serve` kept their import.meta.url (their migrations looked for beside the bundle).
+  const dir = dirname(await cliBundle())
+  const text = readdirSync(dir)
+    .filter((f) => f.endsWith('.mjs'))
+    .map((f) => readFileSync(join(dir, f), 'utf8'))
+    .join('\n')
+  t.notMatch(text, /replaceAll\(\s*["']file:/, 'no search for a file URL')
+  t.match(text, /\\bimport\\\.meta\\\.url\\b/, 'the pattern for the expression is intact')
 })
