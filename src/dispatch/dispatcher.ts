@@ -460,7 +460,7 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
     for (const g of this.groups.values()) {
       for (const w of [...g.parts.values()]) {
         backs.push(handBackOf(g, w))
-        if (w.appendClaims > 0) appending.push(w.appendsReserved())
+        appending.push(w.appendsReserved())
         this.dropPartition(g, w, why, awaitingAcks(g, w))
       }
     }
