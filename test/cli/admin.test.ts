@@ -3,7 +3,7 @@
  * in tables and in --json, and the exit codes of its failures (broker error 1, usage 2,
  * unreachable 3, missing API key 1 with the 401 explained).
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createServer } from 'node:net'
 import { createClient, unwrap } from '@hookq/client'
 import { startListeningBroker } from '../helpers/broker.ts'

@@ -2,7 +2,7 @@
 // file every package import is hoisted to the top, so what `groups` imports lazily (typebox, 0.2 s)
 // loaded at every command; split, it loads with `groups` alone. Also: the broker's bundle does not
 // load PGlite when it runs on PostgreSQL.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'

@@ -4,7 +4,7 @@
  * nothing), and the SDK functions behind it (skips, limits, 429 and body-size handling).
  */
 import { randomUUID } from 'node:crypto'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { appendRows } from '../../src/store/messages.ts'
 import {
   BatchProduceError,

@@ -3,7 +3,7 @@
  * what the key may see, a call outside its scopes is a clear 403 (exit 1), never a crash, and no
  * output but create's shows a key.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { runCli } from './run.ts'
 

@@ -3,7 +3,7 @@
  * through the API), a bad stdin line, tail with and without --follow, and the attempt log after
  * pushes to a real receiver.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createClient, unwrap, type Message } from '@hookq/client'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { startReceiver } from '../helpers/receiver.ts'

@@ -6,7 +6,8 @@
  * to re-run safely. Answers that exclude the commit (503, a refused connection) still say nothing
  * was stored.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createClient, unwrap } from '@hookq/client'

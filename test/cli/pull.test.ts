@@ -3,7 +3,7 @@
  * --ack they stay leased, with --ack the group's messages are taken; a push group is refused.
  */
 import net from 'node:net'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createClient, unwrap } from '@hookq/client'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'

@@ -1,5 +1,5 @@
 /** The CLI's schedules commands against a real broker over HTTP (its own file: the admin file is long already). */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createClient, unwrap } from '@hookq/client'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { runCli } from './run.ts'

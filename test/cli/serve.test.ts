@@ -2,7 +2,7 @@
  * `hookq serve` is `npm start`: --port and --host reach the broker's configuration, the broker
  * answers the CLI's own commands, and SIGTERM stops it gracefully with exit code 0.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { testDatabase, needsServer } from '../helpers/db.ts'
 import { START_LIMIT_MS } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'

@@ -3,7 +3,7 @@
  * again on the same port, and the follow says so on stderr, waits, and goes on from where it was,
  * printing what was produced while it was away exactly once.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { callBroker, spawnBroker } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'

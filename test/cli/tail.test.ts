@@ -4,7 +4,8 @@
  * on 127.0.0.1 records them on their way to the real broker). Reads wait out a 503 like every
  * other call.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createClient, produceInBatches, unwrap } from '@hookq/client'

@@ -3,7 +3,8 @@
  * headers and never the body, even while garbage collections run during the wait (a preload runs
  * one every 50 ms): the CLI gives up after the timeout with exit code 3 and says why.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'

@@ -1,5 +1,5 @@
 /** The ownership plan: which broker process should hold which partition: even per group, the same for every member, and sticky. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { pairKey, planOwnership } from '../../src/cluster/ownership-plan.ts'
 import type { ClusterView } from '../../src/store/membership.ts'
 

@@ -13,7 +13,7 @@
  *   taken them. Found by CI (once in a while) in the leader's day.
  * (One file, one process: the two shared everything but the test's body.)
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { Ownership } from '../../src/cluster/ownership.ts'
 import { openDatabase } from '../../src/store/db.ts'

@@ -2,7 +2,7 @@
  * An ownership poll reads every group and balances them all, so a change polls at once only when
  * partitions came or went: a consumer or a setting changed waits for the regular poll.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer } from '../helpers/db.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'

@@ -6,7 +6,7 @@
  * after both owners leased for it loses nothing either: each owner's leases are leasable again at once.
  */
 import http from 'node:http'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'

@@ -1,5 +1,5 @@
 /** The console's static routes against path traversal and files that are not the console's: never served, never a 5xx. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import net from 'node:net'
 import { startListeningBroker } from '../helpers/broker.ts'
 

@@ -3,7 +3,7 @@
  * clients/typescript/src/dlq.ts. They must read the hookq-dlq-* headers alike and derive the same
  * idempotency key, or a dead letter replayed from both is stored twice.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { deadLetterOrigin, replayIdempotencyKey } from '@hookq/client'
 // @ts-expect-error: plain browser JavaScript without declarations (checked by tsc -p src/console)
 import { deadLetterInfo, replayKey } from '../../src/console/replay.js'

@@ -4,7 +4,7 @@
  * that dead-lettered them, delivery ids told apart, consumers counted once, and a lag chart with
  * whole-message ticks and ISO dates.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { newDeliveryId } from '../../src/core/delivery-id.ts'
 // @ts-expect-error: plain browser JavaScript without declarations (checked by tsc -p src/console)
 import { deadLetterCounts } from '../../src/console/deadletters.js'

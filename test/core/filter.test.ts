@@ -1,5 +1,5 @@
 /** Filters (contract v1.1 "Filters"): each operator, $or, not, missing paths, and the errors naming the member. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { compileFilter, FilterError } from '../../src/core/filter.ts'
 
 const msg = (value: unknown, headers: Record<string, string> = {}, key: string | null = null) => ({

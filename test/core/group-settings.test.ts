@@ -5,7 +5,7 @@
  * default the table gives.
  */
 import { readFile } from 'node:fs/promises'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import type { Command, Option } from 'commander'
 import { registerGroups } from '../../src/cli/groups.ts'
 import { buildProgram } from '../../src/cli/main.ts'

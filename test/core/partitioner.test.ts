@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { murmur2, partitionForKey, RoundRobin } from '../../src/core/partitioner.ts'
 
 t.test("murmur2 matches Kafka (vectors from Kafka's own UtilsTest)", async (t) => {

@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { honourRetryAfterMs, nextDelayMs, type RetryPolicy } from '../../src/core/retry-policy.ts'
 
 // The contract's defaults for a group.

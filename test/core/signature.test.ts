@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createHmac } from 'node:crypto'
 import { verifyWebhook as verifyPush, WebhookVerificationError } from '@hookq/client/consumer'
 import { decodeSecret, generateSecret, signWebhook } from '../../src/core/signature.ts'

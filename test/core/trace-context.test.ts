@@ -1,5 +1,5 @@
 /** W3C Trace Context parsing and the traces messages get (src/core/trace-context.ts). */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import {
   attemptTraceparent,
   callTrace,

@@ -5,7 +5,7 @@
  * reservation allow (the room, delays, the fence). A real dispatcher on a stepped clock, a real
  * PostgreSQL and receiver: the tests read pushed_offset between the append and the hand-over.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer } from '../helpers/db.ts'
 import { dispatcherFile } from '../helpers/dispatcher.ts'
 import { waitUntil } from '../helpers/wait.ts'

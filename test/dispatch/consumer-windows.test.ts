@@ -1,5 +1,5 @@
 /** A consumer's room (push window, maxConcurrency, rate) and who waits for it, on a clock and timers the test drives. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { ConsumerWindows } from '../../src/dispatch/consumer-windows.ts'
 import type { GroupRuntime, PartitionState } from '../../src/dispatch/partition-state.ts'
 import { boundedRate } from '../../src/core/consumer-limits.ts'

@@ -2,7 +2,7 @@
  * src/dispatch/cpu-load.ts: busy once the machine's CPUs or this event loop reach `enter` over a
  * window, free again below `leave`; read at most once a window; a stale reading is not trusted.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import type { EventLoopUtilization } from 'node:perf_hooks'
 import { CpuLoad, cpuLoadAt, type CpuTimes } from '../../src/dispatch/cpu-load.ts'
 

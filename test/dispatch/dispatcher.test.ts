@@ -4,7 +4,8 @@
  * only time is the test's. Deadlines, backoffs, delays, late acks, nacks, extends and seeks are
  * raced by moving the clock to exactly the moment that matters.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import { createPushAgent } from '../../src/dispatch/pusher.ts'
 import { seekOffsets } from '../../src/store/consumption.ts'
 import { needsServer } from '../helpers/db.ts'

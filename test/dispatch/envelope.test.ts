@@ -2,7 +2,7 @@
  * The push body as it goes on the wire: the envelope is valid JSON carrying the message's stored
  * JSON text as it is, and the cached ISO formatter writes what Date#toISOString writes.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { buildEnvelope, isoFormatter } from '../../src/dispatch/envelope.ts'
 import type { DispatchMessage } from '../../src/core/dispatch-message.ts'
 import { mulberry32 } from '../helpers/prng.ts'

@@ -8,7 +8,8 @@
 import { readFileSync } from 'node:fs'
 import net from 'node:net'
 import tls from 'node:tls'
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import { HttpClient, type HttpOutcome, type Origin } from '../../src/dispatch/http-client.ts'
 import { waitUntil } from '../helpers/wait.ts'
 

@@ -5,7 +5,7 @@
  * otherwise a new token with a new jti. Every token is checked by jose against the database's
  * public keys, on a real database, with the signer's clock moved by hand.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createLocalJWKSet, decodeProtectedHeader, jwtVerify, type JWK } from 'jose'
 import { JWT_TTL_S, JwtSigner, rotateSigningKey } from '../../src/dispatch/jwt-keys.ts'
 import { SecretBox } from '../../src/security/secrets.ts'

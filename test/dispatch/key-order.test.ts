@@ -1,5 +1,5 @@
 /** The key-ordering structure: one message per key out, the rest waiting in offset order. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { KeyOrder } from '../../src/dispatch/key-order.ts'
 import type { DispatchMessage } from '../../src/core/dispatch-message.ts'
 

@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { MinHeap, type HeapEntry } from '../../src/dispatch/min-heap.ts'
 import { mulberry32 } from '../helpers/prng.ts'
 

@@ -6,7 +6,7 @@
  * retention are recorded as gaps; a failed statement hands every partition back to be read again
  * in a second; more partitions than a statement takes go in several.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { PartitionReader } from '../../src/dispatch/partition-reader.ts'
 import { newGroupRuntime, newPartitionState, type GroupRuntime, type PartitionState } from '../../src/dispatch/partition-state.ts'
 import { GroupService } from '../../src/service/groups.ts'

@@ -1,5 +1,5 @@
 /** The list helper of the partition's ready queue (the attempts' lists: test/dispatch/partition.test.ts). */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { removeAt } from '../../src/dispatch/partition-state.ts'
 
 t.test('removeAt keeps the order of the rest; a negative index removes nothing', async (t) => {

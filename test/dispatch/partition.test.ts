@@ -5,7 +5,7 @@
  * one by one (the flows that drive it are test/dispatch/dispatcher.test.ts's, on a stepped clock).
  */
 import { readFileSync } from 'node:fs'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import type { DispatchMessage } from '../../src/core/dispatch-message.ts'
 import { IllegalMove, MOVES, Partition, type Outstanding, type State } from '../../src/dispatch/partition.ts'
 import { TrackerEntry } from '../../src/dispatch/tracker.ts'

@@ -5,7 +5,8 @@
  * a partition whose owner epoch moved on gets nothing written and is reported; a failed statement
  * fails every job of its batch and leaves memory as it was; dead letters land with their completion.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import { ProgressWriter, type ProgressWriterDeps } from '../../src/dispatch/progress.ts'
 import { newGroupRuntime, newPartitionState, type CompletionStatus, type PartitionState } from '../../src/dispatch/partition-state.ts'
 import { GroupService } from '../../src/service/groups.ts'

@@ -1,5 +1,5 @@
 /** The pull desk alone: takers in line, answered once handed a lease, on their timer, or when gone. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { setImmediate as turn } from 'node:timers/promises'
 import { PullDesk, Taker } from '../../src/dispatch/pull-desk.ts'
 

@@ -1,5 +1,5 @@
 /** The push window alone: slow-start growth, halving on congestion, bounds, and what counts as congestion. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { PushWindow, pushSignal } from '../../src/dispatch/push-window.ts'
 
 /**

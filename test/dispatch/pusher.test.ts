@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import net from 'node:net'
 import { createPushAgent, parseRetryAfterMs, push, type PushRequest } from '../../src/dispatch/pusher.ts'
 import { startReceiver } from '../helpers/receiver.ts'

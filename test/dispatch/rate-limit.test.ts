@@ -1,5 +1,5 @@
 /** The rate limit's sliding window, on a clock the test sets. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { RateLimit } from '../../src/dispatch/rate-limit.ts'
 
 /** Starts a push whenever the limit allows, stepping 1 ms at a time from 0 to `untilMs`: the start times. */

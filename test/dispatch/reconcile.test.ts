@@ -3,7 +3,7 @@
  * statements: its cost must not grow with groups that have nothing to do. And it still catches up
  * with what no notification told it: groups created, changed and deleted behind its back.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { AttemptLog } from '../../src/dispatch/attempt-log.ts'
 import { Dispatcher } from '../../src/dispatch/dispatcher.ts'
 import { createPushAgent } from '../../src/dispatch/pusher.ts'

@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { InFlightTracker, TrackerEntry, type TrackerEntryInit } from '../../src/dispatch/tracker.ts'
 import { mulberry32 } from '../helpers/prng.ts'
 

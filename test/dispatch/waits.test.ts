@@ -2,7 +2,7 @@
  * The wait queue (src/dispatch/waits.ts) alone: waits end in deadline order, a cancelled one never
  * comes back, and random adds, cancels and takes agree with a plain sorted list.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { Wait, WaitQueue } from '../../src/dispatch/waits.ts'
 import { mulberry32 } from '../helpers/prng.ts'
 

@@ -4,7 +4,7 @@
 // Run by `npm run test:faults` (not `npm test`: it is slow by nature), which CI runs too. Short
 // profile by default; HOOKQ_FAULTS_PROFILE=long runs more messages and more faults and prints a
 // summary. See test/faults/README.md.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { needsServer } from '../helpers/db.ts'
 import { privatePostgresUnavailable } from '../helpers/private-postgres.ts'

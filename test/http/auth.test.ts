@@ -1,7 +1,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { loadConfig } from '../../src/config.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { type TestDatabase, testDatabase } from '../helpers/db.ts'

@@ -6,7 +6,7 @@
  * (pushes fail) or the old values under the new auth (the wrong credentials sent).
  */
 import { randomBytes } from 'node:crypto'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { openConsumer } from '../../src/service/consumer-auth.ts'
 import { SecretBox } from '../../src/security/secrets.ts'
 import { api } from '../helpers/api.ts'

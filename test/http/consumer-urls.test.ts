@@ -4,7 +4,7 @@
  * (info), never as a failure (error), and nothing is registered.
  */
 import { Writable } from 'node:stream'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pino from 'pino'
 import { createBroker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'

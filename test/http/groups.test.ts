@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { assignPartitions } from '../../src/core/consumer-assignment.ts'
 import { startBroker } from '../helpers/broker.ts'
 

@@ -2,7 +2,7 @@
  * JSON bodies nested past the limit are refused by a scan before JSON.parse builds them (issue 13,
  * item 7): a 400 naming the limit, for a body that would otherwise cost seconds of event loop.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { gzipSync } from 'node:zlib'
 import { request } from 'undici'
 import {

@@ -6,7 +6,7 @@
  * other answers.
  */
 import pino from 'pino'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'

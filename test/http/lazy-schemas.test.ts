@@ -1,7 +1,7 @@
 // Validators and serializers are compiled at a route's first call, not at start-up
 // (src/http/lazy-compile.ts): none is compiled by ready(), a call compiles its route's, and every
 // schema of every route still compiles (compileAllSchemas), which start-up used to prove.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { compileAllSchemas, compiledSchemas } from '../../src/app.ts'
 import { startBroker } from '../helpers/broker.ts'
 

@@ -2,7 +2,7 @@
  * A known path with a method no route takes is a 405 method_not_allowed with Allow (issue 13,
  * item 17); an unknown path stays a 404.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { startBroker } from '../helpers/broker.ts'
 
 const broker = await startBroker(t, { HOOKQ_API_KEYS: 'ak_root:admin' })

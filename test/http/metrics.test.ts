@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import type { PartitionLag } from '../../src/lag-snapshot.ts'
 import { Metrics } from '../../src/metrics.ts'
 import { api } from '../helpers/api.ts'

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { startBroker } from '../helpers/broker.ts'

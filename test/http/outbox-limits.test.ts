@@ -6,7 +6,8 @@
  * values of a few KiB stand in for hundreds of MiB. And nesting: hookq_produce() refuses what HTTP
  * refuses (more than 128 levels), and a deeper value already stored still reads back.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { moveOutbox } from '../../src/store/outbox.ts'
 import { runCli } from '../cli/run.ts'

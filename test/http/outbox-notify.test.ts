@@ -3,7 +3,7 @@
  * the member session LISTENs), not by polling: with the backstop poll at a minute, a committed
  * message is still moved at once, and again after the member session was cut and joined anew.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { createBroker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'

@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { startListeningBroker } from '../helpers/broker.ts'

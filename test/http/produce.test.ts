@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { partitionForKey } from '../../src/core/partitioner.ts'
 import { startBroker } from '../helpers/broker.ts'
 

@@ -3,7 +3,7 @@
  * callers waiting when their group is deleted or switched to push (answered at once, 404 / 409),
  * a push group with consumers refused the switch to pull, and a broker closing answers its waiting pulls.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'
 

@@ -3,7 +3,7 @@
  * (expiry → the next attempt, nack, extend, maxDeliveries → dead letter, the deliveries log),
  * ordering across callers, long polls woken by a produce, a caller that goes away, 409s and bad input.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { request } from 'undici'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'

@@ -6,7 +6,8 @@
  * and the server would read the body as fast as the client writes it, hiding the reset.
  */
 import net from 'node:net'
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { spawnBroker } from '../helpers/process.ts'
 

@@ -6,7 +6,7 @@
  * does not even register.
  */
 import Fastify from 'fastify'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { installAuth, routeTable } from '../../src/http/auth.ts'
 import type { RouteAccess } from '../../src/http/scopes.ts'
 import type { KeyScope } from '../../src/security/access.ts'

@@ -3,7 +3,7 @@
  * pause, ticks arriving with their headers, delete stopping ticks, a topic's deletion taking its
  * schedules. Exactly once across processes and kills: test/process/schedules-kill.test.ts.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { absenceWindow, waitUntil } from '../helpers/wait.ts'
 

@@ -4,7 +4,7 @@
  * (checked with an HMAC written here, not src's), one signature after it, and 4xx answers that
  * write nothing.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'

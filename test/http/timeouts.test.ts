@@ -4,7 +4,8 @@
  * for ever. Short timeouts here; the windows asserted are several times longer.
  */
 import net from 'node:net'
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { waitUntil } from '../helpers/wait.ts'
 

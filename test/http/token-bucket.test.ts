@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { TokenBucket } from '../../src/http/token-bucket.ts'
 
 t.test('starts full, empties after the burst, says how long to wait', async (t) => {

@@ -5,7 +5,8 @@
  * idempotency keys across both ways; bad arguments abort the caller's transaction with a clear
  * error; exact values; and the README's two examples run as files.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import { spawn } from 'node:child_process'
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'

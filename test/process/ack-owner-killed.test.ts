@@ -8,7 +8,7 @@
  * every 60 s (the longest allowed), so it keeps both partitions from its start to its death; b
  * polls every second: it still sees a as their owner when the acks come.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call } from '../helpers/process.ts'

@@ -6,7 +6,7 @@
  * so its view stays stale, as a rule: under load its next poll may come first, and then the calls
  * reach d all the same (the test waits on what d holds, not on c's view).
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call } from '../helpers/process.ts'

@@ -13,7 +13,7 @@
  * in its start, before it listens, and under load the start alone took 30 s and more (a 30 s poll
  * could come in the middle of the test).
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call } from '../helpers/process.ts'

@@ -6,7 +6,7 @@
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { databaseServerUrl, testDatabase } from '../helpers/db.ts'
 import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'

@@ -1,7 +1,7 @@
 // Ordering by key across a SIGKILL: the restarted broker rebuilds which message of each key is
 // outstanding from the committed offset alone, so two messages of one key are never out at once,
 // before, across or after the kill, and each key's messages are completed in offset order.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { databaseServerUrl, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'

@@ -1,7 +1,7 @@
 // Two broker processes on one database (this test's own, in-process, and a real `npm start` child):
 // a key made on one works on the other, and a key deleted on one (or by hand in the database) is
 // refused by the other within 2 s, as the contract says, also when the other cannot read the keys.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { needsServer } from '../helpers/db.ts'
 import { callBroker, brokerSpawner } from '../helpers/process.ts'

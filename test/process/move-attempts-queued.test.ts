@@ -6,7 +6,7 @@
  * (CI once saw attempt 2 with no attempt 1 anywhere: the leaving process had counted the queued
  * pushes as made). The attempt log must show no attempt that the consumer never received.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'

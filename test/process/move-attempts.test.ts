@@ -11,7 +11,7 @@
  * client would.
  */
 import pg from 'pg'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'

@@ -8,7 +8,7 @@
  * lease (src/cluster/ownership.ts) has lapsed, so the batch waits for the next poll, which fails,
  * and goes nowhere.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { MEMBERS_LOCK_KEY } from '../../src/store/membership.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'

@@ -4,7 +4,7 @@
  * the rest together (one mover at a time) leave dense offsets, each key's messages in the order
  * they were produced.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call } from '../helpers/process.ts'

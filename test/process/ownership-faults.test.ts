@@ -8,7 +8,7 @@
  *   query and key, and its failures relayed (status, problem, Retry-After); an owner that dies
  *   mid-answer is 503 with Retry-After.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import http from 'node:http'
 import pg from 'pg'
 import { newDeliveryId } from '../../src/core/delivery-id.ts'

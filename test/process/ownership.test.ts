@@ -5,7 +5,8 @@
  * polls: nothing acknowledged is lost, nothing acked is pushed again, committed offsets never move
  * back, and an ordered group never has two messages of a partition out at once.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call, type BrokerProcess } from '../helpers/process.ts'

@@ -1,6 +1,6 @@
 // HOOKQ_PROCESSES=2: a process that dies with connections on their way to it. A file of its own:
 // it starts a broker of two processes, which takes a while on a busy machine.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { childrenOf, killTree, spawnBroker, START_LIMIT_MS, callBroker as call } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'

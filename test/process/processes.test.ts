@@ -1,7 +1,7 @@
 // HOOKQ_PROCESSES=2: one command, two broker processes on one port. Both take calls (one pushes,
 // the other forwards acks to it over its own loopback port), a process that dies is started again
 // while the other keeps serving, and SIGTERM stops them all with exit 0, even one still starting.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { childrenOf, killTree, launchBroker, spawnBroker, START_LIMIT_MS, callBroker as call } from '../helpers/process.ts'
 import { startReceiver } from '../helpers/receiver.ts'

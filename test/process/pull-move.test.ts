@@ -11,7 +11,7 @@
  * test/process/pull-processes long poll was this: its partition moved between the two processes
  * while a's view of the owners, read at the pull, left out the one that held it).
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { type BrokerProcess, brokerSpawner, callBroker as call } from '../helpers/process.ts'

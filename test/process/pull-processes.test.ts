@@ -3,7 +3,7 @@
  * the partitions the other owns, a long poll on one is woken by a produce on the other, and leases
  * made by a process killed with SIGKILL come back (attempt 2) from the process that takes over.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { type BrokerProcess, brokerSpawner, callBroker as call } from '../helpers/process.ts'

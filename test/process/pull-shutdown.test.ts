@@ -4,7 +4,7 @@
  * long poll (20 s) is longer than the shutdown's grace (HOOKQ_SHUTDOWN_GRACE_MS, 10 s), past which
  * the process exits 1; waiting it out would end in exit 1, answering at once in exit 0.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'

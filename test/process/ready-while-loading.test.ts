@@ -5,7 +5,7 @@
  * (taking a partition bumps its owner epoch there): the process must listen and be ready meanwhile,
  * and push the partition once the lock is gone.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { callBroker as call, spawnBroker, type BrokerProcess } from '../helpers/process.ts'

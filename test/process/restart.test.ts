@@ -1,7 +1,8 @@
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import { databaseServerUrl, testDatabase } from '../helpers/db.ts'
 import { spawnBroker, callBroker as call, type BrokerProcess } from '../helpers/process.ts'
 

@@ -3,7 +3,7 @@
 // retention are deleted once between them (each topic's maintenance under its advisory lock): the rows their logs report add up to the rows aged, and
 // the topic then keeps only the rest. Messages are aged in the database, not waited for.
 import pg from 'pg'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { needsServer, testDatabase } from '../helpers/db.ts'
 import { brokerSpawner, callBroker as call, childrenOf } from '../helpers/process.ts'
 import { waitUntil } from '../helpers/wait.ts'

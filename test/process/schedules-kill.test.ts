@@ -5,7 +5,7 @@
  * process stops, none runs for a few seconds, and a new one starts: `missed: "skip"` makes none of
  * the ticks of that stretch, `"once"` the latest of them.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { needsServer, testDatabase } from '../helpers/db.ts'

@@ -3,7 +3,7 @@
  * dead-letter topic, of foreign, unknown and superseded ids), extend, concurrent duplicate acks,
  * acks of another group's ids, and the durability of an answered ack (checked in the tables).
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { env, pushGroups, type TT } from '../helpers/push-group.ts'

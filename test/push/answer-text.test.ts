@@ -4,7 +4,7 @@
  * stall the log for the attempts written with it.
  */
 import net from 'node:net'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver } from '../helpers/receiver.ts'

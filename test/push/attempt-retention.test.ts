@@ -2,7 +2,7 @@
 // log with their partitions, but never the one a message still in progress counts from, and sweeps
 // running at once drop each partition once. The sweep is driven directly with a clock past the
 // retention and one partition span (30 s for this retention), so the current partition goes too.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { RetentionSweeper } from '../../src/service/retention.ts'

@@ -4,7 +4,7 @@
  * batch; `{"failed": [...]}` in a 2xx fails those messages only, a non-2xx fails them all; each
  * message keeps its own attempts and rows; explicit mode waits for each message's own ack.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { verifyWebhook } from '@hookq/client/consumer'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'

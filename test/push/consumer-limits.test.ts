@@ -4,7 +4,7 @@
  * adaptive push window; PATCH changes a consumer in place. Measured at a real receiver, with
  * margins for the time a request takes to arrive, and no bound on how fast the machine is.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'

@@ -2,7 +2,7 @@
  * Consumers and partitions against the real broker: assignment (partition p → enabled consumer
  * p mod n, in registration order), rebalancing when a consumer leaves or joins, pausing.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { env, pushGroups } from '../helpers/push-group.ts'

@@ -4,7 +4,7 @@
 // table is vacuumed once its dead rows pass autovacuum's threshold (50 + 20% of its rows), read from
 // pg_stat_user_tables; with track_counts off (no such counts), at every sweep. The sweeps are run
 // directly; nothing waits on time.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { RetentionSweeper } from '../../src/service/retention.ts'

@@ -1,7 +1,7 @@
 // An ack arriving exactly at the ack deadline races the redelivery: whichever wins, the message is
 // completed once, every ack answers acked or already_completed (never both acked twice), and no
 // attempt row is left in flight.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver } from '../helpers/receiver.ts'

@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { verifyWebhook } from '@hookq/client/consumer'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'

@@ -2,7 +2,7 @@
  * Failed pushes against the real broker: growing backoff, Retry-After, 410 Gone, redirects,
  * consumers that hang, reset or flap; every attempt checked in the deliveries table.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { env, pushGroups, timedReceiver } from '../helpers/push-group.ts'

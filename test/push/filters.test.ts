@@ -4,7 +4,7 @@
  * partition in the group status and in /metrics; a filter that is not well formed is a 400 naming
  * the member and changes nothing; a changed filter applies to messages not pushed yet.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver } from '../helpers/receiver.ts'

@@ -3,7 +3,7 @@
  * hookq-* headers, Standard Webhooks headers and signatures (checked with an HMAC written here,
  * not src's), and produce delayMs.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'

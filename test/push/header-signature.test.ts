@@ -5,7 +5,8 @@
  * then each signed header altered, removed or added in turn. Also: the broker and the helper
  * sign the same list of headers.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import {
   SIGNED_HEADERS as HELPER_SIGNED,
   createConsumer,

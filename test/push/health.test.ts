@@ -2,7 +2,7 @@
  * Consumer health in the group status (contract v1.1): last success, last failure with its error,
  * and the failure rate of recent pushes, from what the receiver answered.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { HealthRecorder } from '../../src/dispatch/health.ts'
 import { nodeTimers } from '../../src/dispatch/schedule.ts'
 import { recordHealth } from '../../src/store/consumer-health.ts'

@@ -2,7 +2,7 @@
 // retention answers the first produce's coordinates, from HTTP and from the outbox alike; the
 // retention sweep deletes the keys past it, several sweepers at once deleting each key once; and
 // outbox rows set aside go after the attempt retention. Keys are aged in the database, not waited for.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { RetentionSweeper } from '../../src/service/retention.ts'

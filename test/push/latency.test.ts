@@ -2,7 +2,7 @@
  * When a push goes out, against the real broker: produce → push latency when the dispatcher is
  * idle, and no lost wake-up when a group is created while produce calls land.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'

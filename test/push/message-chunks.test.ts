@@ -4,7 +4,7 @@
 // default, and messages_default for a topic that had no tree); a topic created while the sweep
 // runs keeps its messages; deleted topics' empty trees go in batches; and a read plans and locks its own topic's chunks only, however many
 // topics there are. Rows are aged in the database, not waited for; the sweep is driven directly.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { readForDispatch } from '../../src/store/consumption.ts'

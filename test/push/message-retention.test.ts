@@ -4,7 +4,7 @@
 // retention are deleted under it, but its acks still complete them and none is pushed again; and
 // sweepers running at once delete each message once. Messages are aged in the database, not waited
 // for; the sweep is driven directly. These hold whether retention deletes rows or whole chunks.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { RetentionSweeper } from '../../src/service/retention.ts'

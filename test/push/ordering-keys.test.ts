@@ -4,7 +4,7 @@
  * delay or for its ack holds back only its own later messages; dead-lettering releases the key;
  * a seek replays under the same rule. `ordered` and `ordering` are one setting.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type Received } from '../helpers/receiver.ts'

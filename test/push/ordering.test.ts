@@ -2,7 +2,7 @@
  * Ordering and flow control against the real broker: ordered groups keep strict per-partition
  * order through failures, nacks and explicit acks; maxInFlight bounds what is out per partition.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { addConsumer, env, topicAndGroup, type TT } from '../helpers/push-group.ts'

@@ -5,7 +5,7 @@
  * process with HOOKQ_PUBLIC_URL never rereads it: one that replaces another value says so (a warning).
  */
 import { Writable } from 'node:stream'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pino from 'pino'
 import { createRemoteJWKSet, jwtVerify } from 'jose'
 import { createBroker, type Broker } from '../../src/broker.ts'

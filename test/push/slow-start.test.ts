@@ -4,7 +4,7 @@
  * passes HOOKQ_PUSH_WINDOW_MAX. Concurrency is measured at a real receiver: requests it holds
  * open when a new one arrives.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { startReceiver, type BehaviourSpec } from '../helpers/receiver.ts'

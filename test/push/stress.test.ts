@@ -3,7 +3,7 @@
  * exactly once, committed offsets end at the log's end, and the attempt log closes every attempt.
  * Randomness is seeded, so a failure can be replayed.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { api } from '../helpers/api.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { env } from '../helpers/push-group.ts'

@@ -5,7 +5,7 @@
  * own, in the header and the envelope; batches, raw pushes, hookq_produce and dead letters. Last,
  * with an OpenTelemetry SDK registered, the spans the broker records.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { SpanKind, SpanStatusCode, trace } from '@opentelemetry/api'
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace'
 import { readForDispatch } from '../../src/store/consumption.ts'

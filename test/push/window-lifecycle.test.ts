@@ -4,7 +4,7 @@
  * series per departed consumer; and a handler that rejects messages (nacked, answered 500 by the
  * SDK's consumer helper) does not shrink the window of a fast consumer.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createClient, unwrap } from '@hookq/client'

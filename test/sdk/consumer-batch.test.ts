@@ -4,7 +4,7 @@
  * handler once), and the answer names the messages that failed, which alone are pushed again; in
  * explicit mode each message is acked or nacked by its own delivery id.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createConsumer, type PushMessage } from '@hookq/client/consumer'
 import { generateSecret } from '../../src/core/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'

@@ -4,7 +4,7 @@
  * produces; every message it produces must reach the example and be handled. Only the addresses are
  * the test's (a broker on a free port, the consumer on another, the consumer's own database).
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { needsServer } from '../helpers/db.ts'
 import { consumerDatabase, sdkApi } from '../helpers/sdk.ts'

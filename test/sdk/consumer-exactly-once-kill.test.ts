@@ -6,7 +6,7 @@
  * handler; killed after the handler's write but before the COMMIT, the write is gone and the
  * redelivery runs the handler. Either way the effect exists exactly once.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { unwrap } from '@hookq/client'
 import { generateSecret } from '../../src/core/signature.ts'
 import { startListeningBroker } from '../helpers/broker.ts'

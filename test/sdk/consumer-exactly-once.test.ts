@@ -7,7 +7,7 @@
  * gets only the batch's messages not handled before).
  * test/sdk/consumer-exactly-once-kill.test.ts kills consumer processes mid-message.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'

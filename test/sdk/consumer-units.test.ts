@@ -3,7 +3,7 @@
  * mode (which never calls the API), the node:http listener's limits, push parsing in both formats,
  * and the bounded in-memory idempotency store with its TTL.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createConsumer, parsePush, PushParseError, MemoryIdempotencyStore } from '@hookq/client/consumer'

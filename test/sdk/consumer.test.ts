@@ -5,7 +5,7 @@
  * without running the handler, secret rotation, idempotency across a dropped ack, a seek back and
  * a push timeout, the raw format, and auto ack mode.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'

@@ -3,7 +3,7 @@
  * produce, push to a real receiver, ack, status, attempt log), and an error answer as a typed
  * problem document and a thrown HookqError.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createClient, unwrap, HookqError } from '@hookq/client'
 import { startListeningBroker } from '../helpers/broker.ts'
 import { startReceiver } from '../helpers/receiver.ts'

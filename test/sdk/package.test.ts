@@ -6,7 +6,7 @@
  * signWebhook/verifyWebhook. Its declarations typecheck a consumer's NodeNext project with the
  * workspace's TypeScript, and a wrong body type fails it.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { execFile } from 'node:child_process'
 import { createRequire } from 'node:module'
 import fs from 'node:fs/promises'

@@ -5,7 +5,7 @@
  * back), a handler that swallows a failed statement (COMMIT answers ROLLBACK), a database that is
  * down, the table options, and prune.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import type pg from 'pg'
 import { createConsumer, PgIdempotencyStore, type ConsumerErrorStage, type PushMessage } from '@hookq/client/consumer'
 import { needsServer, type TeardownHost } from '../helpers/db.ts'

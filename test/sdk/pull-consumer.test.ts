@@ -3,7 +3,7 @@
  * threw on (the message comes again, attempt 2), and extends a lease while a slow handler runs (the
  * message is not leased again meanwhile).
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { createClient } from '@hookq/client'
 import { createPullConsumer, type PulledMessage } from '@hookq/client/consumer'
 import { startListeningBroker } from '../helpers/broker.ts'

@@ -3,7 +3,7 @@
  * the broker's own signer (src/core/signature.ts): the two are separate implementations and
  * must agree byte for byte. Tolerance edges, rotation, header shapes and typed failures.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { verifyWebhook, signWebhook, WebhookVerificationError } from '@hookq/client/consumer'
 import { generateSecret, signWebhook as brokerSign } from '../../src/core/signature.ts'
 

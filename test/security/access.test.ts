@@ -1,5 +1,5 @@
 /** The pure rules of scoped API keys: patterns, which scope covers which call, scope validation, URL redaction. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import {
   covers,
   isUnrestrictedAdmin,

@@ -7,7 +7,7 @@
  * (each way of making a name, a body and a JSON value, each mutation) is checked to come up.
  */
 import fc from 'fast-check'
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { startBroker } from '../helpers/broker.ts'
 import { tableSnapshot } from '../helpers/table-snapshot.ts'
 

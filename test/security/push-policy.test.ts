@@ -3,7 +3,7 @@
  * refuses denied addresses at connect time. No real DNS: names resolve through a fake lookup, and
  * every connection that does happen goes to 127.0.0.1.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import type { LookupAddress } from 'node:dns'
 import type { LookupFunction } from 'node:net'
 import { createPushAgent, push, type PushRequest } from '../../src/dispatch/pusher.ts'

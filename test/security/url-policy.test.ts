@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { ConfigError, loadConfig } from '../../src/config.ts'
 import { checkAddress, checkUrl, DEFAULT_POLICY, parsePolicy, type UrlPolicy } from '../../src/security/url-policy.ts'
 

@@ -1,6 +1,6 @@
 // The batching logic alone, with a commit function that records its calls: the database side of
 // group commit is exercised by the produce tests against PostgreSQL.
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { GroupCommitter } from '../../src/service/group-commit.ts'
 
 function deferred() {

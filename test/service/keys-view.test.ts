@@ -6,7 +6,7 @@
  * monotonic clock: the wall clock set back does not make an old view look young. A read whose rows
  * predate a key made or deleted on this process does not undo the change.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { KeyService, MAX_VIEW_AGE_MS } from '../../src/service/keys.ts'
 import { openDatabase } from '../../src/store/db.ts'
 import { testDatabase } from '../helpers/db.ts'

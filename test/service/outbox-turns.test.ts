@@ -3,7 +3,7 @@
  * scheduling its next look from its last, look once per poll between them, in the order of their
  * places, never two in one slot and never one twice in a row.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { nextTurnMs } from '../../src/service/outbox.ts'
 
 t.test("the next start of a process's own slot", async (t) => {

@@ -5,7 +5,7 @@
  * the partition). The gather alone (src/service/acks.ts): the owners are stand-ins for forwarded
  * calls (src/http/forward.ts throws their 401 as this error); the real path runs in test/http/key-freshness.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { HookqError } from '../../src/core/errors.ts'
 import { AckService, type PullElsewhere, type PullSource } from '../../src/service/acks.ts'
 import type { GroupService } from '../../src/service/groups.ts'

@@ -1,5 +1,5 @@
 /** How a gathered pull splits maxMessages between the owners of a group's partitions (src/service/acks.ts shares). */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { shares } from '../../src/service/acks.ts'
 
 const sum = (xs: number[]) => xs.reduce((n, x) => n + x, 0)

@@ -1,4 +1,4 @@
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { planTicks, tickClock, upcoming, type TickClock } from '../../src/service/schedule-times.ts'
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString())

@@ -3,7 +3,7 @@
  * offsets per partition and returns only its first offset; appendRows numbers the entries from it
  * in input order. Here each reported offset is checked against the row the statement stored.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { openDatabase } from '../../src/store/db.ts'
 import { appendRows, readMessages } from '../../src/store/messages.ts'
 import { findTopicByName } from '../../src/store/topics.ts'

@@ -6,7 +6,7 @@
  * the default partition and are filed at the next maintenance; processes maintaining at once drop
  * each partition once, without an error.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import pg from 'pg'
 import {
   listAttemptPartitions,

@@ -5,7 +5,8 @@
  * (writeProgress) and the seek (seekOffsets). The progress writer that batches writeProgress is
  * tested in test/dispatch/progress.test.ts.
  */
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import {
   attemptCounts,
   handBack,

@@ -4,7 +4,7 @@
  * milliseconds in hand-written array literals, src/store/arrays.ts), nulls kept, and updates
  * merging over what is there. Also the literals themselves.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { epochMsArray, numberArray, textColumn } from '../../src/store/arrays.ts'
 import { AttemptLog } from '../../src/dispatch/attempt-log.ts'
 import { insertAttempts, listAttempts, updateAttempts } from '../../src/store/deliveries.ts'

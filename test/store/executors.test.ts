@@ -3,7 +3,7 @@
  * caller's transaction can hold several of them, and their writes commit or roll back together.
  * Raw SQL on a client of inTransaction, Prisma on the client of an interactive $transaction.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { GroupService } from '../../src/service/groups.ts'
 import { TopicService } from '../../src/service/topics.ts'
 import { inTransaction, openDatabase } from '../../src/store/db.ts'

@@ -1,5 +1,5 @@
 /** readAllLags: the lag of every group partition in one statement, whatever the number of groups. */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { openDatabase, type Queryable } from '../../src/store/db.ts'
 import { readAllLags } from '../../src/store/groups.ts'
 import { testDatabase } from '../helpers/db.ts'

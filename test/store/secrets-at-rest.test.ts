@@ -9,7 +9,8 @@
  * database no longer open; a broker with only the old key says so.
  */
 import { createCipheriv, randomBytes } from 'node:crypto'
-import t, { type Test } from 'tap'
+import type { Test } from 'tap'
+import t from '../helpers/tap.ts'
 import { createBroker, type Broker } from '../../src/broker.ts'
 import { loadConfig } from '../../src/config.ts'
 import { signWebhook } from '../../src/core/signature.ts'

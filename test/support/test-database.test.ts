@@ -3,7 +3,7 @@
  * psql command on stderr, and a passed test's is dropped; databases created more than KEEP_HOURS
  * ago are dropped when a test process starts, younger ones and names of other forms are not.
  */
-import t from 'tap'
+import t from '../helpers/tap.ts'
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { fileURLToPath } from 'node:url'

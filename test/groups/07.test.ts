@@ -1,0 +1,3 @@
+import { runGroup } from '../helpers/group.ts'
+
+await runGroup(import.meta.url)
