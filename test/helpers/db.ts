@@ -2,7 +2,8 @@
  * A database per test file. With DATABASE_URL (a PostgreSQL server), each call clones a migrated
  * template database, which takes milliseconds; the template is built once per migrations content
  * and reused by later runs. Without it, each call starts an in-memory embedded PGlite from a
- * migrated cluster, likewise built once per PGlite version and migrations content (migratedCluster).
+ * migrated cluster, likewise built once per PGlite version and migrations content (migratedCluster),
+ * or, in a group of files, takes one an earlier file of the group used, emptied (embedded-pool.ts).
  *
  * A server database is dropped at the end of the test that asked for it, unless that test failed:
  * then it is kept, as pg-boss keeps a failed test's schema, and its name and a psql command to
@@ -16,6 +17,8 @@ import pg from 'pg'
 import { keptCluster, startEmbedded } from '../../src/store/embedded.ts'
 import { applyMigrations, MIGRATIONS_DIR } from '../../src/store/migrate.ts'
 import { readMigrations } from '../../src/store/schema-engine.ts'
+import { recordPristine, release, takeIdle } from './embedded-pool.ts'
+import { inGroup } from './tap.ts'
 
 /** What tests need from tap's `t`. */
 export interface TeardownHost {
@@ -48,8 +51,19 @@ export const needsServer: string | false = databaseServerUrl ? false : 'needs a 
  */
 export async function testDatabase(t: TeardownHost, opts: { empty?: boolean } = {}): Promise<TestDatabase> {
   if (!databaseServerUrl) {
-    const db = await startEmbedded({ dataDir: 'memory', cluster: opts.empty ? undefined : await migratedCluster() })
-    t.teardown(() => db.close())
+    if (opts.empty) {
+      const db = await startEmbedded({ dataDir: 'memory' })
+      t.teardown(() => db.close())
+      return { url: db.connectionString, maxConnections: db.maxConnections }
+    }
+    let db = takeIdle()
+    if (!db) {
+      db = await startEmbedded({ dataDir: 'memory', cluster: await migratedCluster() })
+      await recordPristine(db)
+    }
+    const used = db
+    // In a group, the next file gets it emptied (test/helpers/embedded-pool.ts), unless this test failed.
+    t.teardown(() => release(used, inGroup() && t.passing?.() !== false))
     return { url: db.connectionString, maxConnections: db.maxConnections }
   }
   await pruneKept(databaseServerUrl)
@@ -179,7 +193,7 @@ let migrated: Promise<Blob> | undefined
  * test database starts from. Migrating each one cost 0.5-0.7 s of CPU, and loading the schema
  * engine's WebAssembly to do so ~2 s more in each test process.
  */
-function migratedCluster(): Promise<Blob> {
+export function migratedCluster(): Promise<Blob> {
   migrated ??= (async () =>
     keptCluster(`-migrated-${await migrationsHash()}`, async () => {
       const db = await startEmbedded({ dataDir: 'memory' })

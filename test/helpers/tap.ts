@@ -16,3 +16,8 @@ export { current as default }
 export function runFileOn(test: Test): void {
   current = test
 }
+
+/** Whether the file running is one of a group's (so what it leaves may serve the group's next file). */
+export function inGroup(): boolean {
+  return current !== tap
+}
