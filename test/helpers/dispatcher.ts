@@ -109,13 +109,15 @@ export async function dispatcherFile(t: Test) {
         tracestate: null,
       }))
       const at = await appendMessages(db, entries, reserve ? (reserver ?? dispatcher) : undefined)
-      // The database stamped them with its time: the clock catches up with it first.
-      clock.advance(Math.max(0, Date.now() - clock.nowMs))
       const messages = at.map((c, i) => {
         const e = entries[i]!
         const producedAtMs = c!.producedAtMs!
         return { ...e, offset: c!.offset, producedAtMs, availableAtMs: producedAtMs + delayMs }
       })
+      // The database stamped them with its time: the clock catches up with it first. Not just with
+      // Date.now(): a stamp in the same millisecond can read as the next one (microseconds rounded),
+      // and a message produced "after" the clock waits for a moment the clock never reaches.
+      clock.advance(Math.max(0, Date.now() - clock.nowMs, ...messages.map((m) => m.producedAtMs - clock.nowMs)))
       return { messages, end: at.at(-1)!.offset + 1 }
     }
     /** Appends the values and wakes the dispatcher; `tail`: hands it the messages as the produce path does (no read). */
