@@ -6,10 +6,9 @@
  * and databases close when it ends (its `t` is that subtest: test/helpers/tap.ts).
  *
  * Every test/<folder>/*.test.ts that is not one of the slow files (package.json's tap.exclude, which
- * `npm run test:faults` runs) belongs to
- * exactly one group: the files, sorted, are dealt round-robin to the groups (as many as
- * test/groups holds), so that each group gets a mix of cheap and dear ones. A file still runs alone:
- * `npx tap test/http/topics.test.ts`.
+ * `npm run test:faults` runs) belongs to exactly one group: the files, sorted, are dealt round-robin
+ * to the groups (as many as test/groups holds), so that each group gets a mix of cheap and dear
+ * ones. A file still runs alone: `npx tap test/http/topics.test.ts`.
  */
 import { appendFileSync, readdirSync, readFileSync } from 'node:fs'
 import { basename, dirname, join, relative } from 'node:path'
