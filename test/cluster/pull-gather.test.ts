@@ -142,7 +142,12 @@ t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
     // One message on each partition; a caller pulls all four through a (two leased by a, two by
     // b, whose answer reaches a) and its connection closes before a answers. Not waiting out the
     // 120 s leases: b's two come back to it through the give-back, a's through its own.
-    await call(a, 'POST', '/v1/topics/gt3/messages', { messages: [0, 1, 2, 3].map((p) => ({ value: `c${p}`, partition: p })) })
+    // Each message produced through its partition's owner, so that both owners can lease theirs at
+    // once: one produced through a for b's partition reaches b's reader a little later, and a gather
+    // that found only a's two then answered with them, never asking b again (b's two never leased).
+    const produceOn = (via: Broker, ps: number[]) =>
+      call(via, 'POST', '/v1/topics/gt3/messages', { messages: ps.map((p) => ({ value: `c${p}`, partition: p })) })
+    await Promise.all([produceOn(a, mine(a, 'g3')), produceOn(b, ofB3)])
     const acks = a.services.acks
     const pullService = acks.pull.bind(acks)
     let callerSignal: AbortSignal | undefined
