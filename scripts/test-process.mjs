@@ -26,18 +26,11 @@ delete process.env.NODE_OPTIONS
 // CPU goes, file by file.
 const cpuLog = process.env.HOOKQ_TEST_CPU_LOG
 if (cpuLog) {
-  const { appendFileSync, readFileSync } = await import('node:fs')
   const { relative } = await import('node:path')
+  const { cpuNow, logCpu } = await import('./test-cpu-log.mjs')
   process.on('exit', () => {
     try {
-      const stat = readFileSync('/proc/self/stat', 'utf8')
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-      // After the command's ')': state is field 3, utime 14, stime 15, cutime 16, cstime 17 (proc(5)).
-      const tick = 100
-      const self = (Number(f[11]) + Number(f[12])) / tick
-      const children = (Number(f[13]) + Number(f[14])) / tick
-      const file = relative(process.cwd(), process.argv[1] ?? '?')
-      appendFileSync(cpuLog, `${file}\t${(performance.now() / 1000).toFixed(1)}\t${self.toFixed(1)}\t${children.toFixed(1)}\n`)
+      logCpu(cpuLog, relative(process.cwd(), process.argv[1] ?? '?'), { wall: 0, self: 0, children: 0 }, cpuNow())
     } catch {}
   })
 }

@@ -62,6 +62,15 @@ t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
     60_000,
     'the four partitions of each group shared two and two, as a sees them',
   )
+  // A message on each of the group's partitions, each produced through its partition's owner, so
+  // that both owners can lease theirs at once: one produced through the other owner reaches this
+  // one's reader by NOTIFY, a little later.
+  const produceThroughOwners = (topic: string, g: string, value: (p: number) => string) =>
+    Promise.all(
+      [a, b].map((x) =>
+        call(x, 'POST', `/v1/topics/${topic}/messages`, { messages: mine(x, g).map((p) => ({ value: value(p), partition: p })) }),
+      ),
+    )
   const inFlightOn = async (x: Broker, g: string) => {
     const s = (await call(x, 'GET', `/v1/groups/${g}`)).json as { partitions: { partition: number; inFlight: number }[] }
     return s.partitions.filter((p) => mine(x, g).includes(p.partition)).reduce((n, p) => n + p.inFlight, 0)
@@ -101,8 +110,6 @@ t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
     // owner's partitions, produced through that owner at the same time, so both have one to give
     // at once. It takes one; the others are still leasable at once (attempt 1), none leased to
     // nobody (it would come back only when its 120 s lease passed). Five rounds, acked as they go.
-    const ofA2 = mine(a, 'g2')
-    const ofB2 = mine(b, 'g2')
     for (let round = 0; round < 5; round++) {
       const waiting = pull(a, { maxMessages: 1, waitMs: 20_000 }, 'g2')
       await waitUntil(
@@ -110,9 +117,7 @@ t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
         30_000,
         'the long poll waiting on both owners',
       )
-      const produceOn = (via: Broker, ps: number[]) =>
-        call(via, 'POST', '/v1/topics/gt2/messages', { messages: ps.map((p) => ({ value: `r${round}p${p}`, partition: p })) })
-      await Promise.all([produceOn(a, ofA2), produceOn(b, ofB2)])
+      await produceThroughOwners('gt2', 'g2', (p) => `r${round}p${p}`)
       const woke = await waiting
       t.equal(woke.length, 1, 'one message for maxMessages 1')
       const rest: Pulled[] = []
@@ -142,12 +147,9 @@ t.test('pull gathered over two owners', { skip: needsServer }, async (t) => {
     // One message on each partition; a caller pulls all four through a (two leased by a, two by
     // b, whose answer reaches a) and its connection closes before a answers. Not waiting out the
     // 120 s leases: b's two come back to it through the give-back, a's through its own.
-    // Each message produced through its partition's owner, so that both owners can lease theirs at
-    // once: one produced through a for b's partition reaches b's reader a little later, and a gather
-    // that found only a's two then answered with them, never asking b again (b's two never leased).
-    const produceOn = (via: Broker, ps: number[]) =>
-      call(via, 'POST', '/v1/topics/gt3/messages', { messages: ps.map((p) => ({ value: `c${p}`, partition: p })) })
-    await Promise.all([produceOn(a, mine(a, 'g3')), produceOn(b, ofB3)])
+    // Through the owners: a gather that found only a's two at once answered with them, never asking
+    // b again (b's two never leased).
+    await produceThroughOwners('gt3', 'g3', (p) => `c${p}`)
     const acks = a.services.acks
     const pullService = acks.pull.bind(acks)
     let callerSignal: AbortSignal | undefined

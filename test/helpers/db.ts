@@ -56,14 +56,9 @@ export async function testDatabase(t: TeardownHost, opts: { empty?: boolean } = 
       t.teardown(() => db.close())
       return { url: db.connectionString, maxConnections: db.maxConnections }
     }
-    let db = takeIdle()
-    if (!db) {
-      db = await startEmbedded({ dataDir: 'memory', cluster: await migratedCluster() })
-      await recordPristine(db)
-    }
-    const used = db
+    const db = takeIdle() ?? (await recordPristine(await startEmbedded({ dataDir: 'memory', cluster: await migratedCluster() })))
     // In a group, the next file gets it emptied (test/helpers/embedded-pool.ts), unless this test failed.
-    t.teardown(() => release(used, inGroup() && t.passing?.() !== false))
+    t.teardown(() => release(db, inGroup() && t.passing?.() !== false))
     return { url: db.connectionString, maxConnections: db.maxConnections }
   }
   await pruneKept(databaseServerUrl)

@@ -36,11 +36,12 @@ export function takeIdle(): EmbeddedDatabase | undefined {
 
 /**
  * Called once a new database has started, before anything used it: its state then is what every
- * later emptying restores (all databases of a process start from the same cluster).
+ * later emptying restores (all databases of a process start from the same cluster). Returns `db`.
  */
-export function recordPristine(db: EmbeddedDatabase): Promise<void> {
+export async function recordPristine(db: EmbeddedDatabase): Promise<EmbeddedDatabase> {
   pristine ??= withClient(db, readPristine)
-  return pristine.then(() => {})
+  await pristine
+  return db
 }
 
 /**
@@ -68,7 +69,7 @@ async function withClient<T>(db: EmbeddedDatabase, fn: (c: pg.Client) => Promise
   }
 }
 
-const TABLES = `SELECT c.relname AS name, c.relkind AS kind, c.relispartition AS part FROM pg_class c
+const TABLES = `SELECT c.relname AS name, c.relispartition AS part FROM pg_class c
   WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') ORDER BY c.relname`
 const SEQUENCES = `SELECT c.relname AS name FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'S'`
 
@@ -122,11 +123,9 @@ async function empty(c: pg.Client): Promise<boolean> {
   const was = await pristine!
   await c.query('BEGIN')
   try {
-    const tables = (await c.query<{ name: string; kind: string; part: boolean }>(TABLES)).rows
-    // Made by the broker as it ran (children before parents: a partition of a table made too).
-    for (const t of tables.filter((t) => !was.relations.has(t.name)).sort((a, b) => Number(b.part) - Number(a.part))) {
-      await c.query(`DROP TABLE IF EXISTS "${t.name}" CASCADE`)
-    }
+    const tables = (await c.query<{ name: string; part: boolean }>(TABLES)).rows
+    // Made by the broker as it ran. IF EXISTS: a partition of a table it made went with that table.
+    for (const t of tables.filter((t) => !was.relations.has(t.name))) await c.query(`DROP TABLE IF EXISTS "${t.name}" CASCADE`)
     if ((await c.query<{ schema: string }>(SCHEMA)).rows[0]!.schema !== was.schema) {
       await c.query('ROLLBACK')
       return false

@@ -10,10 +10,11 @@
  * to the groups (as many as test/groups holds), so that each group gets a mix of cheap and dear
  * ones. A file still runs alone: `npx tap test/http/topics.test.ts`.
  */
-import { appendFileSync, readdirSync, readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { basename, dirname, join, relative } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import tap from 'tap'
+import { cpuNow, logCpu } from '../../scripts/test-cpu-log.mjs'
 import { runFileOn } from './tap.ts'
 
 const TEST_DIR = fileURLToPath(new URL('..', import.meta.url))
@@ -50,41 +51,16 @@ export async function runGroup(entryUrl: string): Promise<void> {
   // the sum, a backstop for a file that hangs past its own.
   const fileLimitMs = Number(process.env.TAP_TIMEOUT || 30) * 1000
   tap.setTimeout(fileLimitMs * files.length)
+  const cpuLog = process.env.HOOKQ_TEST_CPU_LOG
+  const group = relative(ROOT, fileURLToPath(entryUrl))
   for (const file of files) {
-    const path = join(ROOT, file)
-    // A file that writes on tap's root test would run its teardowns at the end of the whole group.
-    if (/^import t\b[^;\n]*from 'tap'/m.test(readFileSync(path, 'utf8'))) {
-      tap.fail(`${file} imports its t from 'tap': import t from '../helpers/tap.ts', which a group can scope`)
-      continue
-    }
     const before = cpuNow()
     await tap.test(file, { timeout: fileLimitMs }, async (t) => {
       runFileOn(t)
-      await import(pathToFileURL(path).href)
+      await import(pathToFileURL(join(ROOT, file)).href)
     })
-    logCpu(file, before, entryUrl)
+    // HOOKQ_TEST_CPU_LOG: a line for each file too, marked with its group (scripts/test-cpu.mjs).
+    if (cpuLog) logCpu(cpuLog, file, before, cpuNow(), group)
   }
   runFileOn(tap)
-}
-
-/** Wall and CPU seconds so far: this process's, and its reaped children's (brokers, CLIs). */
-function cpuNow(): { wall: number; self: number; children: number } {
-  const { user, system } = process.cpuUsage()
-  const stat = readFileSync('/proc/self/stat', 'utf8')
-  // After the command's ')': cutime and cstime are fields 16 and 17 (proc(5)), in ticks of 1/100 s.
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  return { wall: performance.now() / 1000, self: (user + system) / 1e6, children: (Number(f[13]) + Number(f[14])) / 100 }
-}
-
-/**
- * With HOOKQ_TEST_CPU_LOG (scripts/test-process.mjs), a line for each file of a group, marked with
- * its group: scripts/test-cpu.mjs lists them and totals the processes' own lines.
- */
-function logCpu(file: string, before: ReturnType<typeof cpuNow>, entryUrl: string): void {
-  const log = process.env.HOOKQ_TEST_CPU_LOG
-  if (!log) return
-  const now = cpuNow()
-  const group = relative(ROOT, fileURLToPath(entryUrl))
-  const d = (k: 'wall' | 'self' | 'children') => (now[k] - before[k]).toFixed(1)
-  appendFileSync(log, `${file}\t${d('wall')}\t${d('self')}\t${d('children')}\t${group}\n`)
 }

@@ -212,14 +212,17 @@ t.test('GET /metrics on a broker: produce, pushes, acks, lag and in flight', asy
   // The lag is a snapshot read in the background while scraped (every 20 ms here): the one a
   // scrape serves may have been read before the produces committed (an earlier test's scrapes keep
   // the reads going), so the test waits for one read after them, as a dashboard would.
-  const before = await waitUntil(
-    async () => {
-      const text = await scrape()
-      return sample(text, 'hookq_lag{group="billing",partition="0"}') === 2 ? text : undefined
-    },
-    5000,
-    'lag 2 on partition 0',
-  )
+  /** The first scrape whose `series` reads `value`. */
+  const scrapeWhen = (series: string, value: number) =>
+    waitUntil(
+      async () => {
+        const text = await scrape()
+        return sample(text, series) === value ? text : undefined
+      },
+      5000,
+      `${series} ${value}`,
+    )
+  const before = await scrapeWhen('hookq_lag{group="billing",partition="0"}', 2)
   t.equal(sample(before, 'hookq_messages_produced_total{topic="orders"}'), 3, 'a duplicate stores nothing and counts nothing')
   t.equal(sample(before, 'hookq_in_flight{group="billing",partition="0"}'), 2)
   t.equal(sample(before, 'hookq_in_flight{group="billing",partition="1"}'), 1)
@@ -227,14 +230,7 @@ t.test('GET /metrics on a broker: produce, pushes, acks, lag and in flight', asy
 
   const p0 = pushed.filter((e) => e.partition === 0).map((e) => e.deliveryId)
   await call('POST', '/v1/groups/billing/acks', { deliveryIds: [...p0, p0[0], 'no-such-id'] })
-  const after = await waitUntil(
-    async () => {
-      const text = await scrape()
-      return sample(text, 'hookq_lag{group="billing",partition="0"}') === 0 ? text : undefined
-    },
-    5000,
-    'lag 0 on partition 0',
-  )
+  const after = await scrapeWhen('hookq_lag{group="billing",partition="0"}', 0)
   t.equal(sample(after, 'hookq_acks_total{group="billing",status="acked"}'), 2)
   t.equal(sample(after, 'hookq_acks_total{group="billing",status="already_completed"}'), 1)
   t.equal(sample(after, 'hookq_acks_total{group="billing",status="unknown"}'), 1)
