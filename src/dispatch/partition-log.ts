@@ -178,6 +178,17 @@ export class PartitionLog {
     this._reserving = false
   }
 
+  /**
+   * First pushes from `to` on were never made and cannot be for now (src/dispatch/stalled-reservations.ts):
+   * the reservation moves back there. Only by the holder of the reservation under way, with no
+   * append reserving here: a reservation landing after the give-back's statement would be undone by it.
+   */
+  lowerReservation(to: number): void {
+    if (!this._reserving || this._appendClaims > 0 || to > this._reservedTo || to < this._committed)
+      illegal(`partition ${this.partition}: the reservation lowered to ${to} from ${this._reservedTo} outside a give-back`)
+    this._reservedTo = to
+  }
+
   /** An append is about to reserve the first pushes of its `count` messages here. */
   beginAppendReservation(count: number): void {
     this._appendClaims += count

@@ -248,15 +248,17 @@ export class Partition extends PartitionLog {
    * reserved here but never pushed, or whose push was begun but never sent (Partition.unsent).
    * Messages counted from before this ownership by the reservation alone (no attempt row) and not
    * pushed here stay below it; those counted by their rows need not (the rows keep the count).
+   * `live`: this ownership goes on (src/dispatch/stalled-reservations.ts), so an attempt begun and
+   * not sent yet may still go, and counts.
    */
-  firstUnpushed(): number {
+  firstUnpushed(live = false): number {
     // Offsets not taken from the log yet were not pushed here, though an append may have reserved them.
     let from = Math.min(this.reservedTo, this.keys.lowestWaiting(), this.readPos)
     let counted = -1
     for (const o of this._outstanding.values()) {
       // Attempts begun here but never sent are not counted (their rows go with the handover).
       let unsent = 0
-      for (const a of o.tries) if (this._unsent.has(a.id)) unsent++
+      if (!live) for (const a of o.tries) if (this._unsent.has(a.id)) unsent++
       if (o.attempts - unsent === 0) from = Math.min(from, o.msg.offset)
       else if (o.tries.length === unsent && o.msg.offset > counted && this.onReservation(o.msg.offset)) counted = o.msg.offset
     }

@@ -31,6 +31,9 @@
  *   retry only once its attempt row is written and the owner epoch checked: a crash can never make
  *   the next owner push a message as attempt 1 again, and a process that lost the partition pushes
  *   nothing more for it.
+ * - A partition that can push nothing for now (its group paused, its consumer gone) gives back
+ *   what it reserved and never pushed (stalled-reservations.ts): an append may have reserved its
+ *   messages before the pause, and they would otherwise count as attempted after a crash.
  * - An attempt counts once its push is given a connection (push-send.ts asks at that moment, and
  *   again proves the ownership lease: a push may wait in the HTTP client's queue). One begun but
  *   not sent when this ownership ends (the process stopping, the partition handed over or lost)
@@ -62,6 +65,7 @@ import type { HealthRecorder } from './health.ts'
 import { deadLetterEntry, type CompletionRequest, type GroupRuntime, type Outstanding, type PartitionState } from './partition-state.ts'
 import type { Attempt } from './partition.ts'
 import { buildEnvelope } from './envelope.ts'
+import { StalledReservations } from './stalled-reservations.ts'
 import type { PullDesk } from './pull-desk.ts'
 
 /** Delayed messages held per partition at most (beyond maxInFlight); later ones wait in the log. */
@@ -124,6 +128,8 @@ export class PushFlow {
   private readonly pullTurns = new Map<number, number>()
   /** Partitions whose reservation is written once the pass admitting their messages ends (reserve). */
   private readonly reservationsDue = new Set<PartitionState>()
+  /** Gives back what a partition reserved and can no longer push (paused, its consumer gone). */
+  private readonly stalled: StalledReservations
 
   constructor(private readonly deps: PushFlowDeps) {
     this.sender = new PushSender({
@@ -137,6 +143,14 @@ export class PushFlow {
       ...(deps.lease ? { lease: deps.lease } : {}),
       answered: (g, w, o, a, consumer, r) => this.settleAttempt(g, w, o, a, consumer, r),
       safely: (fn) => this.safely(fn),
+    })
+    this.stalled = new StalledReservations({
+      db: deps.db,
+      attempts: deps.attempts,
+      log: deps.log,
+      now: deps.now,
+      stalled: (g, w) => g.row.paused || (g.row.delivery === 'push' && !g.consumerOf[w.partition]),
+      resume: (g, w) => this.safely(() => this.reserved(g, w)),
     })
   }
 
@@ -152,7 +166,7 @@ export class PushFlow {
     if (this.deps.stopped() || g.dropped || w.dropped || w.releasing) return
     // Nothing to push to: read nothing (a consumer joining, or unpausing, calls fill again).
     const consumer = g.consumerOf[w.partition]
-    if (g.row.paused || !consumer) return
+    if (g.row.paused || !consumer) return this.stalled.check(g, w)
     const ordering = g.row.ordering
     const limit = ordering === 'partition' ? 1 : g.row.maxInFlight
     const windows = this.deps.windows
@@ -199,7 +213,8 @@ export class PushFlow {
    * consumer and its push window (nothing is read while nobody waits).
    */
   private fillPull(g: GroupRuntime, w: PartitionState): void {
-    if (this.deps.stopped() || g.dropped || w.dropped || w.releasing || g.row.paused) return
+    if (this.deps.stopped() || g.dropped || w.dropped || w.releasing) return
+    if (g.row.paused) return this.stalled.check(g, w)
     const pulls = this.deps.pulls
     const id = g.row.id
     const ordering = g.row.ordering
@@ -688,8 +703,7 @@ export class PushFlow {
     const resume = () => {
       if (w.dropped) return
       w.endReservation()
-      for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.start(g, w, o)
-      this.fill(g, w)
+      this.reserved(g, w)
     }
     this.deps.progress.reserve(
       g,
@@ -705,6 +719,12 @@ export class PushFlow {
         this.deps.timers.setTimeout(() => this.safely(resume), 1000)
       },
     )
+  }
+
+  /** A reservation (or a give-back) of `w` ended: the messages waiting for one ask again, then it fills. */
+  private reserved(g: GroupRuntime, w: PartitionState): void {
+    for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.start(g, w, o)
+    this.fill(g, w)
   }
 
   /**

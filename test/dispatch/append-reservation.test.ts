@@ -10,7 +10,7 @@ import { needsServer } from '../helpers/db.ts'
 import { dispatcherFile } from '../helpers/dispatcher.ts'
 import { waitUntil } from '../helpers/wait.ts'
 
-const { db, setup } = await dispatcherFile(t)
+const { db, groups, setup } = await dispatcherFile(t)
 /** Offsets 0 to 3 pushed once each, as attempt 1: [offset, attempt]. */
 const FIRST_FOUR = [0, 1, 2, 3].map((offset) => [offset, 1])
 
@@ -242,5 +242,81 @@ t.test('key ordering: while one append holds a claim on the partition, another r
     ],
     'in key order, attempt 1 each',
   )
+  t.same(s.errors, [], 'no step failed')
+})
+
+/**
+ * Appends the values with their reservation's hand-over held back (as if produce were still
+ * committing): the claim is taken and written, and `handOver` lets the dispatcher see it end.
+ */
+async function appendHeld(s: Awaited<ReturnType<typeof setup>>, values: unknown[]) {
+  let handOver: () => void = () => {}
+  const appended = await s.append(values, {
+    reserve: true,
+    reserver: {
+      reservationsFor: (entries) => s.dispatcher.reservationsFor(entries),
+      reservationsDone: (claims, reservedTo) => {
+        handOver = () => s.dispatcher.reservationsDone(claims, reservedTo)
+      },
+    },
+  })
+  return { ...appended, handOver }
+}
+
+for (const how of ['paused', 'its consumer removed'] as const) {
+  t.test(`a partition ${how} between an append's claim and its hand-over gives back what the append reserved`, async (t) => {
+    // Left reserved, the messages would count as attempted after a crash: attempt 2 first, or
+    // dead-lettered unpushed at maxDeliveries 1 (src/dispatch/stalled-reservations.ts).
+    const name = how === 'paused' ? 'stall-paused' : 'stall-consumer'
+    const group = { ackMode: 'auto' } as const
+    const s = await setup(t, name, group)
+    const { end, messages, handOver } = await appendHeld(s, ['a', 'b'])
+    t.equal(await s.pushedOffset(), 2, 'the append reserved both')
+    if (how === 'paused') await groups.put(name, { topic: name, ...group, paused: true })
+    else await groups.removeConsumer(name, (await groups.consumers(name))[0]!.id)
+    await s.dispatcher.reload(name)
+    handOver()
+    s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+    await waitUntil(async () => (await s.pushedOffset()) === 0, 10_000, 'the reservation given back')
+    t.equal(s.pushes().length, 0, 'nothing pushed meanwhile')
+    if (how === 'paused') await groups.put(name, { topic: name, ...group, paused: false })
+    else await groups.addConsumer(name, { url: s.receiver.url })
+    await s.dispatcher.reload(name)
+    await s.pushed(2)
+    t.same(
+      s.pushes().map((p) => [p.offset, p.attempt]),
+      [
+        [0, 1],
+        [1, 1],
+      ],
+      'once it can push again: attempt 1 each',
+    )
+    await waitUntil(async () => (await s.committed()) === 2, 10_000, 'both completed')
+    t.equal(await s.pushedOffset(), 2, 'reserved again before they went')
+    t.same(s.errors, [], 'no step failed')
+  })
+}
+
+t.test('a paused partition gives back only what it never pushed, after the rows of what it did', async (t) => {
+  // Offset 0 is out, unacked, its row not written yet (held for its outcome); offset 1 is
+  // reserved by an append and never pushed. The give-back writes offset 0's row, then moves the
+  // reservation back to 1: after a crash, the next owner counts offset 0's attempt by its row.
+  const group = { ackMode: 'explicit', ackTimeoutMs: 60_000 } as const
+  const s = await setup(t, 'stall-partly', group)
+  await s.produce(['x'], 0, 0, true)
+  await s.pushed(1)
+  await s.answered()
+  const { end, messages, handOver } = await appendHeld(s, ['a'])
+  t.equal(await s.pushedOffset(), 2, 'the append reserved offset 1')
+  await groups.put('stall-partly', { topic: 'stall-partly', ...group, paused: true })
+  await s.dispatcher.reload('stall-partly')
+  handOver()
+  s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+  await waitUntil(async () => (await s.pushedOffset()) === 1, 10_000, 'the reservation moved back to offset 1')
+  const rows = await db.pool.query('SELECT "offset"::int AS offset, attempt, outcome::text FROM deliveries WHERE group_id = $1', [
+    s.groupId,
+  ])
+  t.same(rows.rows, [{ offset: 0, attempt: 1, outcome: 'in_flight' }], "offset 0's attempt on record")
+  t.equal(s.pushes().length, 1, 'offset 1 not pushed')
   t.same(s.errors, [], 'no step failed')
 })
