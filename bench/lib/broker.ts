@@ -32,7 +32,9 @@ function startArgs(root: string): string[] {
   const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }
   const [node, ...args] = pkg.scripts.start.trim().split(/\s+/)
   if (node !== 'node') throw new Error(`package.json's start script does not begin with node: ${pkg.scripts.start}`)
-  return args
+  // Flags NODE_OPTIONS refuses (--cpu-prof) go before the script: BENCH_BROKER_ARGS.
+  const extra = (process.env.BENCH_BROKER_ARGS ?? '').split(/\s+/).filter(Boolean)
+  return [...extra, ...args]
 }
 
 /**
@@ -41,7 +43,8 @@ function startArgs(root: string): string[] {
  * `env` adds to (or overrides) the environment the broker gets, HOOKQ_PROCESSES for one.
  * `root` runs the broker of another checkout, as its own package.json starts it (default BENCH_ROOT, else
  * this one): bench/ab.ts, or a before/after of any scenario in one sitting.
- * Node flags for the broker alone go through NODE_OPTIONS (`--perf-basic-prof` for `perf record`).
+ * Node flags for the broker alone go through NODE_OPTIONS (`--perf-basic-prof` for `perf record`), or
+ * BENCH_BROKER_ARGS for those NODE_OPTIONS refuses (`--cpu-prof --cpu-prof-dir=/tmp/prof`).
  */
 export async function startBroker(
   databaseUrl: string,
