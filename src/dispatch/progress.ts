@@ -57,8 +57,12 @@ interface CompletionJob {
 interface ReservationJob {
   g: GroupRuntime
   w: PartitionState
-  /** First pushes below this may go out; w.reservedTo for a check of the fence alone (a retry). */
-  pushedOffset: number
+  /**
+   * First pushes below this may go out; null for a check of the fence alone (a retry). Not the
+   * reservation as it stood when queued: a give-back may lower it meanwhile (stalled-reservations.ts),
+   * and a check carrying the old value would raise it again.
+   */
+  pushedOffset: number | null
   /** True when the partition's epoch is still this process's: the pushes may go out. */
   done(held: boolean): void
   fail(err: unknown): void
@@ -149,8 +153,14 @@ export class ProgressWriter {
     })
   }
 
-  /** Records a push reservation (or, at w.reservedTo, checks the fence only): `done(held)` once written. */
-  reserve(g: GroupRuntime, w: PartitionState, pushedOffset: number, done: (held: boolean) => void, fail: (err: unknown) => void): void {
+  /** Records a push reservation (or, null, checks the fence only): `done(held)` once written. */
+  reserve(
+    g: GroupRuntime,
+    w: PartitionState,
+    pushedOffset: number | null,
+    done: (held: boolean) => void,
+    fail: (err: unknown) => void,
+  ): void {
     if (this.closed) return fail(closedError())
     this.reservations.push({ g, w, pushedOffset, done, fail })
     this.queued(g, !w.engaged())
@@ -286,7 +296,8 @@ export class ProgressWriter {
     const live = reservations.filter((r) => !r.w.dropped)
     for (const r of live) {
       const p = part(r.g, r.w)
-      if (r.pushedOffset > r.w.reservedTo && r.pushedOffset > (p.write.pushedOffset ?? -1)) p.write.pushedOffset = r.pushedOffset
+      if (r.pushedOffset !== null && r.pushedOffset > r.w.reservedTo && r.pushedOffset > (p.write.pushedOffset ?? -1))
+        p.write.pushedOffset = r.pushedOffset
     }
     const batch: ProgressBatch = { partitions: [...parts.values()].map((p) => p.write), completions: [], deadLetters: [] }
     for (const i of marked) {

@@ -148,7 +148,7 @@ export class PushFlow {
       db: deps.db,
       attempts: deps.attempts,
       log: deps.log,
-      now: deps.now,
+      timers: deps.timers,
       stalled: (g, w) => g.row.paused || (g.row.delivery === 'push' && !g.consumerOf[w.partition]),
       resume: (g, w) => this.safely(() => this.reserved(g, w)),
     })
@@ -458,7 +458,7 @@ export class PushFlow {
     // a check that this process still holds the partition's epoch: one that lost it (paused past
     // its session, say) must not push or lease for it again.
     const current = () => w.inFlight(o, a)
-    const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, w.reservedTo, resolve, reject))
+    const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, null, resolve, reject))
     // Until sent (Partition.unsent), a handover deletes its row: the next owner must not count an attempt never made.
     Promise.all([this.deps.attempts.durable(row), fence])
       .then(

@@ -18,15 +18,16 @@ import type { Database } from '../store/db.ts'
 import { handBack } from '../store/consumption.ts'
 import type { AttemptLog } from './attempt-log.ts'
 import type { GroupRuntime, PartitionState } from './partition-state.ts'
+import type { Timers } from './schedule.ts'
 
-/** After a give-back that failed or found rows being written, the partition's next try waits this long. */
+/** After a give-back that failed or found rows being written, the next try comes this much later. */
 const RETRY_MS = 1000
 
 export interface StalledReservationsDeps {
   db: Database
   attempts: AttemptLog
   log: { error(obj: object, msg: string): void }
-  now(): number
+  timers: Timers
   /** Whether the partition can push nothing for now (its group paused, no consumer). */
   stalled(g: GroupRuntime, w: PartitionState): boolean
   /** The give-back is over: messages that asked for a reservation meanwhile ask again (push-flow.ts). */
@@ -36,14 +37,19 @@ export interface StalledReservationsDeps {
 export class StalledReservations {
   /** Partitions whose give-back runs at the end of this turn. */
   private readonly due = new Set<PartitionState>()
-  /** Partitions whose last give-back did not happen, and when the next may try. */
-  private readonly notBefore = new WeakMap<PartitionState, number>()
+  /** Partitions whose give-back failed or was put off, with the timer of the next try. */
+  private readonly retries = new Map<PartitionState, unknown>()
+  /**
+   * Partitions whose give-back statement failed after the reservation here was lowered: the
+   * database may still hold more, and the next try writes it even with nothing left to lower here.
+   */
+  private readonly owed = new WeakSet<PartitionState>()
 
   constructor(private readonly deps: StalledReservationsDeps) {}
 
   /** The partition cannot push for now: what it reserved and never pushed is given back (once per turn). */
   check(g: GroupRuntime, w: PartitionState): void {
-    if (w.reservedTo <= w.committed || this.due.has(w) || (this.notBefore.get(w) ?? 0) > this.deps.now()) return
+    if ((w.reservedTo <= w.committed && !this.owed.has(w)) || this.due.has(w) || this.retries.has(w)) return
     this.due.add(w)
     setImmediate(() => {
       this.due.delete(w)
@@ -56,30 +62,56 @@ export class StalledReservations {
   }
 
   private async giveBack(g: GroupRuntime, w: PartitionState): Promise<void> {
-    if (w.reserving || !this.idle(g, w) || w.firstUnpushed(true) >= w.reservedTo) return
+    // (A reservation or an append's claim under way: its end fills the partition, which checks again.)
+    if (w.reserving || !this.idle(g, w) || (this.unpushedFrom(w) >= w.reservedTo && !this.owed.has(w))) return
     w.beginReservation()
-    let given = false
+    let again = false
     try {
       // Every attempt's row first, in flight or not: the next owner counts the pushes by them.
       await this.deps.attempts.flush(true)
-      // An attempt begun meanwhile (its row not written): the next try.
-      if (!this.idle(g, w) || this.deps.attempts.unwritten(g.row.id, w.partition)) return
-      const from = w.firstUnpushed(true)
-      if (from >= w.reservedTo) return
+      if (!this.idle(g, w)) return
+      // A row not written (the flush failed, or an attempt began meanwhile): the next try.
+      if (this.deps.attempts.unwritten(g.row.id, w.partition)) {
+        again = true
+        return
+      }
+      const from = Math.min(this.unpushedFrom(w), w.reservedTo)
+      if (from === w.reservedTo && !this.owed.has(w)) return
+      // Lowered here before the database: a message resumed meanwhile asks for a reservation again
+      // (it waits for this one's end), rather than going out on one about to be given back.
       w.lowerReservation(from)
+      this.owed.add(w)
       await handBack(this.deps.db.pool, [
         { groupId: g.row.id, topicId: g.topic.id, partition: w.partition, ownerEpoch: w.ownerEpoch, unpushedFrom: from, unsent: [] },
       ])
-      given = true
+      this.owed.delete(w)
     } catch (err) {
-      // The database keeps the reservation: a crash may skip an attempt number, never repeat one.
+      // The database may keep the reservation (above the one held here, which is reserved again
+      // before a push): a crash may then skip an attempt number, never repeat one.
       this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'giving back the reservation of a stalled partition failed')
+      again = true
     } finally {
-      if (!given) this.notBefore.set(w, this.deps.now() + RETRY_MS)
       if (!w.dropped) {
         w.endReservation()
+        if (again && this.deps.stalled(g, w)) this.retryLater(g, w)
         this.deps.resume(g, w)
       }
     }
+  }
+
+  /** The first offset never pushed, and never below the committed one (acks of messages not read here can pass what was read). */
+  private unpushedFrom(w: PartitionState): number {
+    return Math.max(w.committed, w.firstUnpushed(true))
+  }
+
+  private retryLater(g: GroupRuntime, w: PartitionState): void {
+    if (this.retries.has(w)) return
+    this.retries.set(
+      w,
+      this.deps.timers.setTimeout(() => {
+        this.retries.delete(w)
+        if (!w.dropped) this.check(g, w)
+      }, RETRY_MS),
+    )
   }
 }

@@ -320,3 +320,32 @@ t.test('a paused partition gives back only what it never pushed, after the rows 
   t.equal(s.pushes().length, 1, 'offset 1 not pushed')
   t.same(s.errors, [], 'no step failed')
 })
+
+t.test('a give-back that failed is tried again a second later, with nothing else happening', async (t) => {
+  const name = 'stall-retry'
+  const group = { ackMode: 'auto' } as const
+  const s = await setup(t, name, group)
+  const query = db.pool.query.bind(db.pool)
+  let failures = 1
+  db.pool.query = ((...args: Parameters<typeof query>) => {
+    const text = args[0] as unknown
+    if (failures > 0 && String((text as { text?: string }).text ?? text).includes('lowered AS')) {
+      failures--
+      return Promise.reject(new Error('the connection broke'))
+    }
+    return query(...args)
+  }) as typeof db.pool.query
+  t.teardown(() => {
+    db.pool.query = query
+  })
+  const { end, messages, handOver } = await appendHeld(s, ['a'])
+  await groups.put(name, { topic: name, ...group, paused: true })
+  await s.dispatcher.reload(name)
+  handOver()
+  s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+  await waitUntil(() => s.errors.length > 0, 10_000, 'the give-back failed')
+  t.equal(await s.pushedOffset(), 1, 'still reserved')
+  s.clock.advance(1000)
+  await waitUntil(async () => (await s.pushedOffset()) === 0, 10_000, 'given back by the next try')
+  t.equal(s.errors.length, 1, 'one failure logged')
+})

@@ -73,7 +73,8 @@ async function setup(
   t.teardown(() => writer.drain())
   const complete = (w: PartitionState, offset: number, outcome: 'acked' | 'dead' = 'acked') =>
     new Promise<CompletionStatus>((resolve, reject) => writer.complete({ g, w, offset, outcome }, resolve, reject))
-  const reserve = (w: PartitionState, to: number) => new Promise<boolean>((resolve, reject) => writer.reserve(g, w, to, resolve, reject))
+  const reserve = (w: PartitionState, to: number | null) =>
+    new Promise<boolean>((resolve, reject) => writer.reserve(g, w, to, resolve, reject))
   const stored = async () =>
     (
       await db.pool.query(
@@ -155,6 +156,14 @@ t.test('one statement a turn: completions in and out of order, reservations, of 
     ],
     'offsets never move back',
   )
+  // A retry's check of the fence, queued while the reservation here is lowered (a stalled
+  // partition gives back what it never pushed): it checks, and raises nothing.
+  s.w0.beginReservation()
+  s.w0.lowerReservation(6)
+  s.w0.endReservation()
+  t.same(await s.reserve(s.w0, null), true, 'the fence is held')
+  t.equal(s.w0.reservedTo, 6, 'a check of the fence leaves the reservation here as it is')
+  t.same(s.statements.at(-1)!.partitions[0]!.pushedOffset, null, 'and writes none')
 })
 
 /** Lets `n` turns of the event loop pass (what a writer queues in a turn goes out at its end). */
