@@ -38,6 +38,7 @@ import { JwksService } from './service/jwks.ts'
 import { JwtSigner } from './dispatch/jwt-keys.ts'
 import { readJwtIssuer, recordJwtIssuer } from './store/jwt-keys.ts'
 import { PushAuth } from './dispatch/push-auth.ts'
+import { LAZY_COMPLETION_MS } from './dispatch/progress.ts'
 
 /** What the HTTP routes call. */
 export interface Broker {
@@ -205,6 +206,7 @@ export async function createBroker(config: Config, opts: BrokerOptions = {}): Pr
       onMoved: (name, partition) => onMoved?.(name, partition),
       processes: () => processes(),
       ...(cpuLoad ? { cpuBusy: () => cpuLoad.busy() } : {}),
+      lazyCompletionMs: LAZY_COMPLETION_MS,
       // No push goes out unless this process can prove it still owns the partition (a stall past its session's end).
       lease: { held: () => cluster.ownership.lease.held(), wait: (fn) => cluster.ownership.lease.wait(fn) },
     })

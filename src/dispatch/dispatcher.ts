@@ -94,6 +94,8 @@ export interface DispatcherDeps {
   processes?: () => number
   /** Whether the CPU is busy (cpu-load.ts): a full progress writer waits for company only then; always when absent. */
   cpuBusy?: () => boolean
+  /** How long the progress writer holds auto acks nothing waits on, for company (progress.ts lazyMs); not at all when absent. */
+  lazyCompletionMs?: number
   /** Whether this process can still prove it owns its partitions, checked before each push (src/cluster/ownership.ts). */
   lease?: PushLease
 }
@@ -147,6 +149,7 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
       linger: DEFAULT_LINGER,
       ...(deps.processes ? { processes: deps.processes } : {}),
       ...(deps.cpuBusy ? { cpuBusy: deps.cpuBusy } : {}),
+      ...(deps.lazyCompletionMs ? { lazyMs: deps.lazyCompletionMs } : {}),
       now,
       timers,
       onRefused: (g, w) => this.moved(g, w),

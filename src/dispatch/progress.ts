@@ -34,6 +34,10 @@
  *   idle partition after a busy spell waited up to the whole linger for its push). A partition with
  *   messages out keeps the wait, explicit-ack groups included (a push answered but not yet acked is
  *   still out): its reservation gathers company while they run.
+ * - A quiet writer's statement of lazy completions alone (auto acks of unordered push partitions:
+ *   their slots are free already, and nothing reads their durability but a restart) waits
+ *   `lazyMs` for company, cut short by any other job. At 500 single-message calls a second each
+ *   completion was a statement, a commit and two wake-ups of its own (docs/performance.md).
  * - Nor do a pull group's jobs: a caller waits on each of them (its answer on the reservation, its
  *   ack call on the completion) and sends nothing more meanwhile, so a wait adds to every caller's
  *   cycle and gathers no company: 8 callers acking 100 each made the writer busy, and pull + ack
@@ -82,6 +86,8 @@ export interface ProgressWriterDeps {
   cpuBusy?: () => boolean
   /** The broker processes sharing the partitions, this one included (1 when alone or absent). */
   processes?: () => number
+  /** How long a statement of lazy completions alone waits for company, ms (see below); none when absent. */
+  lazyMs?: number
   now?: () => number
   timers?: Timers
 }
@@ -95,6 +101,9 @@ export interface Linger {
 
 /** The broker's linger: 20 ms is a tenth of an auto-mode push's cycle under full load, where it applies. */
 export const DEFAULT_LINGER: Linger = { ms: 20, minJobs: 64 }
+
+/** The broker's lazyMs: about the attempt log's own wait, so at low rates the two write together as often. */
+export const LAZY_COMPLETION_MS = 10
 
 export class ProgressWriter {
   private completions: CompletionJob[] = []
@@ -111,6 +120,10 @@ export class ProgressWriter {
   private lingerTimer: unknown
   /** A job queued for the next statement holds up its partition (an ordered one): that statement does not wait. */
   private urgent = false
+  /** A job queued for the next statement that something waits on (all but lazy completions). */
+  private eager = false
+  /** The wait under way is a lazy one (cut short by an eager job). */
+  private lazyWait = false
   private readonly write: (db: Database, batch: ProgressBatch) => Promise<ProgressResult>
   private readonly now: () => number
   private readonly timers: Timers
@@ -121,11 +134,14 @@ export class ProgressWriter {
     this.timers = deps.timers ?? nodeTimers
   }
 
-  /** Completes a message: `done` gets its status once durable (or known not to need writing), `fail` the error if the write failed. */
-  complete(req: CompletionRequest, done: (status: CompletionStatus) => void, fail: (err: unknown) => void): void {
+  /**
+   * Completes a message: `done` gets its status once durable (or known not to need writing), `fail`
+   * the error if the write failed. `lazy`: nothing waits on it (see lazyMs).
+   */
+  complete(req: CompletionRequest, done: (status: CompletionStatus) => void, fail: (err: unknown) => void, lazy = false): void {
     if (this.closed) return fail(closedError())
     this.completions.push({ req, done, fail })
-    this.queued(req.g)
+    this.queued(req.g, false, lazy)
   }
 
   /** Completes the messages together (queued in one turn, so written in one statement): their statuses once durable. */
@@ -171,7 +187,18 @@ export class ProgressWriter {
    * caller waits on it alone (an ordered partition's job, a pull group's, or `idle`: a reservation of
    * a partition with nothing out with its consumer, see Partition.engaged).
    */
-  private queued(g: GroupRuntime, idle = false): void {
+  private queued(g: GroupRuntime, idle = false, lazy = false): void {
+    if (!lazy && !this.eager) {
+      this.eager = true
+      // Waiting for company for lazy completions only: this job goes at the end of the turn, and they with it.
+      if (this.lazyWait && this.lingerTimer !== undefined) {
+        this.timers.clearTimeout(this.lingerTimer)
+        this.lingerTimer = undefined
+        this.lazyWait = false
+        setImmediate(() => this.start())
+        return
+      }
+    }
     if (!this.urgent && (idle || g.row.ordering === 'partition' || g.row.delivery === 'pull')) {
       this.urgent = true
       if (this.lingerTimer !== undefined) {
@@ -202,7 +229,9 @@ export class ProgressWriter {
   private schedule(): void {
     if (this.scheduled || this.running) return
     this.scheduled = true
-    const wait = this.lingerMs > 0 && !this.urgent ? this.lastStartMs + this.lingerMs - this.now() : 0
+    let wait = this.lingerMs > 0 && !this.urgent ? this.lastStartMs + this.lingerMs - this.now() : 0
+    this.lazyWait = wait <= 0 && !this.eager && (this.deps.lazyMs ?? 0) > 0
+    if (this.lazyWait) wait = this.deps.lazyMs!
     if (wait > 0) this.lingerTimer = this.timers.setTimeout(() => this.start(), timerDelayMs(wait))
     else setImmediate(() => this.start())
   }
@@ -220,6 +249,8 @@ export class ProgressWriter {
     const full = this.deps.linger !== undefined && jobs * this.processes() >= this.deps.linger.minJobs
     this.lingerMs = 0
     this.urgent = false
+    this.eager = false
+    this.lazyWait = false
     this.running = this.flush().finally(() => {
       this.running = undefined
       this.lingerMs = this.nextWaitMs(full, this.statementMs)

@@ -29,7 +29,7 @@ async function setup(
   t: Test,
   name: string,
   dlq?: string,
-  timing?: Pick<ProgressWriterDeps, 'linger' | 'now' | 'timers' | 'processes' | 'cpuBusy'> & { onWrite?: () => void },
+  timing?: Pick<ProgressWriterDeps, 'linger' | 'now' | 'timers' | 'processes' | 'cpuBusy' | 'lazyMs'> & { onWrite?: () => void },
 ) {
   await topics.put(name, 2)
   if (dlq) await topics.put(dlq, 1)
@@ -71,8 +71,8 @@ async function setup(
     },
   })
   t.teardown(() => writer.drain())
-  const complete = (w: PartitionState, offset: number, outcome: 'acked' | 'dead' = 'acked') =>
-    new Promise<CompletionStatus>((resolve, reject) => writer.complete({ g, w, offset, outcome }, resolve, reject))
+  const complete = (w: PartitionState, offset: number, outcome: 'acked' | 'dead' = 'acked', lazy = false) =>
+    new Promise<CompletionStatus>((resolve, reject) => writer.complete({ g, w, offset, outcome }, resolve, reject, lazy))
   const reserve = (w: PartitionState, to: number | null) =>
     new Promise<boolean>((resolve, reject) => writer.reserve(g, w, to, resolve, reject))
   const stored = async () =>
@@ -365,6 +365,38 @@ t.test('with N processes, a quiet writer waits N times its last statement from i
   t.same(alone.waits, [], 'no wait for a process alone')
   t.equal(await alone.next, 'acked')
   t.equal(s.statements.length, 6, 'a statement each')
+})
+
+t.test('lazy completions alone wait lazyMs for company; any other job takes them at once', async (t) => {
+  const clock = new SteppedClock(2_000_000)
+  const s = await setup(t, 'lazy', undefined, { linger: { ms: 50, minJobs: 64 }, lazyMs: 10, now: clock.now, timers: clock })
+  const first = s.complete(s.w0, 0, 'acked', true)
+  const second = s.complete(s.w0, 1, 'acked', true)
+  await turns(20)
+  t.equal(s.statements.length, 0, 'held back while the clock stands')
+  t.same(
+    clock.pending.map((w) => w.atMs),
+    [2_000_010],
+    'one wait of lazyMs',
+  )
+  clock.fireNext()
+  t.same(await Promise.all([first, second]), ['acked', 'acked'])
+  t.equal(s.statements.length, 1, 'both in one statement')
+  // Waiting again; a reservation (a push waits on it) goes at the end of the turn and takes them along.
+  const third = s.complete(s.w0, 2, 'acked', true)
+  await turns(5)
+  t.equal(clock.pending.length, 1, 'waiting')
+  t.equal(await s.reserve(s.w0, 9), true, 'written without the clock moving')
+  t.equal(await third, 'acked')
+  t.equal(clock.pending.length, 0, 'the wait was cut short, its timer cleared')
+  t.equal(s.statements.length, 2, 'one statement for both')
+  // A completion something waits on (an ack call's) never waits.
+  t.equal(await s.complete(s.w1, 0), 'acked')
+  t.equal(s.statements.length, 3)
+  t.same(await s.stored(), [
+    { partition: 0, committed: 3, pushed: 9 },
+    { partition: 1, committed: 1, pushed: 0 },
+  ])
 })
 
 t.test("an ordered partition's job cuts a busy writer's wait short", async (t) => {
