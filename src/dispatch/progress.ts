@@ -246,7 +246,8 @@ export class ProgressWriter {
     this.scheduled = false
     this.lastStartMs = this.now()
     const jobs = this.completions.length + this.reservations.length
-    const full = this.deps.linger !== undefined && jobs * this.processes() >= this.deps.linger.minJobs
+    // (A statement of lazy completions gathered them on purpose: its size says nothing of the load.)
+    const full = !this.lazyWait && this.deps.linger !== undefined && jobs * this.processes() >= this.deps.linger.minJobs
     this.lingerMs = 0
     this.urgent = false
     this.eager = false

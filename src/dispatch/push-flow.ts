@@ -810,8 +810,9 @@ export class PushFlow {
         this.deps.log.error({ err }, 'recording an auto ack failed; the message will be pushed again')
         this.safely(() => this.completionFailed(req))
       },
-      // Lazy: nothing waits on it but, when ordered, the next message of its key or partition.
-      g.row.ordering === 'none',
+      // Lazy: nothing waits on it, unless ordered (the next message of its key or partition) or
+      // unless completions unwritten would fill the partition's room (Partition.hasRoom's 2 x maxInFlight).
+      g.row.ordering === 'none' && g.row.delivery === 'push' && w.completing <= g.row.maxInFlight,
     )
     // Its slot is free: the next message goes out while this completion is written (the two share
     // the writer's next statement when the next one needs a reservation).

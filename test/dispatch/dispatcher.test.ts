@@ -647,3 +647,34 @@ t.test(
     t.same(s.errors, [], 'no step failed')
   },
 )
+
+t.test('lazy completions never hold a push back: past maxInFlight of them unwritten, the next one is written at once', async (t) => {
+  // maxInFlight 1: a partition holds at most 2 messages out or being completed (Partition.hasRoom).
+  // Each message is reserved by its own append, so no reservation job of the writer's would cut
+  // a lazy wait short; the clock moves only by what each append catches up with (milliseconds), so
+  // a completion waiting a minute's lazy wait is not written meanwhile.
+  const s = await setup(t, 'lazy-cap', { ackMode: 'auto', maxInFlight: 1 }, { lazyCompletionMs: 60_000 })
+  for (const [i, value] of ['a', 'b', 'c'].entries()) {
+    const { end, messages } = await s.append([value], { reserve: true })
+    s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+    await s.pushed(i + 1)
+    await s.answered()
+  }
+  t.same(
+    s.pushes().map((p) => [p.offset, p.attempt]),
+    [
+      [0, 1],
+      [1, 1],
+      [2, 1],
+    ],
+    'the third went without the lazy wait ending',
+  )
+  await waitUntil(
+    async () => (await s.committed()) === 2,
+    10_000,
+    'the first two completed: the second was written at once, the first with it',
+  )
+  s.clock.advance(60_000)
+  await waitUntil(async () => (await s.committed()) === 3, 10_000, 'the last one, lazily, once the clock moved')
+  t.same(s.errors, [], 'no step failed')
+})

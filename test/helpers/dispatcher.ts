@@ -44,6 +44,8 @@ export async function dispatcherFile(t: Test) {
       behaviour?: Behaviour
       pushWindow?: { initial: number; max: number }
       partitions?: number
+      /** The broker's lazy completions (progress.ts lazyMs), on the stepped clock. */
+      lazyCompletionMs?: number
     } = {},
   ) {
     await topics.put(name, opts.partitions ?? 1)
@@ -69,6 +71,7 @@ export async function dispatcherFile(t: Test) {
       log: { warn: () => {}, error: (o) => errors.push(o) },
       ...(opts.lease ? { lease: opts.lease } : {}),
       ...(opts.pushWindow ? { pushWindow: opts.pushWindow } : {}),
+      ...(opts.lazyCompletionMs ? { lazyCompletionMs: opts.lazyCompletionMs } : {}),
     })
     t.teardown(async () => {
       await dispatcher.stop()
