@@ -34,8 +34,9 @@
  *   idle partition after a busy spell waited up to the whole linger for its push). A partition with
  *   messages out keeps the wait, explicit-ack groups included (a push answered but not yet acked is
  *   still out): its reservation gathers company while they run.
- * - A quiet writer's statement of lazy completions alone (auto acks of unordered push partitions:
- *   their slots are free already, and nothing reads their durability but a restart) waits
+ * - A quiet writer's statement of lazy completions alone (auto acks of unordered push partitions,
+ *   and filtered messages: no slot or key waits on them, and nothing reads their durability but a
+ *   restart) waits
  *   `lazyMs` for company, cut short by any other job. At 500 single-message calls a second each
  *   completion was a statement, a commit and two wake-ups of its own (docs/performance.md).
  * - Nor do a pull group's jobs: a caller waits on each of them (its answer on the reservation, its
@@ -230,7 +231,7 @@ export class ProgressWriter {
     if (this.scheduled || this.running) return
     this.scheduled = true
     let wait = this.lingerMs > 0 && !this.urgent ? this.lastStartMs + this.lingerMs - this.now() : 0
-    this.lazyWait = wait <= 0 && !this.eager && (this.deps.lazyMs ?? 0) > 0
+    this.lazyWait = wait <= 0 && !this.eager && !this.urgent && (this.deps.lazyMs ?? 0) > 0
     if (this.lazyWait) wait = this.deps.lazyMs!
     if (wait > 0) this.lingerTimer = this.timers.setTimeout(() => this.start(), timerDelayMs(wait))
     else setImmediate(() => this.start())

@@ -350,7 +350,7 @@ export class PushFlow {
 
   /**
    * Completes a message the group's filter does not match: no push, no attempt, no attempt row.
-   * It takes no slot and nothing waits for the write: until it is written, the partition's
+   * It takes no slot and nothing waits for the write (so it waits for company: lazy): until it is written, the partition's
    * committed offset cannot pass it (the progress writer moves it in the same statement that
    * counts it), and after a crash the next owner reads the message again and filters it again.
    */
@@ -368,6 +368,8 @@ export class PushFlow {
             if (!w.dropped) write()
           }, 1000)
         },
+        // Lazy (progress.ts lazyMs): it holds no slot and no key. (A pull group's jobs never wait.)
+        true,
       )
     write()
   }

@@ -648,6 +648,18 @@ t.test(
   },
 )
 
+t.test('a filtered message is completed lazily: with company, or once the wait ends', async (t) => {
+  const s = await setup(t, 'lazy-filter', { ackMode: 'auto', filter: { key: 'keep' } }, { lazyCompletionMs: 60_000 })
+  const { end, messages } = await s.append(['a', 'b'], { keys: ['drop', 'drop'] })
+  s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+  await waitUntil(() => s.clock.pending.length > 0, 10_000, 'the writer waiting for company')
+  t.equal(await s.committed(), 0, 'not written while the wait lasts')
+  s.clock.advance(60_000)
+  await waitUntil(async () => (await s.committed()) === 2, 10_000, 'both filtered out, in one statement')
+  t.equal(s.pushes().length, 0, 'nothing pushed')
+  t.same(s.errors, [], 'no step failed')
+})
+
 t.test('lazy completions never hold a push back: past maxInFlight of them unwritten, the next one is written at once', async (t) => {
   // maxInFlight 1: a partition holds at most 2 messages out or being completed (Partition.hasRoom).
   // Each message is reserved by its own append, so no reservation job of the writer's would cut

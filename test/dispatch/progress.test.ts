@@ -397,6 +397,10 @@ t.test('lazy completions alone wait lazyMs for company; any other job takes them
     { partition: 0, committed: 3, pushed: 9 },
     { partition: 1, committed: 1, pushed: 0 },
   ])
+  // An ordered partition's job never waits, however lazy its caller thinks it is.
+  s.g.row = { ...s.g.row, ordering: 'partition' }
+  t.equal(await s.complete(s.w1, 1, 'acked', true), 'acked', 'written without the clock moving')
+  t.equal(s.statements.length, 4)
 })
 
 t.test("an ordered partition's job cuts a busy writer's wait short", async (t) => {
