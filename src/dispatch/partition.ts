@@ -189,6 +189,13 @@ export class Partition extends PartitionLog {
     return this._outstanding.size - this._delayed - this._ready.length - this._completing
   }
   /**
+   * Whether the completions not yet written leave the next message its room (hasRoom's 2 x limit)
+   * whatever is out: then one more may wait for company before it is written (progress.ts lazyMs).
+   */
+  completionsMayWait(limit: number): boolean {
+    return this._completing <= limit
+  }
+  /**
    * Whether another message may go out under `limit` (maxInFlight): a slot is free, and with the
    * messages whose completions are being written the partition holds fewer than twice the limit,
    * so a progress writer that falls behind holds it at 2 × maxInFlight, not more.

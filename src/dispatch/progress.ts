@@ -36,9 +36,8 @@
  *   still out): its reservation gathers company while they run.
  * - A quiet writer's statement of lazy completions alone (auto acks of unordered push partitions,
  *   and filtered messages: no slot or key waits on them, and nothing reads their durability but a
- *   restart) waits
- *   `lazyMs` for company, cut short by any other job. At 500 single-message calls a second each
- *   completion was a statement, a commit and two wake-ups of its own (docs/performance.md).
+ *   restart) waits `lazyMs` for company, cut short by any other job. At 500 single-message calls a
+ *   second each completion was a statement, a commit and two wake-ups of its own (docs/performance.md).
  * - Nor do a pull group's jobs: a caller waits on each of them (its answer on the reservation, its
  *   ack call on the completion) and sends nothing more meanwhile, so a wait adds to every caller's
  *   cycle and gathers no company: 8 callers acking 100 each made the writer busy, and pull + ack
@@ -189,25 +188,17 @@ export class ProgressWriter {
    * a partition with nothing out with its consumer, see Partition.engaged).
    */
   private queued(g: GroupRuntime, idle = false, lazy = false): void {
-    if (!lazy && !this.eager) {
-      this.eager = true
-      // Waiting for company for lazy completions only: this job goes at the end of the turn, and they with it.
-      if (this.lazyWait && this.lingerTimer !== undefined) {
-        this.timers.clearTimeout(this.lingerTimer)
-        this.lingerTimer = undefined
-        this.lazyWait = false
-        setImmediate(() => this.start())
-        return
-      }
-    }
-    if (!this.urgent && (idle || g.row.ordering === 'partition' || g.row.delivery === 'pull')) {
-      this.urgent = true
-      if (this.lingerTimer !== undefined) {
-        this.timers.clearTimeout(this.lingerTimer)
-        this.lingerTimer = undefined
-        setImmediate(() => this.start())
-        return
-      }
+    // A job something waits on ends a wait for lazy completions' company; an urgent one any wait.
+    const endsLazyWait = !lazy && this.lazyWait
+    if (!lazy) this.eager = true
+    const urgent = !this.urgent && (idle || g.row.ordering === 'partition' || g.row.delivery === 'pull')
+    if (urgent) this.urgent = true
+    if ((urgent || endsLazyWait) && this.lingerTimer !== undefined) {
+      this.timers.clearTimeout(this.lingerTimer)
+      this.lingerTimer = undefined
+      this.lazyWait = false
+      setImmediate(() => this.start())
+      return
     }
     this.schedule()
   }

@@ -350,9 +350,10 @@ export class PushFlow {
 
   /**
    * Completes a message the group's filter does not match: no push, no attempt, no attempt row.
-   * It takes no slot and nothing waits for the write (so it waits for company: lazy): until it is written, the partition's
-   * committed offset cannot pass it (the progress writer moves it in the same statement that
-   * counts it), and after a crash the next owner reads the message again and filters it again.
+   * It takes no slot and nothing waits for the write (so it waits for company: lazy): until it is
+   * written, the partition's committed offset cannot pass it (the progress writer moves it in the
+   * same statement that counts it), and after a crash the next owner reads the message again and
+   * filters it again.
    */
   private filterOut(g: GroupRuntime, w: PartitionState, offset: number): void {
     this.deps.metrics?.filtered(g.row.name)
@@ -813,8 +814,8 @@ export class PushFlow {
         this.safely(() => this.completionFailed(req))
       },
       // Lazy: nothing waits on it, unless ordered (the next message of its key or partition) or
-      // unless completions unwritten would fill the partition's room (Partition.hasRoom's 2 x maxInFlight).
-      g.row.ordering === 'none' && g.row.delivery === 'push' && w.completing <= g.row.maxInFlight,
+      // unless the completions unwritten would keep the next message out.
+      g.row.ordering === 'none' && w.completionsMayWait(g.row.maxInFlight),
     )
     // Its slot is free: the next message goes out while this completion is written (the two share
     // the writer's next statement when the next one needs a reservation).

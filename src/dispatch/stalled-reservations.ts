@@ -49,7 +49,8 @@ export class StalledReservations {
 
   /** The partition cannot push for now: what it reserved and never pushed is given back (once per turn). */
   check(g: GroupRuntime, w: PartitionState): void {
-    if ((w.reservedTo <= w.committed && !this.owed.has(w)) || this.due.has(w) || this.retries.has(w)) return
+    // (Nothing is pushed below the committed offset: a cheap first look.)
+    if (!this.owes(w, w.committed) || this.due.has(w) || this.retries.has(w)) return
     this.due.add(w)
     setImmediate(() => {
       this.due.delete(w)
@@ -63,7 +64,7 @@ export class StalledReservations {
 
   private async giveBack(g: GroupRuntime, w: PartitionState): Promise<void> {
     // (A reservation or an append's claim under way: its end fills the partition, which checks again.)
-    if (w.reserving || !this.idle(g, w) || (this.unpushedFrom(w) >= w.reservedTo && !this.owed.has(w))) return
+    if (w.reserving || !this.idle(g, w) || !this.owes(w, this.unpushedFrom(w))) return
     w.beginReservation()
     let again = false
     try {
@@ -76,7 +77,7 @@ export class StalledReservations {
         return
       }
       const from = Math.min(this.unpushedFrom(w), w.reservedTo)
-      if (from === w.reservedTo && !this.owed.has(w)) return
+      if (!this.owes(w, from)) return
       // Lowered here before the database: a message resumed meanwhile asks for a reservation again
       // (it waits for this one's end), rather than going out on one about to be given back.
       w.lowerReservation(from)
@@ -97,6 +98,11 @@ export class StalledReservations {
         this.deps.resume(g, w)
       }
     }
+  }
+
+  /** Whether the database may hold a reservation above `from`, where nothing was pushed. */
+  private owes(w: PartitionState, from: number): boolean {
+    return from < w.reservedTo || this.owed.has(w)
   }
 
   /** The first offset never pushed, and never below the committed one (acks of messages not read here can pass what was read). */

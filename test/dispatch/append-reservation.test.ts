@@ -216,21 +216,11 @@ t.test('key ordering: while one append holds a claim on the partition, another r
   // The first append's claim is held open (its hand-over deferred) while a second append of the
   // same key commits: reserved too, the second message would wait unpushed behind the first.
   const s = await setup(t, 'key-claims', { ackMode: 'auto', ordering: 'key' })
-  let handOver: () => void = () => {}
-  const first = await s.append(['a'], {
-    reserve: true,
-    keys: ['k'],
-    reserver: {
-      reservationsFor: (entries) => s.dispatcher.reservationsFor(entries),
-      reservationsDone: (claims, reservedTo) => {
-        handOver = () => s.dispatcher.reservationsDone(claims, reservedTo)
-      },
-    },
-  })
+  const first = await appendHeld(s, ['a'], ['k'])
   t.equal(await s.pushedOffset(), 1, 'the first append reserved its message')
   const second = await s.append(['b'], { reserve: true, keys: ['k'] })
   t.equal(await s.pushedOffset(), 1, 'the second append, its key maybe the pending one, reserved nothing')
-  handOver()
+  first.handOver()
   s.dispatcher.notifyAppend(s.topic.id, 0, first.end, first.messages)
   s.dispatcher.notifyAppend(s.topic.id, 0, second.end, second.messages)
   await s.pushed(2)
@@ -249,10 +239,11 @@ t.test('key ordering: while one append holds a claim on the partition, another r
  * Appends the values with their reservation's hand-over held back (as if produce were still
  * committing): the claim is taken and written, and `handOver` lets the dispatcher see it end.
  */
-async function appendHeld(s: Awaited<ReturnType<typeof setup>>, values: unknown[]) {
+async function appendHeld(s: Awaited<ReturnType<typeof setup>>, values: unknown[], keys?: (string | null)[]) {
   let handOver: () => void = () => {}
   const appended = await s.append(values, {
     reserve: true,
+    ...(keys ? { keys } : {}),
     reserver: {
       reservationsFor: (entries) => s.dispatcher.reservationsFor(entries),
       reservationsDone: (claims, reservedTo) => {

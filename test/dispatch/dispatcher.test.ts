@@ -648,7 +648,7 @@ t.test(
   },
 )
 
-t.test('a filtered message is completed lazily: with company, or once the wait ends', async (t) => {
+t.test("a filtered message's completion waits lazily, and is written once the wait ends", async (t) => {
   const s = await setup(t, 'lazy-filter', { ackMode: 'auto', filter: { key: 'keep' } }, { lazyCompletionMs: 60_000 })
   const { end, messages } = await s.append(['a', 'b'], { keys: ['drop', 'drop'] })
   s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
