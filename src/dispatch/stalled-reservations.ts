@@ -76,11 +76,13 @@ export class StalledReservations {
         again = true
         return
       }
-      const from = Math.min(this.unpushedFrom(w), w.reservedTo)
+      const from = this.unpushedFrom(w)
       if (!this.owes(w, from)) return
       // Lowered here before the database: a message resumed meanwhile asks for a reservation again
-      // (it waits for this one's end), rather than going out on one about to be given back.
-      w.lowerReservation(from)
+      // (it waits for this one's end), rather than going out on one about to be given back. Owed
+      // alone (a failed statement tried again) it is lowered already, or below `from`: offsets
+      // completed with no reservation (filtered, retention's gaps) can take the committed offset past it.
+      if (from < w.reservedTo) w.lowerReservation(from)
       this.owed.add(w)
       await handBack(this.deps.db.pool, [
         { groupId: g.row.id, topicId: g.topic.id, partition: w.partition, ownerEpoch: w.ownerEpoch, unpushedFrom: from, unsent: [] },
