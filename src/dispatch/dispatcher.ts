@@ -552,7 +552,7 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
         const here: [GroupRuntime, PartitionState][] = []
         for (const g of this.groupsByTopic.get(e.topicId) ?? []) {
           const w = g.parts.get(e.partition)
-          if (w && this.flow.appendIdle(g, w)) here.push([g, w])
+          if (w && this.flow.reservations.appendIdle(g, w)) here.push([g, w])
         }
         leads.set(at, (lead = here.length > 0 ? { here, keys: [], closed: false } : null))
         if (lead === null) continue
@@ -564,7 +564,7 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
     for (const lead of leads.values()) {
       if (!lead || lead.keys.length === 0) continue
       for (const [g, w] of lead.here) {
-        const count = this.flow.appendRoom(g, w, lead.keys)
+        const count = this.flow.reservations.appendRoom(g, w, lead.keys)
         if (count <= 0) continue
         w.beginAppendReservation(count)
         claims.push({ groupId: g.row.id, topicId: g.topic.id, partition: w.partition, ownerEpoch: w.ownerEpoch, count, g, w })
@@ -576,7 +576,7 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
   /** The append is done: each claim's reservation now ends at reservedTo (null: not written). */
   reservationsDone(claims: AppendClaim[], reservedTo: readonly (number | null)[]): void {
     claims.forEach((c, i) => {
-      this.flow.safely(() => this.flow.appendReserved(c.g, c.w, c.count, reservedTo[i] ?? null))
+      this.flow.safely(() => this.flow.reservations.appendReserved(c.g, c.w, c.count, reservedTo[i] ?? null))
     })
   }
 

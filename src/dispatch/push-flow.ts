@@ -26,7 +26,8 @@
  * - A reservation covers the messages one pass admitted (a batch of freed slots), and no more than
  *   the consumer's window or the pull callers' room could take (Transport.reservable). For a
  *   partition idle here, the append of its next messages writes their reservation in its own
- *   statement (appendRoom): they go out on the produce's commit, with no second one before the push.
+ *   statement: they go out on the produce's commit, with no second one before the push. When a
+ *   reservation is written and how much it covers is reservations.ts's.
  * - A first push goes out only below the partition's reservation (group_offsets.pushed_offset), a
  *   retry only once its attempt row is written and the owner epoch checked: a crash can never make
  *   the next owner push a message as attempt 1 again, and a process that lost the partition pushes
@@ -65,6 +66,7 @@ import type { HealthRecorder } from './health.ts'
 import { deadLetterEntry, type CompletionRequest, type GroupRuntime, type Outstanding, type PartitionState } from './partition-state.ts'
 import type { Attempt } from './partition.ts'
 import { buildEnvelope } from './envelope.ts'
+import { Reservations } from './reservations.ts'
 import { StalledReservations } from './stalled-reservations.ts'
 import type { PullDesk } from './pull-desk.ts'
 
@@ -126,10 +128,10 @@ export class PushFlow {
   private readonly leaseWaits = new Set<PartitionState>()
   /** Per pull group, the partition the next caller starts at (pullerCame). */
   private readonly pullTurns = new Map<number, number>()
-  /** Partitions whose reservation is written once the pass admitting their messages ends (reserve). */
-  private readonly reservationsDue = new Set<PartitionState>()
   /** Gives back what a partition reserved and can no longer push (paused, its consumer gone). */
   private readonly stalled: StalledReservations
+  /** When first pushes are reserved, and how many (reservations.ts); the dispatcher asks it of appends. */
+  readonly reservations: Reservations
 
   constructor(private readonly deps: PushFlowDeps) {
     this.sender = new PushSender({
@@ -144,13 +146,27 @@ export class PushFlow {
       answered: (g, w, o, a, consumer, r) => this.settleAttempt(g, w, o, a, consumer, r),
       safely: (fn) => this.safely(fn),
     })
+    this.reservations = new Reservations({
+      progress: deps.progress,
+      windows: deps.windows,
+      pulls: deps.pulls,
+      ...(deps.lease ? { lease: deps.lease } : {}),
+      log: deps.log,
+      timers: deps.timers,
+      stopped: () => deps.stopped(),
+      moved: (g, w) => deps.moved(g, w),
+      isOpen: (w, consumer) => this.sender.isOpen(w, consumer),
+      fill: (g, w) => this.fill(g, w),
+      start: (g, w, o) => this.start(g, w, o),
+      safely: (fn) => this.safely(fn),
+    })
     this.stalled = new StalledReservations({
       db: deps.db,
       attempts: deps.attempts,
       log: deps.log,
       timers: deps.timers,
       stalled: (g, w) => g.row.paused || (g.row.delivery === 'push' && !g.consumerOf[w.partition]),
-      resume: (g, w) => this.safely(() => this.reserved(g, w)),
+      resume: (g, w) => this.safely(() => this.reservations.reserved(g, w)),
     })
   }
 
@@ -236,7 +252,7 @@ export class PushFlow {
       if (byKey && w.keyQueued() >= MAX_KEY_QUEUED && next.key !== null && w.keyBusy(next.key)) return
       // (The message may turn out delayed or filtered out: a probe told so is asked again.)
       if (!pulls.taker(id)) return pulls.leasable(id)
-      if (this.roomBeyondReservations(g) <= 0) return
+      if (this.reservations.roomBeyondReservations(g) <= 0) return
       const msg = w.take()
       if (!msg) continue
       const due = msg.availableAtMs <= nowMs
@@ -416,7 +432,7 @@ export class PushFlow {
       // crash (dead at maxDeliveries 1). The pending reservation's end fills the partition again.
       if (!transport.reservable(o)) return w.move(o, 'ready')
       w.move(o, 'reserving')
-      return this.reserve(g, w)
+      return this.reservations.reserve(g, w)
     }
     // Ownership proven before an attempt begins (push-send.ts PushLease): a process stopped or
     // starved past its lease may have lost the partition, and an attempt begun now could undercut
@@ -509,7 +525,10 @@ export class PushFlow {
       reservable: (o) => {
         const free = windows.free(win)
         // (win.batching is set only for a consumer with fixed limits: the group says whether it batches.)
-        return this.promisedTo(g, consumer.id, o) < (g.row.batchMaxMessages !== null ? Math.max(1, free) * g.row.batchMaxMessages : free)
+        return (
+          this.reservations.promisedTo(g, consumer.id, o) <
+          (g.row.batchMaxMessages !== null ? Math.max(1, free) * g.row.batchMaxMessages : free)
+        )
       },
       take: () => windows.started(win),
       send: (o, a, deadlineMs, nowMs) => this.sender.send(g, w, o, a, consumer, deadlineMs, nowMs),
@@ -531,7 +550,7 @@ export class PushFlow {
     return {
       leaseMs: taker.leaseMs,
       // The callers' room, counted over every partition of the group.
-      reservable: () => this.roomBeyondReservations(g) > 0,
+      reservable: () => this.reservations.roomBeyondReservations(g) > 0,
       take: () => pulls.take(taker),
       send: (o, a, deadlineMs) => {
         // A span id of its own per attempt, in the message's trace (a `pull` span's, with tracing on).
@@ -578,167 +597,6 @@ export class PushFlow {
       )
     }
     return false
-  }
-
-  /**
-   * Messages of the consumer's partitions here waiting for a reservation, `o` aside: its window is
-   * the consumer's, shared by them. With batch push a batch gathering takes what is ready whatever
-   * the window (consumer-windows.ts), so each free slot is counted as a batch of maxMessages.
-   */
-  private promisedTo(g: GroupRuntime, consumerId: string, o?: Outstanding): number {
-    let promised = o?.state === 'reserving' ? -1 : 0
-    for (const p of g.parts.values()) {
-      const waiting = p.awaitingReservation + p.reservingByAppend
-      if (waiting > 0 && g.consumerOf[p.partition]?.id === consumerId) promised += waiting
-    }
-    return promised
-  }
-
-  /** What a pull group's callers here can take beyond the messages already waiting for a reservation. */
-  private roomBeyondReservations(g: GroupRuntime): number {
-    let promised = 0
-    for (const p of g.parts.values()) promised += p.awaitingReservation + p.reservingByAppend
-    return this.deps.pulls.room(g.row.id) - promised
-  }
-
-  /** Whether the partition has nothing to do before an append's next messages (appendRoom), the cheap part of it. */
-  appendIdle(g: GroupRuntime, w: PartitionState): boolean {
-    if (this.deps.stopped() || g.dropped || g.row.paused || g.filter || w.dropped || w.releasing) return false
-    if (w.reading || w.reserving || this.reservationsDue.has(w) || w.buffer.length > 0 || w.ready.length > 0 || w.delayed > 0) return false
-    if (w.awaitingReservation > 0 || w.readPos !== w.endHint || w.reservedTo !== w.readPos) return false
-    return !this.deps.lease || this.deps.lease.held()
-  }
-
-  /**
-   * How many of the messages an append is about to add to the partition (`keys`: theirs, in offset
-   * order; none delayed) would go out as soon as produce hands them over: the first pushes its own
-   * statement may reserve (src/store/messages.ts AppendReservation), which spares them the progress
-   * writer's statement, a second commit between produce and push. Only for a partition with nothing
-   * else to do first (nothing read and waiting, nothing ready, delayed or being reserved, caught up
-   * with the log as far as it knows) and no more than its room, its consumer's window (or the pull
-   * callers') and its ordering allow, as a reservation of the progress writer's would be. None for a
-   * group with a filter: a message reserved is pushed after a restart whatever the filter says.
-   */
-  appendRoom(g: GroupRuntime, w: PartitionState, keys: readonly (string | null)[]): number {
-    if (!this.appendIdle(g, w)) return 0
-    let n = 0
-    if (g.row.ordering === 'partition') n = w.outstanding.size === 0 && w.reservingByAppend === 0 ? 1 : 0
-    else {
-      const limit = g.row.maxInFlight
-      const active = w.active() + w.reservingByAppend
-      n = Math.min(limit - active, 2 * limit - active - w.completing)
-    }
-    if (g.row.ordering === 'key') {
-      // Another append's claim is pending: its keys are not known here until it hands its messages
-      // over, and a key of ours among them would be reserved twice, the second waiting unpushed
-      // behind the first (a crash would then count an attempt never made).
-      if (w.reservingByAppend > 0) return 0
-      const seen = new Set<string>()
-      let k = 0
-      for (const key of keys) {
-        if (k >= n) break
-        if (key !== null) {
-          if (seen.has(key) || w.keyBusy(key)) break
-          seen.add(key)
-        }
-        k++
-      }
-      n = k
-    } else n = Math.min(n, keys.length)
-    if (n <= 0) return 0
-    if (g.row.delivery === 'pull') return this.deps.pulls.taker(g.row.id) ? Math.max(0, Math.min(n, this.roomBeyondReservations(g))) : 0
-    const consumer = g.consumerOf[w.partition]
-    if (!consumer) return 0
-    const windows = this.deps.windows
-    const win = windows.of(consumer.id)
-    if (!windows.hasRoom(win, this.sender.isOpen(w, consumer))) return 0
-    const free = windows.free(win)
-    const room = (g.row.batchMaxMessages !== null ? Math.max(1, free) * g.row.batchMaxMessages : free) - this.promisedTo(g, consumer.id)
-    return Math.max(0, Math.min(n, room))
-  }
-
-  /**
-   * An append's reservation of `count` first pushes on the partition is done (reservedTo: where it
-   * now ends; null: not written). Written, its messages hold their room until they are taken,
-   * which is when produce hands them over, later in this turn. After that turn the partition and
-   * the other partitions of its consumer fill again: they may have left messages ready for that
-   * room (Transport.reservable, the maxInFlight of Partition.hasRoom), and wait for nothing else.
-   */
-  appendReserved(g: GroupRuntime, w: PartitionState, count: number, reservedTo: number | null): void {
-    w.endAppendReservation(count, reservedTo)
-    setImmediate(() =>
-      this.safely(() => {
-        w.appendHandedOver()
-        if (w.dropped || g.dropped) return
-        this.fill(g, w)
-        this.fillSiblings(g, w)
-      }),
-    )
-  }
-
-  /**
-   * Records that first pushes of the partition's waiting offsets may be made, then pushes them.
-   * Exactly the offsets waiting to go out now: a reservation past them would make a restart count
-   * an attempt for messages never pushed (and dead-letter them at maxDeliveries 1). One
-   * reservation covers every message that reached it meanwhile, and the progress writer writes
-   * those of all partitions together with the completions.
-   */
-  private reserve(g: GroupRuntime, w: PartitionState): void {
-    // Begun at the end of the pass (a microtask), not at its first message, so that what the pass
-    // admits is reserved in one write: a pull caller's room for 100, or the slots that a batch of
-    // completions freed in a push partition. Begun at once, the first message went alone and the
-    // rest waited for the next write (a second linger). The progress writer writes at the end of
-    // the turn anyway: no wait is added.
-    if (w.reserving || this.reservationsDue.has(w)) return
-    this.reservationsDue.add(w)
-    queueMicrotask(() => {
-      this.reservationsDue.delete(w)
-      if (!w.dropped) this.safely(() => this.reserveNow(g, w))
-    })
-  }
-
-  private reserveNow(g: GroupRuntime, w: PartitionState): void {
-    if (w.reserving) return
-    let last = -1
-    for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset > last) last = o.msg.offset
-    if (last < 0) return
-    w.beginReservation()
-    const resume = () => {
-      if (w.dropped) return
-      w.endReservation()
-      this.reserved(g, w)
-    }
-    this.deps.progress.reserve(
-      g,
-      w,
-      last + 1,
-      (held) => {
-        if (held) this.safely(resume)
-        else this.deps.moved(g, w)
-        this.safely(() => this.fillSiblings(g, w))
-      },
-      (err: unknown) => {
-        this.deps.log.error({ err, group: g.row.name, partition: w.partition }, 'reserving pushes failed; retrying in 1 s')
-        this.deps.timers.setTimeout(() => this.safely(resume), 1000)
-      },
-    )
-  }
-
-  /** A reservation (or a give-back) of `w` ended: the messages waiting for one ask again, then it fills. */
-  private reserved(g: GroupRuntime, w: PartitionState): void {
-    for (const o of [...w.outstanding.values()]) if (o.state === 'reserving') this.start(g, w, o)
-    this.fill(g, w)
-  }
-
-  /**
-   * A reservation of `w` ended: the other partitions of its consumer with messages left ready for
-   * the window's room it held (Transport.reservable) go on. Nothing else wakes them: the window had
-   * room when they were left, so they are not among the partitions waiting for a push to end.
-   */
-  private fillSiblings(g: GroupRuntime, w: PartitionState): void {
-    if (g.row.delivery !== 'push') return
-    const consumer = g.consumerOf[w.partition]
-    for (const p of g.parts.values()) if (p !== w && p.ready.length > 0 && g.consumerOf[p.partition] === consumer) this.fill(g, p)
   }
 
   /**
