@@ -119,6 +119,8 @@ export class Partition extends PartitionLog {
   private _completing = 0
   /** Messages in state `reserving` (a pull group's reservations are bounded by its callers' room). */
   private _awaitingReservation = 0
+  /** Outstanding messages in state `parked` or `retry_wait` (firstHole's quick answer). */
+  private _waiting = 0
   private _ready: Outstanding[] = []
   private _releasing = false
   private onIdle: (() => void) | undefined = undefined
@@ -273,6 +275,26 @@ export class Partition extends PartitionLog {
     return Math.min(this.reservedTo, Math.max(from, counted + 1))
   }
 
+  /**
+   * The lowest offset at or above the reservation, below `before`, of a message taken from the log
+   * that no attempt was begun for and that is not waiting for a reservation (delayed, behind its
+   * key, ready, parked); `before` if there is none. A reservation must stop there: a crash would
+   * make the next owner count an attempt for it (src/store/consumption.ts attemptCounts), though it
+   * was never pushed. Filtered-out messages (completing) are not holes: their completion is written.
+   */
+  firstHole(before: number): number {
+    const waiting = this.keys.lowestWaiting()
+    let hole = waiting >= this.reservedTo && waiting < before ? waiting : before
+    // Only a delayed, ready, parked or retry_wait message can be one (most pushes see none of them).
+    if (this._delayed === 0 && this._ready.length === 0 && this._waiting === 0) return hole
+    for (const o of this._outstanding.values()) {
+      const offset = o.msg.offset
+      if (offset < hole && offset >= this.reservedTo && o.attempts === 0 && o.state !== 'reserving' && o.state !== 'completing')
+        hole = offset
+    }
+    return hole
+  }
+
   /** Whether the count from before this ownership of `offset` may rest on the reservation alone (no row of its attempts). */
   private onReservation(offset: number): boolean {
     return this.reservedOnly === undefined || this.reservedOnly.has(offset)
@@ -317,6 +339,7 @@ export class Partition extends PartitionLog {
       matched,
     }
     this._outstanding.set(msg.offset, o)
+    this._waiting++
     return { o, handed }
   }
 
@@ -338,11 +361,13 @@ export class Partition extends PartitionLog {
     if (from === 'delayed') this._delayed--
     if (from === 'reserving') this._awaitingReservation--
     if (from === 'completing') this._completing--
+    if (from === 'parked' || from === 'retry_wait') this._waiting--
     if (from === 'ready') removeAt(this._ready, this._ready.indexOf(o))
     mut(o).state = to
     if (to === 'delayed') this._delayed++
     if (to === 'completing') this._completing++
     if (to === 'reserving') this._awaitingReservation++
+    if (to === 'parked' || to === 'retry_wait') this._waiting++
     if (to === 'ready') this._ready.push(o)
   }
 
@@ -527,6 +552,7 @@ export class Partition extends PartitionLog {
     this._delayed = 0
     this._completing = 0
     this._awaitingReservation = 0
+    this._waiting = 0
     const idle = this.onIdle
     this.onIdle = undefined
     idle?.()

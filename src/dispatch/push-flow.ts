@@ -113,8 +113,9 @@ interface Transport {
   /** How long the attempt's ack deadline runs: the group's ackTimeoutMs, or the caller's leaseMs. */
   leaseMs: number
   /**
-   * Whether a reservation may cover `o` too, beyond the messages already waiting for one: the
-   * messages it covers should all go out when it is written.
+   * Whether `o` may have room beyond what the messages already waiting for a reservation were
+   * promised: a reservation may cover it too, or (a retry) it may take that room now. The messages
+   * a reservation covers should all go out when it is written.
    */
   reservable(o: Outstanding): boolean
   take(): void
@@ -426,11 +427,16 @@ export class PushFlow {
     // No room (the consumer's window full, or no caller waiting with room): it waits, ready.
     const transport = consumer ? this.pushTo(g, w, o, consumer) : this.leaseTo(g, w, o)
     if (!transport) return
-    if (o.attempts === 0 && o.msg.offset >= w.reservedTo) {
-      // A reservation covers no more than can go out (the callers' room, the consumer's window): a
-      // message reserved and never pushed would be counted as attempted by the next owner after a
-      // crash (dead at maxDeliveries 1). The pending reservation's end fills the partition again.
-      if (!transport.reservable(o)) return w.move(o, 'ready')
+    // A first push the reservation covers goes as soon as it may; one above it waits for a reservation,
+    // or (above a message not pushed yet: delayed, behind its key) goes as a retry does, its row first.
+    const covered = o.attempts === 0 && o.msg.offset < w.reservedTo
+    const reserve = o.attempts === 0 && !covered && w.firstHole(o.msg.offset) === o.msg.offset
+    // A reservation covers no more than can go out (the callers' room, the consumer's window): a
+    // message reserved and never pushed would be counted as attempted by the next owner after a
+    // crash (dead at maxDeliveries 1). So nothing else takes the room a pending reservation was
+    // promised (a retry coming due meanwhile waits, ready); the reservation's end fills again.
+    if (!covered && !transport.reservable(o)) return w.move(o, 'ready')
+    if (reserve) {
       w.move(o, 'reserving')
       return this.reservations.reserve(g, w)
     }
@@ -468,14 +474,15 @@ export class PushFlow {
     }
     // The slot (a window's, a caller's) is taken now, while it is known to be free; the send, or giveBack, returns it.
     transport.take()
-    if (attempt === 1) {
+    if (covered) {
       this.deps.attempts.started(row)
       return transport.send(o, a, deadlineMs, nowMs)
     }
     // A retry's row is written before it goes out: a crash then leaves the attempt on record, and
-    // the next process counts it (retries are few, so waiting for the write costs little). With it,
-    // a check that this process still holds the partition's epoch: one that lost it (paused past
-    // its session, say) must not push or lease for it again.
+    // the next process counts it (retries are few, so waiting for the write costs little). So is
+    // a first push above a message not pushed yet, which no reservation may pass. With it, a check
+    // that this process still holds the partition's epoch: one that lost it (paused past its
+    // session, say) must not push or lease for it again.
     const current = () => w.inFlight(o, a)
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, null, resolve, reject))
     // Until sent (Partition.unsent), a handover deletes its row: the next owner must not count an attempt never made.

@@ -340,3 +340,60 @@ t.test('a give-back that failed is tried again a second later, with nothing else
   await waitUntil(async () => (await s.pushedOffset()) === 0, 10_000, 'given back by the next try')
   t.equal(s.errors.length, 1, 'one failure logged')
 })
+
+/**
+ * Offsets a crash now would count as attempted on the reservation alone (src/store/consumption.ts
+ * attemptCounts: below pushed_offset, no attempt row, not completed) though nothing pushed them.
+ */
+async function countedNeverPushed(s: Awaited<ReturnType<typeof setup>>): Promise<number[]> {
+  const [pushedTo, committed] = [await s.pushedOffset(), await s.committed()]
+  const rows = await db.pool.query('SELECT DISTINCT "offset" FROM deliveries WHERE group_id = $1', [s.groupId])
+  const withRow = new Set(rows.rows.map((r: { offset: string }) => Number(r.offset)))
+  const pushedOffsets = new Set(s.pushes().map((p) => p.offset))
+  const out: number[] = []
+  for (let o = committed; o < pushedTo; o++) if (!withRow.has(o) && !pushedOffsets.has(o)) out.push(o)
+  return out
+}
+
+t.test('a reservation never passes a delayed message: the push after it is recorded before it goes', async (t) => {
+  const s = await setup(t, 'past-delayed', { ackMode: 'explicit', ackTimeoutMs: 60_000 })
+  await s.produce(['later'], 5000)
+  await s.produce(['now'])
+  t.match(await s.pushed(1), { offset: 1, attempt: 1 })
+  t.same(await countedNeverPushed(s), [], 'no offset a crash would count without its push')
+  t.ok((await s.pushedOffset()) <= 0, 'the reservation stops at the delayed message')
+  const rows = await db.pool.query('SELECT attempt FROM deliveries WHERE group_id = $1 AND "offset" = 1', [s.groupId])
+  t.same(
+    rows.rows.map((r: { attempt: number }) => Number(r.attempt)),
+    [1],
+    'offset 1 is counted by its row instead',
+  )
+  s.clock.advance(5000)
+  t.match(await s.pushed(2), { offset: 0, attempt: 1 })
+  t.same(await countedNeverPushed(s), [])
+  t.same(s.errors, [], 'no step failed')
+})
+
+t.test('a reservation never passes a message waiting behind its key', async (t) => {
+  const s = await setup(t, 'past-key', { ackMode: 'explicit', ackTimeoutMs: 60_000, ordering: 'key' })
+  const { end, messages } = await s.append(['a1', 'a2', 'b1'], { keys: ['a', 'a', 'b'] })
+  s.dispatcher.notifyAppend(s.topic.id, 0, end, messages)
+  await s.pushed(2)
+  t.same(
+    s
+      .pushes()
+      .map((p) => p.offset)
+      .sort(),
+    [0, 2],
+    'a1 and b1 out, a2 behind a1',
+  )
+  t.same(await countedNeverPushed(s), [], 'a2 is not counted by a reservation it was never pushed under')
+  const first = s.pushes().find((p) => p.offset === 0)!
+  t.same(
+    (await s.dispatcher.ack('past-key', [first.deliveryId])).map((r) => r.status),
+    ['acked'],
+  )
+  t.match(await s.pushed(3), { offset: 1, attempt: 1 })
+  t.same(await countedNeverPushed(s), [])
+  t.same(s.errors, [], 'no step failed')
+})
