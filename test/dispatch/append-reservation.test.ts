@@ -397,3 +397,22 @@ t.test('a reservation never passes a message waiting behind its key', async (t) 
   t.same(await countedNeverPushed(s), [])
   t.same(s.errors, [], 'no step failed')
 })
+
+t.test('a retry coming due takes no room a pending reservation was promised: the reserved message goes first', async (t) => {
+  const s = await setup(t, 'promised', { ackMode: 'explicit', ackTimeoutMs: 60_000 }, { pushWindow: { initial: 1, max: 1 } })
+  await s.produce(['m0'], 0, 0, true)
+  const first = await s.pushed(1)
+  await s.answered()
+  t.same(
+    (await s.dispatcher.nack('promised', [first.deliveryId], 1000, false)).map((r) => r.status),
+    ['nacked'],
+  )
+  // m1 takes the window's one free push: it waits for its reservation, whose statement is under way
+  // when m0's retry comes due (the stepped clock fires it now, before the statement can return).
+  await s.produce(['m1'], 0, 0, true)
+  s.clock.advance(1000)
+  t.match(await s.pushed(2), { offset: 1, attempt: 1 }, 'the reserved message goes with the room it was promised')
+  t.same(await countedNeverPushed(s), [], 'nothing reserved is left unpushed')
+  t.match(await s.pushed(3), { offset: 0, attempt: 2 }, 'the retry once the window has room again')
+  t.same(s.errors, [], 'no step failed')
+})
