@@ -535,7 +535,7 @@ export class Dispatcher implements AppendReserver<AppendClaim> {
 
   /**
    * The first pushes an append of `entries` may reserve in its own statement, for the partitions
-   * this process owns (PushFlow.appendRoom says which): the leading messages of each partition,
+   * this process owns (Reservations.appendRoom says which): the leading messages of each partition,
    * up to its first delayed one. Their room is held until appendReservationsDone.
    */
   reservationsFor(entries: readonly AppendEntry[]): AppendClaim[] {

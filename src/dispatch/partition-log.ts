@@ -86,7 +86,7 @@ export class PartitionLog {
     return this._appendClaims
   }
   /**
-   * First pushes that appends under way reserve in their own statements (push-flow.ts appendRoom),
+   * First pushes that appends under way reserve in their own statements (reservations.ts appendRoom),
    * and those they reserved that are not taken yet: their room in the consumer's window is spoken for.
    */
   get reservingByAppend(): number {

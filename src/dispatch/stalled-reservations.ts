@@ -10,7 +10,7 @@
  * then the reservation moves back to the first offset never pushed (Partition.firstUnpushed),
  * fenced by the owner epoch. While it runs the partition holds its reservation slot
  * (beginReservation), so no reservation of its own lands after the give-back and is undone by
- * it; appends reserve nothing on a paused partition or one without a consumer (push-flow.ts
+ * it; appends reserve nothing on a paused partition or one without a consumer (reservations.ts
  * appendIdle), and one under way is waited for. Once the group is resumed (or gets a consumer),
  * its first pushes are reserved again as any others are.
  */
@@ -30,7 +30,7 @@ export interface StalledReservationsDeps {
   timers: Timers
   /** Whether the partition can push nothing for now (its group paused, no consumer). */
   stalled(g: GroupRuntime, w: PartitionState): boolean
-  /** The give-back is over: messages that asked for a reservation meanwhile ask again (push-flow.ts). */
+  /** The give-back is over: messages that asked for a reservation meanwhile ask again (reservations.ts reserved). */
   resume(g: GroupRuntime, w: PartitionState): void
 }
 

@@ -214,7 +214,7 @@ export interface AppendReservation {
   count: number
 }
 
-/** Who decides which first pushes an append reserves (the dispatcher: push-flow.ts appendRoom). */
+/** Who decides which first pushes an append reserves (the dispatcher: src/dispatch/reservations.ts appendRoom). */
 export interface AppendReserver<R extends AppendReservation> {
   /** Just before the append of `entries`: the reservations its statement should write. */
   reservationsFor(entries: readonly AppendEntry[]): R[]

@@ -1,6 +1,6 @@
 /**
  * An append reserves the first pushes of its messages in its own statement when the partition is
- * idle here (push-flow.ts appendRoom, src/store/messages.ts): group_offsets.pushed_offset moves in
+ * idle here (reservations.ts appendRoom, src/store/messages.ts): group_offsets.pushed_offset moves in
  * the produce's commit, so the push needs no second commit, and only as far as the rules of a
  * reservation allow (the room, delays, the fence). A real dispatcher on a stepped clock, a real
  * PostgreSQL and receiver: the tests read pushed_offset between the append and the hand-over.
