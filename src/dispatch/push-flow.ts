@@ -31,7 +31,9 @@
  * - A first push goes out only below the partition's reservation (group_offsets.pushed_offset), a
  *   retry only once its attempt row is written and the owner epoch checked: a crash can never make
  *   the next owner push a message as attempt 1 again, and a process that lost the partition pushes
- *   nothing more for it.
+ *   nothing more for it. A reservation never passes a message not pushed yet (delayed, behind its
+ *   key: Partition.firstHole), or a crash would count an attempt for it; a first push above one
+ *   goes as a retry does, its row first.
  * - A partition that can push nothing for now (its group paused, its consumer gone) gives back
  *   what it reserved and never pushed (stalled-reservations.ts): an append may have reserved its
  *   messages before the pause, and they would otherwise count as attempted after a crash.
