@@ -282,11 +282,15 @@ export class Partition extends PartitionLog {
    * make the next owner count an attempt for it (src/store/consumption.ts attemptCounts), though it
    * was never pushed. Filtered-out messages (completing) are not holes: their completion is written.
    */
-  firstHole(before: number): number {
+  firstHole(before: number, self?: Outstanding): number {
     const waiting = this.keys.lowestWaiting()
     let hole = waiting >= this.reservedTo && waiting < before ? waiting : before
-    // Only a delayed, ready, parked or retry_wait message can be one (most pushes see none of them).
-    if (this._delayed === 0 && this._ready.length === 0 && this._waiting === 0) return hole
+    // Only a delayed, ready, parked or retry_wait message other than `self` can be one: most pushes
+    // see none (a message just admitted is parked itself), and the scan below is spared.
+    const own = self?.state
+    let others = this._delayed + this._ready.length + this._waiting
+    if (own === 'delayed' || own === 'ready' || own === 'parked' || own === 'retry_wait') others--
+    if (others === 0) return hole
     for (const o of this._outstanding.values()) {
       const offset = o.msg.offset
       if (offset < hole && offset >= this.reservedTo && o.attempts === 0 && o.state !== 'reserving' && o.state !== 'completing')

@@ -432,7 +432,7 @@ export class PushFlow {
     // A first push the reservation covers goes as soon as it may; one above it waits for a reservation,
     // or (above a message not pushed yet: delayed, behind its key) goes as a retry does, its row first.
     const covered = o.attempts === 0 && o.msg.offset < w.reservedTo
-    const reserve = o.attempts === 0 && !covered && w.firstHole(o.msg.offset) === o.msg.offset
+    const reserve = o.attempts === 0 && !covered && w.firstHole(o.msg.offset, o) === o.msg.offset
     // A reservation covers no more than can go out (the callers' room, the consumer's window): a
     // message reserved and never pushed would be counted as attempted by the next owner after a
     // crash (dead at maxDeliveries 1). So nothing else takes the room a pending reservation was
