@@ -100,7 +100,10 @@ t.test('a process stopped past its session pushes nothing when it resumes', { sk
     30_000,
     'the resumed process is a member again',
   )
-  t.equal(await owned(other), 1, 'the other process still owns the partition')
+  // The ownership plan may hand the partition back to the resumed process (a group's one partition
+  // is the share of the member next in turn after its id, and the rejoined session is a new member),
+  // or leave it where it is: either way one process owns it once the cluster settles.
+  await waitUntil(async () => (await owned(victim)) + (await owned(other)) === 1, 30_000, 'one process owns the partition again')
 
   const seen = attemptsOf()
   t.equal(seen.size, MESSAGES, 'every message was pushed')
