@@ -285,13 +285,12 @@ export class Partition extends PartitionLog {
   firstHole(before: number, self?: Outstanding): number {
     const waiting = this.keys.lowestWaiting()
     let hole = waiting >= this.reservedTo && waiting < before ? waiting : before
-    // Only a delayed, ready, parked or retry_wait message other than `self` can be one: most pushes
-    // see none (a message just admitted is parked itself), and the scan below is spared.
+    // Only a delayed, ready, parked or retry_wait message other than `self` can be one. Most pushes
+    // see none but the ready (a message just admitted is parked itself), so the few ready are read
+    // on their own, and all the outstanding only when another message waits in one of the others.
     const own = self?.state
-    let others = this._delayed + this._ready.length + this._waiting
-    if (own === 'delayed' || own === 'ready' || own === 'parked' || own === 'retry_wait') others--
-    if (others === 0) return hole
-    for (const o of this._outstanding.values()) {
+    const others = this._delayed + this._waiting - (own === 'delayed' || own === 'parked' || own === 'retry_wait' ? 1 : 0)
+    for (const o of others === 0 ? this._ready : this._outstanding.values()) {
       const offset = o.msg.offset
       if (offset < hole && offset >= this.reservedTo && o.attempts === 0 && o.state !== 'reserving' && o.state !== 'completing')
         hole = offset
