@@ -119,8 +119,6 @@ export class Partition extends PartitionLog {
   private _completing = 0
   /** Messages in state `reserving` (a pull group's reservations are bounded by its callers' room). */
   private _awaitingReservation = 0
-  /** Outstanding messages in state `parked` or `retry_wait` (firstHole's quick answer). */
-  private _waiting = 0
   private _ready: Outstanding[] = []
   private _releasing = false
   private onIdle: (() => void) | undefined = undefined
@@ -275,29 +273,6 @@ export class Partition extends PartitionLog {
     return Math.min(this.reservedTo, Math.max(from, counted + 1))
   }
 
-  /**
-   * The lowest offset at or above the reservation, below `before`, of a message taken from the log
-   * that no attempt was begun for and that is not waiting for a reservation (delayed, behind its
-   * key, ready, parked); `before` if there is none. A reservation must stop there: a crash would
-   * make the next owner count an attempt for it (src/store/consumption.ts attemptCounts), though it
-   * was never pushed. Filtered-out messages (completing) are not holes: their completion is written.
-   */
-  firstHole(before: number, self?: Outstanding): number {
-    const waiting = this.keys.lowestWaiting()
-    let hole = waiting >= this.reservedTo && waiting < before ? waiting : before
-    // Only a delayed, ready, parked or retry_wait message other than `self` can be one. Most pushes
-    // see none but the ready (a message just admitted is parked itself), so the few ready are read
-    // on their own, and all the outstanding only when another message waits in one of the others.
-    const own = self?.state
-    const others = this._delayed + this._waiting - (own === 'delayed' || own === 'parked' || own === 'retry_wait' ? 1 : 0)
-    for (const o of others === 0 ? this._ready : this._outstanding.values()) {
-      const offset = o.msg.offset
-      if (offset < hole && offset >= this.reservedTo && o.attempts === 0 && o.state !== 'reserving' && o.state !== 'completing')
-        hole = offset
-    }
-    return hole
-  }
-
   /** Whether the count from before this ownership of `offset` may rest on the reservation alone (no row of its attempts). */
   private onReservation(offset: number): boolean {
     return this.reservedOnly === undefined || this.reservedOnly.has(offset)
@@ -342,7 +317,6 @@ export class Partition extends PartitionLog {
       matched,
     }
     this._outstanding.set(msg.offset, o)
-    this._waiting++
     return { o, handed }
   }
 
@@ -364,13 +338,11 @@ export class Partition extends PartitionLog {
     if (from === 'delayed') this._delayed--
     if (from === 'reserving') this._awaitingReservation--
     if (from === 'completing') this._completing--
-    if (from === 'parked' || from === 'retry_wait') this._waiting--
     if (from === 'ready') removeAt(this._ready, this._ready.indexOf(o))
     mut(o).state = to
     if (to === 'delayed') this._delayed++
     if (to === 'completing') this._completing++
     if (to === 'reserving') this._awaitingReservation++
-    if (to === 'parked' || to === 'retry_wait') this._waiting++
     if (to === 'ready') this._ready.push(o)
   }
 
@@ -555,7 +527,6 @@ export class Partition extends PartitionLog {
     this._delayed = 0
     this._completing = 0
     this._awaitingReservation = 0
-    this._waiting = 0
     const idle = this.onIdle
     this.onIdle = undefined
     idle?.()

@@ -31,9 +31,8 @@
  * - A first push goes out only below the partition's reservation (group_offsets.pushed_offset), a
  *   retry only once its attempt row is written and the owner epoch checked: a crash can never make
  *   the next owner push a message as attempt 1 again, and a process that lost the partition pushes
- *   nothing more for it. A reservation never passes a message not pushed yet (delayed, behind its
- *   key: Partition.firstHole), or a crash would count an attempt for it; a first push above one
- *   goes as a retry does, its row first.
+ *   nothing more for it. (Not yet: a reservation may pass a message not pushed yet, delayed or
+ *   behind its key, which a crash then counts as attempted; see docs/performance.md.)
  * - A partition that can push nothing for now (its group paused, its consumer gone) gives back
  *   what it reserved and never pushed (stalled-reservations.ts): an append may have reserved its
  *   messages before the pause, and they would otherwise count as attempted after a crash.
@@ -429,16 +428,14 @@ export class PushFlow {
     // No room (the consumer's window full, or no caller waiting with room): it waits, ready.
     const transport = consumer ? this.pushTo(g, w, o, consumer) : this.leaseTo(g, w, o)
     if (!transport) return
-    // A first push the reservation covers goes as soon as it may; one above it waits for a reservation,
-    // or (above a message not pushed yet: delayed, behind its key) goes as a retry does, its row first.
+    // A first push the reservation covers goes as soon as it may; one above it waits for a reservation.
     const covered = o.attempts === 0 && o.msg.offset < w.reservedTo
-    const reserve = o.attempts === 0 && !covered && w.firstHole(o.msg.offset, o) === o.msg.offset
     // A reservation covers no more than can go out (the callers' room, the consumer's window): a
     // message reserved and never pushed would be counted as attempted by the next owner after a
     // crash (dead at maxDeliveries 1). So nothing else takes the room a pending reservation was
     // promised (a retry coming due meanwhile waits, ready); the reservation's end fills again.
     if (!covered && !transport.reservable(o)) return w.move(o, 'ready')
-    if (reserve) {
+    if (o.attempts === 0 && !covered) {
       w.move(o, 'reserving')
       return this.reservations.reserve(g, w)
     }
@@ -481,10 +478,9 @@ export class PushFlow {
       return transport.send(o, a, deadlineMs, nowMs)
     }
     // A retry's row is written before it goes out: a crash then leaves the attempt on record, and
-    // the next process counts it (retries are few, so waiting for the write costs little). So is
-    // a first push above a message not pushed yet, which no reservation may pass. With it, a check
-    // that this process still holds the partition's epoch: one that lost it (paused past its
-    // session, say) must not push or lease for it again.
+    // the next process counts it (retries are few, so waiting for the write costs little). With it,
+    // a check that this process still holds the partition's epoch: one that lost it (paused past
+    // its session, say) must not push or lease for it again.
     const current = () => w.inFlight(o, a)
     const fence = new Promise<boolean>((resolve, reject) => this.deps.progress.reserve(g, w, null, resolve, reject))
     // Until sent (Partition.unsent), a handover deletes its row: the next owner must not count an attempt never made.

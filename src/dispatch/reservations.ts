@@ -174,9 +174,6 @@ export class Reservations {
     let last = -1
     for (const o of w.outstanding.values()) if (o.state === 'reserving' && o.msg.offset > last) last = o.msg.offset
     if (last < 0) return
-    // Never past a message taken from the log and not pushed (delayed, behind its key): a crash would
-    // count an attempt for it. Those waiting above it go as retries do, their rows first (PushFlow.start).
-    const to = w.firstHole(last + 1)
     w.beginReservation()
     const resume = () => {
       if (w.dropped) return
@@ -186,7 +183,7 @@ export class Reservations {
     this.deps.progress.reserve(
       g,
       w,
-      to,
+      last + 1,
       (held) => {
         if (held) this.deps.safely(resume)
         else this.deps.moved(g, w)

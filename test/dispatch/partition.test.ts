@@ -326,38 +326,3 @@ t.test('maxInFlight counts the messages out with their consumer: one being compl
   t.equal(w.completing, 0)
   t.end()
 })
-
-t.test('firstHole: a reservation stops at the lowest message taken and not pushed, and at nothing else', (t) => {
-  const at = (pushed: number) => new Partition(0, { committed: 0, completed: new Set(), pushed, seekedAtMs: 0 }, new Map(), 100, 1)
-  const w = at(0)
-  const o0 = w.admit(msg(0), true).o
-  w.waitFor(o0, new Wait('delay', 1, 0, 0, 1000))
-  const o1 = w.admit(msg(1), true).o
-  t.equal(w.firstHole(1, o1), 0, 'a delayed message below is one')
-  w.move(o0, 'ready')
-  t.equal(w.firstHole(1, o1), 0, 'so is one ready, for want of room')
-  w.move(o0, 'reserving')
-  t.equal(w.firstHole(1, o1), 1, 'one waiting for the reservation is not: none below, `before`')
-  w.move(o0, 'completing')
-  t.equal(w.firstHole(1, o1), 1, 'one filtered out (completing, never attempted) is not')
-
-  const tried = at(0)
-  const t0 = tried.admit(msg(0), true).o
-  tried.begin(t0, 'd1')
-  const t1 = tried.admit(msg(1), true).o
-  t.equal(tried.firstHole(1, t1), 1, 'one whose attempt began is not: its row or its push counts it')
-
-  const keyed = at(0)
-  t.ok(keyed.takeKey(msg(0, 'a')))
-  keyed.move(keyed.admit(msg(0, 'a'), true).o, 'reserving')
-  t.notOk(keyed.takeKey(msg(1, 'a')), 'offset 1 waits behind its key')
-  const k2 = keyed.admit(msg(2, 'b'), true).o
-  t.equal(keyed.firstHole(2, k2), 1, 'a message waiting behind its key is one')
-
-  const reserved = at(5)
-  const r2 = reserved.admit(msg(2), true).o
-  reserved.waitFor(r2, new Wait('delay', 1, 0, 2, 1000))
-  const r6 = reserved.admit(msg(6), true).o
-  t.equal(reserved.firstHole(6, r6), 6, 'one below the reservation already is not: it was counted before')
-  t.end()
-})
