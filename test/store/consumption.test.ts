@@ -16,6 +16,7 @@ import {
   writeProgress,
   type PartitionWrite,
   type ProgressBatch,
+  STILL_DELAYED_MARGIN_MS,
 } from '../../src/store/consumption.ts'
 import { openDatabase } from '../../src/store/db.ts'
 import { HANDED_OVER, handedOverInFlight, insertAttempts, updateAttempts } from '../../src/store/deliveries.ts'
@@ -264,6 +265,30 @@ t.test('attemptCounts: the highest attempt per offset since the last seek; reser
   )
   const from1 = await attemptCounts(db.pool, s.row.id, s.topic.id, 0, { ...progress, committed: 1 })
   t.notOk(from1.has(0), 'nothing below the committed offset')
+})
+
+t.test('attemptCounts: a message the reservation passed while it is still delayed was never pushed, and counts none', async (t) => {
+  const s = await setup('attempts-delayed')
+  const margin = STILL_DELAYED_MARGIN_MS
+  await appendMessages(db, [
+    entry(s.topic.id, 'now'),
+    entry(s.topic.id, 'in ten minutes', { delayMs: 600_000 }),
+    entry(s.topic.id, 'within the margin', { delayMs: margin / 2 }),
+    entry(s.topic.id, 'now too'),
+  ])
+  const reservedOnly = new Set<number>()
+  const progress = { committed: 0, completed: new Set<number>(), pushed: 4, seekedAtMs: 0 }
+  const counts = await attemptCounts(db.pool, s.row.id, s.topic.id, 0, progress, reservedOnly)
+  t.same(
+    [...counts].sort((a, b) => a[0] - b[0]),
+    [
+      [0, 1],
+      [2, 1],
+      [3, 1],
+    ],
+    'offset 1, still delayed past any clock skew, is not counted; offset 2, due within the margin, may have been pushed',
+  )
+  t.same([...reservedOnly].sort(), [0, 2, 3], 'and only the counted ones rest on the reservation')
 })
 
 t.test(
