@@ -71,7 +71,10 @@ export async function testDatabase(t: TeardownHost, opts: { empty?: boolean } = 
     undropped.delete(name)
     // tap's full name is `<file> > TAP > <subtest> > ...`; the root test's name says nothing.
     if (t.passing?.() === false) return keep(databaseServerUrl, name, t.fullname?.replace(' > TAP', ''))
-    await admin(databaseServerUrl, (c) => c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`))
+    await admin(databaseServerUrl, async (c) => {
+      await sessionsGone(c, name)
+      await c.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`)
+    })
   })
   // Test files run in parallel, each with a pool or a broker: stay well inside max_connections (100).
   return { url: withDatabase(databaseServerUrl, name), maxConnections: 10 }
@@ -201,6 +204,21 @@ export function migratedCluster(): Promise<Blob> {
     }))()
   migrated.catch(() => (migrated = undefined))
   return migrated
+}
+
+/**
+ * Waits, up to a bound, for the sessions of a database to end before it is dropped: pg-pool's
+ * end() resolves once its clients are told to end, before their sockets close, and a forced drop
+ * that kills one of them mid-close makes its client throw (57P01) in the test process. Sessions
+ * that outlive the bound (a process still connected) are left to the forced drop, as before.
+ */
+async function sessionsGone(c: pg.Client, name: string): Promise<void> {
+  const until = Date.now() + 5000
+  for (;;) {
+    const { rows } = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [name])
+    if (rows[0]!.n === 0 || Date.now() > until) return
+    await new Promise((r) => setTimeout(r, 10))
+  }
 }
 
 // CREATE/DROP DATABASE run outside transactions, from the server's maintenance database.
