@@ -19,6 +19,7 @@ import { applyMigrations, MIGRATIONS_DIR } from '../../src/store/migrate.ts'
 import { readMigrations } from '../../src/store/schema-engine.ts'
 import { recordPristine, release, takeIdle } from './embedded-pool.ts'
 import { inGroup } from './tap.ts'
+import { waitUntil } from './wait.ts'
 
 /** What tests need from tap's `t`. */
 export interface TeardownHost {
@@ -213,12 +214,9 @@ export function migratedCluster(): Promise<Blob> {
  * that outlive the bound (a process still connected) are left to the forced drop, as before.
  */
 async function sessionsGone(c: pg.Client, name: string): Promise<void> {
-  const until = Date.now() + 5000
-  for (;;) {
-    const { rows } = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [name])
-    if (rows[0]!.n === 0 || Date.now() > until) return
-    await new Promise((r) => setTimeout(r, 10))
-  }
+  const count = async () =>
+    (await c.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [name])).rows[0]!.n
+  await waitUntil(async () => (await count()) === 0, 5000, `the sessions of ${name} to end`).catch(() => {})
 }
 
 // CREATE/DROP DATABASE run outside transactions, from the server's maintenance database.
